@@ -1,0 +1,93 @@
+// Quantize and dequantize 2-D tensors (T rows = tokens, D columns = channels) to
+// symmetric INT8 or asymmetric INT4, with one scale per tensor, per channel
+// (column), per token (row) or per group of G channels within a row.
+//
+// Every function dispatches on the tensors' device: all CPU views run the CPU
+// reference (OpenMP), all CUDA views run the production kernels on `stream`.
+// Arguments are validated first; a bad one throws lowbit::Error naming it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lowbit/tensor.h"
+
+namespace lowbit {
+
+enum class QuantScheme : std::uint8_t {
+  int8_symmetric,   // codes int8 [T, D]; scales only
+  int4_asymmetric,  // codes u8 [T, ceil(D/2)], low nibble first; scales and mins
+};
+
+enum class Granularity : std::uint8_t {
+  per_tensor,   // scales [1]
+  per_channel,  // scales [D]: one per column, over all T rows (KV keys)
+  per_token,    // scales [T]: one per row (KV values)
+  per_group,    // scales [T, ceil(D/G)]: groups of G columns within a row
+};
+
+struct QuantSpec {
+  QuantScheme scheme = QuantScheme::int8_symmetric;
+  Granularity granularity = Granularity::per_channel;
+  std::int64_t group_size = 0;  // per_group only: a positive multiple of 16
+};
+
+const char* scheme_name(QuantScheme scheme);
+const char* granularity_name(Granularity granularity);
+QuantScheme parse_scheme(const char* name);           // "int8" | "int4"
+Granularity parse_granularity(const char* name);      // "tensor" | "channel" | "token" | "group"
+
+// Shapes of the quantized form of a rows x cols input.
+struct QuantLayout {
+  std::int64_t code_cols;   // D for int8, ceil(D/2) bytes for int4
+  std::int64_t scale_rows;  // 1, 1, T, T
+  std::int64_t scale_cols;  // 1, D, 1, ceil(D/G)
+  std::int64_t scale_count() const { return scale_rows * scale_cols; }
+};
+QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols);
+
+// The quantized tensor: codes plus its parameters. `mins` is used by int4_asymmetric
+// only (leave it empty for int8). scales and mins are contiguous f32 with
+// layout.scale_count() elements.
+struct QuantizedView {
+  TensorView codes;
+  TensorView scales;
+  TensorView mins;
+};
+
+// What a GPU quantize() does when the input holds NaN or Inf (found by the pass that
+// computes the scales). CPU calls always throw at once.
+enum class NonFiniteCheck : std::uint8_t {
+  sync_and_throw,  // synchronize `stream` and throw lowbit::Error naming the row/column
+  deferred,        // no synchronization: call check_quantize_status() later
+};
+
+// Device scratch for GPU quantize(): reductions and the NaN/Inf status word.
+std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, std::int64_t cols);
+
+// Scales (and mins) from x's own values, then the codes. per_token and per_group
+// read x once (the reduction happens on chip); per_channel and per_tensor read it
+// twice, since every row must be seen before the first code can be written.
+void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+              const Workspace& workspace, cuda_stream_t stream,
+              NonFiniteCheck check = NonFiniteCheck::sync_and_throw);
+
+// Only the scales (and mins) of x, written to out.scales / out.mins; out.codes unused.
+void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+                    const Workspace& workspace, cuda_stream_t stream,
+                    NonFiniteCheck check = NonFiniteCheck::sync_and_throw);
+
+// Codes of x with scales (and mins) the caller already holds, e.g. calibrated once
+// and reused across decode steps. One pass over x.
+void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+                          cuda_stream_t stream);
+
+// out = codes decoded with their scales (and mins), as f32, f16 or bf16.
+void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView& out,
+                cuda_stream_t stream);
+
+// For NonFiniteCheck::deferred: synchronizes `stream`, throws if the last quantize()
+// or compute_scales() that used this workspace saw NaN or Inf.
+void check_quantize_status(const Workspace& workspace, cuda_stream_t stream);
+
+}  // namespace lowbit

@@ -1,0 +1,34 @@
+// The production GPU quantization path behind include/lowbit/quant.h. Arguments
+// arrive validated; nothing here synchronizes or allocates.
+#pragma once
+
+#include <cstdint>
+
+#include "lowbit/quant.h"
+
+namespace lowbit::cuda {
+
+// What the reduction pass found about non-finite input, as read back from the workspace.
+struct QuantStatus {
+  bool non_finite = false;
+  std::int64_t row = -1;  // -1: not known at this granularity
+  std::int64_t col = -1;
+};
+
+std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, std::int64_t cols);
+
+void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+                    const Workspace& workspace, cuda_stream_t stream);
+void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+              const Workspace& workspace, cuda_stream_t stream);
+void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+                          cuda_stream_t stream);
+void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView& out,
+                cuda_stream_t stream);
+
+QuantStatus read_status(const Workspace& workspace, cuda_stream_t stream);  // synchronizes
+
+// Throws unless ptr is device (or managed) memory the current device can address.
+void check_device_pointer(const void* ptr, const char* what);
+
+}  // namespace lowbit::cuda
