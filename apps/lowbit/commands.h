@@ -1,0 +1,14 @@
+// The `lowbit` CLI's subcommands. Each takes the arguments after its name and
+// returns the process exit status.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lowbit::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_bench(const Args& args);
+
+}  // namespace lowbit::cli

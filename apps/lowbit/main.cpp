@@ -1,0 +1,38 @@
+// lowbit: quantized LLM inference toolkit, command line.
+#include <iostream>
+
+#include "commands.h"
+#include "lowbit/error.h"
+
+namespace {
+
+void usage(std::ostream& out) {
+  out << "usage: lowbit <command> [options]\n\n"
+         "commands:\n"
+         "  bench kvquant   KV-cache quantization benchmark (seed 000): CPU baseline, the seed's four\n"
+         "                  GPU kernels and lowbit's production path over the seed's ten T x D cases\n\n"
+         "Run `lowbit <command> --help` for its options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const lowbit::cli::Args args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    usage(args.empty() ? std::cerr : std::cout);
+    return args.empty() ? 2 : 0;
+  }
+  try {
+    const lowbit::cli::Args rest(args.begin() + 1, args.end());
+    if (args[0] == "bench") return lowbit::cli::cmd_bench(rest);
+    std::cerr << "lowbit: unknown command '" << args[0] << "'\n\n";
+    usage(std::cerr);
+    return 2;
+  } catch (const lowbit::Error& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "lowbit: " << e.what() << "\n";
+    return 1;
+  }
+}

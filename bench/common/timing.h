@@ -1,0 +1,46 @@
+// Timing: medians of repeated runs. GPU work is timed with CUDA events around
+// back-to-back launches (enough of them that one sample lasts >= ~0.3 ms, so event
+// resolution and launch gaps do not dominate small cases); host work with a
+// steady clock.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "lowbit/tensor.h"
+
+namespace lowbit::bench {
+
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// Median milliseconds of fn() on the host, after `warmup` untimed runs.
+inline double host_median_ms(const std::function<void()>& fn, int samples, int warmup = 1) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> times;
+  for (int i = 0; i < samples; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return median(times);
+}
+
+#if LOWBIT_WITH_CUDA
+// Median per-launch milliseconds of launch(i) on `stream`, i counting up across all
+// launches (use it to rotate among input copies). Warm-up first.
+double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples = 15,
+                     double min_sample_ms = 0.3);
+
+// Device-to-device copy bandwidth (bytes read + written per second / 1e9) of a
+// `bytes`-sized cudaMemcpyAsync: the memory-bound ceiling of this run.
+double measure_copy_gbps(std::size_t bytes, cuda_stream_t stream);
+#endif
+
+}  // namespace lowbit::bench
