@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One command for a GPU machine (H100, CUDA 13, no network): Release build for
+# sm_90a with all cores, every test (GPU ones included), the benchmarks; logs and
+# JSON go to RESULTS_DIR (default out/gpu-check); a short summary prints last.
+#   usage: scripts/gpu-check.sh [RESULTS_DIR]
+# The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+results="${1:-out/gpu-check}"
+mkdir -p "$results"
+results="$(cd "$results" && pwd)"
+export LOWBIT_COMMIT="${LOWBIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+build_dir="${BUILD_DIR:-build-gpu}"
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+nvidia-smi >"$results/nvidia-smi.txt" 2>&1 || echo "gpu-check: nvidia-smi failed" >&2
+
+step() {  # step NAME LOGFILE COMMAND...: runs, tees, records the status
+  local name="$1" log="$2"
+  shift 2
+  echo "=== $name"
+  local start=$SECONDS
+  "$@" 2>&1 | tee "$results/$log"
+  local status=${PIPESTATUS[0]}
+  echo "$name|$status|$((SECONDS - start))" >>"$results/.steps"
+  return "$status"
+}
+rm -f "$results/.steps"
+
+build() {
+  cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DLOWBIT_CUDA=ON -DLOWBIT_BUILD_TESTS=ON &&
+    cmake --build "$build_dir" -j "$(nproc)"
+}
+tests() {
+  ctest --test-dir "$build_dir" --output-on-failure -j 4 --output-junit "$results/ctest.xml"
+}
+benchmarks() {
+  "$build_dir/bin/lowbit" bench kvquant --json "$results/kvquant.json"
+}
+
+ok=1
+step build build.log build || ok=0
+if [ "$ok" = 1 ]; then
+  step tests test.log tests || ok=0
+  step bench bench.log benchmarks || ok=0
+fi
+
+echo
+echo "=== gpu-check summary (commit $LOWBIT_COMMIT)"
+head -n 1 "$results/nvidia-smi.txt" >/dev/null 2>&1 &&
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+printf '| step | status | seconds |\n|---|---|---:|\n'
+while IFS='|' read -r name status seconds; do
+  printf '| %s | %s | %s |\n' "$name" "$([ "$status" = 0 ] && echo ok || echo "FAILED ($status)")" "$seconds"
+done <"$results/.steps"
+grep -E "tests passed|tests failed" "$results/test.log" 2>/dev/null | tail -n 1
+if [ -f "$results/bench.log" ]; then
+  echo
+  sed -n '/^## Summary/,$p' "$results/bench.log"
+fi
+rm -f "$results/.steps"
+[ "$ok" = 1 ]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what lowbit needs on a fresh Debian/Ubuntu machine: a C++20 compiler,
+# CMake, OpenMP (with GCC), GoogleTest. The CUDA toolkit (nvcc) is expected to be
+# installed already (it is not in Debian's main archive); without it, configure
+# with -DLOWBIT_CUDA=OFF. Safe to run again.
+set -euo pipefail
+
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v g++ >/dev/null || need+=(g++)
+command -v make >/dev/null || need+=(make)
+if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/src/googletest/CMakeLists.txt ]; then
+  need+=(libgtest-dev)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: nvcc is at /usr/local/cuda/bin; add it to PATH"
+fi
