@@ -1,13 +1,15 @@
 // The production GPU quantization path: every granularity, scheme and float type.
 //
-// Work is split into chunks of 16 consecutive elements of a row (chunk.cuh). A block
-// of 256 threads is a cx x cy grid of chunks: cx (a power of two, up to 256) chunks
-// along a row, cy = 256 / cx rows, and each thread handles kRows rows of its column
-// chunk, loading all kRows chunks before using any, so that enough bytes are in
-// flight to keep HBM busy.
+// Work is split into chunks of consecutive elements of a row (chunk.cuh): 16 when
+// encoding, one 16-byte output vector when decoding. A block of 256 threads is a
+// cx x cy grid of chunks: cx (a power of two, up to 256) chunks along a row, cy =
+// 256 / cx rows, and each thread handles several rows of its column chunk, loading
+// all of them before using any (256 bytes in flight per thread), so that enough
+// bytes are in flight to keep HBM busy.
 //
 //   per_tensor / per_channel: reduce_columns_kernel (one pass over x, partials
-//     combined with atomics in the workspace) -> finalize_columns_kernel (scales)
+//     combined with atomics into kReductionCopies copies in the workspace, so that
+//     no address sees more than a few dozen atomics) -> finalize_columns_kernel (scales)
 //     -> encode_tile_kernel<kGivenColumns> (second pass over x, codes).
 //   per_token / per_group: encode_tile_kernel<kComputeRows>, one pass: each segment
 //     (a row or a group) is reduced across the lanes that hold it with shuffles, and
@@ -29,7 +31,8 @@ namespace lowbit::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRows = 4;
+constexpr int kDecodeRows = 4;
+constexpr int kReductionCopies = 16;
 
 // ---------------------------------------------------------------- workspace
 
@@ -41,13 +44,16 @@ struct DeviceStatus {
 };
 constexpr std::size_t kStatusBytes = 64;
 
-// [status | abs_bits[n] | hi[n] | lo[n]] with n = cols (per_channel) or 1 (per_tensor).
+// [status | abs_bits[K][n] | hi[K][n] | lo[K][n]], n = cols (per_channel) or 1
+// (per_tensor), K = kReductionCopies: block b of the reduction accumulates into copy
+// b % K, and the finalize kernel combines the K copies.
 struct WorkspaceLayout {
   DeviceStatus* status;
   unsigned* abs_bits;
   unsigned* hi;
   unsigned* lo;
-  std::int64_t count;
+  std::int64_t count;  // n
+  std::int64_t slots() const { return count * kReductionCopies; }
 };
 
 bool spans_rows(Granularity g) { return g == Granularity::per_tensor || g == Granularity::per_channel; }
@@ -61,7 +67,8 @@ WorkspaceLayout workspace_layout(const Workspace& workspace, const QuantSpec& sp
   auto* base = static_cast<char*>(workspace.data);
   const std::int64_t n = reduction_slots(spec, cols);
   auto* abs_bits = reinterpret_cast<unsigned*>(base + kStatusBytes);
-  return WorkspaceLayout{reinterpret_cast<DeviceStatus*>(base), abs_bits, abs_bits + n, abs_bits + 2 * n, n};
+  const std::int64_t slots = n * kReductionCopies;
+  return WorkspaceLayout{reinterpret_cast<DeviceStatus*>(base), abs_bits, abs_bits + slots, abs_bits + 2 * slots, n};
 }
 
 __device__ void report_non_finite(DeviceStatus* status, long long row, long long col) {
@@ -79,8 +86,8 @@ struct TileShape {
   long long grid_x;
 };
 
-TileShape tile_shape(std::int64_t cols) {
-  const std::int64_t chunks = (cols + kChunk - 1) / kChunk;
+TileShape tile_shape(std::int64_t cols, int chunk = kChunk) {
+  const std::int64_t chunks = (cols + chunk - 1) / chunk;
   int cx_log2 = 0;
   while ((1LL << cx_log2) < chunks && (1 << cx_log2) < kThreads) ++cx_log2;
   const int cx = 1 << cx_log2;
@@ -177,7 +184,7 @@ struct EncodeArgs {
 };
 
 template <class In, bool kInt4, int kMode>
-__global__ void __launch_bounds__(kThreads) encode_tile_kernel(const EncodeArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeArgs a) {
   const int tx = threadIdx.x & ((1 << a.cx_log2) - 1);
   const int ty = threadIdx.x >> a.cx_log2;
   const long long c0 = ((static_cast<long long>(blockIdx.x) << a.cx_log2) + tx) * kChunk;
@@ -194,19 +201,22 @@ __global__ void __launch_bounds__(kThreads) encode_tile_kernel(const EncodeArgs 
     }
   }
 
+  constexpr int kRows = kRowsInFlight<In>;
   const long long rows_per_tile = static_cast<long long>(a.cy) * kRows;
   for (long long tile = blockIdx.y; tile * rows_per_tile < a.rows; tile += gridDim.y) {
-    float v[kRows][kChunk];
+    RawChunk<In> raw[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const long long r = tile * rows_per_tile + i * a.cy + ty;
       const int n = r < a.rows ? valid : 0;
-      load_chunk(x + (n ? r * a.ldx + c0 : 0), n, a.vector_ok, v[i]);
+      load_raw(x + (n ? r * a.ldx + c0 : 0), n, a.vector_ok, raw[i]);
     }
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const long long r = tile * rows_per_tile + i * a.cy + ty;
       const int n = r < a.rows ? valid : 0;
+      float v[kChunk];
+      raw_to_floats(raw[i], v);
       if constexpr (kMode == kGivenRows) {
         if (n) {
           const long long index = r * a.scale_cols + c0 / a.segment_width;
@@ -217,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) encode_tile_kernel(const EncodeArgs 
         }
       } else if constexpr (kMode == kComputeRows) {
         // Reduce the segment across its lanes; every lane takes part in the shuffles.
-        const ChunkStats own = chunk_stats(v[i], n);
+        const ChunkStats own = chunk_stats(v, n);
         ChunkStats s = own;
         for (int offset = a.lanes / 2; offset > 0; offset /= 2) {
           s.abs_bits = max(s.abs_bits, __shfl_xor_sync(0xffffffffu, s.abs_bits, offset));
@@ -231,13 +241,13 @@ __global__ void __launch_bounds__(kThreads) encode_tile_kernel(const EncodeArgs 
           if (kInt4) a.mins_out[index] = p.min;
         }
         if (n && !formats::is_finite_bits(own.abs_bits)) {
-          report_non_finite(a.status, r, c0 + first_non_finite(v[i], n));
+          report_non_finite(a.status, r, c0 + first_non_finite(v, n));
         }
 #pragma unroll
         for (int k = 0; k < kChunk; ++k) inv[k] = p.inv, lo[k] = p.min;
       }
       if (n && a.write_codes) {
-        encode_chunk<kInt4>(static_cast<char*>(a.codes) + r * a.ldq, c0, n, a.vector_ok, v[i], inv, lo);
+        encode_chunk<kInt4>(static_cast<char*>(a.codes) + r * a.ldq, c0, n, a.vector_ok, v, inv, lo);
       }
     }
   }
@@ -317,7 +327,7 @@ struct ReduceArgs {
 };
 
 template <class In, bool kInt4>
-__global__ void __launch_bounds__(kThreads) reduce_columns_kernel(const ReduceArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) reduce_columns_kernel(const ReduceArgs a) {
   __shared__ unsigned exchange[kThreads * kChunk];
   __shared__ unsigned block_total[3];
   const int tx = threadIdx.x & ((1 << a.cx_log2) - 1);
@@ -331,23 +341,26 @@ __global__ void __launch_bounds__(kThreads) reduce_columns_kernel(const ReduceAr
 #pragma unroll
   for (int k = 0; k < kChunk; ++k) amax[k] = 0u, lo[k] = INFINITY, hi[k] = -INFINITY;
 
+  constexpr int kRows = kRowsInFlight<In>;
   const long long stride = static_cast<long long>(gridDim.y) * a.cy;
   for (long long r0 = static_cast<long long>(blockIdx.y) * a.cy + ty; r0 < a.rows; r0 += kRows * stride) {
-    float v[kRows][kChunk];
+    RawChunk<In> raw[kRows];
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const long long r = r0 + i * stride;
       const int n = r < a.rows ? valid : 0;
-      load_chunk(x + (n ? r * a.ldx + c0 : 0), n, a.vector_ok, v[i]);
+      load_raw(x + (n ? r * a.ldx + c0 : 0), n, a.vector_ok, raw[i]);
     }
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const bool in_range = r0 + i * stride < a.rows;
+      float v[kChunk];
+      raw_to_floats(raw[i], v);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) {
         if (in_range && k < valid) {
-          amax[k] = max(amax[k], formats::abs_bits(v[i][k]));
-          if (kInt4) lo[k] = fminf(lo[k], v[i][k]), hi[k] = fmaxf(hi[k], v[i][k]);
+          amax[k] = max(amax[k], formats::abs_bits(v[k]));
+          if (kInt4) lo[k] = fminf(lo[k], v[k]), hi[k] = fmaxf(hi[k], v[k]);
         }
       }
     }
@@ -392,17 +405,19 @@ __global__ void __launch_bounds__(kThreads) reduce_columns_kernel(const ReduceAr
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      atomicMax(&a.abs_bits[0], block_total[0]);
-      if (kInt4) atomicMin(&a.lo[0], block_total[1]), atomicMax(&a.hi[0], block_total[2]);
+      const long long slot = (blockIdx.y % kReductionCopies);
+      atomicMax(&a.abs_bits[slot], block_total[0]);
+      if (kInt4) atomicMin(&a.lo[slot], block_total[1]), atomicMax(&a.hi[slot], block_total[2]);
     }
     return;
   }
   if (ty == 0) {
+    const long long copy = (blockIdx.y % kReductionCopies) * a.cols;
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) {
       if (k < valid) {
-        atomicMax(&a.abs_bits[c0 + k], amax[k]);
-        if (kInt4) atomicMin(&a.lo[c0 + k], lo_ord[k]), atomicMax(&a.hi[c0 + k], hi_ord[k]);
+        atomicMax(&a.abs_bits[copy + c0 + k], amax[k]);
+        if (kInt4) atomicMin(&a.lo[copy + c0 + k], lo_ord[k]), atomicMax(&a.hi[copy + c0 + k], hi_ord[k]);
       }
     }
   }
@@ -412,8 +427,15 @@ template <bool kInt4>
 __global__ void finalize_columns_kernel(WorkspaceLayout w, float* scales, float* mins, bool per_tensor) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= w.count) return;
-  if (!formats::is_finite_bits(w.abs_bits[i])) report_non_finite(w.status, -1, per_tensor ? -1 : i);
-  const ChunkStats s{w.abs_bits[i], from_ordered(w.lo[i]), from_ordered(w.hi[i])};
+  unsigned abs_bits = 0u, lo = kOrderedHighest, hi = kOrderedLowest;
+#pragma unroll
+  for (int copy = 0; copy < kReductionCopies; ++copy) {
+    abs_bits = max(abs_bits, w.abs_bits[copy * w.count + i]);
+    lo = min(lo, w.lo[copy * w.count + i]);
+    hi = max(hi, w.hi[copy * w.count + i]);
+  }
+  if (!formats::is_finite_bits(abs_bits)) report_non_finite(w.status, -1, per_tensor ? -1 : i);
+  const ChunkStats s{abs_bits, from_ordered(lo), from_ordered(hi)};
   const Params p = params_from_stats<kInt4>(s);
   scales[i] = p.scale;
   if (kInt4) mins[i] = p.min;
@@ -439,26 +461,27 @@ struct DecodeArgs {
 
 template <class Out, bool kInt4>
 __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs a) {
+  constexpr int kN = kValuesPerVector<Out>;  // values per thread chunk: one 16-byte store
   const int tx = threadIdx.x & ((1 << a.cx_log2) - 1);
   const int ty = threadIdx.x >> a.cx_log2;
-  const long long c0 = ((static_cast<long long>(blockIdx.x) << a.cx_log2) + tx) * kChunk;
-  const int valid = c0 < a.cols ? static_cast<int>(min(static_cast<long long>(kChunk), a.cols - c0)) : 0;
+  const long long c0 = ((static_cast<long long>(blockIdx.x) << a.cx_log2) + tx) * kN;
+  const int valid = c0 < a.cols ? static_cast<int>(min(static_cast<long long>(kN), a.cols - c0)) : 0;
   Out* out = static_cast<Out*>(a.out);
 
-  float scale[kChunk], lo[kChunk];
+  float scale[kN], lo[kN];
   if (!a.row_local) {
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
+    for (int k = 0; k < kN; ++k) {
       const long long index = a.per_tensor ? 0 : c0 + k;
       scale[k] = k < valid ? a.scales[index] : 0.0f;
       lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
     }
   }
-  const long long rows_per_tile = static_cast<long long>(a.cy) * kRows;
+  const long long rows_per_tile = static_cast<long long>(a.cy) * kDecodeRows;
   for (long long tile = blockIdx.y; tile * rows_per_tile < a.rows; tile += gridDim.y) {
-    int code[kRows][kChunk];
+    int code[kDecodeRows][kN];
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
+    for (int i = 0; i < kDecodeRows; ++i) {
       const long long r = tile * rows_per_tile + i * a.cy + ty;
       const int n = r < a.rows ? valid : 0;
       const char* q_row = static_cast<const char*>(a.codes) + (n ? r * a.ldq : 0);
@@ -469,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
       }
     }
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
+    for (int i = 0; i < kDecodeRows; ++i) {
       const long long r = tile * rows_per_tile + i * a.cy + ty;
       const int n = r < a.rows ? valid : 0;
       if (!n) continue;
@@ -478,15 +501,15 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
         const float s = a.scales[index];
         const float m = kInt4 ? a.mins[index] : 0.0f;
 #pragma unroll
-        for (int k = 0; k < kChunk; ++k) scale[k] = s, lo[k] = m;
+        for (int k = 0; k < kN; ++k) scale[k] = s, lo[k] = m;
       }
-      float v[kChunk];
+      float v[kN];
 #pragma unroll
-      for (int k = 0; k < kChunk; ++k) {
+      for (int k = 0; k < kN; ++k) {
         v[k] = kInt4 ? formats::int4_decode(static_cast<std::uint8_t>(code[i][k]), scale[k], lo[k])
                      : formats::int8_decode(static_cast<std::int8_t>(code[i][k]), scale[k]);
       }
-      store_chunk(out + r * a.ldo + c0, n, a.vector_ok, v);
+      store_values(out + r * a.ldo + c0, n, a.vector_ok, v);
     }
   }
 }
@@ -562,9 +585,9 @@ void encode_given(const TensorView& x, const QuantSpec& spec, const QuantizedVie
   const TileShape shape = tile_shape(x.cols());
   const EncodeArgs a = encode_args(x, spec, q, shape, nullptr);
   if (spans_rows(spec.granularity)) {
-    launch_tiles(encode_tile_kernel<In, kInt4, kGivenColumns>, shape, x.rows(), kRows, a, stream);
+    launch_tiles(encode_tile_kernel<In, kInt4, kGivenColumns>, shape, x.rows(), kRowsInFlight<In>, a, stream);
   } else {
-    launch_tiles(encode_tile_kernel<In, kInt4, kGivenRows>, shape, x.rows(), kRows, a, stream);
+    launch_tiles(encode_tile_kernel<In, kInt4, kGivenRows>, shape, x.rows(), kRowsInFlight<In>, a, stream);
   }
 }
 
@@ -576,7 +599,7 @@ void encode_row_local(const TensorView& x, const QuantSpec& spec, const Quantize
   EncodeArgs a = encode_args(x, spec, q, shape, status);
   a.lanes = tile_lanes(spec, shape);
   if (a.lanes > 0) {
-    launch_tiles(encode_tile_kernel<In, kInt4, kComputeRows>, shape, x.rows(), kRows, a, stream);
+    launch_tiles(encode_tile_kernel<In, kInt4, kComputeRows>, shape, x.rows(), kRowsInFlight<In>, a, stream);
     return;
   }
   const std::size_t shared_bytes = static_cast<std::size_t>(a.scale_cols) * 5 * sizeof(unsigned);
@@ -621,8 +644,8 @@ void reduce_columns(const TensorView& x, const QuantSpec& spec, const WorkspaceL
 // Zeroes the status word and primes the reduction slots: abs and hi at their lowest
 // value (0), lo at its highest (all bits set).
 void reset_workspace(const WorkspaceLayout& w, cudaStream_t stream) {
-  LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.status, 0, kStatusBytes + 2 * w.count * sizeof(unsigned), stream));
-  if (w.count) LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.lo, 0xff, w.count * sizeof(unsigned), stream));
+  LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.status, 0, kStatusBytes + 2 * w.slots() * sizeof(unsigned), stream));
+  if (w.count) LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.lo, 0xff, w.slots() * sizeof(unsigned), stream));
 }
 
 template <class In, bool kInt4>
@@ -655,7 +678,7 @@ void visit_scheme(QuantScheme scheme, Fn&& fn) {
 
 std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
   (void)rows;
-  return kStatusBytes + 3 * static_cast<std::size_t>(reduction_slots(spec, cols)) * sizeof(unsigned);
+  return kStatusBytes + 3 * static_cast<std::size_t>(reduction_slots(spec, cols)) * kReductionCopies * sizeof(unsigned);
 }
 
 void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
@@ -699,7 +722,8 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
     visit_scheme(spec.scheme, [&](auto int4) {
       using Out = decltype(out_tag);
       constexpr bool kInt4 = decltype(int4)::value;
-      const TileShape shape = tile_shape(out.cols());
+      constexpr int kN = kValuesPerVector<Out>;
+      const TileShape shape = tile_shape(out.cols(), kN);
       DecodeArgs a{};
       a.codes = in.codes.data;
       a.ldq = in.codes.row_stride();
@@ -713,11 +737,13 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
       a.per_tensor = spec.granularity == Granularity::per_tensor;
       a.segment_width = segment_width(spec, out.cols());
       a.scale_cols = quant_layout(spec, out.rows(), out.cols()).scale_cols;
-      a.vector_ok = vector_ok(out, in.codes, spec.scheme);
+      const std::size_t code_bytes = kInt4 ? kN / 2 : kN;  // codes of one chunk
+      a.vector_ok = aligned(out.data, 16) && (out.row_stride() * sizeof(Out)) % 16 == 0 &&
+                    aligned(in.codes.data, code_bytes) && static_cast<std::size_t>(in.codes.row_stride()) % code_bytes == 0;
       a.cx_log2 = shape.cx_log2;
       a.cy = shape.cy;
-      const long long tiles = (out.rows() + static_cast<long long>(shape.cy) * kRows - 1) /
-                              (static_cast<long long>(shape.cy) * kRows);
+      const long long tiles = (out.rows() + static_cast<long long>(shape.cy) * kDecodeRows - 1) /
+                              (static_cast<long long>(shape.cy) * kDecodeRows);
       const dim3 grid(static_cast<unsigned>(shape.grid_x), grid_rows(tiles));
       decode_tile_kernel<Out, kInt4><<<grid, kThreads, 0, stream>>>(a);
       LOWBIT_CUDA_CHECK_LAUNCH();
