@@ -1,6 +1,6 @@
 // Timing: medians of repeated runs. GPU work is timed with CUDA events around
-// back-to-back launches (enough of them that one sample lasts >= ~0.3 ms, so event
-// resolution and launch gaps do not dominate small cases); host work with a
+// back-to-back launches (enough of them that one sample lasts >= ~1 ms, so event
+// resolution, the host's first launch and launch gaps do not dominate small cases); host work with a
 // steady clock.
 #pragma once
 
@@ -36,7 +36,7 @@ inline double host_median_ms(const std::function<void()>& fn, int samples, int w
 // Median per-launch milliseconds of launch(i) on `stream`, i counting up across all
 // launches (use it to rotate among input copies). Warm-up first.
 double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples = 15,
-                     double min_sample_ms = 0.3);
+                     double min_sample_ms = 1.0);
 
 // Device-to-device copy bandwidth (bytes read + written per second / 1e9) of a
 // `bytes`-sized cudaMemcpyAsync: the memory-bound ceiling of this run.

@@ -192,14 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
   const In* x = static_cast<const In*>(a.x);
 
   float inv[kChunk], lo[kChunk];
-  if constexpr (kMode == kGivenColumns) {
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) {
-      const long long index = a.per_tensor ? 0 : c0 + k;
-      inv[k] = k < valid ? formats::inverse_scale(a.scales[index]) : 0.0f;
-      lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
-    }
-  }
+  bool have_column_params = false;
 
   constexpr int kRows = kRowsInFlight<In>;
   const long long rows_per_tile = static_cast<long long>(a.cy) * kRows;
@@ -211,6 +204,29 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
       const int n = r < a.rows ? valid : 0;
       load_raw(x + (n ? r * a.ldx + c0 : 0), n, a.vector_ok, raw[i]);
     }
+    // Parameters are fetched after the first loads are in flight, so that their
+    // latency (and the divisions) overlap the loads instead of delaying them.
+    float row_scale[kRows], row_min[kRows];
+    if constexpr (kMode == kGivenRows) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const long long r = tile * rows_per_tile + i * a.cy + ty;
+        const long long index = (r < a.rows && valid) ? r * a.scale_cols + c0 / a.segment_width : 0;
+        row_scale[i] = a.scales[index];
+        row_min[i] = kInt4 ? a.mins[index] : 0.0f;
+      }
+    }
+    if constexpr (kMode == kGivenColumns) {
+      if (!have_column_params) {
+#pragma unroll
+        for (int k = 0; k < kChunk; ++k) {
+          const long long index = a.per_tensor ? 0 : c0 + k;
+          inv[k] = k < valid ? formats::inverse_scale(a.scales[index]) : 0.0f;
+          lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
+        }
+        have_column_params = true;
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const long long r = tile * rows_per_tile + i * a.cy + ty;
@@ -218,13 +234,9 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
       float v[kChunk];
       raw_to_floats(raw[i], v);
       if constexpr (kMode == kGivenRows) {
-        if (n) {
-          const long long index = r * a.scale_cols + c0 / a.segment_width;
-          const float inv_row = formats::inverse_scale(a.scales[index]);
-          const float lo_row = kInt4 ? a.mins[index] : 0.0f;
+        const float inv_row = formats::inverse_scale(row_scale[i]);
 #pragma unroll
-          for (int k = 0; k < kChunk; ++k) inv[k] = inv_row, lo[k] = lo_row;
-        }
+        for (int k = 0; k < kChunk; ++k) inv[k] = inv_row, lo[k] = row_min[i];
       } else if constexpr (kMode == kComputeRows) {
         // Reduce the segment across its lanes; every lane takes part in the shuffles.
         const ChunkStats own = chunk_stats(v, n);
@@ -469,14 +481,7 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
   Out* out = static_cast<Out*>(a.out);
 
   float scale[kN], lo[kN];
-  if (!a.row_local) {
-#pragma unroll
-    for (int k = 0; k < kN; ++k) {
-      const long long index = a.per_tensor ? 0 : c0 + k;
-      scale[k] = k < valid ? a.scales[index] : 0.0f;
-      lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
-    }
-  }
+  bool have_column_params = false;
   const long long rows_per_tile = static_cast<long long>(a.cy) * kDecodeRows;
   for (long long tile = blockIdx.y; tile * rows_per_tile < a.rows; tile += gridDim.y) {
     int code[kDecodeRows][kN];
@@ -491,17 +496,32 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
         load_int8_codes(reinterpret_cast<const std::int8_t*>(q_row) + (n ? c0 : 0), n, a.vector_ok, code[i]);
       }
     }
+    float row_scale[kDecodeRows], row_min[kDecodeRows];
+    if (a.row_local) {
+#pragma unroll
+      for (int i = 0; i < kDecodeRows; ++i) {
+        const long long r = tile * rows_per_tile + i * a.cy + ty;
+        const long long index = (r < a.rows && valid) ? r * a.scale_cols + c0 / a.segment_width : 0;
+        row_scale[i] = a.scales[index];
+        row_min[i] = kInt4 ? a.mins[index] : 0.0f;
+      }
+    } else if (!have_column_params) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        const long long index = a.per_tensor ? 0 : c0 + k;
+        scale[k] = k < valid ? a.scales[index] : 0.0f;
+        lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
+      }
+      have_column_params = true;
+    }
 #pragma unroll
     for (int i = 0; i < kDecodeRows; ++i) {
       const long long r = tile * rows_per_tile + i * a.cy + ty;
       const int n = r < a.rows ? valid : 0;
       if (!n) continue;
       if (a.row_local) {
-        const long long index = r * a.scale_cols + c0 / a.segment_width;
-        const float s = a.scales[index];
-        const float m = kInt4 ? a.mins[index] : 0.0f;
 #pragma unroll
-        for (int k = 0; k < kN; ++k) scale[k] = s, lo[k] = m;
+        for (int k = 0; k < kN; ++k) scale[k] = row_scale[i], lo[k] = row_min[i];
       }
       float v[kN];
 #pragma unroll
