@@ -481,7 +481,14 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
   Out* out = static_cast<Out*>(a.out);
 
   float scale[kN], lo[kN];
-  bool have_column_params = false;
+  if (!a.row_local) {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const long long index = a.per_tensor ? 0 : c0 + k;
+      scale[k] = k < valid ? a.scales[index] : 0.0f;
+      lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
+    }
+  }
   const long long rows_per_tile = static_cast<long long>(a.cy) * kDecodeRows;
   for (long long tile = blockIdx.y; tile * rows_per_tile < a.rows; tile += gridDim.y) {
     int code[kDecodeRows][kN];
@@ -496,32 +503,17 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
         load_int8_codes(reinterpret_cast<const std::int8_t*>(q_row) + (n ? c0 : 0), n, a.vector_ok, code[i]);
       }
     }
-    float row_scale[kDecodeRows], row_min[kDecodeRows];
-    if (a.row_local) {
-#pragma unroll
-      for (int i = 0; i < kDecodeRows; ++i) {
-        const long long r = tile * rows_per_tile + i * a.cy + ty;
-        const long long index = (r < a.rows && valid) ? r * a.scale_cols + c0 / a.segment_width : 0;
-        row_scale[i] = a.scales[index];
-        row_min[i] = kInt4 ? a.mins[index] : 0.0f;
-      }
-    } else if (!have_column_params) {
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const long long index = a.per_tensor ? 0 : c0 + k;
-        scale[k] = k < valid ? a.scales[index] : 0.0f;
-        lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
-      }
-      have_column_params = true;
-    }
 #pragma unroll
     for (int i = 0; i < kDecodeRows; ++i) {
       const long long r = tile * rows_per_tile + i * a.cy + ty;
       const int n = r < a.rows ? valid : 0;
       if (!n) continue;
       if (a.row_local) {
+        const long long index = r * a.scale_cols + c0 / a.segment_width;
+        const float s = a.scales[index];
+        const float m = kInt4 ? a.mins[index] : 0.0f;
 #pragma unroll
-        for (int k = 0; k < kN; ++k) scale[k] = row_scale[i], lo[k] = row_min[i];
+        for (int k = 0; k < kN; ++k) scale[k] = s, lo[k] = m;
       }
       float v[kN];
 #pragma unroll
