@@ -1,39 +1,30 @@
-// Fresh random inputs for every test run; the seed is printed with each failure.
+// Fresh random inputs on every run: the seed comes from std::random_device, is shown
+// with every failure of the enclosing scope, and LOWBIT_TEST_SEED=<seed> replays it.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
-#include <vector>
 
 namespace lowbit::test {
 
-inline std::uint64_t fresh_seed() {
-  std::random_device device;
-  return (static_cast<std::uint64_t>(device()) << 32) | device();
-}
+using Rng = std::mt19937;
 
-// Normal values scaled per column by a log-normal factor, a few columns of zeros
-// left out on purpose (zero columns are tested separately).
-inline std::vector<float> random_matrix(std::mt19937_64& rng, std::int64_t rows, std::int64_t cols,
-                                        std::int64_t row_stride = -1) {
-  if (row_stride < 0) row_stride = cols;
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> scale(static_cast<std::size_t>(cols));
-  for (auto& s : scale) s = std::exp(normal(rng));
-  std::vector<float> x(static_cast<std::size_t>(rows * row_stride), 1e30f);  // padding: large, finite
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) x[r * row_stride + c] = normal(rng) * scale[c];
+inline std::uint32_t test_seed() {
+  if (const char* fixed = std::getenv("LOWBIT_TEST_SEED")) {
+    return static_cast<std::uint32_t>(std::strtoul(fixed, nullptr, 0));
   }
-  return x;
+  return std::random_device{}();
 }
 
 }  // namespace lowbit::test
 
-// Records the seed in every failure message of the enclosing scope.
-#define LOWBIT_TEST_RNG(rng)                             \
-  const std::uint64_t rng##_seed = ::lowbit::test::fresh_seed(); \
-  SCOPED_TRACE("random seed " + std::to_string(rng##_seed));     \
-  std::mt19937_64 rng(rng##_seed)
+// Declares `Rng rng` seeded afresh, and records the seed in every failure message.
+#define LOWBIT_TEST_RNG(rng)                                                                        \
+  const std::uint32_t rng##_seed = ::lowbit::test::test_seed();                                     \
+  SCOPED_TRACE("random seed " + std::to_string(rng##_seed) + " (replay: LOWBIT_TEST_SEED=" +        \
+               std::to_string(rng##_seed) + ")");                                                   \
+  ::lowbit::test::Rng rng(rng##_seed)
