@@ -150,11 +150,14 @@ void check_workspace(const Workspace& workspace, std::size_t needed) {
   LOWBIT_CHECK(workspace.bytes >= needed, "workspace: expected at least ", needed, " bytes, got ",
                workspace.bytes, " (see quantize_workspace_bytes)");
   LOWBIT_CHECK(needed == 0 || workspace.data != nullptr, "workspace: data pointer is null");
+#if LOWBIT_WITH_CUDA
+  if (needed) cuda::check_device_pointer(workspace.data, "workspace");
+#endif
 }
 
 #if LOWBIT_WITH_CUDA
-void check_device_pointers(const TensorView& x, const QuantizedView& q, bool codes) {
-  cuda::check_device_pointer(x.data, "x");
+void check_device_pointers(const TensorView& dense, const char* dense_name, const QuantizedView& q, bool codes) {
+  cuda::check_device_pointer(dense.data, dense_name);
   if (codes) cuda::check_device_pointer(q.codes.data, "codes");
   cuda::check_device_pointer(q.scales.data, "scales");
   if (q.mins.data) cuda::check_device_pointer(q.mins.data, "mins");
@@ -197,7 +200,7 @@ void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedV
   if (c.device == Device::cpu) return cpu::compute_scales(x, spec, out);
 #if LOWBIT_WITH_CUDA
   check_workspace(workspace, quantize_workspace_bytes(spec, c.rows, c.cols));
-  check_device_pointers(x, out, false);
+  check_device_pointers(x, "x", out, false);
   cuda::compute_scales(x, spec, out, workspace, stream);
   if (check == NonFiniteCheck::sync_and_throw) throw_on_status(cuda::read_status(workspace, stream));
 #else
@@ -220,7 +223,7 @@ void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& o
   }
 #if LOWBIT_WITH_CUDA
   check_workspace(workspace, quantize_workspace_bytes(spec, c.rows, c.cols));
-  check_device_pointers(x, out, true);
+  check_device_pointers(x, "x", out, true);
   cuda::quantize(x, spec, out, workspace, stream);
   if (check == NonFiniteCheck::sync_and_throw) throw_on_status(cuda::read_status(workspace, stream));
 #else
@@ -237,7 +240,7 @@ void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const Quan
   check_no_overlap(x, "x", out.codes, "codes");
   if (c.device == Device::cpu) return cpu::quantize_with_scales(x, spec, out);
 #if LOWBIT_WITH_CUDA
-  check_device_pointers(x, out, true);
+  check_device_pointers(x, "x", out, true);
   cuda::quantize_with_scales(x, spec, out, stream);
 #else
   (void)stream;
@@ -258,7 +261,7 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
   if (in.mins.data) check_no_overlap(in.mins, "mins", out, "out");
   if (out.device == Device::cpu) return cpu::dequantize(in, spec, out);
 #if LOWBIT_WITH_CUDA
-  check_device_pointers(out, in, true);
+  check_device_pointers(out, "out", in, true);
   cuda::dequantize(in, spec, out, stream);
 #else
   (void)stream;

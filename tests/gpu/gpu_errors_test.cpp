@@ -77,6 +77,12 @@ TEST_F(GpuErrors, HostPointerInCudaViewIsRejected) {
   std::vector<float> host_scales(32);
   q.scales.data = host_scales.data();
   EXPECT_LOWBIT_ERROR(quantize(g.xv, spec, q, g.ws, nullptr), "scales: the view says cuda but");
+  std::vector<float> host_out(64 * 32);
+  EXPECT_LOWBIT_ERROR(dequantize(g.q, spec, TensorView::matrix(host_out.data(), DType::f32, Device::cuda, 64, 32), nullptr),
+                      "out: the view says cuda but");
+  std::vector<char> host_workspace(g.ws.bytes);
+  EXPECT_LOWBIT_ERROR(quantize(g.xv, spec, g.q, Workspace{host_workspace.data(), host_workspace.size()}, nullptr),
+                      "workspace: the view says cuda but");
 }
 
 TEST_F(GpuErrors, WorkspaceTooSmall) {
