@@ -146,7 +146,7 @@ Checked check_input(const TensorView& x) {
   return Checked{x.shape[0], x.shape[1], x.device};
 }
 
-void check_workspace(const Workspace& workspace, std::size_t needed) {
+[[maybe_unused]] void check_workspace(const Workspace& workspace, std::size_t needed) {
   LOWBIT_CHECK(workspace.bytes >= needed, "workspace: expected at least ", needed, " bytes, got ",
                workspace.bytes, " (see quantize_workspace_bytes)");
   LOWBIT_CHECK(needed == 0 || workspace.data != nullptr, "workspace: data pointer is null");
@@ -175,7 +175,7 @@ void throw_on_status(const cuda::QuantStatus& status) {
 }
 #endif
 
-[[noreturn]] void fail_no_cuda(const char* what) {
+[[noreturn, maybe_unused]] void fail_no_cuda(const char* what) {
   LOWBIT_FAIL(what, ": tensors are on cuda but this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
 }
 
