@@ -1,7 +1,8 @@
 // Symmetric INT8: the one definition of its arithmetic, shared by the CPU reference
 // and every GPU kernel so that their codes agree bit for bit.
 //
-//   scale s = absmax / 127                       (IEEE division, on host and device)
+//   scale s = absmax / 127                       (IEEE division, on host and device;
+//                                                  one ulp less if 127 * s would overflow)
 //   inv     = 1 / s, or 0 when s is 0, NaN, or so small that 1/s overflows
 //   code q  = clamp(round_half_even(x * inv), -128, 127); NaN in x gives 0
 //   value   = q * s
@@ -41,7 +42,13 @@ LOWBIT_HD float inverse_scale(float scale) {
 
 constexpr float kInt8MaxCode = 127.0f;
 
-LOWBIT_HD float int8_scale(float absmax) { return absmax / kInt8MaxCode; }
+// Near FLT_MAX, absmax / 127 can round up so far that 127 * s overflows and the
+// absmax code would decode to inf; one ulp less keeps every decoded value finite.
+LOWBIT_HD float int8_scale(float absmax) {
+  float s = absmax / kInt8MaxCode;
+  if (absmax <= FLT_MAX && s * kInt8MaxCode > FLT_MAX) s = nextafterf(s, 0.0f);
+  return s;
+}
 
 LOWBIT_HD std::int8_t int8_encode(float x, float inv_scale) {
   return static_cast<std::int8_t>(round_clamp(x * inv_scale, -128.0f, 127.0f));

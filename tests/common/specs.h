@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -35,3 +36,8 @@ inline std::string spec_name(const QuantSpec& spec) {
 }
 
 }  // namespace lowbit::test
+
+namespace lowbit {
+// gtest prints parameters with this (found by ADL) instead of a byte dump.
+inline void PrintTo(const QuantSpec& spec, std::ostream* os) { *os << ::lowbit::test::spec_name(spec); }
+}  // namespace lowbit

@@ -1,132 +1,169 @@
-// The production GPU path against the CPU path of the same API: codes, scales, mins
-// and dequantized values equal bit for bit, on fresh random inputs of awkward shapes,
-// padded rows and a misaligned base pointer, outputs poisoned first.
+// The production GPU path against the CPU path of the same public API (the oracle):
+// quantize, compute_scales, quantize_with_scales and dequantize, for every scheme x
+// granularity (group sizes that take either encode kernel) x input dtype x output
+// dtype, on fresh random inputs of awkward shapes, padded row strides and misaligned
+// base pointers. Codes, scales, mins and dequantized values must be equal bit for
+// bit; outputs are poisoned first and guarded on both sides.
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <vector>
 
+#include "common/compare.h"
 #include "common/gpu.h"
-#include "common/naive_quant.h"
+#include "common/host_quant.h"
+#include "common/inputs.h"
+#include "common/poison.h"
 #include "common/random.h"
+#include "common/specs.h"
+#include "common/storage.h"
 #include "lowbit/quant.h"
 
 namespace lowbit::test {
 namespace {
 
-constexpr int kCodePoison = 0x5a;
-constexpr int kFloatPoison = 0xff;  // NaN
-
 struct Case {
-  std::int64_t rows, cols, pad;
-  bool misaligned;  // x and out start one element past an aligned address
+  std::int64_t rows, cols, pad;  // pad: spare elements (bytes for codes) at the end of every row
+  bool misalign_x;               // x and out start one element past an aligned address
+  bool misalign_codes;           // codes start one byte past an aligned address
 };
 
-class QuantProduction : public GpuTest {};
+std::string case_name(const Case& k) {
+  return std::to_string(k.rows) + "x" + std::to_string(k.cols) + " pad " + std::to_string(k.pad) +
+         (k.misalign_x ? " misaligned x" : "") + (k.misalign_codes ? " misaligned codes" : "");
+}
 
-void check_case(const QuantSpec& spec, DType dtype, const Case& k, std::mt19937_64& rng) {
-  SCOPED_TRACE(spec_name(spec) + " " + dtype_name(dtype) + " " + std::to_string(k.rows) + "x" +
-               std::to_string(k.cols) + " pad " + std::to_string(k.pad) + (k.misaligned ? " misaligned" : ""));
+std::vector<Case> production_cases() {
+  std::vector<Case> cases;
+  for (std::int64_t rows : {1, 3, 31, 33, 1000}) {
+    for (std::int64_t cols : {1, 3, 31, 33, 100, 1000, 4100}) cases.push_back({rows, cols, 0, false, false});
+  }
+  const Case extra[] = {
+      {31, 100, 3, false, false},   {33, 1000, 16, false, false}, {1000, 33, 1, false, false},
+      {3, 4100, 5, false, false},   {33, 1000, 0, true, false},   {1000, 100, 0, true, false},
+      {257, 512, 0, true, false},   {31, 4100, 2, true, true},    {17, 33, 0, true, true},
+      {300, 516, 0, false, true},
+  };
+  cases.insert(cases.end(), std::begin(extra), std::end(extra));
+  return cases;
+}
+
+class QuantProduction : public GpuTest, public ::testing::WithParamInterface<QuantSpec> {};
+
+void check_case(const QuantSpec& spec, DType dtype, const Case& k, const std::vector<float>& master) {
   const std::int64_t rows = k.rows, cols = k.cols, ld = cols + k.pad;
   const std::size_t esize = dtype_size(dtype);
-  const std::vector<std::uint8_t> x_host = to_storage(random_matrix(rng, rows, cols, ld), dtype);
-  const QuantLayout layout = quant_layout(spec, rows, cols);
-  const bool int4 = spec.scheme == QuantScheme::int4_asymmetric;
-  const DType code_dtype = int4 ? DType::u8 : DType::i8;
-  const std::int64_t ldq = layout.code_cols + k.pad;
-  const auto n_codes = static_cast<std::size_t>(rows * ldq);
-  const auto n_params = static_cast<std::size_t>(layout.scale_count());
+  const bool int4 = is_int4(spec);
 
-  // CPU reference through the public API.
-  std::vector<std::uint8_t> ref_codes(n_codes, kCodePoison);
-  std::vector<float> ref_scales(n_params), ref_mins(int4 ? n_params : 0);
-  const QuantizedView ref_q{
-      TensorView::matrix(ref_codes.data(), code_dtype, Device::cpu, rows, layout.code_cols, ldq),
-      TensorView::vector(ref_scales.data(), DType::f32, Device::cpu, layout.scale_count()),
-      int4 ? TensorView::vector(ref_mins.data(), DType::f32, Device::cpu, layout.scale_count()) : TensorView{}};
-  const TensorView x_cpu = TensorView::matrix(const_cast<std::uint8_t*>(x_host.data()), dtype, Device::cpu, rows, cols, ld);
-  quantize(x_cpu, spec, ref_q, Workspace{}, nullptr);
-  std::vector<std::uint8_t> ref_out(static_cast<std::size_t>(rows * ld) * esize, 0xff);
-  dequantize(ref_q, spec, TensorView::matrix(ref_out.data(), dtype, Device::cpu, rows, cols, ld), nullptr);
+  // The oracle: the CPU path of the same API, on the same stored input.
+  std::vector<std::uint8_t> x_host = to_storage(master, dtype);
+  const TensorView x_cpu = TensorView::matrix(x_host.data(), dtype, Device::cpu, rows, cols, ld);
+  HostQuantized ref(spec, rows, cols, k.pad);
+  quantize(x_cpu, spec, ref.view(), Workspace{}, nullptr);
+  std::vector<std::vector<std::uint8_t>> ref_out;
+  for (const DType out_dtype : kFloatDTypes) {
+    ref_out.emplace_back(static_cast<std::size_t>(rows * ld) * dtype_size(out_dtype), kFloatPoison);
+    dequantize(ref.view(), spec, TensorView::matrix(ref_out.back().data(), out_dtype, Device::cpu, rows, cols, ld), nullptr);
+  }
 
-  // GPU buffers.
-  const std::size_t shift = k.misaligned ? esize : 0;
-  cuda::DeviceBuffer x_dev(x_host.size() + shift), codes(n_codes), scales(n_params * 4), mins(int4 ? n_params * 4 : 0),
-      out(ref_out.size() + shift), workspace(quantize_workspace_bytes(spec, rows, cols));
-  LOWBIT_CUDA_CHECK(cudaMemcpy(static_cast<char*>(x_dev.data()) + shift, x_host.data(), x_host.size(), cudaMemcpyHostToDevice));
-  const TensorView x = TensorView::matrix(static_cast<char*>(x_dev.data()) + shift, dtype, Device::cuda, rows, cols, ld);
-  const QuantizedView q{TensorView::matrix(codes.data(), code_dtype, Device::cuda, rows, layout.code_cols, ldq),
-                        TensorView::vector(scales.data(), DType::f32, Device::cuda, layout.scale_count()),
-                        int4 ? TensorView::vector(mins.data(), DType::f32, Device::cuda, layout.scale_count()) : TensorView{}};
+  // Device buffers.
+  const std::size_t n_params = ref.scales.size();
+  GuardedBuffer x(x_host.size(), k.misalign_x ? esize : 0);
+  x.poison(0);
+  x.upload(x_host.data(), x_host.size());
+  GuardedBuffer codes(ref.codes.size(), k.misalign_codes ? 1 : 0), scales(n_params * 4), mins(int4 ? n_params * 4 : 0);
+  cuda::DeviceBuffer workspace(quantize_workspace_bytes(spec, rows, cols));
   const Workspace ws{workspace.data(), workspace.bytes()};
+  const TensorView xv = TensorView::matrix(x.data(), dtype, Device::cuda, rows, cols, ld);
+  const QuantizedView q{
+      TensorView::matrix(codes.data(), code_dtype(spec), Device::cuda, rows, ref.layout.code_cols, ref.ldq),
+      TensorView::vector(scales.data(), DType::f32, Device::cuda, ref.layout.scale_count()),
+      int4 ? TensorView::vector(mins.data(), DType::f32, Device::cuda, ref.layout.scale_count()) : TensorView{}};
 
-  auto expect_quantized_equal = [&](const char* what) {
-    SCOPED_TRACE(what);
-    const auto got_codes = download<std::uint8_t>(codes.data(), n_codes);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t c = 0; c < cols; ++c) {
-        ASSERT_EQ(code_at(got_codes.data(), ldq, r, c, spec.scheme), code_at(ref_codes.data(), ldq, r, c, spec.scheme))
-            << "row " << r << " col " << c;
-      }
-    }
-    EXPECT_EQ(got_codes, ref_codes);  // including the untouched (poisoned) padding
-    const auto got_scales = download<float>(scales.data(), n_params);
-    EXPECT_EQ(std::memcmp(got_scales.data(), ref_scales.data(), n_params * 4), 0) << "scales differ";
+  auto poison_all = [&] {
+    codes.poison(kCodePoison);
+    scales.poison(kFloatPoison);
+    mins.poison(kFloatPoison);
+    LOWBIT_CUDA_CHECK(cudaMemset(workspace.data(), 0xa5, workspace.bytes()));  // the library must initialize it
+  };
+  auto expect_params = [&](const std::string& op) {
+    const auto got = download<float>(scales.data(), n_params);
+    ASSERT_TRUE(bitwise_equal(got.data(), ref.scales.data(), n_params, DType::f32, ref.layout.scale_cols, op + ": scales"));
+    ASSERT_TRUE(scales.guards_intact(op + ": scales"));
     if (int4) {
       const auto got_mins = download<float>(mins.data(), n_params);
-      EXPECT_EQ(std::memcmp(got_mins.data(), ref_mins.data(), n_params * 4), 0) << "mins differ";
+      ASSERT_TRUE(bitwise_equal(got_mins.data(), ref.mins.data(), n_params, DType::f32, ref.layout.scale_cols, op + ": mins"));
+      ASSERT_TRUE(mins.guards_intact(op + ": mins"));
     }
   };
+  // All bytes of every codes row, the padding (still poisoned) included.
+  auto expect_codes = [&](const std::string& op) {
+    const auto got = codes.download_bytes();
+    ASSERT_TRUE(bitwise_equal(got.data(), ref.codes.data(), got.size(), DType::u8, static_cast<std::size_t>(ref.ldq),
+                              op + ": code bytes"));
+    ASSERT_TRUE(codes.guards_intact(op + ": codes"));
+  };
 
-  // 1. quantize(): scales and codes from x.
-  poison(codes, kCodePoison), poison(scales, kFloatPoison), poison(mins, kFloatPoison);
-  quantize(x, spec, q, ws, nullptr);
-  expect_quantized_equal("quantize");
+  // 1. quantize(): parameters and codes from x.
+  poison_all();
+  quantize(xv, spec, q, ws, nullptr);
+  expect_params("quantize");
+  if (::testing::Test::HasFatalFailure()) return;
+  expect_codes("quantize");
+  if (::testing::Test::HasFatalFailure()) return;
 
-  // 2. compute_scales() then quantize_with_scales().
-  poison(codes, kCodePoison), poison(scales, kFloatPoison), poison(mins, kFloatPoison);
-  compute_scales(x, spec, q, ws, nullptr);
-  quantize_with_scales(x, spec, q, nullptr);
-  expect_quantized_equal("compute_scales + quantize_with_scales");
+  // 2. compute_scales() alone (deferred status check): parameters only, codes untouched.
+  poison_all();
+  compute_scales(xv, spec, q, ws, nullptr, NonFiniteCheck::deferred);
+  check_quantize_status(ws, nullptr);
+  expect_params("compute_scales");
+  if (::testing::Test::HasFatalFailure()) return;
+  ASSERT_TRUE(all_bytes_are(codes.download_bytes().data(), codes.bytes(), kCodePoison, "compute_scales: codes"));
 
-  // 3. dequantize() into a poisoned, padded output.
-  poison(out, kFloatPoison);
-  const TensorView out_view = TensorView::matrix(static_cast<char*>(out.data()) + shift, dtype, Device::cuda, rows, cols, ld);
-  dequantize(q, spec, out_view, nullptr);
-  auto got_out = download<std::uint8_t>(static_cast<char*>(out.data()) + shift, ref_out.size());
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const std::size_t at = static_cast<std::size_t>(r * ld + c) * esize;
-      ASSERT_EQ(std::memcmp(got_out.data() + at, ref_out.data() + at, esize), 0)
-          << "row " << r << " col " << c << ": " << storage_value(got_out.data(), at / esize, dtype) << " vs "
-          << storage_value(ref_out.data(), at / esize, dtype);
+  // 3. quantize_with_scales() alone, with the oracle's parameters.
+  poison_all();
+  scales.upload(ref.scales.data(), n_params * 4);
+  if (int4) mins.upload(ref.mins.data(), n_params * 4);
+  quantize_with_scales(xv, spec, q, nullptr);
+  expect_codes("quantize_with_scales");
+  if (::testing::Test::HasFatalFailure()) return;
+
+  // 4. dequantize() of the oracle's codes into each output dtype, poisoned, padded.
+  codes.upload(ref.codes.data(), ref.codes.size());
+  for (std::size_t o = 0; o < std::size(kFloatDTypes); ++o) {
+    const DType out_dtype = kFloatDTypes[o];
+    const std::size_t osize = dtype_size(out_dtype);
+    GuardedBuffer out(ref_out[o].size(), k.misalign_x ? osize : 0);
+    out.poison(kFloatPoison);
+    dequantize(q, spec, TensorView::matrix(out.data(), out_dtype, Device::cuda, rows, cols, ld), nullptr);
+    const std::string op = std::string("dequantize to ") + dtype_name(out_dtype);
+    const auto got = out.download_bytes();
+    ASSERT_TRUE(bitwise_equal(got.data(), ref_out[o].data(), got.size() / osize, out_dtype, static_cast<std::size_t>(ld), op));
+    ASSERT_TRUE(out.guards_intact(op));
+  }
+  ASSERT_TRUE(x.guards_intact("x (input)"));
+}
+
+TEST_P(QuantProduction, MatchesCpu) {
+  const QuantSpec spec = GetParam();
+  LOWBIT_TEST_RNG(rng);
+  const std::vector<Case> cases = production_cases();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    const Fill fill = static_cast<Fill>(i % 3);
+    const std::vector<float> master = test_matrix(rng, fill, spec.scheme, k.rows, k.cols, k.cols + k.pad);
+    for (const DType dtype : kFloatDTypes) {
+      SCOPED_TRACE(spec_name(spec) + ", x " + dtype_name(dtype) + " " + case_name(k) + ", fill " + fill_name(fill));
+      check_case(spec, dtype, k, master);
+      if (HasFailure()) return;
     }
   }
-  EXPECT_EQ(got_out, ref_out);  // padding untouched
-  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-TEST_F(QuantProduction, MatchesCpuEverywhere) {
-  LOWBIT_TEST_RNG(rng);
-  const Case cases[] = {{1, 1, 0, false},    {3, 3, 0, false},   {31, 33, 0, false},   {33, 31, 0, false},
-                        {1000, 100, 0, false}, {3, 4100, 0, false}, {17, 1000, 7, false}, {33, 127, 3, true},
-                        {1000, 1000, 0, false}, {5, 513, 0, false}};
-  for (const QuantSpec& spec : all_specs()) {
-    for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-      for (const Case& k : cases) check_case(spec, dtype, k, rng);
-    }
-  }
-}
-
-TEST_F(QuantProduction, LargeAlignedShapes) {
-  LOWBIT_TEST_RNG(rng);
-  const QuantSpec specs[] = {{QuantScheme::int8_symmetric, Granularity::per_channel, 0},
-                             {QuantScheme::int8_symmetric, Granularity::per_token, 0},
-                             {QuantScheme::int4_asymmetric, Granularity::per_channel, 0},
-                             {QuantScheme::int4_asymmetric, Granularity::per_group, 64}};
-  for (const QuantSpec& spec : specs) {
-    for (const DType dtype : {DType::f32, DType::bf16}) check_case(spec, dtype, {4099, 4096, 0, false}, rng);
-  }
-}
+INSTANTIATE_TEST_SUITE_P(AllSpecs, QuantProduction, ::testing::ValuesIn(all_specs()),
+                         [](const ::testing::TestParamInfo<QuantSpec>& info) { return spec_name(info.param); });
 
 }  // namespace
 }  // namespace lowbit::test
