@@ -1,5 +1,5 @@
 // Quantize and dequantize 2-D tensors (T rows = tokens, D columns = channels) to
-// symmetric INT8 or asymmetric INT4, with one scale per tensor, per channel
+// INT8 or INT4, symmetric or asymmetric, with one scale per tensor, per channel
 // (column), per token (row) or per group of G channels within a row.
 //
 // Every function dispatches on the tensors' device: all CPU views run the CPU
@@ -14,10 +14,18 @@
 
 namespace lowbit {
 
+// The formulas are in src/formats/code_scheme.h.
 enum class QuantScheme : std::uint8_t {
-  int8_symmetric,   // codes int8 [T, D]; scales only
-  int4_asymmetric,  // codes u8 [T, ceil(D/2)], low nibble first; scales and mins
+  int8_symmetric,   // codes i8 [T, D], -128..127 (s = absmax / 127); scales only
+  int4_asymmetric,  // codes u8 [T, ceil(D/2)], 0..15, low nibble first (s = range / 15); scales and mins
+  int8_asymmetric,  // codes u8 [T, D], 0..255 (s = range / 255); scales and mins
+  int4_symmetric,   // codes u8 [T, ceil(D/2)], two's complement nibbles -8..7, low nibble first
+                    // (s = absmax / 7; the operand form of int4_gemm); scales only
 };
+
+int scheme_bits(QuantScheme scheme);         // 8 or 4
+bool scheme_has_mins(QuantScheme scheme);    // the asymmetric schemes
+DType scheme_code_dtype(QuantScheme scheme); // i8 for int8_symmetric, else u8
 
 enum class Granularity : std::uint8_t {
   per_tensor,   // scales [1]
@@ -34,7 +42,7 @@ struct QuantSpec {
 
 const char* scheme_name(QuantScheme scheme);
 const char* granularity_name(Granularity granularity);
-QuantScheme parse_scheme(const char* name);           // "int8" | "int4"
+QuantScheme parse_scheme(const char* name);           // "int8" | "int4" | "int8_asym" | "int4_sym"
 Granularity parse_granularity(const char* name);      // "tensor" | "channel" | "token" | "group"
 
 // Shapes of the quantized form of a rows x cols input.
@@ -46,8 +54,8 @@ struct QuantLayout {
 };
 QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols);
 
-// The quantized tensor: codes plus its parameters. `mins` is used by int4_asymmetric
-// only (leave it empty for int8). scales and mins are contiguous f32 with
+// The quantized tensor: codes plus its parameters. `mins` is used by the asymmetric
+// schemes only (leave it empty for the symmetric ones). scales and mins are contiguous f32 with
 // layout.scale_count() elements.
 struct QuantizedView {
   TensorView codes;

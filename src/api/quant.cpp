@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cpu/quant.h"
+#include "api/validate.h"
 #include "lowbit/error.h"
 
 #if LOWBIT_WITH_CUDA
@@ -13,7 +14,25 @@
 namespace lowbit {
 
 const char* scheme_name(QuantScheme scheme) {
-  return scheme == QuantScheme::int8_symmetric ? "int8" : "int4";
+  switch (scheme) {
+    case QuantScheme::int8_symmetric: return "int8";
+    case QuantScheme::int4_asymmetric: return "int4";
+    case QuantScheme::int8_asymmetric: return "int8_asym";
+    case QuantScheme::int4_symmetric: return "int4_sym";
+  }
+  return "unknown";
+}
+
+int scheme_bits(QuantScheme scheme) {
+  return scheme == QuantScheme::int8_symmetric || scheme == QuantScheme::int8_asymmetric ? 8 : 4;
+}
+
+bool scheme_has_mins(QuantScheme scheme) {
+  return scheme == QuantScheme::int4_asymmetric || scheme == QuantScheme::int8_asymmetric;
+}
+
+DType scheme_code_dtype(QuantScheme scheme) {
+  return scheme == QuantScheme::int8_symmetric ? DType::i8 : DType::u8;
 }
 
 const char* granularity_name(Granularity granularity) {
@@ -27,9 +46,11 @@ const char* granularity_name(Granularity granularity) {
 }
 
 QuantScheme parse_scheme(const char* name) {
-  if (std::strcmp(name, "int8") == 0) return QuantScheme::int8_symmetric;
-  if (std::strcmp(name, "int4") == 0) return QuantScheme::int4_asymmetric;
-  LOWBIT_FAIL("scheme: expected int8 or int4, got '", name, "'");
+  for (QuantScheme s : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric, QuantScheme::int8_asymmetric,
+                        QuantScheme::int4_symmetric}) {
+    if (std::strcmp(name, scheme_name(s)) == 0) return s;
+  }
+  LOWBIT_FAIL("scheme: expected int8, int4, int8_asym or int4_sym, got '", name, "'");
 }
 
 Granularity parse_granularity(const char* name) {
@@ -42,7 +63,7 @@ Granularity parse_granularity(const char* name) {
 
 QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
   QuantLayout layout{};
-  layout.code_cols = spec.scheme == QuantScheme::int8_symmetric ? cols : (cols + 1) / 2;
+  layout.code_cols = scheme_bits(spec.scheme) == 8 ? cols : (cols + 1) / 2;
   switch (spec.granularity) {
     case Granularity::per_tensor: layout.scale_rows = 1; layout.scale_cols = 1; break;
     case Granularity::per_channel: layout.scale_rows = 1; layout.scale_cols = cols; break;
@@ -57,10 +78,14 @@ QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t 
 
 namespace {
 
-bool is_float_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+using api::check_matrix;
+using api::check_no_overlap;
+using api::check_same_device;
+using api::fail_no_cuda;
+using api::is_float_dtype;
 
 void check_spec(const QuantSpec& spec) {
-  LOWBIT_CHECK(spec.scheme == QuantScheme::int8_symmetric || spec.scheme == QuantScheme::int4_asymmetric,
+  LOWBIT_CHECK(static_cast<int>(spec.scheme) <= static_cast<int>(QuantScheme::int4_symmetric),
                "spec.scheme: unknown value ", static_cast<int>(spec.scheme));
   LOWBIT_CHECK(static_cast<int>(spec.granularity) <= static_cast<int>(Granularity::per_group),
                "spec.granularity: unknown value ", static_cast<int>(spec.granularity));
@@ -68,44 +93,6 @@ void check_spec(const QuantSpec& spec) {
     LOWBIT_CHECK(spec.group_size > 0 && spec.group_size % 16 == 0,
                  "spec.group_size: expected a positive multiple of 16 for per_group, got ", spec.group_size);
   }
-}
-
-// A rows x cols matrix view whose rows are unit-stride and do not overlap.
-void check_matrix(const TensorView& view, const char* what, std::int64_t rows, std::int64_t cols) {
-  LOWBIT_CHECK(view.rank == 2, what, ": expected a rank-2 tensor, got rank ", view.rank);
-  LOWBIT_CHECK(view.shape[0] == rows && view.shape[1] == cols, what, ": expected shape [", rows, ", ",
-               cols, "], got [", view.shape[0], ", ", view.shape[1], "]");
-  LOWBIT_CHECK(view.strides[1] == 1, what, ": expected unit column stride, got ", view.strides[1]);
-  LOWBIT_CHECK(view.strides[0] >= cols, what, ": row stride ", view.strides[0],
-               " is smaller than the row length ", cols, " (rows would overlap)");
-  LOWBIT_CHECK(view.data != nullptr, what, ": data pointer is null");
-}
-
-// Scales and mins: contiguous f32 with exactly `count` elements.
-void check_params(const TensorView& view, const char* what, std::int64_t count) {
-  LOWBIT_CHECK(view.data != nullptr, what, ": data pointer is null");
-  LOWBIT_CHECK(view.dtype == DType::f32, what, ": expected dtype f32, got ", dtype_name(view.dtype));
-  LOWBIT_CHECK(view.numel() == count, what, ": expected ", count, " elements, got ", view.numel(),
-               " (", view.describe(), ")");
-  LOWBIT_CHECK(view.is_contiguous(), what, ": expected a contiguous tensor, got ", view.describe());
-}
-
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (!a.data || !b.data || a.empty() || b.empty()) return false;
-  const auto* a0 = static_cast<const char*>(a.data);
-  const auto* b0 = static_cast<const char*>(b.data);
-  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
-}
-
-void check_no_overlap(const TensorView& input, const char* input_name, const TensorView& output,
-                      const char* output_name) {
-  LOWBIT_CHECK(!overlaps(input, output), output_name, ": overlaps ", input_name,
-               " in memory; the output must not alias the input");
-}
-
-void check_same_device(Device device, const TensorView& view, const char* what) {
-  LOWBIT_CHECK(view.device == device, what, ": on ", device_name(view.device),
-               " but the input is on ", device_name(device));
 }
 
 struct Checked {
@@ -119,19 +106,19 @@ void check_quantized(const QuantizedView& q, const QuantSpec& spec, std::int64_t
   const QuantLayout layout = quant_layout(spec, rows, cols);
   if (need_codes) {
     check_matrix(q.codes, "codes", rows, layout.code_cols);
-    const DType code_dtype = spec.scheme == QuantScheme::int8_symmetric ? DType::i8 : DType::u8;
+    const DType code_dtype = scheme_code_dtype(spec.scheme);
     LOWBIT_CHECK(q.codes.dtype == code_dtype, "codes: expected dtype ", dtype_name(code_dtype), " for ",
                  scheme_name(spec.scheme), ", got ", dtype_name(q.codes.dtype));
     check_same_device(device, q.codes, "codes");
   }
-  check_params(q.scales, "scales", layout.scale_count());
+  api::check_f32_vector(q.scales, "scales", layout.scale_count());
   check_same_device(device, q.scales, "scales");
-  if (spec.scheme == QuantScheme::int4_asymmetric) {
-    check_params(q.mins, "mins", layout.scale_count());
+  if (scheme_has_mins(spec.scheme)) {
+    api::check_f32_vector(q.mins, "mins", layout.scale_count());
     check_same_device(device, q.mins, "mins");
     check_no_overlap(q.scales, "scales", q.mins, "mins");
   } else {
-    LOWBIT_CHECK(q.mins.data == nullptr, "mins: int8 (symmetric) has no mins; pass an empty view");
+    LOWBIT_CHECK(q.mins.data == nullptr, "mins: ", scheme_name(spec.scheme), " (symmetric) has no mins; pass an empty view");
   }
   if (need_codes) check_no_overlap(q.scales, "scales", q.codes, "codes");
   if (need_codes && q.mins.data) check_no_overlap(q.mins, "mins", q.codes, "codes");
@@ -175,9 +162,6 @@ void throw_on_status(const cuda::QuantStatus& status) {
 }
 #endif
 
-[[noreturn, maybe_unused]] void fail_no_cuda(const char* what) {
-  LOWBIT_FAIL(what, ": tensors are on cuda but this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
-}
 
 }  // namespace
 

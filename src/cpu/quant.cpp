@@ -6,9 +6,8 @@
 #include <vector>
 
 #include "cpu/float_dispatch.h"
+#include "formats/code_scheme.h"
 #include "formats/float16.h"
-#include "formats/int4.h"
-#include "formats/int8.h"
 
 namespace lowbit::cpu {
 namespace {
@@ -148,21 +147,18 @@ std::vector<Range> reduce_domains(const TensorView& x, const QuantSpec& spec) {
   return ranges;
 }
 
-template <class In>
+
+template <class In, class Code>
 void compute_scales_typed(const TensorView& x, const QuantSpec& spec, const QuantizedView& out) {
   const std::vector<Range> ranges = reduce_domains<In>(x, spec);
   float* scales = out.scales.ptr<float>();
-  float* mins = spec.scheme == QuantScheme::int4_asymmetric ? out.mins.ptr<float>() : nullptr;
+  float* mins = Code::kAsymmetric ? out.mins.ptr<float>() : nullptr;
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (!formats::is_finite_bits(ranges[i].abs_bits)) {
       throw_non_finite<In>(x, spec, static_cast<std::int64_t>(i));
     }
-    if (mins) {
-      scales[i] = formats::int4_scale(ranges[i].lo, ranges[i].hi);
-      mins[i] = formats::int4_min(ranges[i].lo);
-    } else {
-      scales[i] = formats::int8_scale(formats::bits_to_float(ranges[i].abs_bits));
-    }
+    scales[i] = Code::scale(formats::bits_to_float(ranges[i].abs_bits), ranges[i].lo, ranges[i].hi);
+    if (mins) mins[i] = Code::min_value(ranges[i].lo);
   }
 }
 
@@ -180,7 +176,7 @@ bool params_vary_by_row(Granularity granularity) {
   return granularity == Granularity::per_token || granularity == Granularity::per_group;
 }
 
-template <class In>
+template <class In, class Code>
 void quantize_typed(const TensorView& x, const QuantSpec& spec, const QuantizedView& out) {
   const std::int64_t rows = x.rows();
   const std::int64_t cols = x.cols();
@@ -188,51 +184,47 @@ void quantize_typed(const TensorView& x, const QuantSpec& spec, const QuantizedV
   const std::int64_t ldq = out.codes.row_stride();
   const In* data = x.ptr<In>();
   const float* scales = out.scales.ptr<float>();
-  const bool int4 = spec.scheme == QuantScheme::int4_asymmetric;
-  const float* mins = int4 ? out.mins.ptr<float>() : nullptr;
+  constexpr bool kMins = Code::kAsymmetric;
+  const float* mins = kMins ? out.mins.ptr<float>() : nullptr;
   const ParamIndex index = param_index(spec, cols);
   const bool per_row = params_vary_by_row(spec.granularity);
 
 #pragma omp parallel
   {
     std::vector<float> inv(static_cast<std::size_t>(cols));
-    std::vector<float> lo(int4 ? static_cast<std::size_t>(cols) : 0);
+    std::vector<float> lo(static_cast<std::size_t>(cols), 0.0f);
     if (!per_row) {
       expand_row_params(index, 0, cols, scales, true, inv.data());
-      if (int4) expand_row_params(index, 0, cols, mins, false, lo.data());
+      if (kMins) expand_row_params(index, 0, cols, mins, false, lo.data());
     }
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       if (per_row) {
         expand_row_params(index, r, cols, scales, true, inv.data());
-        if (int4) expand_row_params(index, r, cols, mins, false, lo.data());
+        if (kMins) expand_row_params(index, r, cols, mins, false, lo.data());
       }
       const In* x_row = data + r * ld;
-      if (!int4) {
-        std::int8_t* q_row = out.codes.ptr<std::int8_t>() + r * ldq;
-        for (std::int64_t c = 0; c < cols; ++c) q_row[c] = formats::int8_encode(to_float(x_row[c]), inv[c]);
+      std::uint8_t* q_row = out.codes.ptr<std::uint8_t>() + r * ldq;
+      auto code = [&](std::int64_t c) { return Code::to_storage(Code::encode(to_float(x_row[c]), inv[c], lo[c])); };
+      if constexpr (Code::kBits == 8) {
+        for (std::int64_t c = 0; c < cols; ++c) q_row[c] = static_cast<std::uint8_t>(code(c));
       } else {
-        std::uint8_t* q_row = out.codes.ptr<std::uint8_t>() + r * ldq;
-        for (std::int64_t c = 0; c + 1 < cols; c += 2) {
-          const std::uint8_t low = formats::int4_encode(to_float(x_row[c]), lo[c], inv[c]);
-          const std::uint8_t high = formats::int4_encode(to_float(x_row[c + 1]), lo[c + 1], inv[c + 1]);
-          q_row[c / 2] = formats::int4_pack(low, high);
-        }
-        if (cols % 2) q_row[cols / 2] = formats::int4_encode(to_float(x_row[cols - 1]), lo[cols - 1], inv[cols - 1]);
+        for (std::int64_t c = 0; c + 1 < cols; c += 2) q_row[c / 2] = static_cast<std::uint8_t>(code(c) | code(c + 1) << 4);
+        if (cols % 2) q_row[cols / 2] = static_cast<std::uint8_t>(code(cols - 1));
       }
     }
   }
 }
 
-template <class Out>
+template <class Out, class Code>
 void dequantize_typed(const QuantizedView& in, const QuantSpec& spec, const TensorView& out) {
   const std::int64_t rows = out.rows();
   const std::int64_t cols = out.cols();
   const std::int64_t ld = out.row_stride();
   const std::int64_t ldq = in.codes.row_stride();
   const float* scales = in.scales.ptr<float>();
-  const bool int4 = spec.scheme == QuantScheme::int4_asymmetric;
-  const float* mins = int4 ? in.mins.ptr<float>() : nullptr;
+  constexpr bool kMins = Code::kAsymmetric;
+  const float* mins = kMins ? in.mins.ptr<float>() : nullptr;
   const ParamIndex index = param_index(spec, cols);
   const bool per_row = params_vary_by_row(spec.granularity);
   Out* result = out.ptr<Out>();
@@ -240,30 +232,22 @@ void dequantize_typed(const QuantizedView& in, const QuantSpec& spec, const Tens
 #pragma omp parallel
   {
     std::vector<float> scale(static_cast<std::size_t>(cols));
-    std::vector<float> lo(int4 ? static_cast<std::size_t>(cols) : 0);
+    std::vector<float> lo(static_cast<std::size_t>(cols), 0.0f);
     if (!per_row) {
       expand_row_params(index, 0, cols, scales, false, scale.data());
-      if (int4) expand_row_params(index, 0, cols, mins, false, lo.data());
+      if (kMins) expand_row_params(index, 0, cols, mins, false, lo.data());
     }
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       if (per_row) {
         expand_row_params(index, r, cols, scales, false, scale.data());
-        if (int4) expand_row_params(index, r, cols, mins, false, lo.data());
+        if (kMins) expand_row_params(index, r, cols, mins, false, lo.data());
       }
       Out* out_row = result + r * ld;
-      if (!int4) {
-        const std::int8_t* q_row = in.codes.ptr<const std::int8_t>() + r * ldq;
-        for (std::int64_t c = 0; c < cols; ++c) {
-          out_row[c] = formats::from_float<Out>(formats::int8_decode(q_row[c], scale[c]));
-        }
-      } else {
-        const std::uint8_t* q_row = in.codes.ptr<const std::uint8_t>() + r * ldq;
-        for (std::int64_t c = 0; c < cols; ++c) {
-          const std::uint8_t byte = q_row[c / 2];
-          const std::uint8_t code = (c % 2) ? formats::int4_high(byte) : formats::int4_low(byte);
-          out_row[c] = formats::from_float<Out>(formats::int4_decode(code, scale[c], lo[c]));
-        }
+      const std::uint8_t* q_row = in.codes.ptr<const std::uint8_t>() + r * ldq;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const unsigned stored = Code::kBits == 8 ? q_row[c] : (c % 2 ? q_row[c / 2] >> 4 : q_row[c / 2]);
+        out_row[c] = formats::from_float<Out>(Code::decode(Code::from_storage(stored), scale[c], lo[c]));
       }
     }
   }
@@ -272,15 +256,21 @@ void dequantize_typed(const QuantizedView& in, const QuantSpec& spec, const Tens
 }  // namespace
 
 void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out) {
-  visit_float_dtype(x.dtype, "x", [&](auto tag) { compute_scales_typed<decltype(tag)>(x, spec, out); });
+  visit_float_dtype(x.dtype, "x", [&](auto tag) {
+    visit_code_scheme(spec.scheme, [&](auto code) { compute_scales_typed<decltype(tag), decltype(code)>(x, spec, out); });
+  });
 }
 
 void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out) {
-  visit_float_dtype(x.dtype, "x", [&](auto tag) { quantize_typed<decltype(tag)>(x, spec, out); });
+  visit_float_dtype(x.dtype, "x", [&](auto tag) {
+    visit_code_scheme(spec.scheme, [&](auto code) { quantize_typed<decltype(tag), decltype(code)>(x, spec, out); });
+  });
 }
 
 void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView& out) {
-  visit_float_dtype(out.dtype, "out", [&](auto tag) { dequantize_typed<decltype(tag)>(in, spec, out); });
+  visit_float_dtype(out.dtype, "out", [&](auto tag) {
+    visit_code_scheme(spec.scheme, [&](auto code) { dequantize_typed<decltype(tag), decltype(code)>(in, spec, out); });
+  });
 }
 
 }  // namespace lowbit::cpu

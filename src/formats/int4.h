@@ -21,8 +21,14 @@ namespace lowbit::formats {
 
 constexpr float kInt4MaxCode = 15.0f;
 
+// The scale of an asymmetric code with codes 0..levels (15 for INT4, 255 for INT8).
+LOWBIT_HD float asymmetric_scale(float min_value, float max_value, float levels) {
+  return static_cast<float>((static_cast<double>(max_value) - static_cast<double>(min_value)) /
+                            static_cast<double>(levels));
+}
+
 LOWBIT_HD float int4_scale(float min_value, float max_value) {
-  return static_cast<float>((static_cast<double>(max_value) - static_cast<double>(min_value)) / 15.0);
+  return asymmetric_scale(min_value, max_value, kInt4MaxCode);
 }
 
 // The stored minimum: -0.0 becomes +0.0, so that every reduction order (CPU loops,
@@ -43,5 +49,8 @@ LOWBIT_HD std::uint8_t int4_pack(std::uint8_t low_code, std::uint8_t high_code) 
 
 LOWBIT_HD std::uint8_t int4_low(std::uint8_t byte) { return byte & 0x0fu; }
 LOWBIT_HD std::uint8_t int4_high(std::uint8_t byte) { return byte >> 4; }
+
+// Signed INT4, as the INT4 x INT4 GEMM takes it: a two's complement nibble, -8..7.
+LOWBIT_HD int int4_to_signed(std::uint8_t nibble) { return static_cast<int>(nibble ^ 8u) - 8; }
 
 }  // namespace lowbit::formats

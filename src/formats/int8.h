@@ -42,13 +42,16 @@ LOWBIT_HD float inverse_scale(float scale) {
 
 constexpr float kInt8MaxCode = 127.0f;
 
-// Near FLT_MAX, absmax / 127 can round up so far that 127 * s overflows and the
+// The scale of a symmetric code with largest code qmax (127 for INT8, 7 for INT4).
+// Near FLT_MAX, absmax / qmax can round up so far that qmax * s overflows and the
 // absmax code would decode to inf; one ulp less keeps every decoded value finite.
-LOWBIT_HD float int8_scale(float absmax) {
-  float s = absmax / kInt8MaxCode;
-  if (absmax <= FLT_MAX && s * kInt8MaxCode > FLT_MAX) s = nextafterf(s, 0.0f);
+LOWBIT_HD float symmetric_scale(float absmax, float qmax) {
+  float s = absmax / qmax;
+  if (absmax <= FLT_MAX && s * qmax > FLT_MAX) s = nextafterf(s, 0.0f);
   return s;
 }
+
+LOWBIT_HD float int8_scale(float absmax) { return symmetric_scale(absmax, kInt8MaxCode); }
 
 LOWBIT_HD std::int8_t int8_encode(float x, float inv_scale) {
   return static_cast<std::int8_t>(round_clamp(x * inv_scale, -128.0f, 127.0f));

@@ -33,7 +33,7 @@ struct DeviceQuantized {
         x(x_storage.size()),
         codes(static_cast<std::size_t>(rows_ * layout.code_cols)),
         scales(static_cast<std::size_t>(layout.scale_count()) * 4),
-        mins(is_int4(spec_) ? scales.bytes() : 0),
+        mins(has_mins(spec_) ? scales.bytes() : 0),
         workspace(quantize_workspace_bytes(spec_, rows_, cols_)) {
     set_x(x_storage);
     LOWBIT_CUDA_CHECK(cudaMemset(codes.data(), kCodePoison, codes.bytes()));
@@ -42,7 +42,7 @@ struct DeviceQuantized {
     xv = TensorView::matrix(x.data(), dtype, Device::cuda, rows, cols);
     q = QuantizedView{TensorView::matrix(codes.data(), code_dtype(spec), Device::cuda, rows, layout.code_cols),
                       TensorView::vector(scales.data(), DType::f32, Device::cuda, layout.scale_count()),
-                      is_int4(spec) ? TensorView::vector(mins.data(), DType::f32, Device::cuda, layout.scale_count())
+                      has_mins(spec) ? TensorView::vector(mins.data(), DType::f32, Device::cuda, layout.scale_count())
                                     : TensorView{}};
     ws = Workspace{workspace.data(), workspace.bytes()};
   }

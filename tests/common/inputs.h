@@ -55,8 +55,12 @@ inline std::vector<float> normal_matrix(Rng& rng, std::int64_t rows, std::int64_
 
 inline std::vector<float> ties_matrix(Rng& rng, QuantScheme scheme, std::int64_t rows, std::int64_t cols,
                                       std::int64_t ld) {
-  const bool int4 = scheme == QuantScheme::int4_asymmetric;
-  std::uniform_int_distribution<int> halves(int4 ? 0 : -254, int4 ? 30 : 254);
+  // Every domain gets scale 1 (range 0..top for asymmetric schemes, absmax top for
+  // symmetric ones), so that the half-integers below land exactly on rounding ties.
+  const bool asym = scheme_has_mins(scheme);
+  const int bits = scheme_bits(scheme);
+  const int top = asym ? (1 << bits) - 1 : (1 << (bits - 1)) - 1;
+  std::uniform_int_distribution<int> halves(asym ? 0 : -2 * top, 2 * top);
   std::bernoulli_distribution coin;
   std::vector<float> x(static_cast<std::size_t>(rows * ld), kPadValue);
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -64,11 +68,12 @@ inline std::vector<float> ties_matrix(Rng& rng, QuantScheme scheme, std::int64_t
       float v = static_cast<float>(halves(rng)) / 2.0f;
       // The extremes, where every domain sees them: rows 0 and 1 cover each column,
       // columns 16k and 16k+1 cover each row and each group (groups are 16k wide).
-      if (int4) {
-        if (r < 2) v = ((r + c) % 2) ? 15.0f : 0.0f;
-        else if (c % 16 < 2) v = (c % 16) ? 15.0f : 0.0f;
+      const auto extreme = static_cast<float>(top);
+      if (asym) {
+        if (r < 2) v = ((r + c) % 2) ? extreme : 0.0f;
+        else if (c % 16 < 2) v = (c % 16) ? extreme : 0.0f;
       } else if (r == 0 || c % 16 == 0) {
-        v = coin(rng) ? 127.0f : -127.0f;
+        v = coin(rng) ? extreme : -extreme;
       }
       x[r * ld + c] = v;
     }

@@ -10,8 +10,7 @@
 #include <vector>
 
 #include "common/specs.h"
-#include "formats/int4.h"
-#include "formats/int8.h"
+#include "formats/code_scheme.h"
 #include "lowbit/quant.h"
 
 namespace lowbit::test {
@@ -42,7 +41,7 @@ inline std::int64_t naive_domain_count(const QuantSpec& spec, std::int64_t rows,
 }
 
 struct NaiveQuantized {
-  std::vector<float> scales, mins;  // one per domain; mins for int4 only
+  std::vector<float> scales, mins;  // one per domain; mins for the asymmetric schemes only
   std::vector<int> codes;           // rows x cols, dense, one code per element
   std::vector<float> decoded;       // rows x cols, dense, in fp32 (before rounding to an output dtype)
 };
@@ -64,30 +63,28 @@ inline NaiveQuantized naive_quantize(const std::vector<float>& x, const QuantSpe
     }
   }
   NaiveQuantized q;
-  const bool int4 = is_int4(spec);
-  for (std::size_t d = 0; d < n; ++d) {
-    if (int4) {
-      q.scales.push_back(formats::int4_scale(lo[d], hi[d]));
-      q.mins.push_back(formats::int4_min(lo[d]));
-    } else {
-      q.scales.push_back(formats::int8_scale(absmax[d]));
+  auto run = [&](auto code_scheme) {
+    using Code = decltype(code_scheme);
+    for (std::size_t d = 0; d < n; ++d) {
+      q.scales.push_back(Code::scale(absmax[d], lo[d], hi[d]));
+      if (Code::kAsymmetric) q.mins.push_back(Code::min_value(lo[d]));
     }
-  }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const auto d = static_cast<std::size_t>(naive_domain(spec, cols, r, c));
-      const float v = x[static_cast<std::size_t>(r * cols + c)];
-      const float inv = formats::inverse_scale(q.scales[d]);
-      if (int4) {
-        const std::uint8_t code = formats::int4_encode(v, q.mins[d], inv);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const auto d = static_cast<std::size_t>(naive_domain(spec, cols, r, c));
+        const float v = x[static_cast<std::size_t>(r * cols + c)];
+        const float min = Code::kAsymmetric ? q.mins[d] : 0.0f;
+        const int code = Code::encode(v, formats::inverse_scale(q.scales[d]), min);
         q.codes.push_back(code);
-        q.decoded.push_back(formats::int4_decode(code, q.scales[d], q.mins[d]));
-      } else {
-        const std::int8_t code = formats::int8_encode(v, inv);
-        q.codes.push_back(code);
-        q.decoded.push_back(formats::int8_decode(code, q.scales[d]));
+        q.decoded.push_back(Code::decode(code, q.scales[d], min));
       }
     }
+  };
+  switch (spec.scheme) {
+    case QuantScheme::int8_symmetric: run(formats::Int8Symmetric{}); break;
+    case QuantScheme::int4_asymmetric: run(formats::Int4Asymmetric{}); break;
+    case QuantScheme::int8_asymmetric: run(formats::Int8Asymmetric{}); break;
+    case QuantScheme::int4_symmetric: run(formats::Int4Symmetric{}); break;
   }
   return q;
 }

@@ -10,13 +10,18 @@
 
 namespace lowbit::test {
 
-inline bool is_int4(const QuantSpec& spec) { return spec.scheme == QuantScheme::int4_asymmetric; }
-inline DType code_dtype(const QuantSpec& spec) { return is_int4(spec) ? DType::u8 : DType::i8; }
+inline bool has_mins(const QuantSpec& spec) { return scheme_has_mins(spec.scheme); }
+inline bool is_4bit(const QuantSpec& spec) { return scheme_bits(spec.scheme) == 4; }
+inline DType code_dtype(const QuantSpec& spec) { return scheme_code_dtype(spec.scheme); }
 
-// Both schemes x per_tensor, per_channel, per_token and per_group with G in `groups`.
-inline std::vector<QuantSpec> specs_with_groups(std::initializer_list<std::int64_t> groups) {
+constexpr QuantScheme kAllSchemes[] = {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric,
+                                       QuantScheme::int8_asymmetric, QuantScheme::int4_symmetric};
+
+// `schemes` x per_tensor, per_channel, per_token and per_group with G in `groups`.
+inline std::vector<QuantSpec> specs_with_groups(const std::vector<QuantScheme>& schemes,
+                                                std::initializer_list<std::int64_t> groups) {
   std::vector<QuantSpec> specs;
-  for (QuantScheme scheme : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric}) {
+  for (QuantScheme scheme : schemes) {
     for (Granularity g : {Granularity::per_tensor, Granularity::per_channel, Granularity::per_token}) {
       specs.push_back({scheme, g, 0});
     }
@@ -26,7 +31,17 @@ inline std::vector<QuantSpec> specs_with_groups(std::initializer_list<std::int64
 }
 
 // G = 48 and 1024 (and per_token past 512 columns) take the GPU's one-block-per-row kernel.
-inline std::vector<QuantSpec> all_specs() { return specs_with_groups({16, 32, 48, 64, 128, 1024}); }
+// The KV-cache schemes (int8, int4) sweep every group size; int8_asym and int4_sym share
+// their kernels' code paths and sweep one group size of each kernel.
+inline std::vector<QuantSpec> all_specs() {
+  std::vector<QuantSpec> specs =
+      specs_with_groups({QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric}, {16, 32, 48, 64, 128, 1024});
+  for (const QuantSpec& spec :
+       specs_with_groups({QuantScheme::int8_asymmetric, QuantScheme::int4_symmetric}, {32, 48})) {
+    specs.push_back(spec);
+  }
+  return specs;
+}
 
 // "int8_channel", "int4_group64": usable as a test name.
 inline std::string spec_name(const QuantSpec& spec) {

@@ -268,7 +268,7 @@ TEST(BadInput, NonFiniteInputNamesRowAndColumn) {
                         -std::numeric_limits<float>::infinity()};
   for (const float bad : bads) {
     for (const DType dtype : kFloatDTypes) {
-      for (const QuantSpec& spec : specs_with_groups({16, 32})) {
+      for (const QuantSpec& spec : specs_with_groups({std::begin(kAllSchemes), std::end(kAllSchemes)}, {16, 32})) {
         SCOPED_TRACE(spec_name(spec) + " " + dtype_name(dtype) + " " + std::to_string(bad));
         std::vector<float> values(kRows * kCols, 0.25f);
         for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 11) - 5.0f;
@@ -285,13 +285,13 @@ TEST(BadInput, NonFiniteInputNamesRowAndColumn) {
 }
 
 TEST(BadInput, ParseNames) {
-  EXPECT_LOWBIT_ERROR(parse_scheme("int3"), "scheme: expected int8 or int4, got 'int3'");
-  EXPECT_LOWBIT_ERROR(parse_scheme(""), "scheme: expected int8 or int4, got ''");
-  EXPECT_LOWBIT_ERROR(parse_scheme("INT8"), "scheme: expected int8 or int4, got 'INT8'");
+  EXPECT_LOWBIT_ERROR(parse_scheme("int3"), "scheme: expected int8, int4, int8_asym or int4_sym, got 'int3'");
+  EXPECT_LOWBIT_ERROR(parse_scheme(""), "scheme: expected int8, int4, int8_asym or int4_sym, got ''");
+  EXPECT_LOWBIT_ERROR(parse_scheme("INT8"), "scheme: expected int8, int4, int8_asym or int4_sym, got 'INT8'");
   EXPECT_LOWBIT_ERROR(parse_granularity("row"), "granularity: expected tensor, channel, token or group, got 'row'");
   EXPECT_LOWBIT_ERROR(parse_granularity("channels"), "granularity: expected tensor, channel, token or group, got 'channels'");
   EXPECT_LOWBIT_ERROR(parse_granularity(""), "granularity: expected tensor, channel, token or group, got ''");
-  for (const QuantScheme s : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric}) {
+  for (const QuantScheme s : kAllSchemes) {
     EXPECT_EQ(parse_scheme(scheme_name(s)), s);
   }
   for (const Granularity g : {Granularity::per_tensor, Granularity::per_channel, Granularity::per_token, Granularity::per_group}) {

@@ -50,7 +50,7 @@ void check_case(const QuantSpec& spec, DType dtype, const Shape& shape, const st
   const std::vector<std::uint8_t> storage_before = storage;
   const NaiveQuantized want = naive_quantize(seen, spec, rows, cols);
   const TensorView x = TensorView::matrix(storage.data(), dtype, Device::cpu, rows, cols, ld);
-  const bool int4 = is_int4(spec);
+  const bool int4 = has_mins(spec);
 
   auto expect_params = [&](const HostQuantized& q, const char* op) {
     ASSERT_EQ(q.scales.size(), want.scales.size());

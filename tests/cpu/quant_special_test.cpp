@@ -78,12 +78,12 @@ TEST(ZeroDomains, ZeroColumnGivesCodeZeroAndExactZero) {
   const std::int64_t rows = 40, cols = 9, zero_col = 4;
   std::vector<float> x = normal_matrix(rng, rows, cols, cols, Fill::constant);
   for (std::int64_t r = 0; r < rows; ++r) x[r * cols + zero_col] = (r % 3) ? 0.0f : -0.0f;
-  for (const QuantScheme scheme : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric}) {
+  for (const QuantScheme scheme : kAllSchemes) {
     const QuantSpec spec{scheme, Granularity::per_channel, 0};
     SCOPED_TRACE(spec_name(spec));
     RoundTrip rt(x, spec, rows, cols);
     EXPECT_EQ(std::bit_cast<std::uint32_t>(rt.q.scales[zero_col]), 0u) << "scale " << rt.q.scales[zero_col];
-    if (is_int4(spec)) {
+    if (has_mins(spec)) {
       EXPECT_EQ(std::bit_cast<std::uint32_t>(rt.q.mins[zero_col]), 0u) << "min " << rt.q.mins[zero_col];
     }
     for (std::int64_t r = 0; r < rows; ++r) EXPECT_TRUE(rt.zero_at(r, zero_col)) << "row " << r;
@@ -99,7 +99,7 @@ TEST(ZeroDomains, AllZeroInputGivesCodeZeroAndExactZeroEverywhere) {
     RoundTrip rt(x, spec, rows, cols);
     for (std::size_t i = 0; i < rt.q.scales.size(); ++i) {
       EXPECT_EQ(std::bit_cast<std::uint32_t>(rt.q.scales[i]), 0u) << "scale " << i;
-      if (is_int4(spec)) {
+      if (has_mins(spec)) {
         EXPECT_EQ(std::bit_cast<std::uint32_t>(rt.q.mins[i]), 0u) << "min " << i;
       }
     }

@@ -41,7 +41,7 @@ TEST_F(GpuBadInput, HostPointerInCudaViewIsNamed) {
     q = g.q;
     q.scales.data = host.data();
     EXPECT_LOWBIT_ERROR(quantize(g.xv, spec, q, g.ws, nullptr), "scales: the view says cuda but");
-    if (is_int4(spec)) {
+    if (has_mins(spec)) {
       q = g.q;
       q.mins.data = host.data() + 100;
       EXPECT_LOWBIT_ERROR(quantize(g.xv, spec, q, g.ws, nullptr), "mins: the view says cuda but");

@@ -43,7 +43,7 @@ TEST_F(NonFinite, ReportedWithTheirLocation) {
   for (const Planted& p : planted) {
     const std::vector<float> clean = normal_matrix(rng, p.rows, p.cols, p.cols, Fill::constant);
     for (const DType dtype : kFloatDTypes) {
-      for (const QuantSpec& spec : specs_with_groups({32, 48})) {
+      for (const QuantSpec& spec : specs_with_groups({std::begin(kAllSchemes), std::end(kAllSchemes)}, {32, 48})) {
         const std::vector<std::uint8_t> clean_storage = to_storage(clean, dtype);
         DeviceQuantized g(clean_storage, dtype, spec, p.rows, p.cols);
         for (const float bad : bads) {

@@ -55,7 +55,7 @@ class QuantProduction : public GpuTest, public ::testing::WithParamInterface<Qua
 void check_case(const QuantSpec& spec, DType dtype, const Case& k, const std::vector<float>& master) {
   const std::int64_t rows = k.rows, cols = k.cols, ld = cols + k.pad;
   const std::size_t esize = dtype_size(dtype);
-  const bool int4 = is_int4(spec);
+  const bool int4 = has_mins(spec);
 
   // The oracle: the CPU path of the same API, on the same stored input.
   std::vector<std::uint8_t> x_host = to_storage(master, dtype);

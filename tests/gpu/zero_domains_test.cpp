@@ -36,14 +36,14 @@ void check_zeros(const QuantSpec& spec, DType dtype, std::int64_t rows, std::int
   HostQuantized got(spec, rows, cols);
   got.codes = download<std::uint8_t>(g.codes.data(), got.codes.size());
   got.scales = download<float>(g.scales.data(), got.scales.size());
-  if (is_int4(spec)) got.mins = download<float>(g.mins.data(), got.mins.size());
+  if (has_mins(spec)) got.mins = download<float>(g.mins.data(), got.mins.size());
 
   // Same parameters as the CPU path, bit for bit.
   HostQuantized ref(spec, rows, cols);
   std::vector<std::uint8_t> cpu_x = storage;
   quantize(TensorView::matrix(cpu_x.data(), dtype, Device::cpu, rows, cols), spec, ref.view(), Workspace{}, nullptr);
   ASSERT_TRUE(bitwise_equal(got.scales.data(), ref.scales.data(), ref.scales.size(), DType::f32, ref.layout.scale_cols, "scales"));
-  if (is_int4(spec)) {
+  if (has_mins(spec)) {
     ASSERT_TRUE(bitwise_equal(got.mins.data(), ref.mins.data(), ref.mins.size(), DType::f32, ref.layout.scale_cols, "mins"));
   }
 
@@ -65,14 +65,14 @@ void check_zeros(const QuantSpec& spec, DType dtype, std::int64_t rows, std::int
   const std::size_t domain = zero_domain_is_column ? static_cast<std::size_t>(zero_col)
                                                    : static_cast<std::size_t>(zero_row * ref.layout.scale_cols);
   EXPECT_EQ(std::bit_cast<std::uint32_t>(got.scales[domain]), 0u) << "scale of the zero domain: " << got.scales[domain];
-  if (is_int4(spec)) {
+  if (has_mins(spec)) {
     EXPECT_EQ(std::bit_cast<std::uint32_t>(got.mins[domain]), 0u) << "min of the zero domain";
   }
 }
 
 TEST_F(ZeroDomains, ZeroColumnAndZeroRow) {
   LOWBIT_TEST_RNG(rng);
-  for (const QuantScheme scheme : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric}) {
+  for (const QuantScheme scheme : kAllSchemes) {
     // per_channel: the zero column; per_token and per_group: the zero row (tiled
     // kernel for 64 columns, one block per row for 1000 columns or G = 48).
     for (const QuantSpec spec : {QuantSpec{scheme, Granularity::per_channel, 0}, QuantSpec{scheme, Granularity::per_token, 0},

@@ -143,7 +143,7 @@ __device__ __forceinline__ void store_int4_codes(std::uint8_t* __restrict__ q, i
     for (int k = 0; k < kChunk; k += 2) {
       if (k < valid) {
         const int high = k + 1 < valid ? code[k + 1] : 0;
-        q[k / 2] = formats::int4_pack(static_cast<std::uint8_t>(code[k]), static_cast<std::uint8_t>(high));
+        q[k / 2] = formats::int4_pack(static_cast<std::uint8_t>(code[k] & 0xf), static_cast<std::uint8_t>(high & 0xf));
       }
     }
   }

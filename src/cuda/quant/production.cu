@@ -24,6 +24,7 @@
 #include "cpu/float_dispatch.h"
 #include "cuda/device.h"
 #include "cuda/quant/chunk.cuh"
+#include "formats/code_scheme.h"
 #include "cuda/quant/quant_cuda.h"
 #include "lowbit/cuda_check.h"
 
@@ -128,29 +129,23 @@ struct Params {
   float scale, inv, min;
 };
 
-template <bool kInt4>
+template <class Code>
 __device__ __forceinline__ Params params_from_stats(const ChunkStats& s) {
-  if constexpr (kInt4) {
-    const float scale = formats::int4_scale(s.lo, s.hi);
-    return Params{scale, formats::inverse_scale(scale), formats::int4_min(s.lo)};
-  } else {
-    const float scale = formats::int8_scale(__uint_as_float(s.abs_bits));
-    return Params{scale, formats::inverse_scale(scale), 0.0f};
-  }
+  const float scale = Code::scale(__uint_as_float(s.abs_bits), s.lo, s.hi);
+  return Params{scale, formats::inverse_scale(scale), Code::min_value(s.lo)};
 }
 
-template <bool kInt4>
+template <class Code>
 __device__ __forceinline__ void encode_chunk(void* codes_row, long long c0, int valid, bool vector_ok,
                                              const float (&v)[kChunk], const float (&inv)[kChunk],
                                              const float (&lo)[kChunk]) {
   int code[kChunk];
-  if constexpr (kInt4) {
 #pragma unroll
-    for (int k = 0; k < kChunk; ++k) code[k] = formats::int4_encode(v[k], lo[k], inv[k]);
+  for (int k = 0; k < kChunk; ++k) code[k] = Code::encode(v[k], inv[k], lo[k]);
+  // The stores keep the low 4 or 8 bits of each code: two's complement for signed codes.
+  if constexpr (Code::kBits == 4) {
     store_int4_codes(static_cast<std::uint8_t*>(codes_row) + c0 / 2, valid, vector_ok, code);
   } else {
-#pragma unroll
-    for (int k = 0; k < kChunk; ++k) code[k] = formats::int8_encode(v[k], inv[k]);
     store_int8_codes(static_cast<std::int8_t*>(codes_row) + c0, valid, vector_ok, code);
   }
 }
@@ -183,7 +178,7 @@ struct EncodeArgs {
   DeviceStatus* status;
 };
 
-template <class In, bool kInt4, int kMode>
+template <class In, class Code, int kMode>
 __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeArgs a) {
   const int tx = threadIdx.x & ((1 << a.cx_log2) - 1);
   const int ty = threadIdx.x >> a.cx_log2;
@@ -213,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
         const long long r = tile * rows_per_tile + i * a.cy + ty;
         const long long index = (r < a.rows && valid) ? r * a.scale_cols + c0 / a.segment_width : 0;
         row_scale[i] = a.scales[index];
-        row_min[i] = kInt4 ? a.mins[index] : 0.0f;
+        row_min[i] = Code::kAsymmetric ? a.mins[index] : 0.0f;
       }
     }
     if constexpr (kMode == kGivenColumns) {
@@ -222,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
         for (int k = 0; k < kChunk; ++k) {
           const long long index = a.per_tensor ? 0 : c0 + k;
           inv[k] = k < valid ? formats::inverse_scale(a.scales[index]) : 0.0f;
-          lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
+          lo[k] = (Code::kAsymmetric && k < valid) ? a.mins[index] : 0.0f;
         }
         have_column_params = true;
       }
@@ -246,11 +241,11 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
           s.lo = fminf(s.lo, __shfl_xor_sync(0xffffffffu, s.lo, offset));
           s.hi = fmaxf(s.hi, __shfl_xor_sync(0xffffffffu, s.hi, offset));
         }
-        const Params p = params_from_stats<kInt4>(s);
+        const Params p = params_from_stats<Code>(s);
         if (n && (tx & (a.lanes - 1)) == 0) {
           const long long index = r * a.scale_cols + c0 / a.segment_width;
           a.scales_out[index] = p.scale;
-          if (kInt4) a.mins_out[index] = p.min;
+          if (Code::kAsymmetric) a.mins_out[index] = p.min;
         }
         if (n && !formats::is_finite_bits(own.abs_bits)) {
           report_non_finite(a.status, r, c0 + first_non_finite(v, n));
@@ -259,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
         for (int k = 0; k < kChunk; ++k) inv[k] = p.inv, lo[k] = p.min;
       }
       if (n && a.write_codes) {
-        encode_chunk<kInt4>(static_cast<char*>(a.codes) + r * a.ldq, c0, n, a.vector_ok, v, inv, lo);
+        encode_chunk<Code>(static_cast<char*>(a.codes) + r * a.ldq, c0, n, a.vector_ok, v, inv, lo);
       }
     }
   }
@@ -267,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 2) encode_tile_kernel(const EncodeAr
 
 // ---------------------------------------------------------------- encode, one block per row
 
-template <class In, bool kInt4>
+template <class In, class Code>
 __global__ void __launch_bounds__(kThreads) encode_rows_kernel(const EncodeArgs a) {
   extern __shared__ unsigned shared[];
   const long long segments = a.scale_cols;
@@ -293,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) encode_rows_kernel(const EncodeArgs 
       const ChunkStats s = chunk_stats(v, n);
       const long long seg = c0 / a.segment_width;
       atomicMax(&seg_abs[seg], s.abs_bits);
-      if (kInt4) {
+      if (Code::kAsymmetric) {
         atomicMin(&seg_lo[seg], to_ordered(s.lo));
         atomicMax(&seg_hi[seg], to_ordered(s.hi));
       }
@@ -302,9 +297,9 @@ __global__ void __launch_bounds__(kThreads) encode_rows_kernel(const EncodeArgs 
     __syncthreads();
     for (long long s = threadIdx.x; s < segments; s += blockDim.x) {
       const ChunkStats stats{seg_abs[s], from_ordered(seg_lo[s]), from_ordered(seg_hi[s])};
-      const Params p = params_from_stats<kInt4>(stats);
+      const Params p = params_from_stats<Code>(stats);
       a.scales_out[r * segments + s] = p.scale;
-      if (kInt4) a.mins_out[r * segments + s] = p.min;
+      if (Code::kAsymmetric) a.mins_out[r * segments + s] = p.min;
       seg_inv[s] = p.inv, seg_min[s] = p.min;
     }
     __syncthreads();
@@ -317,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) encode_rows_kernel(const EncodeArgs 
         const long long seg = c0 / a.segment_width;
 #pragma unroll
         for (int k = 0; k < kChunk; ++k) inv[k] = seg_inv[seg], lo[k] = seg_min[seg];
-        encode_chunk<kInt4>(static_cast<char*>(a.codes) + r * a.ldq, c0, n, a.vector_ok, v, inv, lo);
+        encode_chunk<Code>(static_cast<char*>(a.codes) + r * a.ldq, c0, n, a.vector_ok, v, inv, lo);
       }
     }
     __syncthreads();
@@ -338,7 +333,7 @@ struct ReduceArgs {
   unsigned* lo;
 };
 
-template <class In, bool kInt4>
+template <class In, class Code>
 __global__ void __launch_bounds__(kThreads, 2) reduce_columns_kernel(const ReduceArgs a) {
   __shared__ unsigned exchange[kThreads * kChunk];
   __shared__ unsigned block_total[3];
@@ -372,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_columns_kernel(const Reduc
       for (int k = 0; k < kChunk; ++k) {
         if (in_range && k < valid) {
           amax[k] = max(amax[k], formats::abs_bits(v[k]));
-          if (kInt4) lo[k] = fminf(lo[k], v[k]), hi[k] = fmaxf(hi[k], v[k]);
+          if (Code::kAsymmetric) lo[k] = fminf(lo[k], v[k]), hi[k] = fmaxf(hi[k], v[k]);
         }
       }
     }
@@ -398,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_columns_kernel(const Reduc
 #pragma unroll
   for (int k = 0; k < kChunk; ++k) lo_ord[k] = to_ordered(lo[k]), hi_ord[k] = to_ordered(hi[k]);
   combine_rows(amax, umax);
-  if (kInt4) {
+  if (Code::kAsymmetric) {
     combine_rows(lo_ord, umin);
     combine_rows(hi_ord, umax);
   }
@@ -413,13 +408,13 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_columns_kernel(const Reduc
         if (k < valid) t_abs = max(t_abs, amax[k]), t_lo = min(t_lo, lo_ord[k]), t_hi = max(t_hi, hi_ord[k]);
       }
       atomicMax(&block_total[0], t_abs);
-      if (kInt4) atomicMin(&block_total[1], t_lo), atomicMax(&block_total[2], t_hi);
+      if (Code::kAsymmetric) atomicMin(&block_total[1], t_lo), atomicMax(&block_total[2], t_hi);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       const long long slot = (blockIdx.y % kReductionCopies);
       atomicMax(&a.abs_bits[slot], block_total[0]);
-      if (kInt4) atomicMin(&a.lo[slot], block_total[1]), atomicMax(&a.hi[slot], block_total[2]);
+      if (Code::kAsymmetric) atomicMin(&a.lo[slot], block_total[1]), atomicMax(&a.hi[slot], block_total[2]);
     }
     return;
   }
@@ -429,13 +424,13 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_columns_kernel(const Reduc
     for (int k = 0; k < kChunk; ++k) {
       if (k < valid) {
         atomicMax(&a.abs_bits[copy + c0 + k], amax[k]);
-        if (kInt4) atomicMin(&a.lo[copy + c0 + k], lo_ord[k]), atomicMax(&a.hi[copy + c0 + k], hi_ord[k]);
+        if (Code::kAsymmetric) atomicMin(&a.lo[copy + c0 + k], lo_ord[k]), atomicMax(&a.hi[copy + c0 + k], hi_ord[k]);
       }
     }
   }
 }
 
-template <bool kInt4>
+template <class Code>
 __global__ void finalize_columns_kernel(WorkspaceLayout w, float* scales, float* mins, bool per_tensor) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= w.count) return;
@@ -448,9 +443,9 @@ __global__ void finalize_columns_kernel(WorkspaceLayout w, float* scales, float*
   }
   if (!formats::is_finite_bits(abs_bits)) report_non_finite(w.status, -1, per_tensor ? -1 : i);
   const ChunkStats s{abs_bits, from_ordered(lo), from_ordered(hi)};
-  const Params p = params_from_stats<kInt4>(s);
+  const Params p = params_from_stats<Code>(s);
   scales[i] = p.scale;
-  if (kInt4) mins[i] = p.min;
+  if (Code::kAsymmetric) mins[i] = p.min;
 }
 
 // ---------------------------------------------------------------- decode
@@ -471,7 +466,7 @@ struct DecodeArgs {
   int cx_log2, cy;
 };
 
-template <class Out, bool kInt4>
+template <class Out, class Code>
 __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs a) {
   constexpr int kN = kValuesPerVector<Out>;  // values per thread chunk: one 16-byte store
   const int tx = threadIdx.x & ((1 << a.cx_log2) - 1);
@@ -486,7 +481,7 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
     for (int k = 0; k < kN; ++k) {
       const long long index = a.per_tensor ? 0 : c0 + k;
       scale[k] = k < valid ? a.scales[index] : 0.0f;
-      lo[k] = (kInt4 && k < valid) ? a.mins[index] : 0.0f;
+      lo[k] = (Code::kAsymmetric && k < valid) ? a.mins[index] : 0.0f;
     }
   }
   const long long rows_per_tile = static_cast<long long>(a.cy) * kDecodeRows;
@@ -497,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
       const long long r = tile * rows_per_tile + i * a.cy + ty;
       const int n = r < a.rows ? valid : 0;
       const char* q_row = static_cast<const char*>(a.codes) + (n ? r * a.ldq : 0);
-      if constexpr (kInt4) {
+      if constexpr (Code::kBits == 4) {
         load_int4_codes(reinterpret_cast<const std::uint8_t*>(q_row) + (n ? c0 / 2 : 0), n, a.vector_ok, code[i]);
       } else {
         load_int8_codes(reinterpret_cast<const std::int8_t*>(q_row) + (n ? c0 : 0), n, a.vector_ok, code[i]);
@@ -511,15 +506,14 @@ __global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs 
       if (a.row_local) {
         const long long index = r * a.scale_cols + c0 / a.segment_width;
         const float s = a.scales[index];
-        const float m = kInt4 ? a.mins[index] : 0.0f;
+        const float m = Code::kAsymmetric ? a.mins[index] : 0.0f;
 #pragma unroll
         for (int k = 0; k < kN; ++k) scale[k] = s, lo[k] = m;
       }
       float v[kN];
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
-        v[k] = kInt4 ? formats::int4_decode(static_cast<std::uint8_t>(code[i][k]), scale[k], lo[k])
-                     : formats::int8_decode(static_cast<std::int8_t>(code[i][k]), scale[k]);
+        v[k] = Code::decode(Code::from_storage(static_cast<unsigned>(code[i][k])), scale[k], lo[k]);
       }
       store_values(out + r * a.ldo + c0, n, a.vector_ok, v);
     }
@@ -534,7 +528,7 @@ bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::ui
 // tensor and the widest code access (16 bytes int8, 8 bytes int4).
 bool vector_ok(const TensorView& values, const TensorView& codes, QuantScheme scheme) {
   const std::size_t esize = dtype_size(values.dtype);
-  const std::size_t code_align = scheme == QuantScheme::int8_symmetric ? 16 : 8;
+  const std::size_t code_align = scheme_bits(scheme) == 8 ? 16 : 8;
   return aligned(values.data, 16) && (values.row_stride() * esize) % 16 == 0 && aligned(codes.data, code_align) &&
          static_cast<std::size_t>(codes.row_stride()) % code_align == 0;
 }
@@ -592,26 +586,26 @@ EncodeArgs encode_args(const TensorView& x, const QuantSpec& spec, const Quantiz
   return a;
 }
 
-template <class In, bool kInt4>
+template <class In, class Code>
 void encode_given(const TensorView& x, const QuantSpec& spec, const QuantizedView& q, cudaStream_t stream) {
   const TileShape shape = tile_shape(x.cols());
   const EncodeArgs a = encode_args(x, spec, q, shape, nullptr);
   if (spans_rows(spec.granularity)) {
-    launch_tiles(encode_tile_kernel<In, kInt4, kGivenColumns>, shape, x.rows(), kRowsInFlight<In>, a, stream);
+    launch_tiles(encode_tile_kernel<In, Code, kGivenColumns>, shape, x.rows(), kRowsInFlight<In>, a, stream);
   } else {
-    launch_tiles(encode_tile_kernel<In, kInt4, kGivenRows>, shape, x.rows(), kRowsInFlight<In>, a, stream);
+    launch_tiles(encode_tile_kernel<In, Code, kGivenRows>, shape, x.rows(), kRowsInFlight<In>, a, stream);
   }
 }
 
 // per_token / per_group: scales from the data and (if q.codes is set) codes, one pass.
-template <class In, bool kInt4>
+template <class In, class Code>
 void encode_row_local(const TensorView& x, const QuantSpec& spec, const QuantizedView& q, DeviceStatus* status,
                       cudaStream_t stream) {
   const TileShape shape = tile_shape(x.cols());
   EncodeArgs a = encode_args(x, spec, q, shape, status);
   a.lanes = tile_lanes(spec, shape);
   if (a.lanes > 0) {
-    launch_tiles(encode_tile_kernel<In, kInt4, kComputeRows>, shape, x.rows(), kRowsInFlight<In>, a, stream);
+    launch_tiles(encode_tile_kernel<In, Code, kComputeRows>, shape, x.rows(), kRowsInFlight<In>, a, stream);
     return;
   }
   const std::size_t shared_bytes = static_cast<std::size_t>(a.scale_cols) * 5 * sizeof(unsigned);
@@ -620,7 +614,7 @@ void encode_row_local(const TensorView& x, const QuantSpec& spec, const Quantize
   LOWBIT_CHECK(shared_bytes <= static_cast<std::size_t>(shared_limit), "spec.group_size: ", a.scale_cols,
                " groups per row need ", shared_bytes, " bytes of shared memory, more than the device's ",
                shared_limit, "; use a group size of 16 x a power of two up to 512");
-  auto kernel = encode_rows_kernel<In, kInt4>;
+  auto kernel = encode_rows_kernel<In, Code>;
   if (shared_bytes > 48 * 1024) {
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared_bytes)));
@@ -630,7 +624,7 @@ void encode_row_local(const TensorView& x, const QuantSpec& spec, const Quantize
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
-template <class In, bool kInt4>
+template <class In, class Code>
 void reduce_columns(const TensorView& x, const QuantSpec& spec, const WorkspaceLayout& w, cudaStream_t stream) {
   const TileShape shape = tile_shape(x.cols());
   ReduceArgs a{};
@@ -649,7 +643,7 @@ void reduce_columns(const TensorView& x, const QuantSpec& spec, const WorkspaceL
   const long long row_blocks = (x.rows() + shape.cy - 1) / shape.cy;
   const long long wanted = std::max<long long>(1, 4LL * multiprocessor_count() / std::max<long long>(1, shape.grid_x));
   const dim3 grid(static_cast<unsigned>(shape.grid_x), grid_rows(std::min(row_blocks, wanted)));
-  reduce_columns_kernel<In, kInt4><<<grid, kThreads, 0, stream>>>(a);
+  reduce_columns_kernel<In, Code><<<grid, kThreads, 0, stream>>>(a);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -660,7 +654,7 @@ void reset_workspace(const WorkspaceLayout& w, cudaStream_t stream) {
   if (w.count) LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.lo, 0xff, w.slots() * sizeof(unsigned), stream));
 }
 
-template <class In, bool kInt4>
+template <class In, class Code>
 void compute_scales_typed(const TensorView& x, const QuantSpec& spec, const QuantizedView& q,
                           const Workspace& workspace, cudaStream_t stream) {
   const WorkspaceLayout w = workspace_layout(workspace, spec, x.cols());
@@ -668,23 +662,15 @@ void compute_scales_typed(const TensorView& x, const QuantSpec& spec, const Quan
   if (!spans_rows(spec.granularity)) {
     QuantizedView params = q;
     params.codes = TensorView{};
-    return encode_row_local<In, kInt4>(x, spec, params, w.status, stream);
+    return encode_row_local<In, Code>(x, spec, params, w.status, stream);
   }
-  reduce_columns<In, kInt4>(x, spec, w, stream);
+  reduce_columns<In, Code>(x, spec, w, stream);
   const auto blocks = static_cast<unsigned>((w.count + kThreads - 1) / kThreads);
-  finalize_columns_kernel<kInt4><<<blocks, kThreads, 0, stream>>>(w, q.scales.ptr<float>(), q.mins.ptr<float>(),
+  finalize_columns_kernel<Code><<<blocks, kThreads, 0, stream>>>(w, q.scales.ptr<float>(), q.mins.ptr<float>(),
                                                                    spec.granularity == Granularity::per_tensor);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
-template <class Fn>
-void visit_scheme(QuantScheme scheme, Fn&& fn) {
-  if (scheme == QuantScheme::int4_asymmetric) {
-    fn(std::true_type{});
-  } else {
-    fn(std::false_type{});
-  }
-}
 
 }  // namespace
 
@@ -696,8 +682,8 @@ std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, s
 void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
                     const Workspace& workspace, cuda_stream_t stream) {
   visit_float_dtype(x.dtype, "x", [&](auto in) {
-    visit_scheme(spec.scheme, [&](auto int4) {
-      compute_scales_typed<decltype(in), decltype(int4)::value>(x, spec, out, workspace, stream);
+    visit_code_scheme(spec.scheme, [&](auto code) {
+      compute_scales_typed<decltype(in), decltype(code)>(x, spec, out, workspace, stream);
     });
   });
 }
@@ -705,16 +691,16 @@ void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedV
 void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out, const Workspace& workspace,
               cuda_stream_t stream) {
   visit_float_dtype(x.dtype, "x", [&](auto in) {
-    visit_scheme(spec.scheme, [&](auto int4) {
+    visit_code_scheme(spec.scheme, [&](auto code) {
       using In = decltype(in);
-      constexpr bool kInt4 = decltype(int4)::value;
+      using Code = decltype(code);
       if (spans_rows(spec.granularity)) {
-        compute_scales_typed<In, kInt4>(x, spec, out, workspace, stream);
-        encode_given<In, kInt4>(x, spec, out, stream);
+        compute_scales_typed<In, Code>(x, spec, out, workspace, stream);
+        encode_given<In, Code>(x, spec, out, stream);
       } else {
         const WorkspaceLayout w = workspace_layout(workspace, spec, x.cols());
         reset_workspace(w, stream);
-        encode_row_local<In, kInt4>(x, spec, out, w.status, stream);
+        encode_row_local<In, Code>(x, spec, out, w.status, stream);
       }
     });
   });
@@ -723,17 +709,17 @@ void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& o
 void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
                           cuda_stream_t stream) {
   visit_float_dtype(x.dtype, "x", [&](auto in) {
-    visit_scheme(spec.scheme, [&](auto int4) {
-      encode_given<decltype(in), decltype(int4)::value>(x, spec, out, stream);
+    visit_code_scheme(spec.scheme, [&](auto code) {
+      encode_given<decltype(in), decltype(code)>(x, spec, out, stream);
     });
   });
 }
 
 void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView& out, cuda_stream_t stream) {
   visit_float_dtype(out.dtype, "out", [&](auto out_tag) {
-    visit_scheme(spec.scheme, [&](auto int4) {
+    visit_code_scheme(spec.scheme, [&](auto code) {
       using Out = decltype(out_tag);
-      constexpr bool kInt4 = decltype(int4)::value;
+      using Code = decltype(code);
       constexpr int kN = kValuesPerVector<Out>;
       const TileShape shape = tile_shape(out.cols(), kN);
       DecodeArgs a{};
@@ -749,7 +735,7 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
       a.per_tensor = spec.granularity == Granularity::per_tensor;
       a.segment_width = segment_width(spec, out.cols());
       a.scale_cols = quant_layout(spec, out.rows(), out.cols()).scale_cols;
-      const std::size_t code_bytes = kInt4 ? kN / 2 : kN;  // codes of one chunk
+      const std::size_t code_bytes = Code::kBits == 4 ? kN / 2 : kN;  // codes of one chunk
       a.vector_ok = aligned(out.data, 16) && (out.row_stride() * sizeof(Out)) % 16 == 0 &&
                     aligned(in.codes.data, code_bytes) && static_cast<std::size_t>(in.codes.row_stride()) % code_bytes == 0;
       a.cx_log2 = shape.cx_log2;
@@ -757,7 +743,7 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
       const long long tiles = (out.rows() + static_cast<long long>(shape.cy) * kDecodeRows - 1) /
                               (static_cast<long long>(shape.cy) * kDecodeRows);
       const dim3 grid(static_cast<unsigned>(shape.grid_x), grid_rows(tiles));
-      decode_tile_kernel<Out, kInt4><<<grid, kThreads, 0, stream>>>(a);
+      decode_tile_kernel<Out, Code><<<grid, kThreads, 0, stream>>>(a);
       LOWBIT_CUDA_CHECK_LAUNCH();
     });
   });

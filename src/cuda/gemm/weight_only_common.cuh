@@ -1,0 +1,158 @@
+// Device building blocks of the weight-only GEMM kernels: the raw arguments, the
+// in-register dequantization of packed codes into mma B fragments, and mma.sync.
+// The packed layout and the value definition are in formats/weight_pack.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "formats/weight_pack.h"
+
+namespace lowbit::cuda::weight_only {
+
+enum class Form : int { q4_zero_point, q4_symmetric, int8 };
+
+struct Params {
+  const void* x = nullptr;  // [M x K] act dtype, row stride ldx
+  std::int64_t ldx = 0;
+  bool x_vec16 = false;     // x and ldx allow 16-byte loads of 8 elements
+  const std::uint8_t* codes = nullptr;
+  const std::uint16_t* scales = nullptr;
+  const std::uint16_t* mins = nullptr;
+  const std::uint16_t* bias = nullptr;  // [N] or null
+  std::int64_t bias_stride = 0;
+  void* out = nullptr;  // [M x N] act dtype, row stride ldo
+  std::int64_t ldo = 0;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t n_tiles = 0, k_steps = 0, groups = 0;
+  int group_shift = 0, groups_per_step = 0;
+};
+
+// ---- act dtype traits: the magic-number conversion of codes to half2/bf162 ----
+//
+// (q | kMagic) read as a 16-bit float is kMagicValue + q exactly (q fits the
+// mantissa), so one subtraction, exact too, yields q (Q4_1) or q - 8 (Q4_0).
+template <class T>
+struct Act;
+template <>
+struct Act<__half> {
+  using T2 = __half2;
+  static constexpr std::uint32_t kMagic = 0x64006400u;  // 1024.0 in both halves
+  static __device__ __forceinline__ T2 splat(std::uint16_t bits) { return __half2half2(__ushort_as_half(bits)); }
+  static __device__ __forceinline__ T2 constant2(float v) { return __float2half2_rn(v); }
+  static __device__ __forceinline__ std::uint16_t from_float(float v) { return __half_as_ushort(__float2half_rn(v)); }
+  static __device__ __forceinline__ float to_float(std::uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+};
+template <>
+struct Act<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static constexpr std::uint32_t kMagic = 0x43004300u;  // 128.0 in both halves
+  static __device__ __forceinline__ T2 splat(std::uint16_t bits) {
+    return __bfloat162bfloat162(__ushort_as_bfloat16(bits));
+  }
+  static __device__ __forceinline__ T2 constant2(float v) { return __float2bfloat162_rn(v); }
+  static __device__ __forceinline__ std::uint16_t from_float(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+  static __device__ __forceinline__ float to_float(std::uint16_t bits) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  }
+};
+
+template <class T2>
+__device__ __forceinline__ T2 as_t2(std::uint32_t bits) {
+  return *reinterpret_cast<const T2*>(&bits);
+}
+template <class T2>
+__device__ __forceinline__ std::uint32_t as_u32(T2 value) {
+  return *reinterpret_cast<const std::uint32_t*>(&value);
+}
+
+// The per-(n, group) factors of one lane, splat to both halves.
+template <class T>
+struct Scale2 {
+  typename Act<T>::T2 s, m;
+};
+
+// One packed INT4 word (8 codes) -> 4 B registers (see weight_pack.h): register i
+// holds the k pair of nibbles i and i + 4. Per pair: shift, lop3, one exact
+// subtraction, one __hfma2 (Q4_1, w = q*s + m) or __hmul2 (Q4_0, w = (q-8)*s), each
+// a single rounding of the exact value, as the definition requires.
+template <class T, Form F>
+__device__ __forceinline__ void dequant_int4_word(std::uint32_t word, const Scale2<T>& sc, std::uint32_t (&b)[4]) {
+  using T2 = typename Act<T>::T2;
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const T2 offset = Act<T>::constant2(kBf16 ? (F == Form::q4_zero_point ? 128.0f : 136.0f)
+                                            : (F == Form::q4_zero_point ? 1024.0f : 1032.0f));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t biased = ((word >> (4 * i)) & 0x000f000fu) | Act<T>::kMagic;
+    const T2 q = __hsub2(as_t2<T2>(biased), offset);
+    b[i] = F == Form::q4_zero_point ? as_u32(__hfma2(q, sc.s, sc.m)) : as_u32(__hmul2(q, sc.s));
+  }
+}
+
+// One packed INT8 word (4 codes stored as q + 128) -> 2 B registers (bytes 0,1 and
+// 2,3). f16: 0x6400 | byte is 1024 + q + 128 exactly. bf16 has too few mantissa bits
+// for a 8-bit code, so the code goes through f32 (2^23 + byte, exact) instead.
+template <class T>
+__device__ __forceinline__ void dequant_int8_word(std::uint32_t word, const Scale2<T>& sc, std::uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void dequant_int8_word<__half>(std::uint32_t word, const Scale2<__half>& sc,
+                                                         std::uint32_t (&b)[2]) {
+  const __half2 offset = __float2half2_rn(1152.0f);
+  const __half2 q01 = __hsub2(as_t2<__half2>(__byte_perm(word, 0x64646464u, 0x4140)), offset);
+  const __half2 q23 = __hsub2(as_t2<__half2>(__byte_perm(word, 0x64646464u, 0x4342)), offset);
+  b[0] = as_u32(__hmul2(q01, sc.s));
+  b[1] = as_u32(__hmul2(q23, sc.s));
+}
+template <>
+__device__ __forceinline__ void dequant_int8_word<__nv_bfloat16>(std::uint32_t word, const Scale2<__nv_bfloat16>& sc,
+                                                                std::uint32_t (&b)[2]) {
+  float q[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) q[e] = __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7440 | e)) - 8388736.0f;
+  b[0] = as_u32(__hmul2(__floats2bfloat162_rn(q[0], q[1]), sc.s));  // exact conversions: |q| <= 128
+  b[1] = as_u32(__hmul2(__floats2bfloat162_rn(q[2], q[3]), sc.s));
+}
+
+// D += A (16x16, row) * B (16x8, col), FP32 accumulators.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                          std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Streaming 16-byte load of packed codes: read once, so keep it out of L1.
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Output element: FP32 accumulator + bias, one rounding to the act dtype.
+template <class T>
+__device__ __forceinline__ void store_out(const Params& p, std::int64_t row, std::int64_t col, float acc) {
+  if (row >= p.m || col >= p.n) return;
+  if (p.bias) acc += Act<T>::to_float(p.bias[col * p.bias_stride]);
+  static_cast<std::uint16_t*>(p.out)[row * p.ldo + col] = Act<T>::from_float(acc);
+}
+
+}  // namespace lowbit::cuda::weight_only

@@ -1,0 +1,203 @@
+// The packed weight layout of the weight-only GEMM (W4A16 / W8A16) and the value of
+// a dequantized weight. Shared by the host repacker, the CPU reference and the CUDA
+// kernels, so that all three agree on where every code and scale lives.
+//
+// W [N x K] is cut into tiles of 8 output rows (n) x 128 inputs (k): one "unit".
+// A unit is what one warp reads with one 16-byte load per lane (INT4: 512 bytes) or
+// two (INT8: 1024 bytes), laid out so that the lane's bytes are exactly its B
+// fragments for eight mma.sync m16n8k16 (k16 x n8) products.
+//
+// k permutation. mma's k index within a k16 product does not have to be the matrix's
+// k: any bijection applied to both A (activations) and B (weights) gives the same sum.
+// Lane L (r = L / 4 picks n = 8 * tile + r, c = L % 4) holds, in product t (0..7) of a
+// unit, mma-k {2c, 2c+1, 2c+8, 2c+9} = matrix k {32c + 4t + 0, 1, 2, 3}. So lane c
+// owns the 32 consecutive k values 32c .. 32c+31 of the unit: its activations are one
+// contiguous 64-byte run, and a group of 32 (64, 128) k values is one lane column
+// (two, four), i.e. a lane needs one scale per (n, unit).
+//
+// Units are stored tile-major: unit (tile, step) at ((tile * k_steps) + step) *
+// unit_bytes, so one tile's row of units streams sequentially.
+//
+// INT4 (u8 codes, two per byte): lane L's 16 bytes are 4 words; word w holds the
+// lane's k = 32c + 8w + e, e = 0..7, at nibble (e / 2) + 4 * (e % 2) of the word
+// (nibble i = bits 4i..4i+3 of the little-endian word). Then ((word >> 4i) & 0x000f000f)
+// yields the two codes of one half2 B register (k pair e = 2i, 2i+1) in its two
+// 16-bit lanes, ready for the magic-number conversion (0x6400 / 0x4300 | q).
+//
+// INT8: codes stored as u8 q + 128 (q ^ 0x80), so that 0x6400 | byte is the half
+// 1024 + q + 128. The lane's 32 bytes are two 16-byte loads h = 0, 1 (unit offset
+// (h * 32 + L) * 16); byte b of load h holds k = 32c + 16h + b.
+//
+// Scales and mins (act_dtype): [n_tiles][groups][8], element (n, g) at
+// ((n / 8) * groups + g) * 8 + n % 8, so the eight n of a tile for one group are 16
+// contiguous bytes. groups = k_steps * 128 / group_size for group_size 32, 64, 128
+// (K padded to the unit); a per-channel scale (group_size == K, any other K) is
+// group 0 of a single group.
+//
+// Padding: N is padded to a multiple of 8 and K to a multiple of 128. Padded codes
+// are the "zero code" (Q4_1: 0, Q4_0: 8, INT8: q = 0); padded groups have zero scale
+// and min, so padded rows and padded groups dequantize to exactly 0. Padded k inside
+// the last real group dequantize to the group's min (Q4_1) but meet activations the
+// kernels read as 0 beyond K, so they contribute exactly 0 (the min is finite).
+#pragma once
+
+#include <cstdint>
+
+#include "formats/float16.h"
+#include "formats/hd.h"
+
+namespace lowbit::formats {
+
+constexpr int kPackTileN = 8;      // n per unit (mma n8)
+constexpr int kPackStepK = 128;    // k per unit
+constexpr int kPackLanes = 32;
+constexpr int kPackLaneBytes4 = 16;  // INT4: one 16-byte load per lane per unit
+
+struct WeightPackLayout {
+  int bits = 4;               // 4 or 8
+  bool zero_point = true;     // bits 4 only: w = q * s + m; else (q - 8) * s
+  std::int64_t n = 0, k = 0;  // logical shape
+  std::int64_t n_tiles = 0;   // ceil(N / 8)
+  std::int64_t k_steps = 0;   // ceil(K / 128)
+  std::int64_t groups = 0;    // groups per row in the packed scales (padded)
+  int group_shift = 0;        // group of a lane column c within a unit: c >> group_shift
+  int groups_per_step = 0;    // groups advanced per unit; 0 for one per-channel scale
+
+  LOWBIT_HD std::int64_t unit_bytes() const { return bits == 4 ? 512 : 1024; }
+  LOWBIT_HD std::int64_t code_bytes() const { return n_tiles * k_steps * unit_bytes(); }
+  LOWBIT_HD std::int64_t scale_count() const { return n_tiles * groups * kPackTileN; }
+
+  // Packed group of (any n, k), k < k_steps * 128.
+  LOWBIT_HD std::int64_t group_of(std::int64_t kk) const {
+    const std::int64_t step = kk / kPackStepK;
+    const int c = static_cast<int>((kk % kPackStepK) / 32);
+    return step * groups_per_step + (c >> group_shift);
+  }
+  LOWBIT_HD std::int64_t scale_index(std::int64_t nn, std::int64_t group) const {
+    return ((nn / kPackTileN) * groups + group) * kPackTileN + nn % kPackTileN;
+  }
+
+  // Byte holding the code of (n, k); for INT4 *nibble_shift is 0 or 4.
+  LOWBIT_HD std::int64_t code_byte(std::int64_t nn, std::int64_t kk, int* nibble_shift) const {
+    const std::int64_t unit = (nn / kPackTileN) * k_steps + kk / kPackStepK;
+    const int lane = static_cast<int>(nn % kPackTileN) * 4 + static_cast<int>((kk % kPackStepK) / 32);
+    const int j = static_cast<int>(kk % 32);  // the lane's k index, 0..31
+    if (bits == 4) {
+      const int word = j / 8, e = j % 8;
+      const int nibble = e / 2 + 4 * (e % 2);
+      *nibble_shift = 4 * (nibble % 2);
+      return unit * 512 + lane * 16 + word * 4 + nibble / 2;
+    }
+    *nibble_shift = 0;
+    const int h = j / 16, b = j % 16;
+    return unit * 1024 + (h * kPackLanes + lane) * 16 + b;
+  }
+};
+
+// Group sizes the format takes: 32, 64, 128, or k (one scale per output row).
+LOWBIT_HD bool weight_group_size_ok(std::int64_t group_size, std::int64_t k) {
+  return group_size == 32 || group_size == 64 || group_size == 128 || (group_size == k && k >= 1);
+}
+
+// The layout of a valid spec (check weight_group_size_ok and bits first).
+LOWBIT_HD WeightPackLayout make_weight_pack_layout(int bits, bool zero_point, std::int64_t group_size, std::int64_t n,
+                                                   std::int64_t k) {
+  WeightPackLayout l;
+  l.bits = bits;
+  l.zero_point = bits == 4 && zero_point;
+  l.n = n;
+  l.k = k;
+  l.n_tiles = (n + kPackTileN - 1) / kPackTileN;
+  l.k_steps = (k + kPackStepK - 1) / kPackStepK;
+  if (group_size == 32 || group_size == 64 || group_size == 128) {
+    l.group_shift = group_size == 32 ? 0 : group_size == 64 ? 1 : 2;
+    l.groups_per_step = static_cast<int>(kPackStepK / group_size);
+    l.groups = l.k_steps * l.groups_per_step;
+  } else {  // group_size == k: one scale per row
+    l.group_shift = 2;
+    l.groups_per_step = 0;
+    l.groups = 1;
+  }
+  return l;
+}
+
+// ---- The dequantized value ------------------------------------------------------
+//
+// w = round_to_act_dtype(exact(q * s + m)), one rounding. The kernels get it from one
+// __hfma2 / __hmul2 (f16x2 or bf16x2, single rounding); this host+device definition
+// computes the same bits without an FMA of the act dtype:
+//   q * s is exact in double (<= 8-bit code x 11-bit significand);
+//   the sum with m is rounded to odd at double precision (TwoSum gives the error);
+//   then rounded to odd at float precision, then to nearest even at the act dtype.
+// Round-to-odd at p + 2 or more bits followed by round-to-nearest-even at p bits
+// equals a single round-to-nearest-even (and rounding to odd twice equals rounding
+// to odd once at the narrower width), so the result is the correctly rounded exact
+// value, for f16 (p = 11) and bf16 (p = 8), subnormals and overflow included.
+
+// a + b rounded to odd (53 bits); a, b finite.
+LOWBIT_HD double add_round_to_odd(double a, double b) {
+  const double sum = a + b;
+  const double bb = sum - a;
+  const double err = (a - (sum - bb)) + (b - bb);  // exact: a + b = sum + err
+  if (err == 0.0 || sum - sum != 0.0) return sum;  // exact, or overflowed to inf
+  std::uint64_t bits;
+#if defined(__CUDA_ARCH__)
+  bits = static_cast<std::uint64_t>(__double_as_longlong(sum));
+#else
+  std::memcpy(&bits, &sum, sizeof bits);
+#endif
+  if (bits & 1u) return sum;
+  // Even and inexact: step one ulp toward the exact value (sign-magnitude bits).
+  const bool away_from_zero = (err > 0.0) == (sum > 0.0);
+  bits = away_from_zero ? bits + 1 : bits - 1;
+  double out;
+#if defined(__CUDA_ARCH__)
+  out = __longlong_as_double(static_cast<long long>(bits));
+#else
+  std::memcpy(&out, &bits, sizeof out);
+#endif
+  return out;
+}
+
+// d rounded to odd at float precision (inf stays inf: every value that overflows
+// float also rounds to inf in f16 and bf16).
+LOWBIT_HD float double_to_float_round_to_odd(double d) {
+  const float f = static_cast<float>(d);  // nearest even
+  const double back = static_cast<double>(f);
+  if (back == d || f - f != 0.0f || d != d) return f;  // exact, inf or NaN
+  std::uint32_t bits = float_to_bits(f);
+  if (bits & 1u) return f;
+  // Even and inexact: the odd neighbour toward d (sign-magnitude bits). An
+  // underflow to zero takes d's sign and grows to the smallest subnormal.
+  const bool grow = (d < 0 ? -d : d) > (back < 0 ? -back : back);
+  if (f == 0.0f) bits = d < 0 ? 0x80000000u : 0u;
+  bits = grow ? bits + 1 : bits - 1;
+  return bits_to_float(bits);
+}
+
+// The exact value rounded once to T (Half or BFloat16).
+template <class T>
+LOWBIT_HD T round_exact_to(double exact_rounded_to_odd) {
+  return from_float<T>(double_to_float_round_to_odd(exact_rounded_to_odd));
+}
+
+// Decoded code value before scaling: Q4_1 q, Q4_0 q - 8, INT8 q. `stored` is what
+// the packed codes hold (INT4: the nibble; INT8: the stored byte q + 128).
+LOWBIT_HD int weight_code_value(const WeightPackLayout& l, int stored) {
+  if (l.bits == 8) return stored - 128;
+  return l.zero_point ? stored : stored - 8;
+}
+
+// The dequantized weight: T(q * s + m) (m = 0 without a zero point), one rounding.
+template <class T>
+LOWBIT_HD T dequant_weight(int q, T scale, T min) {
+  const double product = static_cast<double>(q) * static_cast<double>(to_float(scale));  // exact
+  return round_exact_to<T>(add_round_to_odd(product, static_cast<double>(to_float(min))));
+}
+template <class T>
+LOWBIT_HD T dequant_weight(int q, T scale) {
+  // No addend: the product is exact in double, so it is its own round-to-odd.
+  return round_exact_to<T>(static_cast<double>(q) * static_cast<double>(to_float(scale)));
+}
+
+}  // namespace lowbit::formats
