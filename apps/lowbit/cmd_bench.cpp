@@ -1,6 +1,7 @@
 #include <iostream>
 #include <string>
 
+#include "bench/gemm/gemm_bench.h"
 #include "bench/kvquant/kvquant_bench.h"
 #include "commands.h"
 #include "lowbit/error.h"
@@ -71,15 +72,61 @@ int bench_kvquant(const Args& args) {
   return bench::run_kvquant_bench(options);
 }
 
+void usage_gemm(std::ostream& out) {
+  out << "usage: lowbit bench gemm [options]\n\n"
+         "Quantized GEMMs against cuBLASLt INT8 and cuBLAS FP16 in the same run: the INT8 progression of seed\n"
+         "003 (naive, tiled, vectorized, WMMA, production) at 128^3 .. 8192^3 and decode shapes M in\n"
+         "{1, 16, 64, 128} x (N, K) in {(4096, 4096), (28672, 8192), (8192, 28672)}; the fused scale + bias +\n"
+         "ReLU epilogue; packed INT4; weight-only W4A16 / W8A16. Every configuration is checked first\n"
+         "(integers exactly against cuBLASLt). Without a GPU: the CPU reference on small shapes.\n\n"
+         "options:\n"
+         "  --json FILE       also write the results as JSON\n"
+         "  --quick           small cases only\n"
+         "  --section NAME    run only this section (repeatable): int8 epilogue int4 weight_only\n"
+         "  --cpu-only        do not use the GPU even if there is one\n";
+}
+
+int bench_gemm(const Args& args) {
+  bench::GemmBenchOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    auto value = [&]() -> const std::string& {
+      LOWBIT_CHECK(i + 1 < args.size(), flag, ": expected a value after it");
+      return args[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      usage_gemm(std::cout);
+      return 0;
+    } else if (flag == "--json") {
+      options.json_path = value();
+    } else if (flag == "--quick") {
+      options.quick = true;
+    } else if (flag == "--section") {
+      const std::string& name = value();
+      LOWBIT_CHECK(name == "int8" || name == "epilogue" || name == "int4" || name == "weight_only",
+                   "--section: unknown section '", name, "' (int8, epilogue, int4 or weight_only)");
+      options.only_sections.push_back(name);
+    } else if (flag == "--cpu-only") {
+      options.cpu_only = true;
+    } else {
+      std::cerr << "lowbit bench gemm: unknown option '" << flag << "'\n\n";
+      usage_gemm(std::cerr);
+      return 2;
+    }
+  }
+  return bench::run_gemm_bench(options);
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << "usage: lowbit bench <kvquant> [options]\n";
+    std::cout << "usage: lowbit bench <kvquant|gemm> [options]\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "kvquant") return bench_kvquant(Args(args.begin() + 1, args.end()));
-  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant)\n";
+  if (args[0] == "gemm") return bench_gemm(Args(args.begin() + 1, args.end()));
+  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant, gemm)\n";
   return 2;
 }
 

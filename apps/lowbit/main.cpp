@@ -10,7 +10,9 @@ void usage(std::ostream& out) {
   out << "usage: lowbit <command> [options]\n\n"
          "commands:\n"
          "  bench kvquant   KV-cache quantization benchmark (seed 000): CPU baseline, the seed's four\n"
-         "                  GPU kernels and lowbit's production path over the seed's ten T x D cases\n\n"
+         "                  GPU kernels and lowbit's production path over the seed's ten T x D cases\n"
+         "  bench gemm      quantized GEMMs (INT8, INT4, fused epilogue, W4A16/W8A16) against cuBLASLt and\n"
+         "                  cuBLAS in the same run (seeds 001, 003)\n\n"
          "Run `lowbit <command> --help` for its options.\n";
 }
 

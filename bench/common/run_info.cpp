@@ -1,5 +1,7 @@
 #include "run_info.h"
 
+#include "json.h"
+
 #include <omp.h>
 
 #include <array>
@@ -85,6 +87,19 @@ RunInfo collect_run_info() {
   }
 #endif
   return info;
+}
+
+Json run_info_json(const char* benchmark, const RunInfo& info) {
+  Json root = Json::object();
+  root.set("benchmark", benchmark);
+  root.set("commit", info.commit);
+  root.set("date", info.date);
+  root.set("gpu", info.gpu);
+  root.set("driver", info.driver);
+  root.set("cuda_runtime", info.cuda_runtime);
+  root.set("host_cpu", info.host_cpu);
+  root.set("host_threads", info.host_threads);
+  return root;
 }
 
 }  // namespace lowbit::bench

@@ -18,6 +18,11 @@ struct RunInfo {
 };
 
 RunInfo collect_run_info();  // no GPU parts when built without CUDA or none is present
+
+// The top of every result file: {"benchmark": name, "commit", "date", "gpu", "driver",
+// "cuda_runtime", "host_cpu", "host_threads"}; callers add their own fields.
+class Json;
+Json run_info_json(const char* benchmark, const RunInfo& info);
 bool gpu_available();
 
 }  // namespace lowbit::bench

@@ -22,7 +22,7 @@ namespace lowbit::bench {
 double quant_bytes(const QuantSpec& spec, DType dtype, std::int64_t rows, std::int64_t cols) {
   const QuantLayout layout = quant_layout(spec, rows, cols);
   const double params = static_cast<double>(layout.scale_count()) * 4 *
-                        (spec.scheme == QuantScheme::int4_asymmetric ? 2 : 1);
+                        (scheme_has_mins(spec.scheme) ? 2 : 1);
   return static_cast<double>(rows) * cols * static_cast<double>(dtype_size(dtype)) +
          static_cast<double>(rows) * layout.code_cols + params;
 }

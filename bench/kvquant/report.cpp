@@ -89,15 +89,7 @@ void print_summary(std::ostream& out, const std::vector<KvRow>& rows, bool gpu) 
 
 Json results_json(const RunInfo& info, const std::vector<KvRow>& rows, double copy_gbps, double host_copy_gbps,
                   std::int64_t max_elements, const std::vector<std::string>& skipped) {
-  Json root = Json::object();
-  root.set("benchmark", "kvquant");
-  root.set("commit", info.commit);
-  root.set("date", info.date);
-  root.set("gpu", info.gpu);
-  root.set("driver", info.driver);
-  root.set("cuda_runtime", info.cuda_runtime);
-  root.set("host_cpu", info.host_cpu);
-  root.set("host_threads", info.host_threads);
+  Json root = run_info_json("kvquant", info);
   root.set("gpu_copy_gbps", copy_gbps);
   root.set("host_copy_gbps", host_copy_gbps);
   root.set("max_elements", max_elements);

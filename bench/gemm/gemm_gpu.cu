@@ -1,0 +1,371 @@
+// The GPU sections of `lowbit bench gemm`. Every timed configuration is first checked:
+// integer outputs must equal cuBLASLt's INT32 result exactly, the fused epilogue must
+// equal cuBLASLt + the separate epilogue kernel bit for bit, and weight-only outputs
+// are compared with cuBLAS on the dequantized weights (relative L2).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/common/timing.h"
+#include "bench/gemm/device_fill.h"
+#include "bench/gemm/gemm_bench.h"
+#include "bench/gemm/peers.h"
+#include "bench/gemm/weight_inputs.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm/gemm_cuda.h"
+#include "formats/float16.h"
+#include "lowbit/cuda_check.h"
+#include "lowbit/gemm.h"
+
+namespace lowbit::bench {
+namespace {
+
+using cuda::DeviceBuffer;
+
+struct Shape {
+  std::int64_t m, n, k;
+};
+
+std::vector<Shape> cube_shapes(bool quick) {
+  if (quick) return {{128, 128, 128}, {1024, 1024, 1024}};
+  return {{128, 128, 128}, {1024, 1024, 1024}, {4096, 4096, 4096}, {8192, 8192, 8192}};
+}
+
+std::vector<Shape> decode_shapes(bool quick) {
+  std::vector<Shape> shapes;
+  const std::int64_t nk[][2] = {{4096, 4096}, {28672, 8192}, {8192, 28672}};
+  for (const auto& [n, k] : nk) {
+    for (std::int64_t m : {1, 16, 64, 128}) {
+      if (quick && (n != 4096 || m > 16)) continue;
+      shapes.push_back({m, n, k});
+    }
+  }
+  return shapes;
+}
+
+std::string shape_label(const Shape& s) {
+  return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+}
+
+// Fewer samples for slow configurations, so that the naive kernel at 8192^3 costs seconds, not minutes.
+int samples_for(double ops) { return ops > 2e11 ? 5 : 15; }
+
+double time_ms(const std::function<void(int)>& launch, cuda_stream_t stream, double ops) {
+  return gpu_median_ms(launch, stream, samples_for(ops));
+}
+
+cuda::IntGemmArgs i32_args(const void* a, const void* b, BLayout layout, void* out, const Shape& s, bool int4) {
+  cuda::IntGemmArgs args;
+  const std::int64_t k_storage = int4 ? (s.k + 1) / 2 : s.k;
+  args.a = a;
+  args.lda = k_storage;
+  args.b = b;
+  args.ldb = layout == BLayout::n_by_k ? k_storage : s.n;
+  args.b_layout = layout;
+  args.out = out;
+  args.ldc = s.n;
+  args.out_dtype = DType::i32;
+  args.m = s.m;
+  args.n = s.n;
+  args.k = s.k;
+  return args;
+}
+
+// The peer's own row: its speed-up column reads 1.00x.
+GemmRow reference_row(const char* section, const char* op, const char* variant, const Shape& s, const char* out_dtype,
+                      double ms, double ops, double bytes) {
+  GemmRow row = GemmRow::make(section, op, variant, s.m, s.n, s.k, "n_by_k", out_dtype);
+  row.ms = ms;
+  row.ops = ops;
+  row.bytes = bytes;
+  row.peer = variant;
+  row.peer_ms = ms;
+  row.check = "reference";
+  return row;
+}
+
+std::string exact_label(std::uint64_t mismatches, bool& ok) {
+  if (mismatches == 0) return "exact";
+  ok = false;
+  return "MISMATCH (" + std::to_string(mismatches) + ")";
+}
+
+// ---- INT8: the seed's progression and production, against cuBLASLt -----------------
+
+void int8_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers, std::vector<GemmRow>& rows) {
+  std::vector<Shape> shapes = cube_shapes(o.quick);
+  for (const Shape& s : decode_shapes(o.quick)) shapes.push_back(s);
+  const std::size_t first = rows.size();
+  for (const Shape& s : shapes) {
+    std::fprintf(stderr, "int8 %s\n", shape_label(s).c_str());
+    const bool cube = s.m == s.n && s.n == s.k;
+    const double ops = 2.0 * s.m * s.n * s.k;
+    const double bytes = static_cast<double>(s.m * s.k + s.n * s.k) + 4.0 * s.m * s.n;
+    DeviceBuffer a(s.m * s.k), b_nk(s.n * s.k), b_kn(s.k * s.n), ref(4 * s.m * s.n), out(4 * s.m * s.n);
+    fill_random_bytes(a.data(), a.bytes(), 1000 + s.m, stream);
+    fill_random_bytes(b_nk.data(), b_nk.bytes(), 2000 + s.n + s.k, stream);
+    transpose_bytes(b_nk.data(), b_kn.data(), s.n, s.k, stream);
+    peers.int8_gemm(a.data(), b_nk.data(), ref.data(), s.m, s.n, s.k);
+    const double peer_ms = time_ms([&](int) { peers.int8_gemm(a.data(), b_nk.data(), out.data(), s.m, s.n, s.k); },
+                                   stream, ops);
+    rows.push_back(reference_row("int8", "int8 i32", "cublaslt", s, "i32", peer_ms, ops, bytes));
+    for (const cuda::Int8GemmVariant variant : cuda::kInt8GemmVariants) {
+      const bool production = variant == cuda::Int8GemmVariant::production;
+      if (!cube && !production) continue;  // decode shapes: production against the peer only
+      for (const BLayout layout : {BLayout::n_by_k, BLayout::k_by_n}) {
+        const void* b = layout == BLayout::n_by_k ? b_nk.data() : b_kn.data();
+        const cuda::IntGemmArgs args = i32_args(a.data(), b, layout, out.data(), s, false);
+        std::string why;
+        if (!cuda::int8_gemm_supports(variant, args, &why)) continue;
+        LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+        cuda::int8_gemm(variant, args, stream);
+        GemmRow row = GemmRow::make("int8", "int8 i32", cuda::int8_gemm_variant_name(variant), s.m, s.n, s.k,
+                                    b_layout_name(layout), "i32");
+        row.check = exact_label(count_mismatches(out.data(), ref.data(), s.m * s.n, false, stream), row.ok);
+        row.ms = time_ms([&](int) { cuda::int8_gemm(variant, args, stream); }, stream, ops);
+        row.ops = ops;
+        row.bytes = bytes;
+        row.peer = "cublaslt";
+        row.peer_ms = peer_ms;
+        rows.push_back(row);
+      }
+    }
+  }
+  print_gemm_table("INT8 GEMM, INT32 out (speed-up = cuBLASLt time / this time)",
+                   std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), 0);
+}
+
+// ---- the fused scale + bias + ReLU epilogue to FP16 ----------------------------------
+
+void epilogue_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers,
+                      std::vector<GemmRow>& rows) {
+  std::vector<Shape> shapes = o.quick ? std::vector<Shape>{{1024, 1024, 1024}}
+                                      : std::vector<Shape>{{4096, 4096, 4096}, {8192, 8192, 8192}, {16, 28672, 8192},
+                                                           {128, 28672, 8192}};
+  const std::size_t first = rows.size();
+  for (const Shape& s : shapes) {
+    std::fprintf(stderr, "epilogue %s\n", shape_label(s).c_str());
+    const double ops = 2.0 * s.m * s.n * s.k;
+    DeviceBuffer a(s.m * s.k), b(s.n * s.k), acc(4 * s.m * s.n), out(2 * s.m * s.n), ref(2 * s.m * s.n);
+    DeviceBuffer sa(4 * s.m), sb(4 * s.n), bias(4 * s.n);
+    fill_random_bytes(a.data(), a.bytes(), 31, stream);
+    fill_random_bytes(b.data(), b.bytes(), 37, stream);
+    fill_random_f32(sa.as<float>(), s.m, 1e-3f, 2e-2f, 41, stream);
+    fill_random_f32(sb.as<float>(), s.n, 1e-3f, 2e-2f, 43, stream);
+    fill_random_f32(bias.as<float>(), s.n, -20.0f, 20.0f, 47, stream);
+    const float scale_c = 0.5f;
+
+    cuda::IntGemmArgs i32 = i32_args(a.data(), b.data(), BLayout::n_by_k, acc.data(), s, false);
+    cuda::IntGemmArgs fused = i32;
+    fused.out = out.data();
+    fused.out_dtype = DType::f16;
+    fused.scale_a = sa.as<float>();
+    fused.scale_a_per_row = true;
+    fused.scale_b = sb.as<float>();
+    fused.scale_b_per_col = true;
+    fused.scale_c = scale_c;
+    fused.bias = bias.as<float>();
+    fused.relu = true;
+
+    auto peer_then_epilogue = [&] {
+      peers.int8_gemm(a.data(), b.data(), acc.data(), s.m, s.n, s.k);
+      launch_separate_epilogue(acc.as<std::int32_t>(), ref.data(), s.m, s.n, sa.as<float>(), sb.as<float>(), scale_c,
+                               bias.as<float>(), true, stream);
+    };
+    peer_then_epilogue();
+    LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+    cuda::int8_gemm(fused, stream);
+    GemmRow row = GemmRow::make("epilogue", "int8 scale+bias+relu", "production fused", s.m, s.n, s.k, "n_by_k", "f16");
+    row.check = exact_label(count_mismatches(out.data(), ref.data(), s.m * s.n, true, stream), row.ok);
+    const double fused_ms = time_ms([&](int) { cuda::int8_gemm(fused, stream); }, stream, ops);
+    const double i32_ms = time_ms([&](int) { cuda::int8_gemm(i32, stream); }, stream, ops);
+    const double peer_ms = time_ms([&](int) { peer_then_epilogue(); }, stream, ops);
+    const double bytes_in = static_cast<double>(s.m * s.k + s.n * s.k);
+    row.ms = fused_ms;
+    row.ops = ops;
+    row.bytes = bytes_in + 2.0 * s.m * s.n;
+    row.peer = "cublaslt + epilogue kernel";
+    row.peer_ms = peer_ms;
+    rows.push_back(row);
+    GemmRow plain = reference_row("epilogue", "int8 i32 (same GEMM)", "production", s, "i32", i32_ms, ops,
+                                  bytes_in + 4.0 * s.m * s.n);
+    plain.peer = "production fused";
+    plain.peer_ms = fused_ms;
+    plain.check = "-";
+    rows.push_back(plain);
+    rows.push_back(reference_row("epilogue", "int8 scale+bias+relu", "cublaslt + epilogue kernel", s, "f16", peer_ms,
+                                 ops, bytes_in + 2.0 * s.m * s.n));
+  }
+  print_gemm_table("Fused epilogue to FP16 (per-row and per-column scales, bias, ReLU); the i32 row's speed-up "
+                   "column is fused / i32 time, i.e. 1 - overhead",
+                   std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), 0);
+}
+
+// ---- packed INT4 x INT4 ------------------------------------------------------------------
+
+void int4_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers, std::vector<GemmRow>& rows) {
+  std::vector<Shape> shapes = o.quick ? std::vector<Shape>{{1024, 1024, 1024}}
+                                      : std::vector<Shape>{{1024, 1024, 1024}, {4096, 4096, 4096}, {8192, 8192, 8192}};
+  const std::size_t first = rows.size();
+  for (const Shape& s : shapes) {
+    std::fprintf(stderr, "int4 %s\n", shape_label(s).c_str());
+    const double ops = 2.0 * s.m * s.n * s.k;
+    const std::int64_t kp = (s.k + 1) / 2;
+    DeviceBuffer a(s.m * kp), b(s.n * kp), a8(s.m * s.k), b8(s.n * s.k), ref(4 * s.m * s.n), out(4 * s.m * s.n);
+    fill_random_bytes(a.data(), a.bytes(), 51, stream);
+    fill_random_bytes(b.data(), b.bytes(), 53, stream);
+    unpack_int4_rows(a.data(), a8.data(), s.m, kp, stream);
+    unpack_int4_rows(b.data(), b8.data(), s.n, kp, stream);
+    peers.int8_gemm(a8.data(), b8.data(), ref.data(), s.m, s.n, s.k);
+    const double peer_ms = time_ms([&](int) { peers.int8_gemm(a8.data(), b8.data(), out.data(), s.m, s.n, s.k); },
+                                   stream, ops);
+    const cuda::IntGemmArgs args = i32_args(a.data(), b.data(), BLayout::n_by_k, out.data(), s, true);
+    LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+    cuda::int4_gemm(args, stream);
+    GemmRow row = GemmRow::make("int4", "int4 i32", "production", s.m, s.n, s.k, "n_by_k", "i32");
+    row.check = exact_label(count_mismatches(out.data(), ref.data(), s.m * s.n, false, stream), row.ok);
+    row.ms = time_ms([&](int) { cuda::int4_gemm(args, stream); }, stream, ops);
+    row.ops = ops;
+    row.bytes = static_cast<double>(s.m * kp + s.n * kp) + 4.0 * s.m * s.n;
+    row.peer = "cublaslt int8 (unpacked)";
+    row.peer_ms = peer_ms;
+    rows.push_back(row);
+  }
+  print_gemm_table("INT4 x INT4 GEMM, INT32 out (speed-up vs cuBLASLt INT8 on the unpacked operands)",
+                   std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), 0);
+}
+
+// ---- weight-only W4A16 / W8A16 against cuBLAS FP16 -----------------------------------------
+
+struct WeightForm {
+  const char* name;
+  WeightOnlySpec spec;
+};
+
+// Device copies of packed weights, enough of them that rotating through them defeats L2.
+struct DeviceWeights {
+  std::vector<DeviceBuffer> codes, scales, mins;
+  std::vector<PackedWeights> views;
+};
+
+DeviceWeights upload(const HostWeights& h, const WeightOnlySpec& spec, std::int64_t n, std::int64_t k) {
+  const std::size_t bytes = h.codes.size() + h.scales_packed.size() + h.mins_packed.size();
+  const int copies = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes + 1, 1, 32));
+  DeviceWeights d;
+  for (int c = 0; c < copies; ++c) {
+    d.codes.emplace_back(h.codes.size());
+    d.scales.emplace_back(h.scales_packed.size());
+    d.mins.emplace_back(h.mins_packed.size());
+    LOWBIT_CUDA_CHECK(cudaMemcpy(d.codes.back().data(), h.codes.data(), h.codes.size(), cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(d.scales.back().data(), h.scales_packed.data(), h.scales_packed.size(),
+                                 cudaMemcpyHostToDevice));
+    if (!h.mins_packed.empty()) {
+      LOWBIT_CUDA_CHECK(cudaMemcpy(d.mins.back().data(), h.mins_packed.data(), h.mins_packed.size(),
+                                   cudaMemcpyHostToDevice));
+    }
+    d.views.push_back(PackedWeights{
+        spec, n, k, TensorView::vector(d.codes.back().data(), DType::u8, Device::cuda, h.sizes.code_bytes),
+        TensorView::vector(d.scales.back().data(), spec.act_dtype, Device::cuda, h.sizes.scale_count),
+        spec.zero_point ? TensorView::vector(d.mins.back().data(), spec.act_dtype, Device::cuda, h.sizes.min_count)
+                        : TensorView{}});
+  }
+  return d;
+}
+
+void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers, double copy_gbps,
+                         std::vector<GemmRow>& rows) {
+  const WeightForm forms[] = {
+      {"w4a16 g32 zp (Q4_1)", {4, 32, true, DType::f16}},
+      {"w4a16 g128 zp", {4, 128, true, DType::f16}},
+      {"w8a16 per-channel", {8, 0, false, DType::f16}},
+  };
+  const std::int64_t nk[][2] = {{4096, 4096}, {28672, 8192}, {8192, 28672}};
+  const std::size_t first = rows.size();
+  for (const auto& [n, k] : nk) {
+    if (o.quick && n != 4096) continue;
+    // The FP16 peer's weights, rotated like ours.
+    const std::size_t w16_bytes = static_cast<std::size_t>(n * k) * 2;
+    const int w16_copies = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / w16_bytes + 1, 1, 8));
+    for (const WeightForm& form : forms) {
+      WeightOnlySpec spec = form.spec;
+      if (spec.group_size == 0) spec.group_size = k;
+      std::fprintf(stderr, "weight-only %s %lldx%lld: packing on the host\n", form.name, static_cast<long long>(n),
+                   static_cast<long long>(k));
+      const HostWeights host = make_weights(spec, n, k, static_cast<std::uint64_t>(n + k + spec.bits + spec.group_size));
+      DeviceWeights dev = upload(host, spec, n, k);
+      std::vector<DeviceBuffer> w16;
+      for (int c = 0; c < w16_copies; ++c) {
+        w16.emplace_back(w16_bytes);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(w16.back().data(), host.dequantized.data(), w16_bytes, cudaMemcpyHostToDevice));
+      }
+      const double weight_bytes = static_cast<double>(host.codes.size() + host.scales_packed.size() +
+                                                      host.mins_packed.size());
+      for (std::int64_t m : {1, 16, 64, 128}) {
+        if (o.quick && m > 16) continue;
+        const double ops = 2.0 * m * n * k;
+        DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
+        fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 61 + m, stream);
+        const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cuda, m, k);
+        const TensorView ov = TensorView::matrix(out.data(), DType::f16, Device::cuda, m, n);
+        peers.float_gemm(DType::f16, x.data(), w16[0].data(), ref.data(), m, n, k);
+        LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+        weight_only_gemm(xv, dev.views[0], TensorView{}, ov, stream);
+        const double err = relative_l2(out.data(), ref.data(), static_cast<std::size_t>(m * n), DType::f16, stream);
+        const int copies = static_cast<int>(dev.views.size());
+        const double ms = time_ms(
+            [&](int i) { weight_only_gemm(xv, dev.views[static_cast<std::size_t>(i % copies)], TensorView{}, ov, stream); },
+            stream, ops);
+        const double peer_ms = time_ms(
+            [&](int i) {
+              peers.float_gemm(DType::f16, x.data(), w16[static_cast<std::size_t>(i % w16_copies)].data(), ref.data(), m,
+                               n, k);
+            },
+            stream, ops);
+        char check[64];
+        std::snprintf(check, sizeof check, "rel %.1e", err);
+        GemmRow row = GemmRow::make("weight_only", form.name, "production", m, n, k, "n_by_k", "f16");
+        row.ms = ms;
+        row.ops = ops;
+        row.bytes = weight_bytes + 2.0 * m * k + 2.0 * m * n;
+        row.peer = "cublas f16";
+        row.peer_ms = peer_ms;
+        row.check = check;
+        row.ok = err < 5e-3;  // fp32 accumulation in another order, fp16 output rounding
+        if (!row.ok) row.check += " (over 5e-3)";
+        rows.push_back(row);
+        rows.push_back(reference_row("weight_only", "f16 weights", "cublas f16", Shape{m, n, k}, "f16", peer_ms, ops,
+                                     static_cast<double>(w16_bytes) + 2.0 * m * k + 2.0 * m * n));
+      }
+    }
+  }
+  print_gemm_table("Weight-only GEMM (FP16 activations) against cuBLAS FP16 on the dequantized weights",
+                   std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
+}
+
+bool wanted(const GemmBenchOptions& o, const char* section) {
+  return o.only_sections.empty() ||
+         std::find(o.only_sections.begin(), o.only_sections.end(), section) != o.only_sections.end();
+}
+
+}  // namespace
+
+void run_gemm_gpu(const GemmBenchOptions& options, double copy_gbps, std::vector<GemmRow>& rows) {
+  cudaStream_t stream{};
+  LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    CublasPeers peers(stream);
+    if (wanted(options, "int8")) int8_section(options, stream, peers, rows);
+    if (wanted(options, "epilogue")) epilogue_section(options, stream, peers, rows);
+    if (wanted(options, "int4")) int4_section(options, stream, peers, rows);
+    if (wanted(options, "weight_only")) weight_only_section(options, stream, peers, copy_gbps, rows);
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace lowbit::bench
