@@ -7,3 +7,4 @@ bash scripts/setup.sh
 bash scripts/build.sh
 mkdir -p out
 "${BUILD_DIR:-build}/bin/lowbit" bench kvquant --json out/kvquant.json "$@"
+"${BUILD_DIR:-build}/bin/lowbit" bench gemm --json out/gemm.json

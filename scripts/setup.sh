@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what lowbit needs on a fresh Debian/Ubuntu machine: a C++20 compiler,
-# CMake, OpenMP (with GCC), GoogleTest. The CUDA toolkit (nvcc) is expected to be
+# CMake, OpenMP (with GCC), GoogleTest, clang with libFuzzer (for the fuzz test). The CUDA toolkit (nvcc) is expected to be
 # installed already (it is not in Debian's main archive); without it, configure
 # with -DLOWBIT_CUDA=OFF. Safe to run again.
 set -euo pipefail
@@ -11,6 +11,11 @@ command -v g++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/src/googletest/CMakeLists.txt ]; then
   need+=(libgtest-dev)
+fi
+# clang with libFuzzer and the sanitizers, for the GGUF reader's fuzz test.
+command -v clang++ >/dev/null || need+=(clang)
+if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  need+=(libclang-rt-dev)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

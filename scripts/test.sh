@@ -5,3 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)"
+# The GGUF reader's fuzz target (clang, libFuzzer + ASan + UBSan), for a bounded time.
+FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz-gguf.sh

@@ -1,0 +1,97 @@
+// Bindings of include/lowbit/quant.h. The Python layer allocates every output (and
+// the GPU workspace) with the caller's array library; these functions only convert
+// views, release the GIL and call the library.
+#include <cstdint>
+
+#include "lowbit/quant.h"
+#include "views.h"
+
+namespace lowbit::python {
+namespace {
+
+QuantSpec make_spec(const char* scheme, const char* granularity, std::int64_t group_size) {
+  return QuantSpec{parse_scheme(scheme), parse_granularity(granularity), group_size};
+}
+
+QuantizedView quantized_view(const TensorView& codes, const TensorView& scales, const TensorView& mins) {
+  return QuantizedView{codes, scales, mins};
+}
+
+void quantize(const In& x, const Out& codes, const Out& scales, const OptOut& mins, const char* scheme,
+              const char* granularity, std::int64_t group_size, const OptOut& workspace, std::uintptr_t stream,
+              bool deferred) {
+  const QuantSpec spec = make_spec(scheme, granularity, group_size);
+  const TensorView xv = view_of(x, "x");
+  const QuantizedView q = quantized_view(view_of(codes, "codes"), view_of(scales, "scales"), view_of(mins, "mins"));
+  const TensorView ws = view_of(workspace, "workspace");
+  const Workspace w{ws.data, ws.span_bytes()};
+  const NonFiniteCheck check = deferred ? NonFiniteCheck::deferred : NonFiniteCheck::sync_and_throw;
+  DeviceGuard guard(xv, x.device_id());
+  nb::gil_scoped_release release;
+  lowbit::quantize(xv, spec, q, w, stream_of(stream), check);
+}
+
+void quantize_with_scales(const In& x, const Out& codes, const In& scales, const OptIn& mins, const char* scheme,
+                          const char* granularity, std::int64_t group_size, std::uintptr_t stream) {
+  const QuantSpec spec = make_spec(scheme, granularity, group_size);
+  const TensorView xv = view_of(x, "x");
+  const QuantizedView q = quantized_view(view_of(codes, "codes"), view_of(scales, "scales"), view_of(mins, "mins"));
+  DeviceGuard guard(xv, x.device_id());
+  nb::gil_scoped_release release;
+  lowbit::quantize_with_scales(xv, spec, q, stream_of(stream));
+}
+
+void dequantize(const In& codes, const In& scales, const OptIn& mins, const char* scheme, const char* granularity,
+                std::int64_t group_size, const Out& out, std::uintptr_t stream) {
+  const QuantSpec spec = make_spec(scheme, granularity, group_size);
+  const QuantizedView q = quantized_view(view_of(codes, "codes"), view_of(scales, "scales"), view_of(mins, "mins"));
+  const TensorView ov = view_of(out, "out");
+  DeviceGuard guard(ov, out.device_id());
+  nb::gil_scoped_release release;
+  lowbit::dequantize(q, spec, ov, stream_of(stream));
+}
+
+void check_status(const Out& workspace, std::uintptr_t stream) {
+  const TensorView ws = view_of(workspace, "workspace");
+  DeviceGuard guard(ws, workspace.device_id());
+  nb::gil_scoped_release release;
+  lowbit::check_quantize_status(Workspace{ws.data, ws.span_bytes()}, stream_of(stream));
+}
+
+nb::tuple layout(const char* scheme, const char* granularity, std::int64_t group_size, std::int64_t rows,
+                 std::int64_t cols) {
+  const QuantLayout l = quant_layout(make_spec(scheme, granularity, group_size), rows, cols);
+  return nb::make_tuple(l.code_cols, l.scale_rows, l.scale_cols);
+}
+
+}  // namespace
+
+void bind_quant(nb::module_& m) {
+  using namespace nb::literals;
+  m.def("quantize", &quantize, "x"_a, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a, "granularity"_a,
+        "group_size"_a, "workspace"_a.none(), "stream"_a, "deferred"_a,
+        "Scales (and mins) of x, then its codes, into the given arrays.");
+  m.def("quantize_with_scales", &quantize_with_scales, "x"_a, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a,
+        "granularity"_a, "group_size"_a, "stream"_a, "Codes of x with the given scales (and mins).");
+  m.def("dequantize", &dequantize, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a, "granularity"_a,
+        "group_size"_a, "out"_a, "stream"_a, "Decodes codes with their scales (and mins) into out.");
+  m.def("check_quantize_status", &check_status, "workspace"_a, "stream"_a,
+        "Synchronizes the stream; raises if a deferred quantize with this workspace saw NaN or Inf.");
+  m.def("quant_layout", &layout, "scheme"_a, "granularity"_a, "group_size"_a, "rows"_a, "cols"_a,
+        "(code_cols, scale_rows, scale_cols) of the quantized form of a rows x cols tensor.");
+  m.def(
+      "quantize_workspace_bytes",
+      [](const char* scheme, const char* granularity, std::int64_t group_size, std::int64_t rows, std::int64_t cols) {
+        return lowbit::quantize_workspace_bytes(make_spec(scheme, granularity, group_size), rows, cols);
+      },
+      "scheme"_a, "granularity"_a, "group_size"_a, "rows"_a, "cols"_a, "GPU workspace bytes of quantize().");
+  m.def(
+      "scheme_info",
+      [](const char* scheme) {
+        const QuantScheme s = parse_scheme(scheme);
+        return nb::make_tuple(scheme_bits(s), scheme_has_mins(s), dtype_name(scheme_code_dtype(s)));
+      },
+      "scheme"_a, "(bits, has_mins, code dtype name) of a scheme.");
+}
+
+}  // namespace lowbit::python

@@ -1,0 +1,19 @@
+// The _lowbit extension module: lowbit::Error becomes lowbit.LowbitError (a
+// RuntimeError) with the C++ message; the op families are bound in bind_*.cpp.
+#include <nanobind/nanobind.h>
+
+#include "lowbit/error.h"
+
+namespace lowbit::python {
+void bind_quant(nanobind::module_& m);
+void bind_gemm(nanobind::module_& m);
+}  // namespace lowbit::python
+
+NB_MODULE(_lowbit, m) {
+  namespace nb = nanobind;
+  m.doc() = "lowbit's C++ API over DLPack arrays (use the `lowbit` package, not this module)";
+  nb::exception<lowbit::Error>(m, "LowbitError", PyExc_RuntimeError);
+  lowbit::python::bind_quant(m);
+  lowbit::python::bind_gemm(m);
+  m.attr("cuda") = static_cast<bool>(LOWBIT_WITH_CUDA);
+}

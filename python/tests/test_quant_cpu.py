@@ -1,0 +1,95 @@
+"""quantize_tensor / dequantize_tensor on NumPy arrays equal the NumPy reimplementation of
+the formulas bit for bit, write into the arrays they return, and take strided inputs."""
+import numpy as np
+import pytest
+from conftest import awkward_matrix
+
+import lowbit
+import reference
+
+SHAPES = [(1, 1), (3, 17), (33, 70), (7, 129), (64, 48)]
+SCHEMES = ["int8", "int4", "int8_asym", "int4_sym"]
+GRANULARITIES = [("tensor", 0), ("channel", 0), ("token", 0), ("group", 16), ("group", 32)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("granularity,group", GRANULARITIES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_quantize_matches_reference(rng, shape, scheme, granularity, group, dtype):
+    x = awkward_matrix(rng, *shape, dtype=dtype)
+    codes, scales, mins = lowbit.quantize_tensor(x, scheme, granularity, group)
+    want_codes, want_scales, want_mins = reference.quantize(x, scheme, granularity, group)
+    assert codes.dtype == want_codes.dtype and codes.shape == want_codes.shape
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(scales.ravel().view(np.uint32), want_scales.view(np.uint32))
+    if want_mins is None:
+        assert mins is None
+    else:
+        np.testing.assert_array_equal(mins.ravel().view(np.uint32), want_mins.view(np.uint32))
+    if granularity == "group":
+        assert scales.shape == (shape[0], -(-shape[1] // group))
+
+    for out_dtype in (np.float32, np.float16):
+        got = lowbit.dequantize_tensor(codes, scales, mins, scheme, granularity, group, dtype=out_dtype,
+                                       cols=shape[1])
+        want = reference.dequantize(want_codes, want_scales, want_mins, scheme, granularity, group, shape[1],
+                                    out_dtype)
+        assert got.dtype == out_dtype and got.shape == shape
+        np.testing.assert_array_equal(got.view(np.uint16 if out_dtype == np.float16 else np.uint32),
+                                      want.view(np.uint16 if out_dtype == np.float16 else np.uint32))
+
+
+def test_outputs_are_written_in_place(rng, monkeypatch):
+    """The C++ layer writes into the arrays the Python layer allocates (no copies back)."""
+    allocated = []
+    real_empty = np.empty
+
+    def recording_empty(*args, **kwargs):
+        a = real_empty(*args, **kwargs)
+        a.fill(0x5A if a.dtype.kind in "iu" else np.nan)  # poison
+        allocated.append(a)
+        return a
+
+    monkeypatch.setattr(np, "empty", recording_empty)
+    x = awkward_matrix(rng, 9, 40)
+    codes, scales, mins = lowbit.quantize_tensor(x, "int4", "group", 16)
+    pointers = {a.__array_interface__["data"][0] for a in allocated}
+    for out in (codes, scales, mins):
+        assert out.__array_interface__["data"][0] in pointers
+    want_codes, want_scales, _ = reference.quantize(x, "int4", "group", 16)
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(scales.ravel(), want_scales)
+
+
+def test_padded_rows_are_read_in_place(rng):
+    """A view with row stride > cols (a column slice) goes in without a copy."""
+    big = awkward_matrix(rng, 12, 64)
+    x = big[:, :40]
+    assert not x.flags.c_contiguous
+    codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
+    want_codes, want_scales, _ = reference.quantize(np.ascontiguousarray(x), "int8", "token")
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(scales, want_scales)
+
+
+def test_read_only_input(rng):
+    x = awkward_matrix(rng, 4, 32)
+    x.setflags(write=False)
+    codes, _, _ = lowbit.quantize_tensor(x, "int8", "channel")
+    np.testing.assert_array_equal(codes, reference.quantize(x, "int8", "channel")[0])
+
+
+def test_odd_columns_int4_default_cols(rng):
+    x = awkward_matrix(rng, 5, 33)
+    codes, scales, mins = lowbit.quantize_tensor(x, "int4", "channel")
+    # per-channel scales pin D, so cols is not needed
+    y = lowbit.dequantize_tensor(codes, scales, mins, "int4", "channel")
+    assert y.shape == (5, 33)
+
+
+def test_roundtrip_error_is_bounded(rng):
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
+    y = lowbit.dequantize_tensor(codes, scales, None, "int8", "token")
+    assert np.all(np.abs(y - x) <= scales[:, None] / 2 * 1.0001)

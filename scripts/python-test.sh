@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds and installs the Python package (`lowbit`, with the CUDA kernels when nvcc is
+# found) and runs its pytest suite (GPU tests skip without a GPU, torch / transformers
+# tests without those packages). Offline machines: run scripts/python-wheels.sh where
+# there is network first; the wheels in .wheels/ then travel with the repository.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python="${PYTHON:-python3}"
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+if [ -z "${LOWBIT_CUDA:-}" ]; then
+  LOWBIT_CUDA=ON
+  command -v nvcc >/dev/null || { LOWBIT_CUDA=OFF; echo "python-test: nvcc not found, building the CPU parts only"; }
+fi
+export LOWBIT_CUDA
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+
+pip_source=()
+[ -d .wheels ] && pip_source=(--no-index --find-links .wheels)
+
+# The build and test dependencies, where missing (import name = package name, with - for _).
+missing=()
+for module in numpy pytest nanobind scikit_build_core; do
+  "$python" -c "import $module" 2>/dev/null || missing+=("${module//_/-}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "python-test: installing ${missing[*]}"
+  "$python" -m pip install -q "${pip_source[@]}" "${missing[@]}"
+fi
+
+# No build isolation: the build dependencies installed above are used as they are, so
+# nothing is downloaded, and the build tree in build-python/ is reused between runs.
+echo "python-test: building and installing lowbit (LOWBIT_CUDA=$LOWBIT_CUDA)"
+"$python" -m pip install -q --no-build-isolation --no-deps "${pip_source[@]}" .
+
+"$python" -m pytest python/tests -q -rs "$@"

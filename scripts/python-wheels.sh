@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Downloads the Python package's build and test dependencies (pure-Python wheels:
+# nanobind, scikit-build-core, pytest and their dependencies) into .wheels/, so that
+# scripts/python-test.sh can install them on a machine without network
+# (pip --no-index --find-links .wheels). NumPy is not included: it is a binary wheel
+# for one Python version, and machines with PyTorch already have it. tomli and
+# exceptiongroup are what the others need on Python < 3.11.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python="${PYTHON:-python3}"
+mkdir -p .wheels
+"$python" -m pip download -q --only-binary=:all: --dest .wheels \
+  "nanobind>=2.0" "scikit-build-core>=0.10" pytest
+# Pure-Python builds of those (pip would pick this Python's compiled tomli).
+"$python" -m pip download -q --only-binary=:all: --dest .wheels \
+  --platform any --implementation py --python-version 3.10 --abi none \
+  tomli exceptiongroup typing-extensions
+ls .wheels
