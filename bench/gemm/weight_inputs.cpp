@@ -53,8 +53,8 @@ HostWeights make_weights(const WeightOnlySpec& spec, std::int64_t n, std::int64_
                                        : TensorView{}};
   const TensorView codes_view = TensorView::matrix(codes.data(), spec.bits == 8 ? DType::i8 : DType::u8, Device::cpu,
                                                    n, code_cols);
-  pack_weights(codes_view, TensorView::vector(scales.data(), DType::f32, Device::cpu, n * groups),
-               spec.zero_point ? TensorView::vector(mins.data(), DType::f32, Device::cpu, n * groups) : TensorView{},
+  pack_weights(codes_view, TensorView::matrix(scales.data(), DType::f32, Device::cpu, n, groups),
+               spec.zero_point ? TensorView::matrix(mins.data(), DType::f32, Device::cpu, n, groups) : TensorView{},
                packed);
   return w;
 }

@@ -138,13 +138,18 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::
   }
 }
 
-// Streaming 16-byte load of packed codes: read once, so keep it out of L1.
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+// cp.async: 16-byte copies global -> shared that bypass L1 and registers; a
+// src_bytes of 0 fills the destination with zeros.
+__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 // Output element: FP32 accumulator + bias, one rounding to the act dtype.

@@ -3,11 +3,13 @@
 //
 // The time is the weight bytes (28672 x 8192 INT4 at g32: 117 MB of codes + 29 MB of
 // scales and mins), so everything serves the stream: each warp owns kTN tiles of 8
-// output rows and a contiguous range of K (one k-slice), and per 128-wide step loads
+// output rows and a contiguous range of K (one k-slice), and per 128-wide step copies
 // one 16-byte vector per lane per tile (INT8: two), i.e. 512 contiguous bytes per
-// tile, prefetching the next step's codes, scales and activations while it
-// dequantizes and multiplies the current ones (2 steps in flight). Codes bypass L1.
-// Activations are read per step (L1-resident), not prefetched.
+// tile, plus the tiles' scales and mins, with cp.async into its own ring of kStages
+// shared-memory slots: kStages - 1 steps (6 KB per warp, ~100 KB per SM) are in
+// flight while it dequantizes and multiplies the oldest, without spending registers
+// on them (a register double buffer kept only one step, 32 KB per SM, in flight and
+// streamed at 58% of the copy bandwidth). Activations are read per step (L1-resident).
 //
 // The product is mma.sync m16n8k16 with A = the activations (M rows, padded to 16
 // with zero registers; rows 8..15 only exist when M > 8), B = the dequantized weights
@@ -38,11 +40,17 @@ __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-template <Form F, int kRowGroups, int kTN>
-struct Stage {
-  static constexpr int kLoads = F == Form::int8 ? 2 : 1;
-  uint4 codes[kTN][kLoads];
-  std::uint16_t s[kTN], m[kTN];
+// A warp's slice of the shared-memory ring: kStages steps of kTN units of codes
+// with their scales and mins. Each warp streams its own units, so a warp only ever
+// waits for its own copies (cp.async groups) and syncs with __syncwarp.
+constexpr int kStages = 4;  // steps in flight per warp: kStages - 1
+constexpr int kMaxChunks = 4;  // 16-byte scale chunks per tile per step (group 32)
+template <Form F, int kTN>
+struct Ring {
+  static constexpr int kLoads = F == Form::int8 ? 2 : 1;  // 16-byte code loads per lane per unit
+  uint4 codes[kStages][kTN][kLoads][32];
+  std::uint16_t scales[kStages][kTN][kMaxChunks][8];
+  std::uint16_t mins[kStages][kTN][kMaxChunks][8];
 };
 
 // The slow path (the ragged end of K, or rows not 16-byte aligned), kept out of line
@@ -82,28 +90,31 @@ __device__ __forceinline__ void load_x_run(const Params& p, std::int64_t row, st
   for (int i = 0; i < 16; ++i) w[i] = ragged[i];
 }
 
-template <Form F, int kRowGroups, int kTN>
-__device__ __forceinline__ void load_stage(const Params& p, std::int64_t tile0, std::int64_t step, int lane,
-                                           Stage<F, kRowGroups, kTN>& st) {
-  const int r = lane / 4, c = lane % 4;  // this lane's n within a tile, and k column
+// Issues the copies of one step into ring slot `slot`: each lane copies its own code
+// vectors; lanes (list, j, q) copy 16-byte chunks of scales (list 0) and mins (list 1).
+// Tiles past N are zero-filled.
+template <Form F, int kTN>
+__device__ __forceinline__ void load_stage(const Params& p, std::int64_t tile0, std::int64_t step, int lane, int slot,
+                                           Ring<F, kTN>& ring) {
   constexpr std::int64_t kUnit = F == Form::int8 ? 1024 : 512;
 #pragma unroll
   for (int j = 0; j < kTN; ++j) {
     const std::int64_t tile = tile0 + j;
-    if (tile < p.n_tiles) {
-      const std::uint8_t* unit = p.codes + (tile * p.k_steps + step) * kUnit;
+    const bool real = tile < p.n_tiles;
+    const std::uint8_t* unit = p.codes + (real ? (tile * p.k_steps + step) * kUnit : 0);
 #pragma unroll
-      for (int h = 0; h < Stage<F, kRowGroups, kTN>::kLoads; ++h) st.codes[j][h] = load_stream16(unit + (h * 32 + lane) * 16);
-      const std::int64_t group = step * p.groups_per_step + (c >> p.group_shift);
-      const std::int64_t index = (tile * p.groups + group) * 8 + r;
-      st.s[j] = __ldg(p.scales + index);
-      st.m[j] = F == Form::q4_zero_point ? __ldg(p.mins + index) : std::uint16_t{0};
-    } else {
-#pragma unroll
-      for (int h = 0; h < Stage<F, kRowGroups, kTN>::kLoads; ++h) st.codes[j][h] = make_uint4(0, 0, 0, 0);
-      st.s[j] = 0;
-      st.m[j] = 0;
+    for (int h = 0; h < Ring<F, kTN>::kLoads; ++h) {
+      cp_async16(&ring.codes[slot][j][h][lane], unit + (h * 32 + lane) * 16, real ? 16 : 0);
     }
+  }
+  const int list = lane / 16, j = (lane / 4) % 4, q = lane % 4;
+  const int chunks = p.groups_per_step > 0 ? p.groups_per_step : 1;
+  if (j < kTN && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
+    const std::int64_t tile = tile0 + j;
+    const bool real = tile < p.n_tiles;
+    const std::uint16_t* src = list == 0 ? p.scales : p.mins;
+    const std::int64_t offset = real ? (tile * p.groups + step * p.groups_per_step + q) * 8 : 0;
+    cp_async16(list == 0 ? ring.scales[slot][j][q] : ring.mins[slot][j][q], src + offset, real ? 16 : 0);
   }
 }
 
@@ -111,8 +122,8 @@ __device__ __forceinline__ void load_stage(const Params& p, std::int64_t tile0, 
 // L1 / L2 hits (every warp of the block and of the grid reads the same X), and
 // double-buffering them as well would cost 32 registers more and spill.
 template <class T, Form F, int kRowGroups, int kTN>
-__device__ __forceinline__ void compute_stage(const Params& p, std::int64_t step, int lane,
-                                              const Stage<F, kRowGroups, kTN>& st, float (&acc)[kTN][4]) {
+__device__ __forceinline__ void compute_stage(const Params& p, std::int64_t step, int lane, int slot,
+                                              const Ring<F, kTN>& ring, float (&acc)[kTN][4]) {
   const int r = lane / 4, c = lane % 4;
   std::uint32_t x[kRowGroups][16];  // the lane's 32 activations of rows r and r + 8
   const std::int64_t k0 = step * formats::kPackStepK + 32 * c;
@@ -120,7 +131,9 @@ __device__ __forceinline__ void compute_stage(const Params& p, std::int64_t step
   for (int g = 0; g < kRowGroups; ++g) load_x_run(p, r + 8 * g, k0, x[g]);
 #pragma unroll
   for (int j = 0; j < kTN; ++j) {
-    const Scale2<T> sc{Act<T>::splat(st.s[j]), Act<T>::splat(st.m[j])};
+    const int g = c >> p.group_shift;
+    const Scale2<T> sc{Act<T>::splat(ring.scales[slot][j][g][r]),
+                       Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][j][g][r] : std::uint16_t{0})};
     // Product t uses activation words 2t (k 4t, 4t+1) and 2t + 1 (k 4t+2, 4t+3).
     auto mma_t = [&](int t, std::uint32_t b0, std::uint32_t b1) {
       const std::uint32_t a1 = kRowGroups > 1 ? x[kRowGroups - 1][2 * t] : 0u;
@@ -133,7 +146,7 @@ __device__ __forceinline__ void compute_stage(const Params& p, std::int64_t step
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           std::uint32_t b[2];
-          dequant_int8_word<T>(word_of(st.codes[j][h], w), sc, b);
+          dequant_int8_word<T>(word_of(ring.codes[slot][j][h][lane], w), sc, b);
           mma_t(4 * h + w, b[0], b[1]);
         }
       }
@@ -141,7 +154,7 @@ __device__ __forceinline__ void compute_stage(const Params& p, std::int64_t step
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         std::uint32_t b[4];
-        dequant_int4_word<T, F>(word_of(st.codes[j][0], w), sc, b);
+        dequant_int4_word<T, F>(word_of(ring.codes[slot][j][0][lane], w), sc, b);
         mma_t(2 * w, b[0], b[1]);
         mma_t(2 * w + 1, b[2], b[3]);
       }
@@ -152,7 +165,9 @@ __device__ __forceinline__ void compute_stage(const Params& p, std::int64_t step
 template <class T, Form F, int kRowGroups, int kTN>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p, int k_slices) {
   __shared__ float partial[kWarps][kTN][4][32];
+  extern __shared__ __align__(16) std::uint8_t ring_bytes[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  Ring<F, kTN>& ring = reinterpret_cast<Ring<F, kTN>*>(ring_bytes)[warp];
   const int k_slice = warp % k_slices, column = warp / k_slices;
   const int columns = kWarps / k_slices;
   const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) * columns + column) * kTN;
@@ -166,13 +181,25 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p, int k
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
   }
   if (tile0 < p.n_tiles && step_begin < step_end) {
-    Stage<F, kRowGroups, kTN> current, next;
-    load_stage(p, tile0, step_begin, lane, current);
-    for (std::int64_t step = step_begin; step < step_end; ++step) {
-      if (step + 1 < step_end) load_stage(p, tile0, step + 1, lane, next);
-      compute_stage<T>(p, step, lane, current, acc);
-      current = next;
+    // One commit group per step, empty or not, so that wait_group counts steps.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (step_begin + s < step_end) load_stage(p, tile0, step_begin + s, lane, s, ring);
+      cp_async_commit();
     }
+    int slot = 0;
+    for (std::int64_t step = step_begin; step < step_end; ++step) {
+      cp_async_wait<kStages - 2>();  // this lane's copies of `step` have landed
+      __syncwarp();                  // ... and every lane's (scales are shared)
+      compute_stage<T, F, kRowGroups>(p, step, lane, slot, ring, acc);
+      __syncwarp();  // the slot refilled next (read last iteration) is free
+      const std::int64_t ahead = step + kStages - 1;
+      const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
+      if (ahead < step_end) load_stage(p, tile0, ahead, lane, ahead_slot, ring);
+      cp_async_commit();
+      slot = slot + 1 == kStages ? 0 : slot + 1;
+    }
+    cp_async_wait<0>();
   }
 
 #pragma unroll
@@ -205,7 +232,10 @@ void launch(const Params& p, cudaStream_t stream) {
   auto blocks_for = [&](int slices) { return (p.n_tiles + (kWarps / slices) * kTN - 1) / ((kWarps / slices) * kTN); };
   while (k_slices < kWarps && blocks_for(k_slices) < 2 * sms && 2 * k_slices <= p.k_steps) k_slices *= 2;
   const std::int64_t blocks = blocks_for(k_slices);
-  gemv_kernel<T, F, kRowGroups, kTN><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, k_slices);
+  constexpr int kRingBytes = kWarps * static_cast<int>(sizeof(Ring<F, kTN>));
+  LOWBIT_CUDA_CHECK(
+      cudaFuncSetAttribute(gemv_kernel<T, F, kRowGroups, kTN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
+  gemv_kernel<T, F, kRowGroups, kTN><<<static_cast<unsigned>(blocks), kThreads, kRingBytes, stream>>>(p, k_slices);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

@@ -40,19 +40,6 @@ constexpr int stage_bytes() {
   return kXBytes + kBlockTiles * unit_bytes<F>() + 2 * kScaleBytes;
 }
 
-__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16-byte async copy; src_bytes 0 fills the destination with zeros.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 __device__ __forceinline__ int x_chunk_position(int row, int j) { return j ^ ((j >> 3) << 1) ^ (row & 1); }
 
 template <Form F>
