@@ -5,7 +5,8 @@
 #   usage: scripts/gpu-check.sh [RESULTS_DIR]
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
-# matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm") only those benchmarks.
+# matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm") only those benchmarks,
+# GPU_CHECK_PYTHON=0 skips the Python package's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="${1:-out/gpu-check}"
@@ -43,6 +44,12 @@ tests() {
   OMP_NUM_THREADS=2 ctest --test-dir "$build_dir" --output-on-failure -j 8 --output-junit "$results/ctest.xml" \
     ${GPU_CHECK_TESTS:+-R "$GPU_CHECK_TESTS"}
 }
+python_tests() {
+  # The package built for this GPU, and its pytest suite (GPU tests included). The
+  # build and test dependencies come from .wheels/ (scripts/python-wheels.sh) when
+  # the machine has no network.
+  LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a bash scripts/python-test.sh
+}
 benchmarks() {
   local status=0
   for name in ${GPU_CHECK_BENCH:-kvquant gemm}; do
@@ -56,6 +63,7 @@ ok=1
 step build build.log build || ok=0
 if [ "$ok" = 1 ]; then
   step tests test.log tests || ok=0
+  [ "${GPU_CHECK_PYTHON:-1}" = 1 ] && { step python python-test.log python_tests || ok=0; }
   step bench bench.log benchmarks || ok=0
 fi
 
@@ -68,6 +76,7 @@ while IFS='|' read -r name status seconds; do
   printf '| %s | %s | %s |\n' "$name" "$([ "$status" = 0 ] && echo ok || echo "FAILED ($status)")" "$seconds"
 done <"$results/.steps"
 grep -E "tests passed|tests failed" "$results/test.log" 2>/dev/null | tail -n 1
+grep -E "^[0-9]+ (passed|failed)|[0-9]+ passed" "$results/python-test.log" 2>/dev/null | tail -n 1 | sed 's/^/pytest: /'
 if [ -f "$results/bench-kvquant.md" ]; then
   echo
   sed -n '/^## Summary/,$p' "$results/bench-kvquant.md"

@@ -5,5 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)"
+# The Python package: built and installed from this tree, then its pytest suite.
+bash scripts/python-test.sh
 # The GGUF reader's fuzz target (clang, libFuzzer + ASan + UBSan), for a bounded time.
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz-gguf.sh
