@@ -198,7 +198,8 @@ void check_on_gpu(Operands& o, const EpilogueCase& ec, const Runner& runner, con
 std::vector<Runner> int8_runners(bool with_slow) {
   std::vector<Runner> runners{{true, Int8GemmVariant::production}};
   for (const Int8GemmVariant v : cuda::kInt8GemmVariants) {
-    if (with_slow || v == Int8GemmVariant::production || v == Int8GemmVariant::wmma) runners.push_back({false, v});
+    const bool fast = v == Int8GemmVariant::production || v == Int8GemmVariant::wmma || v == Int8GemmVariant::wgmma;
+    if (with_slow || fast) runners.push_back({false, v});
   }
   return runners;
 }
@@ -279,7 +280,8 @@ TEST_F(IntGemmGpu, Int8AllMinimumOperands) {
 // Large shapes (production and WMMA only): full tiles, K tails, and a float epilogue.
 TEST_F(IntGemmGpu, Int8LargeShapes) {
   LOWBIT_TEST_RNG(rng);
-  const std::vector<Runner> fast{{true, Int8GemmVariant::production}, {false, Int8GemmVariant::production}};
+  const std::vector<Runner> fast{
+      {true, Int8GemmVariant::production}, {false, Int8GemmVariant::production}, {false, Int8GemmVariant::wgmma}};
   for (const BLayout layout : {BLayout::n_by_k, BLayout::k_by_n}) {
     run_case(rng, {512, 768, 1024, layout}, false, EpilogueCase{}, int8_runners(false));
     if (HasFatalFailure()) return;
@@ -339,6 +341,143 @@ TEST_F(IntGemmGpu, FloatOutputsNearFp64) {
         }
       }
     }
+  }
+}
+
+// ---- the Hopper wgmma + TMA kernel (variant wgmma): skipped where it cannot run
+
+// Skips the test, saying why, when the wgmma kernel does not run here (not a
+// compute capability 9.0 GPU, or a build without sm_90a).
+#define SKIP_UNLESS_WGMMA()                                                                          \
+  do {                                                                                               \
+    std::string why_not;                                                                             \
+    if (!wgmma_runs_here(&why_not)) GTEST_SKIP() << "the wgmma variant does not run here: " << why_not; \
+  } while (0)
+
+bool wgmma_runs_here(std::string* why_not) {
+  cuda::IntGemmArgs args;
+  alignas(16) static const std::uint8_t dummy[16] = {};  // never read: supports only looks at the pointer
+  args.a = args.b = args.out = const_cast<std::uint8_t*>(dummy);
+  args.lda = args.ldb = args.ldc = 16;
+  args.b_layout = BLayout::n_by_k;
+  args.m = args.n = args.k = 16;
+  return cuda::int8_gemm_supports(Int8GemmVariant::wgmma, args, why_not);
+}
+
+std::vector<Runner> wgmma_runners() {
+  return {{false, Int8GemmVariant::wgmma}, {true, Int8GemmVariant::production}};
+}
+
+// M, N and K tails of the 128 x 256 x 128 tile, aligned rows (16-byte strides with
+// spare bytes, so TMA must stop at K, not at the row stride) and outputs with even
+// and odd row strides.
+TEST_F(IntGemmGpu, WgmmaTailsExactI32) {
+  SKIP_UNLESS_WGMMA();
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t mn[] = {1, 7, 33, 127, 1000, 300};
+  const std::int64_t ks[] = {16, 48, 1008, 4112};
+  int index = 0;
+  for (const std::int64_t m : mn) {
+    for (const std::int64_t n : mn) {
+      const std::int64_t k = ks[index % 4];
+      const Problem p{m, n, k, BLayout::n_by_k, 16 * (index % 3), 32 * (index % 2), index % 3};
+      run_case(rng, p, false, EpilogueCase{}, wgmma_runners());
+      if (HasFatalFailure()) return;
+      ++index;
+    }
+  }
+  for (const std::int64_t k : ks) {  // every K against a multi-tile M and N
+    run_case(rng, {300, 1000, k, BLayout::n_by_k, 16, 0, 2}, false, EpilogueCase{}, wgmma_runners());
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(IntGemmGpu, WgmmaFloatEpilogues) {
+  SKIP_UNLESS_WGMMA();
+  LOWBIT_TEST_RNG(rng);
+  const Problem problems[] = {{300, 1000, 1008, BLayout::n_by_k, 16, 16, 2},  // vector stores
+                              {127, 33, 48, BLayout::n_by_k, 0, 16, 1},       // odd ldc: element stores
+                              {1000, 300, 4112, BLayout::n_by_k, 32, 0, 0},
+                              {7, 1, 16, BLayout::n_by_k, 0, 0, 0}};
+  for (const Problem& p : problems) {
+    for (const DType out : kFloatDTypes) {
+      for (int form = 0; form <= 3; ++form) {
+        run_case(rng, p, false, EpilogueCase{out, form}, wgmma_runners());
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// More tiles than SMs, so that CTAs run several tiles: the pipeline's phases and the
+// epilogue's column table carry across tiles (K = 16 is one step per tile).
+TEST_F(IntGemmGpu, WgmmaPersistentTiles) {
+  SKIP_UNLESS_WGMMA();
+  LOWBIT_TEST_RNG(rng);
+  run_case(rng, {2048, 4096, 4096, BLayout::n_by_k}, false, EpilogueCase{}, wgmma_runners());
+  if (HasFatalFailure()) return;
+  run_case(rng, {2000, 3000, 16, BLayout::n_by_k, 0, 0, 0}, false, EpilogueCase{DType::bf16, 3}, wgmma_runners());
+  if (HasFatalFailure()) return;
+  run_case(rng, {2048, 2600, 528, BLayout::n_by_k, 16, 16, 1}, false, EpilogueCase{DType::f16, 2}, wgmma_runners());
+  if (HasFatalFailure()) return;
+  Problem extreme{300, 600, 8192, BLayout::n_by_k};
+  extreme.all_min = true;
+  run_case(rng, extreme, false, EpilogueCase{}, wgmma_runners());
+}
+
+// What TMA cannot take is refused with a reason (on any machine: these checks come
+// before the device's), and the public entry still computes it exactly.
+TEST_F(IntGemmGpu, WgmmaRefusesWithReason) {
+  cuda::DeviceBuffer buffer(4096);
+  auto* base = static_cast<std::uint8_t*>(buffer.data());
+  cuda::IntGemmArgs args;
+  args.a = base;
+  args.lda = 48;
+  args.b = base + 1024;
+  args.ldb = 48;
+  args.b_layout = BLayout::n_by_k;
+  args.out = base + 2048;
+  args.ldc = 8;
+  args.m = args.n = 8;
+  args.k = 40;
+  auto refuses = [&](const cuda::IntGemmArgs& a, const char* expected) {
+    std::string why_not;
+    EXPECT_FALSE(cuda::int8_gemm_supports(Int8GemmVariant::wgmma, a, &why_not)) << expected;
+    EXPECT_NE(why_not.find(expected), std::string::npos) << why_not;
+  };
+  cuda::IntGemmArgs bad = args;
+  bad.lda = 40;
+  refuses(bad, "lda");
+  bad = args;
+  bad.ldb = 44;
+  refuses(bad, "ldb");
+  bad = args;
+  bad.a = base + 8;
+  refuses(bad, "A base pointer must be 16-byte aligned");
+  bad = args;
+  bad.b = base + 1028;
+  refuses(bad, "B base pointer must be 16-byte aligned");
+  bad = args;
+  bad.b_layout = BLayout::k_by_n;
+  refuses(bad, "n_by_k");
+  std::string why_not;
+  if (wgmma_runs_here(&why_not)) {
+    EXPECT_TRUE(cuda::int8_gemm_supports(Int8GemmVariant::wgmma, args, &why_not)) << why_not;
+  }
+
+  // The same refusals through the public entry: exact results from the fallbacks.
+  LOWBIT_TEST_RNG(rng);
+  const std::vector<Runner> runners{{true, Int8GemmVariant::wgmma}, {false, Int8GemmVariant::wgmma}};
+  const Problem fallbacks[] = {{33, 70, 1000, BLayout::n_by_k, 3, 0, 0},      // lda 1003
+                               {33, 70, 1000, BLayout::n_by_k, 0, 5, 0},      // ldb 1005
+                               {33, 70, 1008, BLayout::n_by_k, 0, 0, 0, 8, 0},  // A base 8 bytes off
+                               {33, 70, 1008, BLayout::n_by_k, 0, 0, 0, 0, 4},  // B base 4 bytes off
+                               {33, 70, 1008, BLayout::k_by_n, 0, 2, 0}};
+  for (const Problem& p : fallbacks) {
+    run_case(rng, p, false, EpilogueCase{}, runners);
+    if (HasFatalFailure()) return;
+    run_case(rng, p, false, EpilogueCase{DType::f16, 3}, runners);
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -166,4 +166,9 @@ bool mma_pipeline_supports(const IntGemmArgs& args, std::string* why_not);
 void launch_production_int8(const IntGemmArgs& args, cudaStream_t stream);
 void launch_production_int4(const IntGemmArgs& args, cudaStream_t stream);
 
+// The Hopper wgmma + TMA kernel (int8_wgmma.cu): B n_by_k, 16-byte aligned bases and
+// row strides, a compute capability 9.0 device and an sm_90a build.
+bool wgmma_supports(const IntGemmArgs& args, std::string* why_not);
+void launch_wgmma_int8(const IntGemmArgs& args, cudaStream_t stream);
+
 }  // namespace lowbit::cuda::gemm

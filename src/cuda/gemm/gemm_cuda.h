@@ -38,11 +38,13 @@ enum class Int8GemmVariant : std::uint8_t {
   tiled,       // 16x16 shared-memory tiles
   vectorized,  // tiled, 16-byte global loads
   wmma,        // WMMA 16x16x16 int8 tensor cores
-  production,  // mma.sync/ldmatrix/cp.async multistage pipeline, fused epilogue
+  production,  // mma.sync/ldmatrix/cp.async multistage pipeline, fused epilogue: any GPU, both
+               // B layouts; the public entry's choice where wgmma does not take the arguments
+  wgmma,       // Hopper (sm_90a) wgmma + TMA, warp-specialized and persistent; B n_by_k only
 };
-constexpr Int8GemmVariant kInt8GemmVariants[] = {Int8GemmVariant::naive, Int8GemmVariant::tiled,
+constexpr Int8GemmVariant kInt8GemmVariants[] = {Int8GemmVariant::naive,      Int8GemmVariant::tiled,
                                                  Int8GemmVariant::vectorized, Int8GemmVariant::wmma,
-                                                 Int8GemmVariant::production};
+                                                 Int8GemmVariant::production, Int8GemmVariant::wgmma};
 const char* int8_gemm_variant_name(Int8GemmVariant variant);
 
 // Whether `variant` takes these arguments as they are (layout, out dtype, epilogue,
@@ -52,8 +54,8 @@ bool int8_gemm_supports(Int8GemmVariant variant, const IntGemmArgs& args, std::s
 // Runs one variant (it must support args).
 void int8_gemm(Int8GemmVariant variant, const IntGemmArgs& args, cuda_stream_t stream);
 
-// The public entry: the production kernel, or the fastest variant that takes the
-// arguments when it cannot (odd K, unaligned rows).
+// The public entry: the fastest variant that takes the arguments: wgmma (Hopper,
+// B n_by_k, 16-byte aligned rows), else production (aligned rows), else WMMA.
 void int8_gemm(const IntGemmArgs& args, cuda_stream_t stream);
 
 // Signed packed INT4 x INT4 (args.k is the logical K).

@@ -1,6 +1,5 @@
 // The INT8 GEMM variants behind one interface: names, what each takes, checked
-// dispatch, and the public entry (production, or the fastest variant that takes the
-// arguments). Also the host-side epilogue descriptor shared by all kernels.
+// dispatch, and the public entry (the fastest variant that takes the arguments). Also the host-side epilogue descriptor shared by all kernels.
 #include <cstdint>
 #include <string>
 
@@ -68,6 +67,7 @@ const char* int8_gemm_variant_name(Int8GemmVariant variant) {
     case Int8GemmVariant::vectorized: return "vectorized";
     case Int8GemmVariant::wmma: return "wmma";
     case Int8GemmVariant::production: return "production";
+    case Int8GemmVariant::wgmma: return "wgmma";
   }
   return "unknown";
 }
@@ -85,6 +85,8 @@ bool int8_gemm_supports(Int8GemmVariant variant, const IntGemmArgs& args, std::s
       return true;
     case Int8GemmVariant::production:
       return gemm::mma_pipeline_supports(args, why_not);
+    case Int8GemmVariant::wgmma:
+      return gemm::wgmma_supports(args, why_not);
   }
   if (why_not) *why_not = "unknown variant";
   return false;
@@ -100,13 +102,19 @@ void int8_gemm(Int8GemmVariant variant, const IntGemmArgs& args, cuda_stream_t s
     case Int8GemmVariant::vectorized: return gemm::launch_vectorized(args, stream);
     case Int8GemmVariant::wmma: return gemm::launch_wmma(args, stream);
     case Int8GemmVariant::production: return gemm::launch_production_int8(args, stream);
+    case Int8GemmVariant::wgmma: return gemm::launch_wgmma_int8(args, stream);
   }
 }
 
 void int8_gemm(const IntGemmArgs& args, cuda_stream_t stream) {
-  // WMMA takes everything production does not (unaligned rows), at tensor-core speed.
-  const Int8GemmVariant variant = gemm::mma_pipeline_supports(args, nullptr) ? Int8GemmVariant::production
-                                                                             : Int8GemmVariant::wmma;
+  // wgmma on Hopper; production elsewhere and for B k_by_n; WMMA takes everything
+  // production does not (unaligned rows), at tensor-core speed.
+  Int8GemmVariant variant = Int8GemmVariant::wmma;
+  if (int8_gemm_supports(Int8GemmVariant::wgmma, args, nullptr)) {
+    variant = Int8GemmVariant::wgmma;
+  } else if (gemm::mma_pipeline_supports(args, nullptr)) {
+    variant = Int8GemmVariant::production;
+  }
   int8_gemm(variant, args, stream);
 }
 

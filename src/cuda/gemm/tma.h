@@ -1,0 +1,23 @@
+// TMA tensor maps for the Hopper GEMM. cuTensorMapEncodeTiled is a driver API
+// function; it is fetched through the runtime (cudaGetDriverEntryPointByVersion), so
+// the library does not link libcuda.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and its enums (types only)
+
+#include <cstdint>
+
+namespace lowbit::cuda::gemm {
+
+// Whether the driver provides cuTensorMapEncodeTiled (looked up once).
+bool tensor_map_encoder_available();
+
+// A tiled map over an int8 matrix of `rows` rows of `k` bytes, `ld` bytes apart
+// (K contiguous), read in boxes of box_rows x box_k bytes into shared memory with the
+// 128-byte swizzle (box_k must be 128). Elements outside the matrix load as zeros.
+// Needs base 16-byte aligned and ld a multiple of 16 (TMA's rules); returns null, or
+// what the driver refused. Host cost ~1-2 us per map.
+const char* encode_int8_k_major(CUtensorMap* map, const void* base, std::int64_t rows, std::int64_t k,
+                                std::int64_t ld, int box_rows, int box_k);
+
+}  // namespace lowbit::cuda::gemm
