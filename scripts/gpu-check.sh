@@ -84,7 +84,7 @@ fi
 if [ -f "$results/bench-gemm.md" ]; then
   echo
   echo "## GEMM (production and peers; full tables in bench-gemm.md)"
-  grep -E "^\| (op|---)|production|cublas|MISMATCH|over 5e-3" "$results/bench-gemm.md" | grep -Ev "^\| int8 i32 \| (naive|tiled|vectorized|wmma) " | awk '!seen[$0]++' | head -n 60
+  grep -E "^\| (op|---)|production|wgmma|cublas|MISMATCH|over 5e-3" "$results/bench-gemm.md" | grep -Ev "^\| int8 i32 \| (naive|tiled|vectorized|wmma) " | awk '!seen[$0]++' | head -n 60
 fi
 rm -f "$results/.steps"
 [ "$ok" = 1 ]

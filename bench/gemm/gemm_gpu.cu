@@ -180,7 +180,8 @@ void epilogue_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPee
     peer_then_epilogue();
     LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
     cuda::int8_gemm(fused, stream);
-    GemmRow row = GemmRow::make("epilogue", "int8 scale+bias+relu", "production fused", s.m, s.n, s.k, "n_by_k", "f16");
+    const std::string fused_name = std::string(cuda::int8_gemm_variant_name(cuda::int8_gemm_pick(fused))) + " fused";
+    GemmRow row = GemmRow::make("epilogue", "int8 scale+bias+relu", fused_name, s.m, s.n, s.k, "n_by_k", "f16");
     row.check = exact_label(count_mismatches(out.data(), ref.data(), s.m * s.n, true, stream), row.ok);
     const double fused_ms = time_ms([&](int) { cuda::int8_gemm(fused, stream); }, stream, ops);
     const double i32_ms = time_ms([&](int) { cuda::int8_gemm(i32, stream); }, stream, ops);
@@ -192,9 +193,9 @@ void epilogue_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPee
     row.peer = "cublaslt + epilogue kernel";
     row.peer_ms = peer_ms;
     rows.push_back(row);
-    GemmRow plain = reference_row("epilogue", "int8 i32 (same GEMM)", "production", s, "i32", i32_ms, ops,
-                                  bytes_in + 4.0 * s.m * s.n);
-    plain.peer = "production fused";
+    GemmRow plain = reference_row("epilogue", "int8 i32 (same GEMM)", cuda::int8_gemm_variant_name(cuda::int8_gemm_pick(i32)),
+                                  s, "i32", i32_ms, ops, bytes_in + 4.0 * s.m * s.n);
+    plain.peer = fused_name;
     plain.peer_ms = fused_ms;
     plain.check = "-";
     rows.push_back(plain);

@@ -54,6 +54,9 @@ bool int8_gemm_supports(Int8GemmVariant variant, const IntGemmArgs& args, std::s
 // Runs one variant (it must support args).
 void int8_gemm(Int8GemmVariant variant, const IntGemmArgs& args, cuda_stream_t stream);
 
+// The variant the public entry runs for these arguments.
+Int8GemmVariant int8_gemm_pick(const IntGemmArgs& args);
+
 // The public entry: the fastest variant that takes the arguments: wgmma (Hopper,
 // B n_by_k, 16-byte aligned rows), else production (aligned rows), else WMMA.
 void int8_gemm(const IntGemmArgs& args, cuda_stream_t stream);

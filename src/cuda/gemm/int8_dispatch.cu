@@ -106,16 +106,14 @@ void int8_gemm(Int8GemmVariant variant, const IntGemmArgs& args, cuda_stream_t s
   }
 }
 
-void int8_gemm(const IntGemmArgs& args, cuda_stream_t stream) {
+Int8GemmVariant int8_gemm_pick(const IntGemmArgs& args) {
   // wgmma on Hopper; production elsewhere and for B k_by_n; WMMA takes everything
   // production does not (unaligned rows), at tensor-core speed.
-  Int8GemmVariant variant = Int8GemmVariant::wmma;
-  if (int8_gemm_supports(Int8GemmVariant::wgmma, args, nullptr)) {
-    variant = Int8GemmVariant::wgmma;
-  } else if (gemm::mma_pipeline_supports(args, nullptr)) {
-    variant = Int8GemmVariant::production;
-  }
-  int8_gemm(variant, args, stream);
+  if (int8_gemm_supports(Int8GemmVariant::wgmma, args, nullptr)) return Int8GemmVariant::wgmma;
+  if (gemm::mma_pipeline_supports(args, nullptr)) return Int8GemmVariant::production;
+  return Int8GemmVariant::wmma;
 }
+
+void int8_gemm(const IntGemmArgs& args, cuda_stream_t stream) { int8_gemm(int8_gemm_pick(args), args, stream); }
 
 }  // namespace lowbit::cuda
