@@ -115,8 +115,8 @@ void int8_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& 
                                    stream, ops);
     rows.push_back(reference_row("int8", "int8 i32", "cublaslt", s, "i32", peer_ms, ops, bytes));
     for (const cuda::Int8GemmVariant variant : cuda::kInt8GemmVariants) {
-      const bool production = variant == cuda::Int8GemmVariant::production;
-      if (!cube && !production) continue;  // decode shapes: production against the peer only
+      const bool production = variant == cuda::Int8GemmVariant::production || variant == cuda::Int8GemmVariant::wgmma;
+      if (!cube && !production) continue;  // decode shapes: the production kernels against the peer only
       for (const BLayout layout : {BLayout::n_by_k, BLayout::k_by_n}) {
         const void* b = layout == BLayout::n_by_k ? b_nk.data() : b_kn.data();
         const cuda::IntGemmArgs args = i32_args(a.data(), b, layout, out.data(), s, false);
