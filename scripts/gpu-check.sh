@@ -3,6 +3,8 @@
 # sm_90a with all cores, every test (GPU ones included), the benchmarks; logs and
 # JSON go to RESULTS_DIR (default out/gpu-check); a short summary prints last.
 #   usage: scripts/gpu-check.sh [RESULTS_DIR]
+# On the offline GPU machine, carry .wheels (scripts/python-wheels.sh) and .deps
+# (scripts/offline-deps.sh), both made where there is network.
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm") only those benchmarks,
@@ -19,6 +21,13 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
 nvidia-smi >"$results/nvidia-smi.txt" 2>&1 || echo "gpu-check: nvidia-smi failed" >&2
+
+# An offline machine without PCRE2's headers: the packages carried in .deps/debs
+# (scripts/offline-deps.sh, run where there is network), unpacked beside the tree.
+if [ ! -f /usr/include/pcre2.h ] && ls .deps/debs/*.deb >/dev/null 2>&1; then
+  export CMAKE_PREFIX_PATH="$(bash scripts/offline-deps.sh unpack)${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  echo "gpu-check: PCRE2 from .deps ($CMAKE_PREFIX_PATH)"
+fi
 
 step() {  # step NAME LOGFILE COMMAND...: runs, tees, records the status
   local name="$1" log="$2"

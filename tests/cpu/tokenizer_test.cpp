@@ -1,0 +1,524 @@
+// Tokenizer: a tiny synthetic byte-level BPE vocabulary in a GGUF built in memory
+// (hand-checked merges, special tokens, every byte, errors), the pre-tokenizer regexes
+// on their own, and, where the files are present, the real SmolLM2 vocabulary against
+// ids from Hugging Face tokenizers and the WikiText-2 test set.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/expect_error.h"
+#include "common/gguf_writer.h"
+#include "common/random.h"
+#include "engine/bpe.h"
+#include "engine/gguf.h"
+#include "engine/pretokenize.h"
+#include "engine/tokenizer.h"
+#include "lowbit/error.h"
+
+namespace lowbit::engine {
+namespace {
+
+using test::GgufWriter;
+namespace vt = test::gguf_type;
+using Ids = std::vector<std::int32_t>;
+using Pieces = std::vector<std::string_view>;
+
+// ---------------------------------------------------------------------------------
+// The synthetic vocabulary
+
+// Ids 0..4 are special, 5..260 the bytes 0..255, then the merge results in order.
+constexpr std::int32_t k_eot = 0, k_im_start = 1, k_im_end = 2, k_tool = 3, k_tool_call = 4;
+constexpr std::int32_t byte_id(int b) { return 5 + b; }
+
+// Each merge's tokens, with the byte-level spelling of ' ' (U+0120, "Ġ").
+const std::vector<std::pair<std::string, std::string>> k_merges = {
+    {"b", "c"},        // rank 0: beats "a b" (rank 1) in "abc"
+    {"a", "b"},        //
+    {"a", "a"},        // "aaa" -> "aa" + "a": equal ranks merge leftmost first
+    {"h", "e"},        //
+    {"l", "l"},        //
+    {"he", "ll"},      //
+    {"hell", "o"},     //
+    {"\xC4\xA0", "w"},  // "Ġ" "w"
+    {"o", "r"},        //
+    {"\xC4\xA0w", "or"},
+    {"l", "d"},        //
+    {"\xC4\xA0wor", "ld"},
+    {"1", "2"},        // only reachable when digits are not split one by one
+};
+
+std::vector<std::string> synthetic_tokens() {
+  std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool>", "<tool_call>"};
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_level_encode(std::string(1, static_cast<char>(b))));
+  for (const auto& [left, right] : k_merges) tokens.push_back(left + right);
+  return tokens;
+}
+
+std::int32_t merged_id(std::size_t rank) { return byte_id(256) + static_cast<std::int32_t>(rank); }
+
+struct Synthetic {
+  std::string pre = "gpt2";
+  std::vector<std::string> tokens = synthetic_tokens();
+  std::vector<std::string> merges;
+  std::vector<std::int32_t> types;
+  std::optional<std::string> model = "gpt2";
+  std::optional<std::string> chat_template;
+  bool with_merges = true, with_tokens = true, with_bos = true, add_bos = false;
+  std::int32_t bos = k_im_start;
+
+  Synthetic() {
+    for (const auto& [left, right] : k_merges) merges.push_back(left + " " + right);
+    types.assign(tokens.size(), 1);
+    types[k_eot] = types[k_im_start] = types[k_im_end] = 3;
+    types[k_tool] = types[k_tool_call] = 4;
+  }
+
+  GgufFile file() const {
+    GgufWriter w;
+    w.add_string("general.architecture", "llama");
+    if (model) w.add_string("tokenizer.ggml.model", *model);
+    w.add_string("tokenizer.ggml.pre", pre);
+    if (with_tokens) w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_array<std::int32_t>("tokenizer.ggml.token_type", vt::i32, types);
+    if (with_merges) w.add_string_array("tokenizer.ggml.merges", merges);
+    if (with_bos) w.add<std::uint32_t>("tokenizer.ggml.bos_token_id", vt::u32, static_cast<std::uint32_t>(bos));
+    w.add<std::uint32_t>("tokenizer.ggml.eos_token_id", vt::u32, k_im_end);
+    w.add<bool>("tokenizer.ggml.add_bos_token", vt::boolean, add_bos);
+    if (chat_template) w.add_string("tokenizer.chat_template", *chat_template);
+    return GgufFile::from_bytes(w.bytes());
+  }
+  Tokenizer tokenizer() const { return Tokenizer::from_gguf(file()); }
+};
+
+Ids bytes_of(std::string_view s) {
+  Ids out;
+  for (char c : s) out.push_back(byte_id(static_cast<std::uint8_t>(c)));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------
+// Alphabet and pre-tokenizers
+
+TEST(ByteLevelAlphabet, MatchesGpt2BytesToUnicode) {
+  EXPECT_EQ(byte_to_codepoint('A'), 0x41u);
+  EXPECT_EQ(byte_to_codepoint('!'), 0x21u);
+  EXPECT_EQ(byte_to_codepoint(0xA1), 0xA1u);
+  EXPECT_EQ(byte_to_codepoint(0xFF), 0xFFu);
+  // The 68 others, in byte order, from U+0100: 0x00..0x20, 0x7F, 0x80..0xA0, 0xAD.
+  EXPECT_EQ(byte_to_codepoint(0x00), 0x100u);
+  EXPECT_EQ(byte_to_codepoint('\n'), 0x10Au);
+  EXPECT_EQ(byte_to_codepoint(' '), 0x120u);  // "Ġ"
+  EXPECT_EQ(byte_to_codepoint(0x7F), 0x121u);
+  EXPECT_EQ(byte_to_codepoint(0x80), 0x122u);
+  EXPECT_EQ(byte_to_codepoint(0xAD), 0x143u);
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(codepoint_to_byte(byte_to_codepoint(static_cast<std::uint8_t>(b))), b);
+  EXPECT_EQ(codepoint_to_byte(0x144), -1);
+  EXPECT_EQ(codepoint_to_byte(0x20), -1);
+  EXPECT_EQ(byte_level_encode(" hi\n"), "\xC4\xA0hi\xC4\x8A");
+  EXPECT_EQ(byte_level_decode("\xC4\xA0hi\xC4\x8A"), " hi\n");
+}
+
+Pieces split(std::string_view pre, std::string_view text) {
+  Pieces pieces;
+  PreTokenizer::for_name(pre).split(text, pieces);
+  return pieces;
+}
+
+TEST(PreTokenizer, Gpt2Regex) {
+  EXPECT_EQ(split("gpt2", "Hello  world's 123abc!!\n\n"),
+            (Pieces{"Hello", " ", " world", "'s", " 123", "abc", "!!", "\n\n"}));
+  EXPECT_EQ(split("default", "a  b"), (Pieces{"a", " ", " b"}));
+  EXPECT_EQ(split("gpt2", "x \n y"), (Pieces{"x", " \n", " y"}));
+  // \s includes U+0085 (NEL) and U+00A0, as in Oniguruma and llama.cpp.
+  EXPECT_EQ(split("gpt2", "a\xC2\x85\xC2\x85" "b"), (Pieces{"a", "\xC2\x85", "\xC2\x85", "b"}));
+  EXPECT_EQ(split("gpt2", "na\xC3\xAFve \xE4\xB8\xAD\xE6\x96\x87"),
+            (Pieces{"na\xC3\xAFve", " \xE4\xB8\xAD\xE6\x96\x87"}));
+}
+
+TEST(PreTokenizer, SmollmSplitsEveryDigit) {
+  EXPECT_EQ(split("smollm", "ab 123"), (Pieces{"ab", " ", "1", "2", "3"}));
+  EXPECT_EQ(split("smollm", "x1.5y"), (Pieces{"x", "1", ".", "5", "y"}));
+  // The lookahead sees the end of the stretch between digits, not the digit after it.
+  EXPECT_EQ(split("smollm", "a  7"), (Pieces{"a", "  ", "7"}));
+}
+
+TEST(PreTokenizer, Llama3Regex) {
+  EXPECT_EQ(split("llama3", "Hello 1234567 I'M\n\n  x"),
+            (Pieces{"Hello", " ", "123", "456", "7", " I", "'M", "\n\n", " ", " x"}));
+  EXPECT_EQ(split("llama-bpe", "(a)+b;\r\nc"), (Pieces{"(a", ")+", "b", ";\r\n", "c"}));
+}
+
+TEST(PreTokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
+  EXPECT_EQ(split("gpt2", "ab\xFF" "cd\xC3"), (Pieces{"ab", "\xFF", "cd", "\xC3"}));
+  // An overlong form, a surrogate and a truncated sequence: one piece per byte.
+  EXPECT_EQ(split("gpt2", "\xC0\x80\xED\xA0\x80"), (Pieces{"\xC0", "\x80", "\xED", "\xA0", "\x80"}));
+  EXPECT_EQ(split("smollm", "1\xE4\xB8"), (Pieces{"1", "\xE4", "\xB8"}));
+}
+
+TEST(PreTokenizer, UnknownNameNamesTheSupportedOnes) {
+  EXPECT_LOWBIT_ERROR(PreTokenizer::for_name("qwen2"),
+                      "tokenizer.ggml.pre: unknown pre-tokenizer 'qwen2' (supported: smollm, gpt2, default, llama3, "
+                      "llama-bpe)");
+}
+
+// ---------------------------------------------------------------------------------
+// BPE on the synthetic vocabulary
+
+TEST(TokenizerSynthetic, Metadata) {
+  const Tokenizer t = Synthetic().tokenizer();
+  EXPECT_EQ(t.vocab_size(), static_cast<std::int32_t>(synthetic_tokens().size()));
+  EXPECT_EQ(t.bos_id(), k_im_start);
+  EXPECT_EQ(t.eos_id(), k_im_end);
+  EXPECT_EQ(t.unknown_id(), -1);
+  EXPECT_FALSE(t.add_bos());
+  EXPECT_EQ(t.pre_tokenizer_name(), "gpt2");
+  EXPECT_EQ(t.token_type(k_tool), TokenType::user_defined);
+  EXPECT_TRUE(t.is_end_of_generation(k_im_end));
+  EXPECT_TRUE(t.is_end_of_generation(k_eot));  // <|endoftext|>
+  EXPECT_FALSE(t.is_end_of_generation(k_im_start));
+  EXPECT_FALSE(t.is_end_of_generation(byte_id('a')));
+}
+
+TEST(TokenizerSynthetic, HandCheckedMerges) {
+  const Tokenizer t = Synthetic().tokenizer();
+  // hello: h e -> he, l l -> ll, he ll -> hell, hell o -> hello; " world" likewise.
+  EXPECT_EQ(t.encode("hello world"), (Ids{merged_id(6), merged_id(11)}));
+  EXPECT_EQ(t.encode("abc"), (Ids{byte_id('a'), merged_id(0)}));          // "b c" ranks first
+  EXPECT_EQ(t.encode("ab"), (Ids{merged_id(1)}));
+  EXPECT_EQ(t.encode("aaa"), (Ids{merged_id(2), byte_id('a')}));         // leftmost of equal ranks
+  EXPECT_EQ(t.encode("aaaa"), (Ids{merged_id(2), merged_id(2)}));
+  EXPECT_EQ(t.encode("hex"), (Ids{merged_id(3), byte_id('x')}));
+  EXPECT_EQ(t.encode(" w"), (Ids{merged_id(7)}));
+  EXPECT_EQ(t.encode("12"), (Ids{merged_id(12)}));                      // gpt2 keeps " ?\p{N}+" whole
+  EXPECT_EQ(t.encode(""), Ids{});
+  // Merges never cross pieces: "he" + "llo" would merge, "he llo" splits at the space.
+  EXPECT_EQ(t.encode("he llo"), (Ids{merged_id(3), byte_id(' '), merged_id(4), byte_id('o')}));
+}
+
+TEST(TokenizerSynthetic, SmollmPreTokenizerSplitsDigitsBeforeMerging) {
+  Synthetic s;
+  s.pre = "smollm";
+  EXPECT_EQ(s.tokenizer().encode("12"), (Ids{byte_id('1'), byte_id('2')}));
+}
+
+TEST(TokenizerSynthetic, EveryByteHasItsToken) {
+  const Tokenizer t = Synthetic().tokenizer();
+  for (int b = 0; b < 256; ++b) {
+    const std::string one(1, static_cast<char>(b));
+    EXPECT_EQ(t.encode(one), (Ids{byte_id(b)})) << "byte " << b;
+    EXPECT_EQ(t.token_bytes(byte_id(b)), one);
+  }
+  EXPECT_EQ(t.encode("x\xFFy\x80"), bytes_of("x\xFFy\x80"));
+}
+
+TEST(TokenizerSynthetic, SpecialTokensLongestFirst) {
+  const Tokenizer t = Synthetic().tokenizer();
+  EXPECT_EQ(t.encode("<|im_start|>hello<|im_end|>"), (Ids{k_im_start, merged_id(6), k_im_end}));
+  // <tool_call> is longer than <tool>, which is its prefix.
+  EXPECT_EQ(t.encode("<tool_call><tool>"), (Ids{k_tool_call, k_tool}));
+  EXPECT_EQ(t.encode("a<|endoftext|>"), (Ids{byte_id('a'), k_eot}));
+  EXPECT_EQ(t.encode("<|im_end"), bytes_of("<|im_end"));  // a prefix alone is text
+  EXPECT_EQ(t.encode("hello", /*add_bos=*/true), (Ids{k_im_start, merged_id(6)}));
+  EXPECT_EQ(t.decode(t.encode("<|im_start|>hello<tool>")), "<|im_start|>hello<tool>");
+  EXPECT_EQ(t.token_bytes(k_im_end), "<|im_end|>");
+}
+
+TEST(TokenizerSynthetic, ParseSpecialFalseTreatsControlTokensAsText) {
+  const Tokenizer t = Synthetic().tokenizer();
+  const Ids ids = t.encode("<|im_end|><tool>", false, /*parse_special=*/false);
+  // "<|", "im", "_", "end", "|>": no merges apply; the user-defined <tool> is still one token.
+  Ids expected = bytes_of("<|im_end|>");
+  expected.push_back(k_tool);
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(std::find(ids.begin(), ids.end(), k_im_end), ids.end());
+  EXPECT_EQ(t.decode(ids), "<|im_end|><tool>");
+}
+
+TEST(TokenizerSynthetic, RandomBytesRoundTrip) {
+  LOWBIT_TEST_RNG(rng);
+  const Tokenizer t = Synthetic().tokenizer();
+  const std::vector<std::string> fragments = {"<|im_start|>", "<tool", "<tool_call>", "hello", " world", "12",
+                                              " ", "\n", "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "'s"};
+  std::uniform_int_distribution<int> byte(0, 255), length(0, 40), choice(0, 3);
+  std::uniform_int_distribution<std::size_t> fragment(0, fragments.size() - 1);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    const int n = length(rng);
+    for (int i = 0; i < n; ++i) {
+      if (choice(rng) == 0) {
+        text += fragments[fragment(rng)];
+      } else {
+        text += static_cast<char>(byte(rng));
+      }
+    }
+    for (const bool parse_special : {true, false}) {
+      const Ids ids = t.encode(text, false, parse_special);
+      ASSERT_EQ(t.decode(ids), text) << "trial " << trial << ", parse_special " << parse_special;
+    }
+  }
+}
+
+TEST(TokenizerSynthetic, DecodeRejectsIdsOutOfRange) {
+  const Tokenizer t = Synthetic().tokenizer();
+  const Ids bad = {byte_id('a'), t.vocab_size()};
+  EXPECT_LOWBIT_ERROR(t.decode(bad), "decode: ids[1] = " + std::to_string(t.vocab_size()) + " is outside [0, ");
+  const Ids negative = {-1};
+  EXPECT_LOWBIT_ERROR(t.decode(negative), "decode: ids[0] = -1 is outside");
+  EXPECT_LOWBIT_ERROR(t.token_bytes(-3), "token_bytes: token id -3 is outside");
+}
+
+TEST(TokenizerSynthetic, ChatTemplate) {
+  Synthetic s;
+  s.chat_template =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+      "You are a test model<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+      "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+      "'<|im_start|>assistant\n' }}{% endif %}";
+  EXPECT_EQ(s.tokenizer().apply_chat_template("Hi?"),
+            "<|im_start|>system\nYou are a test model<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // Escaped newlines, and a system turn built from the conversation: no default message.
+  s.chat_template =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  EXPECT_EQ(s.tokenizer().apply_chat_template("x"), "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+  s.chat_template = "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}";
+  EXPECT_LOWBIT_ERROR(s.tokenizer().apply_chat_template("x"), "tokenizer.chat_template: not a ChatML template");
+  s.chat_template.reset();
+  EXPECT_LOWBIT_ERROR(s.tokenizer().apply_chat_template("x"), "tokenizer.chat_template: absent");
+}
+
+// ---------------------------------------------------------------------------------
+// Bad files
+
+TEST(TokenizerSynthetic, MissingKeysAreNamed) {
+  Synthetic s;
+  s.with_tokens = false;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.tokens: absent from <memory>");
+  s = Synthetic();
+  s.with_merges = false;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.merges: absent from <memory>");
+  s = Synthetic();
+  s.model.reset();
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.model: absent from <memory>");
+}
+
+TEST(TokenizerSynthetic, WrongModelOrPre) {
+  Synthetic s;
+  s.model = "llama";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.model: expected \"gpt2\" (byte-level BPE), got \"llama\"");
+  s = Synthetic();
+  s.pre = "frobnicate";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.pre: unknown pre-tokenizer 'frobnicate' (supported: smollm");
+}
+
+TEST(TokenizerSynthetic, BadMerges) {
+  Synthetic s;
+  s.merges[3] = "he";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(),
+                      "tokenizer.ggml.merges[3]: expected \"left right\" (two tokens, one space), got \"he\"");
+  s.merges[3] = "h e x";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.merges[3]: expected \"left right\"");
+  s.merges[3] = "h ";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.merges[3]: expected \"left right\"");
+  s.merges[3] = "hx e";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.merges[3] \"hx e\": \"hx\" is not a token");
+  s.merges[3] = "e h";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.merges[3] \"e h\": the merged \"eh\" is not a token");
+}
+
+TEST(TokenizerSynthetic, BadIdsAndTypes) {
+  Synthetic s;
+  s.bos = 100000;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.bos_token_id: expected a token id in [0, 274), got 100000");
+  s = Synthetic();
+  s.types.pop_back();
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type: expected 274 entries (one per token), got 273");
+  s = Synthetic();
+  s.with_bos = false;
+  s.add_bos = true;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(),
+                      "tokenizer.ggml.add_bos_token: true, but the file has no tokenizer.ggml.bos_token_id");
+  s.add_bos = false;
+  EXPECT_LOWBIT_ERROR(s.tokenizer().encode("x", true), "encode: add_bos is true, but the file has no");
+}
+
+TEST(TokenizerSynthetic, MissingByteTokenWithoutUnknown) {
+  Synthetic s;
+  s.tokens[byte_id(0x07)] = "unused";
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.tokens: no token for byte 0x07 (spelled \"\xC4\x87\")");
+}
+
+// ---------------------------------------------------------------------------------
+// The real model
+
+std::optional<std::string> model_path() {
+  if (const char* env = std::getenv("LOWBIT_MODEL")) return std::string(env);
+  std::filesystem::path cache;
+  if (const char* env = std::getenv("LOWBIT_CACHE")) {
+    cache = env;
+  } else if (const char* home = std::getenv("HOME")) {
+    cache = std::filesystem::path(home) / ".cache/lowbit";
+  } else {
+    return std::nullopt;
+  }
+  const auto path = cache / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return path.string();
+}
+
+class SmolLM2Tokenizer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = model_path();
+    if (!path_) return;
+    try {
+      file_ = new GgufFile(GgufFile::open(*path_));
+      tokenizer_ = new Tokenizer(Tokenizer::from_gguf(*file_));
+    } catch (const Error& e) {
+      load_error_ = e.what();
+    }
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete file_;
+    tokenizer_ = nullptr;
+    file_ = nullptr;
+  }
+  void SetUp() override {
+    if (!path_) {
+      GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found: run scripts/fetch-model.sh or set LOWBIT_MODEL";
+    }
+    ASSERT_NE(tokenizer_, nullptr) << *path_ << ": " << load_error_;
+  }
+  static inline std::optional<std::string> path_;
+  static inline std::string load_error_;
+  static inline GgufFile* file_ = nullptr;
+  static inline Tokenizer* tokenizer_ = nullptr;
+};
+
+TEST_F(SmolLM2Tokenizer, Metadata) {
+  const Tokenizer& t = *tokenizer_;
+  EXPECT_EQ(t.vocab_size(), 49152);
+  EXPECT_EQ(t.bos_id(), 1);
+  EXPECT_EQ(t.eos_id(), 2);
+  EXPECT_EQ(t.unknown_id(), 0);
+  EXPECT_EQ(t.padding_id(), 2);
+  EXPECT_FALSE(t.add_bos());
+  EXPECT_EQ(t.pre_tokenizer_name(), "smollm");
+  EXPECT_EQ(t.token_bytes(1), "<|im_start|>");
+  EXPECT_TRUE(t.is_end_of_generation(2));  // <|im_end|>
+  EXPECT_TRUE(t.is_end_of_generation(0));  // <|endoftext|>
+  EXPECT_FALSE(t.is_end_of_generation(1));
+  EXPECT_FALSE(t.is_end_of_generation(198));
+}
+
+// Expected ids from Hugging Face `tokenizers` 0.23 (transformers 5.2x): the vocabulary
+// and merges read from this GGUF by transformers' GGUF tokenizer converter
+// (integrations/gguf/gguf_tokenizer_mapping.convert_gguf_tokenizer), with the
+// pre-tokenizer of SmolLM2's tokenizer.json set on it (Sequence[Digits(individual_digits),
+// ByteLevel(add_prefix_space=False, use_regex=True)]), then
+// tok.encode(text, add_special_tokens=False).ids; decode(ids) gave back each text.
+TEST_F(SmolLM2Tokenizer, IdsMatchHuggingFace) {
+  struct Case {
+    std::string text;
+    Ids ids;
+  };
+  const std::vector<Case> cases = {
+      {"Hello world", {19556, 905}},
+      {"The year 2024 had 365 days; pi is 3.14159.",
+       {504, 713, 216, 34, 32, 34, 36, 761, 216, 35, 38, 37, 2009, 43, 16916, 314, 216, 35, 30, 33, 36, 33, 37, 41,
+        30}},
+      {"multiple   spaces    here  ", {30404, 256, 5600, 333, 1535, 256}},
+      {"line one\nline two\n\n\nend\r\n", {1311, 582, 198, 1311, 827, 1116, 198, 486, 2738}},
+      {"I'm sure they'll say it's fine, don't you think? We've seen it. I'D",
+       {57, 5248, 2090, 502, 3060, 1643, 357, 506, 4979, 28, 1326, 982, 346, 1510, 47, 1046, 3543, 2269, 357, 30,
+        339, 23, 52}},
+      {"Caf\u00e9 na\u00efve r\u00e9sum\u00e9", {51, 1939, 2756, 15486, 46494, 412, 2756, 5422, 2756}},
+      {"\u4e2d\u6587\u5206\u8bcd\u6d4b\u8bd5", {28589, 29184, 37349, 16313, 231, 43222, 229, 16313, 239}},
+      {"Emoji: \U0001F600\U0001F44D\U0001F3FD and \u2764\uFE0F",
+       {10809, 33777, 42, 40303, 218, 10813, 235, 231, 10813, 233, 138, 284, 4636, 247, 114, 31752}},
+      {"  leading\ttabs\t\tand\u00a0nbsp\u0085nel",
+       {216, 2899, 197, 100, 7366, 197, 197, 397, 15442, 94, 32093, 141, 223, 5824}},
+      {"code: def f(x):\n    return x**2  # square",
+       {4635, 42, 753, 275, 24, 104, 727, 472, 1003, 1792, 828, 34, 216, 907, 5222}},
+      {"a<|endoftext|>b <reponame>c<|im_start|>user\nHi<|im_end|>", {81, 0, 82, 216, 4, 83, 1, 4093, 198, 26843, 2}},
+      {"12345678901234567890", {33, 34, 35, 36, 37, 38, 39, 40, 41, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 32}},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(tokenizer_->encode(c.text), c.ids) << "text: " << c.text;
+    EXPECT_EQ(tokenizer_->decode(c.ids), c.text);
+  }
+}
+
+// The reference string came from rendering the GGUF's tokenizer.chat_template with
+// jinja2 (messages = one user turn, add_generation_prompt = True), its ids as above.
+TEST_F(SmolLM2Tokenizer, ChatTemplateMatchesHuggingFace) {
+  const std::string prompt = tokenizer_->apply_chat_template("What is the capital of France?");
+  EXPECT_EQ(prompt,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n");
+  const Ids expected = {1,    9690, 198,  2683, 359,  253,  5356, 5646, 11173, 3365, 3511, 308, 34519,
+                        28,   7018, 411,  407,  19712, 8182, 2,    198,  1,     4093, 198,  1780, 314,
+                        260,  3575, 282,  4649, 47,   2,    198,  1,    520,   9531, 198};
+  EXPECT_EQ(tokenizer_->encode(prompt), expected);
+}
+
+std::optional<std::string> wikitext_path() {
+  if (const char* env = std::getenv("LOWBIT_WIKITEXT")) return std::string(env);
+#ifdef LOWBIT_WIKITEXT_DEFAULT
+  if (std::filesystem::exists(LOWBIT_WIKITEXT_DEFAULT)) return std::string(LOWBIT_WIKITEXT_DEFAULT);
+#endif
+  return std::nullopt;
+}
+
+// Reference for the whole file, encoded in one call: 304830 tokens whose FNV-1a 64
+// over the ids (each id xor-ed in as one value, then times the prime) is
+// 0xb0e3c01adbc297f3; line by line (split at '\n', the '\r' kept), 301948 tokens.
+// Both from Hugging Face tokenizers as in IdsMatchHuggingFace.
+TEST_F(SmolLM2Tokenizer, WikiText2TestSetRoundTrips) {
+  const auto path = wikitext_path();
+  if (!path) GTEST_SKIP() << "WikiText-2 not found: set LOWBIT_WIKITEXT to wiki.test.raw";
+  std::ifstream in(*path, std::ios::binary);
+  ASSERT_TRUE(in) << "cannot read " << *path << " (LOWBIT_WIKITEXT or the shared data folder)";
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  const auto start = std::chrono::steady_clock::now();
+  const Ids ids = tokenizer_->encode(text);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (const std::int32_t id : ids) hash = (hash ^ static_cast<std::uint64_t>(id)) * 0x100000001b3ull;
+  std::printf("[ wikitext ] %zu bytes -> %zu tokens in %.3f s (whole file, one call)\n", text.size(), ids.size(),
+              seconds);
+  EXPECT_EQ(ids.size(), 304830u);
+  EXPECT_EQ(hash, 0xb0e3c01adbc297f3ull);
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_EQ(tokenizer_->decode(ids), text);
+
+  std::size_t line_tokens = 0, lines = 0;
+  for (std::size_t begin = 0; begin <= text.size(); ++lines) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + begin, end - begin);
+    const Ids line_ids = tokenizer_->encode(line);
+    line_tokens += line_ids.size();
+    ASSERT_EQ(tokenizer_->decode(line_ids), line) << "line " << lines;
+    begin = end + 1;
+  }
+  std::printf("[ wikitext ] %zu lines -> %zu tokens line by line\n", lines, line_tokens);
+  EXPECT_EQ(line_tokens, 301948u);
+}
+
+}  // namespace
+}  // namespace lowbit::engine
