@@ -30,10 +30,11 @@ class ByteWriter {
  public:
   template <class T>
   ByteWriter& put(T value) {
-    // insert rather than resize + memcpy: GCC 12 at -O3 warns (falsely) about the latter.
+    // Byte by byte: GCC 12 at -O3 warns falsely about resize + memcpy and about
+    // inserting into a fresh vector.
     std::uint8_t raw[sizeof(T)];
     std::memcpy(raw, &value, sizeof(T));
-    bytes_.insert(bytes_.end(), raw, raw + sizeof(T));
+    for (const std::uint8_t b : raw) bytes_.push_back(b);
     return *this;
   }
   ByteWriter& u32(std::uint32_t v) { return put(v); }
