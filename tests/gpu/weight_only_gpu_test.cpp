@@ -191,14 +191,30 @@ TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
   }
 }
 
-// A decode-sized shape: many tiles and steps, so the split-K and the prefetch run.
+// A decode-sized shape: many tiles and steps, so the split-K and the prefetch run;
+// M = 8 / 9 on either side of the second row group.
 TEST_F(WeightOnlyGpu, DecodeShape) {
   LOWBIT_TEST_RNG(rng);
   for (const DType dt : {DType::f16, DType::bf16}) {
     WeightOnlySpec spec{4, 32, true, dt};
     DeviceWeights w;
     make_weights(rng, spec, 1000, 2048, w);
-    for (const std::int64_t m : {1, 16}) run_case(rng, spec, w, m, true, true);
+    for (const std::int64_t m : {1, 8, 9, 16}) run_case(rng, spec, w, m, true, true);
+  }
+}
+
+// The tiled kernel's K split over a cluster (2 to 8 blocks, by the step count), a
+// partial last block of N, a ragged K, and both M tiles (32 and 64 rows).
+TEST_F(WeightOnlyGpu, TiledSplitK) {
+  LOWBIT_TEST_RNG(rng);
+  const WeightOnlySpec specs[] = {{4, 32, true, DType::f16}, {8, 128, false, DType::bf16}, {4, 64, false, DType::f16}};
+  for (const WeightOnlySpec& spec : specs) {
+    for (const std::int64_t k : {2100, 8292}) {
+      DeviceWeights w;
+      make_weights(rng, spec, 520, k, w);
+      for (const std::int64_t m : {20, 64, 65}) run_case(rng, spec, w, m, m != 64, m != 65);
+      if (HasFailure()) return;
+    }
   }
 }
 

@@ -77,22 +77,46 @@ struct Scale2 {
   typename Act<T>::T2 s, m;
 };
 
-// One packed INT4 word (8 codes) -> 4 B registers (see weight_pack.h): register i
-// holds the k pair of nibbles i and i + 4. Per pair: shift, lop3, one exact
-// subtraction, one __hfma2 (Q4_1, w = q*s + m) or __hmul2 (Q4_0, w = (q-8)*s), each
-// a single rounding of the exact value, as the definition requires.
+// (a & b) | c in one LOP3: the compiler splits a mask-and-or with two immediates
+// into two LOP3s (one immediate per LOP3), which made the INT4 path ALU-bound.
+template <std::uint32_t kMask, std::uint32_t kOr>
+__device__ __forceinline__ std::uint32_t and_or(std::uint32_t a) {
+  std::uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(out) : "r"(a), "n"(kMask), "n"(kOr));
+  return out;
+}
+
+// One packed INT4 word (8 codes) -> 4 fragment registers (see weight_pack.h):
+// register i holds the k pair of nibbles i and i + 4. The codes become exact
+// 16-bit floats by the magic-number trick, then one __hfma2 (Q4_1, w = q*s + m) or
+// __hmul2 (Q4_0, w = (q-8)*s) gives each weight with the single rounding the
+// definition requires.
+// f16: nibbles 1 and 5 are taken in place with the mask 0x00f000f0: 1024 + 16q is
+// exact (the f16 ulp at 1024 is 1), and fma(v, 1/16, -64) = q exactly; so one shift
+// (>> 8) serves pairs 2 and 3 and a word costs 1 SHF + 4 LOP3 + 8 half ops. bf16 has
+// a 7-bit mantissa (128 + 16q would carry into the exponent): three shifts.
 template <class T, Form F>
 __device__ __forceinline__ void dequant_int4_word(std::uint32_t word, const Scale2<T>& sc, std::uint32_t (&b)[4]) {
   using T2 = typename Act<T>::T2;
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  const T2 offset = Act<T>::constant2(kBf16 ? (F == Form::q4_zero_point ? 128.0f : 136.0f)
-                                            : (F == Form::q4_zero_point ? 1024.0f : 1032.0f));
+  constexpr bool kZp = F == Form::q4_zero_point;
+  constexpr std::uint32_t kMagic = Act<T>::kMagic;
+  T2 q[4];
+  if constexpr (std::is_same_v<T, __half>) {
+    const T2 sub = Act<T>::constant2(kZp ? 1024.0f : 1032.0f);  // q or q - 8
+    const T2 sixteenth = Act<T>::constant2(0.0625f);
+    const T2 sub16 = Act<T>::constant2(kZp ? -64.0f : -72.0f);
+    const std::uint32_t hi = word >> 8;
+    q[0] = __hsub2(as_t2<T2>(and_or<0x000f000fu, kMagic>(word)), sub);
+    q[1] = __hfma2(as_t2<T2>(and_or<0x00f000f0u, kMagic>(word)), sixteenth, sub16);
+    q[2] = __hsub2(as_t2<T2>(and_or<0x000f000fu, kMagic>(hi)), sub);
+    q[3] = __hfma2(as_t2<T2>(and_or<0x00f000f0u, kMagic>(hi)), sixteenth, sub16);
+  } else {
+    const T2 sub = Act<T>::constant2(kZp ? 128.0f : 136.0f);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::uint32_t biased = ((word >> (4 * i)) & 0x000f000fu) | Act<T>::kMagic;
-    const T2 q = __hsub2(as_t2<T2>(biased), offset);
-    b[i] = F == Form::q4_zero_point ? as_u32(__hfma2(q, sc.s, sc.m)) : as_u32(__hmul2(q, sc.s));
+    for (int i = 0; i < 4; ++i) q[i] = __hsub2(as_t2<T2>(and_or<0x000f000fu, kMagic>(word >> (4 * i))), sub);
   }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[i] = kZp ? as_u32(__hfma2(q[i], sc.s, sc.m)) : as_u32(__hmul2(q[i], sc.s));
 }
 
 // One packed INT8 word (4 codes stored as q + 128) -> 2 B registers (bytes 0,1 and

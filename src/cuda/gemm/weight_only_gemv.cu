@@ -6,22 +6,23 @@
 // output rows and a contiguous range of K (one k-slice), and per 128-wide step copies
 // one 16-byte vector per lane per tile (INT8: two), i.e. 512 contiguous bytes per
 // tile, plus the tiles' scales and mins, with cp.async into its own ring of kStages
-// shared-memory slots: kStages - 1 steps (6 KB per warp, ~100 KB per SM) are in
-// flight while it dequantizes and multiplies the oldest, without spending registers
-// on them (a register double buffer kept only one step, 32 KB per SM, in flight and
-// streamed at 58% of the copy bandwidth). Activations are read per step (L1-resident).
+// shared-memory slots: kStages - 1 steps are in flight while it dequantizes and
+// multiplies the oldest, without spending registers on them.
 //
-// The product is mma.sync m16n8k16 with A = the activations (M rows, padded to 16
-// with zero registers; rows 8..15 only exist when M > 8), B = the dequantized weights
-// in registers: M = 16 costs what M = 1 does. Thanks to the k permutation of the
-// packed layout, a lane's activations for a step are 32 consecutive elements of its
-// row (four 16-byte loads, L1-cached: every warp of the block reads them), and its
-// weights need one scale (and min) per tile per step.
+// The product is mma.sync m16n8k16 with A = the dequantized weights of two packed
+// tiles (the B fragments of tiles j and j + 1 are exactly the rows g and g + 8 of an
+// A fragment) and B = the activations (8 rows per mma; a second mma for rows 8..15
+// only when M > 8): 4 mma per 512-byte unit for M <= 8. Thanks to the k permutation
+// of the packed layout, a lane's activations for a step are 32 consecutive elements
+// of its row (four 16-byte loads, L1-cached: every warp of the block reads them), and
+// its weights need one scale (and min) per tile per step. The INT4 path is bounded by
+// instructions per byte, so the loop keeps the per-step overhead to pointer bumps.
 //
 // Split-K inside the block: the 8 warps are k_slices x (8 / k_slices); the warps of
 // one column of tiles each sum a slice of K, then add their FP32 partials through
-// shared memory in a fixed order (deterministic, no atomics). k_slices is chosen on
-// the host so that the grid has at least ~2 blocks per SM.
+// shared memory (the rings, reused) in a fixed order (deterministic, no atomics).
+// k_slices is chosen on the host: INT4 the count whose grid best fills the resident
+// block slots (fewest waves), INT8 the most (see launch()).
 #include <algorithm>
 #include <cstdint>
 
@@ -36,16 +37,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
 // A warp's slice of the shared-memory ring: kStages steps of kTN units of codes
 // with their scales and mins. Each warp streams its own units, so a warp only ever
 // waits for its own copies (cp.async groups) and syncs with __syncwarp.
-constexpr int kStages = 4;  // steps in flight per warp: kStages - 1
 constexpr int kMaxChunks = 4;  // 16-byte scale chunks per tile per step (group 32)
-template <Form F, int kTN>
+template <Form F, int kTN, int kStages>
 struct Ring {
   static constexpr int kLoads = F == Form::int8 ? 2 : 1;  // 16-byte code loads per lane per unit
   uint4 codes[kStages][kTN][kLoads][32];
@@ -63,189 +59,259 @@ __device__ __noinline__ void load_x_run_ragged(const std::uint16_t* x, std::int6
   }
 }
 
-// Activations X[row][k0 .. k0 + 31] as 16 words (pairs of elements); zero past K or
-// for rows >= M.
-__device__ __forceinline__ void load_x_run(const Params& p, std::int64_t row, std::int64_t k0,
-                                           std::uint32_t (&w)[16]) {
-  if (row >= p.m) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = 0;
-    return;
-  }
-  const auto* x = static_cast<const std::uint16_t*>(p.x) + row * p.ldx + k0;
-  if (p.x_vec16 && k0 + 32 <= p.k) {
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(x) + v);
-      w[4 * v + 0] = chunk.x;
-      w[4 * v + 1] = chunk.y;
-      w[4 * v + 2] = chunk.z;
-      w[4 * v + 3] = chunk.w;
-    }
-    return;
-  }
-  std::uint32_t ragged[16];  // in local memory: keeps w itself in registers
-  load_x_run_ragged(x, p.k - k0, ragged);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) w[i] = ragged[i];
-}
+// What a warp streams, as pointers bumped once per step (no 64-bit index math in the
+// loop). Tiles past N read tile 0 with a zero-filling copy.
+template <Form F, int kTN, int kStages>
+struct Stream {
+  static constexpr int kUnit = F == Form::int8 ? 1024 : 512;
+  const std::uint8_t* codes;      // this lane's bytes of (tile0, step)
+  std::int64_t tile_stride;       // bytes from one tile's row of units to the next
+  int real_tiles;                 // tiles < N among the kTN
+  const std::uint16_t* scale_src; // this lane's 16-byte scale / min chunk, or null
+  int scale_step;                 // elements per step
+  int scale_slot;                 // where it lands: 0 scales, 1 mins; tile j, chunk q
+  int scale_j, scale_q;
 
-// Issues the copies of one step into ring slot `slot`: each lane copies its own code
-// vectors; lanes (list, j, q) copy 16-byte chunks of scales (list 0) and mins (list 1).
-// Tiles past N are zero-filled.
-template <Form F, int kTN>
-__device__ __forceinline__ void load_stage(const Params& p, std::int64_t tile0, std::int64_t step, int lane, int slot,
-                                           Ring<F, kTN>& ring) {
-  constexpr std::int64_t kUnit = F == Form::int8 ? 1024 : 512;
-#pragma unroll
-  for (int j = 0; j < kTN; ++j) {
-    const std::int64_t tile = tile0 + j;
-    const bool real = tile < p.n_tiles;
-    const std::uint8_t* unit = p.codes + (real ? (tile * p.k_steps + step) * kUnit : 0);
-#pragma unroll
-    for (int h = 0; h < Ring<F, kTN>::kLoads; ++h) {
-      cp_async16(&ring.codes[slot][j][h][lane], unit + (h * 32 + lane) * 16, real ? 16 : 0);
+  __device__ Stream(const Params& p, std::int64_t tile0, std::int64_t step, int lane) {
+    real_tiles = p.n_tiles - tile0 < kTN ? static_cast<int>(p.n_tiles - tile0) : kTN;
+    codes = p.codes + (tile0 * p.k_steps + step) * kUnit + lane * 16;
+    tile_stride = p.k_steps * kUnit;
+    const int list = lane / 16, j = (lane / 4) % 4, q = lane % 4;
+    const int chunks = p.groups_per_step > 0 ? p.groups_per_step : 1;
+    scale_slot = list;
+    scale_j = j;
+    scale_q = q;
+    scale_step = p.groups_per_step * 8;
+    scale_src = nullptr;
+    if (j < kTN && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
+      scale_src = (list == 0 ? p.scales : p.mins) + ((tile0 + j) * p.groups + step * p.groups_per_step + q) * 8;
     }
   }
-  const int list = lane / 16, j = (lane / 4) % 4, q = lane % 4;
-  const int chunks = p.groups_per_step > 0 ? p.groups_per_step : 1;
-  if (j < kTN && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
-    const std::int64_t tile = tile0 + j;
-    const bool real = tile < p.n_tiles;
-    const std::uint16_t* src = list == 0 ? p.scales : p.mins;
-    const std::int64_t offset = real ? (tile * p.groups + step * p.groups_per_step + q) * 8 : 0;
-    cp_async16(list == 0 ? ring.scales[slot][j][q] : ring.mins[slot][j][q], src + offset, real ? 16 : 0);
-  }
-}
 
-// The activations are loaded here rather than prefetched with the codes: they are
-// L1 / L2 hits (every warp of the block and of the grid reads the same X), and
-// double-buffering them as well would cost 32 registers more and spill.
-template <class T, Form F, int kRowGroups, int kTN>
-__device__ __forceinline__ void compute_stage(const Params& p, std::int64_t step, int lane, int slot,
-                                              const Ring<F, kTN>& ring, float (&acc)[kTN][4]) {
+  // Copies one step into ring slot `slot` and advances by one step.
+  __device__ __forceinline__ void issue(int lane, int slot, Ring<F, kTN, kStages>& ring) {
+#pragma unroll
+    for (int j = 0; j < kTN; ++j) {
+      const bool real = j < real_tiles;
+      const std::uint8_t* src = codes + (real ? j * tile_stride : 0);
+#pragma unroll
+      for (int h = 0; h < Ring<F, kTN, kStages>::kLoads; ++h) cp_async16(&ring.codes[slot][j][h][lane], src + h * 512, real ? 16 : 0);
+    }
+    if (scale_src != nullptr) {
+      cp_async16(scale_slot == 0 ? ring.scales[slot][scale_j][scale_q] : ring.mins[slot][scale_j][scale_q], scale_src,
+                 16);
+      scale_src += scale_step;
+    }
+    codes += kUnit;
+  }
+};
+
+// Dequantizes and multiplies one step: per tile pair and packed word, 8 weights x
+// 2 tiles of A fragments against the activation rows in B.
+template <class T, Form F, int kRowGroups, int kTN, int kStages>
+__device__ __forceinline__ void compute_stage(const Params& p, const std::uint32_t (&x)[kRowGroups][16], int lane,
+                                              int slot, const Ring<F, kTN, kStages>& ring,
+                                              float (&acc)[kTN / 2][kRowGroups][4]) {
   const int r = lane / 4, c = lane % 4;
-  std::uint32_t x[kRowGroups][16];  // the lane's 32 activations of rows r and r + 8
-  const std::int64_t k0 = step * formats::kPackStepK + 32 * c;
+  const int g = c >> p.group_shift;
 #pragma unroll
-  for (int g = 0; g < kRowGroups; ++g) load_x_run(p, r + 8 * g, k0, x[g]);
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+    Scale2<T> sc[2];
+    uint4 v[2][Ring<F, kTN, kStages>::kLoads];
 #pragma unroll
-  for (int j = 0; j < kTN; ++j) {
-    const int g = c >> p.group_shift;
-    const Scale2<T> sc{Act<T>::splat(ring.scales[slot][j][g][r]),
-                       Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][j][g][r] : std::uint16_t{0})};
-    // Product t uses activation words 2t (k 4t, 4t+1) and 2t + 1 (k 4t+2, 4t+3).
-    auto mma_t = [&](int t, std::uint32_t b0, std::uint32_t b1) {
-      const std::uint32_t a1 = kRowGroups > 1 ? x[kRowGroups - 1][2 * t] : 0u;
-      const std::uint32_t a3 = kRowGroups > 1 ? x[kRowGroups - 1][2 * t + 1] : 0u;
-      mma_16816<T>(acc[j], x[0][2 * t], a1, x[0][2 * t + 1], a3, b0, b1);
-    };
-    if constexpr (F == Form::int8) {
+    for (int u = 0; u < 2; ++u) {
+      const int j = 2 * jp + u;
+      sc[u].s = Act<T>::splat(ring.scales[slot][j][g][r]);
+      sc[u].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][j][g][r] : std::uint16_t{0});
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < Ring<F, kTN, kStages>::kLoads; ++h) v[u][h] = ring.codes[slot][j][h][lane];
+    }
+    // Chunk w (k 32c + 8w .. + 7 of the lane) is products t = 2w, 2w + 1.
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          std::uint32_t b[2];
-          dequant_int8_word<T>(word_of(ring.codes[slot][j][h][lane], w), sc, b);
-          mma_t(4 * h + w, b[0], b[1]);
+    for (int w = 0; w < 4; ++w) {
+      std::uint32_t b[2][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if constexpr (F == Form::int8) {
+          const uint4& q = v[u][w / 2];
+          const std::uint32_t w0 = (w % 2) ? q.z : q.x, w1 = (w % 2) ? q.w : q.y;
+          std::uint32_t lo[2], hi[2];
+          dequant_int8_word<T>(w0, sc[u], lo);
+          dequant_int8_word<T>(w1, sc[u], hi);
+          b[u][0] = lo[0], b[u][1] = lo[1], b[u][2] = hi[0], b[u][3] = hi[1];
+        } else {
+          const uint4& q = v[u][0];
+          dequant_int4_word<T, F>(w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w, sc[u], b[u]);
         }
       }
-    } else {
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        std::uint32_t b[4];
-        dequant_int4_word<T, F>(word_of(ring.codes[slot][j][0][lane], w), sc, b);
-        mma_t(2 * w, b[0], b[1]);
-        mma_t(2 * w + 1, b[2], b[3]);
+      for (int rg = 0; rg < kRowGroups; ++rg) {
+        mma_16816<T>(acc[jp][rg], b[0][0], b[1][0], b[0][1], b[1][1], x[rg][4 * w], x[rg][4 * w + 1]);
+        mma_16816<T>(acc[jp][rg], b[0][2], b[1][2], b[0][3], b[1][3], x[rg][4 * w + 2], x[rg][4 * w + 3]);
       }
     }
   }
 }
 
-template <class T, Form F, int kRowGroups, int kTN>
-__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p, int k_slices) {
-  __shared__ float partial[kWarps][kTN][4][32];
+template <class T, Form F, int kRowGroups, int kTN, int kStages>
+__global__ void __launch_bounds__(kThreads, kStages == 3 && kRowGroups == 1 ? 3 : 2) gemv_kernel(const Params p, int k_slices) {
   extern __shared__ __align__(16) std::uint8_t ring_bytes[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  Ring<F, kTN>& ring = reinterpret_cast<Ring<F, kTN>*>(ring_bytes)[warp];
+  const int r = lane / 4, c = lane % 4;
+  Ring<F, kTN, kStages>& ring = reinterpret_cast<Ring<F, kTN, kStages>*>(ring_bytes)[warp];
   const int k_slice = warp % k_slices, column = warp / k_slices;
   const int columns = kWarps / k_slices;
   const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) * columns + column) * kTN;
   const std::int64_t step_begin = p.k_steps * k_slice / k_slices;
   const std::int64_t step_end = p.k_steps * (k_slice + 1) / k_slices;
+  // Steps whose 32-element activation runs are all inside K and 16-byte aligned.
+  const std::int64_t fast_end = p.x_vec16 ? p.k / formats::kPackStepK : 0;
 
-  float acc[kTN][4];
+  float acc[kTN / 2][kRowGroups][4];
 #pragma unroll
-  for (int j = 0; j < kTN; ++j) {
+  for (int jp = 0; jp < kTN / 2; ++jp) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[jp][rg][i] = 0.0f;
+    }
   }
   if (tile0 < p.n_tiles && step_begin < step_end) {
+    Stream<F, kTN, kStages> stream(p, tile0, step_begin, lane);
+    // The lane's activation runs: rows r and r + 8, k = 128 * step + 32c.
+    const std::uint16_t* xs[kRowGroups];
+    bool row_ok[kRowGroups];
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+      const std::int64_t row = r + 8 * rg;
+      row_ok[rg] = row < p.m;
+      xs[rg] = static_cast<const std::uint16_t*>(p.x) + (row_ok[rg] ? row * p.ldx : 0) +
+               step_begin * formats::kPackStepK + 32 * c;
+    }
     // One commit group per step, empty or not, so that wait_group counts steps.
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (step_begin + s < step_end) load_stage(p, tile0, step_begin + s, lane, s, ring);
+      if (step_begin + s < step_end) stream.issue(lane, s, ring);
       cp_async_commit();
     }
     int slot = 0;
     for (std::int64_t step = step_begin; step < step_end; ++step) {
+      std::uint32_t x[kRowGroups][16];
+#pragma unroll
+      for (int rg = 0; rg < kRowGroups; ++rg) {
+        if (!row_ok[rg]) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) x[rg][i] = 0;
+        } else if (step < fast_end) {
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(xs[rg]) + v);
+            x[rg][4 * v + 0] = chunk.x, x[rg][4 * v + 1] = chunk.y, x[rg][4 * v + 2] = chunk.z,
+                          x[rg][4 * v + 3] = chunk.w;
+          }
+        } else {
+          std::uint32_t ragged[16];  // in local memory: keeps x itself in registers
+          load_x_run_ragged(xs[rg], p.k - (step * formats::kPackStepK + 32 * c), ragged);
+#pragma unroll
+          for (int i = 0; i < 16; ++i) x[rg][i] = ragged[i];
+        }
+        xs[rg] += formats::kPackStepK;
+      }
       cp_async_wait<kStages - 2>();  // this lane's copies of `step` have landed
       __syncwarp();                  // ... and every lane's (scales are shared)
-      compute_stage<T, F, kRowGroups>(p, step, lane, slot, ring, acc);
+      compute_stage<T, F, kRowGroups, kTN, kStages>(p, x, lane, slot, ring, acc);
       __syncwarp();  // the slot refilled next (read last iteration) is free
-      const std::int64_t ahead = step + kStages - 1;
       const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
-      if (ahead < step_end) load_stage(p, tile0, ahead, lane, ahead_slot, ring);
+      if (step + kStages - 1 < step_end) {
+        stream.issue(lane, ahead_slot, ring);
+      }
       cp_async_commit();
       slot = slot + 1 == kStages ? 0 : slot + 1;
     }
-    cp_async_wait<0>();
   }
+  cp_async_wait<0>();
 
+  // D fragment: element i of pair jp, row group rg is n = 8 * (tile0 + 2 jp + i / 2)
+  // + r, M row 8 rg + 2c + i % 2.
+  if (k_slices == 1) {
 #pragma unroll
-  for (int j = 0; j < kTN; ++j) {
+    for (int jp = 0; jp < kTN / 2; ++jp) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][j][i][lane] = acc[j][i];
+      for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, acc[jp][rg][i]);
+      }
+    }
+    return;
+  }
+  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
+  float* partial = reinterpret_cast<float*>(ring_bytes);  // [warp][kAcc][32], the rings are done
+  static_assert(kWarps * kAcc * 32 * 4 <= kWarps * static_cast<int>(sizeof(Ring<F, kTN, kStages>)), "partials fit the rings");
+  __syncthreads();
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[(warp * kAcc + (jp * kRowGroups + rg) * 4 + i) * 32 + lane] = acc[jp][rg][i];
+    }
   }
   __syncthreads();
   if (k_slice != 0) return;
-  const int r = lane / 4, c = lane % 4;
 #pragma unroll
-  for (int j = 0; j < kTN; ++j) {
-    const std::int64_t tile = tile0 + j;
-    if (tile >= p.n_tiles) break;
+  for (int jp = 0; jp < kTN / 2; ++jp) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float sum = 0.0f;
-      for (int s = 0; s < k_slices; ++s) sum += partial[column * k_slices + s][j][i][lane];  // fixed order
-      store_out<T>(p, r + 8 * (i / 2), tile * 8 + 2 * c + (i % 2), sum);
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int a = (jp * kRowGroups + rg) * 4 + i;
+        float sum = 0.0f;
+        for (int s = 0; s < k_slices; ++s) sum += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];  // fixed order
+        store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, sum);
+      }
     }
   }
 }
 
-template <class T, Form F, int kRowGroups, int kTN>
+template <class T, Form F, int kRowGroups, int kTN, int kStages>
 void launch(const Params& p, cudaStream_t stream) {
   const int sms = multiprocessor_count();
-  // Fewest k-slices (longest contiguous runs per warp) that still give ~2 blocks per
-  // SM; never more slices than steps.
-  int k_slices = 1;
   auto blocks_for = [&](int slices) { return (p.n_tiles + (kWarps / slices) * kTN - 1) / ((kWarps / slices) * kTN); };
-  while (k_slices < kWarps && blocks_for(k_slices) < 2 * sms && 2 * k_slices <= p.k_steps) k_slices *= 2;
+  int k_slices = 1;
+  if constexpr (F == Form::int8) {
+    // INT8 (half the work per byte) streams best with the most slices: 93% of copy
+    // at 28672 x 8192 against 79% with 2 (helper-8's sweep).
+    while (k_slices < kWarps && 2 * k_slices <= p.k_steps) k_slices *= 2;
+  } else {
+    // INT4: the k-slice count whose grid fills the resident block slots (2 per SM)
+    // best, fewest waves on a tie: a whole grid resident at once beat 1.7 waves by
+    // 10% (28672 x 8192: 2 slices, 224 blocks, 86% of copy; 4 slices, 78%).
+    const std::int64_t slots = 2 * static_cast<std::int64_t>(sms);
+    double best = 0.0;
+    for (int slices = 1; slices <= kWarps && (slices == 1 || slices <= p.k_steps); slices *= 2) {
+      const std::int64_t blocks = blocks_for(slices);
+      const double filled = static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+      if (filled > best + 1e-9) best = filled, k_slices = slices;
+    }
+  }
   const std::int64_t blocks = blocks_for(k_slices);
-  constexpr int kRingBytes = kWarps * static_cast<int>(sizeof(Ring<F, kTN>));
+  constexpr int kRingBytes = kWarps * static_cast<int>(sizeof(Ring<F, kTN, kStages>));
   LOWBIT_CUDA_CHECK(
-      cudaFuncSetAttribute(gemv_kernel<T, F, kRowGroups, kTN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
-  gemv_kernel<T, F, kRowGroups, kTN><<<static_cast<unsigned>(blocks), kThreads, kRingBytes, stream>>>(p, k_slices);
+      cudaFuncSetAttribute(gemv_kernel<T, F, kRowGroups, kTN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
+  gemv_kernel<T, F, kRowGroups, kTN, kStages><<<static_cast<unsigned>(blocks), kThreads, kRingBytes, stream>>>(p, k_slices);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 template <class T, Form F>
 void launch_rows(const Params& p, cudaStream_t stream) {
   constexpr int kTN = F == Form::int8 ? 2 : 4;  // 64 bytes of codes per lane per step either way
+  // INT8 streams best from 3 stages (3 blocks per SM at M <= 8), INT4 from 4.
+  constexpr int kStages = F == Form::int8 ? 3 : 4;
   if (p.m > 8) {
-    launch<T, F, 2, kTN>(p, stream);
+    launch<T, F, 2, kTN, kStages>(p, stream);
   } else {
-    launch<T, F, 1, kTN>(p, stream);
+    launch<T, F, 1, kTN, kStages>(p, stream);
   }
 }
 
