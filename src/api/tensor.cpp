@@ -78,13 +78,11 @@ std::size_t TensorView::span_bytes() const {
 }
 
 std::string TensorView::describe() const {
-  std::ostringstream out;
-  out << dtype_name(dtype) << '[';
-  for (int i = 0; i < rank; ++i) out << (i ? "x" : "") << shape[i];
-  out << ']';
-  if (rank == 2 && strides[0] != shape[1]) out << " row_stride " << strides[0];
-  out << " on " << device_name(device);
-  return out.str();
+  std::string out = detail::concat(dtype_name(dtype), '[');
+  for (int i = 0; i < rank; ++i) out += detail::concat(i ? "x" : "", shape[i]);
+  out += ']';
+  if (rank == 2 && strides[0] != shape[1]) out += detail::concat(" row_stride ", strides[0]);
+  return out + " on " + device_name(device);
 }
 
 }  // namespace lowbit
