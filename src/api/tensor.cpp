@@ -1,6 +1,5 @@
 #include "lowbit/tensor.h"
 
-#include <sstream>
 
 #include "lowbit/error.h"
 

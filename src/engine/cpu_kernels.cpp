@@ -1,0 +1,126 @@
+#include "engine/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+namespace lowbit::engine::cpu_kernels {
+namespace {
+
+// One SIMD register of floats: load, FMA, horizontal sum.
+#if defined(__AVX512F__)
+constexpr int W = 16;
+using Vec = __m512;
+inline Vec vzero() { return _mm512_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vsum(Vec a) {
+  // Through memory: GCC 12's reduce/extract intrinsics trip -Wuninitialized in its
+  // own header. Only once per dot product, so it costs nothing that matters.
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, a);
+  for (int w = 8; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) lanes[i] += lanes[i + w];
+  return lanes[0];
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int W = 8;
+using Vec = __m256;
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vsum(Vec a) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+#else
+constexpr int W = 1;
+using Vec = float;
+inline Vec vzero() { return 0.0f; }
+inline Vec vload(const float* p) { return *p; }
+inline Vec vfma(Vec a, Vec b, Vec c) { return std::fma(a, b, c); }
+inline float vsum(Vec a) { return a; }
+#endif
+
+// TT tokens x TO output rows of y, each a dot product over k.
+template <int TT, int TO>
+inline void tile(const float* x, std::int64_t k, const float* w, float* y, std::int64_t ldy) {
+  Vec acc[TT][TO];
+  for (int t = 0; t < TT; ++t)
+    for (int o = 0; o < TO; ++o) acc[t][o] = vzero();
+  std::int64_t i = 0;
+  for (; i + W <= k; i += W) {
+    Vec wv[TO];
+    for (int o = 0; o < TO; ++o) wv[o] = vload(w + o * k + i);
+    for (int t = 0; t < TT; ++t) {
+      const Vec xv = vload(x + t * k + i);
+      for (int o = 0; o < TO; ++o) acc[t][o] = vfma(xv, wv[o], acc[t][o]);
+    }
+  }
+  for (int t = 0; t < TT; ++t) {
+    for (int o = 0; o < TO; ++o) {
+      float s = vsum(acc[t][o]);
+      for (std::int64_t j = i; j < k; ++j) s = std::fma(x[t * k + j], w[o * k + j], s);
+      y[t * ldy + o] = s;
+    }
+  }
+}
+
+template <int TO>
+inline void row_tile(const float* x, std::int64_t n, std::int64_t k, const float* w, float* y, std::int64_t ldy) {
+  std::int64_t t = 0;
+  for (; t + 4 <= n; t += 4) tile<4, TO>(x + t * k, k, w, y + t * ldy, ldy);
+  switch (n - t) {
+    case 3: tile<3, TO>(x + t * k, k, w, y + t * ldy, ldy); break;
+    case 2: tile<2, TO>(x + t * k, k, w, y + t * ldy, ldy); break;
+    case 1: tile<1, TO>(x + t * k, k, w, y + t * ldy, ldy); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void matmul_nt(const float* x, std::int64_t n, std::int64_t k, const float* w, std::int64_t m, float* y) {
+  // Token blocks of ~128 KB of x stay in L2 while each thread streams its rows of w.
+  const std::int64_t block = std::max<std::int64_t>(4, std::min<std::int64_t>(64, (32768 / std::max<std::int64_t>(k, 1)) / 4 * 4));
+  const std::int64_t row_tiles = (m + 3) / 4;
+  for (std::int64_t t0 = 0; t0 < n; t0 += block) {
+    const std::int64_t nt = std::min(block, n - t0);
+    const float* xb = x + t0 * k;
+    float* yb = y + t0 * m;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t r = 0; r < row_tiles; ++r) {
+      const std::int64_t o = r * 4;
+      if (o + 4 <= m) {
+        row_tile<4>(xb, nt, k, w + o * k, yb + o, m);
+      } else {
+        for (std::int64_t oo = o; oo < m; ++oo) row_tile<1>(xb, nt, k, w + oo * k, yb + oo, m);
+      }
+    }
+  }
+}
+
+float dot(const float* a, const float* b, std::int64_t n) {
+  Vec acc = vzero();
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) acc = vfma(vload(a + i), vload(b + i), acc);
+  float s = vsum(acc);
+  for (; i < n; ++i) s = std::fma(a[i], b[i], s);
+  return s;
+}
+
+void rms_norm(const float* x, const float* weight, std::int64_t n, std::int64_t d, float eps, float* y) {
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* xr = x + t * d;
+    double ss = 0.0;
+    for (std::int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const auto inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+    for (std::int64_t i = 0; i < d; ++i) y[t * d + i] = xr[i] * inv * weight[i];
+  }
+}
+
+}  // namespace lowbit::engine::cpu_kernels

@@ -1,0 +1,48 @@
+// The CPU reference forward pass of a llama-family model: FP32 throughout (weights
+// decoded at load), RMSNorm, RoPE (ggml's "normal" rotation of consecutive pairs
+// (2i, 2i + 1), which is what GGUF llama Q/K weights are permuted for), grouped-query
+// attention that reads the KV cache as its policy dictates, SwiGLU, final norm and
+// the (possibly tied) output head.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+
+namespace lowbit::engine {
+
+// One sequence: the model (borrowed; it must outlive the session) and its KV cache.
+class CpuSession {
+ public:
+  // max_tokens: the most positions this sequence may hold (the cache is sized for it).
+  CpuSession(const Model& model, KvCacheOptions cache, std::int64_t max_tokens);
+
+  // Appends `tokens` at position() (a prefill when many, a decode step when one) and
+  // returns logits: [n x vocab] for every appended position (all_logits) or [vocab]
+  // for the last one. A batch gives the same result as feeding its tokens one at a
+  // time: the query at position t sees each older token as the cache holds it at
+  // time t. Throws lowbit::Error for an empty batch, a token id outside the
+  // vocabulary, or more tokens than max_tokens allows (the session is unchanged then).
+  std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_logits);
+
+  std::int64_t position() const { return position_; }
+  std::int64_t max_tokens() const { return cache_.max_tokens(); }
+  const KvCache& cache() const { return cache_; }
+  const Model& model() const { return *model_; }
+  void reset();
+
+ private:
+  void attend(std::int64_t layer, std::int64_t pos, std::int64_t head, const float* q, float* out,
+              float* scores) const;
+  void rope(float* x, std::int64_t n, std::int64_t heads, std::int64_t pos0) const;
+
+  const Model* model_;
+  KvCache cache_;
+  std::int64_t position_ = 0;
+  std::vector<float> rope_cos_, rope_sin_;  // [max_tokens x rope_dims / 2]
+};
+
+}  // namespace lowbit::engine

@@ -1,0 +1,232 @@
+#include "engine/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "formats/float16.h"
+#include "lowbit/error.h"
+
+namespace lowbit::engine {
+namespace {
+
+struct Resolved {
+  bool quantizes = false;
+  QuantSpec spec{};
+  std::int64_t code_bytes = 0;  // per token, all heads
+  std::int64_t params = 0;      // scales per token, all heads (mins: as many again for INT4)
+  std::int64_t rows_per_token = 0, cols = 0;  // the matrix one token's K (or V) is quantized as
+};
+
+Resolved resolve(const KvShape& shape, const KvCacheOptions& o) {
+  LOWBIT_CHECK(shape.layers > 0 && shape.kv_heads > 0 && shape.head_dim > 0, "kv cache: shape [layers ", shape.layers,
+               ", kv_heads ", shape.kv_heads, ", head_dim ", shape.head_dim, "] must be positive");
+  const auto p = static_cast<int>(o.policy);
+  LOWBIT_CHECK(p >= 0 && p <= static_cast<int>(KvPolicy::int4), "kv cache: unknown policy ", p);
+  if (o.policy == KvPolicy::window || o.policy == KvPolicy::selective) {
+    LOWBIT_CHECK(o.sink >= 0, "kv cache: sink = ", o.sink, ", expected >= 0");
+    LOWBIT_CHECK(o.window >= 1, "kv cache: window = ", o.window, ", expected >= 1");
+  }
+  Resolved r;
+  int bits = 0;
+  if (o.policy == KvPolicy::int8) bits = 8;
+  if (o.policy == KvPolicy::int4) bits = 4;
+  if (o.policy == KvPolicy::selective) {
+    LOWBIT_CHECK(o.kv_bits == 8 || o.kv_bits == 4, "kv cache: kv_bits = ", o.kv_bits, ", expected 8 or 4");
+    bits = o.kv_bits;
+  }
+  if (bits == 0) return r;
+  r.quantizes = true;
+  const std::int64_t d = shape.head_dim, kv = shape.kv_dim();
+  // Default: one scale (and min) per token per head, for INT8 and INT4 alike.
+  const std::int64_t group = o.kv_group != 0 ? o.kv_group : d;
+  // Groups never straddle a head unless they cover whole heads: either a part of a
+  // head (a multiple of 16, lowbit's per_group rule) or whole heads of the token.
+  const bool within_head = group == d || (group > 0 && group % 16 == 0 && group < d);
+  const bool whole_heads = group > d && group % d == 0 && kv % group == 0 && (group == kv || group % 16 == 0);
+  LOWBIT_CHECK(within_head || whole_heads, "kv cache: kv_group = ", o.kv_group, ", expected head_dim (", d,
+               "), a multiple of 16 below it, or a multiple of head_dim dividing kv_heads * head_dim (", kv, ")");
+  // One token is a [rows_per_token x cols] matrix: [kv_heads x head_dim] for groups
+  // within a head (per_token = one scale per head), [1 x kv_dim] for whole heads.
+  r.cols = within_head ? d : kv;
+  r.rows_per_token = within_head ? shape.kv_heads : 1;
+  r.spec.scheme = bits == 8 ? QuantScheme::int8_symmetric : QuantScheme::int4_asymmetric;
+  r.spec.granularity = group == r.cols ? Granularity::per_token : Granularity::per_group;
+  r.spec.group_size = group == r.cols ? 0 : group;
+  const QuantLayout layout = quant_layout(r.spec, 1, r.cols);
+  r.code_bytes = r.rows_per_token * layout.code_cols;
+  r.params = r.rows_per_token * layout.scale_cols;
+  return r;
+}
+
+std::int64_t fp16_capacity(const KvCacheOptions& o, std::int64_t tokens) {
+  switch (o.policy) {
+    case KvPolicy::full: return tokens;
+    case KvPolicy::window:
+    case KvPolicy::selective: return std::min(tokens, o.sink + o.window);
+    default: return 0;
+  }
+}
+
+std::int64_t quant_count(const KvCacheOptions& o, std::int64_t tokens) {
+  switch (o.policy) {
+    case KvPolicy::selective: return std::max<std::int64_t>(0, tokens - o.sink - o.window);
+    case KvPolicy::int8:
+    case KvPolicy::int4: return tokens;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+const char* kv_policy_name(KvPolicy policy) {
+  switch (policy) {
+    case KvPolicy::full: return "full";
+    case KvPolicy::window: return "window";
+    case KvPolicy::selective: return "selective";
+    case KvPolicy::int8: return "int8";
+    case KvPolicy::int4: return "int4";
+  }
+  return "unknown";
+}
+
+KvPolicy parse_kv_policy(const char* name) {
+  for (KvPolicy p : {KvPolicy::full, KvPolicy::window, KvPolicy::selective, KvPolicy::int8, KvPolicy::int4}) {
+    if (std::strcmp(name, kv_policy_name(p)) == 0) return p;
+  }
+  LOWBIT_FAIL("kv cache policy: expected full, window, selective, int8 or int4, got '", name, "'");
+}
+
+KvCache::KvCache(KvShape shape, KvCacheOptions options, std::int64_t max_tokens)
+    : shape_(shape), options_(options), max_tokens_(max_tokens) {
+  const Resolved r = resolve(shape, options);
+  // The bound keeps a hostile --context from turning into a multi-terabyte allocation.
+  LOWBIT_CHECK(max_tokens > 0 && max_tokens <= (std::int64_t{1} << 24), "kv cache: max_tokens = ", max_tokens,
+               ", expected 1..", std::int64_t{1} << 24);
+  quantizes_ = r.quantizes;
+  spec_ = r.spec;
+  code_bytes_ = r.code_bytes;
+  params_per_token_ = r.params;
+  rows_per_token_ = r.rows_per_token;
+  quant_cols_ = r.cols;
+  const auto kv = static_cast<std::size_t>(shape.kv_dim());
+  const auto f16_slots = static_cast<std::size_t>(fp16_capacity(options, max_tokens));
+  const auto q_slots = static_cast<std::size_t>(quant_count(options, max_tokens));
+  const bool mins = r.quantizes && scheme_has_mins(r.spec.scheme);
+  for (auto* parts : {&keys_, &values_}) {
+    parts->resize(static_cast<std::size_t>(shape.layers));
+    for (Part& part : *parts) {
+      part.f16.resize(f16_slots * kv);
+      part.codes.resize(q_slots * static_cast<std::size_t>(code_bytes_));
+      part.scales.resize(q_slots * static_cast<std::size_t>(params_per_token_));
+      if (mins) part.mins.resize(part.scales.size());
+      const bool fp16_forms = options.policy != KvPolicy::int8 && options.policy != KvPolicy::int4;
+      if (fp16_forms) part.decoded16.resize(static_cast<std::size_t>(max_tokens) * kv);
+      if (r.quantizes) part.decodedq.resize(static_cast<std::size_t>(max_tokens) * kv);
+    }
+  }
+  length_.assign(static_cast<std::size_t>(shape.layers), 0);
+  scratch_.resize(kv);
+}
+
+void KvCache::reset() { std::fill(length_.begin(), length_.end(), 0); }
+
+std::int64_t KvCache::f16_slot(std::int64_t pos) const {
+  if (options_.policy == KvPolicy::full || pos < options_.sink) return pos;
+  return options_.sink + (pos - options_.sink) % options_.window;  // ring of `window` slots
+}
+
+// Codes, scales (mins) of n tokens into quantized slots [slot, slot + n), and their
+// decoded values into `decoded` (n x kv_dim), both through lowbit's quantization.
+void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded) {
+  const std::int64_t rows = n * rows_per_token_;
+  const QuantLayout layout = quant_layout(spec_, rows, quant_cols_);
+  QuantizedView q;
+  q.codes = TensorView::matrix(part.codes.data() + slot * code_bytes_, scheme_code_dtype(spec_.scheme), Device::cpu,
+                               rows, layout.code_cols);
+  q.scales = TensorView::vector(part.scales.data() + slot * params_per_token_, DType::f32, Device::cpu,
+                                layout.scale_count());
+  if (scheme_has_mins(spec_.scheme)) {
+    q.mins = TensorView::vector(part.mins.data() + slot * params_per_token_, DType::f32, Device::cpu,
+                                layout.scale_count());
+  }
+  const TensorView in = TensorView::matrix(const_cast<float*>(x), DType::f32, Device::cpu, rows, quant_cols_);
+  quantize(in, spec_, q, Workspace{}, nullptr);
+  dequantize(q, spec_, TensorView::matrix(decoded, DType::f32, Device::cpu, rows, quant_cols_), nullptr);
+}
+
+void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x) {
+  const std::int64_t kv = shape_.kv_dim();
+  float* decoded = part.decoded16.data() + pos * kv;
+  if (options_.policy == KvPolicy::selective && pos >= options_.sink + options_.window) {
+    // Token pos - window leaves the window: quantize its FP16 value (the only form a
+    // cache keeps) into its quantized slot; its ring slot is pos's.
+    const std::int64_t evicted = pos - options_.window;
+    const std::uint16_t* old = part.f16.data() + f16_slot(evicted) * kv;
+    for (std::int64_t i = 0; i < kv; ++i) scratch_[static_cast<std::size_t>(i)] = formats::half_to_float({old[i]});
+    quantize_into(part, evicted - options_.sink, 1, scratch_.data(), part.decodedq.data() + evicted * kv);
+  }
+  std::uint16_t* slot = part.f16.data() + f16_slot(pos) * kv;
+  for (std::int64_t i = 0; i < kv; ++i) {
+    slot[i] = formats::float_to_half(x[i]).bits;
+    decoded[i] = formats::half_to_float({slot[i]});
+  }
+}
+
+void KvCache::append(std::int64_t layer, std::int64_t n, const float* k, const float* v) {
+  LOWBIT_CHECK(layer >= 0 && layer < shape_.layers, "kv cache: layer ", layer, " out of range 0..", shape_.layers - 1);
+  auto& len = length_[static_cast<std::size_t>(layer)];
+  LOWBIT_CHECK(n >= 1 && n <= max_tokens_ - len, "kv cache: appending ", n, " tokens to ", len,
+               " would exceed max_tokens = ", max_tokens_, " (the context the cache was sized for)");
+  Part& kp = keys_[static_cast<std::size_t>(layer)];
+  Part& vp = values_[static_cast<std::size_t>(layer)];
+  const std::int64_t kv = shape_.kv_dim();
+  if (options_.policy == KvPolicy::int8 || options_.policy == KvPolicy::int4) {
+    quantize_into(kp, len, n, k, kp.decodedq.data() + len * kv);
+    quantize_into(vp, len, n, v, vp.decodedq.data() + len * kv);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      append_one_part(kp, len + i, k + i * kv);
+      append_one_part(vp, len + i, v + i * kv);
+    }
+  }
+  len += n;
+}
+
+KvCache::Visible KvCache::visible(std::int64_t layer, std::int64_t t) const {
+  LOWBIT_CHECK(t >= 0 && t < length(layer), "kv cache: query position ", t, " is not below the length ", length(layer));
+  if (options_.policy != KvPolicy::window) return {0, 0, t + 1};
+  const std::int64_t sink_end = std::min(options_.sink, t + 1);
+  return {sink_end, std::max(sink_end, t + 1 - options_.window), t + 1};
+}
+
+const float* KvCache::read(const Part& part, std::int64_t pos, std::int64_t t) const {
+  const std::int64_t kv = shape_.kv_dim();
+  switch (options_.policy) {
+    case KvPolicy::int8:
+    case KvPolicy::int4: return part.decodedq.data() + pos * kv;
+    case KvPolicy::selective:
+      // Token pos was quantized when token pos + window arrived.
+      if (pos >= options_.sink && pos <= t - options_.window) return part.decodedq.data() + pos * kv;
+      return part.decoded16.data() + pos * kv;
+    default: return part.decoded16.data() + pos * kv;
+  }
+}
+
+const float* KvCache::key(std::int64_t layer, std::int64_t pos, std::int64_t t) const {
+  return read(keys_[static_cast<std::size_t>(layer)], pos, t);
+}
+
+const float* KvCache::value(std::int64_t layer, std::int64_t pos, std::int64_t t) const {
+  return read(values_[static_cast<std::size_t>(layer)], pos, t);
+}
+
+std::size_t KvCache::bytes_at(const KvShape& shape, const KvCacheOptions& options, std::int64_t tokens) {
+  const Resolved r = resolve(shape, options);
+  const std::int64_t f16_bytes = shape.kv_dim() * 2;
+  const std::int64_t mins = r.quantizes && scheme_has_mins(r.spec.scheme) ? 2 : 1;
+  const std::int64_t q_bytes = r.code_bytes + r.params * 4 * mins;
+  const std::int64_t per_part = fp16_capacity(options, tokens) * f16_bytes + quant_count(options, tokens) * q_bytes;
+  return static_cast<std::size_t>(per_part * 2 * shape.layers);  // K and V
+}
+
+}  // namespace lowbit::engine

@@ -1,0 +1,127 @@
+// The KV cache of one sequence, with the policies of issue 5 (seed 002):
+//   full       every token in FP16
+//   window     sink tokens + the most recent `window` tokens in FP16, older ones dropped
+//   selective  sink + window in FP16; a token leaving the window is quantized (from its
+//              FP16 value) and kept: INT8 symmetric or INT4 asymmetric
+//   int8/int4  every token quantized on arrival (from its f32 value)
+// "The most recent `window` tokens" include the one just appended: after token t is
+// stored, tokens t - window + 1 .. t are in the window.
+//
+// Quantization is lowbit's own (include/lowbit/quant.h, CPU views): one token's K (or
+// V) is a [kv_heads x head_dim] matrix, quantized per_token (one f32 scale per token
+// per head) or per_group (kv_group channels of a head per scale, + an f32 min for INT4);
+// a kv_group of whole heads makes it a [1 x kv_dim] row with groups of those heads.
+//
+// Storage is what a GPU cache holds (FP16 bits, codes, scales, mins); bytes() counts it
+// exactly. Next to it the CPU reference keeps decoded f32 mirrors of every position's
+// forms (each decoded from the stored bits when written or quantized), so attention
+// does not decode a token once per query, and a batch of queries can each read the
+// form its own time would have seen (prefill == token-by-token decode) in parallel.
+// The mirrors are scratch and not counted in bytes().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "lowbit/quant.h"
+
+namespace lowbit::engine {
+
+enum class KvPolicy { full, window, selective, int8, int4 };
+
+const char* kv_policy_name(KvPolicy policy);
+KvPolicy parse_kv_policy(const char* name);  // "full" | "window" | "selective" | "int8" | "int4"
+
+struct KvCacheOptions {
+  KvPolicy policy = KvPolicy::full;
+  std::int64_t sink = 16;    // window / selective
+  std::int64_t window = 32;  // window / selective
+  int kv_bits = 8;           // selective: 8 or 4 (int8 / int4 imply theirs)
+  // Channels per scale (and min). 0 = the default, head_dim: one scale (INT8) or
+  // scale + min (INT4) per token per head. Otherwise a multiple of 16 below head_dim
+  // (lowbit's per_group rule), or a multiple of head_dim dividing kv_heads * head_dim
+  // (whole heads; kv_dim = one per token per layer). With f32 parameters, INT4 at
+  // head_dim costs 0.3206x of FP16 at 4096 tokens (sink 16, window 32); only groups
+  // wider than a head get under 0.32x (kv_cache_test), at a perplexity cost.
+  std::int64_t kv_group = 0;
+};
+
+struct KvShape {
+  std::int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  std::int64_t kv_dim() const { return kv_heads * head_dim; }
+};
+
+class KvCache {
+ public:
+  // Throws lowbit::Error for bad shapes or options (naming the option).
+  KvCache(KvShape shape, KvCacheOptions options, std::int64_t max_tokens);
+
+  const KvShape& shape() const { return shape_; }
+  const KvCacheOptions& options() const { return options_; }
+  std::int64_t max_tokens() const { return max_tokens_; }
+
+  // Tokens appended to `layer` so far (every layer has the same count after a full
+  // forward step).
+  std::int64_t length(std::int64_t layer) const { return length_[static_cast<std::size_t>(layer)]; }
+  std::int64_t length() const { return length_.empty() ? 0 : length_[0]; }
+
+  // Appends n tokens' K and V (rows of kv_dim f32, RoPE already applied) to `layer`.
+  // Throws if that would exceed max_tokens. Appending n tokens at once is the same as
+  // n single appends.
+  void append(std::int64_t layer, std::int64_t n, const float* k, const float* v);
+
+  // What the query at position t (< length(layer)) sees in `layer`, as one-at-a-time
+  // decoding would have had it when token t was appended: the positions in
+  // [0, sink_end) and [recent_begin, end), end = t + 1; every other one is dropped.
+  struct Visible {
+    std::int64_t sink_end, recent_begin, end;
+  };
+  Visible visible(std::int64_t layer, std::int64_t t) const;
+  // Decoded K / V row (kv_dim f32) of a visible position, in the form the query at
+  // t reads it (for selective: FP16 while in t's window, quantized once older).
+  const float* key(std::int64_t layer, std::int64_t pos, std::int64_t t) const;
+  const float* value(std::int64_t layer, std::int64_t pos, std::int64_t t) const;
+  // The same for a query at the last appended position: what the cache holds now.
+  const float* key(std::int64_t layer, std::int64_t pos) const { return key(layer, pos, length(layer) - 1); }
+  const float* value(std::int64_t layer, std::int64_t pos) const { return value(layer, pos, length(layer) - 1); }
+
+  // Bytes the cache holds now (FP16 parts, codes, scales, mins), and what it would
+  // hold at `tokens` tokens.
+  std::size_t bytes() const { return bytes_at(shape_, options_, length()); }
+  static std::size_t bytes_at(const KvShape& shape, const KvCacheOptions& options, std::int64_t tokens);
+
+  // Which lowbit quantization the policy uses (int8 / int4 / selective).
+  QuantSpec quant_spec() const { return spec_; }
+  bool quantizes() const { return quantizes_; }
+
+  void reset();
+
+ private:
+  struct Part {  // K or V of one layer
+    std::vector<std::uint16_t> f16;   // FP16 slots, kv_dim each
+    std::vector<std::uint8_t> codes;  // quantized slots, code_bytes each
+    std::vector<float> scales, mins;  // params_per_token each
+    std::vector<float> decoded16;     // [max_tokens x kv_dim]: FP16 forms, decoded
+    std::vector<float> decodedq;      // [max_tokens x kv_dim]: quantized forms, decoded
+  };
+  const float* read(const Part& part, std::int64_t pos, std::int64_t t) const;
+
+  void append_one_part(Part& part, std::int64_t pos, const float* x);
+  void quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded);
+  std::int64_t f16_slot(std::int64_t pos) const;
+
+  KvShape shape_;
+  KvCacheOptions options_;
+  std::int64_t max_tokens_;
+  QuantSpec spec_{};
+  bool quantizes_ = false;
+  std::int64_t code_bytes_ = 0;        // per token (all heads)
+  std::int64_t params_per_token_ = 0;  // scales (and mins) per token (all heads)
+  std::int64_t rows_per_token_ = 0, quant_cols_ = 0;
+  std::vector<Part> keys_, values_;
+  std::vector<std::int64_t> length_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace lowbit::engine

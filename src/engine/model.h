@@ -1,0 +1,76 @@
+// A llama-family model for the CPU reference: its configuration from the GGUF
+// metadata and its weights, validated by name, shape and type, decoded to f32 once
+// at load (Q4_1 / Q8_0 / Q4_0 / F16 / BF16 / F32). f32 keeps the CPU forward a plain
+// FP32 oracle; the GPU path repacks the quantized blocks instead (ggml_repack.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/gguf.h"
+
+namespace lowbit::engine {
+
+struct ModelConfig {
+  std::string architecture;          // general.architecture ("llama")
+  std::int64_t n_layers = 0;         // <arch>.block_count
+  std::int64_t d_model = 0;          // <arch>.embedding_length
+  std::int64_t n_heads = 0;          // <arch>.attention.head_count
+  std::int64_t n_kv_heads = 0;       // <arch>.attention.head_count_kv (default n_heads)
+  std::int64_t head_dim = 0;         // <arch>.attention.key_length (default d_model / n_heads)
+  std::int64_t ffn_dim = 0;          // <arch>.feed_forward_length
+  std::int64_t vocab = 0;            // token_embd.weight dims[1]
+  std::int64_t context_length = 0;  // <arch>.context_length (0 when absent)
+  std::int64_t rope_dims = 0;        // <arch>.rope.dimension_count (default head_dim)
+  double rope_base = 10000.0;        // <arch>.rope.freq_base
+  float rms_eps = 1e-5f;             // <arch>.attention.layer_norm_rms_epsilon
+
+  std::int64_t q_dim() const { return n_heads * head_dim; }
+  std::int64_t kv_dim() const { return n_kv_heads * head_dim; }
+
+  // Reads and validates (see validate()) the metadata of `file`.
+  static ModelConfig from_gguf(const GgufFile& file);
+  // Throws lowbit::Error naming the field for missing or absurd values: non-positive
+  // sizes, heads not dividing d_model (without key_length), kv heads not dividing
+  // heads, odd head_dim or rope_dims, rope_dims > head_dim, eps or base not positive.
+  void validate() const;
+  std::string describe() const;  // one line
+};
+
+struct LayerWeights {
+  // Matrices are [out x in] row-major (in contiguous), as GGUF stores them.
+  std::vector<float> attn_norm;         // [d_model]
+  std::vector<float> wq, wk, wv, wo;    // [q_dim x d], [kv_dim x d], [kv_dim x d], [d x q_dim]
+  std::vector<float> ffn_norm;          // [d_model]
+  std::vector<float> w_gate, w_up;      // [ffn x d]
+  std::vector<float> w_down;            // [d x ffn]
+};
+
+class Model {
+ public:
+  // Opens, validates and decodes a GGUF file. Throws lowbit::Error naming the file
+  // (missing, not GGUF) or the tensor / key at fault.
+  static Model load(const std::string& path);
+  static Model from_gguf(const GgufFile& file);
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  const std::vector<float>& token_embedding() const { return token_embd_; }  // [vocab x d]
+  const std::vector<float>& output_norm() const { return output_norm_; }      // [d]
+  // The output head [vocab x d]: output.weight, or the token embedding when tied.
+  const std::vector<float>& output() const { return tied_output_ ? token_embd_ : output_; }
+  bool tied_output() const { return tied_output_; }
+  std::size_t weight_bytes() const;  // f32 bytes held
+  const std::string& source() const { return source_; }
+
+ private:
+  ModelConfig config_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> token_embd_, output_norm_, output_;
+  bool tied_output_ = false;
+  std::string source_;
+};
+
+}  // namespace lowbit::engine

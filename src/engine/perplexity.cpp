@@ -1,0 +1,58 @@
+#include "engine/perplexity.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/forward_cpu.h"
+#include "lowbit/error.h"
+
+namespace lowbit::engine {
+
+double token_nll(std::span<const float> logits, std::int32_t target) {
+  LOWBIT_CHECK(target >= 0 && static_cast<std::size_t>(target) < logits.size(), "perplexity: target token ", target,
+               " is outside the vocabulary (", logits.size(), " logits)");
+  double mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  return std::log(sum) + mx - static_cast<double>(logits[static_cast<std::size_t>(target)]);
+}
+
+PerplexityResult perplexity(const Model& model, std::span<const std::int32_t> tokens,
+                            const PerplexityOptions& options) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  LOWBIT_CHECK(n >= 2, "perplexity: need at least 2 tokens, got ", n);
+  LOWBIT_CHECK(options.context >= 2, "perplexity: context = ", options.context, ", expected >= 2");
+  const std::int64_t stride = options.stride == 0 ? options.context : options.stride;
+  LOWBIT_CHECK(stride >= 1 && stride <= options.context, "perplexity: stride = ", options.stride,
+               ", expected 1..context (", options.context, ")");
+  LOWBIT_CHECK(options.max_windows >= 0, "perplexity: max_windows = ", options.max_windows, ", expected >= 0");
+  const std::int64_t ctx = std::min(options.context, n);
+  std::int64_t windows = 1 + (n - ctx) / stride;
+  if (options.max_windows > 0) windows = std::min(windows, options.max_windows);
+
+  const std::int64_t vocab = model.config().vocab;
+  CpuSession session(model, options.cache, ctx);
+  PerplexityResult result;
+  double total = 0.0;
+  for (std::int64_t w = 0; w < windows; ++w) {
+    const std::int64_t start = w * stride;
+    session.reset();
+    const std::vector<float> logits = session.forward(tokens.subspan(static_cast<std::size_t>(start),
+                                                                     static_cast<std::size_t>(ctx)), true);
+    // Position i's logits predict token i + 1 of the window.
+    const std::int64_t first = w == 0 ? 0 : ctx - 1 - std::min(stride, ctx - 1);
+    for (std::int64_t i = first; i < ctx - 1; ++i) {
+      total += token_nll(std::span<const float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)),
+                         tokens[static_cast<std::size_t>(start + i + 1)]);
+      ++result.tokens_scored;
+    }
+    result.windows = w + 1;
+    if (options.progress) options.progress(w + 1, windows, std::exp(total / static_cast<double>(result.tokens_scored)));
+  }
+  result.mean_nll = total / static_cast<double>(result.tokens_scored);
+  result.ppl = std::exp(result.mean_nll);
+  return result;
+}
+
+}  // namespace lowbit::engine
