@@ -10,5 +10,9 @@ namespace lowbit::cli {
 using Args = std::vector<std::string>;
 
 int cmd_bench(const Args& args);
+int cmd_generate(const Args& args);
+int cmd_perplexity(const Args& args);
+int cmd_eval(const Args& args);
+int cmd_eval_kvcache(const Args& args);
 
 }  // namespace lowbit::cli

@@ -12,7 +12,11 @@ void usage(std::ostream& out) {
          "  bench kvquant   KV-cache quantization benchmark (seed 000): CPU baseline, the seed's four\n"
          "                  GPU kernels and lowbit's production path over the seed's ten T x D cases\n"
          "  bench gemm      quantized GEMMs (INT8, INT4, fused epilogue, W4A16/W8A16) against cuBLASLt and\n"
-         "                  cuBLAS in the same run (seeds 001, 003)\n\n"
+         "                  cuBLAS in the same run (seeds 001, 003)\n"
+         "  generate        greedy generation with a KV-cache policy (full, window, selective, int8, int4)\n"
+         "  perplexity      perplexity of a text file (default WikiText-2) under a KV-cache policy\n"
+         "  eval kvcache    the seed-002 table: perplexity, ROUGE-L, tokens/s and KV memory per policy, and\n"
+         "                  the memory-vs-tokens plot (PNG)\n\n"
          "Run `lowbit <command> --help` for its options.\n";
 }
 
@@ -27,6 +31,9 @@ int main(int argc, char** argv) {
   try {
     const lowbit::cli::Args rest(args.begin() + 1, args.end());
     if (args[0] == "bench") return lowbit::cli::cmd_bench(rest);
+    if (args[0] == "generate") return lowbit::cli::cmd_generate(rest);
+    if (args[0] == "perplexity") return lowbit::cli::cmd_perplexity(rest);
+    if (args[0] == "eval") return lowbit::cli::cmd_eval(rest);
     std::cerr << "lowbit: unknown command '" << args[0] << "'\n\n";
     usage(std::cerr);
     return 2;

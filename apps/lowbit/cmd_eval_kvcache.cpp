@@ -1,0 +1,191 @@
+// `lowbit eval kvcache`: the seed's comparison of KV-cache policies (seed 002): for
+// each policy, perplexity on WikiText-2, a greedy generation from the seed's prompt
+// scored with ROUGE-L against the full cache's, decode tokens/s, KV-cache bytes, and
+// the memory curve (the seed's Figure 2) drawn as a PNG.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "bench/common/json.h"
+#include "bench/common/run_info.h"
+#include "commands.h"
+#include "engine/forward_cpu.h"
+#include "engine/generate.h"
+#include "engine/perplexity.h"
+#include "engine/rouge.h"
+#include "engine_setup.h"
+#include "lowbit/error.h"
+#include "report/line_plot.h"
+
+namespace lowbit::cli {
+namespace {
+
+struct PolicyCase {
+  std::string name;   // as --policies spells it
+  std::string label;  // for tables and the legend
+  engine::KvPolicy policy;
+  int kv_bits;
+};
+
+std::vector<PolicyCase> policy_cases(const KvCacheFlags& kv) {
+  const std::string window = "sink " + std::to_string(kv.sink) + " + window " + std::to_string(kv.window);
+  return {
+      {"full", "full (FP16)", engine::KvPolicy::full, 8},
+      {"window", "window (" + window + ", older dropped)", engine::KvPolicy::window, 8},
+      {"selective8", "selective INT8 (" + window + " FP16)", engine::KvPolicy::selective, 8},
+      {"selective4", "selective INT4 (" + window + " FP16)", engine::KvPolicy::selective, 4},
+      {"int8", "INT8 (all tokens)", engine::KvPolicy::int8, 8},
+      {"int4", "INT4 (all tokens)", engine::KvPolicy::int4, 4},
+  };
+}
+
+struct PolicyResult {
+  PolicyCase policy;
+  engine::PerplexityResult ppl;
+  engine::GenerationResult generation;
+  std::string text;
+  engine::RougeL rouge_words{}, rouge_tokens{};
+  std::size_t bytes_at_n = 0;
+};
+
+}  // namespace
+
+int cmd_eval_kvcache(const Args& args) {
+  std::string model_path, file = default_text_path(), json_path, png_path = "kvcache-memory.png";
+  std::string prompt = "Once upon a time, in a small village at the edge of a great forest, there lived";
+  std::int64_t context = 512, max_windows = 8, max_new = 200, memory_tokens = 4096;
+  std::vector<std::string> only;
+  KvCacheFlags kv;
+  Options cli("lowbit eval kvcache",
+              "The seed-002 comparison of KV-cache policies on the CPU reference engine: perplexity over\n"
+              "WikiText-2 windows, a greedy generation from --prompt scored with ROUGE-L against the full\n"
+              "cache's, decode tokens/s, KV-cache bytes (and at --memory-tokens tokens against full), and a\n"
+              "PNG of KV-cache bytes against generated tokens, one line per policy.");
+  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("--file", &file, "PATH", "perplexity text (default: data/wikitext-2-raw/wiki.test.raw)");
+  cli.integer("--context", &context, 2, 1 << 20, "perplexity window (default 512)");
+  cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "perplexity windows per policy (default 8; 0: all)");
+  cli.text("--prompt", &prompt, "TEXT", "the generation prompt");
+  cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens generated per policy (default 200)");
+  cli.integer("--memory-tokens", &memory_tokens, 1, 1LL << 30, "report KV bytes at this many tokens (default 4096)");
+  cli.choices("--policy", &only, {"full", "window", "selective8", "selective4", "int8", "int4"},
+              "evaluate only this policy (full always runs: it is the reference)");
+  cli.text("--png", &png_path, "FILE", "the memory plot (default kvcache-memory.png)");
+  cli.text("--json", &json_path, "FILE", "also write the results as JSON");
+  kv.declare(cli, /*with_policy=*/false);
+  if (const auto status = cli.parse(args)) return *status;
+
+  const auto loaded = load_model(resolve_model_path(model_path));
+  const engine::Model& model = loaded->model;
+  const engine::Tokenizer& tok = loaded->tokenizer;
+  const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos());
+  const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, tok.add_bos());
+  LOWBIT_CHECK(!prompt_ids.empty(), "--prompt: the prompt encodes to no tokens");
+  const engine::KvShape shape{model.config().n_layers, model.config().n_kv_heads, model.config().head_dim};
+  std::fprintf(stderr, "eval kvcache: %s; %zu text tokens, prompt %zu tokens (CPU reference engine)\n",
+               model.config().describe().c_str(), text_ids.size(), prompt_ids.size());
+
+  std::vector<PolicyResult> results;
+  for (const PolicyCase& pc : policy_cases(kv)) {
+    if (!only.empty() && pc.name != "full" && std::find(only.begin(), only.end(), pc.name) == only.end()) continue;
+    PolicyResult r;
+    r.policy = pc;
+    const engine::KvCacheOptions cache = kv.options_for(pc.policy, pc.kv_bits);
+    engine::PerplexityOptions ppl_options;
+    ppl_options.context = context;
+    ppl_options.max_windows = max_windows;
+    ppl_options.cache = cache;
+    Progress progress("  " + pc.name + " perplexity", 1);
+    ppl_options.progress = [&](std::int64_t done, std::int64_t total, double ppl) {
+      progress.set_total(total);
+      char note[48];
+      std::snprintf(note, sizeof note, "ppl %.4f", ppl);
+      progress.update(done, note);
+    };
+    r.ppl = engine::perplexity(model, text_ids, ppl_options);
+    progress.finish();
+    engine::CpuSession session(model, cache, static_cast<std::int64_t>(prompt_ids.size()) + max_new);
+    // No stop token: every policy generates the same number of tokens.
+    r.generation = engine::generate_greedy(session, prompt_ids, max_new, nullptr, nullptr);
+    r.text = tok.decode(r.generation.tokens);
+    r.bytes_at_n = engine::KvCache::bytes_at(shape, cache, memory_tokens);
+    std::fprintf(stderr, "  %s: ppl %.4f, decode %.1f tok/s\n", pc.name.c_str(), r.ppl.ppl,
+                 r.generation.decode_tokens_per_second());
+    results.push_back(std::move(r));
+  }
+  const PolicyResult& full = results.front();
+  for (PolicyResult& r : results) {
+    r.rouge_words = engine::rouge_l_words(r.text, full.text);
+    r.rouge_tokens = engine::rouge_l(r.generation.tokens, full.generation.tokens);
+  }
+
+  std::printf("# KV-cache policies (seed 002), CPU reference engine\n\n%s\nperplexity: %lld windows of %lld tokens; "
+              "generation: %lld greedy tokens; ROUGE-L F1 against the full cache's output\n\n",
+              model.config().describe().c_str(), static_cast<long long>(full.ppl.windows),
+              static_cast<long long>(context), static_cast<long long>(max_new));
+  std::printf("| policy | perplexity | vs full | ROUGE-L (words) | ROUGE-L (tokens) | decode tok/s | KV bytes at end "
+              "| KV bytes at %lld tokens | vs full |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+              static_cast<long long>(memory_tokens));
+  for (const PolicyResult& r : results) {
+    std::printf("| %s | %.4f | %+.2f%% | %.4f | %.4f | %.1f | %zu | %zu | %.3fx |\n", r.policy.label.c_str(),
+                r.ppl.ppl, 100.0 * (r.ppl.ppl / full.ppl.ppl - 1.0), r.rouge_words.f1, r.rouge_tokens.f1,
+                r.generation.decode_tokens_per_second(), r.generation.kv_bytes.back(), r.bytes_at_n,
+                static_cast<double>(r.bytes_at_n) / static_cast<double>(full.bytes_at_n));
+  }
+
+  report::LinePlot plot;
+  plot.title = "KV-cache memory vs generated tokens (" + model.config().architecture + ", prompt " +
+               std::to_string(prompt_ids.size()) + " tokens)";
+  plot.x_label = "generated tokens";
+  plot.y_label = "KV-cache bytes";
+  for (const PolicyResult& r : results) {
+    report::PlotSeries series{r.policy.label, {}, {}, 0};
+    for (std::size_t i = 0; i < r.generation.kv_bytes.size(); ++i) {
+      series.x.push_back(static_cast<double>(i));
+      series.y.push_back(static_cast<double>(r.generation.kv_bytes[i]));
+    }
+    plot.series.push_back(std::move(series));
+  }
+  report::write_line_plot_png(plot, png_path);
+  std::printf("\nmemory plot: %s\n", png_path.c_str());
+
+  if (!json_path.empty()) {
+    bench::Json root = bench::run_info_json("eval_kvcache", bench::collect_run_info());
+    root.set("device", "cpu").set("model", model.config().describe()).set("context", context);
+    root.set("max_new_tokens", max_new).set("memory_tokens", memory_tokens).set("prompt", prompt);
+    bench::Json rows = bench::Json::array();
+    for (const PolicyResult& r : results) {
+      bench::Json row = bench::Json::object();
+      row.set("policy", r.policy.name).set("label", r.policy.label).set("ppl", r.ppl.ppl);
+      row.set("tokens_scored", r.ppl.tokens_scored).set("rouge_l_words", r.rouge_words.f1);
+      row.set("rouge_l_tokens", r.rouge_tokens.f1).set("decode_tokens_per_s", r.generation.decode_tokens_per_second());
+      row.set("kv_bytes_end", static_cast<std::int64_t>(r.generation.kv_bytes.back()));
+      row.set("kv_bytes_at_memory_tokens", static_cast<std::int64_t>(r.bytes_at_n));
+      row.set("kv_ratio_vs_full", static_cast<double>(r.bytes_at_n) / static_cast<double>(full.bytes_at_n));
+      row.set("text", r.text);
+      rows.push(std::move(row));
+    }
+    root.set("rows", std::move(rows));
+    std::ofstream out(json_path);
+    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
+    out << root.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace lowbit::cli
+
+namespace lowbit::cli {
+
+int cmd_eval(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    (args.empty() ? std::cerr : std::cout) << "usage: lowbit eval kvcache [options]\n";
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "kvcache") return cmd_eval_kvcache(Args(args.begin() + 1, args.end()));
+  std::cerr << "lowbit eval: unknown evaluation '" << args[0] << "' (available: kvcache)\n";
+  return 2;
+}
+
+}  // namespace lowbit::cli

@@ -1,0 +1,55 @@
+// `lowbit generate`: greedy generation with a chosen KV-cache policy, streaming the
+// text as it is produced (the seed's generate.py), then the speed and the cache size.
+#include <cstdio>
+#include <iostream>
+
+#include "commands.h"
+#include "engine/forward_cpu.h"
+#include "engine/generate.h"
+#include "engine_setup.h"
+#include "lowbit/error.h"
+
+namespace lowbit::cli {
+
+int cmd_generate(const Args& args) {
+  std::string prompt, model_path;
+  std::int64_t max_new = 200;
+  bool chat = false;
+  KvCacheFlags kv;
+  Options cli("lowbit generate",
+              "Greedy generation on the CPU reference engine with a KV-cache policy; the text streams to\n"
+              "stdout, the statistics (prefill and decode speed, KV-cache bytes) go to stderr.");
+  cli.text("--prompt", &prompt, "TEXT", "the prompt (required)");
+  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens to generate at most (default 200)");
+  cli.flag("--chat", &chat, "wrap the prompt in the model's chat template (instruct models)");
+  kv.declare(cli, /*with_policy=*/true);
+  if (const auto status = cli.parse(args)) return *status;
+  LOWBIT_CHECK(!prompt.empty(), "--prompt: expected a non-empty prompt");
+
+  const auto loaded = load_model(resolve_model_path(model_path));
+  const engine::Tokenizer& tok = loaded->tokenizer;
+  const std::string text = chat ? tok.apply_chat_template(prompt) : prompt;
+  const std::vector<std::int32_t> ids = tok.encode(text, tok.add_bos());
+  LOWBIT_CHECK(!ids.empty(), "--prompt: the prompt encodes to no tokens");
+  const std::int64_t capacity = static_cast<std::int64_t>(ids.size()) + max_new;
+  const std::int64_t trained = loaded->model.config().context_length;
+  LOWBIT_CHECK(trained == 0 || capacity <= trained, "prompt (", ids.size(), " tokens) + --max-new-tokens (", max_new,
+               ") exceeds the model's context length ", trained);
+
+  engine::CpuSession session(loaded->model, kv.options(), capacity);
+  if (!chat) std::cout << prompt << std::flush;
+  const engine::GenerationResult result = engine::generate_greedy(
+      session, ids, max_new, [&](std::int32_t id) { return tok.is_end_of_generation(id); },
+      [&](std::int32_t id) { std::cout << tok.token_bytes(id) << std::flush; });
+  std::cout << "\n";
+  std::fprintf(stderr,
+               "[generate] CPU, kv-cache %s: prompt %zu tokens, prefill %.2f s (%.1f tok/s); %zu generated, "
+               "decode %.1f tok/s; KV cache %zu bytes%s\n",
+               kv.policy.c_str(), ids.size(), result.prefill_seconds,
+               static_cast<double>(ids.size()) / result.prefill_seconds, result.tokens.size(),
+               result.decode_tokens_per_second(), session.cache().bytes(), result.stopped ? " (stopped at EOS)" : "");
+  return 0;
+}
+
+}  // namespace lowbit::cli

@@ -1,0 +1,78 @@
+// `lowbit perplexity`: perplexity of a text file under a KV-cache policy, over
+// windows of --context tokens every --stride tokens (llama.cpp's perplexity tool).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "bench/common/json.h"
+#include "bench/common/run_info.h"
+#include "commands.h"
+#include "engine/perplexity.h"
+#include "engine_setup.h"
+#include "lowbit/error.h"
+
+namespace lowbit::cli {
+
+int cmd_perplexity(const Args& args) {
+  std::string model_path, file = default_text_path(), json_path;
+  std::int64_t context = 512, stride = 0, max_windows = 0;
+  KvCacheFlags kv;
+  Options cli("lowbit perplexity",
+              "Perplexity of a text file (default: the WikiText-2 test split in data/) on the CPU reference\n"
+              "engine: each window of --context tokens is evaluated from an empty KV cache with the policy;\n"
+              "the first window scores all its predictions, later ones their last --stride tokens.");
+  cli.text("--file", &file, "PATH", "the text (default: data/wikitext-2-raw/wiki.test.raw)");
+  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.integer("--context", &context, 2, 1 << 20, "tokens per window (default 512)");
+  cli.integer("--stride", &stride, 0, 1 << 20, "tokens between windows (default: --context)");
+  cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "stop after N windows (default 0: all)");
+  cli.text("--json", &json_path, "FILE", "also write the result as JSON");
+  kv.declare(cli, /*with_policy=*/true);
+  if (const auto status = cli.parse(args)) return *status;
+
+  const auto loaded = load_model(resolve_model_path(model_path));
+  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(read_file(file), loaded->tokenizer.add_bos());
+  engine::PerplexityOptions options;
+  options.context = context;
+  options.stride = stride;
+  options.max_windows = max_windows;
+  options.cache = kv.options();
+  Progress progress("perplexity", 1);
+  options.progress = [&](std::int64_t done, std::int64_t total, double ppl) {
+    progress.set_total(total);
+    char note[64];
+    std::snprintf(note, sizeof note, "ppl %.4f", ppl);
+    progress.update(done, note);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const engine::PerplexityResult r = engine::perplexity(loaded->model, ids, options);
+  progress.finish();
+  const double seconds = seconds_since(start);
+  std::printf("perplexity %.4f (mean NLL %.5f) over %lld tokens in %lld windows of %lld; kv-cache %s; %.1f s (CPU)\n",
+              r.ppl, r.mean_nll, static_cast<long long>(r.tokens_scored), static_cast<long long>(r.windows),
+              static_cast<long long>(context), kv.policy.c_str(), seconds);
+  if (!json_path.empty()) {
+    bench::Json root = bench::run_info_json("perplexity", bench::collect_run_info());
+    root.set("device", "cpu")
+        .set("model", loaded->model.config().describe())
+        .set("file", file)
+        .set("tokens_in_file", static_cast<std::int64_t>(ids.size()))
+        .set("context", context)
+        .set("stride", stride ? stride : context)
+        .set("kv_cache", kv.policy)
+        .set("sink", kv.sink)
+        .set("window", kv.window)
+        .set("kv_bits", kv.kv_bits)
+        .set("ppl", r.ppl)
+        .set("mean_nll", r.mean_nll)
+        .set("tokens_scored", r.tokens_scored)
+        .set("windows", r.windows)
+        .set("seconds", seconds);
+    std::ofstream out(json_path);
+    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
+    out << root.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace lowbit::cli

@@ -1,0 +1,117 @@
+#include "engine_setup.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "lowbit/error.h"
+
+namespace lowbit::cli {
+namespace {
+
+constexpr const char* kModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+}  // namespace
+
+std::string resolve_model_path(const std::string& model_option) {
+  if (!model_option.empty()) {
+    LOWBIT_CHECK(std::filesystem::is_regular_file(model_option), "--model: no file at '", model_option, "'");
+    return model_option;
+  }
+  const std::string from_env = env("LOWBIT_MODEL");
+  if (!from_env.empty()) {
+    LOWBIT_CHECK(std::filesystem::is_regular_file(from_env), "LOWBIT_MODEL: no file at '", from_env, "'");
+    return from_env;
+  }
+  const std::string cache = env("LOWBIT_CACHE").empty() ? env("HOME") + "/.cache/lowbit" : env("LOWBIT_CACHE");
+  const std::string cached = cache + "/models/" + kModelFile;
+  LOWBIT_CHECK(std::filesystem::is_regular_file(cached), "no model: pass --model PATH, set LOWBIT_MODEL, or run ",
+               "scripts/fetch-model.sh to put the default model at '", cached, "'");
+  return cached;
+}
+
+std::unique_ptr<LoadedModel> load_model(const std::string& path) {
+  engine::GgufFile file = engine::GgufFile::open(path);
+  engine::Model model = engine::Model::from_gguf(file);
+  engine::Tokenizer tokenizer = engine::Tokenizer::from_gguf(file);
+  return std::make_unique<LoadedModel>(LoadedModel{std::move(file), std::move(model), std::move(tokenizer)});
+}
+
+std::string default_text_path() {
+  const std::string from_env = env("LOWBIT_WIKITEXT");
+  return from_env.empty() ? std::string(LOWBIT_SOURCE_DIR) + "/data/wikitext-2-raw/wiki.test.raw" : from_env;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LOWBIT_CHECK(in.good(), "cannot read '", path, "'");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+void KvCacheFlags::declare(Options& options, bool with_policy) {
+  if (with_policy) {
+    options.choice("--kv-cache", &policy, {"full", "window", "selective", "int8", "int4"},
+                   "KV-cache policy (default full): window drops old tokens, selective quantizes them");
+  }
+  options.integer("--sink", &sink, 0, 1 << 20, "attention-sink tokens kept in FP16 (default 16)");
+  options.integer("--window", &window, 1, 1 << 20, "recent tokens kept in FP16 (default 32)");
+  options.integer("--kv-bits", &kv_bits, 4, 8, "bits of the quantized body for selective: 8 or 4 (default 8)");
+  options.integer("--kv-group", &kv_group, 0, 1 << 20,
+                  "channels per quantization scale (and min) (default 0: head_dim, one per token per head)");
+}
+
+engine::KvCacheOptions KvCacheFlags::options() const {
+  return options_for(engine::parse_kv_policy(policy.c_str()), static_cast<int>(kv_bits));
+}
+
+engine::KvCacheOptions KvCacheFlags::options_for(engine::KvPolicy kv_policy, int bits) const {
+  LOWBIT_CHECK(bits == 4 || bits == 8, "--kv-bits: expected 4 or 8, got ", bits);
+  engine::KvCacheOptions o;
+  o.policy = kv_policy;
+  o.sink = sink;
+  o.window = window;
+  o.kv_bits = bits;
+  o.kv_group = kv_group;
+  return o;
+}
+
+Progress::Progress(std::string label, std::int64_t total)
+    : label_(std::move(label)), total_(total > 0 ? total : 1), tty_(isatty(STDERR_FILENO) != 0) {}
+
+void Progress::update(std::int64_t done, const std::string& note) {
+  const int width = 30;
+  const auto filled = static_cast<int>(width * done / total_);
+  if (tty_) {
+    std::cerr << "\r" << label_ << " [" << std::string(static_cast<std::size_t>(filled), '#')
+              << std::string(static_cast<std::size_t>(width - filled), '.') << "] " << done << "/" << total_
+              << (note.empty() ? "" : "  " + note) << "\033[K" << std::flush;
+    return;
+  }
+  const std::int64_t decile = 10 * done / total_;
+  if (decile != last_decile_) {
+    last_decile_ = decile;
+    std::cerr << label_ << ": " << done << "/" << total_ << (note.empty() ? "" : "  " + note) << "\n";
+  }
+}
+
+void Progress::finish() {
+  if (tty_) std::cerr << "\n";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace lowbit::cli

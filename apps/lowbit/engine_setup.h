@@ -1,0 +1,60 @@
+// What the engine commands share: finding and loading the model (GGUF file, decoded
+// weights, tokenizer), the KV-cache options every command takes, the default text,
+// and a progress line for long runs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/gguf.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "options.h"
+
+namespace lowbit::cli {
+
+struct LoadedModel {
+  engine::GgufFile file;
+  engine::Model model;
+  engine::Tokenizer tokenizer;
+};
+
+// --model PATH, else $LOWBIT_MODEL, else the cache of scripts/fetch-model.sh; a clear
+// error naming all three when none is a file.
+std::string resolve_model_path(const std::string& model_option);
+std::unique_ptr<LoadedModel> load_model(const std::string& path);
+
+// The WikiText-2 test split shipped in data/ (or $LOWBIT_WIKITEXT).
+std::string default_text_path();
+std::string read_file(const std::string& path);  // throws naming the path
+
+// --kv-cache, --sink, --window, --kv-bits, --kv-group, parsed into KvCacheOptions.
+struct KvCacheFlags {
+  std::string policy = "full";
+  std::int64_t sink = 16, window = 32, kv_bits = 8, kv_group = 0;
+  void declare(Options& options, bool with_policy);
+  engine::KvCacheOptions options() const;  // validated: names the flag at fault
+  engine::KvCacheOptions options_for(engine::KvPolicy policy, int kv_bits) const;
+};
+
+// "\r[#####.....] 12/50 label" on a terminal; a line per ~10% otherwise.
+class Progress {
+ public:
+  Progress(std::string label, std::int64_t total);
+  void set_total(std::int64_t total) { total_ = total > 0 ? total : 1; }
+  void update(std::int64_t done, const std::string& note = "");
+  void finish();
+
+ private:
+  std::string label_;
+  std::int64_t total_;
+  bool tty_;
+  std::int64_t last_decile_ = -1;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start);
+
+}  // namespace lowbit::cli

@@ -1,0 +1,58 @@
+#include "engine/generate.h"
+
+#include <chrono>
+
+#include "lowbit/error.h"
+
+namespace lowbit::engine {
+namespace {
+
+double seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::int32_t argmax(std::span<const float> logits) {
+  LOWBIT_CHECK(!logits.empty(), "argmax: empty logits");
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<std::int32_t>(best);
+}
+
+GenerationResult generate_greedy(CpuSession& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
+                                 const std::function<bool(std::int32_t)>& is_stop,
+                                 const std::function<void(std::int32_t)>& on_token) {
+  LOWBIT_CHECK(!prompt.empty(), "prompt: expected at least one token");
+  LOWBIT_CHECK(max_new >= 0, "max_new: expected >= 0, got ", max_new);
+  LOWBIT_CHECK(session.position() == 0, "session: expected an empty session, it holds ", session.position(),
+               " tokens");
+  LOWBIT_CHECK(static_cast<std::int64_t>(prompt.size()) + max_new <= session.max_tokens(), "prompt (",
+               prompt.size(), " tokens) + max_new (", max_new, ") exceeds the session's ", session.max_tokens(),
+               " tokens");
+  GenerationResult result;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<float> logits = session.forward(prompt, /*all_logits=*/false);
+  result.prefill_seconds = seconds(start);
+  result.kv_bytes.push_back(session.cache().bytes());
+  start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < max_new; ++i) {
+    const std::int32_t next = argmax(logits);
+    if (is_stop && is_stop(next)) {
+      result.stopped = true;
+      break;
+    }
+    result.tokens.push_back(next);
+    if (on_token) on_token(next);
+    if (i + 1 == max_new) break;  // the last token needs no forward pass
+    logits = session.forward(std::span<const std::int32_t>(&next, 1), false);
+    ++result.decode_steps;
+    result.kv_bytes.push_back(session.cache().bytes());
+  }
+  result.decode_seconds = seconds(start);
+  return result;
+}
+
+}  // namespace lowbit::engine
