@@ -2,18 +2,23 @@
 NumPy arrays, torch tensors or CuPy arrays (2-D: tokens x channels)."""
 from __future__ import annotations
 
-from functools import lru_cache
-
 from . import _lowbit
 from ._backend import backend_of, dtype_name
 
 LowbitError = _lowbit.LowbitError
 
 
-@lru_cache(maxsize=None)
+# (bits, has_mins, code dtype name) of each scheme. The C++ table (_lowbit.scheme_info) is
+# the definition and test_quant_cpu checks that this copy agrees; it is kept in Python
+# because torch.compile cannot trace a call into the extension module.
+_SCHEMES = {"int8": (8, False, "i8"), "int4": (4, True, "u8"), "int8_asym": (8, True, "u8"),
+            "int4_sym": (4, False, "u8")}
+
+
 def scheme_info(scheme: str):
     """(bits, has_mins, code dtype name) of a scheme; raises LowbitError for an unknown one."""
-    return _lowbit.scheme_info(scheme)
+    info = _SCHEMES.get(scheme)
+    return info if info is not None else _lowbit.scheme_info(scheme)  # the C++ error message
 
 
 def _check_rank2(x, what: str):

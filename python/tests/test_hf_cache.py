@@ -54,4 +54,7 @@ def test_int4_body_generates():
     with torch.no_grad():
         out = model.generate(prompt, past_key_values=cache, max_new_tokens=16, do_sample=False, pad_token_id=0)
     assert out.shape[0] == 2 and cache.quantized_tokens() > 0
-    assert cache.kv_bytes() < 0.5 * cache.full_precision_bytes()
+    # 55 cached tokens (40 + the 15 generated tokens fed back): 12 in FP16 (sink 4 + window
+    # 8), 43 in INT4 with an f32 scale + min per token per head (head_dim 32: 16 + 8 bytes
+    # against 64): 12/55 + 43/55 * 0.375 = 0.511 (measured on the H100: 28800 / 56320).
+    assert cache.kv_bytes() < 0.52 * cache.full_precision_bytes()

@@ -93,3 +93,16 @@ def test_roundtrip_error_is_bounded(rng):
     codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
     y = lowbit.dequantize_tensor(codes, scales, None, "int8", "token")
     assert np.all(np.abs(y - x) <= scales[:, None] / 2 * 1.0001)
+
+
+def test_python_scheme_table_matches_the_extension():
+    """quant.scheme_info answers from a Python copy (so that torch.compile can trace it):
+    it must say what the C++ table says, and unknown names still get the C++ error."""
+    from lowbit import _lowbit
+    from lowbit.quant import _SCHEMES, scheme_info
+
+    for name in ("int8", "int4", "int8_asym", "int4_sym"):
+        assert scheme_info(name) == tuple(_lowbit.scheme_info(name))
+    assert set(_SCHEMES) == {"int8", "int4", "int8_asym", "int4_sym"}
+    with pytest.raises(lowbit.LowbitError, match="scheme: expected int8, int4, int8_asym or int4_sym, got 'int9'"):
+        scheme_info("int9")
