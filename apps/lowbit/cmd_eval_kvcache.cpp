@@ -184,6 +184,7 @@ int cmd_eval(const Args& args) {
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "kvcache") return cmd_eval_kvcache(Args(args.begin() + 1, args.end()));
+  if (args[0] == "attention") return cmd_eval_attention(Args(args.begin() + 1, args.end()));
   std::cerr << "lowbit eval: unknown evaluation '" << args[0] << "' (available: kvcache)\n";
   return 2;
 }

@@ -16,7 +16,9 @@ void usage(std::ostream& out) {
          "  generate        greedy generation with a KV-cache policy (full, window, selective, int8, int4)\n"
          "  perplexity      perplexity of a text file (default WikiText-2) under a KV-cache policy\n"
          "  eval kvcache    the seed-002 table: perplexity, ROUGE-L, tokens/s and KV memory per policy, and\n"
-         "                  the memory-vs-tokens plot (PNG)\n\n"
+         "                  the memory-vs-tokens plot (PNG)\n"
+         "  eval attention  the seed-004 table: four quantized-attention pipelines (NF4/MXFP4/NVFP4 weights)\n"
+         "                  timed and checked against an FP64 reference, formats' round trip and memory\n\n"
          "Run `lowbit <command> --help` for its options.\n";
 }
 
