@@ -48,7 +48,8 @@ namespace {
 
 void check_bias(const TensorView& b, const char* what, std::int64_t n, Device device) {
   if (b.data == nullptr) {
-    LOWBIT_CHECK(b.empty(), what, ": data pointer is null but the view has ", b.numel(),
+    // A default TensorView (rank 0) or a zero-length one means no bias.
+    LOWBIT_CHECK(b.rank == 0 || b.empty(), what, ": data pointer is null but the view has ", b.numel(),
                  " elements (pass an empty view for no bias)");
     return;
   }

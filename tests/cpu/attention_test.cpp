@@ -144,7 +144,8 @@ TEST(AttentionApi, CpuPathIsTheReferenceRoundedOnceOddL) {
   LOWBIT_TEST_RNG(rng);
   for (std::int64_t l : {1, 7, 33}) {
     for (bool causal : {false, true}) {
-      HostAttention h(rng, {l, 128, 2, 1, 128, causal, BlockFormat::nvfp4}, true);
+      // With biases, and without (default views: what the H100 run of 1fc6555 caught).
+      HostAttention h(rng, {l, 128, 2, 1, 128, causal, BlockFormat::nvfp4}, l != 7);
       const std::vector<double> ref = cpu::attention_reference(h.x_view(), h.weights(), h.config, l);
       std::vector<formats::Half> out(static_cast<std::size_t>(l * 256), formats::Half{0xffff});
       quantized_attention(h.x_view(), h.weights(), h.config, AttentionVariant::fused_two_kernel,
