@@ -7,6 +7,8 @@
 namespace lowbit::python {
 void bind_quant(nanobind::module_& m);
 void bind_gemm(nanobind::module_& m);
+void bind_block_formats(nanobind::module_& m);
+void bind_attention(nanobind::module_& m);
 }  // namespace lowbit::python
 
 NB_MODULE(_lowbit, m) {
@@ -15,5 +17,7 @@ NB_MODULE(_lowbit, m) {
   nb::exception<lowbit::Error>(m, "LowbitError", PyExc_RuntimeError);
   lowbit::python::bind_quant(m);
   lowbit::python::bind_gemm(m);
+  lowbit::python::bind_block_formats(m);
+  lowbit::python::bind_attention(m);
   m.attr("cuda") = static_cast<bool>(LOWBIT_WITH_CUDA);
 }

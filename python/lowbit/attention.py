@@ -1,0 +1,57 @@
+"""quantized_attention: lowbit::quantized_attention (include/lowbit/attention.h), the
+prefill attention whose Q, K, V projection weights are stored in a block format."""
+from __future__ import annotations
+
+from typing import Optional
+
+from . import _lowbit
+from ._backend import backend_of
+from .block_formats import BlockWeights
+
+LowbitError = _lowbit.LowbitError
+
+VARIANTS = ("naive_sequential", "tiled_sequential", "tiled_fused", "fused_two_kernel")
+
+
+def _parts(w, what: str, fmt: Optional[str]):
+    """(codes, scales, global_scale, fmt) of a BlockWeights or a (codes, scales, global_scale) tuple."""
+    if isinstance(w, BlockWeights):
+        if fmt is not None and w.fmt != fmt:
+            raise LowbitError(f"{what}: encoded as {w.fmt}, but the other weights are {fmt}")
+        return w.codes, w.scales, w.global_scale, w.fmt
+    if len(w) != 3:
+        raise LowbitError(f"{what}: expected a BlockWeights or a (codes, scales, global_scale) tuple")
+    if fmt is None:
+        raise LowbitError(f"{what}: a plain tuple needs fmt= (or pass the BlockWeights from block_encode)")
+    return (*w, fmt)
+
+
+def quantized_attention(x, wq, wk, wv, heads: int, kv_heads: int, head_dim: int, causal: bool = False, bq=None,
+                        bk=None, bv=None, variant: str = "fused_two_kernel", fmt: Optional[str] = None):
+    """O = attention(X Wq^T + bq, X Wk^T + bk, X Wv^T + bv) as a new f16 [L, heads * head_dim].
+
+    x: f16 [L, d_model]. wq [heads * head_dim, d_model], wk and wv [kv_heads * head_dim, d_model]:
+    what block_encode returns (BlockWeights, all in one format), or (codes, scales, global_scale)
+    tuples with fmt= naming the format. bq, bk, bv: optional f16 vectors. head_dim 64 or 128;
+    kv_heads < heads is grouped-query attention. variant picks the GPU pipeline
+    (naive_sequential, tiled_sequential, tiled_fused, fused_two_kernel); CPU inputs run the
+    CPU reference whatever it is. CUDA work runs on the current stream.
+    """
+    backend = backend_of(x)
+    if len(x.shape) != 2:
+        raise LowbitError(f"x: expected a rank-2 tensor [L, d_model], got rank {len(x.shape)}")
+    q = _parts(wq, "wq", fmt)
+    k = _parts(wk, "wk", q[3])
+    v = _parts(wv, "wv", q[3])
+    fmt = q[3]
+    seq_len, d_model = int(x.shape[0]), int(x.shape[1])
+    out = backend.empty((seq_len, heads * head_dim), "f16", x)
+    workspace, stream = None, 0
+    if backend.is_cuda(x):
+        stream = backend.stream(x)
+        nbytes = _lowbit.attention_workspace_bytes(seq_len, d_model, heads, kv_heads, head_dim, causal, fmt,
+                                                   variant)
+        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
+    _lowbit.quantized_attention(x, q[0], q[1], q[2], k[0], k[1], k[2], v[0], v[1], v[2], bq, bk, bv, heads,
+                                kv_heads, head_dim, causal, fmt, variant, out, workspace, stream)
+    return out

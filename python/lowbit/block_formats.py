@@ -1,0 +1,87 @@
+"""block_encode / block_decode: lowbit's block-wise 4-bit weight formats (NF4, MXFP4,
+NVFP4; include/lowbit/block_formats.h) over NumPy arrays, torch tensors or CuPy arrays.
+
+block_encode returns a BlockWeights named tuple (codes, scales, global_scale, fmt, shape):
+the encoded arrays plus what is needed to read them back (the format name and the original
+[rows, cols]), so that block_decode(w) and quantized_attention(x, wq, wk, wv, ...) need
+nothing else. The parts can also be passed one by one.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Tuple
+
+from . import _lowbit
+from ._backend import backend_of, dtype_name
+
+LowbitError = _lowbit.LowbitError
+
+FORMATS = ("nf4", "mxfp4", "nvfp4")
+
+
+class BlockWeights(NamedTuple):
+    """A rows x cols tensor in a block format.
+
+    codes         u8 [rows, cols / 2], two codes a byte, low nibble first
+    scales        [rows * cols / block]: f32 absmax (nf4), u8 E8M0 (mxfp4), u8 E4M3 (nvfp4)
+    global_scale  f32 [1] for nvfp4, else None
+    fmt           "nf4" | "mxfp4" | "nvfp4"
+    shape         (rows, cols) of the original tensor
+    """
+    codes: Any
+    scales: Any
+    global_scale: Optional[Any]
+    fmt: str
+    shape: Tuple[int, int]
+
+
+def _check_rank2(x, what: str):
+    if len(x.shape) != 2:
+        raise LowbitError(f"{what}: expected a rank-2 tensor [rows, cols], got rank {len(x.shape)} "
+                          f"(shape {tuple(x.shape)}); reshape it first")
+
+
+def _capturing(backend) -> bool:
+    # A CUDA graph cannot capture the synchronization of the NaN/Inf check.
+    return backend.name == "torch" and backend.torch.cuda.is_current_stream_capturing()
+
+
+def block_encode(x, fmt: str = "nf4") -> BlockWeights:
+    """Encodes a 2-D float tensor (f32, f16 or bf16; cols a multiple of the block size:
+    nf4 64, mxfp4 32, nvfp4 16) into a new BlockWeights of x's library on x's device.
+    CUDA work runs on the current stream. Raises LowbitError (the C++ message) on bad
+    arguments or NaN/Inf in x."""
+    backend = backend_of(x)
+    _check_rank2(x, "x")
+    rows, cols = int(x.shape[0]), int(x.shape[1])
+    code_cols, scale_count, scale_dtype, has_global, _ = _lowbit.block_layout(fmt, rows, cols)
+    codes = backend.empty((rows, code_cols), "u8", x)
+    scales = backend.empty((scale_count,), scale_dtype, x)
+    global_scale = backend.empty((1,), "f32", x) if has_global else None
+    workspace, stream, deferred = None, 0, False
+    if backend.is_cuda(x):
+        stream = backend.stream(x)
+        nbytes = _lowbit.block_encode_workspace_bytes(fmt, rows, cols)
+        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
+        deferred = _capturing(backend)
+    _lowbit.block_encode(x, codes, scales, global_scale, fmt, workspace, stream, deferred)
+    return BlockWeights(codes, scales, global_scale, fmt, (rows, cols))
+
+
+def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = None, dtype="float32", cols=None):
+    """The values of an encoded tensor as a new [rows, cols] array of `dtype` (float32,
+    float16 or bfloat16), each decoded value rounded once. Pass a BlockWeights alone, or
+    its parts (codes, scales, global_scale, fmt); cols defaults to 2 * codes.shape[1]."""
+    if isinstance(codes, BlockWeights):
+        w = codes
+        codes, scales, global_scale, fmt = w.codes, w.scales, w.global_scale, w.fmt
+        cols = w.shape[1] if cols is None else cols
+    if fmt is None or scales is None:
+        raise LowbitError("block_decode: pass a BlockWeights, or codes, scales, global_scale and fmt")
+    backend = backend_of(codes)
+    _check_rank2(codes, "codes")
+    if cols is None:
+        cols = 2 * int(codes.shape[1])
+    out = backend.empty((int(codes.shape[0]), int(cols)), dtype_name(dtype), codes)
+    stream = backend.stream(codes) if backend.is_cuda(codes) else 0
+    _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
+    return out
