@@ -42,7 +42,7 @@ int cmd_generate(const Args& args) {
   const engine::GenerationResult result = engine::generate_greedy(
       session, ids, max_new, [&](std::int32_t id) { return tok.is_end_of_generation(id); },
       [&](std::int32_t id) { std::cout << tok.token_bytes(id) << std::flush; });
-  std::cout << "\n";
+  std::cout << std::endl;  // flushed before the statistics go to stderr
   std::fprintf(stderr,
                "[generate] CPU, kv-cache %s: prompt %zu tokens, prefill %.2f s (%.1f tok/s); %zu generated, "
                "decode %.1f tok/s; KV cache %zu bytes%s\n",
