@@ -1,0 +1,322 @@
+// Decode attention over the mixed cache of kv_cache_gpu.h, read in place (flash-decoding).
+//
+// Grid (splits, kv_heads * head groups): a block takes one KV head, GQ of its query
+// heads (so K and V are read once for all of them) and one split of the visible
+// positions. Four warps; a position is read by D/16 lanes, each owning 16 channels (FP16:
+// two 16-byte loads; INT8: one 16-byte load; INT4: one 8-byte load, + the f32 scale/min),
+// so a warp covers 8 (D 64) or 4 (D 128) positions per step. Codes are dequantized in
+// registers with the formats' decode formulas (q * s; fma(q, s, min)), never stored.
+//   pass 1: scores of the split into shared memory (log2 domain: q is pre-scaled by
+//           log2(e) / sqrt(D)); one warp per head takes the max, p = 2^(s - max), sum.
+//   pass 2: acc += p * v in f32 registers, reduced over the warp's positions by shuffles
+//           and over warps through shared memory, written with (max, sum) per split.
+// The combine kernel rescales the splits' partials by 2^(m_s - M) and divides by the sum.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/device.h"
+#include "cuda/engine/kv_cache_gpu.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::engine {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChannels = 16;  // per lane
+constexpr int kMaxSplit = static_cast<int>(DecodeSplitPlan::kMaxSplit);
+
+struct SplitArgs {
+  KvLayerShape shape;
+  KvLayerDevice layer;
+  int sink_end, recent_begin, end, visible, split_len, splits, group, n_heads;
+  float q_scale;  // log2(e) / sqrt(D)
+  const __half* q;
+  float* acc;      // [n_heads][splits][D]
+  float* max_sum;  // [n_heads][splits][2]
+};
+
+// Exact small integers to float without I2F (one PRMT or LOP + one FADD): the float
+// 2^23 + b has b in its low mantissa bits. An i8 code q is stored as its two's complement byte;
+// (byte ^ 0x80) as unsigned is q + 128, so q = (2^23 + (byte ^ 0x80)) - (2^23 + 128).
+__device__ __forceinline__ float i8_as_float(std::uint32_t w, int i) {
+  const std::uint32_t flipped = w ^ 0x80808080u;
+  return __uint_as_float(__byte_perm(flipped, 0x4B000000u, 0x7540u | static_cast<unsigned>(i))) - 8388736.0f;
+}
+__device__ __forceinline__ float nibble_as_float(std::uint32_t w, int i) {
+  return __uint_as_float(0x4B000000u | ((w >> (4 * i)) & 0xFu)) - 8388608.0f;
+}
+
+__device__ __forceinline__ void halves(const uint4& u, float* x) {
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+// The 16 channels [sub * 16, sub * 16 + 16) of visible position `pos` of one part.
+template <int D, int Bits>
+__device__ __forceinline__ void load_row(const SplitArgs& a, const KvPart& part, int head, int pos, int sub,
+                                         float (&x)[kChannels]) {
+  const KvLayerShape& s = a.shape;
+  const bool body = Bits != 0 && pos >= a.sink_end && pos < a.recent_begin;
+  if (!body) {
+    const int slot = pos < s.sink ? pos : static_cast<int>(s.sink) + pos % static_cast<int>(s.window);
+    const uint4* p = reinterpret_cast<const uint4*>(part.f16 + (static_cast<long long>(head) * s.f16_slots() + slot) * D +
+                                                    sub * kChannels);
+    halves(__ldg(p), x);
+    halves(__ldg(p + 1), x + 8);
+    return;
+  }
+  if constexpr (Bits != 0) {
+    const long long param = static_cast<long long>(pos - s.body_base) * s.kv_heads + head;
+    const float scale = __ldg(part.scales + param);
+    if constexpr (Bits == 8) {  // Int8Symmetric::decode: q * s
+      const uint4 c = __ldg(reinterpret_cast<const uint4*>(part.codes + param * D + sub * kChannels));
+      const std::uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale;
+    } else {  // Int4Asymmetric::decode: fma(q, s, min); low nibble first
+      const float min = __ldg(part.mins + param);
+      const uint2 c = __ldg(reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2)));
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? c.x : c.y, i % 8), scale, min);
+    }
+  }
+}
+
+template <int D, int GQ, int Bits>
+__global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs a) {
+  constexpr int kLanesPerPos = D / kChannels;
+  constexpr int kPosPerWarp = 32 / kLanesPerPos;
+  constexpr int kStep = kWarps * kPosPerWarp;
+  __shared__ float scores[GQ][kMaxSplit];
+  __shared__ float red[kWarps][GQ][D];
+  __shared__ float stats[GQ][2];
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int sub = lane % kLanesPerPos, row = lane / kLanesPerPos;
+  const int groups = a.group / GQ;
+  const int head = static_cast<int>(blockIdx.y) / groups;
+  const int h0 = head * a.group + (static_cast<int>(blockIdx.y) % groups) * GQ;
+  const int split = static_cast<int>(blockIdx.x);
+  const int i0 = split * a.split_len;
+  const int n = min(a.split_len, a.visible - i0);
+  // Visible index -> position: the window policy skips the dropped middle.
+  const int skip = a.shape.drops() ? a.recent_begin - a.sink_end : 0;
+  auto position = [&](int i) { return i < a.sink_end ? i : i + skip; };
+
+  float q[GQ][kChannels];
+#pragma unroll
+  for (int g = 0; g < GQ; ++g) {
+    const uint4* p = reinterpret_cast<const uint4*>(a.q + (h0 + g) * D + sub * kChannels);
+    halves(__ldg(p), q[g]);
+    halves(__ldg(p + 1), q[g] + 8);
+#pragma unroll
+    for (int c = 0; c < kChannels; ++c) q[g][c] *= a.q_scale;
+  }
+
+  // Pass 1: scores. Every lane of a warp runs every step (the shuffles need them all).
+  // Unrolled twice so that two steps' loads are in flight at once (a 64-position split
+  // is two steps of a D-64 warp): the kernel is latency-bound at decode sizes.
+#pragma unroll 2
+  for (int base = warp * kPosPerWarp; base < n; base += kStep) {
+    const int j = base + row;
+    float x[kChannels] = {};
+    if (j < n) load_row<D, Bits>(a, a.layer.k, head, position(i0 + j), sub, x);
+    float s[GQ];
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
+      s[g] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kChannels; ++c) s[g] = fmaf(q[g][c], x[c], s[g]);
+#pragma unroll
+      for (int o = 1; o < kLanesPerPos; o *= 2) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+    }
+    if (j < n && sub == 0) {
+#pragma unroll
+      for (int g = 0; g < GQ; ++g) scores[g][j] = s[g];
+    }
+  }
+  __syncthreads();
+
+  // Softmax of the split, one warp per head (GQ <= kWarps).
+  if (warp < GQ) {
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += 32) m = fmaxf(m, scores[warp][j]);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = exp2f(scores[warp][j] - m);
+      scores[warp][j] = p;
+      l += p;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) stats[warp][0] = m, stats[warp][1] = l;
+  }
+  __syncthreads();
+
+  // Pass 2: p V.
+  float acc[GQ][kChannels] = {};
+#pragma unroll 2
+  for (int base = warp * kPosPerWarp; base < n; base += kStep) {
+    const int j = base + row;
+    if (j >= n) continue;  // no shuffles in this loop
+    float x[kChannels];
+    load_row<D, Bits>(a, a.layer.v, head, position(i0 + j), sub, x);
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
+      const float p = scores[g][j];
+#pragma unroll
+      for (int c = 0; c < kChannels; ++c) acc[g][c] = fmaf(p, x[c], acc[g][c]);
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < GQ; ++g) {
+#pragma unroll
+    for (int c = 0; c < kChannels; ++c) {
+#pragma unroll
+      for (int o = kLanesPerPos; o < 32; o *= 2) acc[g][c] += __shfl_xor_sync(0xffffffffu, acc[g][c], o);
+    }
+  }
+  if (row == 0) {
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
+#pragma unroll
+      for (int c = 0; c < kChannels; ++c) red[warp][g][sub * kChannels + c] = acc[g][c];
+    }
+  }
+  __syncthreads();
+  for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
+    const int g = t / D, d = t % D;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += red[w][g][d];
+    a.acc[(static_cast<long long>(h0 + g) * a.splits + split) * D + d] = sum;
+  }
+  if (threadIdx.x < GQ) {
+    float* ms = a.max_sum + (static_cast<long long>(h0 + threadIdx.x) * a.splits + split) * 2;
+    ms[0] = stats[threadIdx.x][0];
+    ms[1] = stats[threadIdx.x][1];
+  }
+}
+
+// One block per query head, one thread per channel.
+template <class Out>
+__global__ void decode_combine_kernel(const float* acc, const float* max_sum, int splits, int d, Out* out) {
+  const int h = static_cast<int>(blockIdx.x), c = static_cast<int>(threadIdx.x);
+  const float* ms = max_sum + static_cast<long long>(h) * splits * 2;
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, ms[2 * s]);
+  float l = 0.0f, o = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float w = exp2f(ms[2 * s] - m);
+    l = fmaf(ms[2 * s + 1], w, l);
+    o = fmaf(acc[(static_cast<long long>(h) * splits + s) * d + c], w, o);
+  }
+  const float v = o / l;
+  if constexpr (sizeof(Out) == 4) {
+    out[h * d + c] = v;
+  } else {
+    out[h * d + c] = __float2half_rn(v);
+  }
+}
+
+template <int D, int GQ>
+void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
+  switch (a.shape.body) {
+    case KvBody::none: decode_split_kernel<D, GQ, 0><<<grid, kThreads, 0, stream>>>(a); break;
+    case KvBody::int8: decode_split_kernel<D, GQ, 8><<<grid, kThreads, 0, stream>>>(a); break;
+    case KvBody::int4: decode_split_kernel<D, GQ, 4><<<grid, kThreads, 0, stream>>>(a); break;
+  }
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void launch_split(const SplitArgs& a, int gq, dim3 grid, cudaStream_t stream) {
+  switch (gq) {
+    case 1: launch_split<D, 1>(a, grid, stream); break;
+    case 2: launch_split<D, 2>(a, grid, stream); break;
+    case 3: launch_split<D, 3>(a, grid, stream); break;
+    default: launch_split<D, 4>(a, grid, stream); break;
+  }
+}
+
+}  // namespace
+
+DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads) {
+  LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "decode_attention: n_heads = ",
+               n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
+  const int gq = decode_heads_per_block(n_heads / shape.kv_heads);
+  return plan_decode_splits(span.visible(shape), n_heads / gq, multiprocessor_count());
+}
+
+void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
+                      std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                      cuda_stream_t stream) {
+  const std::int64_t d = shape.head_dim;
+  LOWBIT_CHECK(d == 64 || d == 128, "decode_attention: head_dim = ", d, ", expected 64 or 128");
+  LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "decode_attention: out dtype ",
+               dtype_name(out_dtype), ", expected f32 or f16");
+  LOWBIT_CHECK(0 <= span.sink_end && span.sink_end <= span.recent_begin && span.recent_begin <= span.end &&
+                   span.end >= 1 && span.end < (std::int64_t{1} << 30),
+               "decode_attention: span [", span.sink_end, ", ", span.recent_begin, ", ", span.end, ") is not ordered");
+  LOWBIT_CHECK(span.sink_end <= shape.sink, "decode_attention: sink_end ", span.sink_end, " past the ", shape.sink,
+               " sink slots");
+  // The kernel's vector loads: 16 bytes of FP16, q and INT8 codes, 8 of INT4 codes.
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  LOWBIT_CHECK(aligned(q) && aligned(layer.k.f16) && aligned(layer.v.f16) && aligned(layer.k.codes) &&
+                   aligned(layer.v.codes),
+               "decode_attention: q and the cache's FP16 and code buffers must be 16-byte aligned");
+  LOWBIT_CHECK(span.end - std::max(span.recent_begin, shape.sink) <= shape.window, "decode_attention: ",
+               span.end - span.recent_begin, " recent positions do not fit the window of ", shape.window);
+  if (shape.body != KvBody::none && span.recent_begin > span.sink_end) {
+    LOWBIT_CHECK(span.sink_end >= shape.body_base && span.recent_begin - shape.body_base <= shape.body_slots,
+                 "decode_attention: body positions [", span.sink_end, ", ", span.recent_begin,
+                 ") outside the body's slots");
+  }
+  const DecodeSplitPlan plan = decode_attention_plan(shape, span, n_heads);
+  const std::size_t need = decode_workspace_bytes(n_heads, d, plan.splits);
+  LOWBIT_CHECK(workspace_bytes >= need, "decode_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
+  const int group = static_cast<int>(n_heads / shape.kv_heads);
+  const int gq = decode_heads_per_block(group);
+  SplitArgs a{shape,
+              layer,
+              static_cast<int>(span.sink_end),
+              static_cast<int>(span.recent_begin),
+              static_cast<int>(span.end),
+              static_cast<int>(span.visible(shape)),
+              static_cast<int>(plan.split_len),
+              static_cast<int>(plan.splits),
+              group,
+              static_cast<int>(n_heads),
+              1.4426950408889634f / std::sqrt(static_cast<float>(d)),
+              static_cast<const __half*>(q),
+              static_cast<float*>(workspace),
+              static_cast<float*>(workspace) + n_heads * plan.splits * d};
+  const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq));
+  if (d == 64) {
+    launch_split<64>(a, gq, grid, stream);
+  } else {
+    launch_split<128>(a, gq, grid, stream);
+  }
+  const auto heads = static_cast<unsigned>(n_heads);
+  const auto threads = static_cast<unsigned>(d);
+  if (out_dtype == DType::f32) {
+    decode_combine_kernel<<<heads, threads, 0, stream>>>(a.acc, a.max_sum, a.splits, static_cast<int>(d),
+                                                         static_cast<float*>(out));
+  } else {
+    decode_combine_kernel<<<heads, threads, 0, stream>>>(a.acc, a.max_sum, a.splits, static_cast<int>(d),
+                                                         static_cast<__half*>(out));
+  }
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lowbit::cuda::engine

@@ -1,0 +1,144 @@
+// Appending one token to a layer's decode cache (layout: kv_cache_gpu.h). One warp per
+// (KV head, K or V): a lane holds head_dim / 32 consecutive values, the warp reduces the
+// head's statistics with shuffles and encodes from registers with lowbit's formats
+// arithmetic, so the codes, scales and mins equal the CPU quantize() per_token.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/engine/kv_cache_gpu.h"
+#include "formats/code_scheme.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::engine {
+namespace {
+
+struct AppendArgs {
+  KvLayerShape shape;
+  KvLayerDevice layer;
+  long long pos;
+  const __half* k;
+  const __half* v;
+};
+
+// Quantizes one head's D values (E per lane) into the body slot of position `body_pos`.
+template <int D, class Scheme>
+__device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long long body_pos, int head,
+                             const float (&x)[D / 32]) {
+  constexpr int E = D / 32;
+  const int lane = static_cast<int>(threadIdx.x);
+  std::uint32_t abs_bits = 0;
+  float lo = x[0], hi = x[0];
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    abs_bits = max(abs_bits, formats::abs_bits(x[i]));
+    lo = fminf(lo, x[i]);
+    hi = fmaxf(hi, x[i]);
+  }
+  abs_bits = __reduce_max_sync(0xffffffffu, abs_bits);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  const float scale = Scheme::scale(formats::bits_to_float(abs_bits), lo, hi);
+  const float min = Scheme::min_value(lo);
+  const float inv = formats::inverse_scale(scale);
+  const long long param = body_pos * s.kv_heads + head;
+  std::uint8_t* codes = part.codes + param * (Scheme::kBits == 8 ? D : D / 2);
+  if constexpr (Scheme::kBits == 8) {
+    std::uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(Scheme::encode(x[i], inv, min)) << (8 * i);
+    if constexpr (E == 2) {
+      reinterpret_cast<std::uint16_t*>(codes)[lane] = static_cast<std::uint16_t>(packed);
+    } else {
+      reinterpret_cast<std::uint32_t*>(codes)[lane] = packed;
+    }
+  } else {
+    std::uint32_t packed = 0;  // column 2j in the low nibble of byte j
+#pragma unroll
+    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(Scheme::encode(x[i], inv, min)) << (4 * i);
+    if constexpr (E == 2) {
+      codes[lane] = static_cast<std::uint8_t>(packed);
+    } else {
+      reinterpret_cast<std::uint16_t*>(codes)[lane] = static_cast<std::uint16_t>(packed);
+    }
+  }
+  if (lane == 0) {
+    part.scales[param] = scale;
+    if (part.mins) part.mins[param] = min;
+  }
+}
+
+template <int D, class Scheme>
+__global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
+  constexpr int E = D / 32;
+  const KvLayerShape& s = a.shape;
+  const int head = static_cast<int>(blockIdx.x);
+  const bool is_v = blockIdx.y == 1;
+  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  const __half* src = (is_v ? a.v : a.k) + head * D + threadIdx.x * E;
+  float x[E];
+#pragma unroll
+  for (int i = 0; i < E; ++i) x[i] = __half2float(src[i]);
+
+  if constexpr (Scheme::kBits != 0) {
+    if (s.window == 0) {  // int8 / int4: every token quantized on arrival
+      quantize_head<D, Scheme>(s, part, a.pos - s.body_base, head, x);
+      return;
+    }
+  }
+  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(a.pos)) * D + threadIdx.x * E;
+  if constexpr (Scheme::kBits != 0) {
+    if (a.pos >= s.sink + s.window) {
+      // pos - window leaves the window; its ring slot is pos's. Quantize its FP16 value
+      // before the new token overwrites it (the same lane reads and writes).
+      float old[E];
+#pragma unroll
+      for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(slot[i]));
+      quantize_head<D, Scheme>(s, part, a.pos - s.window - s.body_base, head, old);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(src[i]);
+}
+
+// A scheme with no body: FP16 only.
+struct NoBody {
+  static constexpr int kBits = 0;
+};
+
+template <int D>
+void launch(const AppendArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), 2);
+  switch (a.shape.body) {
+    case KvBody::none: kv_append_kernel<D, NoBody><<<grid, 32, 0, stream>>>(a); break;
+    case KvBody::int8: kv_append_kernel<D, formats::Int8Symmetric><<<grid, 32, 0, stream>>>(a); break;
+    case KvBody::int4: kv_append_kernel<D, formats::Int4Asymmetric><<<grid, 32, 0, stream>>>(a); break;
+  }
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
+               cuda_stream_t stream) {
+  LOWBIT_CHECK(shape.head_dim == 64 || shape.head_dim == 128, "kv_append: head_dim = ", shape.head_dim,
+               ", expected 64 or 128");
+  // The window policy's ring never fills; every other form holds max_tokens positions.
+  const bool ring_only = shape.body == KvBody::none && shape.window > 0;
+  const std::int64_t capacity = shape.window == 0 && shape.body != KvBody::none
+                                    ? shape.body_slots
+                                    : shape.sink + shape.window + shape.body_slots;
+  LOWBIT_CHECK(pos >= 0 && (ring_only || pos < capacity), "kv_append: position ", pos, " outside the cache (",
+               capacity, " tokens)");
+  const AppendArgs a{shape, layer, pos, static_cast<const __half*>(k), static_cast<const __half*>(v)};
+  if (shape.head_dim == 64) {
+    launch<64>(a, stream);
+  } else {
+    launch<128>(a, stream);
+  }
+}
+
+}  // namespace lowbit::cuda::engine

@@ -1,0 +1,184 @@
+// The device layout of one layer's KV cache for decode, as the decode-attention kernel
+// reads it (issue 5). Plain pointers and sizes, no ownership; host-only helpers here
+// (no CUDA headers), so that the CPU tests check the arithmetic.
+//
+// Per layer, K and V each have (H = kv_heads, D = head_dim):
+//   f16    [H][f16_slots][D] FP16 bits. Slots [0, sink) hold positions 0..sink-1;
+//          slots sink + (pos % window) are the window's ring buffer. Per KV head, so
+//          that one head's positions are contiguous for the kernel's 16-byte loads.
+//          full: f16_slots = max_tokens, slot = pos (sink = max_tokens, no ring).
+//   codes  [body_pos][H][code_bytes] quantized body by position (body_pos = pos -
+//          body_base): D bytes (INT8 symmetric, i8) or D/2 (INT4 asymmetric, low
+//          nibble first), the codes of lowbit's quantize() per_token over a
+//          [H x D] token matrix, i.e. exactly what KvCache stores.
+//   scales [body_pos][H] f32, mins [body_pos][H] f32 (INT4 only).
+// Only the default group (one scale (+ min) per token per KV head) is laid out here.
+//
+// A query at the last position sees (DecodeSpan, as KvCache::Visible but split by form):
+//   [0, sink_end)              FP16, slot = pos
+//   [sink_end, recent_begin)   the quantized body (selective, int8, int4), or dropped
+//                              (window)
+//   [recent_begin, end)        FP16 ring slots (window, selective)
+// full: sink_end = recent_begin = end; int8 / int4: sink_end = 0, recent_begin = end.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/kv_cache.h"
+#include "formats/hd.h"
+#include "lowbit/error.h"
+#include "lowbit/tensor.h"
+
+namespace lowbit::cuda::engine {
+
+using lowbit::engine::KvPolicy;
+
+enum class KvBody : int { none = 0, int4 = 4, int8 = 8 };
+
+// Sizes of one layer's cache; the same for K and V. (LOWBIT_HD: the kernels use these.)
+struct KvLayerShape {
+  std::int64_t kv_heads = 0, head_dim = 0;
+  std::int64_t sink = 0, window = 0;  // FP16 slots: sink + window (full: sink = max_tokens)
+  KvBody body = KvBody::none;
+  std::int64_t body_base = 0;   // first quantized position (selective: sink)
+  std::int64_t body_slots = 0;  // positions the body holds
+
+  LOWBIT_HD std::int64_t f16_slots() const { return sink + window; }
+  LOWBIT_HD std::int64_t code_bytes() const { return body == KvBody::int4 ? head_dim / 2 : head_dim; }
+  LOWBIT_HD bool has_mins() const { return body == KvBody::int4; }
+  LOWBIT_HD bool drops() const { return body == KvBody::none && window > 0; }  // window policy
+  LOWBIT_HD std::int64_t slot(std::int64_t pos) const { return pos < sink ? pos : sink + pos % window; }
+
+  std::size_t f16_bytes() const { return static_cast<std::size_t>(kv_heads * f16_slots() * head_dim * 2); }
+  std::size_t code_bytes_total() const {
+    return body == KvBody::none ? 0 : static_cast<std::size_t>(body_slots * kv_heads * code_bytes());
+  }
+  std::size_t param_count() const {
+    return body == KvBody::none ? 0 : static_cast<std::size_t>(body_slots * kv_heads);
+  }
+};
+
+// One part (K or V) of one layer on the device.
+struct KvPart {
+  std::uint16_t* f16 = nullptr;  // FP16 bits
+  std::uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  float* mins = nullptr;  // INT4 only
+};
+
+struct KvLayerDevice {
+  KvPart k, v;
+};
+
+// The positions the newest query (at end - 1) reads, by form.
+struct DecodeSpan {
+  std::int64_t sink_end = 0, recent_begin = 0, end = 0;
+  // Positions the kernel reads: the quantized body counts unless the policy drops it.
+  std::int64_t visible(const KvLayerShape& s) const {
+    return sink_end + (s.drops() ? 0 : recent_begin - sink_end) + (end - recent_begin);
+  }
+};
+
+// The layer shape of a KvCache policy, for caches of up to max_tokens tokens.
+inline KvLayerShape kv_layer_shape(KvPolicy policy, std::int64_t kv_heads, std::int64_t head_dim, std::int64_t sink,
+                                   std::int64_t window, int kv_bits, std::int64_t max_tokens) {
+  LOWBIT_CHECK(kv_heads > 0 && max_tokens > 0, "kv layer: kv_heads ", kv_heads, ", max_tokens ", max_tokens,
+               " must be positive");
+  LOWBIT_CHECK(head_dim == 64 || head_dim == 128, "kv layer: head_dim = ", head_dim, ", expected 64 or 128");
+  KvLayerShape s;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  switch (policy) {
+    case KvPolicy::full: s.sink = max_tokens; break;
+    case KvPolicy::window:
+    case KvPolicy::selective:
+      LOWBIT_CHECK(sink >= 0 && window >= 1, "kv layer: sink ", sink, " (>= 0), window ", window, " (>= 1)");
+      s.sink = sink;
+      s.window = window;
+      if (policy == KvPolicy::selective) {
+        LOWBIT_CHECK(kv_bits == 8 || kv_bits == 4, "kv layer: kv_bits = ", kv_bits, ", expected 8 or 4");
+        s.body = kv_bits == 8 ? KvBody::int8 : KvBody::int4;
+        s.body_base = sink;
+        s.body_slots = std::max<std::int64_t>(0, max_tokens - sink - window);
+      }
+      break;
+    case KvPolicy::int8:
+    case KvPolicy::int4:
+      s.body = policy == KvPolicy::int8 ? KvBody::int8 : KvBody::int4;
+      s.body_slots = max_tokens;
+      break;
+  }
+  return s;
+}
+
+// What the query at the last of `length` positions reads.
+inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
+  LOWBIT_CHECK(length >= 1, "decode span: length = ", length, ", expected >= 1");
+  DecodeSpan span;
+  span.end = length;
+  if (s.window == 0 && s.body == KvBody::none) {  // full
+    span.sink_end = span.recent_begin = length;
+  } else if (s.window == 0) {  // int8 / int4
+    span.sink_end = 0;
+    span.recent_begin = length;
+  } else {  // window / selective: the ring holds the last `window` positions
+    span.sink_end = std::min(s.sink, length);
+    span.recent_begin = std::max(span.sink_end, length - s.window);
+  }
+  return span;
+}
+
+// Flash-decoding split over the visible positions: enough blocks to fill the device
+// (target ~2 per SM), at least kMinSplit positions a split (a block has work to amortize
+// its combine record), at most kMaxSplit (the split's scores live in shared memory).
+struct DecodeSplitPlan {
+  static constexpr std::int64_t kMinSplit = 64, kMaxSplit = 1024, kAlign = 32;
+  std::int64_t splits = 0, split_len = 0;
+};
+
+inline DecodeSplitPlan plan_decode_splits(std::int64_t visible, std::int64_t blocks_per_split, int sm_count) {
+  LOWBIT_CHECK(visible >= 1 && blocks_per_split >= 1 && sm_count >= 1, "decode split plan: visible ", visible,
+               ", blocks_per_split ", blocks_per_split, ", sm_count ", sm_count);
+  using P = DecodeSplitPlan;
+  const std::int64_t want = std::max<std::int64_t>(1, (2 * sm_count + blocks_per_split - 1) / blocks_per_split);
+  std::int64_t len = (visible + want - 1) / want;
+  len = std::clamp<std::int64_t>((len + P::kAlign - 1) / P::kAlign * P::kAlign, P::kMinSplit, P::kMaxSplit);
+  return P{(visible + len - 1) / len, len};
+}
+
+// Query heads per block: the largest of 4, 3, 2, 1 dividing the GQA group, so that a
+// block reads its KV head once for all of them (a group of 8 takes two blocks).
+inline int decode_heads_per_block(std::int64_t group) {
+  for (int g : {4, 3, 2}) {
+    if (group % g == 0) return g;
+  }
+  return 1;
+}
+
+// Scratch floats of the split partials: per query head and split, max, sum and head_dim
+// accumulators.
+inline std::size_t decode_workspace_bytes(std::int64_t n_heads, std::int64_t head_dim, std::int64_t max_splits) {
+  return static_cast<std::size_t>(n_heads * max_splits * (head_dim + 2)) * sizeof(float);
+}
+
+// Device entry points (src/cuda/engine/*.cu), on `stream`.
+// Appends the token at `pos` (= the current length): k, v are f16 [kv_heads x head_dim]
+// on the device, RoPE applied. Writes its FP16 slot; selective quantizes the token
+// leaving the window (pos - window) from its FP16 value first; int8 / int4 quantize the
+// new token's f16 values. Codes, scales and mins equal quantize() on the CPU.
+void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
+               cuda_stream_t stream);
+
+// out[h] = softmax(q[h] . K^T / sqrt(D)) V over the span's positions of KV head
+// h / (n_heads / kv_heads). q: f16 [n_heads x D]; out: [n_heads x D] f32 or f16.
+// workspace: decode_workspace_bytes(n_heads, D, splits of the plan) or more. q and the
+// FP16 / code buffers 16-byte aligned. Two launches (splits, then combine); no sync.
+void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
+                      std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                      cuda_stream_t stream);
+// The plan decode_attention uses on the current device.
+DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads);
+
+}  // namespace lowbit::cuda::engine

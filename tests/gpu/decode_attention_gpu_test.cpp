@@ -1,0 +1,219 @@
+// The GPU decode cache (src/cuda/engine): kv_append writes the CPU twin's buffers bit
+// for bit (FP16 slots, and the codes / scales / mins of CPU quantize()), and decode
+// attention over the mixed cache matches the twin's attention in double, for every
+// policy, lengths 1 .. 5000 (one to many splits), head_dim 64 / 128, GQA 9/3 and 32/8.
+// Buffers nothing wrote hold poison (NaN, 0x5a codes), outputs are poisoned first.
+//
+// Tolerance, per output element (both sides read the same decoded values; u = 2^-24):
+//   - each score is an f32 dot product of D terms with q pre-scaled by log2(e)/sqrt(D)
+//     (one more rounding): |ds| <= E = (D + 4) u Smax, Smax = max_j sum_d |q_d k_jd| / sqrt(D);
+//     a perturbation E of the scores moves the output by <= 2 E Vmax (first order);
+//   - exp2f (2 ulp), the f32 sums of p v over a lane's positions (<= 64 terms a split),
+//     the shuffle and block reductions and the combine over <= 100 splits: below
+//     200 u relative to Vmax; we allow 2^-15 Vmax;
+//   - an f16 output adds its rounding, 2^-11 |o|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/decode_kv_twin.h"
+#include "common/gpu.h"
+#include "common/poison.h"
+#include "common/random.h"
+#include "cuda/device_buffer.h"
+#include "cuda/engine/kv_cache_gpu.h"
+
+namespace lowbit::test {
+namespace {
+
+namespace ce = cuda::engine;
+using engine::KvPolicy;
+
+struct Case {
+  KvPolicy policy;
+  int bits;
+  const char* name;
+};
+const Case kCases[] = {{KvPolicy::full, 0, "full"},
+                       {KvPolicy::window, 0, "window"},
+                       {KvPolicy::selective, 8, "selective INT8"},
+                       {KvPolicy::selective, 4, "selective INT4"},
+                       {KvPolicy::int8, 8, "int8"},
+                       {KvPolicy::int4, 4, "int4"}};
+
+constexpr std::int64_t kSink = 16, kWindow = 32;
+
+// One layer's device buffers, poisoned as the twin's unwritten slots are.
+struct DeviceLayer {
+  struct Part {
+    cuda::DeviceBuffer f16, codes, scales, mins;
+  };
+  Part k, v;
+  ce::KvLayerDevice dev;
+
+  explicit DeviceLayer(const ce::KvLayerShape& s) {
+    for (auto [part, view] : {std::pair{&k, &dev.k}, std::pair{&v, &dev.v}}) {
+      part->f16 = cuda::DeviceBuffer(s.f16_bytes());
+      part->codes = cuda::DeviceBuffer(s.code_bytes_total());
+      part->scales = cuda::DeviceBuffer(s.param_count() * 4);
+      part->mins = cuda::DeviceBuffer(s.has_mins() ? s.param_count() * 4 : 0);
+      view->f16 = part->f16.as<std::uint16_t>();
+      view->codes = part->codes.as<std::uint8_t>();
+      view->scales = part->scales.as<float>();
+      view->mins = part->mins.as<float>();
+    }
+  }
+  void poison() {
+    for (Part* p : {&k, &v}) {
+      for (auto [buf, byte] : {std::pair{&p->f16, kFloatPoison}, std::pair{&p->codes, kCodePoison},
+                               std::pair{&p->scales, kFloatPoison}, std::pair{&p->mins, kFloatPoison}}) {
+        if (buf->bytes()) LOWBIT_CUDA_CHECK(cudaMemset(buf->data(), byte, buf->bytes()));
+      }
+    }
+  }
+  void upload(const KvTwin& t) {
+    for (auto [p, h] : {std::pair{&k, &t.k}, std::pair{&v, &t.v}}) {
+      auto up = [](cuda::DeviceBuffer& d, const void* src) {
+        if (d.bytes()) LOWBIT_CUDA_CHECK(cudaMemcpy(d.data(), src, d.bytes(), cudaMemcpyHostToDevice));
+      };
+      up(p->f16, h->f16.data());
+      up(p->codes, h->codes.data());
+      up(p->scales, h->scales.data());
+      up(p->mins, h->mins.data());
+    }
+  }
+};
+
+// Index of the first differing byte, or -1.
+long long first_difference(const cuda::DeviceBuffer& d, const void* host) {
+  const std::vector<std::uint8_t> got = download<std::uint8_t>(d.data(), d.bytes());
+  const auto* want = static_cast<const std::uint8_t*>(host);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) return static_cast<long long>(i);
+  }
+  return -1;
+}
+
+class DecodeAttentionGpu : public GpuTest {};
+
+TEST_F(DecodeAttentionGpu, AppendWritesTheCpuQuantizeBuffers) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t length = 300;
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t hkv : {3, 8}) {
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " kv_heads " + std::to_string(hkv));
+        const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
+        const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
+        const KvTwin twin = build_kv_twin(s, length, k, v);
+        cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+        DeviceLayer layer(s);
+        layer.poison();
+        for (std::int64_t pos = 0; pos < length; ++pos) {
+          ce::kv_append(s, layer.dev, pos, kd.as<std::uint16_t>() + pos * hkv * d, vd.as<std::uint16_t>() + pos * hkv * d,
+                        nullptr);
+        }
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        for (auto [p, h, name] : {std::tuple{&layer.k, &twin.k, "K"}, std::tuple{&layer.v, &twin.v, "V"}}) {
+          EXPECT_EQ(first_difference(p->f16, h->f16.data()), -1) << name << " FP16 slots";
+          EXPECT_EQ(first_difference(p->codes, h->codes.data()), -1) << name << " codes";
+          EXPECT_EQ(first_difference(p->scales, h->scales.data()), -1) << name << " scales";
+          EXPECT_EQ(first_difference(p->mins, h->mins.data()), -1) << name << " mins";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(DecodeAttentionGpu, MatchesTheTwinInDouble) {
+  LOWBIT_TEST_RNG(rng);
+  struct Heads {
+    std::int64_t h, hkv;
+  };
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (Heads hh : {Heads{9, 3}, Heads{32, 8}}) {
+        for (std::int64_t length : {1, 7, 48, 49, 300, 5000}) {
+          for (DType out_dtype : {DType::f32, DType::f16}) {
+            SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
+                         std::to_string(hh.hkv) + " length " + std::to_string(length) + " out " +
+                         dtype_name(out_dtype));
+            const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
+            const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
+            const auto q = random_f16(rng, hh.h, d, 1.5f);
+            const KvTwin twin = build_kv_twin(s, length, k, v);
+            const TwinAttention ref = twin_attention(twin, q, hh.h);
+
+            DeviceLayer layer(s);
+            layer.upload(twin);
+            cuda::DeviceBuffer qd(q.size() * 2);
+            LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+            const ce::DecodeSplitPlan plan = ce::decode_attention_plan(s, twin.span, hh.h);
+            const std::size_t ws_bytes = ce::decode_workspace_bytes(hh.h, d, plan.splits);
+            GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(hh.h * d) * dtype_size(out_dtype));
+            ws.poison(kFloatPoison);
+            out.poison(kFloatPoison);
+            ce::decode_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(), ws_bytes,
+                                 nullptr);
+            LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_TRUE(out.guards_intact("out"));
+            EXPECT_TRUE(ws.guards_intact("workspace"));
+
+            const std::vector<std::uint8_t> raw = out.download_bytes();
+            int bad = 0;
+            double worst = 0.0;
+            for (std::int64_t i = 0; i < hh.h * d; ++i) {
+              const auto e = static_cast<std::size_t>(i);
+              const std::size_t h = e / static_cast<std::size_t>(d);
+              float got;
+              if (out_dtype == DType::f32) {
+                std::memcpy(&got, raw.data() + 4 * e, 4);
+              } else {
+                std::uint16_t bits;
+                std::memcpy(&bits, raw.data() + 2 * e, 2);
+                got = formats::half_to_float({bits});
+              }
+              const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) +
+                                 (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
+              const double err = std::fabs(static_cast<double>(got) - ref.out[e]);
+              if (!(err <= tol)) {
+                if (bad++ < 5) ADD_FAILURE() << "head " << h << " channel " << i % d << ": got " << got << ", want "
+                                             << ref.out[e] << " (tolerance " << tol << ")";
+              }
+              if (err == err) worst = std::max(worst, err / tol);
+            }
+            EXPECT_EQ(bad, 0) << "elements out of tolerance; splits " << plan.splits << " of " << plan.split_len;
+            if (length == 5000 && out_dtype == DType::f32) {
+              std::printf("%s D %lld H %lld/%lld length 5000: %lld splits of %lld, worst error %.3f of tolerance\n",
+                          c.name, static_cast<long long>(d), static_cast<long long>(hh.h),
+                          static_cast<long long>(hh.hkv), static_cast<long long>(plan.splits),
+                          static_cast<long long>(plan.split_len), worst);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(DecodeAttentionGpu, RejectsASmallWorkspace) {
+  const ce::KvLayerShape s = ce::kv_layer_shape(KvPolicy::full, 3, 64, 0, 0, 0, 1000);
+  const ce::DecodeSpan span = ce::decode_span(s, 1000);
+  cuda::DeviceBuffer q(9 * 64 * 2), out(9 * 64 * 4), ws(16);
+  DeviceLayer layer(s);
+  EXPECT_THROW(ce::decode_attention(s, layer.dev, span, q.data(), 9, out.data(), DType::f32, ws.data(), ws.bytes(),
+                                    nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace lowbit::test
