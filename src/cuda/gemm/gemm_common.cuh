@@ -35,6 +35,18 @@ struct Epilogue {
 
 Epilogue make_epilogue(const IntGemmArgs& args);
 
+// The raw operands of the seed-progression kernels (naive, tiled, vectorized, WMMA):
+// byte pointers, strides, K, B's layout and the epilogue. Built on the host.
+struct SeedGemmParams {
+  const std::uint8_t* a;
+  const std::uint8_t* b;
+  long long lda, ldb;
+  int k;
+  bool n_by_k;
+  Epilogue e;
+};
+SeedGemmParams seed_gemm_params(const IntGemmArgs& args);
+
 __device__ __forceinline__ float row_scale(const Epilogue& e, int row) {
   return e.scale_a ? __ldg(e.scale_a + (e.a_per_row ? row : 0)) : 1.0f;
 }

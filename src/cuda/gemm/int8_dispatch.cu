@@ -36,6 +36,16 @@ Epilogue make_epilogue(const IntGemmArgs& args) {
   return e;
 }
 
+SeedGemmParams seed_gemm_params(const IntGemmArgs& args) {
+  return SeedGemmParams{static_cast<const std::uint8_t*>(args.a),
+                        static_cast<const std::uint8_t*>(args.b),
+                        args.lda,
+                        args.ldb,
+                        static_cast<int>(args.k),
+                        args.b_layout == BLayout::n_by_k,
+                        make_epilogue(args)};
+}
+
 }  // namespace gemm
 
 namespace {

@@ -16,31 +16,12 @@
 namespace lowbit::cuda::gemm {
 namespace {
 
-struct SimpleParams {
-  const std::uint8_t* a;
-  const std::uint8_t* b;
-  long long lda, ldb;
-  int k;
-  bool n_by_k;
-  Epilogue e;
-};
-
-SimpleParams simple_params(const IntGemmArgs& args) {
-  return SimpleParams{static_cast<const std::uint8_t*>(args.a),
-                      static_cast<const std::uint8_t*>(args.b),
-                      args.lda,
-                      args.ldb,
-                      static_cast<int>(args.k),
-                      args.b_layout == BLayout::n_by_k,
-                      make_epilogue(args)};
-}
-
 // Block rows beyond gridDim.y (65535) are covered by striding.
 unsigned grid_rows(long long blocks) { return static_cast<unsigned>(std::clamp<long long>(blocks, 1, 65535)); }
 
 // ---------------------------------------------------------------- naive
 
-__global__ void naive_kernel(const SimpleParams p) {
+__global__ void naive_kernel(const SeedGemmParams p) {
   const int col = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (col >= p.e.n) return;
   for (int row = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y); row < p.e.m;
@@ -58,7 +39,7 @@ __global__ void naive_kernel(const SimpleParams p) {
 constexpr int kTile = 16;
 
 template <bool kInt4>
-__global__ void tiled_kernel(const SimpleParams p) {
+__global__ void tiled_kernel(const SeedGemmParams p) {
   __shared__ std::int8_t a_tile[kTile][kTile];
   __shared__ std::int8_t b_tile[kTile][kTile + 1];  // [k][n]
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -93,7 +74,7 @@ __device__ __forceinline__ uint4 load_16(const std::uint8_t* src, int valid) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-__global__ void __launch_bounds__(256) vectorized_kernel(const SimpleParams p) {
+__global__ void __launch_bounds__(256) vectorized_kernel(const SeedGemmParams p) {
   __shared__ std::uint32_t a_tile[kVecTile * kVecWords];  // [m][k / 4]
   __shared__ std::uint32_t b_tile[kVecTile * kVecWords];  // [n][k / 4]
   const int tid = static_cast<int>(threadIdx.x);
@@ -158,7 +139,7 @@ __global__ void __launch_bounds__(256) vectorized_kernel(const SimpleParams p) {
 void launch_naive(const IntGemmArgs& args, cudaStream_t stream) {
   const dim3 block(64, 4);
   const dim3 grid(static_cast<unsigned>((args.n + block.x - 1) / block.x), grid_rows((args.m + block.y - 1) / block.y));
-  naive_kernel<<<grid, block, 0, stream>>>(simple_params(args));
+  naive_kernel<<<grid, block, 0, stream>>>(seed_gemm_params(args));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -166,16 +147,16 @@ void launch_tiled(const IntGemmArgs& args, bool int4, cudaStream_t stream) {
   const dim3 block(kTile, kTile);
   const dim3 grid(static_cast<unsigned>((args.n + kTile - 1) / kTile), grid_rows((args.m + kTile - 1) / kTile));
   if (int4) {
-    tiled_kernel<true><<<grid, block, 0, stream>>>(simple_params(args));
+    tiled_kernel<true><<<grid, block, 0, stream>>>(seed_gemm_params(args));
   } else {
-    tiled_kernel<false><<<grid, block, 0, stream>>>(simple_params(args));
+    tiled_kernel<false><<<grid, block, 0, stream>>>(seed_gemm_params(args));
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_vectorized(const IntGemmArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.n + kVecTile - 1) / kVecTile), grid_rows((args.m + kVecTile - 1) / kVecTile));
-  vectorized_kernel<<<grid, 256, 0, stream>>>(simple_params(args));
+  vectorized_kernel<<<grid, 256, 0, stream>>>(seed_gemm_params(args));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

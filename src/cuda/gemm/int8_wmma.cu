@@ -22,15 +22,6 @@ constexpr int kTile = 64;   // outputs per block side
 constexpr int kStep = 32;   // K per step: two 16-wide slabs
 constexpr int kThreads = 128;
 
-struct WmmaParams {
-  const std::uint8_t* a;
-  const std::uint8_t* b;
-  long long lda, ldb;
-  int k;
-  bool n_by_k;
-  Epilogue e;
-};
-
 // 16 bytes of a row at `src`, `valid` of them inside the matrix: one vector load when
 // whole and aligned, else bytewise with zeros.
 __device__ __forceinline__ uint4 load_16(const std::uint8_t* src, int valid) {
@@ -40,7 +31,7 @@ __device__ __forceinline__ uint4 load_16(const std::uint8_t* src, int valid) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-__global__ void __launch_bounds__(kThreads) wmma_kernel(const WmmaParams p) {
+__global__ void __launch_bounds__(kThreads) wmma_kernel(const SeedGemmParams p) {
   __shared__ __align__(256) std::uint8_t a_tile[kStep / 16][kTile][16];
   __shared__ __align__(256) std::uint8_t b_tile[kStep / 16][kTile][16];  // [k / 16][n][k % 16]
   __shared__ __align__(256) std::int32_t staging[kThreads / 32][16 * 16];  // one fragment per warp
@@ -117,13 +108,7 @@ __global__ void __launch_bounds__(kThreads) wmma_kernel(const WmmaParams p) {
 }  // namespace
 
 void launch_wmma(const IntGemmArgs& args, cudaStream_t stream) {
-  const WmmaParams p{static_cast<const std::uint8_t*>(args.a),
-                     static_cast<const std::uint8_t*>(args.b),
-                     args.lda,
-                     args.ldb,
-                     static_cast<int>(args.k),
-                     args.b_layout == BLayout::n_by_k,
-                     make_epilogue(args)};
+  const SeedGemmParams p = seed_gemm_params(args);
   const dim3 grid(static_cast<unsigned>((args.n + kTile - 1) / kTile),
                   static_cast<unsigned>(std::clamp<long long>((args.m + kTile - 1) / kTile, 1, 65535)));
   wmma_kernel<<<grid, kThreads, 0, stream>>>(p);
