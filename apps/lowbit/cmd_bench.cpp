@@ -51,6 +51,8 @@ int bench_gemm(const Args& args) {
   cli.choices("--section", &options.only_sections, {"int8", "epilogue", "int4", "weight_only"},
               "run only this section");
   cli.flag("--cpu-only", &options.cpu_only, "do not use the GPU even if there is one");
+  cli.integer("--max-m", &options.max_m, 0, 1 << 20,
+              "weight-only section: only the cases with M <= this (0: all; 16 = the decode kernel)");
   if (const auto status = cli.parse(args)) return *status;
   return bench::run_gemm_bench(options);
 }

@@ -10,10 +10,10 @@
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
 #include "commands.h"
-#include "engine/forward_cpu.h"
 #include "engine/generate.h"
 #include "engine/perplexity.h"
 #include "engine/rouge.h"
+#include "engine_session.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
 #include "report/line_plot.h"
@@ -44,6 +44,7 @@ struct PolicyResult {
   PolicyCase policy;
   engine::PerplexityResult ppl;
   engine::GenerationResult generation;
+  engine::GenerationResult speed;  // decode after the long (--speed-prompt) prompt
   std::string text;
   engine::RougeL rouge_words{}, rouge_tokens{};
   std::size_t bytes_at_n = 0;
@@ -52,28 +53,35 @@ struct PolicyResult {
 }  // namespace
 
 int cmd_eval_kvcache(const Args& args) {
-  std::string model_path, file = default_text_path(), json_path, png_path = "kvcache-memory.png";
+  std::string model_path, file = default_text_path(), json_path, png_path = "kvcache-memory.png", device = "auto";
   std::string prompt = "Once upon a time, in a small village at the edge of a great forest, there lived";
-  std::int64_t context = 512, max_windows = 8, max_new = 200, memory_tokens = 4096;
+  std::int64_t context = 512, max_windows = 8, max_new = 200, memory_tokens = 4096, speed_prompt = 2048,
+               speed_new = 128;
   std::vector<std::string> only;
   KvCacheFlags kv;
   Options cli("lowbit eval kvcache",
-              "The seed-002 comparison of KV-cache policies on the CPU reference engine: perplexity over\n"
-              "WikiText-2 windows, a greedy generation from --prompt scored with ROUGE-L against the full\n"
-              "cache's, decode tokens/s, KV-cache bytes (and at --memory-tokens tokens against full), and a\n"
-              "PNG of KV-cache bytes against generated tokens, one line per policy.");
+              "The seed-002 comparison of KV-cache policies (on the GPU, or the CPU reference): perplexity\n"
+              "over WikiText-2 windows, a greedy generation from --prompt scored with ROUGE-L against the\n"
+              "full cache's, decode tokens/s after that prompt and after a --speed-prompt-token prompt,\n"
+              "KV-cache bytes (and at --memory-tokens tokens against full), and a PNG of KV-cache bytes\n"
+              "against generated tokens, one line per policy.");
   cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
   cli.text("--file", &file, "PATH", "perplexity text (default: data/wikitext-2-raw/wiki.test.raw)");
   cli.integer("--context", &context, 2, 1 << 20, "perplexity window (default 512)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "perplexity windows per policy (default 8; 0: all)");
   cli.text("--prompt", &prompt, "TEXT", "the generation prompt");
   cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens generated per policy (default 200)");
+  cli.integer("--speed-prompt", &speed_prompt, 0, 1 << 20,
+              "tokens of WikiText in the decode-speed prompt (default 2048; 0 skips the speed run)");
+  cli.integer("--speed-new-tokens", &speed_new, 2, 1 << 20, "tokens decoded in the speed run (default 128)");
   cli.integer("--memory-tokens", &memory_tokens, 1, 1LL << 30, "report KV bytes at this many tokens (default 4096)");
   cli.choices("--policy", &only, {"full", "window", "selective8", "selective4", "int8", "int4"},
               "evaluate only this policy (full always runs: it is the reference)");
   cli.text("--png", &png_path, "FILE", "the memory plot (default kvcache-memory.png)");
   cli.text("--json", &json_path, "FILE", "also write the results as JSON");
   kv.declare(cli, /*with_policy=*/false);
+  bool no_graphs = false;
+  SessionMaker::declare(cli, &device, &no_graphs);
   if (const auto status = cli.parse(args)) return *status;
 
   const auto loaded = load_model(resolve_model_path(model_path));
@@ -82,9 +90,12 @@ int cmd_eval_kvcache(const Args& args) {
   const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos());
   const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, tok.add_bos());
   LOWBIT_CHECK(!prompt_ids.empty(), "--prompt: the prompt encodes to no tokens");
+  LOWBIT_CHECK(speed_prompt <= static_cast<std::int64_t>(text_ids.size()), "--speed-prompt: ", speed_prompt,
+               " tokens, the text has ", text_ids.size());
+  SessionMaker maker(*loaded, device, !no_graphs);
   const engine::KvShape shape{model.config().n_layers, model.config().n_kv_heads, model.config().head_dim};
-  std::fprintf(stderr, "eval kvcache: %s; %zu text tokens, prompt %zu tokens (CPU reference engine)\n",
-               model.config().describe().c_str(), text_ids.size(), prompt_ids.size());
+  std::fprintf(stderr, "eval kvcache: %s; %zu text tokens, prompt %zu tokens (%s)\n",
+               model.config().describe().c_str(), text_ids.size(), prompt_ids.size(), maker.describe().c_str());
 
   std::vector<PolicyResult> results;
   for (const PolicyCase& pc : policy_cases(kv)) {
@@ -103,15 +114,27 @@ int cmd_eval_kvcache(const Args& args) {
       std::snprintf(note, sizeof note, "ppl %.4f", ppl);
       progress.update(done, note);
     };
-    r.ppl = engine::perplexity(model, text_ids, ppl_options);
+    {
+      const auto session = maker.make(cache, std::min<std::int64_t>(context, text_ids.size()));
+      r.ppl = engine::perplexity(*session, text_ids, ppl_options);
+    }
     progress.finish();
-    engine::CpuSession session(model, cache, static_cast<std::int64_t>(prompt_ids.size()) + max_new);
-    // No stop token: every policy generates the same number of tokens.
-    r.generation = engine::generate_greedy(session, prompt_ids, max_new, nullptr, nullptr);
+    {
+      const auto session = maker.make(cache, static_cast<std::int64_t>(prompt_ids.size()) + max_new);
+      // No stop token: every policy generates the same number of tokens.
+      r.generation = engine::generate_greedy(*session, prompt_ids, max_new, nullptr, nullptr);
+    }
+    if (speed_prompt > 0) {
+      const auto session = maker.make(cache, speed_prompt + speed_new);
+      r.speed = engine::generate_greedy(
+          *session, std::span<const std::int32_t>(text_ids.data(), static_cast<std::size_t>(speed_prompt)), speed_new,
+          nullptr, nullptr);
+    }
     r.text = tok.decode(r.generation.tokens);
     r.bytes_at_n = engine::KvCache::bytes_at(shape, cache, memory_tokens);
-    std::fprintf(stderr, "  %s: ppl %.4f, decode %.1f tok/s\n", pc.name.c_str(), r.ppl.ppl,
-                 r.generation.decode_tokens_per_second());
+    std::fprintf(stderr, "  %s: ppl %.4f, decode %.1f tok/s, %.1f tok/s after %lld prompt tokens\n", pc.name.c_str(),
+                 r.ppl.ppl, r.generation.decode_tokens_per_second(), r.speed.decode_tokens_per_second(),
+                 static_cast<long long>(speed_prompt));
     results.push_back(std::move(r));
   }
   const PolicyResult& full = results.front();
@@ -120,17 +143,20 @@ int cmd_eval_kvcache(const Args& args) {
     r.rouge_tokens = engine::rouge_l(r.generation.tokens, full.generation.tokens);
   }
 
-  std::printf("# KV-cache policies (seed 002), CPU reference engine\n\n%s\nperplexity: %lld windows of %lld tokens; "
+  std::printf("# KV-cache policies (seed 002), %s\n\n%s\nperplexity: %lld windows of %lld tokens; "
               "generation: %lld greedy tokens; ROUGE-L F1 against the full cache's output\n\n",
-              model.config().describe().c_str(), static_cast<long long>(full.ppl.windows),
+              maker.describe().c_str(), model.config().describe().c_str(), static_cast<long long>(full.ppl.windows),
               static_cast<long long>(context), static_cast<long long>(max_new));
-  std::printf("| policy | perplexity | vs full | ROUGE-L (words) | ROUGE-L (tokens) | decode tok/s | KV bytes at end "
-              "| KV bytes at %lld tokens | vs full |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-              static_cast<long long>(memory_tokens));
+  std::printf("| policy | perplexity | vs full | ROUGE-L (words) | ROUGE-L (tokens) | decode tok/s | decode tok/s "
+              "after %lld tokens | vs full | KV bytes at end | KV bytes at %lld tokens | vs full |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+              static_cast<long long>(speed_prompt), static_cast<long long>(memory_tokens));
   for (const PolicyResult& r : results) {
-    std::printf("| %s | %.4f | %+.2f%% | %.4f | %.4f | %.1f | %zu | %zu | %.3fx |\n", r.policy.label.c_str(),
-                r.ppl.ppl, 100.0 * (r.ppl.ppl / full.ppl.ppl - 1.0), r.rouge_words.f1, r.rouge_tokens.f1,
-                r.generation.decode_tokens_per_second(), r.generation.kv_bytes.back(), r.bytes_at_n,
+    const double speed = r.speed.decode_tokens_per_second(), full_speed = full.speed.decode_tokens_per_second();
+    std::printf("| %s | %.4f | %+.2f%% | %.4f | %.4f | %.1f | %.1f | %.3fx | %zu | %zu | %.3fx |\n",
+                r.policy.label.c_str(), r.ppl.ppl, 100.0 * (r.ppl.ppl / full.ppl.ppl - 1.0), r.rouge_words.f1,
+                r.rouge_tokens.f1, r.generation.decode_tokens_per_second(), speed,
+                full_speed > 0 ? speed / full_speed : 0.0, r.generation.kv_bytes.back(), r.bytes_at_n,
                 static_cast<double>(r.bytes_at_n) / static_cast<double>(full.bytes_at_n));
   }
 
@@ -152,7 +178,8 @@ int cmd_eval_kvcache(const Args& args) {
 
   if (!json_path.empty()) {
     bench::Json root = bench::run_info_json("eval_kvcache", bench::collect_run_info());
-    root.set("device", "cpu").set("model", model.config().describe()).set("context", context);
+    root.set("device", maker.describe()).set("model", model.config().describe()).set("context", context);
+    root.set("speed_prompt_tokens", speed_prompt).set("speed_new_tokens", speed_new);
     root.set("max_new_tokens", max_new).set("memory_tokens", memory_tokens).set("prompt", prompt);
     bench::Json rows = bench::Json::array();
     for (const PolicyResult& r : results) {
@@ -160,6 +187,8 @@ int cmd_eval_kvcache(const Args& args) {
       row.set("policy", r.policy.name).set("label", r.policy.label).set("ppl", r.ppl.ppl);
       row.set("tokens_scored", r.ppl.tokens_scored).set("rouge_l_words", r.rouge_words.f1);
       row.set("rouge_l_tokens", r.rouge_tokens.f1).set("decode_tokens_per_s", r.generation.decode_tokens_per_second());
+      row.set("decode_tokens_per_s_long_prompt", r.speed.decode_tokens_per_second());
+      row.set("prefill_seconds_long_prompt", r.speed.prefill_seconds);
       row.set("kv_bytes_end", static_cast<std::int64_t>(r.generation.kv_bytes.back()));
       row.set("kv_bytes_at_memory_tokens", static_cast<std::int64_t>(r.bytes_at_n));
       row.set("kv_ratio_vs_full", static_cast<double>(r.bytes_at_n) / static_cast<double>(full.bytes_at_n));

@@ -4,26 +4,28 @@
 #include <iostream>
 
 #include "commands.h"
-#include "engine/forward_cpu.h"
 #include "engine/generate.h"
+#include "engine_session.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cli {
 
 int cmd_generate(const Args& args) {
-  std::string prompt, model_path;
+  std::string prompt, model_path, device = "auto";
   std::int64_t max_new = 200;
-  bool chat = false;
+  bool chat = false, no_graphs = false;
   KvCacheFlags kv;
   Options cli("lowbit generate",
-              "Greedy generation on the CPU reference engine with a KV-cache policy; the text streams to\n"
+              "Greedy generation with a KV-cache policy, on the GPU (lowbit's kernels) or the CPU reference;\n"
+              "the text streams to "
               "stdout, the statistics (prefill and decode speed, KV-cache bytes) go to stderr.");
   cli.text("--prompt", &prompt, "TEXT", "the prompt (required)");
   cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
   cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens to generate at most (default 200)");
   cli.flag("--chat", &chat, "wrap the prompt in the model's chat template (instruct models)");
   kv.declare(cli, /*with_policy=*/true);
+  SessionMaker::declare(cli, &device, &no_graphs);
   if (const auto status = cli.parse(args)) return *status;
   LOWBIT_CHECK(!prompt.empty(), "--prompt: expected a non-empty prompt");
 
@@ -37,18 +39,19 @@ int cmd_generate(const Args& args) {
   LOWBIT_CHECK(trained == 0 || capacity <= trained, "prompt (", ids.size(), " tokens) + --max-new-tokens (", max_new,
                ") exceeds the model's context length ", trained);
 
-  engine::CpuSession session(loaded->model, kv.options(), capacity);
+  SessionMaker maker(*loaded, device, !no_graphs);
+  const std::unique_ptr<engine::Session> session = maker.make(kv.options(), capacity);
   if (!chat) std::cout << prompt << std::flush;
   const engine::GenerationResult result = engine::generate_greedy(
-      session, ids, max_new, [&](std::int32_t id) { return tok.is_end_of_generation(id); },
+      *session, ids, max_new, [&](std::int32_t id) { return tok.is_end_of_generation(id); },
       [&](std::int32_t id) { std::cout << tok.token_bytes(id) << std::flush; });
   std::cout << std::endl;  // flushed before the statistics go to stderr
   std::fprintf(stderr,
-               "[generate] CPU, kv-cache %s: prompt %zu tokens, prefill %.2f s (%.1f tok/s); %zu generated, "
+               "[generate] %s, kv-cache %s: prompt %zu tokens, prefill %.2f s (%.1f tok/s); %zu generated, "
                "decode %.1f tok/s; KV cache %zu bytes%s\n",
-               kv.policy.c_str(), ids.size(), result.prefill_seconds,
+               maker.describe().c_str(), kv.policy.c_str(), ids.size(), result.prefill_seconds,
                static_cast<double>(ids.size()) / result.prefill_seconds, result.tokens.size(),
-               result.decode_tokens_per_second(), session.cache().bytes(), result.stopped ? " (stopped at EOS)" : "");
+               result.decode_tokens_per_second(), session->kv_bytes(), result.stopped ? " (stopped at EOS)" : "");
   return 0;
 }
 

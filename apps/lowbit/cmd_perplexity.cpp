@@ -1,5 +1,6 @@
 // `lowbit perplexity`: perplexity of a text file under a KV-cache policy, over
 // windows of --context tokens every --stride tokens (llama.cpp's perplexity tool).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,18 +9,19 @@
 #include "bench/common/run_info.h"
 #include "commands.h"
 #include "engine/perplexity.h"
+#include "engine_session.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cli {
 
 int cmd_perplexity(const Args& args) {
-  std::string model_path, file = default_text_path(), json_path;
+  std::string model_path, file = default_text_path(), json_path, device = "auto";
   std::int64_t context = 512, stride = 0, max_windows = 0;
   KvCacheFlags kv;
   Options cli("lowbit perplexity",
-              "Perplexity of a text file (default: the WikiText-2 test split in data/) on the CPU reference\n"
-              "engine: each window of --context tokens is evaluated from an empty KV cache with the policy;\n"
+              "Perplexity of a text file (default: the WikiText-2 test split in data/) on the GPU or the CPU\n"
+              "reference: each window of --context tokens is evaluated from an empty KV cache with the policy;\n"
               "the first window scores all its predictions, later ones their last --stride tokens.");
   cli.text("--file", &file, "PATH", "the text (default: data/wikitext-2-raw/wiki.test.raw)");
   cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
@@ -28,6 +30,7 @@ int cmd_perplexity(const Args& args) {
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "stop after N windows (default 0: all)");
   cli.text("--json", &json_path, "FILE", "also write the result as JSON");
   kv.declare(cli, /*with_policy=*/true);
+  SessionMaker::declare(cli, &device);
   if (const auto status = cli.parse(args)) return *status;
 
   const auto loaded = load_model(resolve_model_path(model_path));
@@ -44,16 +47,19 @@ int cmd_perplexity(const Args& args) {
     std::snprintf(note, sizeof note, "ppl %.4f", ppl);
     progress.update(done, note);
   };
+  SessionMaker maker(*loaded, device);
+  const std::unique_ptr<engine::Session> session =
+      maker.make(options.cache, std::max<std::int64_t>(1, std::min<std::int64_t>(context, ids.size())));
   const auto start = std::chrono::steady_clock::now();
-  const engine::PerplexityResult r = engine::perplexity(loaded->model, ids, options);
+  const engine::PerplexityResult r = engine::perplexity(*session, ids, options);
   progress.finish();
   const double seconds = seconds_since(start);
-  std::printf("perplexity %.4f (mean NLL %.5f) over %lld tokens in %lld windows of %lld; kv-cache %s; %.1f s (CPU)\n",
+  std::printf("perplexity %.4f (mean NLL %.5f) over %lld tokens in %lld windows of %lld; kv-cache %s; %.1f s (%s)\n",
               r.ppl, r.mean_nll, static_cast<long long>(r.tokens_scored), static_cast<long long>(r.windows),
-              static_cast<long long>(context), kv.policy.c_str(), seconds);
+              static_cast<long long>(context), kv.policy.c_str(), seconds, maker.describe().c_str());
   if (!json_path.empty()) {
     bench::Json root = bench::run_info_json("perplexity", bench::collect_run_info());
-    root.set("device", "cpu")
+    root.set("device", maker.describe())
         .set("model", loaded->model.config().describe())
         .set("file", file)
         .set("tokens_in_file", static_cast<std::int64_t>(ids.size()))

@@ -11,11 +11,12 @@
 
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/session.h"
 
 namespace lowbit::engine {
 
 // One sequence: the model (borrowed; it must outlive the session) and its KV cache.
-class CpuSession {
+class CpuSession final : public Session {
  public:
   // max_tokens: the most positions this sequence may hold (the cache is sized for it).
   CpuSession(const Model& model, KvCacheOptions cache, std::int64_t max_tokens);
@@ -26,13 +27,15 @@ class CpuSession {
   // time: the query at position t sees each older token as the cache holds it at
   // time t. Throws lowbit::Error for an empty batch, a token id outside the
   // vocabulary, or more tokens than max_tokens allows (the session is unchanged then).
-  std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_logits);
+  std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_logits) override;
 
-  std::int64_t position() const { return position_; }
-  std::int64_t max_tokens() const { return cache_.max_tokens(); }
+  std::int64_t position() const override { return position_; }
+  std::int64_t max_tokens() const override { return cache_.max_tokens(); }
+  std::int64_t vocab() const override { return model_->config().vocab; }
+  std::size_t kv_bytes() const override { return cache_.bytes(); }
   const KvCache& cache() const { return cache_; }
   const Model& model() const { return *model_; }
-  void reset();
+  void reset() override;
 
  private:
   void attend(std::int64_t layer, std::int64_t pos, std::int64_t head, const float* q, float* out,

@@ -22,7 +22,11 @@ std::int32_t argmax(std::span<const float> logits) {
   return static_cast<std::int32_t>(best);
 }
 
-GenerationResult generate_greedy(CpuSession& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
+std::int32_t Session::decode_greedy(std::int32_t token) {
+  return argmax(forward(std::span<const std::int32_t>(&token, 1), /*all_logits=*/false));
+}
+
+GenerationResult generate_greedy(Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
                                  const std::function<bool(std::int32_t)>& is_stop,
                                  const std::function<void(std::int32_t)>& on_token) {
   LOWBIT_CHECK(!prompt.empty(), "prompt: expected at least one token");
@@ -34,12 +38,11 @@ GenerationResult generate_greedy(CpuSession& session, std::span<const std::int32
                " tokens");
   GenerationResult result;
   auto start = std::chrono::steady_clock::now();
-  std::vector<float> logits = session.forward(prompt, /*all_logits=*/false);
+  std::int32_t next = argmax(session.forward(prompt, /*all_logits=*/false));
   result.prefill_seconds = seconds(start);
-  result.kv_bytes.push_back(session.cache().bytes());
+  result.kv_bytes.push_back(session.kv_bytes());
   start = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < max_new; ++i) {
-    const std::int32_t next = argmax(logits);
     if (is_stop && is_stop(next)) {
       result.stopped = true;
       break;
@@ -47,9 +50,9 @@ GenerationResult generate_greedy(CpuSession& session, std::span<const std::int32
     result.tokens.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == max_new) break;  // the last token needs no forward pass
-    logits = session.forward(std::span<const std::int32_t>(&next, 1), false);
+    next = session.decode_greedy(next);
     ++result.decode_steps;
-    result.kv_bytes.push_back(session.cache().bytes());
+    result.kv_bytes.push_back(session.kv_bytes());
   }
   result.decode_seconds = seconds(start);
   return result;

@@ -1,4 +1,4 @@
-// Greedy generation on a CpuSession: the prompt as one prefill, then one decode step
+// Greedy generation on a Session (CPU or GPU): the prompt as one prefill, then one decode step
 // per token (argmax of the logits, lowest id on ties), stopping at max_new tokens or
 // at an end-of-generation token. Times the two phases and records the KV-cache bytes
 // after every step (the seed's Figure 2: memory against generated tokens).
@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/forward_cpu.h"
+#include "engine/session.h"
 
 namespace lowbit::engine {
 
@@ -24,12 +24,10 @@ struct GenerationResult {
   }
 };
 
-std::int32_t argmax(std::span<const float> logits);
-
 // `is_stop(id)`: ends generation without emitting id (may be empty: never stop).
 // `on_token(id)`: called for each generated token as it is chosen (streaming).
 // The session must be empty and sized for prompt + max_new tokens.
-GenerationResult generate_greedy(CpuSession& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
+GenerationResult generate_greedy(Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
                                  const std::function<bool(std::int32_t)>& is_stop,
                                  const std::function<void(std::int32_t)>& on_token);
 

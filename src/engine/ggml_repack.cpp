@@ -60,35 +60,56 @@ bool has_weight_only_form(GgmlType type) {
 }
 
 HostPackedWeights repack_ggml_weight(const GgufTensor& t) {
-  LOWBIT_CHECK(has_weight_only_form(t.type), "tensor '", t.name, "': type ", ggml_type_name(t.type),
-               " has no weight-only form (expected Q4_1, Q4_0 or Q8_0)");
-  LOWBIT_CHECK(t.n_dims == 2, "tensor '", t.name, "': expected a 2-D weight, got ", t.n_dims, " dimensions");
-  const auto k = static_cast<std::int64_t>(t.dims[0]), n = static_cast<std::int64_t>(t.dims[1]);
+  const GgufTensor* parts[] = {&t};
+  return repack_ggml_weights(parts);
+}
+
+HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) {
+  LOWBIT_CHECK(!parts.empty(), "repack: no tensors");
+  const GgufTensor& first = *parts[0];
+  std::int64_t n = 0;
+  for (const GgufTensor* t : parts) {
+    LOWBIT_CHECK(has_weight_only_form(t->type), "tensor '", t->name, "': type ", ggml_type_name(t->type),
+                 " has no weight-only form (expected Q4_1, Q4_0 or Q8_0)");
+    LOWBIT_CHECK(t->n_dims == 2, "tensor '", t->name, "': expected a 2-D weight, got ", t->n_dims, " dimensions");
+    LOWBIT_CHECK(t->type == first.type && t->dims[0] == first.dims[0], "tensor '", t->name, "' (",
+                 ggml_type_name(t->type), ", K ", t->dims[0], ") cannot be stacked with '", first.name, "' (",
+                 ggml_type_name(first.type), ", K ", first.dims[0], ")");
+    n += static_cast<std::int64_t>(t->dims[1]);
+  }
+  const auto k = static_cast<std::int64_t>(first.dims[0]);
   // The reader checked byte_size against the type's block size; K % 32 follows.
   const std::int64_t blocks = k / kBlock;
-  const std::size_t row_bytes = static_cast<std::size_t>(blocks) * ggml_type_info(t.type).block_bytes;
-  LOWBIT_CHECK(k % kBlock == 0 && row_bytes * static_cast<std::size_t>(n) == t.byte_size, "tensor '", t.name,
-               "': ", t.byte_size, " bytes do not hold ", n, " rows of ", k, " ", ggml_type_name(t.type), " values");
+  const std::size_t row_bytes = static_cast<std::size_t>(blocks) * ggml_type_info(first.type).block_bytes;
 
   HostPackedWeights out;
-  out.spec = WeightOnlySpec{t.type == GgmlType::q8_0 ? 8 : 4, kBlock, t.type == GgmlType::q4_1, DType::f16};
+  out.spec = WeightOnlySpec{first.type == GgmlType::q8_0 ? 8 : 4, kBlock, first.type == GgmlType::q4_1, DType::f16};
   out.n = n;
   out.k = k;
   const bool four_bit = out.spec.bits == 4;
   const std::int64_t code_cols = four_bit ? k / 2 : k;
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(n * code_cols));
   std::vector<float> scales(static_cast<std::size_t>(n * blocks)), mins(out.spec.zero_point ? scales.size() : 0);
+  std::int64_t row0 = 0;
+  for (const GgufTensor* t : parts) {
+    const auto rows = static_cast<std::int64_t>(t->dims[1]);
+    LOWBIT_CHECK(k % kBlock == 0 && row_bytes * static_cast<std::size_t>(rows) == t->byte_size, "tensor '", t->name,
+                 "': ", t->byte_size, " bytes do not hold ", rows, " rows of ", k, " ", ggml_type_name(t->type),
+                 " values");
 #pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < n; ++r) {
-    const std::uint8_t* row = t.data + static_cast<std::size_t>(r) * row_bytes;
-    std::uint8_t* row_codes = codes.data() + r * code_cols;
-    float* row_scales = scales.data() + r * blocks;
-    if (four_bit) {
-      unpack_q4_row(row, blocks, out.spec.zero_point, row_codes, row_scales,
-                    out.spec.zero_point ? mins.data() + r * blocks : nullptr);
-    } else {
-      unpack_q8_row(row, blocks, reinterpret_cast<std::int8_t*>(row_codes), row_scales);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::uint8_t* row = t->data + static_cast<std::size_t>(r) * row_bytes;
+      const std::int64_t o = row0 + r;
+      std::uint8_t* row_codes = codes.data() + o * code_cols;
+      float* row_scales = scales.data() + o * blocks;
+      if (four_bit) {
+        unpack_q4_row(row, blocks, out.spec.zero_point, row_codes, row_scales,
+                      out.spec.zero_point ? mins.data() + o * blocks : nullptr);
+      } else {
+        unpack_q8_row(row, blocks, reinterpret_cast<std::int8_t*>(row_codes), row_scales);
+      }
     }
+    row0 += rows;
   }
 
   const PackedWeightSizes sizes = packed_weight_sizes(out.spec, n, k);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/gguf.h"
@@ -31,5 +32,9 @@ bool has_weight_only_form(GgmlType type);
 // repacked for weight_only_gemm with f16 activations. Throws lowbit::Error naming
 // the tensor when its type has no weight-only form or it is not 2-D.
 HostPackedWeights repack_ggml_weight(const GgufTensor& t);
+
+// Several such tensors of one type and one K stacked along N (rows of the first, then
+// of the next...) into one packed matrix: Q | K | V, or gate | up, as one GEMM.
+HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts);
 
 }  // namespace lowbit::engine

@@ -107,9 +107,13 @@ std::string ModelConfig::describe() const {
 
 namespace {
 
-// The tensor `name`, checked against the dims the config implies ({in, out} for a
-// matrix, GGUF order) and decoded.
 std::vector<float> load_tensor(const GgufFile& file, const std::string& name, std::vector<std::int64_t> dims) {
+  return dequantize_tensor(model_tensor(file, name, std::move(dims)));
+}
+
+}  // namespace
+
+const GgufTensor& model_tensor(const GgufFile& file, const std::string& name, std::vector<std::int64_t> dims) {
   const GgufTensor* t = file.find_tensor(name);
   LOWBIT_CHECK(t != nullptr, "model: missing tensor '", name, "'");
   bool same = t->n_dims == dims.size();
@@ -120,10 +124,8 @@ std::vector<float> load_tensor(const GgufFile& file, const std::string& name, st
     for (std::size_t i = 0; i < dims.size(); ++i) want << (i ? " x " : "") << dims[i];
     LOWBIT_FAIL("model: tensor '", name, "' has dims [", got.str(), "], expected [", want.str(), "] from the config");
   }
-  return dequantize_tensor(*t);
+  return *t;
 }
-
-}  // namespace
 
 Model Model::from_gguf(const GgufFile& file) {
   Model m;

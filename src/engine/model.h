@@ -48,6 +48,10 @@ struct LayerWeights {
   std::vector<float> w_down;            // [d x ffn]
 };
 
+// The tensor `name` of `file`, checked against the dims the config implies ({in, out}
+// for a matrix, GGUF order). Throws lowbit::Error naming it when absent or misshapen.
+const GgufTensor& model_tensor(const GgufFile& file, const std::string& name, std::vector<std::int64_t> dims);
+
 class Model {
  public:
   // Opens, validates and decodes a GGUF file. Throws lowbit::Error naming the file

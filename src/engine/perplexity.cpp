@@ -20,6 +20,12 @@ double token_nll(std::span<const float> logits, std::int32_t target) {
 
 PerplexityResult perplexity(const Model& model, std::span<const std::int32_t> tokens,
                             const PerplexityOptions& options) {
+  const std::int64_t n = std::max<std::int64_t>(1, std::min(options.context, static_cast<std::int64_t>(tokens.size())));
+  CpuSession session(model, options.cache, n);
+  return perplexity(session, tokens, options);
+}
+
+PerplexityResult perplexity(Session& session, std::span<const std::int32_t> tokens, const PerplexityOptions& options) {
   const auto n = static_cast<std::int64_t>(tokens.size());
   LOWBIT_CHECK(n >= 2, "perplexity: need at least 2 tokens, got ", n);
   LOWBIT_CHECK(options.context >= 2, "perplexity: context = ", options.context, ", expected >= 2");
@@ -31,8 +37,9 @@ PerplexityResult perplexity(const Model& model, std::span<const std::int32_t> to
   std::int64_t windows = 1 + (n - ctx) / stride;
   if (options.max_windows > 0) windows = std::min(windows, options.max_windows);
 
-  const std::int64_t vocab = model.config().vocab;
-  CpuSession session(model, options.cache, ctx);
+  LOWBIT_CHECK(session.max_tokens() >= ctx, "perplexity: the session holds ", session.max_tokens(),
+               " tokens, the context needs ", ctx);
+  const std::int64_t vocab = session.vocab();
   PerplexityResult result;
   double total = 0.0;
   for (std::int64_t w = 0; w < windows; ++w) {

@@ -13,6 +13,7 @@
 
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/session.h"
 
 namespace lowbit::engine {
 
@@ -39,5 +40,8 @@ double token_nll(std::span<const float> logits, std::int32_t target);
 // 1..context, or token ids outside the vocabulary.
 PerplexityResult perplexity(const Model& model, std::span<const std::int32_t> tokens,
                             const PerplexityOptions& options);
+// The same on a session (CPU or GPU) sized for at least min(context, tokens) positions;
+// options.cache is the session's business then. The session is reset per window.
+PerplexityResult perplexity(Session& session, std::span<const std::int32_t> tokens, const PerplexityOptions& options);
 
 }  // namespace lowbit::engine

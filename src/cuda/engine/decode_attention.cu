@@ -33,6 +33,7 @@ struct SplitArgs {
   KvLayerDevice layer;
   int sink_end, recent_begin, end, visible, split_len, splits, group, n_heads;
   float q_scale;  // log2(e) / sqrt(D)
+  const std::int32_t* device_pos;  // when set, the span is that of *device_pos + 1 positions
   const __half* q;
   float* acc;      // [n_heads][splits][D]
   float* max_sum;  // [n_heads][splits][2]
@@ -90,8 +91,19 @@ __device__ __forceinline__ void load_row(const SplitArgs& a, const KvPart& part,
   }
 }
 
+// The span fields of a graph launch, from the position in device memory.
+__device__ __forceinline__ void resolve_span(SplitArgs& a) {
+  const DecodeSpan span = decode_span_unchecked(a.shape, static_cast<std::int64_t>(*a.device_pos) + 1);
+  a.sink_end = static_cast<int>(span.sink_end);
+  a.recent_begin = static_cast<int>(span.recent_begin);
+  a.end = static_cast<int>(span.end);
+  a.visible = static_cast<int>(span.visible(a.shape));
+}
+
 template <int D, int GQ, int Bits>
-__global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs a) {
+__global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
+  SplitArgs a = args;
+  if (a.device_pos) resolve_span(a);
   constexpr int kLanesPerPos = D / kChannels;
   constexpr int kPosPerWarp = 32 / kLanesPerPos;
   constexpr int kStep = kWarps * kPosPerWarp;
@@ -258,9 +270,13 @@ DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpa
   return plan_decode_splits(span.visible(shape), n_heads / gq, multiprocessor_count());
 }
 
-void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
-                      std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
-                      cuda_stream_t stream) {
+namespace {
+
+// Checks and launches; `span` is the one checked on the host (for a graph launch, that
+// of max_length positions, which also fixes the plan).
+void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span,
+                   const std::int32_t* device_pos, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
+                   void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "decode_attention: head_dim = ", d, ", expected 64 or 128");
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "decode_attention: out dtype ",
@@ -298,6 +314,7 @@ void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, con
               group,
               static_cast<int>(n_heads),
               1.4426950408889634f / std::sqrt(static_cast<float>(d)),
+              device_pos,
               static_cast<const __half*>(q),
               static_cast<float*>(workspace),
               static_cast<float*>(workspace) + n_heads * plan.splits * d};
@@ -317,6 +334,32 @@ void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, con
                                                          static_cast<__half*>(out));
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
+                      std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                      cuda_stream_t stream) {
+  launch_decode(shape, layer, span, nullptr, q, n_heads, out, out_dtype, workspace, workspace_bytes, stream);
+}
+
+void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
+                         std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
+                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
+  LOWBIT_CHECK(device_pos != nullptr, "decode_attention_at: null device position");
+  launch_decode(shape, layer, decode_span(shape, max_length), device_pos, q, n_heads, out, out_dtype, workspace,
+                workspace_bytes, stream);
+}
+
+std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
+                                             std::int64_t max_length) {
+  // A plan's splits are at most max(target blocks, visible / kMaxSplit) (kv_cache_gpu.h).
+  const DecodeSplitPlan plan = decode_attention_plan(shape, decode_span(shape, max_length), n_heads);
+  const std::int64_t blocks = n_heads / decode_heads_per_block(n_heads / shape.kv_heads);
+  const std::int64_t want = (2 * multiprocessor_count() + blocks - 1) / blocks;
+  const std::int64_t bound = std::max({plan.splits, want, max_length / DecodeSplitPlan::kMaxSplit + 1});
+  return decode_workspace_bytes(n_heads, shape.head_dim, bound);
 }
 
 }  // namespace lowbit::cuda::engine

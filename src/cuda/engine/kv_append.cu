@@ -17,6 +17,7 @@ struct AppendArgs {
   KvLayerShape shape;
   KvLayerDevice layer;
   long long pos;
+  const std::int32_t* device_pos;  // when set, the position is *device_pos (CUDA graphs)
   const __half* k;
   const __half* v;
 };
@@ -75,6 +76,7 @@ template <int D, class Scheme>
 __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   constexpr int E = D / 32;
   const KvLayerShape& s = a.shape;
+  const long long pos = a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos;
   const int head = static_cast<int>(blockIdx.x);
   const bool is_v = blockIdx.y == 1;
   const KvPart& part = is_v ? a.layer.v : a.layer.k;
@@ -85,19 +87,19 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
 
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
-      quantize_head<D, Scheme>(s, part, a.pos - s.body_base, head, x);
+      quantize_head<D, Scheme>(s, part, pos - s.body_base, head, x);
       return;
     }
   }
-  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(a.pos)) * D + threadIdx.x * E;
+  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + threadIdx.x * E;
   if constexpr (Scheme::kBits != 0) {
-    if (a.pos >= s.sink + s.window) {
+    if (pos >= s.sink + s.window) {
       // pos - window leaves the window; its ring slot is pos's. Quantize its FP16 value
       // before the new token overwrites it (the same lane reads and writes).
       float old[E];
 #pragma unroll
       for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(slot[i]));
-      quantize_head<D, Scheme>(s, part, a.pos - s.window - s.body_base, head, old);
+      quantize_head<D, Scheme>(s, part, pos - s.window - s.body_base, head, old);
     }
   }
 #pragma unroll
@@ -120,12 +122,20 @@ void launch(const AppendArgs& a, cudaStream_t stream) {
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
+void run(const AppendArgs& a, cudaStream_t stream) {
+  LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
+               ", expected 64 or 128");
+  if (a.shape.head_dim == 64) {
+    launch<64>(a, stream);
+  } else {
+    launch<128>(a, stream);
+  }
+}
+
 }  // namespace
 
 void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream) {
-  LOWBIT_CHECK(shape.head_dim == 64 || shape.head_dim == 128, "kv_append: head_dim = ", shape.head_dim,
-               ", expected 64 or 128");
   // The window policy's ring never fills; every other form holds max_tokens positions.
   const bool ring_only = shape.body == KvBody::none && shape.window > 0;
   const std::int64_t capacity = shape.window == 0 && shape.body != KvBody::none
@@ -133,12 +143,13 @@ void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64
                                     : shape.sink + shape.window + shape.body_slots;
   LOWBIT_CHECK(pos >= 0 && (ring_only || pos < capacity), "kv_append: position ", pos, " outside the cache (",
                capacity, " tokens)");
-  const AppendArgs a{shape, layer, pos, static_cast<const __half*>(k), static_cast<const __half*>(v)};
-  if (shape.head_dim == 64) {
-    launch<64>(a, stream);
-  } else {
-    launch<128>(a, stream);
-  }
+  run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v)}, stream);
+}
+
+void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
+                  const void* k, const void* v, cuda_stream_t stream) {
+  LOWBIT_CHECK(device_pos != nullptr, "kv_append_at: null device position");
+  run(AppendArgs{shape, layer, 0, device_pos, static_cast<const __half*>(k), static_cast<const __half*>(v)}, stream);
 }
 
 }  // namespace lowbit::cuda::engine

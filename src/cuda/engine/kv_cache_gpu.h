@@ -76,7 +76,7 @@ struct KvLayerDevice {
 struct DecodeSpan {
   std::int64_t sink_end = 0, recent_begin = 0, end = 0;
   // Positions the kernel reads: the quantized body counts unless the policy drops it.
-  std::int64_t visible(const KvLayerShape& s) const {
+  LOWBIT_HD std::int64_t visible(const KvLayerShape& s) const {
     return sink_end + (s.drops() ? 0 : recent_begin - sink_end) + (end - recent_begin);
   }
 };
@@ -113,9 +113,9 @@ inline KvLayerShape kv_layer_shape(KvPolicy policy, std::int64_t kv_heads, std::
   return s;
 }
 
-// What the query at the last of `length` positions reads.
-inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
-  LOWBIT_CHECK(length >= 1, "decode span: length = ", length, ", expected >= 1");
+// What the query at the last of `length` (>= 1) positions reads; unchecked, for kernels
+// that read the length from device memory.
+LOWBIT_HD DecodeSpan decode_span_unchecked(const KvLayerShape& s, std::int64_t length) {
   DecodeSpan span;
   span.end = length;
   if (s.window == 0 && s.body == KvBody::none) {  // full
@@ -124,10 +124,16 @@ inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
     span.sink_end = 0;
     span.recent_begin = length;
   } else {  // window / selective: the ring holds the last `window` positions
-    span.sink_end = std::min(s.sink, length);
-    span.recent_begin = std::max(span.sink_end, length - s.window);
+    span.sink_end = s.sink < length ? s.sink : length;
+    span.recent_begin = span.sink_end > length - s.window ? span.sink_end : length - s.window;
   }
   return span;
+}
+
+// The checked form.
+inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
+  LOWBIT_CHECK(length >= 1, "decode span: length = ", length, ", expected >= 1");
+  return decode_span_unchecked(s, length);
 }
 
 // Flash-decoding split over the visible positions: enough blocks to fill the device
@@ -180,5 +186,20 @@ void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, con
                       cuda_stream_t stream);
 // The plan decode_attention uses on the current device.
 DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads);
+
+// The CUDA-graph forms of the two calls above: the new token's position is read from
+// device memory (*device_pos, int32) when the kernels run, so that one captured graph
+// serves every decode step. kv_append_at writes position *device_pos; decode_attention_at
+// attends over the first *device_pos + 1 positions with the split plan of max_length
+// positions (splits past the current length do no work; the combine weighs them 0).
+// The caller keeps *device_pos < max_length <= the cache's capacity.
+void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
+                  const void* k, const void* v, cuda_stream_t stream);
+void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
+                         std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
+                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream);
+// Workspace bytes enough for decode_attention at any length up to max_length.
+std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
+                                             std::int64_t max_length);
 
 }  // namespace lowbit::cuda::engine

@@ -1,0 +1,40 @@
+// --device for the engine commands: sessions on the CPU reference or on the GPU
+// (lowbit's kernels), made from one loaded model. The GPU copy of the weights is
+// made once, when the first GPU session is asked for.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/kv_cache.h"
+#include "engine/session.h"
+#include "engine_setup.h"
+#include "options.h"
+
+namespace lowbit::cli {
+
+class SessionMaker {
+ public:
+  // device: "cpu", "gpu" or "auto" (the GPU when this build has CUDA and a device is
+  // present). Throws lowbit::Error for "gpu" without either.
+  SessionMaker(const LoadedModel& model, const std::string& device, bool cuda_graphs = true);
+  ~SessionMaker();
+  SessionMaker(const SessionMaker&) = delete;
+  SessionMaker& operator=(const SessionMaker&) = delete;
+
+  std::unique_ptr<engine::Session> make(const engine::KvCacheOptions& cache, std::int64_t max_tokens);
+  bool gpu() const { return gpu_; }
+  std::string describe() const;  // "CPU reference" or "GPU (NVIDIA H100 ...)"
+
+  // Declares --device (and --no-cuda-graphs when with_graphs) on a command's options.
+  static void declare(Options& cli, std::string* device, bool* no_graphs = nullptr);
+
+ private:
+  struct GpuState;
+  const LoadedModel* model_;
+  bool gpu_ = false, graphs_ = true;
+  std::unique_ptr<GpuState> gpu_state_;
+};
+
+}  // namespace lowbit::cli

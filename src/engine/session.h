@@ -1,0 +1,37 @@
+// What generation and perplexity need from a forward pass, on any device: one
+// sequence, its KV cache, tokens in and logits out. CpuSession (forward_cpu.h) is the
+// FP32 oracle; GpuSession (cuda/engine/gpu_session.h) runs lowbit's kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace lowbit::engine {
+
+class Session {
+ public:
+  virtual ~Session() = default;
+
+  // Appends `tokens` at position() and returns f32 logits: [n x vocab] for every
+  // appended position (all_logits) or [vocab] for the last one. Throws lowbit::Error
+  // for an empty batch, an id outside the vocabulary, or more tokens than max_tokens()
+  // allows (the session is unchanged then).
+  virtual std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_logits) = 0;
+
+  // One greedy decode step: appends `token` and returns the argmax of the next logits
+  // (lowest id on ties). A GPU session keeps the logits on the device.
+  virtual std::int32_t decode_greedy(std::int32_t token);
+
+  virtual std::int64_t position() const = 0;
+  virtual std::int64_t max_tokens() const = 0;
+  virtual std::int64_t vocab() const = 0;
+  virtual std::size_t kv_bytes() const = 0;  // what the cache stores now (KvCache::bytes)
+  virtual void reset() = 0;                  // back to an empty sequence
+};
+
+// Index of the largest logit, the lowest one on ties.
+std::int32_t argmax(std::span<const float> logits);
+
+}  // namespace lowbit::engine
