@@ -15,6 +15,7 @@ struct GemmBenchOptions {
   bool quick = false;           // --quick: the small cases only
   bool cpu_only = false;        // --cpu-only
   std::vector<std::string> only_sections;  // --section NAME (repeatable)
+  std::int64_t max_m = 0;       // --max-m M: weight-only section, M <= this only (0: all)
 };
 
 // One measured configuration. Times are medians in ms; NaN = not measured.

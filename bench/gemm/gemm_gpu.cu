@@ -308,6 +308,7 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
                                                       host.mins_packed.size());
       for (std::int64_t m : {1, 16, 64, 128}) {
         if (o.quick && m > 16) continue;
+        if (o.max_m > 0 && m > o.max_m) continue;
         const double ops = 2.0 * m * n * k;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
         fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 61 + m, stream);

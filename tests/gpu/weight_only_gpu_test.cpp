@@ -13,8 +13,10 @@
 //   |gpu - cpu| <= 2 ulp_act(|cpu|) + (K + 8) * 2^-24 * (sum_k |x_k w_k| + |bias|).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "common/gpu.h"
@@ -27,8 +29,26 @@
 #include "formats/weight_pack.h"
 #include "lowbit/gemm.h"
 
+// The small-M kernel's tuning hook (src/cuda/gemm/weight_only_launch.cuh, which needs
+// CUDA headers): variant >= 0 picks a kernel shape of the f16 Q4-with-zero-point
+// path, k_slices > 0 forces the K split; {-1, 0} is the production choice.
+namespace lowbit::cuda::weight_only {
+struct GemvTuning {
+  int variant = -1;
+  int k_slices = 0;
+};
+void set_gemv_tuning(const GemvTuning& tuning);
+}  // namespace lowbit::cuda::weight_only
+
 namespace lowbit::test {
 namespace {
+
+constexpr int kGemvTuningVariants = 9;  // launch_tuning_variant's cases 0..8
+
+// Restores the production choice when a test ends, pass or fail.
+struct TuningScope {
+  ~TuningScope() { cuda::weight_only::set_gemv_tuning({}); }
+};
 
 using formats::BFloat16;
 using formats::Half;
@@ -215,6 +235,100 @@ TEST_F(WeightOnlyGpu, TiledSplitK) {
       for (const std::int64_t m : {20, 64, 65}) run_case(rng, spec, w, m, m != 64, m != 65);
       if (HasFailure()) return;
     }
+  }
+}
+
+// Every tunable shape of the small-M kernel (ring depth, chunk of steps per slot,
+// tiles per warp) with every K split, on a shape with a partial last tile group, a
+// ragged K (the last chunk of a slice partly empty), M on both sides of the second row
+// group, groups 32 and 128, and an unaligned activation row.
+TEST_F(WeightOnlyGpu, GemvVariants) {
+  LOWBIT_TEST_RNG(rng);
+  TuningScope restore;
+  for (const std::int64_t group : {32, 128}) {
+    const WeightOnlySpec spec{4, group, true, DType::f16};
+    DeviceWeights w;
+    make_weights(rng, spec, 1000, 1700, w);
+    for (int variant = 0; variant < kGemvTuningVariants; ++variant) {
+      for (const int k_slices : {0, 1, 2, 4, 8}) {
+        SCOPED_TRACE(testing::Message() << "variant " << variant << " k_slices " << k_slices);
+        cuda::weight_only::set_gemv_tuning({variant, k_slices});
+        for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Timing sweep of the tunable shapes x K splits on the decode shapes (not a
+// correctness test: random packed bytes, no reference). Run with
+//   lowbit_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*GemvSweep*'
+TEST_F(WeightOnlyGpu, DISABLED_GemvSweep) {
+  TuningScope restore;
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return state;
+  };
+  struct Case {
+    std::int64_t n, k, group;
+  };
+  for (const Case cs : {Case{28672, 8192, 32}, Case{28672, 8192, 128}, Case{8192, 28672, 32}, Case{8192, 28672, 128}}) {
+    const WeightOnlySpec spec{4, cs.group, true, DType::f16};
+    const PackedWeightSizes sizes = packed_weight_sizes(spec, cs.n, cs.k);
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(sizes.code_bytes));
+    for (std::size_t i = 0; i < codes.size(); i += 8) {
+      const std::uint64_t v = next();
+      for (std::size_t b = 0; b < 8 && i + b < codes.size(); ++b) codes[i + b] = static_cast<std::uint8_t>(v >> (8 * b));
+    }
+    std::vector<std::uint16_t> scales(static_cast<std::size_t>(sizes.scale_count)), mins(scales.size());
+    for (std::size_t i = 0; i < scales.size(); ++i) {
+      scales[i] = to_act_bits(DType::f16, 0.001f + 0.05f * static_cast<float>(next() % 1000) / 1000.0f);
+      mins[i] = to_act_bits(DType::f16, -0.5f + static_cast<float>(next() % 1000) / 1000.0f);
+    }
+    cuda::DeviceBuffer d_codes(codes.size()), d_scales(scales.size() * 2), d_mins(mins.size() * 2);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(d_codes.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(d_scales.data(), scales.data(), scales.size() * 2, cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(d_mins.data(), mins.data(), mins.size() * 2, cudaMemcpyHostToDevice));
+    const PackedWeights pw{spec, cs.n, cs.k,
+                           TensorView::vector(d_codes.data(), DType::u8, Device::cuda, sizes.code_bytes),
+                           TensorView::vector(d_scales.data(), DType::f16, Device::cuda, sizes.scale_count),
+                           TensorView::vector(d_mins.data(), DType::f16, Device::cuda, sizes.min_count)};
+    const double bytes = static_cast<double>(codes.size() + 4 * scales.size());
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(16 * cs.k));
+    for (auto& v : x) v = to_act_bits(DType::f16, -1.0f + 2.0f * static_cast<float>(next() % 1000) / 1000.0f);
+    cuda::DeviceBuffer d_x(x.size() * 2), d_out(static_cast<std::size_t>(16 * cs.n) * 2);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+    cudaEvent_t start, stop;
+    LOWBIT_CUDA_CHECK(cudaEventCreate(&start));
+    LOWBIT_CUDA_CHECK(cudaEventCreate(&stop));
+    for (const std::int64_t m : {1, 16}) {
+      const TensorView xv = TensorView::matrix(d_x.data(), DType::f16, Device::cuda, m, cs.k);
+      const TensorView ov = TensorView::matrix(d_out.data(), DType::f16, Device::cuda, m, cs.n);
+      for (int variant = -1; variant < kGemvTuningVariants; ++variant) {
+        for (const int k_slices : {0, 1, 2, 4, 8}) {
+          if (variant < 0 && k_slices > 0) continue;
+          cuda::weight_only::set_gemv_tuning({variant, k_slices});
+          for (int i = 0; i < 3; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
+          float best = 1e30f;
+          for (int rep = 0; rep < 5; ++rep) {
+            constexpr int kLaunches = 20;
+            LOWBIT_CUDA_CHECK(cudaEventRecord(start, nullptr));
+            for (int i = 0; i < kLaunches; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
+            LOWBIT_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+            LOWBIT_CUDA_CHECK(cudaEventSynchronize(stop));
+            float ms = 0;
+            LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            best = std::min(best, ms / kLaunches);
+          }
+          std::printf("sweep n %lld k %lld g %lld m %lld variant %d k_slices %d : %.4f ms %.0f GB/s\n",
+                      static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(cs.group),
+                      static_cast<long long>(m), variant, k_slices, best, bytes / (best * 1e6));
+        }
+      }
+    }
+    LOWBIT_CUDA_CHECK(cudaEventDestroy(start));
+    LOWBIT_CUDA_CHECK(cudaEventDestroy(stop));
   }
 }
 

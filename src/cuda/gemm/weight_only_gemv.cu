@@ -23,6 +23,10 @@
 // shared memory (the rings, reused) in a fixed order (deterministic, no atomics).
 // k_slices is chosen on the host: INT4 the count whose grid best fills the resident
 // block slots (fewest waves), INT8 the most (see launch()).
+//
+// Chunks: a ring slot holds kChunk consecutive steps of each of the warp's tiles, so
+// one copy burst per tile is kChunk x 512 contiguous bytes (and its scales and mins
+// kChunk x 64 B at group 32) instead of 512 B pieces at 32 KB strides.
 #include <algorithm>
 #include <cstdint>
 
@@ -37,16 +41,16 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-// A warp's slice of the shared-memory ring: kStages steps of kTN units of codes
-// with their scales and mins. Each warp streams its own units, so a warp only ever
-// waits for its own copies (cp.async groups) and syncs with __syncwarp.
+// A warp's slice of the shared-memory ring: kStages slots of kChunk steps x kTN units
+// of codes with their scales and mins. Each warp streams its own units, so a warp only
+// ever waits for its own copies (cp.async groups) and syncs with __syncwarp.
 constexpr int kMaxChunks = 4;  // 16-byte scale chunks per tile per step (group 32)
-template <Form F, int kTN, int kStages>
+template <Form F, int kTN, int kStages, int kChunk>
 struct Ring {
   static constexpr int kLoads = F == Form::int8 ? 2 : 1;  // 16-byte code loads per lane per unit
-  uint4 codes[kStages][kTN][kLoads][32];
-  std::uint16_t scales[kStages][kTN][kMaxChunks][8];
-  std::uint16_t mins[kStages][kTN][kMaxChunks][8];
+  uint4 codes[kStages][kChunk][kTN][kLoads][32];
+  std::uint16_t scales[kStages][kChunk][kTN][kMaxChunks][8];
+  std::uint16_t mins[kStages][kChunk][kTN][kMaxChunks][8];
 };
 
 // The slow path (the ragged end of K, or rows not 16-byte aligned), kept out of line
@@ -59,72 +63,92 @@ __device__ __noinline__ void load_x_run_ragged(const std::uint16_t* x, std::int6
   }
 }
 
-// What a warp streams, as pointers bumped once per step (no 64-bit index math in the
-// loop). Tiles past N read tile 0 with a zero-filling copy.
-template <Form F, int kTN, int kStages>
+// What a warp streams, as pointers bumped once per chunk (no 64-bit index math in the
+// loop). Tiles past N and steps past the slice read tile 0 with a zero-filling copy.
+template <Form F, int kTN, int kStages, int kChunk>
 struct Stream {
+  using RingT = Ring<F, kTN, kStages, kChunk>;
   static constexpr int kUnit = F == Form::int8 ? 1024 : 512;
-  const std::uint8_t* codes;      // this lane's bytes of (tile0, step)
-  std::int64_t tile_stride;       // bytes from one tile's row of units to the next
-  int real_tiles;                 // tiles < N among the kTN
-  const std::uint16_t* scale_src; // this lane's 16-byte scale / min chunk, or null
-  int scale_step;                 // elements per step
-  int scale_slot;                 // where it lands: 0 scales, 1 mins; tile j, chunk q
-  int scale_j, scale_q;
+  // Scale / min copies of one step: 2 lists x kTN tiles x 4 chunks, spread over lanes.
+  static constexpr int kScaleCopies = (2 * kTN * kMaxChunks + 31) / 32;
+  const std::uint8_t* codes;       // this lane's bytes of (tile0, step)
+  const std::uint8_t* base;        // a valid address for the zero-filling copies
+  std::int64_t tile_stride;        // bytes from one tile's row of units to the next
+  int real_tiles;                  // tiles < N among the kTN
+  int scale_step;                  // elements per step
+  const std::uint16_t* scale_src[kScaleCopies];  // this lane's 16-byte scale / min chunks, or null
+  std::uint16_t* scale_dst[kScaleCopies];        // in slot 0, chunk 0
 
-  __device__ Stream(const Params& p, std::int64_t tile0, std::int64_t step, int lane) {
+  __device__ Stream(const Params& p, std::int64_t tile0, std::int64_t step, int lane, RingT& ring) {
     real_tiles = p.n_tiles - tile0 < kTN ? static_cast<int>(p.n_tiles - tile0) : kTN;
+    base = p.codes + lane * 16;
     codes = p.codes + (tile0 * p.k_steps + step) * kUnit + lane * 16;
     tile_stride = p.k_steps * kUnit;
-    const int list = lane / 16, j = (lane / 4) % 4, q = lane % 4;
     const int chunks = p.groups_per_step > 0 ? p.groups_per_step : 1;
-    scale_slot = list;
-    scale_j = j;
-    scale_q = q;
     scale_step = p.groups_per_step * 8;
-    scale_src = nullptr;
-    if (j < kTN && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
-      scale_src = (list == 0 ? p.scales : p.mins) + ((tile0 + j) * p.groups + step * p.groups_per_step + q) * 8;
+#pragma unroll
+    for (int t = 0; t < kScaleCopies; ++t) {
+      const int idx = lane + 32 * t;
+      const int list = idx / (kTN * kMaxChunks), j = (idx / kMaxChunks) % kTN, q = idx % kMaxChunks;
+      scale_src[t] = nullptr;
+      scale_dst[t] = list == 0 ? ring.scales[0][0][j][q] : ring.mins[0][0][j][q];
+      if (list < 2 && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
+        scale_src[t] = (list == 0 ? p.scales : p.mins) + ((tile0 + j) * p.groups + step * p.groups_per_step + q) * 8;
+      }
     }
   }
 
-  // Copies one step into ring slot `slot` and advances by one step.
-  __device__ __forceinline__ void issue(int lane, int slot, Ring<F, kTN, kStages>& ring) {
+  // Copies `valid` (1..kChunk) steps into ring slot `slot` (the rest zero-filled) and
+  // advances by kChunk steps.
+  __device__ __forceinline__ void issue(int lane, int slot, int valid, RingT& ring) {
 #pragma unroll
-    for (int j = 0; j < kTN; ++j) {
-      const bool real = j < real_tiles;
-      const std::uint8_t* src = codes + (real ? j * tile_stride : 0);
+    for (int c = 0; c < kChunk; ++c) {
 #pragma unroll
-      for (int h = 0; h < Ring<F, kTN, kStages>::kLoads; ++h) cp_async16(&ring.codes[slot][j][h][lane], src + h * 512, real ? 16 : 0);
+      for (int j = 0; j < kTN; ++j) {
+        const bool real = j < real_tiles && c < valid;
+        const std::uint8_t* src = real ? codes + j * tile_stride + c * kUnit : base;
+#pragma unroll
+        for (int h = 0; h < RingT::kLoads; ++h) {
+          cp_async16(&ring.codes[slot][c][j][h][lane], src + (real ? h * 512 : 0), real ? 16 : 0);
+        }
+      }
     }
-    if (scale_src != nullptr) {
-      cp_async16(scale_slot == 0 ? ring.scales[slot][scale_j][scale_q] : ring.mins[slot][scale_j][scale_q], scale_src,
-                 16);
-      scale_src += scale_step;
+    constexpr int kSlotScales = static_cast<int>(sizeof(RingT::scales[0]) / sizeof(std::uint16_t));
+    constexpr int kChunkScales = static_cast<int>(sizeof(RingT::scales[0][0]) / sizeof(std::uint16_t));
+#pragma unroll
+    for (int t = 0; t < kScaleCopies; ++t) {
+      if (scale_src[t] != nullptr) {
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          if (c < valid) cp_async16(scale_dst[t] + slot * kSlotScales + c * kChunkScales, scale_src[t] + c * scale_step, 16);
+        }
+        scale_src[t] += kChunk * scale_step;
+      }
     }
-    codes += kUnit;
+    codes += kChunk * kUnit;
   }
 };
 
-// Dequantizes and multiplies one step: per tile pair and packed word, 8 weights x
-// 2 tiles of A fragments against the activation rows in B.
-template <class T, Form F, int kRowGroups, int kTN, int kStages>
-__device__ __forceinline__ void compute_stage(const Params& p, const std::uint32_t (&x)[kRowGroups][16], int lane,
-                                              int slot, const Ring<F, kTN, kStages>& ring,
-                                              float (&acc)[kTN / 2][kRowGroups][4]) {
-  const int r = lane / 4, c = lane % 4;
-  const int g = c >> p.group_shift;
+// Dequantizes and multiplies one step (chunk entry c of a slot): per tile pair and
+// packed word, 8 weights x 2 tiles of A fragments against the activation rows in B.
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+__device__ __forceinline__ void compute_step(const Params& p, const std::uint32_t (&x)[kRowGroups][16], int lane,
+                                             int slot, int c, const Ring<F, kTN, kStages, kChunk>& ring,
+                                             float (&acc)[kTN / 2][kRowGroups][4]) {
+  using RingT = Ring<F, kTN, kStages, kChunk>;
+  const int r = lane / 4, cl = lane % 4;
+  const int g = cl >> p.group_shift;
 #pragma unroll
   for (int jp = 0; jp < kTN / 2; ++jp) {
     Scale2<T> sc[2];
-    uint4 v[2][Ring<F, kTN, kStages>::kLoads];
+    uint4 v[2][RingT::kLoads];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int j = 2 * jp + u;
-      sc[u].s = Act<T>::splat(ring.scales[slot][j][g][r]);
-      sc[u].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][j][g][r] : std::uint16_t{0});
+      sc[u].s = Act<T>::splat(ring.scales[slot][c][j][g][r]);
+      sc[u].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][c][j][g][r] : std::uint16_t{0});
 #pragma unroll
-      for (int h = 0; h < Ring<F, kTN, kStages>::kLoads; ++h) v[u][h] = ring.codes[slot][j][h][lane];
+      for (int h = 0; h < RingT::kLoads; ++h) v[u][h] = ring.codes[slot][c][j][h][lane];
     }
     // Chunk w (k 32c + 8w .. + 7 of the lane) is products t = 2w, 2w + 1.
 #pragma unroll
@@ -153,12 +177,53 @@ __device__ __forceinline__ void compute_stage(const Params& p, const std::uint32
   }
 }
 
-template <class T, Form F, int kRowGroups, int kTN, int kStages>
-__global__ void __launch_bounds__(kThreads, kStages == 3 && kRowGroups == 1 ? 3 : 2) gemv_kernel(const Params p, int k_slices) {
-  extern __shared__ __align__(16) std::uint8_t ring_bytes[];
+// The lane's activation runs of one step: rows r and r + 8, k = 128 * step + 32c.
+template <int kRowGroups>
+__device__ __forceinline__ void load_x(const Params& p, const std::uint16_t* const (&xs)[kRowGroups],
+                                       const bool (&row_ok)[kRowGroups], std::int64_t step, std::int64_t fast_end,
+                                       int c, std::uint32_t (&x)[kRowGroups][16]) {
+#pragma unroll
+  for (int rg = 0; rg < kRowGroups; ++rg) {
+    if (!row_ok[rg]) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[rg][i] = 0;
+    } else if (step < fast_end) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(xs[rg]) + v);
+        x[rg][4 * v + 0] = chunk.x, x[rg][4 * v + 1] = chunk.y, x[rg][4 * v + 2] = chunk.z, x[rg][4 * v + 3] = chunk.w;
+      }
+    } else {
+      std::uint32_t ragged[16];  // in local memory: keeps x itself in registers
+      load_x_run_ragged(xs[rg], p.k - (step * formats::kPackStepK + 32 * c), ragged);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[rg][i] = ragged[i];
+    }
+  }
+}
+
+template <Form F, int kTN, int kStages, int kChunk>
+constexpr int ring_bytes() {
+  return kWarps * static_cast<int>(sizeof(Ring<F, kTN, kStages, kChunk>));
+}
+// Resident blocks per SM the launch bounds ask for: as many as the rings allow, at
+// most 3 (2 with the second row group, whose accumulators and activations need the
+// registers).
+template <Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+constexpr int min_blocks() {
+  const int by_smem = (220 * 1024) / ring_bytes<F, kTN, kStages, kChunk>();
+  const int most = kRowGroups == 1 ? 3 : 2;
+  return by_smem < 1 ? 1 : by_smem > most ? most : by_smem;
+}
+
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+__global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kStages, kChunk>()))
+    gemv_kernel(const Params p, int k_slices) {
+  using RingT = Ring<F, kTN, kStages, kChunk>;
+  extern __shared__ __align__(16) std::uint8_t ring_bytes_[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r = lane / 4, c = lane % 4;
-  Ring<F, kTN, kStages>& ring = reinterpret_cast<Ring<F, kTN, kStages>*>(ring_bytes)[warp];
+  RingT& ring = reinterpret_cast<RingT*>(ring_bytes_)[warp];
   const int k_slice = warp % k_slices, column = warp / k_slices;
   const int columns = kWarps / k_slices;
   const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) * columns + column) * kTN;
@@ -177,8 +242,7 @@ __global__ void __launch_bounds__(kThreads, kStages == 3 && kRowGroups == 1 ? 3 
     }
   }
   if (tile0 < p.n_tiles && step_begin < step_end) {
-    Stream<F, kTN, kStages> stream(p, tile0, step_begin, lane);
-    // The lane's activation runs: rows r and r + 8, k = 128 * step + 32c.
+    Stream<F, kTN, kStages, kChunk> stream(p, tile0, step_begin, lane, ring);
     const std::uint16_t* xs[kRowGroups];
     bool row_ok[kRowGroups];
 #pragma unroll
@@ -188,43 +252,40 @@ __global__ void __launch_bounds__(kThreads, kStages == 3 && kRowGroups == 1 ? 3 
       xs[rg] = static_cast<const std::uint16_t*>(p.x) + (row_ok[rg] ? row * p.ldx : 0) +
                step_begin * formats::kPackStepK + 32 * c;
     }
-    // One commit group per step, empty or not, so that wait_group counts steps.
+    const std::int64_t steps = step_end - step_begin;
+    const std::int64_t n_chunks = (steps + kChunk - 1) / kChunk;
+    auto valid_of = [&](std::int64_t chunk) {
+      const std::int64_t left = steps - chunk * kChunk;
+      return static_cast<int>(left < kChunk ? left : kChunk);
+    };
+    // One commit group per chunk, empty or not, so that wait_group counts chunks.
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (step_begin + s < step_end) stream.issue(lane, s, ring);
+      if (s < n_chunks) stream.issue(lane, s, valid_of(s), ring);
       cp_async_commit();
     }
     int slot = 0;
-    for (std::int64_t step = step_begin; step < step_end; ++step) {
+    std::int64_t step = step_begin;
+    for (std::int64_t chunk = 0; chunk < n_chunks; ++chunk) {
+      const int valid = valid_of(chunk);
       std::uint32_t x[kRowGroups][16];
-#pragma unroll
-      for (int rg = 0; rg < kRowGroups; ++rg) {
-        if (!row_ok[rg]) {
-#pragma unroll
-          for (int i = 0; i < 16; ++i) x[rg][i] = 0;
-        } else if (step < fast_end) {
-#pragma unroll
-          for (int v = 0; v < 4; ++v) {
-            const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(xs[rg]) + v);
-            x[rg][4 * v + 0] = chunk.x, x[rg][4 * v + 1] = chunk.y, x[rg][4 * v + 2] = chunk.z,
-                          x[rg][4 * v + 3] = chunk.w;
-          }
-        } else {
-          std::uint32_t ragged[16];  // in local memory: keeps x itself in registers
-          load_x_run_ragged(xs[rg], p.k - (step * formats::kPackStepK + 32 * c), ragged);
-#pragma unroll
-          for (int i = 0; i < 16; ++i) x[rg][i] = ragged[i];
-        }
-        xs[rg] += formats::kPackStepK;
-      }
-      cp_async_wait<kStages - 2>();  // this lane's copies of `step` have landed
+      load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
+      cp_async_wait<kStages - 2>();  // this lane's copies of `chunk` have landed
       __syncwarp();                  // ... and every lane's (scales are shared)
-      compute_stage<T, F, kRowGroups, kTN, kStages>(p, x, lane, slot, ring, acc);
+#pragma unroll
+      for (int cc = 0; cc < kChunk; ++cc) {
+        if (cc > 0) {
+          if (cc >= valid) break;
+          load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
+        }
+        compute_step<T, F, kRowGroups, kTN, kStages, kChunk>(p, x, lane, slot, cc, ring, acc);
+        ++step;
+#pragma unroll
+        for (int rg = 0; rg < kRowGroups; ++rg) xs[rg] += formats::kPackStepK;
+      }
       __syncwarp();  // the slot refilled next (read last iteration) is free
       const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
-      if (step + kStages - 1 < step_end) {
-        stream.issue(lane, ahead_slot, ring);
-      }
+      if (chunk + kStages - 1 < n_chunks) stream.issue(lane, ahead_slot, valid_of(chunk + kStages - 1), ring);
       cp_async_commit();
       slot = slot + 1 == kStages ? 0 : slot + 1;
     }
@@ -246,8 +307,8 @@ __global__ void __launch_bounds__(kThreads, kStages == 3 && kRowGroups == 1 ? 3 
     return;
   }
   constexpr int kAcc = kTN / 2 * kRowGroups * 4;
-  float* partial = reinterpret_cast<float*>(ring_bytes);  // [warp][kAcc][32], the rings are done
-  static_assert(kWarps * kAcc * 32 * 4 <= kWarps * static_cast<int>(sizeof(Ring<F, kTN, kStages>)), "partials fit the rings");
+  float* partial = reinterpret_cast<float*>(ring_bytes_);  // [warp][kAcc][32], the rings are done
+  static_assert(kWarps * kAcc * 32 * 4 <= ring_bytes<F, kTN, kStages, kChunk>(), "partials fit the rings");
   __syncthreads();
 #pragma unroll
   for (int jp = 0; jp < kTN / 2; ++jp) {
@@ -274,20 +335,34 @@ __global__ void __launch_bounds__(kThreads, kStages == 3 && kRowGroups == 1 ? 3 
   }
 }
 
-template <class T, Form F, int kRowGroups, int kTN, int kStages>
+GemvTuning g_tuning;  // the default: no override
+
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
 void launch(const Params& p, cudaStream_t stream) {
+  auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk>;
+  constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
+  // Once per instantiation (and device, in practice one): the shared-memory opt-in and
+  // the resident blocks per SM it allows.
+  static int per_sm = [&] {
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
+    int blocks = 0;
+    LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kRingBytes));
+    return std::max(blocks, 1);
+  }();
   const int sms = multiprocessor_count();
   auto blocks_for = [&](int slices) { return (p.n_tiles + (kWarps / slices) * kTN - 1) / ((kWarps / slices) * kTN); };
   int k_slices = 1;
-  if constexpr (F == Form::int8) {
+  if (g_tuning.k_slices > 0) {
+    k_slices = g_tuning.k_slices;
+  } else if constexpr (F == Form::int8) {
     // INT8 (half the work per byte) streams best with the most slices: 93% of copy
     // at 28672 x 8192 against 79% with 2 (helper-8's sweep).
     while (k_slices < kWarps && 2 * k_slices <= p.k_steps) k_slices *= 2;
   } else {
-    // INT4: the k-slice count whose grid fills the resident block slots (2 per SM)
-    // best, fewest waves on a tie: a whole grid resident at once beat 1.7 waves by
-    // 10% (28672 x 8192: 2 slices, 224 blocks, 86% of copy; 4 slices, 78%).
-    const std::int64_t slots = 2 * static_cast<std::int64_t>(sms);
+    // INT4: the k-slice count whose grid fills the resident block slots best, fewest
+    // waves on a tie: a whole grid resident at once beat 1.7 waves by 10% (28672 x
+    // 8192: 2 slices, 224 blocks, 86% of copy; 4 slices, 78%).
+    const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sms;
     double best = 0.0;
     for (int slices = 1; slices <= kWarps && (slices == 1 || slices <= p.k_steps); slices *= 2) {
       const std::int64_t blocks = blocks_for(slices);
@@ -296,35 +371,62 @@ void launch(const Params& p, cudaStream_t stream) {
     }
   }
   const std::int64_t blocks = blocks_for(k_slices);
-  constexpr int kRingBytes = kWarps * static_cast<int>(sizeof(Ring<F, kTN, kStages>));
-  LOWBIT_CUDA_CHECK(
-      cudaFuncSetAttribute(gemv_kernel<T, F, kRowGroups, kTN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
-  gemv_kernel<T, F, kRowGroups, kTN, kStages><<<static_cast<unsigned>(blocks), kThreads, kRingBytes, stream>>>(p, k_slices);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, kRingBytes, stream>>>(p, k_slices);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
-template <class T, Form F>
+template <class T, Form F, int kTN, int kStages, int kChunk>
 void launch_rows(const Params& p, cudaStream_t stream) {
-  constexpr int kTN = F == Form::int8 ? 2 : 4;  // 64 bytes of codes per lane per step either way
-  // INT8 streams best from 3 stages (3 blocks per SM at M <= 8), INT4 from 4.
-  constexpr int kStages = F == Form::int8 ? 3 : 4;
   if (p.m > 8) {
-    launch<T, F, 2, kTN, kStages>(p, stream);
+    launch<T, F, 2, kTN, kStages, kChunk>(p, stream);
   } else {
-    launch<T, F, 1, kTN, kStages>(p, stream);
+    launch<T, F, 1, kTN, kStages, kChunk>(p, stream);
+  }
+}
+
+// The shapes a tuning sweep can pick (f16 Q4 with zero point only): {kTN, kStages, kChunk}.
+template <class T, Form F>
+bool launch_tuning_variant(const Params& p, int variant, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, __half> && F == Form::q4_zero_point) {
+    switch (variant) {
+      case 0: launch_rows<T, F, 4, 4, 1>(p, stream); return true;
+      case 1: launch_rows<T, F, 2, 3, 2>(p, stream); return true;
+      case 2: launch_rows<T, F, 2, 4, 2>(p, stream); return true;
+      case 3: launch_rows<T, F, 4, 2, 2>(p, stream); return true;
+      case 4: launch_rows<T, F, 2, 2, 4>(p, stream); return true;
+      case 5: launch_rows<T, F, 4, 3, 2>(p, stream); return true;
+      case 6: launch_rows<T, F, 8, 2, 1>(p, stream); return true;
+      case 7: launch_rows<T, F, 8, 3, 1>(p, stream); return true;
+      case 8: launch_rows<T, F, 2, 6, 1>(p, stream); return true;
+      default: return false;
+    }
+  }
+  return false;
+}
+
+template <class T, Form F>
+void launch_default(const Params& p, cudaStream_t stream) {
+  if (g_tuning.variant >= 0 && launch_tuning_variant<T, F>(p, g_tuning.variant, stream)) return;
+  if constexpr (F == Form::int8) {
+    // INT8 streams best from 3 stages (3 blocks per SM at M <= 8).
+    launch_rows<T, F, 2, 3, 1>(p, stream);
+  } else {
+    launch_rows<T, F, 4, 4, 1>(p, stream);
   }
 }
 
 template <class T>
 void launch_form(const Params& p, Form form, cudaStream_t stream) {
   switch (form) {
-    case Form::q4_zero_point: return launch_rows<T, Form::q4_zero_point>(p, stream);
-    case Form::q4_symmetric: return launch_rows<T, Form::q4_symmetric>(p, stream);
-    case Form::int8: return launch_rows<T, Form::int8>(p, stream);
+    case Form::q4_zero_point: return launch_default<T, Form::q4_zero_point>(p, stream);
+    case Form::q4_symmetric: return launch_default<T, Form::q4_symmetric>(p, stream);
+    case Form::int8: return launch_default<T, Form::int8>(p, stream);
   }
 }
 
 }  // namespace
+
+void set_gemv_tuning(const GemvTuning& tuning) { g_tuning = tuning; }
 
 void launch_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream) {
   if (bf16) {

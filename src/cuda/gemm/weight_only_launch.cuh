@@ -13,6 +13,16 @@ constexpr std::int64_t kGemvMaxRows = 16;
 // M <= kGemvMaxRows.
 void launch_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream);
 
+// A tuning override of the small-M kernel for sweeps (tests/gpu/weight_only_gpu_test.cpp
+// declares it too, to stay free of CUDA headers): variant >= 0 picks a kernel shape of
+// the f16 Q4-with-zero-point path (see launch_tuning_variant), k_slices > 0 the K split
+// of every form. Not thread-safe; the default {-1, 0} is the production choice.
+struct GemvTuning {
+  int variant = -1;
+  int k_slices = 0;
+};
+void set_gemv_tuning(const GemvTuning& tuning);
+
 // Any M (meant for M > kGemvMaxRows).
 void launch_mma(const Params& p, bool bf16, Form form, cudaStream_t stream);
 
