@@ -12,13 +12,14 @@ from ._lowbit import cuda as built_with_cuda
 from .attention import quantized_attention
 from .block_formats import BlockWeights, block_decode, block_encode
 from .gemm import int4_matmul, int8_matmul
+from .kv import LayerKVCache
 from .quant import dequantize_tensor, quantize_tensor
 from .weights import PackedWeights, pack_weights, packed_weight_sizes, quantize_weights, weight_only_linear
 
 __all__ = [
     "LowbitError", "built_with_cuda", "quantize_tensor", "dequantize_tensor", "int8_matmul", "int4_matmul",
     "PackedWeights", "pack_weights", "packed_weight_sizes", "quantize_weights", "weight_only_linear",
-    "QuantizedLinear", "BlockWeights", "block_encode", "block_decode", "quantized_attention",
+    "QuantizedLinear", "BlockWeights", "block_encode", "block_decode", "quantized_attention", "LayerKVCache",
 ]
 
 

@@ -44,6 +44,18 @@ def quantized_attention(x, wq, wk, wv, heads: int, kv_heads: int, head_dim: int,
     k = _parts(wk, "wk", q[3])
     v = _parts(wv, "wv", q[3])
     fmt = q[3]
+    if backend.compiling():
+        from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+
+        return backend.torch.ops.lowbit.quantized_attention(x, *q[:3], *k[:3], *v[:3], bq, bk, bv, heads, kv_heads,
+                                                            head_dim, causal, fmt, variant)
+    return quantized_attention_with(backend, x, q[:3], k[:3], v[:3], bq, bk, bv, heads, kv_heads, head_dim, causal,
+                                    fmt, variant)
+
+
+def quantized_attention_with(backend, x, q, k, v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant):
+    """quantized_attention for a known backend, the weights as (codes, scales, global_scale)
+    (the torch custom op's implementation)."""
     seq_len, d_model = int(x.shape[0]), int(x.shape[1])
     out = backend.empty((seq_len, heads * head_dim), "f16", x)
     workspace, stream = None, 0

@@ -52,6 +52,18 @@ def block_encode(x, fmt: str = "nf4") -> BlockWeights:
     arguments or NaN/Inf in x."""
     backend = backend_of(x)
     _check_rank2(x, "x")
+    if backend.compiling():
+        from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+
+        codes, scales, global_scale = backend.torch.ops.lowbit.block_encode(x, fmt)
+        return BlockWeights(codes, scales, global_scale if fmt == "nvfp4" else None, fmt, (x.shape[0], x.shape[1]))
+    codes, scales, global_scale = block_encode_with(backend, x, fmt)
+    return BlockWeights(codes, scales, global_scale, fmt, (int(x.shape[0]), int(x.shape[1])))
+
+
+def block_encode_with(backend, x, fmt: str):
+    """(codes, scales, global_scale or None) of block_encode for a known backend (the torch
+    custom op's implementation)."""
     rows, cols = int(x.shape[0]), int(x.shape[1])
     code_cols, scale_count, scale_dtype, has_global, _ = _lowbit.block_layout(fmt, rows, cols)
     codes = backend.empty((rows, code_cols), "u8", x)
@@ -64,7 +76,7 @@ def block_encode(x, fmt: str = "nf4") -> BlockWeights:
         workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
         deferred = _capturing(backend)
     _lowbit.block_encode(x, codes, scales, global_scale, fmt, workspace, stream, deferred)
-    return BlockWeights(codes, scales, global_scale, fmt, (rows, cols))
+    return codes, scales, global_scale
 
 
 def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = None, dtype="float32", cols=None):
@@ -80,8 +92,17 @@ def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = Non
     backend = backend_of(codes)
     _check_rank2(codes, "codes")
     if cols is None:
-        cols = 2 * int(codes.shape[1])
-    out = backend.empty((int(codes.shape[0]), int(cols)), dtype_name(dtype), codes)
+        cols = 2 * codes.shape[1]
+    if backend.compiling():
+        from . import torch_ops  # noqa: F401
+
+        return backend.torch.ops.lowbit.block_decode(codes, scales, global_scale, fmt, cols, dtype_name(dtype))
+    return block_decode_with(backend, codes, scales, global_scale, fmt, int(cols), dtype_name(dtype))
+
+
+def block_decode_with(backend, codes, scales, global_scale, fmt: str, cols: int, out_dtype: str):
+    """block_decode for a known backend (the torch custom op's implementation)."""
+    out = backend.empty((int(codes.shape[0]), int(cols)), out_dtype, codes)
     stream = backend.stream(codes) if backend.is_cuda(codes) else 0
     _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
     return out

@@ -7,8 +7,12 @@ from typing import Optional
 
 import torch
 
+from . import _lowbit
 from ._backend import torch_backend
+from .attention import quantized_attention_with
+from .block_formats import block_decode_with, block_encode_with
 from .gemm import matmul_with
+from .kv import kv_attention_with
 from .quant import dequantize_with, quantize_with, scheme_info
 from .weights import linear_with
 
@@ -99,3 +103,97 @@ def weight_only_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tenso
 @weight_only_linear.register_fake
 def _(x, codes, scales, mins, bits, group_size, zero_point, n, k, act_dtype, bias):
     return x.new_empty((x.shape[0], n), dtype=_DTYPES[act_dtype])
+
+
+# (block size, scale dtype, has a global scale) of each block format: the C++ table
+# (_lowbit.block_layout) is the definition, test_torch_ops_cpu checks that this copy
+# agrees; kept here for the fake implementations (symbolic sizes).
+BLOCK_FORMATS = {"nf4": (64, torch.float32, False), "mxfp4": (32, torch.uint8, False),
+                 "nvfp4": (16, torch.uint8, True)}
+
+
+def _none_if_empty(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return x if x is not None and x.numel() else None
+
+
+@torch.library.custom_op("lowbit::block_encode", mutates_args=())
+def block_encode(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    codes, scales, global_scale = block_encode_with(torch_backend(), x, fmt)
+    return codes, scales, (global_scale if global_scale is not None else x.new_empty((0,), dtype=torch.float32))
+
+
+@block_encode.register_fake
+def _(x, fmt):
+    if fmt not in BLOCK_FORMATS:
+        _lowbit.block_layout(fmt, 1, 64)  # raises the C++ message
+    block, scale_dtype, has_global = BLOCK_FORMATS[fmt]
+    rows, cols = x.shape
+    codes = x.new_empty((rows, cols // 2), dtype=torch.uint8)
+    scales = x.new_empty((rows * cols // block,), dtype=scale_dtype)
+    return codes, scales, x.new_empty((1 if has_global else 0,), dtype=torch.float32)
+
+
+@torch.library.custom_op("lowbit::block_decode", mutates_args=())
+def block_decode(codes: torch.Tensor, scales: torch.Tensor, global_scale: Optional[torch.Tensor], fmt: str,
+                 cols: int, dtype: str) -> torch.Tensor:
+    return block_decode_with(torch_backend(), codes, scales, _none_if_empty(global_scale), fmt, cols, dtype)
+
+
+@block_decode.register_fake
+def _(codes, scales, global_scale, fmt, cols, dtype):
+    return codes.new_empty((codes.shape[0], cols), dtype=_DTYPES[dtype])
+
+
+@torch.library.custom_op("lowbit::quantized_attention", mutates_args=())
+def quantized_attention(x: torch.Tensor, wq_codes: torch.Tensor, wq_scales: torch.Tensor,
+                        wq_global: Optional[torch.Tensor], wk_codes: torch.Tensor, wk_scales: torch.Tensor,
+                        wk_global: Optional[torch.Tensor], wv_codes: torch.Tensor, wv_scales: torch.Tensor,
+                        wv_global: Optional[torch.Tensor], bq: Optional[torch.Tensor], bk: Optional[torch.Tensor],
+                        bv: Optional[torch.Tensor], heads: int, kv_heads: int, head_dim: int, causal: bool, fmt: str,
+                        variant: str) -> torch.Tensor:
+    return quantized_attention_with(torch_backend(), x, (wq_codes, wq_scales, _none_if_empty(wq_global)),
+                                    (wk_codes, wk_scales, _none_if_empty(wk_global)),
+                                    (wv_codes, wv_scales, _none_if_empty(wv_global)), bq, bk, bv, heads, kv_heads,
+                                    head_dim, causal, fmt, variant)
+
+
+@quantized_attention.register_fake
+def _(x, wq_codes, wq_scales, wq_global, wk_codes, wk_scales, wk_global, wv_codes, wv_scales, wv_global, bq, bk, bv,
+      heads, kv_heads, head_dim, causal, fmt, variant):
+    return x.new_empty((x.shape[0], heads * head_dim), dtype=torch.float16)
+
+
+# One layer's decode KV cache (lowbit.kv.LayerKVCache): the buffers travel as tensors, so
+# that torch sees what kv_append writes; spec = [kv_heads, head_dim, sink, window,
+# kv_bits, max_tokens].
+_KV_BUFFERS = ("k_f16", "k_codes", "k_scales", "k_mins", "v_f16", "v_codes", "v_scales", "v_mins")
+
+
+def _kv_layer(policy, spec, buffers):
+    return _lowbit.KvLayer(policy, *spec, *buffers)
+
+
+@torch.library.custom_op("lowbit::kv_append", mutates_args=_KV_BUFFERS)
+def kv_append(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
+              v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
+              k: torch.Tensor, v: torch.Tensor, policy: str, spec: list[int], pos: int) -> None:
+    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer.append(k, v, pos, torch_backend().stream(k))
+
+
+@kv_append.register_fake
+def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, k, v, policy, spec, pos):
+    return None
+
+
+@torch.library.custom_op("lowbit::kv_attention", mutates_args=())
+def kv_attention(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
+                 v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
+                 q: torch.Tensor, policy: str, spec: list[int], length: int, out_dtype: str) -> torch.Tensor:
+    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    return kv_attention_with(torch_backend(), layer, q, length, out_dtype, spec[1])
+
+
+@kv_attention.register_fake
+def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, q, policy, spec, length, out_dtype):
+    return q.new_empty((q.shape[0], spec[1]), dtype=_DTYPES[out_dtype])

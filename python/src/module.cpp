@@ -9,6 +9,7 @@ void bind_quant(nanobind::module_& m);
 void bind_gemm(nanobind::module_& m);
 void bind_block_formats(nanobind::module_& m);
 void bind_attention(nanobind::module_& m);
+void bind_kv(nanobind::module_& m);
 }  // namespace lowbit::python
 
 NB_MODULE(_lowbit, m) {
@@ -19,5 +20,6 @@ NB_MODULE(_lowbit, m) {
   lowbit::python::bind_gemm(m);
   lowbit::python::bind_block_formats(m);
   lowbit::python::bind_attention(m);
+  lowbit::python::bind_kv(m);
   m.attr("cuda") = static_cast<bool>(LOWBIT_WITH_CUDA);
 }

@@ -1,0 +1,201 @@
+"""Host time per call of lowbit's Python entry points on small tensors (issue 6: "a call
+on a small tensor costs under 10 microseconds of host time above the kernel").
+
+    python -m lowbit.bench_overhead [--calls N] [--json FILE] [--no-cuda] [--no-torch]
+
+For each call it reports
+  host_us    wall time of N back-to-back calls / N, without synchronizing (on the GPU the
+             kernels are shorter than the calls, so this is the host's time per call:
+             Python, argument checks, DLPack conversion, output allocation, the launch);
+  kernel_us  (GPU) device time per call: N calls captured in a CUDA graph and replayed,
+             timed with CUDA events (what the GPU spends, launch gaps excluded);
+  over_us    host_us - kernel_us on the GPU (the host time above the kernel); on the CPU,
+             host_us minus the raw _lowbit call with its outputs allocated beforehand
+             (the Python layer's share), where there is one.
+next to torch's own ops on the same tensors (an empty_like, which launches nothing, and
+a one-kernel add) for scale. Medians of 7 runs. Timings only: nothing is checked.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import lowbit
+from lowbit import _lowbit
+
+
+def host_us(fn, calls: int, sync=None, repeats: int = 7) -> float:
+    for _ in range(min(calls, 100)):
+        fn()
+    if sync:
+        sync()
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        runs.append((time.perf_counter() - t0) / calls * 1e6)
+        if sync:
+            sync()
+    return statistics.median(runs)
+
+
+def graph_kernel_us(torch, fn, calls: int = 100, repeats: int = 7):
+    """Device time per call of fn captured `calls` times into one CUDA graph; None if fn
+    cannot be captured."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001  (report, do not fail the benchmark)
+        print(f"  (not capturable: {type(e).__name__}: {str(e).splitlines()[0][:80]})", file=sys.stderr)
+        return None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    runs = []
+    for _ in range(repeats):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        runs.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(runs)
+
+
+def cpu_cases(like_torch: bool):
+    """(name, call, floor call or None) on 4 x 64 inputs: NumPy arrays, or CPU torch tensors."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    a = rng.integers(-128, 128, (4, 64), dtype=np.int8)
+    b = rng.integers(-128, 128, (64, 64), dtype=np.int8)
+    k = rng.standard_normal((2, 64)).astype(np.float16)
+    q = rng.standard_normal((4, 64)).astype(np.float16)
+    device = None
+    if like_torch:
+        import torch
+
+        x, a, b, k, q = (torch.from_numpy(t) for t in (x, a, b, k, q))
+        device = "cpu"
+    codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
+    c = lowbit.int8_matmul(a, b)
+    cache = lowbit.LayerKVCache("selective", 2, 64, 1 << 20, sink=4, window=8, kv_bits=8, device=device)
+    for _ in range(16):
+        cache.append(k, k)
+
+    def append():
+        if cache.length == cache.capacity:
+            cache.reset()
+        cache.append(k, k)
+
+    cases = [
+        ("quantize_tensor int8 token 4x64", lambda: lowbit.quantize_tensor(x, "int8", "token"),
+         lambda: _lowbit.quantize(x, codes, scales, None, "int8", "token", 0, None, 0, False)),
+        ("int8_matmul 4x64x64 -> i32", lambda: lowbit.int8_matmul(a, b),
+         lambda: _lowbit.int8_matmul(a, b, "k_by_n", c, None, None, 1.0, None, False, 0)),
+        ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
+         None),
+        ("LayerKVCache.append 2x64 selective", append, None),
+    ]
+    if like_torch:
+        import torch
+
+        cases += [("torch.empty_like 4x64 (no kernel)", lambda: torch.empty_like(x), None),
+                  ("torch.add 4x64", lambda: torch.add(x, 1.0), None)]
+    else:
+        cases += [("np.empty 4x64", lambda: np.empty((4, 64), np.float32), None)]
+    return cases
+
+
+def gpu_cases(torch):
+    dev = "cuda"
+    x = torch.randn(4, 64, device=dev)
+    a = torch.randint(-128, 128, (32, 64), dtype=torch.int8, device=dev)
+    b = torch.randint(-128, 128, (64, 64), dtype=torch.int8, device=dev)
+    k = torch.randn(2, 64, device=dev).half()
+    q = torch.randn(4, 64, device=dev).half()
+    codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
+    cache = lowbit.LayerKVCache("selective", 2, 64, 1 << 20, sink=4, window=8, kv_bits=8, device=dev)
+    for _ in range(64):
+        cache.append(k, k)
+    bufs, spec = list(cache.buffers.values()), cache._spec()
+    import lowbit.torch_ops  # noqa: F401
+
+    def append():
+        if cache.length == cache.capacity:
+            cache.reset()
+        cache.append(k, k)
+
+    return [  # (name, eager call, capturable equivalent or None)
+        ("quantize_tensor int8 token 4x64", lambda: lowbit.quantize_tensor(x, "int8", "token"),
+         lambda: torch.ops.lowbit.quantize(x, "int8", "token", 0)),
+        ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
+         lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token")),
+        ("int8_matmul 32x64x64 -> i32", lambda: lowbit.int8_matmul(a, b), lambda: lowbit.int8_matmul(a, b)),
+        ("torch.ops.lowbit.int8_matmul (custom op)",
+         lambda: torch.ops.lowbit.int8_matmul(a, b, None, None, 1.0, None, False, "k_by_n", "i32"), None),
+        ("LayerKVCache.append 2x64 selective", append,
+         lambda: torch.ops.lowbit.kv_append(*bufs, k, k, "selective", spec, 40)),
+        ("LayerKVCache.attention 4x64 at 64", lambda: cache.attention(q),
+         lambda: torch.ops.lowbit.kv_attention(*bufs, q, "selective", spec, 64, "f32")),
+        ("torch._int_mm 32x64x64", lambda: torch._int_mm(a, b), lambda: torch._int_mm(a, b)),
+        ("torch.empty_like 4x64 (no kernel)", lambda: torch.empty_like(x), None),
+        ("torch.add 4x64", lambda: torch.add(x, 1.0), lambda: torch.add(x, 1.0)),
+    ]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=2000, help="calls per timed run (default 2000)")
+    p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--no-cuda", action="store_true", help="skip the GPU rows")
+    p.add_argument("--no-torch", action="store_true", help="skip torch (CPU and GPU)")
+    args = p.parse_args(argv)
+    have_torch = False
+    if not args.no_torch:
+        try:
+            import torch
+
+            have_torch = True
+        except ImportError:
+            pass
+    rows = []
+
+    def report(device, name, host, kernel=None, over=None):
+        rows.append({"device": device, "call": name, "host_us": host, "kernel_us": kernel, "over_us": over})
+        fmt = lambda v: "" if v is None else f"{v:8.2f}"  # noqa: E731
+        print(f"{device:6} {name:42} {host:8.2f} {fmt(kernel):>9} {fmt(over):>8}", flush=True)
+
+    print(f"lowbit {lowbit.__name__} built_with_cuda={lowbit.built_with_cuda}, {args.calls} calls per run")
+    print(f"{'device':6} {'call':42} {'host_us':>8} {'kernel_us':>9} {'over_us':>8}")
+    for like_torch in ([False, True] if have_torch else [False]):
+        device = "torch" if like_torch else "numpy"
+        for name, fn, floor in cpu_cases(like_torch):
+            host = host_us(fn, args.calls)
+            report(device, name, host, None, host - host_us(floor, args.calls) if floor else None)
+    if have_torch and not args.no_cuda and torch.cuda.is_available() and lowbit.built_with_cuda:
+        sync = torch.cuda.synchronize
+        for name, fn, capturable in gpu_cases(torch):
+            host = host_us(fn, args.calls, sync)
+            kernel = graph_kernel_us(torch, capturable) if capturable else None
+            report("cuda", name, host, kernel, None if kernel is None else host - kernel)
+        print(f"device: {torch.cuda.get_device_name()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"calls": args.calls, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

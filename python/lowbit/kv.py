@@ -1,0 +1,140 @@
+"""One layer's decode KV cache in lowbit's device layout (src/cuda/engine/kv_cache_gpu.h):
+append a token's keys and values, run the newest query's attention over what the policy
+keeps. On CUDA tensors this is the engine's kv_append / decode_attention kernels on the
+caller's current stream; on NumPy arrays (or CPU torch tensors) their CPU twin, which
+holds the same bytes (codes, scales and mins equal quantize_tensor's per-token codes).
+
+    cache = LayerKVCache("selective", kv_heads=2, head_dim=64, max_tokens=4096, sink=16,
+                         window=32, kv_bits=8, device="cuda")
+    for k, v, q in tokens:               # f16 [kv_heads, head_dim], RoPE applied; q [n_heads, head_dim]
+        cache.append(k, v)
+        out = cache.attention(q)         # f32 [n_heads, head_dim] (out_dtype="float16" for f16)
+    cache.nbytes                         # bytes of its buffers (FP16 slots, codes, scales, mins)
+
+Policies (the engine's): "full" (every token FP16), "window" (sink + the last `window`
+tokens FP16, older ones dropped), "selective" (sink + window FP16; a token leaving the
+window is quantized from its FP16 value to INT8 or INT4 and kept), "int8" / "int4" (every
+token quantized on arrival). INT8 is symmetric, INT4 asymmetric (scale + min), one scale
+(+ min) per token per KV head. head_dim is 64 or 128; n_heads a multiple of kv_heads (GQA).
+
+torch: append and attention are torch custom ops (torch.ops.lowbit.kv_append /
+kv_attention, registered by lowbit.torch_ops) and trace under torch.compile. In a CUDA
+graph the position is fixed when the graph is captured: a replay appends to, and attends
+at, the captured length.
+"""
+from __future__ import annotations
+
+from . import _lowbit
+from ._backend import NUMPY, backend_of, dtype_name, torch_backend
+
+LowbitError = _lowbit.LowbitError
+
+POLICIES = ("full", "window", "selective", "int8", "int4")
+_PARTS = ("f16", "codes", "scales", "mins")
+
+
+class LayerKVCache:
+    """One layer's KV cache for decode (one sequence). See the module's docstring.
+
+    device: None or "numpy" for NumPy buffers (the CPU path); a torch device ("cpu",
+    "cuda", "cuda:1", torch.device) for torch tensors on it. Inputs must be on the same
+    device as the buffers; outputs are new arrays of the query's library.
+    """
+
+    def __init__(self, policy: str = "selective", kv_heads: int = 1, head_dim: int = 128, max_tokens: int = 4096,
+                 sink: int = 16, window: int = 32, kv_bits: int = 8, device=None):
+        self.policy = policy
+        self.kv_heads, self.head_dim, self.max_tokens = int(kv_heads), int(head_dim), int(max_tokens)
+        self.sink, self.window, self.kv_bits = int(sink), int(window), int(kv_bits)
+        layout = _lowbit.kv_layout(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
+                                   self.max_tokens)
+        self.layout = layout
+        self.capacity = layout["capacity"]  # -1: the window policy's ring takes any number of tokens
+        self.nbytes = layout["nbytes"]
+        if device is None or device == "numpy":
+            backend, like = NUMPY, None
+        else:
+            backend = torch_backend()
+            like = backend.torch.empty(0, device=backend.torch.device(device))
+        self._backend = backend
+        shapes = {"f16": layout["f16"], "codes": layout["codes"], "scales": layout["params"],
+                  "mins": layout["mins"]}
+        dtypes = {"f16": "f16", "codes": layout["code_dtype"], "scales": "f32", "mins": "f32"}
+        # k_f16, k_codes, k_scales, k_mins, v_f16, ...: parts the policy lacks are empty.
+        self.buffers = {f"{kv}_{part}": _zeros(backend, shapes[part], dtypes[part], like)
+                        for kv in "kv" for part in _PARTS}
+        self._layer = _lowbit.KvLayer(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
+                                      self.max_tokens, *self.buffers.values())
+        self.length = 0
+
+    @property
+    def device(self):
+        first = self.buffers["k_scales"]
+        return getattr(first, "device", "numpy")
+
+    def _spec(self):
+        return [self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits, self.max_tokens]
+
+    def append(self, k, v) -> None:
+        """Appends one token: k, v f16 [kv_heads, head_dim] (RoPE applied), on the cache's device."""
+        if self.capacity >= 0 and self.length >= self.capacity:
+            raise LowbitError(f"kv_append: the cache is full ({self.capacity} tokens); reset() it or make "
+                              f"max_tokens larger")
+        backend = backend_of(k)
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+
+            backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
+                                               self.length)
+        else:
+            self._layer.append(k, v, self.length, backend.stream(k) if backend.is_cuda(k) else 0)
+        self.length += 1
+
+    def attention(self, q, out_dtype="float32"):
+        """softmax(q K^T / sqrt(head_dim)) V over what the newest token's query sees, as a new
+        [n_heads, head_dim] array of out_dtype (float32 or float16); q f16 [n_heads, head_dim]."""
+        backend = backend_of(q)
+        out_name = dtype_name(out_dtype)
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401
+
+            return backend.torch.ops.lowbit.kv_attention(*self.buffers.values(), q, self.policy, self._spec(),
+                                                         self.length, out_name)
+        return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim)
+
+    def reset(self) -> None:
+        """Forgets every token (the buffers are overwritten by the next appends)."""
+        self.length = 0
+
+    def __repr__(self):
+        return (f"LayerKVCache({self.policy!r}, kv_heads={self.kv_heads}, head_dim={self.head_dim}, "
+                f"max_tokens={self.max_tokens}, sink={self.sink}, window={self.window}, kv_bits={self.kv_bits}, "
+                f"length={self.length}, nbytes={self.nbytes})")
+
+
+def _zeros(backend, shape, dtype, like):
+    x = backend.empty(tuple(shape), dtype, like)
+    x[...] = 0
+    return x
+
+
+def kv_attention_with(backend, layer, q, length, out_name, head_dim):
+    """LayerKVCache.attention for a known backend (the torch custom op's implementation)."""
+    if len(q.shape) != 2:
+        raise LowbitError(f"q: expected a rank-2 tensor [n_heads, head_dim], got rank {len(q.shape)}")
+    out = backend.empty((int(q.shape[0]), head_dim), out_name, q)
+    workspace, stream = None, 0
+    if backend.is_cuda(q):
+        stream = backend.stream(q)
+        nbytes = layer.workspace_bytes(length, int(q.shape[0]), True, _device_index(q))
+        workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
+    layer.attention(q, out, length, workspace, stream)
+    return out
+
+
+def _device_index(x) -> int:
+    device = x.device
+    index = getattr(device, "index", None)  # torch
+    if index is None:
+        index = getattr(device, "id", 0)  # CuPy
+    return int(index or 0)
