@@ -205,6 +205,125 @@ TEST_F(DecodeAttentionGpu, MatchesTheTwinInDouble) {
   }
 }
 
+// The engine's fused RoPE: K rotated before it is stored or quantized, Q in place, equal
+// bit for bit to the CPU's f32 rotation rounded to f16; by host and by device position.
+TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t length = 100, hkv = 3, heads = 9;
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      const std::int64_t rope_dims = d == 64 ? d : d / 2, half = rope_dims / 2;
+      SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d));
+      std::vector<float> cos_t(static_cast<std::size_t>(length * half)), sin_t(cos_t.size());
+      for (std::int64_t p = 0; p < length; ++p) {
+        for (std::int64_t i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / rope_dims);
+          cos_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
+          sin_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
+        }
+      }
+      // The CPU rotation of one head row at position p, rounded to f16.
+      auto rotate = [&](std::vector<std::uint16_t>& x, std::size_t at, std::int64_t p) {
+        for (std::int64_t i = 0; i < half; ++i) {
+          const float a = formats::half_to_float({x[at + 2 * i]}), b = formats::half_to_float({x[at + 2 * i + 1]});
+          const float cs = cos_t[static_cast<std::size_t>(p * half + i)], sn = sin_t[static_cast<std::size_t>(p * half + i)];
+          x[at + 2 * i] = formats::float_to_half(a * cs - b * sn).bits;
+          x[at + 2 * i + 1] = formats::float_to_half(a * sn + b * cs).bits;
+        }
+      };
+      const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
+      const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
+      const auto q = random_f16(rng, length * heads, d, 1.0f);
+      auto k_rot = k, q_rot = q;
+      for (std::int64_t p = 0; p < length; ++p) {
+        for (std::int64_t h = 0; h < hkv; ++h) rotate(k_rot, static_cast<std::size_t>((p * hkv + h) * d), p);
+        for (std::int64_t h = 0; h < heads; ++h) rotate(q_rot, static_cast<std::size_t>((p * heads + h) * d), p);
+      }
+      const KvTwin twin = build_kv_twin(s, length, k_rot, v);
+      cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), cd(cos_t.size() * 4),
+          sd(sin_t.size() * 4), pos_d(4);
+      LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(cd.data(), cos_t.data(), cd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(sd.data(), sin_t.data(), sd.bytes(), cudaMemcpyHostToDevice));
+      DeviceLayer layer(s);
+      layer.poison();
+      for (std::int64_t pos = 0; pos < length; ++pos) {
+        const ce::AppendRope rope{cd.as<float>(), sd.as<float>(), rope_dims, qd.as<std::uint16_t>() + pos * heads * d,
+                                  heads};
+        const std::uint16_t* kp = kd.as<std::uint16_t>() + pos * hkv * d;
+        const std::uint16_t* vp = vd.as<std::uint16_t>() + pos * hkv * d;
+        if (pos % 2 == 0) {
+          ce::kv_append(s, layer.dev, pos, kp, vp, nullptr, &rope);
+        } else {
+          const auto p32 = static_cast<std::int32_t>(pos);
+          LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
+          ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kp, vp, nullptr, &rope);
+        }
+      }
+      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      for (auto [p, h, name] : {std::tuple{&layer.k, &twin.k, "K"}, std::tuple{&layer.v, &twin.v, "V"}}) {
+        EXPECT_EQ(first_difference(p->f16, h->f16.data()), -1) << name << " FP16 slots";
+        EXPECT_EQ(first_difference(p->codes, h->codes.data()), -1) << name << " codes";
+        EXPECT_EQ(first_difference(p->scales, h->scales.data()), -1) << name << " scales";
+        EXPECT_EQ(first_difference(p->mins, h->mins.data()), -1) << name << " mins";
+      }
+      EXPECT_EQ(first_difference(qd, q_rot.data()), -1) << "Q rotated in place";
+    }
+  }
+}
+
+// The graph form (position in device memory, the plan of max_length, the combine fused
+// into the split kernel): with max_length = length it is the host form bit for bit; with
+// a longer max_length (splits past the end do no work) it agrees within the combine's
+// rounding; called twice, the counters it leaves behind give the same result again.
+TEST_F(DecodeAttentionGpu, GraphFormMatchesTheHostForm) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t d = 64, heads = 9, hkv = 3, capacity = 6000;
+  for (const Case& c : kCases) {
+    for (std::int64_t length : {1, 7, 300, 2000}) {
+      SCOPED_TRACE(std::string(c.name) + " length " + std::to_string(length));
+      const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+      const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
+      const auto q = random_f16(rng, heads, d, 1.5f);
+      const KvTwin twin = build_kv_twin(s, length, k, v);
+      DeviceLayer layer(s);
+      layer.upload(twin);
+      cuda::DeviceBuffer qd(q.size() * 2), pos_d(4), host_out(heads * d * 4), ws(ce::decode_attention_workspace_bound(s, heads, capacity));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+      const auto p32 = static_cast<std::int32_t>(length - 1);
+      LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
+      cuda::DeviceBuffer host_ws(ws.bytes());
+      ce::decode_attention(s, layer.dev, ce::decode_span(s, length), qd.data(), heads, host_out.data(), DType::f32,
+                           host_ws.data(), host_ws.bytes(), nullptr);
+      const std::vector<float> want = download<float>(host_out.data(), heads * d);
+      LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws.bytes()));
+      for (std::int64_t max_length : {length, capacity, capacity}) {
+        GuardedBuffer out(heads * d * 4);
+        out.poison(kFloatPoison);
+        ce::decode_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), max_length, qd.data(), heads, out.data(),
+                                DType::f32, ws.data(), ws.bytes(), nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(out.guards_intact("out"));
+        std::vector<float> got(static_cast<std::size_t>(heads * d));
+        const std::vector<std::uint8_t> raw = out.download_bytes();
+        std::memcpy(got.data(), raw.data(), raw.size());
+        double worst = 0, scale = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+          scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+        }
+        if (max_length == length) {
+          EXPECT_EQ(worst, 0.0) << "same plan: bit for bit";
+        } else {
+          EXPECT_LE(worst, 1e-5 * scale) << "max_length " << max_length;  // another split, ~1e-7 relative
+        }
+      }
+    }
+  }
+}
+
 TEST_F(DecodeAttentionGpu, RejectsASmallWorkspace) {
   const ce::KvLayerShape s = ce::kv_layer_shape(KvPolicy::full, 3, 64, 0, 0, 0, 1000);
   const ce::DecodeSpan span = ce::decode_span(s, 1000);

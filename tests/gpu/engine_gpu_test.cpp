@@ -81,7 +81,7 @@ std::vector<PolicyCase> policy_cases() {
 // ~1e-3 relative per GEMM, through 2 layers and a 203-way head. Quantized caches see
 // the same K / V up to that rounding, so a code can move by one step. Broken RoPE,
 // attention or a wrong cache slot give errors of order 1.
-constexpr double kLogitTolerance = 1.5e-2;
+constexpr double kLogitTolerance = 1e-2;  // measured on the H100 (c56c064): <= 5.4e-3 (int4 prefill)
 
 class EngineGpu : public GpuTest {};
 

@@ -37,7 +37,28 @@ struct SplitArgs {
   const __half* q;
   float* acc;      // [n_heads][splits][D]
   float* max_sum;  // [n_heads][splits][2]
+  // Fused combine (graph form): the last block of each head group to finish combines
+  // the splits into out; counters (one per block row, zero between calls) count them.
+  unsigned* counters;
+  void* out;
+  bool out_f16;
 };
+
+// Output channel c of query head h from the splits' partials (rescaled by 2^(m_s - M)).
+// Loads bypass L1: in the fused form other blocks wrote the partials.
+__device__ __forceinline__ float combine_channel(const float* acc, const float* max_sum, int splits, int d, int h,
+                                                 int c) {
+  const float* ms = max_sum + static_cast<long long>(h) * splits * 2;
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(ms + 2 * s));
+  float l = 0.0f, o = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float w = exp2f(__ldcg(ms + 2 * s) - m);
+    l = fmaf(__ldcg(ms + 2 * s + 1), w, l);
+    o = fmaf(__ldcg(acc + (static_cast<long long>(h) * splits + s) * d + c), w, o);
+  }
+  return o / l;
+}
 
 // Exact small integers to float without I2F (one PRMT or LOP + one FADD): the float
 // 2^23 + b has b in its low mantissa bits. An i8 code q is stored as its two's complement byte;
@@ -218,22 +239,32 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     ms[0] = stats[threadIdx.x][0];
     ms[1] = stats[threadIdx.x][1];
   }
+  if (!a.counters) return;
+  // Publish the partials, count this block; the last one of the row combines.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1u) == static_cast<unsigned>(a.splits) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
+    const int h = h0 + t / D, c = t % D;
+    const float v = combine_channel(a.acc, a.max_sum, a.splits, D, h, c);
+    if (a.out_f16) {
+      static_cast<__half*>(a.out)[h * D + c] = __float2half_rn(v);
+    } else {
+      static_cast<float*>(a.out)[h * D + c] = v;
+    }
+  }
+  if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
 }
 
 // One block per query head, one thread per channel.
 template <class Out>
 __global__ void decode_combine_kernel(const float* acc, const float* max_sum, int splits, int d, Out* out) {
   const int h = static_cast<int>(blockIdx.x), c = static_cast<int>(threadIdx.x);
-  const float* ms = max_sum + static_cast<long long>(h) * splits * 2;
-  float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, ms[2 * s]);
-  float l = 0.0f, o = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float w = exp2f(ms[2 * s] - m);
-    l = fmaf(ms[2 * s + 1], w, l);
-    o = fmaf(acc[(static_cast<long long>(h) * splits + s) * d + c], w, o);
-  }
-  const float v = o / l;
+  const float v = combine_channel(acc, max_sum, splits, d, h, c);
   if constexpr (sizeof(Out) == 4) {
     out[h * d + c] = v;
   } else {
@@ -275,8 +306,8 @@ namespace {
 // Checks and launches; `span` is the one checked on the host (for a graph launch, that
 // of max_length positions, which also fixes the plan).
 void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span,
-                   const std::int32_t* device_pos, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
-                   void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+                   const std::int32_t* device_pos, bool fused_combine, const void* q, std::int64_t n_heads, void* out,
+                   DType out_dtype, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "decode_attention: head_dim = ", d, ", expected 64 or 128");
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "decode_attention: out dtype ",
@@ -299,10 +330,11 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
                  ") outside the body's slots");
   }
   const DecodeSplitPlan plan = decode_attention_plan(shape, span, n_heads);
-  const std::size_t need = decode_workspace_bytes(n_heads, d, plan.splits);
-  LOWBIT_CHECK(workspace_bytes >= need, "decode_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
   const int group = static_cast<int>(n_heads / shape.kv_heads);
   const int gq = decode_heads_per_block(group);
+  const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits);
+  const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
+  LOWBIT_CHECK(workspace_bytes >= need, "decode_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
   SplitArgs a{shape,
               layer,
               static_cast<int>(span.sink_end),
@@ -317,13 +349,17 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
               device_pos,
               static_cast<const __half*>(q),
               static_cast<float*>(workspace),
-              static_cast<float*>(workspace) + n_heads * plan.splits * d};
+              static_cast<float*>(workspace) + n_heads * plan.splits * d,
+              fused_combine ? reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + partials) : nullptr,
+              out,
+              out_dtype == DType::f16};
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq));
   if (d == 64) {
     launch_split<64>(a, gq, grid, stream);
   } else {
     launch_split<128>(a, gq, grid, stream);
   }
+  if (fused_combine) return;
   const auto heads = static_cast<unsigned>(n_heads);
   const auto threads = static_cast<unsigned>(d);
   if (out_dtype == DType::f32) {
@@ -341,14 +377,14 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
 void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
                       std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
                       cuda_stream_t stream) {
-  launch_decode(shape, layer, span, nullptr, q, n_heads, out, out_dtype, workspace, workspace_bytes, stream);
+  launch_decode(shape, layer, span, nullptr, false, q, n_heads, out, out_dtype, workspace, workspace_bytes, stream);
 }
 
 void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                          void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
   LOWBIT_CHECK(device_pos != nullptr, "decode_attention_at: null device position");
-  launch_decode(shape, layer, decode_span(shape, max_length), device_pos, q, n_heads, out, out_dtype, workspace,
+  launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, q, n_heads, out, out_dtype, workspace,
                 workspace_bytes, stream);
 }
 
@@ -359,7 +395,7 @@ std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int
   const std::int64_t blocks = n_heads / decode_heads_per_block(n_heads / shape.kv_heads);
   const std::int64_t want = (2 * multiprocessor_count() + blocks - 1) / blocks;
   const std::int64_t bound = std::max({plan.splits, want, max_length / DecodeSplitPlan::kMaxSplit + 1});
-  return decode_workspace_bytes(n_heads, shape.head_dim, bound);
+  return decode_workspace_bytes(n_heads, shape.head_dim, bound) + static_cast<std::size_t>(blocks) * sizeof(unsigned);
 }
 
 }  // namespace lowbit::cuda::engine

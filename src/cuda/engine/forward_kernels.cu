@@ -1,6 +1,6 @@
 // The small kernels of the GPU forward pass (forward_kernels.h). Each is a few
 // microseconds at decode sizes; what matters is that they are few (the residual add
-// rides on the norm, RoPE does Q and K in one launch) and graph-capturable.
+// rides on the norm) and graph-capturable.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -54,21 +54,6 @@ __global__ void add_rms_norm_kernel(float* x, const std::uint16_t* delta, const 
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
   for (int i = static_cast<int>(threadIdx.x); i < d; i += kThreads) {
     h[row * d + i] = float_to_half_bits(xr[i] * inv * weight[i]);
-  }
-}
-
-// Grid (n rows, heads); a thread per pair.
-__global__ void rope_kernel(std::uint16_t* qkv, RopeArgs a) {
-  const long long row = blockIdx.x;
-  const int head = static_cast<int>(blockIdx.y);
-  const int half = static_cast<int>(a.rope_dims / 2);
-  const long long pos = (a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos0) + row;
-  std::uint16_t* v = qkv + row * a.ld + head * a.head_dim;
-  for (int i = static_cast<int>(threadIdx.x); i < half; i += blockDim.x) {
-    const float c = a.cos[pos * half + i], s = a.sin[pos * half + i];
-    const float x0 = half_bits_to_float(v[2 * i]), x1 = half_bits_to_float(v[2 * i + 1]);
-    v[2 * i] = float_to_half_bits(x0 * c - x1 * s);
-    v[2 * i + 1] = float_to_half_bits(x0 * s + x1 * c);
   }
 }
 
@@ -129,14 +114,6 @@ void embed_rows(const float* table, const std::int32_t* tokens, std::int64_t n, 
 void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std::int64_t n, std::int64_t d,
                   float eps, std::uint16_t* h, cuda_stream_t stream) {
   add_rms_norm_kernel<<<grid_of(n), kThreads, 0, stream>>>(x, delta, weight, static_cast<int>(d), eps, h);
-  LOWBIT_CUDA_CHECK_LAUNCH();
-}
-
-void rope_rows(std::uint16_t* qkv, const RopeArgs& args, cuda_stream_t stream) {
-  LOWBIT_CHECK(args.rope_dims % 2 == 0 && args.rope_dims <= args.head_dim && args.heads >= 1,
-               "rope_rows: rope_dims ", args.rope_dims, ", head_dim ", args.head_dim, ", heads ", args.heads);
-  const dim3 grid(grid_of(args.n), static_cast<unsigned>(args.heads));
-  rope_kernel<<<grid, 64, 0, stream>>>(qkv, args);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

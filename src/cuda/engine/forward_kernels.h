@@ -1,8 +1,8 @@
 // The small kernels of the GPU forward pass (everything but the weight-only GEMMs and
-// attention): embedding rows, residual add + RMSNorm, RoPE, SwiGLU, greedy argmax.
+// attention; RoPE rides on the KV append, kv_cache_gpu.h): embedding rows, residual
+// add + RMSNorm, SwiGLU, greedy argmax.
 // The residual stream is f32, as in the CPU reference; what the GEMMs read is f16.
-// Positions come either from the host (pos0) or, for CUDA graphs, from device memory
-// (device_pos non-null: row i is at position *device_pos + i). All run on `stream`.
+// All run on `stream`.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +20,6 @@ void embed_rows(const float* table, const std::int32_t* tokens, std::int64_t n, 
 // rms(x) = sqrt(mean(x^2) + eps). n rows of d (d a multiple of 4).
 void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std::int64_t n, std::int64_t d,
                   float eps, std::uint16_t* h, cuda_stream_t stream);
-
-// Rotates the pairs (2i, 2i + 1), i < rope_dims / 2, of every head of the first
-// q_heads + k_heads heads of each row of qkv (f16, row stride ld elements) by the
-// angle table: cos / sin f32 [positions x rope_dims / 2].
-struct RopeArgs {
-  std::int64_t n = 0, ld = 0, heads = 0, head_dim = 0, rope_dims = 0;
-  const float* cos = nullptr;
-  const float* sin = nullptr;
-  std::int64_t pos0 = 0;
-  const std::int32_t* device_pos = nullptr;
-};
-void rope_rows(std::uint16_t* qkv, const RopeArgs& args, cuda_stream_t stream);
 
 // out[i, j] = silu(gu[i, j]) * gu[i, f + j] as f16, gu f16 [n x 2f] (gate | up).
 void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream);

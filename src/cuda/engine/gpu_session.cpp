@@ -68,6 +68,8 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   logits_ = DeviceBuffer(rows * static_cast<std::size_t>(c.vocab) * 2);
   attn_ws_bytes_ = decode_attention_workspace_bound(shape_, c.n_heads, max_tokens);
   attn_ws_ = DeviceBuffer(attn_ws_bytes_);
+  graph_attn_ws_ = DeviceBuffer(attn_ws_bytes_);
+  LOWBIT_CUDA_CHECK(cudaMemset(graph_attn_ws_.data(), 0, attn_ws_bytes_));
   tokens_ = DeviceBuffer(rows * 4);
   step_ = DeviceBuffer(16);
 
@@ -128,17 +130,19 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
   const KvLayerDevice& layer = layers_[static_cast<std::size_t>(l)];
   const std::int64_t ld = c.q_dim() + 2 * c.kv_dim();
   for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint16_t* row = f16_at(qkv_, i * ld);
+    std::uint16_t* row = f16_at(qkv_, i * ld);
     const std::uint16_t* k = row + c.q_dim();
     const std::uint16_t* v = k + c.kv_dim();
     std::uint16_t* out = f16_at(att_, i * c.q_dim());
+    // RoPE rides on the append: K rotated as it is stored, Q in place.
+    const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads};
     if (where.device_pos) {
-      kv_append_at(shape_, layer, where.device_pos, k, v, stream_);
+      kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope);
       decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, out, DType::f16,
-                          attn_ws_.data(), attn_ws_bytes_, stream_);
+                          graph_attn_ws_.data(), attn_ws_bytes_, stream_);
     } else {
       const std::int64_t pos = where.pos0 + i;
-      kv_append(shape_, layer, pos, k, v, stream_);
+      kv_append(shape_, layer, pos, k, v, stream_, &rope);
       decode_attention(shape_, layer, decode_span(shape_, pos + 1), row, c.n_heads, out, DType::f16, attn_ws_.data(),
                        attn_ws_bytes_, stream_);
     }
@@ -147,7 +151,7 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
 
 void GpuSession::run_layers(std::int64_t n, Where where, std::int64_t rows) {
   const lowbit::engine::ModelConfig& c = model_->config();
-  const std::int64_t d = c.d_model, f = c.ffn_dim, qkv_cols = c.q_dim() + 2 * c.kv_dim();
+  const std::int64_t d = c.d_model, f = c.ffn_dim;
   float* x = x_.as<float>();
   std::uint16_t* h = f16_at(h_, 0);
   std::uint16_t* proj = f16_at(proj_, 0);
@@ -156,10 +160,6 @@ void GpuSession::run_layers(std::int64_t n, Where where, std::int64_t rows) {
     const GpuLayer& w = model_->layers()[static_cast<std::size_t>(l)];
     add_rms_norm(x, l == 0 ? nullptr : proj, w.attn_norm, n, d, c.rms_eps, h, stream_);
     stacked_gemm(f16_matrix(h, n, d), w.qkv, f16_at(qkv_, 0), stream_);
-    rope_rows(f16_at(qkv_, 0),
-              RopeArgs{n, qkv_cols, c.n_heads + c.n_kv_heads, c.head_dim, c.rope_dims, rope_cos_.as<float>(),
-                       rope_sin_.as<float>(), where.pos0, where.device_pos},
-              stream_);
     attention(l, n, where);
     weight_only_gemm(f16_matrix(att_.data(), n, c.q_dim()), w.wo, none, f16_matrix(proj, n, d), stream_);
     add_rms_norm(x, proj, w.ffn_norm, n, d, c.rms_eps, h, stream_);

@@ -2,15 +2,16 @@
 // the GGUF's own 4-bit blocks, RMSNorm, RoPE, SwiGLU, decode attention over the mixed
 // KV cache read in place) with the KV-cache policies of the CPU reference.
 //
-// Per layer: add + RMSNorm -> h; QKV = h Wqkv^T; RoPE on Q, K; per token, append K, V to
-// the cache and attend (so that a batch equals one-at-a-time decoding, as on the CPU:
+// Per layer: add + RMSNorm -> h; QKV = h Wqkv^T; per token, append K, V to the cache
+// (RoPE fused into the append: K rotated as stored, Q in place) and attend (so that a batch equals one-at-a-time decoding, as on the CPU:
 // the query at t sees each older token as the cache held it at t); O = att Wo^T;
 // add + RMSNorm; gate | up = h Wgu^T; silu(gate) * up; down. The residual stream is f32,
 // GEMM inputs and outputs f16 (W4A16), attention in f32 with f16 in and out.
 //
 // decode_greedy runs one CUDA graph per step (captured at the first call, replayed
-// with the position and token in device memory): the ~10 launches of each of the
-// model's layers cost one launch of host time, and the logits stay on the device.
+// with the position and token in device memory; decode attention combines its splits
+// in its last block): the 9 launches of each layer cost one launch of host time, and
+// the logits stay on the device (argmax there).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -73,7 +74,10 @@ class GpuSession final : public lowbit::engine::Session {
   std::vector<KvLayerDevice> layers_;
   std::vector<DeviceBuffer> cache_buffers_;
   std::int64_t chunk_ = 0;  // rows a forward chunk takes at most
-  DeviceBuffer x_, h_, qkv_, att_, proj_, gu_, act_, logits_, attn_ws_, rope_cos_, rope_sin_, tokens_, step_;
+  DeviceBuffer x_, h_, qkv_, att_, proj_, gu_, act_, logits_, rope_cos_, rope_sin_, tokens_, step_;
+  // Decode-attention scratch: of the per-token calls, and of the graph's calls (which
+  // hold the fused combine's counters: zeroed once, left zero by every call).
+  DeviceBuffer attn_ws_, graph_attn_ws_;
   std::size_t attn_ws_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;

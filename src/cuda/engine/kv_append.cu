@@ -20,7 +20,25 @@ struct AppendArgs {
   const std::int32_t* device_pos;  // when set, the position is *device_pos (CUDA graphs)
   const __half* k;
   const __half* v;
+  AppendRope rope;  // rope.cos null: no rotation
 };
+
+// Rotates a lane's E consecutive channels (c0 = lane * E, E even, so pairs stay in the
+// lane) by the angles of `pos`, rounding to f16 as a stored value would be.
+template <int E>
+__device__ __forceinline__ void rotate(const AppendRope& r, long long pos, int c0, float (&x)[E]) {
+  const int half = static_cast<int>(r.rope_dims / 2);
+#pragma unroll
+  for (int e = 0; e < E; e += 2) {
+    const int i = (c0 + e) / 2;
+    if (2 * i >= r.rope_dims) continue;
+    const float c = r.cos[pos * half + i], s = r.sin[pos * half + i];
+    const float a = x[e], b = x[e + 1];
+    // Explicit roundings, no FMA contraction: the CPU's (a c - b s) to the bit.
+    x[e] = __half2float(__float2half_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))));
+    x[e + 1] = __half2float(__float2half_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c))));
+  }
+}
 
 // Quantizes one head's D values (E per lane) into the body slot of position `body_pos`.
 template <int D, class Scheme>
@@ -78,12 +96,26 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   const KvLayerShape& s = a.shape;
   const long long pos = a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos;
   const int head = static_cast<int>(blockIdx.x);
+  if (blockIdx.y == 2) {  // the query heads of this KV head's group, rotated in place
+    const int group = static_cast<int>(a.rope.n_heads / s.kv_heads);
+    for (int h = head * group; h < (head + 1) * group; ++h) {
+      __half* q = static_cast<__half*>(a.rope.q) + h * D + threadIdx.x * E;
+      float x[E];
+#pragma unroll
+      for (int i = 0; i < E; ++i) x[i] = __half2float(q[i]);
+      rotate<E>(a.rope, pos, static_cast<int>(threadIdx.x) * E, x);
+#pragma unroll
+      for (int i = 0; i < E; ++i) q[i] = __float2half_rn(x[i]);
+    }
+    return;
+  }
   const bool is_v = blockIdx.y == 1;
   const KvPart& part = is_v ? a.layer.v : a.layer.k;
   const __half* src = (is_v ? a.v : a.k) + head * D + threadIdx.x * E;
   float x[E];
 #pragma unroll
   for (int i = 0; i < E; ++i) x[i] = __half2float(src[i]);
+  if (!is_v && a.rope.cos) rotate<E>(a.rope, pos, static_cast<int>(threadIdx.x) * E, x);
 
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
@@ -103,7 +135,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
     }
   }
 #pragma unroll
-  for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(src[i]);
+  for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));  // exact: x holds f16 values
 }
 
 // A scheme with no body: FP16 only.
@@ -113,7 +145,7 @@ struct NoBody {
 
 template <int D>
 void launch(const AppendArgs& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), 2);
+  const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), a.rope.cos ? 3 : 2);
   switch (a.shape.body) {
     case KvBody::none: kv_append_kernel<D, NoBody><<<grid, 32, 0, stream>>>(a); break;
     case KvBody::int8: kv_append_kernel<D, formats::Int8Symmetric><<<grid, 32, 0, stream>>>(a); break;
@@ -125,6 +157,13 @@ void launch(const AppendArgs& a, cudaStream_t stream) {
 void run(const AppendArgs& a, cudaStream_t stream) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
+  if (a.rope.cos) {
+    LOWBIT_CHECK(a.rope.sin && a.rope.q && a.rope.rope_dims > 0 && a.rope.rope_dims % 2 == 0 &&
+                     a.rope.rope_dims <= a.shape.head_dim && a.rope.n_heads > 0 &&
+                     a.rope.n_heads % a.shape.kv_heads == 0,
+                 "kv_append: rope with rope_dims ", a.rope.rope_dims, " (even, <= head_dim ", a.shape.head_dim,
+                 "), ", a.rope.n_heads, " query heads (a multiple of ", a.shape.kv_heads, "), tables and q set");
+  }
   if (a.shape.head_dim == 64) {
     launch<64>(a, stream);
   } else {
@@ -135,7 +174,7 @@ void run(const AppendArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
-               cuda_stream_t stream) {
+               cuda_stream_t stream, const AppendRope* rope) {
   // The window policy's ring never fills; every other form holds max_tokens positions.
   const bool ring_only = shape.body == KvBody::none && shape.window > 0;
   const std::int64_t capacity = shape.window == 0 && shape.body != KvBody::none
@@ -143,13 +182,17 @@ void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64
                                     : shape.sink + shape.window + shape.body_slots;
   LOWBIT_CHECK(pos >= 0 && (ring_only || pos < capacity), "kv_append: position ", pos, " outside the cache (",
                capacity, " tokens)");
-  run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v)}, stream);
+  run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v),
+                 rope ? *rope : AppendRope{}},
+      stream);
 }
 
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
-                  const void* k, const void* v, cuda_stream_t stream) {
+                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope) {
   LOWBIT_CHECK(device_pos != nullptr, "kv_append_at: null device position");
-  run(AppendArgs{shape, layer, 0, device_pos, static_cast<const __half*>(k), static_cast<const __half*>(v)}, stream);
+  run(AppendArgs{shape, layer, 0, device_pos, static_cast<const __half*>(k), static_cast<const __half*>(v),
+                 rope ? *rope : AppendRope{}},
+      stream);
 }
 
 }  // namespace lowbit::cuda::engine

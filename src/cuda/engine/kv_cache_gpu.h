@@ -174,8 +174,18 @@ inline std::size_t decode_workspace_bytes(std::int64_t n_heads, std::int64_t hea
 // on the device, RoPE applied. Writes its FP16 slot; selective quantizes the token
 // leaving the window (pos - window) from its FP16 value first; int8 / int4 quantize the
 // new token's f16 values. Codes, scales and mins equal quantize() on the CPU.
+// With `rope`, the engine's decode step fuses RoPE into the append: k is rotated (pairs
+// (2i, 2i + 1), i < rope_dims / 2, by the angles of its position, rounded to f16) before
+// it is stored or quantized, and the n_heads query heads at rope.q are rotated in place.
+struct AppendRope {
+  const float* cos = nullptr;  // f32 [positions x rope_dims / 2]
+  const float* sin = nullptr;
+  std::int64_t rope_dims = 0;  // even, <= head_dim
+  void* q = nullptr;           // f16 [n_heads x head_dim]
+  std::int64_t n_heads = 0;    // a multiple of kv_heads
+};
 void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
-               cuda_stream_t stream);
+               cuda_stream_t stream, const AppendRope* rope = nullptr);
 
 // out[h] = softmax(q[h] . K^T / sqrt(D)) V over the span's positions of KV head
 // h / (n_heads / kv_heads). q: f16 [n_heads x D]; out: [n_heads x D] f32 or f16.
@@ -192,13 +202,17 @@ DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpa
 // serves every decode step. kv_append_at writes position *device_pos; decode_attention_at
 // attends over the first *device_pos + 1 positions with the split plan of max_length
 // positions (splits past the current length do no work; the combine weighs them 0).
-// The caller keeps *device_pos < max_length <= the cache's capacity.
+// The caller keeps *device_pos < max_length <= the cache's capacity. decode_attention_at
+// combines the splits in the split kernel (its last block per head group; one launch):
+// its workspace (decode_attention_workspace_bound) must be zeroed once before the first
+// call, and every call leaves it ready for the next.
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
-                  const void* k, const void* v, cuda_stream_t stream);
+                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope = nullptr);
 void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                          void* workspace, std::size_t workspace_bytes, cuda_stream_t stream);
-// Workspace bytes enough for decode_attention at any length up to max_length.
+// Workspace bytes enough for decode_attention / decode_attention_at at any length up to
+// max_length.
 std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
                                              std::int64_t max_length);
 
