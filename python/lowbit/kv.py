@@ -18,9 +18,17 @@ token quantized on arrival). INT8 is symmetric, INT4 asymmetric (scale + min), o
 (+ min) per token per KV head. head_dim is 64 or 128; n_heads a multiple of kv_heads (GQA).
 
 torch: append and attention are torch custom ops (torch.ops.lowbit.kv_append /
-kv_attention, registered by lowbit.torch_ops) and trace under torch.compile. In a CUDA
-graph the position is fixed when the graph is captured: a replay appends to, and attends
-at, the captured length.
+kv_attention, registered by lowbit.torch_ops) and trace under torch.compile. They take
+the position from the host (`length`), so a CUDA graph that captures them replays the
+captured position. For one graph that serves every decode step, keep the position on the
+device and use the `_at` forms (torch.ops.lowbit.kv_append_at / kv_attention_at):
+
+    pos = torch.zeros(1, dtype=torch.int32, device="cuda")   # the new token's position
+    with torch.cuda.graph(graph):
+        cache.append_at(k, v, pos)
+        out = cache.attention_at(q, pos)
+        pos += 1
+    # each graph.replay() is one decode step (the caller keeps pos < cache.max_length)
 """
 from __future__ import annotations
 
@@ -102,6 +110,36 @@ class LayerKVCache:
                                                          self.length, out_name)
         return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim)
 
+    @property
+    def max_length(self) -> int:
+        """Positions the `_at` forms may address: the capacity (window policy: max_tokens)."""
+        return self.capacity if self.capacity >= 0 else self.max_tokens
+
+    def append_at(self, k, v, pos) -> None:
+        """append() at the position held by pos (an int32 [1] array on the cache's device),
+        read when the work runs, so that a CUDA graph can replay it at every step. The caller
+        owns the position (keeping pos < max_length, which the GPU cannot check); `length`
+        is left alone."""
+        backend = backend_of(k)
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401
+
+            backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
+        else:
+            self._layer.append_at(k, v, pos, backend.stream(k) if backend.is_cuda(k) else 0)
+
+    def attention_at(self, q, pos, out_dtype="float32"):
+        """attention() of the query at the position held by pos (int32 [1] on the cache's
+        device): over positions 0..*pos, in the forms the policy keeps then."""
+        backend = backend_of(q)
+        out_name = dtype_name(out_dtype)
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401
+
+            return backend.torch.ops.lowbit.kv_attention_at(*self.buffers.values(), q, pos, self.policy, self._spec(),
+                                                            out_name)
+        return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length)
+
     def reset(self) -> None:
         """Forgets every token (the buffers are overwritten by the next appends)."""
         self.length = 0
@@ -118,17 +156,23 @@ def _zeros(backend, shape, dtype, like):
     return x
 
 
-def kv_attention_with(backend, layer, q, length, out_name, head_dim):
-    """LayerKVCache.attention for a known backend (the torch custom op's implementation)."""
+def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, max_length=0):
+    """LayerKVCache.attention (pos None) or attention_at (pos an int32 [1] array) for a known
+    backend (the torch custom ops' implementation)."""
     if len(q.shape) != 2:
         raise LowbitError(f"q: expected a rank-2 tensor [n_heads, head_dim], got rank {len(q.shape)}")
-    out = backend.empty((int(q.shape[0]), head_dim), out_name, q)
+    n_heads = int(q.shape[0])
+    out = backend.empty((n_heads, head_dim), out_name, q)
     workspace, stream = None, 0
     if backend.is_cuda(q):
         stream = backend.stream(q)
-        nbytes = layer.workspace_bytes(length, int(q.shape[0]), True, _device_index(q))
+        nbytes = (layer.workspace_bytes(length, n_heads, True, _device_index(q)) if pos is None else
+                  layer.workspace_bytes_at(n_heads, max_length, True, _device_index(q)))
         workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
-    layer.attention(q, out, length, workspace, stream)
+    if pos is None:
+        layer.attention(q, out, length, workspace, stream)
+    else:
+        layer.attention_at(q, out, pos, max_length, workspace, stream)
     return out
 
 

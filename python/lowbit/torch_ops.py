@@ -197,3 +197,36 @@ def kv_attention(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Ten
 @kv_attention.register_fake
 def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, q, policy, spec, length, out_dtype):
     return q.new_empty((q.shape[0], spec[1]), dtype=_DTYPES[out_dtype])
+
+
+# The device-position forms (one CUDA graph for every decode step): pos is an int32 [1]
+# tensor on the cache's device.
+@torch.library.custom_op("lowbit::kv_append_at", mutates_args=_KV_BUFFERS)
+def kv_append_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
+                 v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
+                 k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int]) -> None:
+    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer.append_at(k, v, pos, torch_backend().stream(k))
+
+
+@kv_append_at.register_fake
+def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, k, v, pos, policy, spec):
+    return None
+
+
+def _max_length(policy: str, spec) -> int:
+    capacity = _lowbit.kv_layout(policy, *spec)["capacity"]
+    return capacity if capacity >= 0 else spec[5]
+
+
+@torch.library.custom_op("lowbit::kv_attention_at", mutates_args=())
+def kv_attention_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
+                    v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
+                    q: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int], out_dtype: str) -> torch.Tensor:
+    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    return kv_attention_with(torch_backend(), layer, q, None, out_dtype, spec[1], pos, _max_length(policy, spec))
+
+
+@kv_attention_at.register_fake
+def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, q, pos, policy, spec, out_dtype):
+    return q.new_empty((q.shape[0], spec[1]), dtype=_DTYPES[out_dtype])

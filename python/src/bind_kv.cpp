@@ -19,6 +19,15 @@ namespace {
 
 using cuda::engine::KvBody;
 
+// f() with CUDA device `device_id` current (the split plan depends on its SM count).
+template <class F>
+std::size_t on_device(int device_id, F f) {
+  TensorView where;
+  where.device = Device::cuda;
+  DeviceGuard guard(where, device_id);
+  return f();
+}
+
 class KvLayer {
  public:
   KvLayer(const std::string& policy, std::int64_t kv_heads, std::int64_t head_dim, std::int64_t sink,
@@ -55,13 +64,30 @@ class KvLayer {
     kv_attention_views(shape_, views_, length, qv, ov, ws, stream_of(stream));
   }
 
-  // GPU workspace bytes of attention() with n_heads query heads at `length` (0 on the CPU).
+  // The CUDA-graph forms (kv_decode.h): the position is an int32 [1] array.
+  void append_at(const In& k, const In& v, const In& pos, std::uintptr_t stream) {
+    const TensorView kv = view_of(k, "k"), vv = view_of(v, "v"), pv = view_of(pos, "pos");
+    DeviceGuard guard(kv, k.device_id());
+    nb::gil_scoped_release release;
+    kv_append_at_views(shape_, views_, pv, kv, vv, stream_of(stream));
+  }
+
+  void attention_at(const In& q, const Out& out, const In& pos, std::int64_t max_length, const OptOut& workspace,
+                    std::uintptr_t stream) {
+    const TensorView qv = view_of(q, "q"), ov = view_of(out, "out"), pv = view_of(pos, "pos");
+    const TensorView ws = view_of(workspace, "workspace");
+    DeviceGuard guard(qv, q.device_id());
+    nb::gil_scoped_release release;
+    kv_attention_at_views(shape_, views_, pv, max_length, qv, ov, ws, stream_of(stream));
+  }
+
+  // GPU workspace bytes of attention_at() / attention() (0 for CPU arrays), on device_id.
+  std::size_t workspace_bytes_at(std::int64_t n_heads, std::int64_t max_length, bool cuda, int device_id) {
+    return cuda ? on_device(device_id, [&] { return kv_attention_at_workspace_bytes(shape_, n_heads, max_length); })
+                : 0;
+  }
   std::size_t workspace_bytes(std::int64_t length, std::int64_t n_heads, bool cuda, int device_id) {
-    if (!cuda) return 0;
-    TensorView where;
-    where.device = Device::cuda;
-    DeviceGuard guard(where, device_id);
-    return kv_attention_workspace_bytes(shape_, length, n_heads);
+    return cuda ? on_device(device_id, [&] { return kv_attention_workspace_bytes(shape_, length, n_heads); }) : 0;
   }
 
  private:
@@ -103,6 +129,12 @@ void bind_kv(nb::module_& m) {
            "Appends the token at pos (f16 [kv_heads, head_dim] K and V, RoPE applied).")
       .def("attention", &KvLayer::attention, "q"_a, "out"_a, "length"_a, "workspace"_a.none(), "stream"_a,
            "out = attention of q (f16 [n_heads, head_dim]) over what the query at length - 1 sees.")
+      .def("append_at", &KvLayer::append_at, "k"_a, "v"_a, "pos"_a, "stream"_a,
+           "append() at the position held by pos (int32 [1] on the token's device), read when the kernel runs.")
+      .def("attention_at", &KvLayer::attention_at, "q"_a, "out"_a, "pos"_a, "max_length"_a, "workspace"_a.none(),
+           "stream"_a, "attention() of the query at the position held by pos, with the plan of max_length positions.")
+      .def("workspace_bytes_at", &KvLayer::workspace_bytes_at, "n_heads"_a, "max_length"_a, "cuda"_a, "device_id"_a,
+           "GPU workspace bytes of attention_at() (0 for CPU arrays or a CPU-only build).")
       .def("workspace_bytes", &KvLayer::workspace_bytes, "length"_a, "n_heads"_a, "cuda"_a, "device_id"_a,
            "GPU workspace bytes of attention() (0 for CPU arrays or a CPU-only build).");
   m.def("kv_layout", &layout, "policy"_a, "kv_heads"_a, "head_dim"_a, "sink"_a, "window"_a, "kv_bits"_a,

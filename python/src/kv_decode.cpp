@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "formats/float16.h"
@@ -200,15 +201,47 @@ std::size_t kv_buffer_bytes(const KvLayerShape& s) {
   return 2 * (s.f16_bytes() + s.code_bytes_total() + s.param_count() * sizeof(float) * (s.has_mins() ? 2 : 1));
 }
 
-void kv_append_views(const KvLayerShape& s, const KvLayerViews& layer, std::int64_t pos, const TensorView& k,
-                     const TensorView& v, cuda_stream_t stream) {
+namespace {
+
+void check_append(const KvLayerShape& s, const KvLayerViews& layer, const TensorView& k, const TensorView& v) {
   check_rows(k, "k", s.kv_heads, s.head_dim, "kv_heads");
   check_rows(v, "v", s.kv_heads, s.head_dim, "kv_heads");
   LOWBIT_CHECK(k.device == v.device, "v: on ", device_name(v.device), ", but k is on ", device_name(k.device));
   check_layer(s, layer, k.device);
-  const std::int64_t capacity = kv_capacity(s);
-  LOWBIT_CHECK(pos >= 0 && (capacity < 0 || pos < capacity), "kv_append: position ", pos, " outside the cache (",
-               capacity, " tokens)");
+}
+
+void check_position(std::int64_t pos, std::int64_t limit, const char* what) {
+  LOWBIT_CHECK(pos >= 0 && (limit < 0 || pos < limit), what, ": position ", pos, " outside the cache (", limit,
+               " tokens)");
+}
+
+// The int32 [1] position array of the graph forms, on `device`; its value when on the CPU.
+std::int64_t check_position_array(const TensorView& pos, Device device) {
+  LOWBIT_CHECK(pos.data != nullptr && pos.dtype == DType::i32 && pos.numel() == 1, "pos: expected an int32 [1] array, got ",
+               pos.data ? pos.describe() : std::string("None"));
+  LOWBIT_CHECK(pos.device == device, "pos: on ", device_name(pos.device), ", but the token is on ", device_name(device));
+  return device == Device::cpu ? *static_cast<const std::int32_t*>(pos.data) : 0;
+}
+
+void check_attention(const KvLayerShape& s, const KvLayerViews& layer, const TensorView& q, const TensorView& out) {
+  LOWBIT_CHECK(q.data != nullptr && q.rank == 2, "q: expected f16 [n_heads x head_dim], got ", q.describe());
+  const std::int64_t n_heads = q.shape[0];
+  LOWBIT_CHECK(n_heads > 0 && n_heads % s.kv_heads == 0, "q: n_heads = ", n_heads,
+               " is not a positive multiple of kv_heads = ", s.kv_heads);
+  check_rows(q, "q", n_heads, s.head_dim, "n_heads");
+  LOWBIT_CHECK(out.data != nullptr && (out.dtype == DType::f32 || out.dtype == DType::f16) && out.rank == 2 &&
+                   out.shape[0] == n_heads && out.shape[1] == s.head_dim && out.is_contiguous(),
+               "out: expected a contiguous f32 or f16 [", n_heads, " x ", s.head_dim, "], got ", out.describe());
+  LOWBIT_CHECK(out.device == q.device, "out: on ", device_name(out.device), ", but q is on ", device_name(q.device));
+  check_layer(s, layer, q.device);
+}
+
+}  // namespace
+
+void kv_append_views(const KvLayerShape& s, const KvLayerViews& layer, std::int64_t pos, const TensorView& k,
+                     const TensorView& v, cuda_stream_t stream) {
+  check_append(s, layer, k, v);
+  check_position(pos, kv_capacity(s), "kv_append");
   if (k.device == Device::cuda) {
 #if LOWBIT_WITH_CUDA
     cuda::engine::kv_append(s, KvLayerDevice{device_part(layer.k), device_part(layer.v)}, pos, k.data, v.data, stream);
@@ -224,16 +257,8 @@ void kv_append_views(const KvLayerShape& s, const KvLayerViews& layer, std::int6
 
 void kv_attention_views(const KvLayerShape& s, const KvLayerViews& layer, std::int64_t length, const TensorView& q,
                         const TensorView& out, const TensorView& workspace, cuda_stream_t stream) {
-  LOWBIT_CHECK(q.data != nullptr && q.rank == 2, "q: expected f16 [n_heads x head_dim], got ", q.describe());
+  check_attention(s, layer, q, out);
   const std::int64_t n_heads = q.shape[0];
-  LOWBIT_CHECK(n_heads > 0 && n_heads % s.kv_heads == 0, "q: n_heads = ", n_heads,
-               " is not a positive multiple of kv_heads = ", s.kv_heads);
-  check_rows(q, "q", n_heads, s.head_dim, "n_heads");
-  LOWBIT_CHECK(out.data != nullptr && (out.dtype == DType::f32 || out.dtype == DType::f16) && out.rank == 2 &&
-                   out.shape[0] == n_heads && out.shape[1] == s.head_dim && out.is_contiguous(),
-               "out: expected a contiguous f32 or f16 [", n_heads, " x ", s.head_dim, "], got ", out.describe());
-  LOWBIT_CHECK(out.device == q.device, "out: on ", device_name(out.device), ", but q is on ", device_name(q.device));
-  check_layer(s, layer, q.device);
   const std::int64_t capacity = kv_capacity(s);
   LOWBIT_CHECK(length >= 1 && (capacity < 0 || length <= capacity), "kv_attention: length ", length,
                ", expected 1..", capacity < 0 ? std::int64_t{1} << 30 : capacity, " (append a token first)");
@@ -261,6 +286,61 @@ std::size_t kv_attention_workspace_bytes(const KvLayerShape& s, std::int64_t len
                                               cuda::engine::decode_attention_plan(s, span, n_heads).splits);
 #else
   (void)s, (void)length, (void)n_heads;
+  return 0;
+#endif
+}
+
+void kv_append_at_views(const KvLayerShape& s, const KvLayerViews& layer, const TensorView& pos, const TensorView& k,
+                        const TensorView& v, cuda_stream_t stream) {
+  check_append(s, layer, k, v);
+  const std::int64_t host_pos = check_position_array(pos, k.device);
+  if (k.device == Device::cuda) {
+#if LOWBIT_WITH_CUDA
+    cuda::engine::kv_append_at(s, KvLayerDevice{device_part(layer.k), device_part(layer.v)},
+                               static_cast<const std::int32_t*>(pos.data), k.data, v.data, stream);
+    return;
+#else
+    LOWBIT_FAIL("kv_append_at: CUDA arrays, but lowbit was built without CUDA");
+#endif
+  }
+  (void)stream;
+  check_position(host_pos, kv_capacity(s), "kv_append_at");
+  append_part_cpu(s, layer.k, host_pos, k);
+  append_part_cpu(s, layer.v, host_pos, v);
+}
+
+void kv_attention_at_views(const KvLayerShape& s, const KvLayerViews& layer, const TensorView& pos,
+                           std::int64_t max_length, const TensorView& q, const TensorView& out,
+                           const TensorView& workspace, cuda_stream_t stream) {
+  check_attention(s, layer, q, out);
+  const std::int64_t host_pos = check_position_array(pos, q.device);
+  const std::int64_t capacity = kv_capacity(s);
+  LOWBIT_CHECK(max_length >= 1 && (capacity < 0 || max_length <= capacity), "kv_attention_at: max_length ",
+               max_length, ", expected 1..", capacity < 0 ? std::int64_t{1} << 30 : capacity);
+  if (q.device == Device::cuda) {
+#if LOWBIT_WITH_CUDA
+    LOWBIT_CHECK(workspace.data == nullptr || workspace.device == Device::cuda, "workspace: expected a CUDA array");
+    cuda::engine::decode_attention_at(s, KvLayerDevice{device_part(layer.k), device_part(layer.v)},
+                                      static_cast<const std::int32_t*>(pos.data), max_length, q.data, q.shape[0],
+                                      out.data, out.dtype, workspace.data, workspace.data ? workspace.span_bytes() : 0,
+                                      stream);
+    return;
+#else
+    (void)workspace, (void)stream;
+    LOWBIT_FAIL("kv_attention_at: CUDA arrays, but lowbit was built without CUDA");
+#endif
+  }
+  check_position(host_pos, max_length, "kv_attention_at");
+  attention_cpu(s, layer, cuda::engine::decode_span(s, host_pos + 1), q, out);
+}
+
+std::size_t kv_attention_at_workspace_bytes(const KvLayerShape& s, std::int64_t n_heads, std::int64_t max_length) {
+#if LOWBIT_WITH_CUDA
+  LOWBIT_CHECK(n_heads > 0 && n_heads % s.kv_heads == 0, "q: n_heads = ", n_heads,
+               " is not a positive multiple of kv_heads = ", s.kv_heads);
+  return cuda::engine::decode_attention_workspace_bound(s, n_heads, max_length);
+#else
+  (void)s, (void)n_heads, (void)max_length;
   return 0;
 #endif
 }

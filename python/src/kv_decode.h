@@ -52,4 +52,19 @@ void kv_attention_views(const KvLayerShape& shape, const KvLayerViews& layer, st
 // Workspace bytes of a CUDA kv_attention_views on the current device (0 in a CPU-only build).
 std::size_t kv_attention_workspace_bytes(const KvLayerShape& shape, std::int64_t length, std::int64_t n_heads);
 
+// The CUDA-graph forms: the position is an int32 [1] array on the buffers' device, read
+// when the work runs (kv_append_at / decode_attention_at on the GPU), so that one captured
+// graph serves every decode step. kv_append_at_views appends the token at *pos;
+// kv_attention_at_views attends as the query at *pos (over positions 0..*pos), with the
+// split plan of max_length positions; the caller keeps *pos < max_length <= the capacity
+// (the GPU cannot check it; the CPU twin does).
+void kv_append_at_views(const KvLayerShape& shape, const KvLayerViews& layer, const TensorView& pos,
+                        const TensorView& k, const TensorView& v, cuda_stream_t stream);
+void kv_attention_at_views(const KvLayerShape& shape, const KvLayerViews& layer, const TensorView& pos,
+                           std::int64_t max_length, const TensorView& q, const TensorView& out,
+                           const TensorView& workspace, cuda_stream_t stream);
+// Workspace bytes of a CUDA kv_attention_at_views (0 in a CPU-only build).
+std::size_t kv_attention_at_workspace_bytes(const KvLayerShape& shape, std::int64_t n_heads,
+                                            std::int64_t max_length);
+
 }  // namespace lowbit::python

@@ -213,3 +213,39 @@ def test_buffers_are_checked():
     with pytest.raises(lowbit.LowbitError, match="k_scales: missing"):
         layer = _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, None, None, f16, codes, scales, None)
         layer.append(f16[:, 0, :].copy(), f16[:, 0, :].copy(), 0, 0)
+
+
+@pytest.mark.parametrize("policy,kv_bits", [("selective", 4), ("window", 8), ("int8", 8)])
+def test_position_array_forms_equal_host_forms(policy, kv_bits):
+    """append_at / attention_at (the position in an int32 [1] array, for CUDA graphs) do what
+    append / attention do at the same positions."""
+    rng = np.random.default_rng(11)
+    host = lowbit.LayerKVCache(policy, 2, 64, 24, sink=2, window=5, kv_bits=kv_bits)
+    at = lowbit.LayerKVCache(policy, 2, 64, 24, sink=2, window=5, kv_bits=kv_bits)
+    assert at.max_length == 24
+    k, v, q = random_tokens(rng, 24, 2, 64), random_tokens(rng, 24, 2, 64), random_tokens(rng, 24, 4, 64)
+    pos = np.zeros(1, np.int32)
+    for t in range(24):
+        host.append(k[t], v[t])
+        at.append_at(k[t], v[t], pos)
+        np.testing.assert_array_equal(at.attention_at(q[t], pos), host.attention(q[t]))
+        pos += 1
+    assert at.length == 0  # the caller owns the position
+    for name, buf in host.buffers.items():
+        np.testing.assert_array_equal(at.buffers[name].view(np.uint8), buf.view(np.uint8))
+
+
+def test_position_array_errors():
+    cache = lowbit.LayerKVCache("int4", 1, 64, 4, kv_bits=4)
+    k = np.ones((1, 64), np.float16)
+    with pytest.raises(lowbit.LowbitError, match=r"pos: expected an int32 \[1\] array, got i8"):
+        cache.append_at(k, k, np.zeros(1, np.int8))
+    with pytest.raises(lowbit.LowbitError, match=r"pos: expected an int32 \[1\] array"):
+        cache.append_at(k, k, np.zeros(2, np.int32))
+    with pytest.raises(lowbit.LowbitError, match=r"kv_append_at: position 4 outside the cache \(4 tokens\)"):
+        cache.append_at(k, k, np.full(1, 4, np.int32))
+    with pytest.raises(lowbit.LowbitError, match=r"kv_attention_at: position -1 outside the cache \(4 tokens\)"):
+        cache.attention_at(np.ones((1, 64), np.float16), np.full(1, -1, np.int32))
+    with pytest.raises(lowbit.LowbitError, match="kv_attention_at: max_length 5, expected 1..4"):
+        cache._layer.attention_at(np.ones((1, 64), np.float16), np.zeros((1, 64), np.float32),
+                                  np.zeros(1, np.int32), 5, None, 0)

@@ -117,3 +117,40 @@ def test_errors_from_gpu():
     with pytest.raises(lowbit.LowbitError, match="16-byte aligned"):
         q = torch.zeros(2 * 64 + 1, dtype=torch.float16, device="cuda")[1:].view(2, 64)
         cache.attention(q)
+
+
+@pytest.mark.parametrize("policy,kv_bits", [("selective", 4), ("int8", 8), ("full", 8)])
+def test_one_cuda_graph_for_every_step(policy, kv_bits):
+    """append_at + attention_at + pos += 1 captured once, replayed for every token: the
+    buffers equal the CPU cache's byte for byte, the outputs its attention."""
+    kv_heads, n_heads, d, n = 2, 8, 128, 300
+    k = tokens(n, kv_heads, d, 1.0, 1)
+    q = tokens(n, n_heads, d, 0.3, 2)
+    args = (policy, kv_heads, d, n, 8, 32, kv_bits)
+    cache = lowbit.LayerKVCache(*args, device="cuda")
+    cpu = lowbit.LayerKVCache(*args)
+    k_in = torch.empty(kv_heads, d, dtype=torch.float16, device="cuda")
+    q_in = torch.empty(n_heads, d, dtype=torch.float16, device="cuda")
+    pos = torch.zeros(1, dtype=torch.int32, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture (no append: position 0 stays empty)
+        cache.attention_at(q_in, pos)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cache.append_at(k_in, k_in, pos)
+        out = cache.attention_at(q_in, pos)
+        pos += 1
+    for t in range(n):
+        k_in.copy_(torch.from_numpy(k[t]))
+        q_in.copy_(torch.from_numpy(q[t]))
+        graph.replay()
+        cpu.append(k[t], k[t])
+        if t in (0, 7, 8, 40, 41, n // 2, n - 1):
+            want = cpu.attention(q[t])
+            vmax = np.abs(k[: t + 1].astype(np.float32)).max()
+            np.testing.assert_allclose(out.cpu().numpy(), want, rtol=2e-3, atol=2e-3 * vmax)
+    assert int(pos.item()) == n
+    for name, buf in cache.buffers.items():
+        same_bytes(buf, cpu.buffers[name])

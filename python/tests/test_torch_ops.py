@@ -135,3 +135,38 @@ def test_kv_ops_opcheck(device):
     spec = cache._spec()
     torch.library.opcheck(torch.ops.lowbit.kv_attention, (*cache.buffers.values(), q[4], "selective", spec, 5, "f32"))
     torch.library.opcheck(torch.ops.lowbit.kv_append, (*cache.buffers.values(), k[5], v[5], "selective", spec, 5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kv_position_tensor_forms_compile_once(device):
+    """With the position in a tensor, one compiled graph serves every decode step."""
+    kv_heads, n_heads, head_dim = 2, 4, 64
+    k, v, q = kv_tokens(device, 10, kv_heads, n_heads, head_dim, 6)
+    eager = lowbit.LayerKVCache("selective", kv_heads, head_dim, 10, sink=2, window=3, kv_bits=8, device=device)
+    compiled = lowbit.LayerKVCache("selective", kv_heads, head_dim, 10, sink=2, window=3, kv_bits=8, device=device)
+    pos = torch.zeros(1, dtype=torch.int32, device=device)
+
+    def step(cache, k, v, q, pos):
+        cache.append_at(k, v, pos)
+        out = cache.attention_at(q, pos)
+        pos.add_(1)
+        return out * 2
+
+    fn = fresh_compile(step)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for t in range(10):
+            got = fn(compiled, k[t], v[t], q[t], pos)
+            eager.append(k[t], v[t])
+            want = eager.attention(q[t]) * 2
+            if device == "cpu":
+                bits_equal(got, want)
+            else:  # the graph form runs the split plan of max_length positions
+                torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    assert int(pos.item()) == 10
+    for name in eager.buffers:
+        bits_equal(compiled.buffers[name], eager.buffers[name])
+    spec = compiled._spec()
+    torch.library.opcheck(torch.ops.lowbit.kv_attention_at, (*compiled.buffers.values(), q[9], pos - 1, "selective",
+                                                             spec, "f16"))
+    torch.library.opcheck(torch.ops.lowbit.kv_append_at, (*compiled.buffers.values(), k[9], v[9], pos - 1,
+                                                          "selective", spec))
