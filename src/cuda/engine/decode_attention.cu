@@ -18,6 +18,7 @@
 
 #include "cuda/device.h"
 #include "cuda/engine/kv_cache_gpu.h"
+#include "cuda/pdl.cuh"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda::engine {
@@ -123,6 +124,8 @@ __device__ __forceinline__ void resolve_span(SplitArgs& a) {
 
 template <int D, int GQ, int Bits>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
+  pdl_trigger();
+  pdl_wait();
   SplitArgs a = args;
   if (a.device_pos) resolve_span(a);
   constexpr int kLanesPerPos = D / kChannels;
@@ -263,6 +266,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
 // One block per query head, one thread per channel.
 template <class Out>
 __global__ void decode_combine_kernel(const float* acc, const float* max_sum, int splits, int d, Out* out) {
+  pdl_trigger();
+  pdl_wait();
   const int h = static_cast<int>(blockIdx.x), c = static_cast<int>(threadIdx.x);
   const float v = combine_channel(acc, max_sum, splits, d, h, c);
   if constexpr (sizeof(Out) == 4) {
@@ -275,11 +280,10 @@ __global__ void decode_combine_kernel(const float* acc, const float* max_sum, in
 template <int D, int GQ>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
   switch (a.shape.body) {
-    case KvBody::none: decode_split_kernel<D, GQ, 0><<<grid, kThreads, 0, stream>>>(a); break;
-    case KvBody::int8: decode_split_kernel<D, GQ, 8><<<grid, kThreads, 0, stream>>>(a); break;
-    case KvBody::int4: decode_split_kernel<D, GQ, 4><<<grid, kThreads, 0, stream>>>(a); break;
+    case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(decode_split_kernel<D, GQ, 4>, grid, kThreads, 0, stream, a); break;
   }
-  LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
@@ -363,11 +367,11 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
   const auto heads = static_cast<unsigned>(n_heads);
   const auto threads = static_cast<unsigned>(d);
   if (out_dtype == DType::f32) {
-    decode_combine_kernel<<<heads, threads, 0, stream>>>(a.acc, a.max_sum, a.splits, static_cast<int>(d),
-                                                         static_cast<float*>(out));
+    launch_pdl(decode_combine_kernel<float>, heads, threads, 0, stream, a.acc, a.max_sum, a.splits,
+               static_cast<int>(d), static_cast<float*>(out));
   } else {
-    decode_combine_kernel<<<heads, threads, 0, stream>>>(a.acc, a.max_sum, a.splits, static_cast<int>(d),
-                                                         static_cast<__half*>(out));
+    launch_pdl(decode_combine_kernel<__half>, heads, threads, 0, stream, a.acc, a.max_sum, a.splits,
+               static_cast<int>(d), static_cast<__half*>(out));
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }

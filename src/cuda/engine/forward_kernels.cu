@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "cuda/engine/forward_kernels.h"
+#include "cuda/pdl.cuh"
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
@@ -33,6 +34,8 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void embed_kernel(const float* table, const std::int32_t* tokens, int d, float* x) {
+  pdl_trigger();
+  pdl_wait();
   const long long row = blockIdx.x;
   const float* src = table + static_cast<long long>(tokens[row]) * d;
   for (int i = static_cast<int>(threadIdx.x); i < d; i += kThreads) x[row * d + i] = src[i];
@@ -40,6 +43,8 @@ __global__ void embed_kernel(const float* table, const std::int32_t* tokens, int
 
 __global__ void add_rms_norm_kernel(float* x, const std::uint16_t* delta, const float* weight, int d, float eps,
                                     std::uint16_t* h) {
+  pdl_trigger();
+  pdl_wait();
   const long long row = blockIdx.x;
   float* xr = x + row * d;
   float ss = 0.0f;
@@ -58,6 +63,8 @@ __global__ void add_rms_norm_kernel(float* x, const std::uint16_t* delta, const 
 }
 
 __global__ void silu_mul_kernel(const std::uint16_t* gu, long long f, long long total, std::uint16_t* out) {
+  pdl_trigger();
+  pdl_wait();
   for (long long t = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long row = t / f, j = t % f;
@@ -73,6 +80,8 @@ __device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
 
 __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logits, int vocab, std::int32_t* token,
                                                       std::int32_t* advance) {
+  pdl_trigger();
+  pdl_wait();
   float best = -INFINITY;
   int best_i = INT_MAX;
   for (int i = static_cast<int>(threadIdx.x); i < vocab; i += blockDim.x) {
@@ -107,28 +116,24 @@ unsigned grid_of(std::int64_t n) {
 
 void embed_rows(const float* table, const std::int32_t* tokens, std::int64_t n, std::int64_t d, float* x,
                 cuda_stream_t stream) {
-  embed_kernel<<<grid_of(n), kThreads, 0, stream>>>(table, tokens, static_cast<int>(d), x);
-  LOWBIT_CUDA_CHECK_LAUNCH();
+  launch_pdl(embed_kernel, grid_of(n), kThreads, 0, stream, table, tokens, static_cast<int>(d), x);
 }
 
 void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std::int64_t n, std::int64_t d,
                   float eps, std::uint16_t* h, cuda_stream_t stream) {
-  add_rms_norm_kernel<<<grid_of(n), kThreads, 0, stream>>>(x, delta, weight, static_cast<int>(d), eps, h);
-  LOWBIT_CUDA_CHECK_LAUNCH();
+  launch_pdl(add_rms_norm_kernel, grid_of(n), kThreads, 0, stream, x, delta, weight, static_cast<int>(d), eps, h);
 }
 
 void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream) {
   const std::int64_t total = n * f;
   const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((total + kThreads - 1) / kThreads, 4096));
-  silu_mul_kernel<<<blocks, kThreads, 0, stream>>>(gu, f, total, out);
-  LOWBIT_CUDA_CHECK_LAUNCH();
+  launch_pdl(silu_mul_kernel, blocks, kThreads, 0, stream, gu, f, total, out);
 }
 
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
                   cuda_stream_t stream) {
   LOWBIT_CHECK(vocab >= 1 && vocab < INT_MAX, "argmax_token: vocab = ", vocab);
-  argmax_kernel<<<1, 1024, 0, stream>>>(logits, static_cast<int>(vocab), token, advance);
-  LOWBIT_CUDA_CHECK_LAUNCH();
+  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance);
 }
 
 }  // namespace lowbit::cuda::engine

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/engine/kv_cache_gpu.h"
+#include "cuda/pdl.cuh"
 #include "formats/code_scheme.h"
 #include "lowbit/cuda_check.h"
 
@@ -93,6 +94,8 @@ __device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long lo
 template <int D, class Scheme>
 __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
   const KvLayerShape& s = a.shape;
   const long long pos = a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos;
   const int head = static_cast<int>(blockIdx.x);
@@ -147,11 +150,10 @@ template <int D>
 void launch(const AppendArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), a.rope.cos ? 3 : 2);
   switch (a.shape.body) {
-    case KvBody::none: kv_append_kernel<D, NoBody><<<grid, 32, 0, stream>>>(a); break;
-    case KvBody::int8: kv_append_kernel<D, formats::Int8Symmetric><<<grid, 32, 0, stream>>>(a); break;
-    case KvBody::int4: kv_append_kernel<D, formats::Int4Asymmetric><<<grid, 32, 0, stream>>>(a); break;
+    case KvBody::none: launch_pdl(kv_append_kernel<D, NoBody>, grid, 32, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(kv_append_kernel<D, formats::Int8Symmetric>, grid, 32, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(kv_append_kernel<D, formats::Int4Asymmetric>, grid, 32, 0, stream, a); break;
   }
-  LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 void run(const AppendArgs& a, cudaStream_t stream) {

@@ -1,0 +1,48 @@
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl may be
+// scheduled while its predecessor in the stream is still running, which hides the
+// launch latency between the many small kernels of a decode step. Such a kernel calls
+// pdl_wait() before it touches global memory (it returns once the predecessor has
+// finished and its writes are visible: the same guarantee as ordinary stream order),
+// and pdl_trigger() to let its own successor be scheduled early. Both are no-ops in a
+// kernel launched the ordinary way, and below sm_90.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream
+// serialization allowed; checks the launch.
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace lowbit::cuda
