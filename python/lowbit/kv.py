@@ -169,6 +169,8 @@ def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, m
         nbytes = (layer.workspace_bytes(length, n_heads, True, _device_index(q)) if pos is None else
                   layer.workspace_bytes_at(n_heads, max_length, True, _device_index(q)))
         workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
+        if workspace is not None and pos is not None:
+            workspace[...] = 0  # decode_attention_at's split counters start at zero (a fill kernel)
     if pos is None:
         layer.attention(q, out, length, workspace, stream)
     else:
