@@ -130,7 +130,7 @@ def gpu_cases(torch):
     for _ in range(64):
         cache.append(k, k)
     bufs, spec = list(cache.buffers.values()), cache._spec()
-    import lowbit.torch_ops  # noqa: F401
+    from lowbit import torch_ops  # noqa: F401  (registers torch.ops.lowbit; a plain `import lowbit.x` here would make `lowbit` local)
 
     def append():
         if cache.length == cache.capacity:
