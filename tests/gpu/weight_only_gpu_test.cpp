@@ -36,6 +36,8 @@ namespace lowbit::cuda::weight_only {
 struct GemvTuning {
   int variant = -1;
   int k_slices = 0;
+  int rotate = 0;  // 1: each warp starts its K range at a staggered chunk
+  int pdl = 0;     // programmatic dependent launch: 1 wait first, 2 prefetch weights first
 };
 void set_gemv_tuning(const GemvTuning& tuning);
 }  // namespace lowbit::cuda::weight_only
@@ -239,9 +241,10 @@ TEST_F(WeightOnlyGpu, TiledSplitK) {
 }
 
 // Every tunable shape of the small-M kernel (ring depth, chunk of steps per slot,
-// tiles per warp) with every K split, on a shape with a partial last tile group, a
-// ragged K (the last chunk of a slice partly empty), M on both sides of the second row
-// group, groups 32 and 128, and an unaligned activation row.
+// tiles per warp) with every K split, staggered or not, with and without programmatic
+// dependent launch, on a shape with a partial last tile group, a ragged K (the last
+// chunk of a slice partly empty), M on both sides of the second row group, groups 32
+// and 128, and an unaligned activation row.
 TEST_F(WeightOnlyGpu, GemvVariants) {
   LOWBIT_TEST_RNG(rng);
   TuningScope restore;
@@ -251,8 +254,11 @@ TEST_F(WeightOnlyGpu, GemvVariants) {
     make_weights(rng, spec, 1000, 1700, w);
     for (int variant = 0; variant < kGemvTuningVariants; ++variant) {
       for (const int k_slices : {0, 1, 2, 4, 8}) {
-        SCOPED_TRACE(testing::Message() << "variant " << variant << " k_slices " << k_slices);
-        cuda::weight_only::set_gemv_tuning({variant, k_slices});
+        const int mode = (variant + k_slices) % 4;  // (rotate, pdl): every pair over the variants
+        const int rotate = mode % 2, pdl = mode / 2 == 0 ? 0 : mode == 2 ? 1 : 2;
+        SCOPED_TRACE(testing::Message() << "variant " << variant << " k_slices " << k_slices << " rotate " << rotate
+                                        << " pdl " << pdl);
+        cuda::weight_only::set_gemv_tuning({variant, k_slices, rotate, pdl});
         for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5);
         if (HasFailure()) return;
       }
@@ -305,10 +311,14 @@ TEST_F(WeightOnlyGpu, DISABLED_GemvSweep) {
     for (const std::int64_t m : {1, 16}) {
       const TensorView xv = TensorView::matrix(d_x.data(), DType::f16, Device::cuda, m, cs.k);
       const TensorView ov = TensorView::matrix(d_out.data(), DType::f16, Device::cuda, m, cs.n);
-      for (int variant = -1; variant < kGemvTuningVariants; ++variant) {
-        for (const int k_slices : {0, 1, 2, 4, 8}) {
+      struct Mode {
+        int rotate, pdl;
+      };
+      for (const int variant : {-1, 0, 3, 6}) {
+        for (const int k_slices : {0, 2, 8}) {
+          for (const Mode mode : {Mode{0, 0}, Mode{1, 0}, Mode{0, 1}, Mode{0, 2}, Mode{1, 2}}) {
           if (variant < 0 && k_slices > 0) continue;
-          cuda::weight_only::set_gemv_tuning({variant, k_slices});
+          cuda::weight_only::set_gemv_tuning({variant, k_slices, mode.rotate, mode.pdl});
           for (int i = 0; i < 3; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
           float best = 1e30f;
           for (int rep = 0; rep < 5; ++rep) {
@@ -321,9 +331,10 @@ TEST_F(WeightOnlyGpu, DISABLED_GemvSweep) {
             LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
             best = std::min(best, ms / kLaunches);
           }
-          std::printf("sweep n %lld k %lld g %lld m %lld variant %d k_slices %d : %.4f ms %.0f GB/s\n",
+          std::printf("sweep n %lld k %lld g %lld m %lld variant %d k_slices %d rotate %d pdl %d : %.4f ms %.0f GB/s\n",
                       static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(cs.group),
-                      static_cast<long long>(m), variant, k_slices, best, bytes / (best * 1e6));
+                      static_cast<long long>(m), variant, k_slices, mode.rotate, mode.pdl, best, bytes / (best * 1e6));
+          }
         }
       }
     }

@@ -71,18 +71,18 @@ struct Stream {
   static constexpr int kUnit = F == Form::int8 ? 1024 : 512;
   // Scale / min copies of one step: 2 lists x kTN tiles x 4 chunks, spread over lanes.
   static constexpr int kScaleCopies = (2 * kTN * kMaxChunks + 31) / 32;
-  const std::uint8_t* codes;       // this lane's bytes of (tile0, step)
+  const std::uint8_t* codes0;      // this lane's bytes of (tile0, first step)
   const std::uint8_t* base;        // a valid address for the zero-filling copies
   std::int64_t tile_stride;        // bytes from one tile's row of units to the next
   int real_tiles;                  // tiles < N among the kTN
   int scale_step;                  // elements per step
-  const std::uint16_t* scale_src[kScaleCopies];  // this lane's 16-byte scale / min chunks, or null
+  const std::uint16_t* scale_src[kScaleCopies];  // this lane's 16-byte scale / min chunks of the first step, or null
   std::uint16_t* scale_dst[kScaleCopies];        // in slot 0, chunk 0
 
   __device__ Stream(const Params& p, std::int64_t tile0, std::int64_t step, int lane, RingT& ring) {
     real_tiles = p.n_tiles - tile0 < kTN ? static_cast<int>(p.n_tiles - tile0) : kTN;
     base = p.codes + lane * 16;
-    codes = p.codes + (tile0 * p.k_steps + step) * kUnit + lane * 16;
+    codes0 = p.codes + (tile0 * p.k_steps + step) * kUnit + lane * 16;
     tile_stride = p.k_steps * kUnit;
     const int chunks = p.groups_per_step > 0 ? p.groups_per_step : 1;
     scale_step = p.groups_per_step * 8;
@@ -98,9 +98,10 @@ struct Stream {
     }
   }
 
-  // Copies `valid` (1..kChunk) steps into ring slot `slot` (the rest zero-filled) and
-  // advances by kChunk steps.
-  __device__ __forceinline__ void issue(int lane, int slot, int valid, RingT& ring) {
+  // Copies chunk `chunk` (kChunk steps from the stream's first, of which `valid` are
+  // real; the rest zero-filled) into ring slot `slot`.
+  __device__ __forceinline__ void issue(int lane, int slot, std::int64_t chunk, int valid, RingT& ring) {
+    const std::uint8_t* codes = codes0 + chunk * (kChunk * kUnit);
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
 #pragma unroll
@@ -120,12 +121,13 @@ struct Stream {
       if (scale_src[t] != nullptr) {
 #pragma unroll
         for (int c = 0; c < kChunk; ++c) {
-          if (c < valid) cp_async16(scale_dst[t] + slot * kSlotScales + c * kChunkScales, scale_src[t] + c * scale_step, 16);
+          if (c < valid) {
+            cp_async16(scale_dst[t] + slot * kSlotScales + c * kChunkScales,
+                       scale_src[t] + (chunk * kChunk + c) * scale_step, 16);
+          }
         }
-        scale_src[t] += kChunk * scale_step;
       }
     }
-    codes += kChunk * kUnit;
   }
 };
 
@@ -218,7 +220,14 @@ constexpr int min_blocks() {
 
 template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
 __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kStages, kChunk>()))
-    gemv_kernel(const Params p, int k_slices) {
+    gemv_kernel(const Params p, int k_slices, int rotate, int pdl) {
+  // Programmatic dependent launch (pdl > 0, launched with the attribute): the next
+  // kernel on the stream may start its blocks as ours retire. pdl 1 waits for the
+  // previous grid before touching global memory; pdl 2 first fills the ring with
+  // weights (constant data, never written by a kernel this one depends on), then waits
+  // before reading the activations or writing the output.
+  if (pdl > 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   using RingT = Ring<F, kTN, kStages, kChunk>;
   extern __shared__ __align__(16) std::uint8_t ring_bytes_[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -252,22 +261,36 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
       xs[rg] = static_cast<const std::uint16_t*>(p.x) + (row_ok[rg] ? row * p.ldx : 0) +
                step_begin * formats::kPackStepK + 32 * c;
     }
+    const std::uint16_t* xs0[kRowGroups];
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) xs0[rg] = xs[rg];
     const std::int64_t steps = step_end - step_begin;
     const std::int64_t n_chunks = (steps + kChunk - 1) / kChunk;
     auto valid_of = [&](std::int64_t chunk) {
       const std::int64_t left = steps - chunk * kChunk;
       return static_cast<int>(left < kChunk ? left : kChunk);
     };
+    // The warp walks its chunks from `rot` on, wrapping around (rotate != 0 staggers
+    // the warps' positions in their streams).
+    const std::int64_t rot =
+        rotate ? (static_cast<std::int64_t>(blockIdx.x) * kWarps + warp) * 13 % n_chunks : 0;
+    auto chunk_at = [&](std::int64_t i) { return i + rot < n_chunks ? i + rot : i + rot - n_chunks; };
     // One commit group per chunk, empty or not, so that wait_group counts chunks.
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < n_chunks) stream.issue(lane, s, valid_of(s), ring);
+      if (s < n_chunks) stream.issue(lane, s, chunk_at(s), valid_of(chunk_at(s)), ring);
       cp_async_commit();
     }
+    if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     int slot = 0;
-    std::int64_t step = step_begin;
-    for (std::int64_t chunk = 0; chunk < n_chunks; ++chunk) {
+    for (std::int64_t i = 0; i < n_chunks; ++i) {
+      const std::int64_t chunk = chunk_at(i);
       const int valid = valid_of(chunk);
+      std::int64_t step = step_begin + chunk * kChunk;
+      if (rotate) {
+#pragma unroll
+        for (int rg = 0; rg < kRowGroups; ++rg) xs[rg] = xs0[rg] + chunk * kChunk * formats::kPackStepK;
+      }
       std::uint32_t x[kRowGroups][16];
       load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
       cp_async_wait<kStages - 2>();  // this lane's copies of `chunk` have landed
@@ -285,12 +308,16 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
       }
       __syncwarp();  // the slot refilled next (read last iteration) is free
       const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
-      if (chunk + kStages - 1 < n_chunks) stream.issue(lane, ahead_slot, valid_of(chunk + kStages - 1), ring);
+      if (i + kStages - 1 < n_chunks) {
+        const std::int64_t ahead = chunk_at(i + kStages - 1);
+        stream.issue(lane, ahead_slot, ahead, valid_of(ahead), ring);
+      }
       cp_async_commit();
       slot = slot + 1 == kStages ? 0 : slot + 1;
     }
   }
   cp_async_wait<0>();
+  if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (idle warps; a no-op after the first)
 
   // D fragment: element i of pair jp, row group rg is n = 8 * (tile0 + 2 jp + i / 2)
   // + r, M row 8 rg + 2c + i % 2.
@@ -371,7 +398,18 @@ void launch(const Params& p, cudaStream_t stream) {
     }
   }
   const std::int64_t blocks = blocks_for(k_slices);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, kRingBytes, stream>>>(p, k_slices);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kRingBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  const int pdl = g_tuning.pdl;
+  config.attrs = attribute;
+  config.numAttrs = pdl > 0 ? 1 : 0;
+  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, k_slices, g_tuning.rotate, pdl));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 

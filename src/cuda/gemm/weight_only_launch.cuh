@@ -20,6 +20,8 @@ void launch_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream);
 struct GemvTuning {
   int variant = -1;
   int k_slices = 0;
+  int rotate = 0;  // 1: each warp starts its K range at a staggered chunk
+  int pdl = 0;     // programmatic dependent launch: 1 wait first, 2 prefetch weights first
 };
 void set_gemv_tuning(const GemvTuning& tuning);
 
