@@ -31,13 +31,14 @@
 
 // The small-M kernel's tuning hook (src/cuda/gemm/weight_only_launch.cuh, which needs
 // CUDA headers): variant >= 0 picks a kernel shape of the f16 Q4-with-zero-point
-// path, k_slices > 0 forces the K split; {-1, 0} is the production choice.
+// path, k_slices > 0 forces the K split; {-1, 0, 0, -1} is the production choice.
 namespace lowbit::cuda::weight_only {
 struct GemvTuning {
   int variant = -1;
   int k_slices = 0;
   int rotate = 0;  // 1: each warp starts its K range at a staggered chunk
-  int pdl = 0;     // programmatic dependent launch: 1 wait first, 2 prefetch weights first
+  int pdl = -1;    // programmatic dependent launch: 0 off, 1 wait first, 2 prefetch weights
+                   // first, -1 the production choice (2)
 };
 void set_gemv_tuning(const GemvTuning& tuning);
 }  // namespace lowbit::cuda::weight_only
@@ -262,6 +263,55 @@ TEST_F(WeightOnlyGpu, GemvVariants) {
         for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5);
         if (HasFailure()) return;
       }
+    }
+  }
+}
+
+// Back-to-back launches on one stream where each consumes the previous output and the
+// last overwrites the first one's input: the programmatic dependent launch of the
+// small-M kernel (weights prefetched before griddepcontrol.wait) must still read the
+// activations and write the output only after its predecessor. Each chained result
+// must equal, bit for bit, the same product launched alone after a synchronization.
+TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
+  LOWBIT_TEST_RNG(rng);
+  TuningScope restore;
+  const std::int64_t m = 3, k0 = 1000, n1 = 520, n2 = 1000;
+  for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{8, 128, false, DType::bf16}}) {
+    DeviceWeights w1, w2;
+    make_weights(rng, spec, n1, k0, w1);
+    make_weights(rng, spec, n2, n1, w2);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k0));
+    for (auto& v : x) v = to_act_bits(spec.act_dtype, value(rng));
+    cuda::DeviceBuffer a(x.size() * 2), b(static_cast<std::size_t>(m * n1) * 2);
+    const DType dt = spec.act_dtype;
+    const TensorView av = TensorView::matrix(a.data(), dt, Device::cuda, m, k0);
+    const TensorView bv = TensorView::matrix(b.data(), dt, Device::cuda, m, n1);
+    for (const int pdl : {2, 1, 0}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " pdl " << pdl);
+      cuda::weight_only::set_gemv_tuning({-1, 0, 0, pdl});
+      LOWBIT_CUDA_CHECK(cudaMemcpy(a.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemset(b.data(), 0xff, static_cast<std::size_t>(m * n1) * 2));  // NaN if read early
+      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      // a -> b -> a -> b -> a, no synchronization in between.
+      constexpr int kRounds = 4;
+      for (int i = 0; i < kRounds; ++i) {
+        cuda::weight_only_gemm(i % 2 == 0 ? av : bv, i % 2 == 0 ? w1.device : w2.device, TensorView{},
+                               i % 2 == 0 ? bv : av, nullptr);
+      }
+      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<std::uint16_t> chained = download<std::uint16_t>(a.data(), x.size());
+      // The same chain, one synchronized launch at a time.
+      LOWBIT_CUDA_CHECK(cudaMemcpy(a.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+      for (int i = 0; i < kRounds; ++i) {
+        cuda::weight_only_gemm(i % 2 == 0 ? av : bv, i % 2 == 0 ? w1.device : w2.device, TensorView{},
+                               i % 2 == 0 ? bv : av, nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      const std::vector<std::uint16_t> serial = download<std::uint16_t>(a.data(), x.size());
+      int differing = 0;
+      for (std::size_t i = 0; i < serial.size(); ++i) differing += chained[i] != serial[i];
+      EXPECT_EQ(differing, 0) << "of " << serial.size() << " outputs";
     }
   }
 }

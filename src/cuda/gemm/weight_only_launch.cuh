@@ -16,12 +16,13 @@ void launch_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream);
 // A tuning override of the small-M kernel for sweeps (tests/gpu/weight_only_gpu_test.cpp
 // declares it too, to stay free of CUDA headers): variant >= 0 picks a kernel shape of
 // the f16 Q4-with-zero-point path (see launch_tuning_variant), k_slices > 0 the K split
-// of every form. Not thread-safe; the default {-1, 0} is the production choice.
+// of every form. Not thread-safe; the default {-1, 0, 0, -1} is the production choice.
 struct GemvTuning {
   int variant = -1;
   int k_slices = 0;
   int rotate = 0;  // 1: each warp starts its K range at a staggered chunk
-  int pdl = 0;     // programmatic dependent launch: 1 wait first, 2 prefetch weights first
+  int pdl = -1;    // programmatic dependent launch: 0 off, 1 wait first, 2 prefetch weights
+                   // first, -1 the production choice (2)
 };
 void set_gemv_tuning(const GemvTuning& tuning);
 
