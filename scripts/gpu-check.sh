@@ -7,8 +7,8 @@
 # (scripts/offline-deps.sh), both made where there is network.
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
-# matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm") only those benchmarks,
-# GPU_CHECK_PYTHON=0 skips the Python package's tests.
+# matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
+# those benchmarks, GPU_CHECK_PYTHON=0 skips the Python package's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="${1:-out/gpu-check}"
@@ -60,9 +60,21 @@ python_tests() {
   LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a bash scripts/python-test.sh
 }
 benchmarks() {
+  # Names: the `lowbit bench` benchmarks (kvquant, gemm) and the evaluations `attention`
+  # and `kvcache` (`lowbit eval ...`; kvcache needs the model: scripts/fetch-model.sh).
   local status=0
-  for name in ${GPU_CHECK_BENCH:-kvquant gemm}; do
-    "$build_dir/bin/lowbit" bench "$name" --json "$results/$name.json" >"$results/bench-$name.md" || status=1
+  for name in ${GPU_CHECK_BENCH:-kvquant gemm attention kvcache}; do
+    local command=(bench "$name")
+    case "$name" in
+      attention) command=(eval attention) ;;
+      kvcache)
+        if [ ! -f "${LOWBIT_MODEL:-${LOWBIT_CACHE:-$HOME/.cache/lowbit}/models/SmolLM2-135M-Instruct.Q4_1.gguf}" ]; then
+          echo "gpu-check: no model (scripts/fetch-model.sh or LOWBIT_MODEL): eval kvcache skipped"
+          continue
+        fi
+        command=(eval kvcache --device gpu --png "$results/kvcache-memory.png") ;;
+    esac
+    "$build_dir/bin/lowbit" "${command[@]}" --json "$results/$name.json" >"$results/bench-$name.md" || status=1
     cat "$results/bench-$name.md"
   done
   return "$status"
