@@ -108,6 +108,10 @@ void pack_weights(const TensorView& codes, const TensorView& scales, const Tenso
 // out [M x N] = X [M x K] @ W^T (+ bias [N]), X and out in spec.act_dtype, FP32
 // accumulation, the weights dequantized in registers. M >= 1 (a GEMV-style kernel
 // for M <= 16, tensor cores above). bias: act_dtype [N] or empty.
+// The M <= 16 kernel uses programmatic dependent launch: it starts loading the packed
+// weights while the previous kernel on the stream may still run (X, bias and out only
+// after it finished). So the weights must not be written by the kernel launched just
+// before this call on the same stream (cudaMemcpy uploads and anything earlier are fine).
 void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
                       cuda_stream_t stream);
 
