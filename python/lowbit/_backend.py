@@ -4,6 +4,14 @@ Outputs are allocated with the caller's library (NumPy for NumPy inputs, torch f
 torch tensors, CuPy for CuPy arrays) on the input's device, and handed to the C++
 layer through DLPack, which writes into them in place. torch and CuPy are imported
 only when an input comes from them.
+
+Host cost per call (issue 6): each backend's `dl` gives the binding an argument in the
+cheapest form nanobind's ndarray caster takes. For torch tensors that is the DLPack
+capsule of torch.utils.dlpack.to_dlpack (a C function, ~0.3 us) instead of the tensor,
+whose Python-level Tensor.__dlpack__ nanobind would otherwise call (3-4 us a tensor).
+Both export the same memory without synchronizing (nanobind passes no stream, so
+__dlpack__ uses its stream=-1 default); where __dlpack__ refuses (requires_grad, a
+CUDA device that is not current) nanobind already fell back to to_dlpack.
 """
 from __future__ import annotations
 
@@ -41,7 +49,28 @@ def dtype_name(dtype) -> str:
             f"dtype: expected float32, float16, bfloat16 or int32, got {dtype!r}") from None
 
 
-class NumpyBackend:
+class _PlainBackend:
+    """What NumPy and CuPy share: no torch.compile, no capture test, arrays passed to the
+    binding as they are (their __dlpack__ is a C method)."""
+
+    @staticmethod
+    def compiling() -> bool:
+        return False
+
+    @staticmethod
+    def capturing() -> bool:
+        return False
+
+    @staticmethod
+    def dl(x):
+        return x
+
+    @staticmethod
+    def zero(x) -> None:
+        x.fill(0)
+
+
+class NumpyBackend(_PlainBackend):
     name = "numpy"
 
     @staticmethod
@@ -64,40 +93,74 @@ class NumpyBackend:
     def is_cuda(like) -> bool:
         return False
 
-    @staticmethod
-    def compiling() -> bool:
-        return False
-
-
 class TorchBackend:
     name = "torch"
 
     def __init__(self):
         import torch
+        from torch.utils.dlpack import to_dlpack
 
         self.torch = torch
         self.dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
                        "i8": torch.int8, "u8": torch.uint8, "i32": torch.int32}
         self.compiling = torch.compiler.is_compiling
+        self._plain = (torch.Tensor, torch.nn.Parameter)  # types dl exports itself
+        self._to_dlpack = to_dlpack
+        # The raw cudaStream_t of a device's current stream and the capture test, as C
+        # functions (what torch.cuda.current_stream(d).cuda_stream and
+        # torch.cuda.is_current_stream_capturing() return, without their Python layers).
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+        self._cuda_ready = False
 
     def empty(self, shape, dtype: str, like):
-        return self.torch.empty(shape, dtype=self.dtypes[dtype], device=like.device)
+        # like.new_empty(*sizes): like's device without building a torch.device, and sizes
+        # as arguments, which torch parses faster than a tuple (1.0 us a call on the CPU,
+        # torch.empty(shape, device=like.device) 1.6 us).
+        return like.new_empty(*shape, dtype=self.dtypes[dtype])
 
     def scalar(self, value: float, like):
         # A fill kernel, not a host-to-device copy: safe under CUDA graph capture.
-        return self.torch.full((1,), value, dtype=self.torch.float32, device=like.device)
+        return like.new_full((1,), value, dtype=self.torch.float32)
 
     def stream(self, like) -> int:
-        if like.device.type != "cuda":
+        """The raw handle of the current CUDA stream of like's device (0 for CPU tensors)."""
+        if not like.is_cuda:
             return 0
-        return self.torch.cuda.current_stream(like.device).cuda_stream
+        if self._raw_stream is None:
+            return self.torch.cuda.current_stream(like.device).cuda_stream
+        if not self._cuda_ready:
+            self.torch.cuda._lazy_init()  # what torch.cuda.current_stream does first
+            self._cuda_ready = True
+        return self._raw_stream(like.get_device())
+
+    def capturing(self) -> bool:
+        """Whether the current CUDA stream is capturing a graph."""
+        if self._is_capturing is None:
+            return self.torch.cuda.is_current_stream_capturing()
+        return self._is_capturing()
 
     @staticmethod
     def is_cuda(like) -> bool:
-        return like.device.type == "cuda"
+        return like.is_cuda
+
+    def dl(self, x):
+        """x for the binding: a torch tensor (or nn.Parameter) as its DLPack capsule (see the
+        module's docstring); anything else (None, other subclasses, other libraries' arrays)
+        as it is."""
+        if type(x) in self._plain:
+            try:
+                return self._to_dlpack(x)
+            except Exception:  # noqa: BLE001  (nanobind reports what it cannot take)
+                return x
+        return x
+
+    @staticmethod
+    def zero(x) -> None:
+        x.zero_()
 
 
-class CupyBackend:
+class CupyBackend(_PlainBackend):
     name = "cupy"
 
     def __init__(self):
@@ -125,21 +188,27 @@ class CupyBackend:
     def is_cuda(like) -> bool:
         return True
 
-    @staticmethod
-    def compiling() -> bool:
-        return False
-
 
 NUMPY = NumpyBackend()
 _torch_backend = None
 _cupy_backend = None
 
 
+# The backend of each array type seen so far (one dict lookup a call).
+_BACKEND_OF_TYPE = {np.ndarray: NUMPY}
+
+
 def backend_of(x):
     """The backend of an array, by its type (cheap: no imports on the NumPy path)."""
+    backend = _BACKEND_OF_TYPE.get(type(x))
+    if backend is None:
+        backend = _backend_of_new_type(x)
+        _BACKEND_OF_TYPE[type(x)] = backend
+    return backend
+
+
+def _backend_of_new_type(x):
     global _torch_backend, _cupy_backend
-    if type(x) is np.ndarray:
-        return NUMPY
     module = type(x).__module__
     if module.startswith("torch"):
         if _torch_backend is None:

@@ -10,8 +10,10 @@ For each call it reports
   kernel_us  (GPU) device time per call: N calls captured in a CUDA graph and replayed,
              timed with CUDA events (what the GPU spends, launch gaps excluded);
   over_us    host_us - kernel_us on the GPU (the host time above the kernel); on the CPU,
-             host_us minus the raw _lowbit call with its outputs allocated beforehand
-             (the Python layer's share), where there is one.
+             host_us minus the raw _lowbit call on NumPy arrays of the same memory with
+             its outputs allocated beforehand (the library's work plus the least a binding
+             call costs), where there is one: what the Python layer, the output
+             allocation and (torch rows) torch's DLPack export add.
 next to torch's own ops on the same tensors (an empty_like, which launches nothing, and
 a one-kernel add) for scale. Medians of 7 runs. Timings only: nothing is checked.
 """
@@ -90,6 +92,9 @@ def cpu_cases(like_torch: bool):
         device = "cpu"
     codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
     c = lowbit.int8_matmul(a, b)
+    out = lowbit.dequantize_tensor(codes, scales, None, "int8", "token")
+    # The floors' arguments: NumPy arrays (views of the torch tensors' memory).
+    xn, an, bn, cn, codes_n, scales_n, out_n = (np.asarray(t) for t in (x, a, b, c, codes, scales, out))
     cache = lowbit.LayerKVCache("selective", 2, 64, 1 << 20, sink=4, window=8, kv_bits=8, device=device)
     for _ in range(16):
         cache.append(k, k)
@@ -101,11 +106,11 @@ def cpu_cases(like_torch: bool):
 
     cases = [
         ("quantize_tensor int8 token 4x64", lambda: lowbit.quantize_tensor(x, "int8", "token"),
-         lambda: _lowbit.quantize(x, codes, scales, None, "int8", "token", 0, None, 0, False)),
+         lambda: _lowbit.quantize(xn, codes_n, scales_n, None, "int8", "token", 0, None, 0, False)),
         ("int8_matmul 4x64x64 -> i32", lambda: lowbit.int8_matmul(a, b),
-         lambda: _lowbit.int8_matmul(a, b, "k_by_n", c, None, None, 1.0, None, False, 0)),
+         lambda: _lowbit.int8_matmul(an, bn, "k_by_n", cn, None, None, 1.0, None, False, 0)),
         ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
-         None),
+         lambda: _lowbit.dequantize(codes_n, scales_n, None, "int8", "token", 0, out_n, 0)),
         ("LayerKVCache.append 2x64 selective", append, None),
     ]
     if like_torch:

@@ -40,11 +40,6 @@ def _check_rank2(x, what: str):
                           f"(shape {tuple(x.shape)}); reshape it first")
 
 
-def _capturing(backend) -> bool:
-    # A CUDA graph cannot capture the synchronization of the NaN/Inf check.
-    return backend.name == "torch" and backend.torch.cuda.is_current_stream_capturing()
-
-
 def block_encode(x, fmt: str = "nf4") -> BlockWeights:
     """Encodes a 2-D float tensor (f32, f16 or bf16; cols a multiple of the block size:
     nf4 64, mxfp4 32, nvfp4 16) into a new BlockWeights of x's library on x's device.
@@ -74,8 +69,9 @@ def block_encode_with(backend, x, fmt: str):
         stream = backend.stream(x)
         nbytes = _lowbit.block_encode_workspace_bytes(fmt, rows, cols)
         workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-        deferred = _capturing(backend)
-    _lowbit.block_encode(x, codes, scales, global_scale, fmt, workspace, stream, deferred)
+        deferred = backend.capturing()  # a CUDA graph cannot capture the NaN/Inf check's synchronization
+    dl = backend.dl
+    _lowbit.block_encode(dl(x), dl(codes), dl(scales), dl(global_scale), fmt, dl(workspace), stream, deferred)
     return codes, scales, global_scale
 
 
@@ -104,5 +100,6 @@ def block_decode_with(backend, codes, scales, global_scale, fmt: str, cols: int,
     """block_decode for a known backend (the torch custom op's implementation)."""
     out = backend.empty((int(codes.shape[0]), int(cols)), out_dtype, codes)
     stream = backend.stream(codes) if backend.is_cuda(codes) else 0
-    _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
+    dl = backend.dl
+    _lowbit.block_decode(dl(codes), dl(scales), dl(global_scale), fmt, dl(out), stream)
     return out

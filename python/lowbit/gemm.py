@@ -58,10 +58,13 @@ def matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, re
     out = backend.empty((a.shape[0], n), out_name, a)
     scale_a, scale_b = _as_scale(backend, scale_a, a), _as_scale(backend, scale_b, a)
     stream = backend.stream(a) if backend.is_cuda(a) else 0
+    dl = backend.dl
     if kernel == "int8":
-        _lowbit.int8_matmul(a, b, b_layout, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
+        _lowbit.int8_matmul(dl(a), dl(b), b_layout, dl(out), dl(scale_a), dl(scale_b), float(scale_c), dl(bias),
+                            bool(relu), stream)
     else:
-        _lowbit.int4_matmul(a, b, b_layout, k, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
+        _lowbit.int4_matmul(dl(a), dl(b), b_layout, k, dl(out), dl(scale_a), dl(scale_b), float(scale_c), dl(bias),
+                            bool(relu), stream)
     return out
 
 

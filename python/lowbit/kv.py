@@ -72,7 +72,7 @@ class LayerKVCache:
         self.buffers = {f"{kv}_{part}": _zeros(backend, shapes[part], dtypes[part], like)
                         for kv in "kv" for part in _PARTS}
         self._layer = _lowbit.KvLayer(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
-                                      self.max_tokens, *self.buffers.values())
+                                      self.max_tokens, *map(backend.dl, self.buffers.values()))
         self.length = 0
 
     @property
@@ -95,7 +95,8 @@ class LayerKVCache:
             backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
                                                self.length)
         else:
-            self._layer.append(k, v, self.length, backend.stream(k) if backend.is_cuda(k) else 0)
+            dl = backend.dl
+            self._layer.append(dl(k), dl(v), self.length, backend.stream(k) if backend.is_cuda(k) else 0)
         self.length += 1
 
     def attention(self, q, out_dtype="float32"):
@@ -126,7 +127,8 @@ class LayerKVCache:
 
             backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
         else:
-            self._layer.append_at(k, v, pos, backend.stream(k) if backend.is_cuda(k) else 0)
+            dl = backend.dl
+            self._layer.append_at(dl(k), dl(v), dl(pos), backend.stream(k) if backend.is_cuda(k) else 0)
 
     def attention_at(self, q, pos, out_dtype="float32"):
         """attention() of the query at the position held by pos (int32 [1] on the cache's
@@ -166,15 +168,17 @@ def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, m
     workspace, stream = None, 0
     if backend.is_cuda(q):
         stream = backend.stream(q)
-        nbytes = (layer.workspace_bytes(length, n_heads, True, _device_index(q)) if pos is None else
-                  layer.workspace_bytes_at(n_heads, max_length, True, _device_index(q)))
+        device = _device_index(q)
+        nbytes = (layer.workspace_bytes(length, n_heads, True, device) if pos is None else
+                  layer.workspace_bytes_at(n_heads, max_length, True, device))
         workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
         if workspace is not None and pos is not None:
-            workspace[...] = 0  # decode_attention_at's split counters start at zero (a fill kernel)
+            backend.zero(workspace)  # decode_attention_at's split counters start at zero (a fill kernel)
+    dl = backend.dl
     if pos is None:
-        layer.attention(q, out, length, workspace, stream)
+        layer.attention(dl(q), dl(out), length, dl(workspace), stream)
     else:
-        layer.attention_at(q, out, pos, max_length, workspace, stream)
+        layer.attention_at(dl(q), dl(out), dl(pos), max_length, dl(workspace), stream)
     return out
 
 

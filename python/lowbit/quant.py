@@ -27,9 +27,26 @@ def _check_rank2(x, what: str):
                           f"(shape {tuple(x.shape)}); reshape it first")
 
 
-def _capturing(backend) -> bool:
-    # A CUDA graph cannot capture the synchronization of the NaN/Inf check.
-    return backend.name == "torch" and backend.torch.cuda.is_current_stream_capturing()
+# (code_cols, scale shape, has_mins, code dtype name, GPU workspace bytes) by (scheme,
+# granularity, group_size, rows, cols): what quantize_with derives before it allocates,
+# from the C++ layout (which checks the arguments: a bad spec raises and is not cached).
+_LAYOUTS = {}
+_LAYOUTS_MAX = 4096
+
+
+def _layout(scheme, granularity, group_size, rows, cols):
+    key = (scheme, granularity, group_size, rows, cols)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        _, has_mins, code_dtype = scheme_info(scheme)
+        code_cols, scale_rows, scale_cols = _lowbit.quant_layout(scheme, granularity, group_size, rows, cols)
+        scale_shape = (scale_rows, scale_cols) if granularity == "group" else (scale_rows * scale_cols,)
+        nbytes = _lowbit.quantize_workspace_bytes(scheme, granularity, group_size, rows, cols)
+        layout = (code_cols, scale_shape, has_mins, code_dtype, nbytes)
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
 
 
 def quantize_tensor(x, scheme: str = "int8", granularity: str = "channel", group_size: int = 0):
@@ -54,22 +71,24 @@ def quantize_tensor(x, scheme: str = "int8", granularity: str = "channel", group
 
 def quantize_with(backend, x, scheme, granularity, group_size, deferred=None):
     """quantize_tensor for a known backend (the torch custom op's implementation)."""
-    _check_rank2(x, "x")
-    rows, cols = x.shape
-    _, has_mins, code_dtype = scheme_info(scheme)
-    code_cols, scale_rows, scale_cols = _lowbit.quant_layout(scheme, granularity, group_size, rows, cols)
+    shape = x.shape
+    if len(shape) != 2:
+        _check_rank2(x, "x")
+    rows, cols = shape
+    code_cols, scale_shape, has_mins, code_dtype, nbytes = _layout(scheme, granularity, group_size, rows, cols)
     codes = backend.empty((rows, code_cols), code_dtype, x)
-    scale_shape = (scale_rows, scale_cols) if granularity == "group" else (scale_rows * scale_cols,)
     scales = backend.empty(scale_shape, "f32", x)
     mins = backend.empty(scale_shape, "f32", x) if has_mins else None
     workspace, stream = None, 0
     if backend.is_cuda(x):
         stream = backend.stream(x)
-        nbytes = _lowbit.quantize_workspace_bytes(scheme, granularity, group_size, rows, cols)
         workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
         if deferred is None:
-            deferred = _capturing(backend)
-    _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, workspace, stream, bool(deferred))
+            # A CUDA graph cannot capture the synchronization of the NaN/Inf check.
+            deferred = backend.capturing()
+    dl = backend.dl
+    _lowbit.quantize(dl(x), dl(codes), dl(scales), dl(mins), scheme, granularity, group_size, dl(workspace), stream,
+                     bool(deferred))
     return codes, scales, mins
 
 
@@ -104,5 +123,6 @@ def dequantize_tensor(codes, scales, mins=None, scheme: str = "int8", granularit
 def dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols):
     out = backend.empty((codes.shape[0], cols), out_dtype, codes)
     stream = backend.stream(codes) if backend.is_cuda(codes) else 0
-    _lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, out, stream)
+    dl = backend.dl
+    _lowbit.dequantize(dl(codes), dl(scales), dl(mins), scheme, granularity, group_size, dl(out), stream)
     return out

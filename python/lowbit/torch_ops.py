@@ -170,7 +170,7 @@ _KV_BUFFERS = ("k_f16", "k_codes", "k_scales", "k_mins", "v_f16", "v_codes", "v_
 
 
 def _kv_layer(policy, spec, buffers):
-    return _lowbit.KvLayer(policy, *spec, *buffers)
+    return _lowbit.KvLayer(policy, *spec, *map(torch_backend().dl, buffers))
 
 
 @torch.library.custom_op("lowbit::kv_append", mutates_args=_KV_BUFFERS)
@@ -178,7 +178,8 @@ def kv_append(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor
               v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
               k: torch.Tensor, v: torch.Tensor, policy: str, spec: list[int], pos: int) -> None:
     layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
-    layer.append(k, v, pos, torch_backend().stream(k))
+    backend = torch_backend()
+    layer.append(backend.dl(k), backend.dl(v), pos, backend.stream(k))
 
 
 @kv_append.register_fake
@@ -206,7 +207,8 @@ def kv_append_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Ten
                  v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                  k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int]) -> None:
     layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
-    layer.append_at(k, v, pos, torch_backend().stream(k))
+    backend = torch_backend()
+    layer.append_at(backend.dl(k), backend.dl(v), backend.dl(pos), backend.stream(k))
 
 
 @kv_append_at.register_fake
