@@ -45,20 +45,37 @@ struct SplitArgs {
   bool out_f16;
 };
 
-// Output channel c of query head h from the splits' partials (rescaled by 2^(m_s - M)).
-// Loads bypass L1: in the fused form other blocks wrote the partials.
-__device__ __forceinline__ float combine_channel(const float* acc, const float* max_sum, int splits, int d, int h,
-                                                 int c) {
+// The combine of one query head's splits, shared by the fused form and the combine
+// kernel so that both give the same bits. One warp turns the splits' (max, sum) into
+// weights 2^(m_s - M) in shared memory (`weights`, >= splits floats) and the total
+// L = sum l_s w_s (fixed shuffle order); then each channel is sum_s acc_s w_s / L with
+// its loads unrolled (the splits' partials are independent L2 reads: one at a time, a
+// 33-split combine was ~10 us of round trips). Loads bypass L1: in the fused form other
+// blocks wrote the partials.
+__device__ __forceinline__ float combine_weights(const float* max_sum, int splits, int h, float* weights, int lane) {
   const float* ms = max_sum + static_cast<long long>(h) * splits * 2;
   float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, __ldcg(ms + 2 * s));
-  float l = 0.0f, o = 0.0f;
-  for (int s = 0; s < splits; ++s) {
+  for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(ms + 2 * s));
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float l = 0.0f;
+  for (int s = lane; s < splits; s += 32) {
     const float w = exp2f(__ldcg(ms + 2 * s) - m);
+    weights[s] = w;
     l = fmaf(__ldcg(ms + 2 * s + 1), w, l);
-    o = fmaf(__ldcg(acc + (static_cast<long long>(h) * splits + s) * d + c), w, o);
   }
-  return o / l;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  return l;
+}
+
+__device__ __forceinline__ float combine_channel(const float* acc, const float* weights, float total, int splits, int d,
+                                                 int h, int c) {
+  const float* a = acc + static_cast<long long>(h) * splits * d + c;
+  float o = 0.0f;
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s) o = fmaf(__ldcg(a + static_cast<long long>(s) * d), weights[s], o);
+  return o / total;
 }
 
 // Exact small integers to float without I2F (one PRMT or LOP + one FADD): the float
@@ -251,9 +268,16 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   __syncthreads();
   if (!last) return;
   __threadfence();
+  // scores[] is free now: it holds the combine weights (splits <= kMaxSplit, checked).
+  __shared__ float totals[GQ];
+  if (warp < GQ) {
+    const float l = combine_weights(a.max_sum, a.splits, h0 + warp, scores[warp], lane);
+    if (lane == 0) totals[warp] = l;
+  }
+  __syncthreads();
   for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
-    const int h = h0 + t / D, c = t % D;
-    const float v = combine_channel(a.acc, a.max_sum, a.splits, D, h, c);
+    const int g = t / D, h = h0 + g, c = t % D;
+    const float v = combine_channel(a.acc, scores[g], totals[g], a.splits, D, h, c);
     if (a.out_f16) {
       static_cast<__half*>(a.out)[h * D + c] = __float2half_rn(v);
     } else {
@@ -268,8 +292,15 @@ template <class Out>
 __global__ void decode_combine_kernel(const float* acc, const float* max_sum, int splits, int d, Out* out) {
   pdl_trigger();
   pdl_wait();
+  __shared__ float weights[kMaxSplit];
+  __shared__ float total;
   const int h = static_cast<int>(blockIdx.x), c = static_cast<int>(threadIdx.x);
-  const float v = combine_channel(acc, max_sum, splits, d, h, c);
+  if (c < 32) {
+    const float l = combine_weights(max_sum, splits, h, weights, c);
+    if (c == 0) total = l;
+  }
+  __syncthreads();
+  const float v = combine_channel(acc, weights, total, splits, d, h, c);
   if constexpr (sizeof(Out) == 4) {
     out[h * d + c] = v;
   } else {
@@ -334,6 +365,8 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
                  ") outside the body's slots");
   }
   const DecodeSplitPlan plan = decode_attention_plan(shape, span, n_heads);
+  LOWBIT_CHECK(plan.splits <= kMaxSplit, "decode_attention: ", span.visible(shape), " visible positions need ",
+               plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
   const int group = static_cast<int>(n_heads / shape.kv_heads);
   const int gq = decode_heads_per_block(group);
   const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits);
