@@ -68,3 +68,45 @@ def test_int4_body_generates():
     # 8), 43 in INT4 with an f32 scale + min per token per head (head_dim 32: 16 + 8 bytes
     # against 64): 12/55 + 43/55 * 0.375 = 0.511 (measured on the H100: 28800 / 56320).
     assert cache.kv_bytes() < 0.52 * cache.full_precision_bytes()
+
+
+def default_model_path():
+    """The engine's default GGUF (scripts/fetch-model.sh), or $LOWBIT_MODEL; None when absent."""
+    import os
+
+    cache = os.environ.get("LOWBIT_CACHE") or os.path.expanduser("~/.cache/lowbit")
+    path = os.environ.get("LOWBIT_MODEL") or os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path if os.path.isfile(path) else None
+
+
+@pytest.mark.skipif(not has_module("gguf") or default_model_path() is None,
+                    reason="needs the gguf package and the default model (scripts/fetch-model.sh)")
+def test_default_model_int8_selective_matches_full():
+    """SmolLM2-135M-Instruct loaded by transformers from the engine's GGUF file: the INT8
+    selective cache (sink 4, window 16: most of the 51 cached tokens quantized) gives the
+    full cache's first 32 greedy tokens on the seed's prompt."""
+    import os
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+    from lowbit.hf_cache import LowbitQuantizedCache
+
+    folder, name = os.path.split(default_model_path())
+    dtype = torch.float16 if cuda_available() else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype).to(device()).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    prompt = "Once upon a time, in a small village at the edge of a great forest, there lived"
+    ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device())
+    kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    with torch.no_grad():
+        full = model.generate(ids, past_key_values=DynamicCache(), **kwargs)
+        cache = LowbitQuantizedCache(model.config, sink=4, window=16, scheme="int8")
+        ours = model.generate(ids, past_key_values=cache, **kwargs)
+    n = ids.shape[1]
+    assert cache.quantized_tokens() >= 25
+    assert torch.equal(ours[:, n:], full[:, n:]), (tokenizer.decode(full[0, n:]), tokenizer.decode(ours[0, n:]))
+    held, dense = cache.kv_bytes(), cache.full_precision_bytes()
+    print(f"default model, lowbit INT8 selective: {held} KV bytes vs {dense} ({held / dense:.3f}x), "
+          f"text: {tokenizer.decode(ours[0, n:])!r}")
+    assert 0 < held < dense
