@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/cpu_kernels.h"
+#include "engine/rope_table.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
@@ -15,19 +16,9 @@ using cpu_kernels::rms_norm;
 CpuSession::CpuSession(const Model& model, KvCacheOptions cache, std::int64_t max_tokens)
     : model_(&model),
       cache_(KvShape{model.config().n_layers, model.config().n_kv_heads, model.config().head_dim}, cache, max_tokens) {
-  // Angles in double: pos * base^(-2i / rope_dims) loses digits in float at long contexts.
-  const ModelConfig& c = model.config();
-  const std::int64_t half = c.rope_dims / 2;
-  rope_cos_.resize(static_cast<std::size_t>(max_tokens * half));
-  rope_sin_.resize(rope_cos_.size());
-  for (std::int64_t i = 0; i < half; ++i) {
-    const double freq = std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
-    for (std::int64_t p = 0; p < max_tokens; ++p) {
-      const double angle = static_cast<double>(p) * freq;
-      rope_cos_[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
-      rope_sin_[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
-    }
-  }
+  RopeTable table = rope_table(model.config(), max_tokens);
+  rope_cos_ = std::move(table.cos);
+  rope_sin_ = std::move(table.sin);
 }
 
 void CpuSession::reset() {

@@ -101,6 +101,16 @@ long long first_difference(const cuda::DeviceBuffer& d, const void* host) {
   return -1;
 }
 
+// The device layer holds the twin's bytes: FP16 slots, codes, scales, mins of K and V.
+void expect_same_buffers(const DeviceLayer& layer, const KvTwin& twin) {
+  for (auto [p, h, name] : {std::tuple{&layer.k, &twin.k, "K"}, std::tuple{&layer.v, &twin.v, "V"}}) {
+    EXPECT_EQ(first_difference(p->f16, h->f16.data()), -1) << name << " FP16 slots";
+    EXPECT_EQ(first_difference(p->codes, h->codes.data()), -1) << name << " codes";
+    EXPECT_EQ(first_difference(p->scales, h->scales.data()), -1) << name << " scales";
+    EXPECT_EQ(first_difference(p->mins, h->mins.data()), -1) << name << " mins";
+  }
+}
+
 class DecodeAttentionGpu : public GpuTest {};
 
 TEST_F(DecodeAttentionGpu, AppendWritesTheCpuQuantizeBuffers) {
@@ -123,12 +133,7 @@ TEST_F(DecodeAttentionGpu, AppendWritesTheCpuQuantizeBuffers) {
                         nullptr);
         }
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-        for (auto [p, h, name] : {std::tuple{&layer.k, &twin.k, "K"}, std::tuple{&layer.v, &twin.v, "V"}}) {
-          EXPECT_EQ(first_difference(p->f16, h->f16.data()), -1) << name << " FP16 slots";
-          EXPECT_EQ(first_difference(p->codes, h->codes.data()), -1) << name << " codes";
-          EXPECT_EQ(first_difference(p->scales, h->scales.data()), -1) << name << " scales";
-          EXPECT_EQ(first_difference(p->mins, h->mins.data()), -1) << name << " mins";
-        }
+        expect_same_buffers(layer, twin);
       }
     }
   }
@@ -263,12 +268,7 @@ TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
         }
       }
       LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-      for (auto [p, h, name] : {std::tuple{&layer.k, &twin.k, "K"}, std::tuple{&layer.v, &twin.v, "V"}}) {
-        EXPECT_EQ(first_difference(p->f16, h->f16.data()), -1) << name << " FP16 slots";
-        EXPECT_EQ(first_difference(p->codes, h->codes.data()), -1) << name << " codes";
-        EXPECT_EQ(first_difference(p->scales, h->scales.data()), -1) << name << " scales";
-        EXPECT_EQ(first_difference(p->mins, h->mins.data()), -1) << name << " mins";
-      }
+      expect_same_buffers(layer, twin);
       EXPECT_EQ(first_difference(qd, q_rot.data()), -1) << "Q rotated in place";
     }
   }

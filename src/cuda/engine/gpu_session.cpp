@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cuda/engine/forward_kernels.h"
+#include "engine/rope_table.h"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
@@ -73,21 +74,12 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   tokens_ = DeviceBuffer(rows * 4);
   step_ = DeviceBuffer(16);
 
-  // The CPU reference's angle table: pos * base^(-2i / rope_dims) in double.
-  const std::int64_t half = c.rope_dims / 2;
-  std::vector<float> cos_table(static_cast<std::size_t>(max_tokens * half)), sin_table(cos_table.size());
-  for (std::int64_t i = 0; i < half; ++i) {
-    const double freq = std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dims));
-    for (std::int64_t p = 0; p < max_tokens; ++p) {
-      const double angle = static_cast<double>(p) * freq;
-      cos_table[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
-      sin_table[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
-    }
-  }
-  rope_cos_ = DeviceBuffer(cos_table.size() * 4);
-  rope_sin_ = DeviceBuffer(sin_table.size() * 4);
-  LOWBIT_CUDA_CHECK(cudaMemcpy(rope_cos_.data(), cos_table.data(), rope_cos_.bytes(), cudaMemcpyHostToDevice));
-  LOWBIT_CUDA_CHECK(cudaMemcpy(rope_sin_.data(), sin_table.data(), rope_sin_.bytes(), cudaMemcpyHostToDevice));
+  // The CPU reference's angle table.
+  const lowbit::engine::RopeTable table = lowbit::engine::rope_table(c, max_tokens);
+  rope_cos_ = DeviceBuffer(table.cos.size() * 4);
+  rope_sin_ = DeviceBuffer(table.sin.size() * 4);
+  LOWBIT_CUDA_CHECK(cudaMemcpy(rope_cos_.data(), table.cos.data(), rope_cos_.bytes(), cudaMemcpyHostToDevice));
+  LOWBIT_CUDA_CHECK(cudaMemcpy(rope_sin_.data(), table.sin.data(), rope_sin_.bytes(), cudaMemcpyHostToDevice));
 
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   void* pinned = nullptr;
