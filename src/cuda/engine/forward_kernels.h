@@ -17,7 +17,7 @@ void embed_rows(const float* table, const std::int32_t* tokens, std::int64_t n, 
                 cuda_stream_t stream);
 
 // Per row: if delta, x += delta (f16); then h = x / rms(x) * weight as f16, with
-// rms(x) = sqrt(mean(x^2) + eps). n rows of d (d a multiple of 4).
+// rms(x) = sqrt(mean(x^2) + eps), over n rows of d.
 void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std::int64_t n, std::int64_t d,
                   float eps, std::uint16_t* h, cuda_stream_t stream);
 
