@@ -18,8 +18,7 @@ int cmd_generate(const Args& args) {
   KvCacheFlags kv;
   Options cli("lowbit generate",
               "Greedy generation with a KV-cache policy, on the GPU (lowbit's kernels) or the CPU reference;\n"
-              "the text streams to "
-              "stdout, the statistics (prefill and decode speed, KV-cache bytes) go to stderr.");
+              "the text streams to stdout, the statistics (prefill and decode speed, KV-cache bytes) to stderr.");
   cli.text("--prompt", &prompt, "TEXT", "the prompt (required)");
   cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
   cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens to generate at most (default 200)");
