@@ -2,7 +2,8 @@
 append a token's keys and values, run the newest query's attention over what the policy
 keeps. On CUDA tensors this is the engine's kv_append / decode_attention kernels on the
 caller's current stream; on NumPy arrays (or CPU torch tensors) their CPU twin, which
-holds the same bytes (codes, scales and mins equal quantize_tensor's per-token codes).
+holds the same bytes: codes with f16 scales and mins (quantize_tensor's per-token scheme,
+its f32 scale and min rounded to f16 and the codes encoded with the rounded values).
 
     cache = LayerKVCache("selective", kv_heads=2, head_dim=64, max_tokens=4096, sink=16,
                          window=32, kv_bits=8, device="cuda")
@@ -14,8 +15,8 @@ holds the same bytes (codes, scales and mins equal quantize_tensor's per-token c
 Policies (the engine's): "full" (every token FP16), "window" (sink + the last `window`
 tokens FP16, older ones dropped), "selective" (sink + window FP16; a token leaving the
 window is quantized from its FP16 value to INT8 or INT4 and kept), "int8" / "int4" (every
-token quantized on arrival). INT8 is symmetric, INT4 asymmetric (scale + min), one scale
-(+ min) per token per KV head. head_dim is 64 or 128; n_heads a multiple of kv_heads (GQA).
+token quantized on arrival). INT8 is symmetric, INT4 asymmetric (scale + min), one f16
+scale (+ f16 min) per token per KV head. head_dim is 64 or 128; n_heads a multiple of kv_heads (GQA).
 
 torch: append and attention are torch custom ops (torch.ops.lowbit.kv_append /
 kv_attention, registered by lowbit.torch_ops) and trace under torch.compile. They take
@@ -67,7 +68,8 @@ class LayerKVCache:
         self._backend = backend
         shapes = {"f16": layout["f16"], "codes": layout["codes"], "scales": layout["params"],
                   "mins": layout["mins"]}
-        dtypes = {"f16": "f16", "codes": layout["code_dtype"], "scales": "f32", "mins": "f32"}
+        dtypes = {"f16": "f16", "codes": layout["code_dtype"], "scales": layout["param_dtype"],
+                  "mins": layout["param_dtype"]}
         # k_f16, k_codes, k_scales, k_mins, v_f16, ...: parts the policy lacks are empty.
         self.buffers = {f"{kv}_{part}": _zeros(backend, shapes[part], dtypes[part], like)
                         for kv in "kv" for part in _PARTS}

@@ -105,6 +105,7 @@ nb::dict layout(const std::string& policy, std::int64_t kv_heads, std::int64_t h
   d["codes"] = nb::make_tuple(body, s.kv_heads, s.body == KvBody::none ? 0 : s.code_bytes());
   d["code_dtype"] = s.body == KvBody::int8 ? "i8" : "u8";
   d["params"] = nb::make_tuple(body, s.kv_heads);
+  d["param_dtype"] = "f16";  // scales and mins
   d["mins"] = nb::make_tuple(s.has_mins() ? body : 0, s.kv_heads);
   d["sink"] = s.sink;
   d["window"] = s.window;

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_quant.h"
 #include "formats/float16.h"
 #include "lowbit/error.h"
-#include "lowbit/quant.h"
 
 namespace lowbit::python {
 namespace {
@@ -20,12 +20,7 @@ using cuda::engine::KvPart;
 
 bool all_quantized(const KvLayerShape& s) { return s.body != KvBody::none && s.window == 0; }
 
-QuantSpec body_spec(const KvLayerShape& s) {
-  QuantSpec spec;
-  spec.scheme = s.body == KvBody::int8 ? QuantScheme::int8_symmetric : QuantScheme::int4_asymmetric;
-  spec.granularity = Granularity::per_token;
-  return spec;
-}
+int body_bits(const KvLayerShape& s) { return s.body == KvBody::int8 ? 8 : 4; }
 
 void check_buffer(const TensorView& view, const char* what, DType dtype, std::int64_t numel, Device device) {
   if (numel == 0) return;  // a part this policy does not have: anything (None, empty) goes
@@ -41,8 +36,8 @@ void check_part(const KvLayerShape& s, const KvPartViews& p, const char* const n
   check_buffer(p.f16, names[0], DType::f16, h * s.f16_slots() * d, device);
   const std::int64_t body = s.body == KvBody::none ? 0 : s.body_slots;
   check_buffer(p.codes, names[1], s.body == KvBody::int8 ? DType::i8 : DType::u8, body * h * s.code_bytes(), device);
-  check_buffer(p.scales, names[2], DType::f32, body * h, device);
-  check_buffer(p.mins, names[3], DType::f32, s.has_mins() ? body * h : 0, device);
+  check_buffer(p.scales, names[2], DType::f16, body * h, device);
+  check_buffer(p.mins, names[3], DType::f16, s.has_mins() ? body * h : 0, device);
 }
 
 constexpr const char* kKNames[4] = {"k_f16", "k_codes", "k_scales", "k_mins"};
@@ -63,22 +58,33 @@ void check_rows(const TensorView& x, const char* what, std::int64_t rows, std::i
 
 KvPart device_part(const KvPartViews& p) {
   return KvPart{static_cast<std::uint16_t*>(p.f16.data), static_cast<std::uint8_t*>(p.codes.data),
-                static_cast<float*>(p.scales.data), static_cast<float*>(p.mins.data)};
+                static_cast<std::uint16_t*>(p.scales.data), static_cast<std::uint16_t*>(p.mins.data)};
 }
 
 // --- the CPU twins of kv_append and decode_attention --------------------------------
 
-// Quantizes x (f16 [kv_heads x head_dim], any row stride) into the body slot body_pos.
+// The body's codes and f16 parameters of positions from body slot b on (the kernels' layout).
+std::uint8_t* body_codes(const KvLayerShape& s, const KvPartViews& p, std::int64_t b) {
+  return static_cast<std::uint8_t*>(p.codes.data) + b * s.kv_heads * s.code_bytes();
+}
+std::uint16_t* body_scales(const KvLayerShape& s, const KvPartViews& p, std::int64_t b) {
+  return static_cast<std::uint16_t*>(p.scales.data) + b * s.kv_heads;
+}
+std::uint16_t* body_mins(const KvLayerShape& s, const KvPartViews& p, std::int64_t b) {
+  return s.has_mins() ? static_cast<std::uint16_t*>(p.mins.data) + b * s.kv_heads : nullptr;
+}
+
+// Quantizes x (f16 [kv_heads x head_dim], any row stride) into the body slot body_pos,
+// one group per head (engine::kv_quantize, the kernel's arithmetic).
 void quantize_token(const KvLayerShape& s, const KvPartViews& p, std::int64_t body_pos, const TensorView& x) {
-  const std::int64_t h = s.kv_heads;
-  QuantizedView q;
-  q.codes = TensorView::matrix(static_cast<std::uint8_t*>(p.codes.data) + body_pos * h * s.code_bytes(),
-                               p.codes.dtype, Device::cpu, h, s.code_bytes());
-  q.scales = TensorView::vector(static_cast<float*>(p.scales.data) + body_pos * h, DType::f32, Device::cpu, h);
-  if (s.has_mins()) {
-    q.mins = TensorView::vector(static_cast<float*>(p.mins.data) + body_pos * h, DType::f32, Device::cpu, h);
+  const std::int64_t h = s.kv_heads, d = s.head_dim;
+  std::vector<float> in(static_cast<std::size_t>(h * d));
+  const auto* src = static_cast<const std::uint16_t*>(x.data);
+  for (std::int64_t r = 0; r < h; ++r) {
+    for (std::int64_t c = 0; c < d; ++c) in[r * d + c] = formats::half_to_float({src[r * x.row_stride() + c]});
   }
-  quantize(x, body_spec(s), q, Workspace{}, nullptr);
+  engine::kv_quantize(body_bits(s), in.data(), h, d, d, body_codes(s, p, body_pos), body_scales(s, p, body_pos),
+                      body_mins(s, p, body_pos));
 }
 
 void append_part_cpu(const KvLayerShape& s, const KvPartViews& p, std::int64_t pos, const TensorView& x) {
@@ -115,13 +121,9 @@ void read_f16(const KvLayerShape& s, const KvPartViews& p, std::int64_t first, s
 
 void read_body(const KvLayerShape& s, const KvPartViews& p, std::int64_t first, std::int64_t end, float* out) {
   if (end <= first) return;
-  const std::int64_t h = s.kv_heads, rows = (end - first) * h, b = first - s.body_base;
-  QuantizedView q;
-  q.codes = TensorView::matrix(static_cast<std::uint8_t*>(p.codes.data) + b * h * s.code_bytes(), p.codes.dtype,
-                               Device::cpu, rows, s.code_bytes());
-  q.scales = TensorView::vector(static_cast<float*>(p.scales.data) + b * h, DType::f32, Device::cpu, rows);
-  if (s.has_mins()) q.mins = TensorView::vector(static_cast<float*>(p.mins.data) + b * h, DType::f32, Device::cpu, rows);
-  dequantize(q, body_spec(s), TensorView::matrix(out, DType::f32, Device::cpu, rows, s.head_dim), nullptr);
+  const std::int64_t rows = (end - first) * s.kv_heads, b = first - s.body_base;
+  engine::kv_dequantize(body_bits(s), body_codes(s, p, b), body_scales(s, p, b), body_mins(s, p, b), rows, s.head_dim,
+                        s.head_dim, out);
 }
 
 // Every visible position's values, in position order.
@@ -198,7 +200,7 @@ std::int64_t kv_capacity(const KvLayerShape& s) {
 }
 
 std::size_t kv_buffer_bytes(const KvLayerShape& s) {
-  return 2 * (s.f16_bytes() + s.code_bytes_total() + s.param_count() * sizeof(float) * (s.has_mins() ? 2 : 1));
+  return 2 * (s.f16_bytes() + s.code_bytes_total() + s.param_bytes_total());
 }
 
 namespace {

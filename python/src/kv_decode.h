@@ -1,9 +1,9 @@
 // One layer's decode KV cache (the device layout of src/cuda/engine/kv_cache_gpu.h) over
 // caller-owned buffers, for the Python package: the buffers as TensorViews, validated at
 // the boundary, then kv_append / decode_attention on the GPU, or their CPU twins here
-// (the same layout and arithmetic: codes, scales and mins from lowbit's CPU quantize()
-// per_token, equal to the kernel's bit for bit; attention in double over the values
-// dequantize() gives).
+// (the same layout and arithmetic: codes and f16 scales and mins from
+// engine::kv_quantize(), one group per head, equal to the kernel's bit for bit;
+// attention in double over the values engine::kv_dequantize() gives).
 #pragma once
 
 #include <cstddef>
@@ -18,7 +18,7 @@ using cuda::engine::KvLayerShape;
 
 // One part (K or V): f16 [kv_heads, f16_slots, head_dim] (f16 or raw u16 bits as f16),
 // codes [body_slots, kv_heads, code_bytes] (i8 for INT8, u8 for INT4), scales and mins
-// [body_slots, kv_heads] f32. A part the shape does not have is an empty view.
+// [body_slots, kv_heads] f16. A part the shape does not have is an empty view.
 struct KvPartViews {
   TensorView f16, codes, scales, mins;
 };

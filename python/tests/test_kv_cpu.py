@@ -1,5 +1,6 @@
 """lowbit.kv.LayerKVCache on NumPy arrays (the CPU twin of the engine's decode cache):
-its buffers hold quantize_tensor's per-token codes, scales and mins, and its attention
+its buffers hold quantize_tensor's per-token scales and mins rounded to f16 and the codes
+those rounded values give, and its attention
 equals an FP64 NumPy attention over the values those give; bad input raises LowbitError
 with the C++ message."""
 import numpy as np
@@ -16,10 +17,29 @@ def random_tokens(rng, n, heads, d, gain=1.0):
 
 
 def quantized_form(x, bits):
-    """(codes, scales, mins, values) of one token [heads, d] quantized per token (per head)."""
+    """(codes, scales, mins, values) of one token [heads, d] as the KV cache stores it, per
+    token (per head): quantize_tensor's f32 scale (and min) rounded to f16, the codes encoded
+    with the rounded values (q = rint(x / s) or rint((x - m) / s), in f32, clamped), and the
+    values q * s (+ m) they stand for (one rounding: the kernels' fma)."""
     scheme = "int8" if bits == 8 else "int4"
-    codes, scales, mins = lowbit.quantize_tensor(x, scheme, "token")
-    values = lowbit.dequantize_tensor(codes, scales, mins, scheme, "token", dtype="float32", cols=x.shape[1])
+    _, scales32, mins32 = lowbit.quantize_tensor(x, scheme, "token")
+    scales = scales32.astype(np.float16)
+    s = scales.astype(np.float32)[:, None]
+    inv = np.float32(1) / np.where(s > 0, s, np.float32(1))
+    inv = np.where(s > 0, inv, np.float32(0)).astype(np.float32)
+    xf = x.astype(np.float32)
+    if bits == 8:
+        mins = None
+        q = np.clip(np.rint(xf * inv), -128, 127)
+        codes = q.astype(np.int8)
+        values = (q.astype(np.float64) * s).astype(np.float32)
+    else:
+        mins = mins32.astype(np.float16)
+        m = mins.astype(np.float32)[:, None]
+        q = np.clip(np.rint((xf - m) * inv), 0, 15)
+        qi = q.astype(np.uint8)
+        codes = qi[:, 0::2] | (qi[:, 1::2] << 4)
+        values = (q.astype(np.float64) * s + m).astype(np.float32)
     return codes, scales, mins, values
 
 
@@ -90,7 +110,7 @@ def test_kv_cache_equals_reference(policy, kv_bits, kv_heads, n_heads, head_dim)
         half = cache.attention(queries[length - 1], out_dtype="float16")
         assert half.dtype == np.float16
         np.testing.assert_array_equal(half, got.astype(np.float16))  # one rounding of the f32 result
-        # The buffers: quantized positions hold quantize_tensor's codes, scales and mins.
+        # The buffers: quantized positions hold those codes and f16 scales and mins.
         for p, f in seen:
             if f != "q":
                 continue
@@ -129,8 +149,8 @@ def test_nbytes(policy, kv_bits):
     assert cache.nbytes == sum(b.nbytes for b in cache.buffers.values())
     full = 2 * 2 * 1024 * 128 * 2
     expect = {"full": full, "window": 2 * 2 * 48 * 128 * 2,
-              "selective": 2 * (2 * 48 * 128 * 2 + 2 * 976 * (128 * kv_bits // 8 + 4 * (1 if kv_bits == 8 else 2))),
-              "int8": 2 * 2 * 1024 * (128 + 4), "int4": 2 * 2 * 1024 * (64 + 8)}[policy]
+              "selective": 2 * (2 * 48 * 128 * 2 + 2 * 976 * (128 * kv_bits // 8 + 2 * (1 if kv_bits == 8 else 2))),
+              "int8": 2 * 2 * 1024 * (128 + 2), "int4": 2 * 2 * 1024 * (64 + 4)}[policy]  # f16 scales, mins
     assert cache.nbytes == expect
     assert "nbytes=" in repr(cache)
 
@@ -204,8 +224,13 @@ def test_buffers_are_checked():
     assert layout["codes"] == (20, 2, 64) and layout["code_dtype"] == "i8" and layout["mins"] == (0, 2)
     f16 = np.zeros(layout["f16"], np.float16)
     codes = np.zeros(layout["codes"], np.int8)
-    scales = np.zeros(layout["params"], np.float32)
+    assert layout["param_dtype"] == "f16"
+    scales = np.zeros(layout["params"], np.float16)
     _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16, codes, scales, None)
+    with pytest.raises(lowbit.LowbitError, match="k_scales: expected 40 contiguous f16 values, got f32"):
+        layer = _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales.astype(np.float32), None, f16,
+                                codes, scales, None)
+        layer.append(f16[:, 0, :].copy(), f16[:, 0, :].copy(), 0, 0)
     with pytest.raises(lowbit.LowbitError, match="v_codes: expected 2560 contiguous i8 values, got u8"):
         layer = _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16,
                                 codes.view(np.uint8), scales, None)

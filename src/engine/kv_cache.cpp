@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/kv_quant.h"
 #include "formats/float16.h"
 #include "lowbit/error.h"
 
@@ -135,23 +136,18 @@ std::int64_t KvCache::f16_slot(std::int64_t pos) const {
   return options_.sink + (pos - options_.sink) % options_.window;  // ring of `window` slots
 }
 
-// Codes, scales (mins) of n tokens into quantized slots [slot, slot + n), and their
-// decoded values into `decoded` (n x kv_dim), both through lowbit's quantization.
+// Codes, f16 scales (mins) of n tokens into quantized slots [slot, slot + n), and their
+// decoded values into `decoded` (n x kv_dim), both through the KV cache's quantization
+// (engine/kv_quant.h: the GPU append's arithmetic).
 void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded) {
   const std::int64_t rows = n * rows_per_token_;
-  const QuantLayout layout = quant_layout(spec_, rows, quant_cols_);
-  QuantizedView q;
-  q.codes = TensorView::matrix(part.codes.data() + slot * code_bytes_, scheme_code_dtype(spec_.scheme), Device::cpu,
-                               rows, layout.code_cols);
-  q.scales = TensorView::vector(part.scales.data() + slot * params_per_token_, DType::f32, Device::cpu,
-                                layout.scale_count());
-  if (scheme_has_mins(spec_.scheme)) {
-    q.mins = TensorView::vector(part.mins.data() + slot * params_per_token_, DType::f32, Device::cpu,
-                                layout.scale_count());
-  }
-  const TensorView in = TensorView::matrix(const_cast<float*>(x), DType::f32, Device::cpu, rows, quant_cols_);
-  quantize(in, spec_, q, Workspace{}, nullptr);
-  dequantize(q, spec_, TensorView::matrix(decoded, DType::f32, Device::cpu, rows, quant_cols_), nullptr);
+  const int bits = scheme_bits(spec_.scheme);
+  const std::int64_t group = spec_.group_size != 0 ? spec_.group_size : quant_cols_;
+  std::uint8_t* codes = part.codes.data() + slot * code_bytes_;
+  std::uint16_t* scales = part.scales.data() + slot * params_per_token_;
+  std::uint16_t* mins = part.mins.empty() ? nullptr : part.mins.data() + slot * params_per_token_;
+  kv_quantize(bits, x, rows, quant_cols_, group, codes, scales, mins);
+  kv_dequantize(bits, codes, scales, mins, rows, quant_cols_, group, decoded);
 }
 
 void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x) {
@@ -224,7 +220,7 @@ std::size_t KvCache::bytes_at(const KvShape& shape, const KvCacheOptions& option
   const Resolved r = resolve(shape, options);
   const std::int64_t f16_bytes = shape.kv_dim() * 2;
   const std::int64_t mins = r.quantizes && scheme_has_mins(r.spec.scheme) ? 2 : 1;
-  const std::int64_t q_bytes = r.code_bytes + r.params * 4 * mins;
+  const std::int64_t q_bytes = r.code_bytes + r.params * 2 * mins;  // f16 scales (and mins)
   const std::int64_t per_part = fp16_capacity(options, tokens) * f16_bytes + quant_count(options, tokens) * q_bytes;
   return static_cast<std::size_t>(per_part * 2 * shape.layers);  // K and V
 }

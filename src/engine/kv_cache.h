@@ -7,10 +7,12 @@
 // "The most recent `window` tokens" include the one just appended: after token t is
 // stored, tokens t - window + 1 .. t are in the window.
 //
-// Quantization is lowbit's own (include/lowbit/quant.h, CPU views): one token's K (or
-// V) is a [kv_heads x head_dim] matrix, quantized per_token (one f32 scale per token
-// per head) or per_group (kv_group channels of a head per scale, + an f32 min for INT4);
-// a kv_group of whole heads makes it a [1 x kv_dim] row with groups of those heads.
+// Quantization is lowbit's INT8 symmetric / INT4 asymmetric code schemes with f16
+// parameters (engine/kv_quant.h, formats::HalfParams: scale and min computed in f32,
+// rounded to f16, codes encoded with the rounded values; the GPU append's arithmetic):
+// one token's K (or V) is a [kv_heads x head_dim] matrix, one f16 scale per token per
+// head (per_token) or per kv_group channels of a head (per_group), + an f16 min for
+// INT4; a kv_group of whole heads makes it a [1 x kv_dim] row with groups of those heads.
 //
 // Storage is what a GPU cache holds (FP16 bits, codes, scales, mins); bytes() counts it
 // exactly. Next to it the CPU reference keeps decoded f32 mirrors of every position's
@@ -41,9 +43,9 @@ struct KvCacheOptions {
   // Channels per scale (and min). 0 = the default, head_dim: one scale (INT8) or
   // scale + min (INT4) per token per head. Otherwise a multiple of 16 below head_dim
   // (lowbit's per_group rule), or a multiple of head_dim dividing kv_heads * head_dim
-  // (whole heads; kv_dim = one per token per layer). With f32 parameters, INT4 at
-  // head_dim costs 0.3206x of FP16 at 4096 tokens (sink 16, window 32); only groups
-  // wider than a head get under 0.32x (kv_cache_test), at a perplexity cost.
+  // (whole heads; kv_dim = one per token per layer). With f16 parameters, INT4 at
+  // head_dim 64 costs 0.2897x of FP16 at 4096 tokens (sink 16, window 32), INT8 0.5213x
+  // (kv_cache_test; f32 parameters were 0.3206x and 0.5367x).
   std::int64_t kv_group = 0;
 };
 
@@ -91,7 +93,8 @@ class KvCache {
   std::size_t bytes() const { return bytes_at(shape_, options_, length()); }
   static std::size_t bytes_at(const KvShape& shape, const KvCacheOptions& options, std::int64_t tokens);
 
-  // Which lowbit quantization the policy uses (int8 / int4 / selective).
+  // Which lowbit code scheme and granularity the policy uses (int8 / int4 / selective);
+  // its parameters are stored as f16 (kv_quant.h), not quantize()'s f32.
   QuantSpec quant_spec() const { return spec_; }
   bool quantizes() const { return quantizes_; }
 
@@ -101,7 +104,7 @@ class KvCache {
   struct Part {  // K or V of one layer
     std::vector<std::uint16_t> f16;   // FP16 slots, kv_dim each
     std::vector<std::uint8_t> codes;  // quantized slots, code_bytes each
-    std::vector<float> scales, mins;  // params_per_token each
+    std::vector<std::uint16_t> scales, mins;  // f16 bits, params_per_token each
     std::vector<float> decoded16;     // [max_tokens x kv_dim]: FP16 forms, decoded
     std::vector<float> decodedq;      // [max_tokens x kv_dim]: quantized forms, decoded
   };

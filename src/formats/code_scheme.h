@@ -10,10 +10,13 @@
 // Storage: 8-bit codes one per byte (int8_symmetric as i8, int8_asymmetric as u8);
 // 4-bit codes two per byte, low nibble first (int4_symmetric as two's complement
 // nibbles, -8..7, the form the INT4 GEMM takes; int4_asymmetric as 0..15).
+//
+// HalfParams<Scheme> is the KV cache's stored form of a scheme's parameters (f16).
 #pragma once
 
 #include <cstdint>
 
+#include "formats/float16.h"
 #include "formats/hd.h"
 #include "formats/int4.h"
 #include "formats/int8.h"
@@ -76,6 +79,46 @@ struct CodeScheme {
   }
   // The stored byte or nibble of a code (two's complement for symmetric codes).
   LOWBIT_HD static unsigned to_storage(int code) { return static_cast<unsigned>(code) & ((1u << Bits) - 1u); }
+};
+
+// The KV cache's parameters (issue 5): a scheme's f32 scale (and minimum), computed as
+// above, rounded to f16 (IEEE half, to nearest even, as llama.cpp's q4_1 and KIVI keep
+// them; finite values past the f16 range saturate at +-65504; a -0 is stored as +0),
+// and the codes encoded WITH the rounded values, so that decode(code) = code * s (+ m)
+// is the value each code was chosen for. One definition for the CPU KvCache, the GPU
+// append (kv_append.cu), decode attention and every twin; lowbit::quantize() keeps f32.
+// Round trip: |x - decode(encode(x))| <= s / 2 (float rounding aside) wherever the code
+// does not clamp; a rounded minimum above the domain's min (or a scale rounded down)
+// clamps the extreme codes, adding at most |m - min| + levels |s - scale| (the latter
+// under s / 8 for a normal f16 scale).
+// Inputs that are f16 values (the selective body, the GPU's tokens) have m == min.
+template <class Scheme>
+struct HalfParams {
+  Half scale{0}, min{0};                 // stored bits (min: 0 for symmetric schemes)
+  float s = 0.0f, m = 0.0f, inv = 0.0f;  // their values; inv = inverse_scale(s)
+
+  LOWBIT_HD static Half to_stored(float v) {
+    v = v > 65504.0f ? 65504.0f : v;  // NaN passes through (as NaN)
+    v = v < -65504.0f ? -65504.0f : v;
+    const Half h = float_to_half(v);
+    return Half{static_cast<std::uint16_t>(h.bits == 0x8000u ? 0u : h.bits)};
+  }
+  // From the stored bits (what decode reads).
+  LOWBIT_HD static HalfParams from_stored(Half scale, Half min) {
+    HalfParams p;
+    p.scale = scale;
+    p.min = Scheme::kAsymmetric ? min : Half{0};
+    p.s = half_to_float(p.scale);
+    p.m = half_to_float(p.min);
+    p.inv = inverse_scale(p.s);
+    return p;
+  }
+  // From a domain's statistics, as CodeScheme::scale / min_value take them.
+  LOWBIT_HD static HalfParams from_range(float absmax, float lo, float hi) {
+    return from_stored(to_stored(Scheme::scale(absmax, lo, hi)), to_stored(Scheme::min_value(lo)));
+  }
+  LOWBIT_HD int encode(float x) const { return Scheme::encode(x, inv, m); }
+  LOWBIT_HD float decode(int code) const { return Scheme::decode(code, s, m); }
 };
 
 using Int8Symmetric = CodeScheme<8, false>;

@@ -1,12 +1,11 @@
 // The CPU twin of the decode cache (src/cuda/engine/kv_cache_gpu.h): the exact buffers
-// a device layer holds after `length` appends of given f16 K/V (built through lowbit's
-// CPU quantize(), the KvCache's path), the values the newest query reads (dequantize()
-// on the CPU), and attention over them in double. Slots nothing wrote keep the test
-// poison, so a kernel that reads one produces NaN.
+// a device layer holds after `length` appends of given f16 K/V (built through
+// engine::kv_quantize(), the KvCache's path: f16 scales and mins), the values the
+// newest query reads (engine::kv_dequantize()), and attention over them in double.
+// Slots nothing wrote keep the test poison, so a kernel that reads one produces NaN.
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -14,8 +13,8 @@
 
 #include "common/poison.h"
 #include "cuda/engine/kv_cache_gpu.h"
+#include "engine/kv_quant.h"
 #include "formats/float16.h"
-#include "lowbit/quant.h"
 
 namespace lowbit::test {
 
@@ -26,7 +25,7 @@ using cuda::engine::KvLayerShape;
 struct TwinPart {
   std::vector<std::uint16_t> f16;  // [H][f16_slots][D]
   std::vector<std::uint8_t> codes;  // [body_slots][H][code_bytes]
-  std::vector<float> scales, mins;  // [body_slots][H]
+  std::vector<std::uint16_t> scales, mins;  // [body_slots][H] f16 bits
   std::vector<float> decoded;       // [length][H][D]: what the newest query reads (NaN: not visible)
 };
 
@@ -50,7 +49,7 @@ inline std::vector<std::uint16_t> random_f16(std::mt19937& rng, std::int64_t row
   return out;
 }
 
-inline float poison_f32() { return std::bit_cast<float>(0x01010101u * kFloatPoison); }
+inline std::uint16_t poison_f16() { return static_cast<std::uint16_t>(0x0101u * kFloatPoison); }
 
 namespace detail {
 
@@ -60,19 +59,15 @@ inline void quantize_tokens(const KvLayerShape& s, const std::vector<std::uint16
                             std::int64_t n, TwinPart& part) {
   if (n <= 0) return;
   const std::int64_t h = s.kv_heads, d = s.head_dim, rows = n * h;
-  QuantSpec spec;
-  spec.scheme = s.body == KvBody::int8 ? QuantScheme::int8_symmetric : QuantScheme::int4_asymmetric;
-  spec.granularity = Granularity::per_token;
+  const int bits = s.body == KvBody::int8 ? 8 : 4;
   std::vector<float> in(static_cast<std::size_t>(rows * d));
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = formats::half_to_float({x[static_cast<std::size_t>(first * h * d) + i]});
   const std::int64_t slot = first - s.body_base;
-  QuantizedView q;
-  q.codes = TensorView::matrix(part.codes.data() + slot * h * s.code_bytes(), spec.scheme == QuantScheme::int8_symmetric ? DType::i8 : DType::u8,
-                               Device::cpu, rows, s.code_bytes());
-  q.scales = TensorView::vector(part.scales.data() + slot * h, DType::f32, Device::cpu, rows);
-  if (s.has_mins()) q.mins = TensorView::vector(part.mins.data() + slot * h, DType::f32, Device::cpu, rows);
-  quantize(TensorView::matrix(in.data(), DType::f32, Device::cpu, rows, d), spec, q, Workspace{}, nullptr);
-  dequantize(q, spec, TensorView::matrix(part.decoded.data() + first * h * d, DType::f32, Device::cpu, rows, d), nullptr);
+  std::uint8_t* codes = part.codes.data() + slot * h * s.code_bytes();
+  std::uint16_t* scales = part.scales.data() + slot * h;
+  std::uint16_t* mins = s.has_mins() ? part.mins.data() + slot * h : nullptr;
+  engine::kv_quantize(bits, in.data(), rows, d, d, codes, scales, mins);  // one group per head
+  engine::kv_dequantize(bits, codes, scales, mins, rows, d, d, part.decoded.data() + first * h * d);
 }
 
 inline void build_part(const KvLayerShape& s, const DecodeSpan& span, std::int64_t length,
@@ -80,8 +75,8 @@ inline void build_part(const KvLayerShape& s, const DecodeSpan& span, std::int64
   const std::int64_t h = s.kv_heads, d = s.head_dim;
   part.f16.assign(static_cast<std::size_t>(h * s.f16_slots() * d), 0x0101u * kFloatPoison);
   part.codes.assign(s.code_bytes_total(), kCodePoison);
-  part.scales.assign(s.param_count(), poison_f32());
-  part.mins.assign(s.has_mins() ? s.param_count() : 0, poison_f32());
+  part.scales.assign(s.param_count(), poison_f16());
+  part.mins.assign(s.has_mins() ? s.param_count() : 0, poison_f16());
   part.decoded.assign(static_cast<std::size_t>(length * h * d), NAN);
   const bool all_quantized = s.body != KvBody::none && s.window == 0;
   if (all_quantized) {

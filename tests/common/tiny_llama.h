@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/kv_quant.h"
 #include "formats/float16.h"
-#include "lowbit/quant.h"
 #include "common/gguf_writer.h"
 
 namespace lowbit::test {
@@ -164,28 +164,22 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
   return m;
 }
 
-// The policy's stored form of one token's K or V row (kv_dim values): FP16, or
-// lowbit's quantize-dequantize with the cache's grouping (see kv_cache.h).
+// The policy's stored form of one token's K or V row (kv_dim values): the KV cache's
+// quantize-dequantize (engine/kv_quant.h: f16 scale and min) with the grouping
+// kv_cache.h defines (default: one group per head).
 inline std::vector<double> naive_quantized(const std::vector<double>& row, const engine::KvCacheOptions& o,
                                            std::int64_t kv_heads, std::int64_t head_dim, int bits) {
   const std::int64_t kv = kv_heads * head_dim;
-  const std::int64_t group = o.kv_group != 0 ? o.kv_group : (bits == 8 ? head_dim : std::min<std::int64_t>(32, head_dim));
+  const std::int64_t group = o.kv_group != 0 ? o.kv_group : head_dim;
   const bool whole_heads = group > head_dim;
   const std::int64_t rows = whole_heads ? 1 : kv_heads, cols = whole_heads ? kv : head_dim;
-  QuantSpec spec;
-  spec.scheme = bits == 8 ? QuantScheme::int8_symmetric : QuantScheme::int4_asymmetric;
-  spec.granularity = group == cols ? Granularity::per_token : Granularity::per_group;
-  spec.group_size = group == cols ? 0 : group;
   std::vector<float> x(row.begin(), row.end()), back(x.size());
-  const QuantLayout layout = quant_layout(spec, rows, cols);
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * layout.code_cols));
-  std::vector<float> scales(static_cast<std::size_t>(layout.scale_count())), mins(scales.size());
-  QuantizedView q;
-  q.codes = TensorView::matrix(codes.data(), scheme_code_dtype(spec.scheme), Device::cpu, rows, layout.code_cols);
-  q.scales = TensorView::vector(scales.data(), DType::f32, Device::cpu, layout.scale_count());
-  if (bits == 4) q.mins = TensorView::vector(mins.data(), DType::f32, Device::cpu, layout.scale_count());
-  quantize(TensorView::matrix(x.data(), DType::f32, Device::cpu, rows, cols), spec, q, Workspace{}, nullptr);
-  dequantize(q, spec, TensorView::matrix(back.data(), DType::f32, Device::cpu, rows, cols), nullptr);
+  const std::int64_t groups = rows * (cols / group);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(bits == 8 ? kv : kv / 2));
+  std::vector<std::uint16_t> scales(static_cast<std::size_t>(groups)), mins(scales.size());
+  std::uint16_t* m = bits == 4 ? mins.data() : nullptr;
+  engine::kv_quantize(bits, x.data(), rows, cols, group, codes.data(), scales.data(), m);
+  engine::kv_dequantize(bits, codes.data(), scales.data(), m, rows, cols, group, back.data());
   return {back.begin(), back.end()};
 }
 

@@ -41,7 +41,9 @@ TEST(DecodeCacheLayout, HoldsExactlyKvCacheBytes) {
     for (std::int64_t d : {64, 128}) {
       const std::int64_t h = 3, tokens = 4096;
       const KvLayerShape s = kv_layer_shape(c.policy, h, d, 16, 32, c.bits, tokens);
-      const std::size_t part = s.f16_bytes() + s.code_bytes_total() + s.param_count() * 4 * (s.has_mins() ? 2 : 1);
+      // f16 scales (and mins): 2 bytes each
+      const std::size_t part = s.f16_bytes() + s.code_bytes_total() + s.param_count() * 2 * (s.has_mins() ? 2 : 1);
+      EXPECT_EQ(s.param_bytes_total(), s.param_count() * 2 * (s.has_mins() ? 2 : 1));
       const std::size_t cpu = engine::KvCache::bytes_at({1, h, d}, options(c, 16, 32), tokens);
       EXPECT_EQ(2 * part, cpu) << engine::kv_policy_name(c.policy) << " bits " << c.bits << " D " << d;
     }

@@ -1,5 +1,5 @@
 // The GPU decode cache (src/cuda/engine): kv_append writes the CPU twin's buffers bit
-// for bit (FP16 slots, and the codes / scales / mins of CPU quantize()), and decode
+// for bit (FP16 slots, and the codes / f16 scales / mins of engine::kv_quantize()), and decode
 // attention over the mixed cache matches the twin's attention in double, for every
 // policy, lengths 1 .. 5000 (one to many splits), head_dim 64 / 128, GQA 9/3 and 32/8.
 // Buffers nothing wrote hold poison (NaN, 0x5a codes), outputs are poisoned first.
@@ -62,12 +62,12 @@ struct DeviceLayer {
     for (auto [part, view] : {std::pair{&k, &dev.k}, std::pair{&v, &dev.v}}) {
       part->f16 = cuda::DeviceBuffer(s.f16_bytes());
       part->codes = cuda::DeviceBuffer(s.code_bytes_total());
-      part->scales = cuda::DeviceBuffer(s.param_count() * 4);
-      part->mins = cuda::DeviceBuffer(s.has_mins() ? s.param_count() * 4 : 0);
+      part->scales = cuda::DeviceBuffer(s.param_count() * ce::KvLayerShape::kParamBytes);
+      part->mins = cuda::DeviceBuffer(s.has_mins() ? s.param_count() * ce::KvLayerShape::kParamBytes : 0);
       view->f16 = part->f16.as<std::uint16_t>();
       view->codes = part->codes.as<std::uint8_t>();
-      view->scales = part->scales.as<float>();
-      view->mins = part->mins.as<float>();
+      view->scales = part->scales.as<std::uint16_t>();
+      view->mins = part->mins.as<std::uint16_t>();
     }
   }
   void poison() {

@@ -3,7 +3,7 @@
 // Grid (splits, kv_heads * head groups): a block takes one KV head, GQ of its query
 // heads (so K and V are read once for all of them) and one split of the visible
 // positions. Four warps; a position is read by D/16 lanes, each owning 16 channels (FP16:
-// two 16-byte loads; INT8: one 16-byte load; INT4: one 8-byte load, + the f32 scale/min),
+// two 16-byte loads; INT8: one 16-byte load; INT4: one 8-byte load, + the f16 scale/min),
 // so a warp covers 8 (D 64) or 4 (D 128) positions per step. Codes are dequantized in
 // registers with the formats' decode formulas (q * s; fma(q, s, min)), never stored.
 //   pass 1: scores of the split into shared memory (log2 domain: q is pre-scaled by
@@ -19,6 +19,7 @@
 #include "cuda/device.h"
 #include "cuda/engine/kv_cache_gpu.h"
 #include "cuda/pdl.cuh"
+#include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda::engine {
@@ -115,14 +116,14 @@ __device__ __forceinline__ void load_row(const SplitArgs& a, const KvPart& part,
   }
   if constexpr (Bits != 0) {
     const long long param = static_cast<long long>(pos - s.body_base) * s.kv_heads + head;
-    const float scale = __ldg(part.scales + param);
+    const float scale = formats::half_to_float({__ldg(part.scales + param)});  // f16 parameters
     if constexpr (Bits == 8) {  // Int8Symmetric::decode: q * s
       const uint4 c = __ldg(reinterpret_cast<const uint4*>(part.codes + param * D + sub * kChannels));
       const std::uint32_t w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
       for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale;
     } else {  // Int4Asymmetric::decode: fma(q, s, min); low nibble first
-      const float min = __ldg(part.mins + param);
+      const float min = formats::half_to_float({__ldg(part.mins + param)});
       const uint2 c = __ldg(reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2)));
 #pragma unroll
       for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? c.x : c.y, i % 8), scale, min);

@@ -50,8 +50,10 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
     for (KvPart* part : {&layer.k, &layer.v}) {
       part->f16 = static_cast<std::uint16_t*>(alloc(shape_.f16_bytes()));
       part->codes = static_cast<std::uint8_t*>(alloc(shape_.code_bytes_total()));
-      part->scales = static_cast<float*>(alloc(shape_.param_count() * sizeof(float)));
-      part->mins = shape_.has_mins() ? static_cast<float*>(alloc(shape_.param_count() * sizeof(float))) : nullptr;
+      part->scales = static_cast<std::uint16_t*>(alloc(shape_.param_count() * KvLayerShape::kParamBytes));
+      part->mins =
+          shape_.has_mins() ? static_cast<std::uint16_t*>(alloc(shape_.param_count() * KvLayerShape::kParamBytes))
+                            : nullptr;
     }
   }
 

@@ -1,7 +1,8 @@
 // Appending one token to a layer's decode cache (layout: kv_cache_gpu.h). One warp per
 // (KV head, K or V): a lane holds head_dim / 32 consecutive values, the warp reduces the
 // head's statistics with shuffles and encodes from registers with lowbit's formats
-// arithmetic, so the codes, scales and mins equal the CPU quantize() per_token.
+// arithmetic (formats::HalfParams: f16 scale / min, codes encoded with the rounded
+// values), so the codes, scales and mins equal engine::kv_quantize() on the CPU.
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -61,15 +62,13 @@ __device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long lo
     lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
     hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
   }
-  const float scale = Scheme::scale(formats::bits_to_float(abs_bits), lo, hi);
-  const float min = Scheme::min_value(lo);
-  const float inv = formats::inverse_scale(scale);
+  const auto p = formats::HalfParams<Scheme>::from_range(formats::bits_to_float(abs_bits), lo, hi);
   const long long param = body_pos * s.kv_heads + head;
   std::uint8_t* codes = part.codes + param * (Scheme::kBits == 8 ? D : D / 2);
   if constexpr (Scheme::kBits == 8) {
     std::uint32_t packed = 0;
 #pragma unroll
-    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(Scheme::encode(x[i], inv, min)) << (8 * i);
+    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(p.encode(x[i])) << (8 * i);
     if constexpr (E == 2) {
       reinterpret_cast<std::uint16_t*>(codes)[lane] = static_cast<std::uint16_t>(packed);
     } else {
@@ -78,7 +77,7 @@ __device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long lo
   } else {
     std::uint32_t packed = 0;  // column 2j in the low nibble of byte j
 #pragma unroll
-    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(Scheme::encode(x[i], inv, min)) << (4 * i);
+    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(p.encode(x[i])) << (4 * i);
     if constexpr (E == 2) {
       codes[lane] = static_cast<std::uint8_t>(packed);
     } else {
@@ -86,8 +85,8 @@ __device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long lo
     }
   }
   if (lane == 0) {
-    part.scales[param] = scale;
-    if (part.mins) part.mins[param] = min;
+    part.scales[param] = p.scale.bits;
+    if (part.mins) part.mins[param] = p.min.bits;
   }
 }
 

@@ -9,9 +9,10 @@
 //          full: f16_slots = max_tokens, slot = pos (sink = max_tokens, no ring).
 //   codes  [body_pos][H][code_bytes] quantized body by position (body_pos = pos -
 //          body_base): D bytes (INT8 symmetric, i8) or D/2 (INT4 asymmetric, low
-//          nibble first), the codes of lowbit's quantize() per_token over a
-//          [H x D] token matrix, i.e. exactly what KvCache stores.
-//   scales [body_pos][H] f32, mins [body_pos][H] f32 (INT4 only).
+//          nibble first): the codes of engine::kv_quantize() over a [H x D] token
+//          matrix (one group per head), i.e. exactly what KvCache stores.
+//   scales [body_pos][H] f16, mins [body_pos][H] f16 (INT4 only): formats::HalfParams,
+//          the f32 scale / min rounded to f16, the codes encoded with the rounded values.
 // Only the default group (one scale (+ min) per token per KV head) is laid out here.
 //
 // A query at the last position sees (DecodeSpan, as KvCache::Visible but split by form):
@@ -58,14 +59,16 @@ struct KvLayerShape {
   std::size_t param_count() const {
     return body == KvBody::none ? 0 : static_cast<std::size_t>(body_slots * kv_heads);
   }
+  static constexpr std::size_t kParamBytes = 2;  // f16 scales and mins
+  std::size_t param_bytes_total() const { return param_count() * kParamBytes * (has_mins() ? 2 : 1); }
 };
 
 // One part (K or V) of one layer on the device.
 struct KvPart {
   std::uint16_t* f16 = nullptr;  // FP16 bits
   std::uint8_t* codes = nullptr;
-  float* scales = nullptr;
-  float* mins = nullptr;  // INT4 only
+  std::uint16_t* scales = nullptr;  // f16 bits
+  std::uint16_t* mins = nullptr;    // f16 bits, INT4 only
 };
 
 struct KvLayerDevice {
@@ -173,7 +176,7 @@ inline std::size_t decode_workspace_bytes(std::int64_t n_heads, std::int64_t hea
 // Appends the token at `pos` (= the current length): k, v are f16 [kv_heads x head_dim]
 // on the device, RoPE applied. Writes its FP16 slot; selective quantizes the token
 // leaving the window (pos - window) from its FP16 value first; int8 / int4 quantize the
-// new token's f16 values. Codes, scales and mins equal quantize() on the CPU.
+// new token's f16 values. Codes, scales and mins equal engine::kv_quantize() on the CPU.
 // With `rope`, the engine's decode step fuses RoPE into the append: k is rotated (pairs
 // (2i, 2i + 1), i < rope_dims / 2, by the angles of its position, rounded to f16) before
 // it is stored or quantized, and the n_heads query heads at rope.q are rotated in place.
