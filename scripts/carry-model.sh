@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Moving the default model (98 MB) to the GPU machine, whose calls carry at most 64 MiB:
-#   here:   bash scripts/carry-model.sh split      -> .model/partaa, .model/partab (ignored)
+#   here:   bash scripts/carry-model.sh split [SIZE] -> .model/partaa, .model/partab (ignored)
+#           (SIZE of the first part, default 49M; 54M leaves ~12 MB beside the second
+#           part for carried binaries)
 #   there:  one call carrying .model/partaa and another carrying .model/partab, each
 #           running `bash scripts/carry-model.sh take`, back to back (the machine keeps
 #           its files only while it stays warm); the second one assembles and checks it.
@@ -11,7 +13,7 @@ models="${LOWBIT_CACHE:-$HOME/.cache/lowbit}/models"
 case "${1:-}" in
   split)
     rm -rf .model && mkdir -p .model
-    split -b 49M "$models/$name" .model/part
+    split -b "${2:-49M}" "$models/$name" .model/part
     ls -l .model ;;
   take)
     mkdir -p "$models"
