@@ -41,6 +41,9 @@ struct GemvTuning {
                    // first, -1 the production choice (2)
 };
 void set_gemv_tuning(const GemvTuning& tuning);
+// The small-matrix kernel (weight_only_gemv_small.cu): -1 where it takes the shape
+// (the production rule), 0 never (the streaming kernel), 1 whenever M and K allow.
+void set_small_gemv_mode(int mode);
 }  // namespace lowbit::cuda::weight_only
 
 namespace lowbit::test {
@@ -50,8 +53,15 @@ constexpr int kGemvTuningVariants = 9;  // launch_tuning_variant's cases 0..8
 
 // Restores the production choice when a test ends, pass or fail.
 struct TuningScope {
-  ~TuningScope() { cuda::weight_only::set_gemv_tuning({}); }
+  ~TuningScope() {
+    cuda::weight_only::set_gemv_tuning({});
+    cuda::weight_only::set_small_gemv_mode(-1);
+  }
 };
+
+// Both small-M kernels (the small-matrix one, where it takes the shape, and the
+// streaming one), in turn.
+constexpr int kSmallModes[] = {1, 0};
 
 using formats::BFloat16;
 using formats::Half;
@@ -192,22 +202,28 @@ const WeightOnlySpec kForms[] = {
 
 TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
   LOWBIT_TEST_RNG(rng);
+  TuningScope restore;
   struct Shape {
     std::int64_t n, k;
   };
   int round = 0;
-  for (const WeightOnlySpec& form : kForms) {
-    for (const Shape shape : {Shape{13, 100}, Shape{136, 392}, Shape{300, 1000}}) {
-      for (const bool per_channel : {false, true}) {
-        WeightOnlySpec spec = form;
-        if (per_channel) spec.group_size = shape.k;
-        DeviceWeights w;
-        make_weights(rng, spec, shape.n, shape.k, w);
-        for (const std::int64_t m : {1, 2, 7, 16, 17, 33, 128, 300}) {
-          if (shape.n == 300 && m > 33 && per_channel) continue;  // keep the suite to seconds
-          ++round;
-          run_case(rng, spec, w, m, /*with_bias=*/round % 2 == 0, /*aligned_rows=*/round % 3 != 0);
-          if (HasFailure()) return;
+  for (const int small : kSmallModes) {
+    cuda::weight_only::set_small_gemv_mode(small);
+    SCOPED_TRACE(small ? "small-matrix kernel up to M = 16" : "streaming kernel up to M = 16");
+    for (const WeightOnlySpec& form : kForms) {
+      for (const Shape shape : {Shape{13, 100}, Shape{136, 392}, Shape{300, 1000}}) {
+        for (const bool per_channel : {false, true}) {
+          WeightOnlySpec spec = form;
+          if (per_channel) spec.group_size = shape.k;
+          DeviceWeights w;
+          make_weights(rng, spec, shape.n, shape.k, w);
+          for (const std::int64_t m : {1, 2, 7, 16, 17, 33, 128, 300}) {
+            if (shape.n == 300 && m > 33 && per_channel) continue;  // keep the suite to seconds
+            if (small == 0 && m > 16) continue;                      // the tiled kernel: done once
+            ++round;
+            run_case(rng, spec, w, m, /*with_bias=*/round % 2 == 0, /*aligned_rows=*/round % 3 != 0);
+            if (HasFailure()) return;
+          }
         }
       }
     }
@@ -218,11 +234,16 @@ TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
 // M = 8 / 9 on either side of the second row group.
 TEST_F(WeightOnlyGpu, DecodeShape) {
   LOWBIT_TEST_RNG(rng);
+  TuningScope restore;
   for (const DType dt : {DType::f16, DType::bf16}) {
     WeightOnlySpec spec{4, 32, true, dt};
     DeviceWeights w;
     make_weights(rng, spec, 1000, 2048, w);
-    for (const std::int64_t m : {1, 8, 9, 16}) run_case(rng, spec, w, m, true, true);
+    for (const int small : kSmallModes) {
+      cuda::weight_only::set_small_gemv_mode(small);
+      SCOPED_TRACE(small ? "small-matrix kernel" : "streaming kernel");
+      for (const std::int64_t m : {1, 8, 9, 16}) run_case(rng, spec, w, m, true, true);
+    }
   }
 }
 
@@ -249,6 +270,7 @@ TEST_F(WeightOnlyGpu, TiledSplitK) {
 TEST_F(WeightOnlyGpu, GemvVariants) {
   LOWBIT_TEST_RNG(rng);
   TuningScope restore;
+  cuda::weight_only::set_small_gemv_mode(0);  // the streaming kernel's shapes
   for (const std::int64_t group : {32, 128}) {
     const WeightOnlySpec spec{4, group, true, DType::f16};
     DeviceWeights w;
@@ -287,9 +309,10 @@ TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
     const DType dt = spec.act_dtype;
     const TensorView av = TensorView::matrix(a.data(), dt, Device::cuda, m, k0);
     const TensorView bv = TensorView::matrix(b.data(), dt, Device::cuda, m, n1);
-    for (const int pdl : {2, 1, 0}) {
-      SCOPED_TRACE(testing::Message() << dtype_name(dt) << " pdl " << pdl);
-      cuda::weight_only::set_gemv_tuning({-1, 0, 0, pdl});
+    for (const int pdl : {3, 2, 1, 0}) {  // 3: the small-matrix kernel (always PDL)
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << (pdl == 3 ? " small-matrix kernel" : " pdl ") << pdl);
+      cuda::weight_only::set_small_gemv_mode(pdl == 3 ? 1 : 0);
+      cuda::weight_only::set_gemv_tuning({-1, 0, 0, pdl == 3 ? -1 : pdl});
       LOWBIT_CUDA_CHECK(cudaMemcpy(a.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
       LOWBIT_CUDA_CHECK(cudaMemset(b.data(), 0xff, static_cast<std::size_t>(m * n1) * 2));  // NaN if read early
       LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());

@@ -1,6 +1,6 @@
 // cuda::weight_only_gemm: turns the validated views into the kernels' raw arguments
-// and picks the kernel by M: the weight-streaming kernel for M <= 16 (decode), the
-// tiled tensor-core kernel above.
+// and picks the kernel: for M <= 16 (decode) the small-matrix kernel where it takes
+// the shape, else the weight-streaming kernel; the tiled tensor-core kernel above.
 #include <cstdint>
 
 #include "cuda/gemm/gemm_cuda.h"
@@ -37,7 +37,9 @@ void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorV
                                                      : weight_only::Form::q4_symmetric;
   const bool bf16 = w.spec.act_dtype == DType::bf16;
   if (p.m == 0) return;
-  if (p.m <= weight_only::kGemvMaxRows) {
+  if (weight_only::small_gemv_takes(p, form)) {
+    weight_only::launch_small_gemv(p, bf16, form, stream);
+  } else if (p.m <= weight_only::kGemvMaxRows) {
     weight_only::launch_gemv(p, bf16, form, stream);
   } else {
     weight_only::launch_mma(p, bf16, form, stream);

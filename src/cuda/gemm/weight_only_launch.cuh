@@ -26,6 +26,13 @@ struct GemvTuning {
 };
 void set_gemv_tuning(const GemvTuning& tuning);
 
+// The small-matrix kernel (weight_only_gemv_small.cu): whether it takes p (M <= 16,
+// K within 8 warps' registers, under 4 MB of codes), and its launch.
+bool small_gemv_takes(const Params& p, Form form);
+void launch_small_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream);
+// A test override: -1 (default) the rule above, 0 never, 1 whenever M and K allow.
+void set_small_gemv_mode(int mode);
+
 // Any M (meant for M > kGemvMaxRows).
 void launch_mma(const Params& p, bool bf16, Form form, cudaStream_t stream);
 
