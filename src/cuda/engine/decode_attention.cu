@@ -248,6 +248,21 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     }
   }
   __syncthreads();
+  if (a.splits == 1) {  // nothing to combine: out = acc / l, the combine's value (its weight is 2^0)
+    for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
+      const int g = t / D, d = t % D;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += red[w][g][d];
+      const float v = sum / stats[g][1];
+      if (a.out_f16) {
+        static_cast<__half*>(a.out)[(h0 + g) * D + d] = __float2half_rn(v);
+      } else {
+        static_cast<float*>(a.out)[(h0 + g) * D + d] = v;
+      }
+    }
+    return;
+  }
   for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
     const int g = t / D, d = t % D;
     float sum = 0.0f;
@@ -397,7 +412,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
   } else {
     launch_split<128>(a, gq, grid, stream);
   }
-  if (fused_combine) return;
+  if (fused_combine || plan.splits == 1) return;  // one split: the split kernel wrote out
   const auto heads = static_cast<unsigned>(n_heads);
   const auto threads = static_cast<unsigned>(d);
   if (out_dtype == DType::f32) {
