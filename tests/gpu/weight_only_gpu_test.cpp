@@ -47,7 +47,7 @@ void set_gemv_tuning(const GemvTuning& tuning);
 namespace lowbit::test {
 namespace {
 
-constexpr int kGemvTuningVariants = 13;  // launch_tuning_variant's cases 0..12 (9..12: the staged-activation kernel)
+constexpr int kGemvTuningVariants = 16;  // launch_tuning_variant's cases 0..15 (9..15: the staged-activation kernel)
 
 // Restores the production choice when a test ends, pass or fail.
 struct TuningScope {
@@ -437,7 +437,7 @@ TEST_F(WeightOnlyGpu, DISABLED_GemvSweep) {
   });
 }
 
-// The small-M sweep of the staged-activation kernel (variants 9-12) against gemv_kernel
+// The small-M sweep of the staged-activation kernel (variants 9-15) against gemv_kernel
 // (variants 0 and 3) and the production choice (-1), with programmatic dependent launch
 // (the production mode), M = 16, 1, 8. Run with --gtest_filter='*GemvSweepXs*'.
 TEST_F(WeightOnlyGpu, DISABLED_GemvSweepXs) {
@@ -445,7 +445,7 @@ TEST_F(WeightOnlyGpu, DISABLED_GemvSweepXs) {
   for_each_sweep_case([](const SweepCase& cs, const SweepWeights& sw, auto views) {
     for (const std::int64_t m : {16, 1, 8}) {
       const auto [xv, ov] = views(m);
-      for (const int variant : {-1, 0, 3, 9, 10, 11, 12}) {
+      for (const int variant : {-1, 0, 3, 9, 10, 12, 13, 14, 15}) {
         for (const int k_slices : {0, 1, 2, 4, 8}) {
           if (variant < 0 && k_slices > 0) continue;
           if (m != 16 && variant >= 0 && variant < 9) continue;  // measured before (gemm-h100-83e2aa8-gemv-sweep.txt)
@@ -460,9 +460,10 @@ TEST_F(WeightOnlyGpu, DISABLED_GemvSweepXs) {
   });
 }
 
-// Launches for a profiler (ncu --kernel-name regex:gemv): 28672 x 8192 g128 and g32,
-// M = 16 through gemv_kernel (variant 0) and the production choice, and M = 1 through
-// the production choice, two launches each. Run with --gtest_filter='*GemvProfile*'.
+// Launches for a profiler (ncu --kernel-name regex:gemv): 28672 x 8192 g128, M = 16
+// through gemv_kernel (variant 0), the production choice and the balanced xs block
+// (variant 13), and M = 1 through the production choice, two launches each; then the
+// same at g32. Run with --gtest_filter='*GemvProfile*'.
 TEST_F(WeightOnlyGpu, DISABLED_GemvProfile) {
   TuningScope restore;
   std::uint64_t state = 0x9e3779b97f4a7c15ull;
@@ -474,7 +475,7 @@ TEST_F(WeightOnlyGpu, DISABLED_GemvProfile) {
       std::int64_t m;
       int variant;
     };
-    for (const Launch l : {Launch{16, 0}, Launch{16, -1}, Launch{1, -1}}) {
+    for (const Launch l : {Launch{16, 0}, Launch{16, -1}, Launch{16, 13}, Launch{1, -1}}) {
       const TensorView xv = TensorView::matrix(d_x.data(), DType::f16, Device::cuda, l.m, 8192);
       const TensorView ov = TensorView::matrix(d_out.data(), DType::f16, Device::cuda, l.m, 28672);
       cuda::weight_only::set_gemv_tuning({l.variant, 0, 0, -1});

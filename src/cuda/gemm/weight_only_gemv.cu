@@ -131,6 +131,26 @@ struct Stream {
       }
     }
   }
+  // Single-step slots filled in step order (the xs kernel): codes0 and the scale
+  // sources serve as cursors, bumped once per step, so a step costs the copies and
+  // two pointer bumps.
+  __device__ __forceinline__ void issue_next(int lane, int slot, RingT& ring) {
+    static_assert(kChunk == 1 && RingT::kLoads == 1, "single-step INT4 slots");
+#pragma unroll
+    for (int j = 0; j < kTN; ++j) {
+      const bool real = j < real_tiles;
+      cp_async16(&ring.codes[slot][0][j][0][lane], real ? codes0 + j * tile_stride : base, real ? 16 : 0);
+    }
+    constexpr int kSlotScales = static_cast<int>(sizeof(RingT::scales[0]) / sizeof(std::uint16_t));
+#pragma unroll
+    for (int t = 0; t < kScaleCopies; ++t) {
+      if (scale_src[t] != nullptr) {
+        cp_async16(scale_dst[t] + slot * kSlotScales, scale_src[t], 16);
+        scale_src[t] += scale_step;
+      }
+    }
+    codes0 += kUnit;
+  }
 };
 
 // Dequantizes and multiplies one step (chunk entry c of a slot): per tile pair and
@@ -496,26 +516,31 @@ __device__ __forceinline__ void compute_step_xs(const Params& p, const std::uint
   }
 }
 
+// Shared memory of a block of `warps` warps (a ring each) and k_slices activation rings.
 template <Form F, int kRowGroups, int kTN, int kStages>
-constexpr int xs_smem_bytes(int k_slices) {
-  return ring_bytes<F, kTN, kStages, 1>() + k_slices * kStages * x_slot_bytes<kRowGroups>();
+constexpr int xs_smem_bytes(int warps, int k_slices) {
+  return warps * static_cast<int>(sizeof(Ring<F, kTN, kStages, 1>)) +
+         k_slices * kStages * x_slot_bytes<kRowGroups>();
 }
 
-// Two blocks per SM (128 registers a thread): the rings alone allow no more for kTN = 4.
+// blockDim.x / 32 warps = columns x k_slices, at most kXsMaxWarps: 8 (two blocks a SM),
+// or, balanced, one block a SM of as many columns as spread N evenly over the SMs.
+// 128 registers a thread either way.
+constexpr int kXsMaxWarps = 16;
 template <class T, Form F, int kRowGroups, int kTN, int kStages>
-__global__ void __launch_bounds__(kThreads, 2) gemv_xs_kernel(const Params p, int k_slices, int pdl) {
+__global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Params p, int k_slices, int pdl) {
   // pdl as in gemv_kernel: weights before griddepcontrol.wait, activations after.
   if (pdl > 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   using RingT = Ring<F, kTN, kStages, 1>;
   constexpr int kXSlot = x_slot_bytes<kRowGroups>();
-  static_assert(kWarps * (kTN / 2 * kRowGroups * 4) * 32 * 4 <= ring_bytes<F, kTN, kStages, 1>(), "partials fit the rings");
+  static_assert((kTN / 2 * kRowGroups * 4) * 32 * 4 <= sizeof(RingT), "a warp's partials fit its ring");
   extern __shared__ __align__(16) std::uint8_t smem_[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   RingT& ring = reinterpret_cast<RingT*>(smem_)[warp];
   const int k_slice = warp % k_slices, column = warp / k_slices;
-  const int columns = kWarps / k_slices;
-  std::uint8_t* xring = smem_ + ring_bytes<F, kTN, kStages, 1>() + k_slice * kStages * kXSlot;
+  const int warps = static_cast<int>(blockDim.x) / 32, columns = warps / k_slices;
+  std::uint8_t* xring = smem_ + warps * static_cast<int>(sizeof(RingT)) + k_slice * kStages * kXSlot;
   const int gl = column * 32 + lane, group_threads = columns * 32;
   const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) * columns + column) * kTN;
   const bool have = tile0 < p.n_tiles;  // a warp past N still stages activations for its group
@@ -524,18 +549,45 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_xs_kernel(const Params p, in
   const std::int64_t fast_end = p.x_vec16 ? p.k / formats::kPackStepK : 0;
   float acc[kTN / 2][kRowGroups][4] = {};
   Stream<F, kTN, kStages, 1> stream(p, have ? tile0 : 0, step_begin, lane, ring);
+  // The thread's activation chunks of a step (at most two on the fast path: 16-byte
+  // aligned rows, whole steps): fixed rows and columns, so a step costs one address
+  // and one copy each; rows past M are zero-filled (x is aligned there).
+  constexpr int kXChunks = 8 * kRowGroups * (formats::kPackStepK / 8);
+  const bool x_fast = p.x_vec16 && kXChunks <= 2 * group_threads;
+  const std::uint16_t* x_src[2];
+  int x_dst[2], x_bytes[2], x_stride[2];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    const int q = gl + t * group_threads, row = q / 16, ch = q % 16;
+    const bool real = q < kXChunks && row < p.m;
+    x_dst[t] = q < kXChunks ? x_chunk_offset(row, ch) : -1;
+    x_bytes[t] = real ? 16 : 0;
+    x_stride[t] = real ? formats::kPackStepK : 0;
+    x_src[t] = static_cast<const std::uint16_t*>(p.x) +
+               (real ? row * p.ldx + step_begin * formats::kPackStepK + 8 * ch : 0);
+  }
+  auto stage = [&](std::int64_t i, std::uint8_t* slot) {  // the activations of step step_begin + i
+    if (x_fast && step_begin + i < fast_end) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        if (x_dst[t] >= 0) cp_async16(slot + x_dst[t], x_src[t] + i * x_stride[t], x_bytes[t]);
+      }
+    } else {
+      stage_x<kRowGroups>(p, step_begin + i, fast_end, gl, group_threads, slot);
+    }
+  };
   // Commit groups: the weights of steps 0 .. kStages - 2 (before the dependency wait),
   // then their activations, then one group (weights + activations) per step: the
   // group of step i always has kStages - 2 younger ones when step i is computed.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (have && s < steps) stream.issue(lane, s, s, 1, ring);
+    if (have && s < steps) stream.issue_next(lane, s, ring);
     cp_async_commit();
   }
   if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) stage_x<kRowGroups>(p, step_begin + s, fast_end, gl, group_threads, xring + s * kXSlot);
+    if (s < steps) stage(s, xring + s * kXSlot);
     cp_async_commit();
   }
   int slot = 0;
@@ -544,8 +596,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_xs_kernel(const Params p, in
     group_barrier(1 + k_slice, group_threads);    // ... everyone's; and slot i - 1 is read
     const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
     if (i + kStages - 1 < steps) {
-      if (have) stream.issue(lane, ahead_slot, i + kStages - 1, 1, ring);
-      stage_x<kRowGroups>(p, step_begin + i + kStages - 1, fast_end, gl, group_threads, xring + ahead_slot * kXSlot);
+      if (have) stream.issue_next(lane, ahead_slot, ring);
+      stage(i + kStages - 1, xring + ahead_slot * kXSlot);
     }
     cp_async_commit();
     if (have) compute_step_xs<T, F, kRowGroups, kTN, kStages>(p, xring + slot * kXSlot, lane, slot, ring, acc);
@@ -593,11 +645,11 @@ int fill_k_slices(const Params& p, int kTN, PerSm per_sm) {
 
 // Launches with programmatic dependent launch when pdl > 0.
 template <class... Args, class... Actual>
-void launch_pdl(void (*kernel)(Args...), std::int64_t blocks, int smem_bytes, int pdl, cudaStream_t stream,
+void launch_pdl(void (*kernel)(Args...), std::int64_t blocks, int smem_bytes, int pdl, cudaStream_t stream, int threads,
                 Actual&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
   config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
@@ -632,34 +684,55 @@ void launch(const Params& p, cudaStream_t stream) {
     k_slices = fill_k_slices(p, kTN, [&](int) { return per_sm; });
   }
   const int pdl = g_tuning.pdl < 0 ? kDefaultPdl : g_tuning.pdl;
-  launch_pdl(kernel, blocks_for(p, kTN, k_slices), kRingBytes, pdl, stream, p, k_slices, g_tuning.rotate, pdl);
+  launch_pdl(kernel, blocks_for(p, kTN, k_slices), kRingBytes, pdl, stream, kThreads, p, k_slices, g_tuning.rotate,
+             pdl);
 }
 
-// The xs kernel (M > 8, or any M through the tuning hook): its activation ring grows
-// with the k-slice count, so the resident blocks per SM are read for each.
+// The xs kernel (M > 8, or any M through the tuning hook). Two shapes of block:
+// - 8 warps (4 columns x 2 k-slices at 28672 x 8192), two blocks a SM, k-slices by the
+//   fill rule; 224 blocks leave 40 of the 132 SMs one block: they idle half the time.
+// - balanced: one block a SM, columns = N tiles / (kTN x SMs) rounded up (7 at 28672),
+//   k-slices as many as 16 warps and the shared memory allow, so every SM streams
+//   about the same bytes (28 tiles of 8 rows a SM against 32 or 16).
 template <class T, Form F, int kRowGroups, int kTN, int kStages>
-void launch_xs(const Params& p, cudaStream_t stream) {
+void launch_xs(const Params& p, cudaStream_t stream, bool balanced) {
   auto* kernel = gemv_xs_kernel<T, F, kRowGroups, kTN, kStages>;
-  static const std::array<int, 4> per_sm = [&] {  // for 1, 2, 4, 8 k-slices; 0: does not fit
-    int optin = 0;
-    LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
-    const int most = std::min(optin, xs_smem_bytes<F, kRowGroups, kTN, kStages>(kWarps));
-    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+  auto smem = [](int warps, int slices) { return xs_smem_bytes<F, kRowGroups, kTN, kStages>(warps, slices); };
+  static const int optin = [&] {
+    int bytes = 0;
+    LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return bytes;
+  }();
+  static const std::array<int, 4> per_sm = [&] {  // 8-warp blocks of 1, 2, 4, 8 k-slices; 0: does not fit
     std::array<int, 4> out{};
     for (int i = 0; i < 4; ++i) {
-      const int bytes = xs_smem_bytes<F, kRowGroups, kTN, kStages>(1 << i);
-      if (bytes <= most) {
-        LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out[i], kernel, kThreads, bytes));
+      if (smem(kWarps, 1 << i) <= optin) {
+        LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out[i], kernel, kThreads, smem(kWarps, 1 << i)));
       }
     }
     return out;
   }();
-  auto per_sm_of = [&](int slices) { return per_sm[slices == 1 ? 0 : slices == 2 ? 1 : slices == 4 ? 2 : 3]; };
-  int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : fill_k_slices(p, kTN, per_sm_of);
-  while (k_slices > 1 && per_sm_of(k_slices) == 0) k_slices /= 2;  // a forced count whose ring does not fit
   const int pdl = g_tuning.pdl < 0 ? kDefaultPdl : g_tuning.pdl;
-  launch_pdl(kernel, blocks_for(p, kTN, k_slices), xs_smem_bytes<F, kRowGroups, kTN, kStages>(k_slices), pdl, stream,
-             p, k_slices, pdl);
+  if (balanced) {
+    const std::int64_t sms = multiprocessor_count();
+    const int columns = static_cast<int>(std::min<std::int64_t>((p.n_tiles + kTN * sms - 1) / (kTN * sms), kXsMaxWarps));
+    int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : std::max(1, kXsMaxWarps / columns);
+    k_slices = static_cast<int>(std::min<std::int64_t>(k_slices, std::max<std::int64_t>(p.k_steps, 1)));
+    while (k_slices > 1 && (columns * k_slices > kXsMaxWarps || smem(columns * k_slices, k_slices) > optin)) --k_slices;
+    const std::int64_t blocks = (p.n_tiles + columns * kTN - 1) / (columns * kTN);
+    launch_pdl(kernel, blocks, smem(columns * k_slices, k_slices), pdl, stream, 32 * columns * k_slices, p, k_slices,
+               pdl);
+    return;
+  }
+  auto per_sm_of = [&](int slices) { return per_sm[slices == 1 ? 0 : slices == 2 ? 1 : slices == 4 ? 2 : 3]; };
+  // The fill rule among the slice counts that keep the most blocks per SM: more
+  // slices grow the activation ring, and a fuller grid of 1-block SMs lost (28672 x
+  // 8192, M = 16: 8 slices, 1 block a SM, 0.114 ms; 2 slices, 2 blocks, 0.059).
+  auto kept = [&](int slices) { return per_sm_of(slices) >= per_sm_of(1) ? per_sm_of(slices) : 0; };
+  int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : fill_k_slices(p, kTN, kept);
+  while (k_slices > 1 && per_sm_of(k_slices) == 0) k_slices /= 2;  // a forced count whose ring does not fit
+  launch_pdl(kernel, blocks_for(p, kTN, k_slices), smem(kWarps, k_slices), pdl, stream, kThreads, p, k_slices, pdl);
 }
 
 template <class T, Form F, int kTN, int kStages, int kChunk>
@@ -672,16 +745,16 @@ void launch_rows(const Params& p, cudaStream_t stream) {
 }
 
 template <class T, Form F, int kTN, int kStages>
-void launch_xs_rows(const Params& p, cudaStream_t stream) {
+void launch_xs_rows(const Params& p, cudaStream_t stream, bool balanced) {
   if (p.m > 8) {
-    launch_xs<T, F, 2, kTN, kStages>(p, stream);
+    launch_xs<T, F, 2, kTN, kStages>(p, stream, balanced);
   } else {
-    launch_xs<T, F, 1, kTN, kStages>(p, stream);
+    launch_xs<T, F, 1, kTN, kStages>(p, stream, balanced);
   }
 }
 
 // The shapes a tuning sweep can pick (f16 Q4 with zero point only): gemv_kernel {kTN,
-// kStages, kChunk} (0-8), gemv_xs_kernel {kTN, kStages} (9-12).
+// kStages, kChunk} (0-8), gemv_xs_kernel {kTN, kStages} (9-15).
 template <class T, Form F>
 bool launch_tuning_variant(const Params& p, int variant, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, __half> && F == Form::q4_zero_point) {
@@ -695,11 +768,15 @@ bool launch_tuning_variant(const Params& p, int variant, cudaStream_t stream) {
       case 6: launch_rows<T, F, 8, 2, 1>(p, stream); return true;
       case 7: launch_rows<T, F, 8, 3, 1>(p, stream); return true;
       case 8: launch_rows<T, F, 2, 6, 1>(p, stream); return true;
-      // The xs kernel (activations staged per k-slice group): {kTN, kStages}.
-      case 9: launch_xs_rows<T, F, 4, 4>(p, stream); return true;
-      case 10: launch_xs_rows<T, F, 4, 3>(p, stream); return true;
-      case 11: launch_xs_rows<T, F, 8, 2>(p, stream); return true;
-      case 12: launch_xs_rows<T, F, 8, 3>(p, stream); return true;
+      // The xs kernel (activations staged per k-slice group): {kTN, kStages}, 8-warp
+      // blocks (9-12) or one balanced block a SM (13-15).
+      case 9: launch_xs_rows<T, F, 4, 4>(p, stream, false); return true;
+      case 10: launch_xs_rows<T, F, 4, 3>(p, stream, false); return true;
+      case 11: launch_xs_rows<T, F, 8, 2>(p, stream, false); return true;
+      case 12: launch_xs_rows<T, F, 8, 3>(p, stream, false); return true;
+      case 13: launch_xs_rows<T, F, 4, 4>(p, stream, true); return true;
+      case 14: launch_xs_rows<T, F, 4, 3>(p, stream, true); return true;
+      case 15: launch_xs_rows<T, F, 8, 2>(p, stream, true); return true;
       default: return false;
     }
   }
@@ -716,10 +793,12 @@ void launch_default(const Params& p, cudaStream_t stream) {
     // 4 tiles per warp, 4 single-step slots won every group-128 and every M = 16 case
     // of the sweep (helper-h1, H100); at group 32 and M <= 8, 2 slots of 2 steps (1 KB
     // bursts per tile, 64 + 64 B of scales and mins) were 1-4% faster (variant 3).
-    if (p.m > 8) {
-      // M = 9..16: the activations staged once per k-slice group (gemv-m16).
-      launch_xs<T, F, 2, 4, 4>(p, stream);
-    } else if (p.groups_per_step == 4) {
+    if (p.m > 8 && blocks_for(p, 4, 2) >= multiprocessor_count()) {
+      // M = 9..16: the activations staged once per k-slice group (gemv-m16), where two
+      // k-slices give every SM a block; narrower N (8192 x 28672: 64 blocks) needs
+      // more slices, whose activation rings leave one block a SM: gemv_kernel there.
+      launch_xs<T, F, 2, 4, 4>(p, stream, false);
+    } else if (p.m <= 8 && p.groups_per_step == 4) {
       launch<T, F, 1, 4, 2, 2>(p, stream);
     } else {
       launch_rows<T, F, 4, 4, 1>(p, stream);
