@@ -216,7 +216,7 @@ TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
 }
 
 // A decode-sized shape: many tiles and steps, so the split-K and the prefetch run;
-// M = 8 / 9 on either side of the second row group.
+// M = 8 / 9 on either side of the second row group. Then a wide one for M > 8.
 TEST_F(WeightOnlyGpu, DecodeShape) {
   LOWBIT_TEST_RNG(rng);
   for (const DType dt : {DType::f16, DType::bf16}) {
@@ -224,6 +224,16 @@ TEST_F(WeightOnlyGpu, DecodeShape) {
     DeviceWeights w;
     make_weights(rng, spec, 1000, 2048, w);
     for (const std::int64_t m : {1, 8, 9, 16}) run_case(rng, spec, w, m, true, true);
+  }
+  // Wide enough for the staged-activation kernel's production shapes at M > 8 (H100:
+  // two 8-warp blocks a SM at group 128, one balanced block a SM at group 32), with a
+  // partial last tile group, a ragged K and an unaligned activation row.
+  for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{4, 128, true, DType::f16},
+                                    WeightOnlySpec{4, 32, false, DType::bf16}}) {
+    DeviceWeights w;
+    make_weights(rng, spec, 20003, 650, w);
+    for (const std::int64_t m : {9, 16}) run_case(rng, spec, w, m, m == 16, m == 16);
+    if (HasFailure()) return;
   }
 }
 

@@ -718,7 +718,8 @@ void launch_xs(const Params& p, cudaStream_t stream, bool balanced) {
     const std::int64_t sms = multiprocessor_count();
     const int columns = static_cast<int>(std::min<std::int64_t>((p.n_tiles + kTN * sms - 1) / (kTN * sms), kXsMaxWarps));
     int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : std::max(1, kXsMaxWarps / columns);
-    k_slices = static_cast<int>(std::min<std::int64_t>(k_slices, std::max<std::int64_t>(p.k_steps, 1)));
+    // Named barriers 1 .. k_slices (0 is __syncthreads'): at most 15 slices.
+    k_slices = static_cast<int>(std::min<std::int64_t>({k_slices, kXsMaxWarps - 1, std::max<std::int64_t>(p.k_steps, 1)}));
     while (k_slices > 1 && (columns * k_slices > kXsMaxWarps || smem(columns * k_slices, k_slices) > optin)) --k_slices;
     const std::int64_t blocks = (p.n_tiles + columns * kTN - 1) / (columns * kTN);
     launch_pdl(kernel, blocks, smem(columns * k_slices, k_slices), pdl, stream, 32 * columns * k_slices, p, k_slices,
@@ -793,10 +794,22 @@ void launch_default(const Params& p, cudaStream_t stream) {
     // 4 tiles per warp, 4 single-step slots won every group-128 and every M = 16 case
     // of the sweep (helper-h1, H100); at group 32 and M <= 8, 2 slots of 2 steps (1 KB
     // bursts per tile, 64 + 64 B of scales and mins) were 1-4% faster (variant 3).
-    if (p.m > 8 && blocks_for(p, 4, 2) >= multiprocessor_count()) {
-      // M = 9..16: the activations staged once per k-slice group (gemv-m16), where two
-      // k-slices give every SM a block; narrower N (8192 x 28672: 64 blocks) needs
-      // more slices, whose activation rings leave one block a SM: gemv_kernel there.
+    const int sms = multiprocessor_count();
+    const bool wide = blocks_for(p, 4, 2) >= sms;
+    if (p.m > 8 && p.groups_per_step == 4 && p.n_tiles > 4 * sms) {  // (2+ columns share x)
+      // M = 9..16, group 32: the activations staged once per k-slice group, one
+      // balanced block a SM (H100, M = 16: 28672 x 8192 0.0581 ms against 0.0611 for
+      // two 8-warp blocks and 0.0635 for gemv_kernel; 8192 x 28672 with 3 stages, 16
+      // warps a block: 0.0591 against 0.0625). bench/NOTES.md, gemv-m16.
+      if (wide) {
+        launch_xs<T, F, 2, 4, 4>(p, stream, true);
+      } else {
+        launch_xs<T, F, 2, 4, 3>(p, stream, true);
+      }
+    } else if (p.m > 8 && wide) {
+      // M = 9..16, other groups, where two k-slices give every SM a block: 8-warp
+      // blocks, two a SM (28672 x 8192 g128: 0.0528 ms against 0.0545 balanced and
+      // 0.0619 for gemv_kernel); narrower N keeps gemv_kernel (not measured balanced).
       launch_xs<T, F, 2, 4, 4>(p, stream, false);
     } else if (p.m <= 8 && p.groups_per_step == 4) {
       launch<T, F, 1, 4, 2, 2>(p, stream);
