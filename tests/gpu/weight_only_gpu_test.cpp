@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "common/gpu.h"
@@ -49,7 +50,7 @@ void set_small_gemv_mode(int mode);
 namespace lowbit::test {
 namespace {
 
-constexpr int kGemvTuningVariants = 9;  // launch_tuning_variant's cases 0..8
+constexpr int kGemvTuningVariants = 16;  // launch_tuning_variant's cases 0..15 (9..15: the staged-activation kernel)
 
 // Restores the production choice when a test ends, pass or fail.
 struct TuningScope {
@@ -231,7 +232,7 @@ TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
 }
 
 // A decode-sized shape: many tiles and steps, so the split-K and the prefetch run;
-// M = 8 / 9 on either side of the second row group.
+// M = 8 / 9 on either side of the second row group. Then a wide one for M > 8.
 TEST_F(WeightOnlyGpu, DecodeShape) {
   LOWBIT_TEST_RNG(rng);
   TuningScope restore;
@@ -244,6 +245,16 @@ TEST_F(WeightOnlyGpu, DecodeShape) {
       SCOPED_TRACE(small ? "small-matrix kernel" : "streaming kernel");
       for (const std::int64_t m : {1, 8, 9, 16}) run_case(rng, spec, w, m, true, true);
     }
+  }
+  // Wide enough for the staged-activation kernel's production shapes at M > 8 (H100:
+  // two 8-warp blocks a SM at group 128, one balanced block a SM at group 32), with a
+  // partial last tile group, a ragged K and an unaligned activation row.
+  for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{4, 128, true, DType::f16},
+                                    WeightOnlySpec{4, 32, false, DType::bf16}}) {
+    DeviceWeights w;
+    make_weights(rng, spec, 20003, 650, w);
+    for (const std::int64_t m : {9, 16}) run_case(rng, spec, w, m, m == 16, m == 16);
+    if (HasFailure()) return;
   }
 }
 
@@ -282,7 +293,7 @@ TEST_F(WeightOnlyGpu, GemvVariants) {
         SCOPED_TRACE(testing::Message() << "variant " << variant << " k_slices " << k_slices << " rotate " << rotate
                                         << " pdl " << pdl);
         cuda::weight_only::set_gemv_tuning({variant, k_slices, rotate, pdl});
-        for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5);
+        for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5 && m != 9);
         if (HasFailure()) return;
       }
     }
@@ -339,80 +350,173 @@ TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
   }
 }
 
+// Random packed f16 Q4-with-zero-point weights on the device for the timing sweeps (no
+// reference: bytes, scales in [0.001, 0.051], mins in [-0.5, 0.5]).
+struct SweepWeights {
+  cuda::DeviceBuffer codes, scales, mins;
+  PackedWeights view;
+  double bytes = 0;  // codes + scales + mins
+};
+
+void make_sweep_weights(std::int64_t n, std::int64_t k, std::int64_t group, std::uint64_t& state, SweepWeights& out) {
+  auto next = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return state;
+  };
+  const WeightOnlySpec spec{4, group, true, DType::f16};
+  const PackedWeightSizes sizes = packed_weight_sizes(spec, n, k);
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(sizes.code_bytes));
+  for (std::size_t i = 0; i < codes.size(); i += 8) {
+    const std::uint64_t v = next();
+    for (std::size_t b = 0; b < 8 && i + b < codes.size(); ++b) codes[i + b] = static_cast<std::uint8_t>(v >> (8 * b));
+  }
+  std::vector<std::uint16_t> scales(static_cast<std::size_t>(sizes.scale_count)), mins(scales.size());
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    scales[i] = to_act_bits(DType::f16, 0.001f + 0.05f * static_cast<float>(next() % 1000) / 1000.0f);
+    mins[i] = to_act_bits(DType::f16, -0.5f + static_cast<float>(next() % 1000) / 1000.0f);
+  }
+  out.codes = cuda::DeviceBuffer(codes.size());
+  out.scales = cuda::DeviceBuffer(scales.size() * 2);
+  out.mins = cuda::DeviceBuffer(mins.size() * 2);
+  LOWBIT_CUDA_CHECK(cudaMemcpy(out.codes.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
+  LOWBIT_CUDA_CHECK(cudaMemcpy(out.scales.data(), scales.data(), scales.size() * 2, cudaMemcpyHostToDevice));
+  LOWBIT_CUDA_CHECK(cudaMemcpy(out.mins.data(), mins.data(), mins.size() * 2, cudaMemcpyHostToDevice));
+  out.view = PackedWeights{spec, n, k, TensorView::vector(out.codes.data(), DType::u8, Device::cuda, sizes.code_bytes),
+                           TensorView::vector(out.scales.data(), DType::f16, Device::cuda, sizes.scale_count),
+                           TensorView::vector(out.mins.data(), DType::f16, Device::cuda, sizes.min_count)};
+  out.bytes = static_cast<double>(codes.size() + 4 * scales.size());
+}
+
+// Best of 5 x 20 back-to-back launches (ms per launch), after 3 warm-up launches.
+float best_launch_ms(const TensorView& xv, const PackedWeights& pw, const TensorView& ov) {
+  cudaEvent_t start, stop;
+  LOWBIT_CUDA_CHECK(cudaEventCreate(&start));
+  LOWBIT_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    constexpr int kLaunches = 20;
+    LOWBIT_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    for (int i = 0; i < kLaunches; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
+    LOWBIT_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    LOWBIT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    best = std::min(best, ms / kLaunches);
+  }
+  LOWBIT_CUDA_CHECK(cudaEventDestroy(start));
+  LOWBIT_CUDA_CHECK(cudaEventDestroy(stop));
+  return best;
+}
+
+// A device activation buffer of `rows` x k random f16 values in [-1, 1].
+cuda::DeviceBuffer sweep_activations(std::int64_t rows, std::int64_t k, std::uint64_t& state) {
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * k));
+  for (auto& v : x) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    v = to_act_bits(DType::f16, -1.0f + 2.0f * static_cast<float>(state % 1000) / 1000.0f);
+  }
+  cuda::DeviceBuffer d(x.size() * 2);
+  LOWBIT_CUDA_CHECK(cudaMemcpy(d.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// The four decode shapes (f16 Q4 with zero point, groups 32 and 128) for the
+// timing sweeps: fn(n, k, group, weights, x view of m rows, out view of m rows).
+struct SweepCase {
+  std::int64_t n, k, group;
+};
+template <class Fn>
+void for_each_sweep_case(Fn fn) {
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (const SweepCase cs : {SweepCase{28672, 8192, 32}, SweepCase{28672, 8192, 128}, SweepCase{8192, 28672, 32},
+                             SweepCase{8192, 28672, 128}}) {
+    SweepWeights sw;
+    make_sweep_weights(cs.n, cs.k, cs.group, state, sw);
+    cuda::DeviceBuffer d_x = sweep_activations(16, cs.k, state), d_out(static_cast<std::size_t>(16 * cs.n) * 2);
+    auto views = [&](std::int64_t m) {
+      return std::make_pair(TensorView::matrix(d_x.data(), DType::f16, Device::cuda, m, cs.k),
+                            TensorView::matrix(d_out.data(), DType::f16, Device::cuda, m, cs.n));
+    };
+    fn(cs, sw, views);
+  }
+}
+
 // Timing sweep of the tunable shapes x K splits on the decode shapes (not a
 // correctness test: random packed bytes, no reference). Run with
 //   lowbit_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*GemvSweep*'
 TEST_F(WeightOnlyGpu, DISABLED_GemvSweep) {
   TuningScope restore;
-  std::uint64_t state = 0x9e3779b97f4a7c15ull;
-  auto next = [&] {
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-    return state;
-  };
-  struct Case {
-    std::int64_t n, k, group;
-  };
-  for (const Case cs : {Case{28672, 8192, 32}, Case{28672, 8192, 128}, Case{8192, 28672, 32}, Case{8192, 28672, 128}}) {
-    const WeightOnlySpec spec{4, cs.group, true, DType::f16};
-    const PackedWeightSizes sizes = packed_weight_sizes(spec, cs.n, cs.k);
-    std::vector<std::uint8_t> codes(static_cast<std::size_t>(sizes.code_bytes));
-    for (std::size_t i = 0; i < codes.size(); i += 8) {
-      const std::uint64_t v = next();
-      for (std::size_t b = 0; b < 8 && i + b < codes.size(); ++b) codes[i + b] = static_cast<std::uint8_t>(v >> (8 * b));
-    }
-    std::vector<std::uint16_t> scales(static_cast<std::size_t>(sizes.scale_count)), mins(scales.size());
-    for (std::size_t i = 0; i < scales.size(); ++i) {
-      scales[i] = to_act_bits(DType::f16, 0.001f + 0.05f * static_cast<float>(next() % 1000) / 1000.0f);
-      mins[i] = to_act_bits(DType::f16, -0.5f + static_cast<float>(next() % 1000) / 1000.0f);
-    }
-    cuda::DeviceBuffer d_codes(codes.size()), d_scales(scales.size() * 2), d_mins(mins.size() * 2);
-    LOWBIT_CUDA_CHECK(cudaMemcpy(d_codes.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
-    LOWBIT_CUDA_CHECK(cudaMemcpy(d_scales.data(), scales.data(), scales.size() * 2, cudaMemcpyHostToDevice));
-    LOWBIT_CUDA_CHECK(cudaMemcpy(d_mins.data(), mins.data(), mins.size() * 2, cudaMemcpyHostToDevice));
-    const PackedWeights pw{spec, cs.n, cs.k,
-                           TensorView::vector(d_codes.data(), DType::u8, Device::cuda, sizes.code_bytes),
-                           TensorView::vector(d_scales.data(), DType::f16, Device::cuda, sizes.scale_count),
-                           TensorView::vector(d_mins.data(), DType::f16, Device::cuda, sizes.min_count)};
-    const double bytes = static_cast<double>(codes.size() + 4 * scales.size());
-    std::vector<std::uint16_t> x(static_cast<std::size_t>(16 * cs.k));
-    for (auto& v : x) v = to_act_bits(DType::f16, -1.0f + 2.0f * static_cast<float>(next() % 1000) / 1000.0f);
-    cuda::DeviceBuffer d_x(x.size() * 2), d_out(static_cast<std::size_t>(16 * cs.n) * 2);
-    LOWBIT_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-    cudaEvent_t start, stop;
-    LOWBIT_CUDA_CHECK(cudaEventCreate(&start));
-    LOWBIT_CUDA_CHECK(cudaEventCreate(&stop));
+  for_each_sweep_case([](const SweepCase& cs, const SweepWeights& sw, auto views) {
     for (const std::int64_t m : {1, 16}) {
-      const TensorView xv = TensorView::matrix(d_x.data(), DType::f16, Device::cuda, m, cs.k);
-      const TensorView ov = TensorView::matrix(d_out.data(), DType::f16, Device::cuda, m, cs.n);
+      const auto [xv, ov] = views(m);
       struct Mode {
         int rotate, pdl;
       };
       for (const int variant : {-1, 0, 3, 6}) {
         for (const int k_slices : {0, 2, 8}) {
           for (const Mode mode : {Mode{0, 0}, Mode{1, 0}, Mode{0, 1}, Mode{0, 2}, Mode{1, 2}}) {
-          if (variant < 0 && k_slices > 0) continue;
-          cuda::weight_only::set_gemv_tuning({variant, k_slices, mode.rotate, mode.pdl});
-          for (int i = 0; i < 3; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
-          float best = 1e30f;
-          for (int rep = 0; rep < 5; ++rep) {
-            constexpr int kLaunches = 20;
-            LOWBIT_CUDA_CHECK(cudaEventRecord(start, nullptr));
-            for (int i = 0; i < kLaunches; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
-            LOWBIT_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-            LOWBIT_CUDA_CHECK(cudaEventSynchronize(stop));
-            float ms = 0;
-            LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-            best = std::min(best, ms / kLaunches);
-          }
-          std::printf("sweep n %lld k %lld g %lld m %lld variant %d k_slices %d rotate %d pdl %d : %.4f ms %.0f GB/s\n",
-                      static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(cs.group),
-                      static_cast<long long>(m), variant, k_slices, mode.rotate, mode.pdl, best, bytes / (best * 1e6));
+            if (variant < 0 && k_slices > 0) continue;
+            cuda::weight_only::set_gemv_tuning({variant, k_slices, mode.rotate, mode.pdl});
+            const float best = best_launch_ms(xv, sw.view, ov);
+            std::printf("sweep n %lld k %lld g %lld m %lld variant %d k_slices %d rotate %d pdl %d : %.4f ms %.0f GB/s\n",
+                        static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(cs.group),
+                        static_cast<long long>(m), variant, k_slices, mode.rotate, mode.pdl, best,
+                        sw.bytes / (best * 1e6));
           }
         }
       }
     }
-    LOWBIT_CUDA_CHECK(cudaEventDestroy(start));
-    LOWBIT_CUDA_CHECK(cudaEventDestroy(stop));
+  });
+}
+
+// The small-M sweep of the staged-activation kernel (variants 9-15) against gemv_kernel
+// (variants 0 and 3) and the production choice (-1), with programmatic dependent launch
+// (the production mode), M = 16, 1, 8. Run with --gtest_filter='*GemvSweepXs*'.
+TEST_F(WeightOnlyGpu, DISABLED_GemvSweepXs) {
+  TuningScope restore;
+  for_each_sweep_case([](const SweepCase& cs, const SweepWeights& sw, auto views) {
+    for (const std::int64_t m : {16, 1, 8}) {
+      const auto [xv, ov] = views(m);
+      for (const int variant : {-1, 0, 3, 9, 10, 12, 13, 14, 15}) {
+        for (const int k_slices : {0, 1, 2, 4, 8}) {
+          if (variant < 0 && k_slices > 0) continue;
+          if (m != 16 && variant >= 0 && variant < 9) continue;  // measured before (gemm-h100-83e2aa8-gemv-sweep.txt)
+          cuda::weight_only::set_gemv_tuning({variant, k_slices, 0, -1});
+          const float best = best_launch_ms(xv, sw.view, ov);
+          std::printf("xsweep n %lld k %lld g %lld m %lld variant %d k_slices %d : %.4f ms %.0f GB/s\n",
+                      static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(cs.group),
+                      static_cast<long long>(m), variant, k_slices, best, sw.bytes / (best * 1e6));
+        }
+      }
+    }
+  });
+}
+
+// Launches for a profiler (ncu --kernel-name regex:gemv): 28672 x 8192 g128, M = 16
+// through gemv_kernel (variant 0), the production choice and the balanced xs block
+// (variant 13), and M = 1 through the production choice, two launches each; then the
+// same at g32. Run with --gtest_filter='*GemvProfile*'.
+TEST_F(WeightOnlyGpu, DISABLED_GemvProfile) {
+  TuningScope restore;
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (const std::int64_t group : {128, 32}) {
+    SweepWeights sw;
+    make_sweep_weights(28672, 8192, group, state, sw);
+    cuda::DeviceBuffer d_x = sweep_activations(16, 8192, state), d_out(static_cast<std::size_t>(16 * 28672) * 2);
+    struct Launch {
+      std::int64_t m;
+      int variant;
+    };
+    for (const Launch l : {Launch{16, 0}, Launch{16, -1}, Launch{16, 13}, Launch{1, -1}}) {
+      const TensorView xv = TensorView::matrix(d_x.data(), DType::f16, Device::cuda, l.m, 8192);
+      const TensorView ov = TensorView::matrix(d_out.data(), DType::f16, Device::cuda, l.m, 28672);
+      cuda::weight_only::set_gemv_tuning({l.variant, 0, 0, -1});
+      for (int i = 0; i < 2; ++i) cuda::weight_only_gemm(xv, sw.view, TensorView{}, ov, nullptr);
+      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      std::printf("profile g %lld m %lld variant %d\n", static_cast<long long>(group), static_cast<long long>(l.m),
+                  l.variant);
+    }
   }
 }
 
