@@ -100,7 +100,7 @@ def cpu_cases(like_torch: bool):
     reader = lowbit.LayerKVCache("selective", 2, 64, 64, sink=4, window=8, kv_bits=8, device=device)
     for _ in range(16):
         cache.append(k, k)
-        reader.append(k, k)  # its length stays 16 (the append rows grow `cache`)
+    reader.append(k, k)  # one token: the CPU attention's own work stays small beside the call
     att = reader.attention(q)
     xn, an, bn, cn, codes_n, scales_n, out_n, qn, att_n = (np.asarray(t) for t in (x, a, b, c, codes, scales, out, q,
                                                                                     att))
@@ -118,7 +118,7 @@ def cpu_cases(like_torch: bool):
         ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
          lambda: _lowbit.dequantize(codes_n, scales_n, None, "int8", "token", 0, out_n, 0)),
         ("LayerKVCache.append 2x64 selective", append, None),
-        ("LayerKVCache.attention 4x64 at 16", lambda: reader.attention(q),
+        ("LayerKVCache.attention 4x64 at 1", lambda: reader.attention(q),
          lambda: reader._layer.attention(qn, att_n, reader.length, None, 0)),
     ]
     if like_torch:
@@ -145,9 +145,12 @@ def gpu_cases(torch):
     q = torch.randn(4, 64, device=dev).half()
     codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
     cache = lowbit.LayerKVCache("selective", 2, 64, 1 << 20, sink=4, window=8, kv_bits=8, device=dev)
+    reader = lowbit.LayerKVCache("selective", 2, 64, 64, sink=4, window=8, kv_bits=8, device=dev)
     for _ in range(64):
         cache.append(k, k)
+        reader.append(k, k)  # stays at 64 tokens (the append row grows `cache`)
     bufs, spec = list(cache.buffers.values()), cache._spec()
+    reader_bufs = list(reader.buffers.values())
     from lowbit import torch_ops  # noqa: F401  (registers torch.ops.lowbit; a plain `import lowbit.x` here would make `lowbit` local)
     from lowbit._backend import torch_backend
 
@@ -156,8 +159,8 @@ def gpu_cases(torch):
     word = torch_backend().status_word(x)
     codes_o, scales_o = torch.empty_like(codes), torch.empty_like(scales)
     deq_o, c_o = torch.empty(4, 64, device=dev), torch.empty(32, 64, dtype=torch.int32, device=dev)
-    att_o = cache.attention(q)
-    att_ws = next(iter(cache._workspaces.values()))
+    att_o = reader.attention(q)
+    att_ws = next(iter(reader._workspaces.values()))
 
     def append():
         if cache.length == cache.capacity:
@@ -180,9 +183,9 @@ def gpu_cases(torch):
          lambda: torch.ops.lowbit.int8_matmul(a, b, None, None, 1.0, None, False, "k_by_n", "i32"), None),
         ("LayerKVCache.append 2x64 selective", append,
          lambda: torch.ops.lowbit.kv_append(*bufs, k, k, "selective", spec, 40), None),
-        ("LayerKVCache.attention 4x64 at 64", lambda: cache.attention(q),
-         lambda: torch.ops.lowbit.kv_attention(*bufs, q, "selective", spec, 64, "f32"),
-         lambda: cache._layer.attention(q, att_o, cache.length, att_ws, stream)),
+        ("LayerKVCache.attention 4x64 at 64", lambda: reader.attention(q),
+         lambda: torch.ops.lowbit.kv_attention(*reader_bufs, q, "selective", reader._spec(), 64, "f32"),
+         lambda: reader._layer.attention(q, att_o, 64, att_ws, stream)),
         ("torch._int_mm 32x64x64", lambda: torch._int_mm(a, b), lambda: torch._int_mm(a, b), None),
         ("torch.empty_like 4x64 (no kernel)", lambda: torch.empty_like(x), None, None),
         ("torch.add 4x64", lambda: torch.add(x, 1.0), lambda: torch.add(x, 1.0), None),
