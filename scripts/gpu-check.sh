@@ -3,8 +3,9 @@
 # sm_90a with all cores, every test (GPU ones included), the benchmarks; logs and
 # JSON go to RESULTS_DIR (default out/gpu-check); a short summary prints last.
 #   usage: scripts/gpu-check.sh [RESULTS_DIR]
-# On the offline GPU machine, carry .wheels (scripts/python-wheels.sh) and .deps
-# (scripts/offline-deps.sh), both made where there is network.
+# On the offline GPU machine, carry .wheels (scripts/python-wheels.sh; gguf for the HF
+# default-model test included) and .deps (scripts/offline-deps.sh), both made where
+# there is network.
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only

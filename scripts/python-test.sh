@@ -27,6 +27,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "python-test: installing ${missing[*]}"
   "$python" -m pip install -q "${pip_source[@]}" "${missing[@]}"
 fi
+# gguf, for test_hf_cache's default model, where transformers is (which brings gguf's
+# own dependencies): from .wheels/ only, into this interpreter.
+if ls .wheels/gguf-*.whl >/dev/null 2>&1 && "$python" -c "import transformers" 2>/dev/null &&
+  ! "$python" -c "import gguf" 2>/dev/null; then
+  echo "python-test: installing gguf from .wheels"
+  "$python" -m pip install -q --no-index --find-links .wheels --no-deps gguf
+fi
 
 # No build isolation: the build dependencies installed above are used as they are, so
 # nothing is downloaded, and the build tree in build-python/ is reused between runs.

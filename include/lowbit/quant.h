@@ -98,4 +98,29 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
 // or compute_scales() that used this workspace saw NaN or Inf.
 void check_quantize_status(const Workspace& workspace, cuda_stream_t stream);
 
+// A NaN/Inf report that outlives the calls writing it, for callers that launch many
+// quantizations and check once (the Python package's eager default). The overloads
+// below report into it instead of their workspace, never synchronize and never clear
+// it: it keeps the first report (row, column) since it was last checked, from calls on
+// any stream of its device. non_finite_status_bytes() of device memory, zeroed by the
+// caller before the first call. CPU calls ignore it and throw at once, as always.
+struct NonFiniteStatus {
+  void* data = nullptr;
+};
+std::size_t non_finite_status_bytes();
+
+// The workspace of the overloads that take a NonFiniteStatus: the reductions only
+// (0 for per_token and per_group, which then need no workspace at all).
+std::size_t quantize_workspace_bytes_without_status(const QuantSpec& spec, std::int64_t rows, std::int64_t cols);
+
+void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out, const Workspace& workspace,
+              const NonFiniteStatus& status, cuda_stream_t stream);
+void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+                    const Workspace& workspace, const NonFiniteStatus& status, cuda_stream_t stream);
+
+// Synchronizes `stream`, then throws lowbit::Error naming the first NaN/Inf reported
+// into `status` since its last check, after zeroing it (each report is raised once).
+// Calls on other streams must be ordered before `stream`'s work by the caller.
+void check_quantize_status(const NonFiniteStatus& status, cuda_stream_t stream);
+
 }  // namespace lowbit

@@ -5,15 +5,18 @@ torch tensors, CuPy for CuPy arrays) on the input's device, and handed to the C+
 layer through DLPack, which writes into them in place. torch and CuPy are imported
 only when an input comes from them.
 
-Host cost per call (issue 6): each backend's `dl` gives the binding an argument in the
-cheapest form nanobind's ndarray caster takes. For torch tensors that is the DLPack
-capsule of torch.utils.dlpack.to_dlpack (a C function, ~0.3 us) instead of the tensor,
-whose Python-level Tensor.__dlpack__ nanobind would otherwise call (3-4 us a tensor).
-Both export the same memory without synchronizing (nanobind passes no stream, so
-__dlpack__ uses its stream=-1 default); where __dlpack__ refuses (requires_grad, a
-CUDA device that is not current) nanobind already fell back to to_dlpack.
+Host cost per call (issue 6): arrays go to the binding as they are. For plain torch
+tensors the binding's caster calls torch.utils.dlpack.to_dlpack (a C function, ~0.3 us;
+registered by TorchBackend) instead of the Python-level Tensor.__dlpack__ that
+nanobind would call (3-4 us a tensor). Both export the same memory without
+synchronizing; where to_dlpack refuses, nanobind's own import decides.
+
+NaN/Inf status of GPU quantize (quant.py): one sticky status word per device, made by
+`status_word` outside CUDA graph capture and kept for the process's life.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -49,9 +52,12 @@ def dtype_name(dtype) -> str:
             f"dtype: expected float32, float16, bfloat16 or int32, got {dtype!r}") from None
 
 
+# Bytes of a sticky NaN/Inf status word (lowbit::non_finite_status_bytes).
+STATUS_BYTES = _lowbit.non_finite_status_bytes
+
+
 class _PlainBackend:
-    """What NumPy and CuPy share: no torch.compile, no capture test, arrays passed to the
-    binding as they are (their __dlpack__ is a C method)."""
+    """What NumPy and CuPy share: no torch.compile, no capture test."""
 
     @staticmethod
     def compiling() -> bool:
@@ -60,10 +66,6 @@ class _PlainBackend:
     @staticmethod
     def capturing() -> bool:
         return False
-
-    @staticmethod
-    def dl(x):
-        return x
 
     @staticmethod
     def zero(x) -> None:
@@ -93,19 +95,20 @@ class NumpyBackend(_PlainBackend):
     def is_cuda(like) -> bool:
         return False
 
+
 class TorchBackend:
     name = "torch"
 
     def __init__(self):
         import torch
-        from torch.utils.dlpack import to_dlpack
 
         self.torch = torch
         self.dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
                        "i8": torch.int8, "u8": torch.uint8, "i32": torch.int32}
         self.compiling = torch.compiler.is_compiling
-        self._plain = (torch.Tensor, torch.nn.Parameter)  # types dl exports itself
-        self._to_dlpack = to_dlpack
+        if not torch.compiler.is_compiling():  # Dynamo cannot trace the call (see _export_torch)
+            _export_torch(torch)
+        self.status_words = {}  # device index -> uint8 [STATUS_BYTES] tensor
         # The raw cudaStream_t of a device's current stream and the capture test, as C
         # functions (what torch.cuda.current_stream(d).cuda_stream and
         # torch.cuda.is_current_stream_capturing() return, without their Python layers).
@@ -144,16 +147,35 @@ class TorchBackend:
     def is_cuda(like) -> bool:
         return like.is_cuda
 
-    def dl(self, x):
-        """x for the binding: a torch tensor (or nn.Parameter) as its DLPack capsule (see the
-        module's docstring); anything else (None, other subclasses, other libraries' arrays)
-        as it is."""
-        if type(x) in self._plain:
-            try:
-                return self._to_dlpack(x)
-            except Exception:  # noqa: BLE001  (nanobind reports what it cannot take)
-                return x
-        return x
+    def status_word(self, like):
+        """The sticky NaN/Inf status word of like's CUDA device; made (zeroed, and the
+        zeroing waited for, so that any stream may use it) on first use, except while
+        capturing a graph: then None until an eager call has made it."""
+        index = like.get_device()
+        word = self.status_words.get(index)
+        if word is None:
+            if self.capturing():
+                return None
+            word = like.new_zeros((STATUS_BYTES,), dtype=self.torch.uint8)
+            self.torch.cuda.current_stream(index).synchronize()
+            self.status_words[index] = word
+        return word
+
+    def status_words_of(self, device):
+        """(index, word) of the status words on `device` (None: every device that has one;
+        a CUDA device without one gets it)."""
+        if device is None:
+            return list(self.status_words.items())
+        if type(device).__module__.startswith("cupy"):
+            return []
+        device = self.torch.device(device)
+        if device.type != "cuda":
+            return []
+        word = self.status_word(self.torch.empty(0, device=device))
+        return [] if word is None else [(word.get_device(), word)]
+
+    def synchronize(self, index: int) -> None:
+        self.torch.cuda.synchronize(index)
 
     @staticmethod
     def zero(x) -> None:
@@ -169,12 +191,33 @@ class CupyBackend(_PlainBackend):
         self.cupy = cupy
         self.dtypes = {"f32": cupy.float32, "f16": cupy.float16, "i8": cupy.int8, "u8": cupy.uint8,
                        "i32": cupy.int32}
+        self.status_words = {}  # device id -> uint8 [STATUS_BYTES] array
 
     def empty(self, shape, dtype: str, like):
         if dtype not in self.dtypes:
             raise _lowbit.LowbitError(f"{dtype}: CuPy has no such dtype; pass torch tensors for bfloat16")
         with like.device:
             return self.cupy.empty(shape, self.dtypes[dtype])
+
+    def status_word(self, like):
+        """TorchBackend.status_word for CuPy (no capture test: CuPy graphs are not handled)."""
+        word = self.status_words.get(like.device.id)
+        if word is None:
+            with like.device:
+                word = self.cupy.zeros((STATUS_BYTES,), self.cupy.uint8)
+                like.device.synchronize()
+            self.status_words[like.device.id] = word
+        return word
+
+    def status_words_of(self, device):
+        if device is None:
+            return list(self.status_words.items())
+        index = getattr(device, "id", device)
+        word = self.status_words.get(index) if isinstance(index, int) else None
+        return [] if word is None else [(index, word)]
+
+    def synchronize(self, index: int) -> None:
+        self.cupy.cuda.Device(index).synchronize()
 
     def scalar(self, value: float, like):
         with like.device:
@@ -188,6 +231,19 @@ class CupyBackend(_PlainBackend):
     def is_cuda(like) -> bool:
         return True
 
+
+def _export_torch(torch) -> None:
+    """Lets the binding take plain torch tensors through to_dlpack (see the module's
+    docstring). Done when lowbit is imported after torch, else when the TorchBackend is
+    made, unless that happens while torch.compile traces: eager calls then keep
+    nanobind's __dlpack__ path (the same result, 3-4 us a tensor slower)."""
+    from torch.utils.dlpack import to_dlpack
+
+    _lowbit._set_torch_export(torch.Tensor, torch.nn.Parameter, to_dlpack)
+
+
+if hasattr(sys.modules.get("torch"), "nn"):  # torch imported (fully) before lowbit
+    _export_torch(sys.modules["torch"])
 
 NUMPY = NumpyBackend()
 _torch_backend = None
@@ -221,6 +277,11 @@ def _backend_of_new_type(x):
     if isinstance(x, np.ndarray):
         return NUMPY
     raise TypeError(f"lowbit takes NumPy arrays, torch tensors or CuPy arrays, got {type(x).__name__}")
+
+
+def gpu_backends():
+    """The torch and CuPy backends made so far (the ones that may hold status words)."""
+    return [b for b in (_torch_backend, _cupy_backend) if b is not None]
 
 
 def torch_backend() -> TorchBackend:

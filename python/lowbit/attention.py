@@ -64,7 +64,6 @@ def quantized_attention_with(backend, x, q, k, v, bq, bk, bv, heads, kv_heads, h
         nbytes = _lowbit.attention_workspace_bytes(seq_len, d_model, heads, kv_heads, head_dim, causal, fmt,
                                                    variant)
         workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-    dl = backend.dl
-    _lowbit.quantized_attention(dl(x), *map(dl, q), *map(dl, k), *map(dl, v), dl(bq), dl(bk), dl(bv), heads,
-                                kv_heads, head_dim, causal, fmt, variant, dl(out), dl(workspace), stream)
+    _lowbit.quantized_attention(x, *q, *k, *v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant, out,
+                                workspace, stream)
     return out

@@ -9,11 +9,13 @@ For each call it reports
              Python, argument checks, DLPack conversion, output allocation, the launch);
   kernel_us  (GPU) device time per call: N calls captured in a CUDA graph and replayed,
              timed with CUDA events (what the GPU spends, launch gaps excluded);
+  floor_us   the raw _lowbit call with its outputs (and workspace) allocated beforehand:
+             on the CPU on NumPy arrays of the same memory (the library's work plus the
+             least a binding call costs); on the GPU on the torch tensors themselves (the
+             DLPack export, the C++ checks and the launches), where there is one;
   over_us    host_us - kernel_us on the GPU (the host time above the kernel); on the CPU,
-             host_us minus the raw _lowbit call on NumPy arrays of the same memory with
-             its outputs allocated beforehand (the library's work plus the least a binding
-             call costs), where there is one: what the Python layer, the output
-             allocation and (torch rows) torch's DLPack export add.
+             host_us - floor_us: what the Python layer, the output allocation and (torch
+             rows) torch's DLPack export add.
 next to torch's own ops on the same tensors (an empty_like, which launches nothing, and
 a one-kernel add) for scale. Medians of 7 runs. Timings only: nothing is checked.
 """
@@ -78,6 +80,7 @@ def graph_kernel_us(torch, fn, calls: int = 100, repeats: int = 7):
 
 def cpu_cases(like_torch: bool):
     """(name, call, floor call or None) on 4 x 64 inputs: NumPy arrays, or CPU torch tensors."""
+    # The floors pass NumPy views of the same memory (the raw binding call at its cheapest).
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 64)).astype(np.float32)
     a = rng.integers(-128, 128, (4, 64), dtype=np.int8)
@@ -93,11 +96,14 @@ def cpu_cases(like_torch: bool):
     codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
     c = lowbit.int8_matmul(a, b)
     out = lowbit.dequantize_tensor(codes, scales, None, "int8", "token")
-    # The floors' arguments: NumPy arrays (views of the torch tensors' memory).
-    xn, an, bn, cn, codes_n, scales_n, out_n = (np.asarray(t) for t in (x, a, b, c, codes, scales, out))
     cache = lowbit.LayerKVCache("selective", 2, 64, 1 << 20, sink=4, window=8, kv_bits=8, device=device)
+    reader = lowbit.LayerKVCache("selective", 2, 64, 64, sink=4, window=8, kv_bits=8, device=device)
     for _ in range(16):
         cache.append(k, k)
+    reader.append(k, k)  # one token: the CPU attention's own work stays small beside the call
+    att = reader.attention(q)
+    xn, an, bn, cn, codes_n, scales_n, out_n, qn, att_n = (np.asarray(t) for t in (x, a, b, c, codes, scales, out, q,
+                                                                                    att))
 
     def append():
         if cache.length == cache.capacity:
@@ -112,11 +118,18 @@ def cpu_cases(like_torch: bool):
         ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
          lambda: _lowbit.dequantize(codes_n, scales_n, None, "int8", "token", 0, out_n, 0)),
         ("LayerKVCache.append 2x64 selective", append, None),
+        ("LayerKVCache.attention 4x64 at 1", lambda: reader.attention(q),
+         lambda: reader._layer.attention(qn, att_n, reader.length, None, 0)),
     ]
     if like_torch:
         import torch
 
-        cases += [("torch.empty_like 4x64 (no kernel)", lambda: torch.empty_like(x), None),
+        from lowbit import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+
+        cases += [("torch.ops.lowbit.int8_matmul (custom op)",
+                   lambda: torch.ops.lowbit.int8_matmul(a, b, None, None, 1.0, None, False, "k_by_n", "i32"),
+                   lambda: _lowbit.int8_matmul(an, bn, "k_by_n", cn, None, None, 1.0, None, False, 0)),
+                  ("torch.empty_like 4x64 (no kernel)", lambda: torch.empty_like(x), None),
                   ("torch.add 4x64", lambda: torch.add(x, 1.0), None)]
     else:
         cases += [("np.empty 4x64", lambda: np.empty((4, 64), np.float32), None)]
@@ -132,31 +145,50 @@ def gpu_cases(torch):
     q = torch.randn(4, 64, device=dev).half()
     codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
     cache = lowbit.LayerKVCache("selective", 2, 64, 1 << 20, sink=4, window=8, kv_bits=8, device=dev)
+    reader = lowbit.LayerKVCache("selective", 2, 64, 64, sink=4, window=8, kv_bits=8, device=dev)
     for _ in range(64):
         cache.append(k, k)
+        reader.append(k, k)  # stays at 64 tokens (the append row grows `cache`)
     bufs, spec = list(cache.buffers.values()), cache._spec()
+    reader_bufs = list(reader.buffers.values())
     from lowbit import torch_ops  # noqa: F401  (registers torch.ops.lowbit; a plain `import lowbit.x` here would make `lowbit` local)
+    from lowbit._backend import torch_backend
+
+    # The floors' preallocated outputs, workspace and status word, and the current stream.
+    stream = torch_backend().stream(x)
+    word = torch_backend().status_word(x)
+    codes_o, scales_o = torch.empty_like(codes), torch.empty_like(scales)
+    deq_o, c_o = torch.empty(4, 64, device=dev), torch.empty(32, 64, dtype=torch.int32, device=dev)
+    att_o = reader.attention(q)
+    att_ws = next(iter(reader._workspaces.values()))
 
     def append():
         if cache.length == cache.capacity:
             cache.reset()
         cache.append(k, k)
 
-    return [  # (name, eager call, capturable equivalent or None)
+    return [  # (name, eager call, capturable equivalent or None, floor or None)
         ("quantize_tensor int8 token 4x64", lambda: lowbit.quantize_tensor(x, "int8", "token"),
-         lambda: torch.ops.lowbit.quantize(x, "int8", "token", 0)),
+         lambda: torch.ops.lowbit.quantize(x, "int8", "token", 0),
+         lambda: _lowbit.quantize(x, codes_o, scales_o, None, "int8", "token", 0, None, stream, True, word)),
+        ("quantize_tensor check=True (syncs)", lambda: lowbit.quantize_tensor(x, "int8", "token", check=True),
+         None, None),
         ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
-         lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token")),
-        ("int8_matmul 32x64x64 -> i32", lambda: lowbit.int8_matmul(a, b), lambda: lowbit.int8_matmul(a, b)),
+         lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
+         lambda: _lowbit.dequantize(codes, scales, None, "int8", "token", 0, deq_o, stream)),
+        ("int8_matmul 32x64x64 -> i32", lambda: lowbit.int8_matmul(a, b), lambda: lowbit.int8_matmul(a, b),
+         lambda: _lowbit.int8_matmul(a, b, "k_by_n", c_o, None, None, 1.0, None, False, stream)),
         ("torch.ops.lowbit.int8_matmul (custom op)",
+         lambda: torch.ops.lowbit.int8_matmul(a, b, None, None, 1.0, None, False, "k_by_n", "i32"),
          lambda: torch.ops.lowbit.int8_matmul(a, b, None, None, 1.0, None, False, "k_by_n", "i32"), None),
         ("LayerKVCache.append 2x64 selective", append,
-         lambda: torch.ops.lowbit.kv_append(*bufs, k, k, "selective", spec, 40)),
-        ("LayerKVCache.attention 4x64 at 64", lambda: cache.attention(q),
-         lambda: torch.ops.lowbit.kv_attention(*bufs, q, "selective", spec, 64, "f32")),
-        ("torch._int_mm 32x64x64", lambda: torch._int_mm(a, b), lambda: torch._int_mm(a, b)),
-        ("torch.empty_like 4x64 (no kernel)", lambda: torch.empty_like(x), None),
-        ("torch.add 4x64", lambda: torch.add(x, 1.0), lambda: torch.add(x, 1.0)),
+         lambda: torch.ops.lowbit.kv_append(*bufs, k, k, "selective", spec, 40), None),
+        ("LayerKVCache.attention 4x64 at 64", lambda: reader.attention(q),
+         lambda: torch.ops.lowbit.kv_attention(*reader_bufs, q, "selective", reader._spec(), 64, "f32"),
+         lambda: reader._layer.attention(q, att_o, 64, att_ws, stream)),
+        ("torch._int_mm 32x64x64", lambda: torch._int_mm(a, b), lambda: torch._int_mm(a, b), None),
+        ("torch.empty_like 4x64 (no kernel)", lambda: torch.empty_like(x), None, None),
+        ("torch.add 4x64", lambda: torch.add(x, 1.0), lambda: torch.add(x, 1.0), None),
     ]
 
 
@@ -177,24 +209,31 @@ def main(argv=None) -> int:
             pass
     rows = []
 
-    def report(device, name, host, kernel=None, over=None):
-        rows.append({"device": device, "call": name, "host_us": host, "kernel_us": kernel, "over_us": over})
+    def report(device, name, host, kernel=None, over=None, floor=None):
+        rows.append({"device": device, "call": name, "host_us": host, "kernel_us": kernel, "floor_us": floor,
+                     "over_us": over})
         fmt = lambda v: "" if v is None else f"{v:8.2f}"  # noqa: E731
-        print(f"{device:6} {name:42} {host:8.2f} {fmt(kernel):>9} {fmt(over):>8}", flush=True)
+        print(f"{device:6} {name:42} {host:8.2f} {fmt(kernel):>9} {fmt(floor):>8} {fmt(over):>8}", flush=True)
 
     print(f"lowbit {lowbit.__name__} built_with_cuda={lowbit.built_with_cuda}, {args.calls} calls per run")
-    print(f"{'device':6} {'call':42} {'host_us':>8} {'kernel_us':>9} {'over_us':>8}")
+    print(f"{'device':6} {'call':42} {'host_us':>8} {'kernel_us':>9} {'floor_us':>8} {'over_us':>8}")
     for like_torch in ([False, True] if have_torch else [False]):
         device = "torch" if like_torch else "numpy"
         for name, fn, floor in cpu_cases(like_torch):
             host = host_us(fn, args.calls)
-            report(device, name, host, None, host - host_us(floor, args.calls) if floor else None)
+            floor = host_us(floor, args.calls) if floor else None
+            report(device, name, host, None, None if floor is None else host - floor, floor)
     if have_torch and not args.no_cuda and torch.cuda.is_available() and lowbit.built_with_cuda:
         sync = torch.cuda.synchronize
-        for name, fn, capturable in gpu_cases(torch):
+        for name, fn, capturable, floor in gpu_cases(torch):
             host = host_us(fn, args.calls, sync)
             kernel = graph_kernel_us(torch, capturable) if capturable else None
-            report("cuda", name, host, kernel, None if kernel is None else host - kernel)
+            floor = host_us(floor, args.calls, sync) if floor else None
+            report("cuda", name, host, kernel, None if kernel is None else host - kernel, floor)
+        # One of the C++ checks' CUDA pointer queries (the floors hold one a tensor).
+        probe = torch.empty(64, device="cuda")
+        report("cuda", "C++ pointer check (one a tensor)",
+               min(_lowbit._time_pointer_checks(probe, 20000) for _ in range(7)))
         print(f"device: {torch.cuda.get_device_name()}")
     if args.json:
         with open(args.json, "w") as f:

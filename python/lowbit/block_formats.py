@@ -70,8 +70,7 @@ def block_encode_with(backend, x, fmt: str):
         nbytes = _lowbit.block_encode_workspace_bytes(fmt, rows, cols)
         workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
         deferred = backend.capturing()  # a CUDA graph cannot capture the NaN/Inf check's synchronization
-    dl = backend.dl
-    _lowbit.block_encode(dl(x), dl(codes), dl(scales), dl(global_scale), fmt, dl(workspace), stream, deferred)
+    _lowbit.block_encode(x, codes, scales, global_scale, fmt, workspace, stream, deferred)
     return codes, scales, global_scale
 
 
@@ -100,6 +99,5 @@ def block_decode_with(backend, codes, scales, global_scale, fmt: str, cols: int,
     """block_decode for a known backend (the torch custom op's implementation)."""
     out = backend.empty((int(codes.shape[0]), int(cols)), out_dtype, codes)
     stream = backend.stream(codes) if backend.is_cuda(codes) else 0
-    dl = backend.dl
-    _lowbit.block_decode(dl(codes), dl(scales), dl(global_scale), fmt, dl(out), stream)
+    _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
     return out

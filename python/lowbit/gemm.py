@@ -35,8 +35,19 @@ def _as_scale(backend, value, like):
 
 def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, what_a, what_b):
     backend = backend_of(a)
-    if len(a.shape) != 2:
-        raise LowbitError(f"{what_a}: expected a rank-2 tensor [M, K], got rank {len(a.shape)}")
+    a_shape, b_shape = a.shape, b.shape
+    if len(a_shape) != 2:
+        raise LowbitError(f"{what_a}: expected a rank-2 tensor [M, K], got rank {len(a_shape)}")
+    # The plain product (no epilogue, B as [K, N]) in the fewest steps: the hot call.
+    if (out_dtype is None and scale_a is None and scale_b is None and bias is None and not relu and scale_c == 1.0
+            and b_layout == "k_by_n" and len(b_shape) == 2 and not backend.compiling()):
+        out = backend.empty((a_shape[0], b_shape[1]), "i32", a)
+        stream = backend.stream(a) if backend.is_cuda(a) else 0
+        if kernel == "int8":
+            _lowbit.int8_matmul(a, b, b_layout, out, None, None, 1.0, None, False, stream)
+        else:
+            _lowbit.int4_matmul(a, b, b_layout, k, out, None, None, 1.0, None, False, stream)
+        return out
     n = _n_of(b, b_layout, what_b)
     out_name = _out_dtype(scale_a, scale_b, scale_c, bias, relu, out_dtype)
     if backend.compiling():
@@ -58,13 +69,10 @@ def matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, re
     out = backend.empty((a.shape[0], n), out_name, a)
     scale_a, scale_b = _as_scale(backend, scale_a, a), _as_scale(backend, scale_b, a)
     stream = backend.stream(a) if backend.is_cuda(a) else 0
-    dl = backend.dl
     if kernel == "int8":
-        _lowbit.int8_matmul(dl(a), dl(b), b_layout, dl(out), dl(scale_a), dl(scale_b), float(scale_c), dl(bias),
-                            bool(relu), stream)
+        _lowbit.int8_matmul(a, b, b_layout, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
     else:
-        _lowbit.int4_matmul(dl(a), dl(b), b_layout, k, dl(out), dl(scale_a), dl(scale_b), float(scale_c), dl(bias),
-                            bool(relu), stream)
+        _lowbit.int4_matmul(a, b, b_layout, k, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
     return out
 
 

@@ -9,7 +9,8 @@ between quantized (the engine's `selective` policy), dequantized on read.
 Granularity "token" quantizes each token as it leaves the window (one scale per token
 and head). Granularity "channel" (keys, as KIVI does) waits until `window` more tokens
 have left and quantizes them as one block with a scale per channel and head.
-Needs transformers (>= 4.56: the layered Cache API) and torch.
+Needs transformers (>= 4.56: the layered Cache API) and torch. On CUDA the quantization
+does not synchronize: NaN/Inf in keys or values is raised by lowbit.check_quantize_status().
 """
 from __future__ import annotations
 

@@ -74,8 +74,12 @@ class LayerKVCache:
         self.buffers = {f"{kv}_{part}": _zeros(backend, shapes[part], dtypes[part], like)
                         for kv in "kv" for part in _PARTS}
         self._layer = _lowbit.KvLayer(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
-                                      self.max_tokens, *map(backend.dl, self.buffers.values()))
+                                      self.max_tokens, *self.buffers.values())
         self.length = 0
+        # Eager CUDA attention's workspaces by (form, stream, n_heads), sized for any length:
+        # one allocation (and, for the _at form, one zeroing) instead of one a call. Reuse
+        # within a stream is ordered; graph capture allocates its own (see _workspace).
+        self._workspaces = {}
 
     @property
     def device(self):
@@ -97,8 +101,7 @@ class LayerKVCache:
             backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
                                                self.length)
         else:
-            dl = backend.dl
-            self._layer.append(dl(k), dl(v), self.length, backend.stream(k) if backend.is_cuda(k) else 0)
+            self._layer.append(k, v, self.length, backend.stream(k) if backend.is_cuda(k) else 0)
         self.length += 1
 
     def attention(self, q, out_dtype="float32"):
@@ -111,7 +114,8 @@ class LayerKVCache:
 
             return backend.torch.ops.lowbit.kv_attention(*self.buffers.values(), q, self.policy, self._spec(),
                                                          self.length, out_name)
-        return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim)
+        return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim,
+                                 workspaces=self._workspaces, max_length=self.max_length)
 
     @property
     def max_length(self) -> int:
@@ -129,8 +133,7 @@ class LayerKVCache:
 
             backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
         else:
-            dl = backend.dl
-            self._layer.append_at(dl(k), dl(v), dl(pos), backend.stream(k) if backend.is_cuda(k) else 0)
+            self._layer.append_at(k, v, pos, backend.stream(k) if backend.is_cuda(k) else 0)
 
     def attention_at(self, q, pos, out_dtype="float32"):
         """attention() of the query at the position held by pos (int32 [1] on the cache's
@@ -142,7 +145,8 @@ class LayerKVCache:
 
             return backend.torch.ops.lowbit.kv_attention_at(*self.buffers.values(), q, pos, self.policy, self._spec(),
                                                             out_name)
-        return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length)
+        return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length,
+                                 self._workspaces)
 
     def reset(self) -> None:
         """Forgets every token (the buffers are overwritten by the next appends)."""
@@ -160,28 +164,53 @@ def _zeros(backend, shape, dtype, like):
     return x
 
 
-def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, max_length=0):
+def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, max_length=0, workspaces=None):
     """LayerKVCache.attention (pos None) or attention_at (pos an int32 [1] array) for a known
-    backend (the torch custom ops' implementation)."""
-    if len(q.shape) != 2:
-        raise LowbitError(f"q: expected a rank-2 tensor [n_heads, head_dim], got rank {len(q.shape)}")
-    n_heads = int(q.shape[0])
+    backend (the torch custom ops' implementation). workspaces: the cache's dict of eager
+    CUDA workspaces (None: allocate one for this call)."""
+    shape = q.shape
+    if len(shape) != 2:
+        raise LowbitError(f"q: expected a rank-2 tensor [n_heads, head_dim], got rank {len(shape)}")
+    n_heads = shape[0]
     out = backend.empty((n_heads, head_dim), out_name, q)
-    workspace, stream = None, 0
-    if backend.is_cuda(q):
-        stream = backend.stream(q)
-        device = _device_index(q)
-        nbytes = (layer.workspace_bytes(length, n_heads, True, device) if pos is None else
-                  layer.workspace_bytes_at(n_heads, max_length, True, device))
-        workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
-        if workspace is not None and pos is not None:
-            backend.zero(workspace)  # decode_attention_at's split counters start at zero (a fill kernel)
-    dl = backend.dl
+    if not backend.is_cuda(q):
+        if pos is None:
+            layer.attention(q, out, length, None, 0)
+        else:
+            layer.attention_at(q, out, pos, max_length, None, 0)
+        return out
+    stream = backend.stream(q)
+    workspace = _workspace(backend, layer, q, n_heads, stream, length, pos is not None, max_length, workspaces)
     if pos is None:
-        layer.attention(dl(q), dl(out), length, dl(workspace), stream)
+        layer.attention(q, out, length, workspace, stream)
     else:
-        layer.attention_at(dl(q), dl(out), dl(pos), max_length, dl(workspace), stream)
+        layer.attention_at(q, out, pos, max_length, workspace, stream)
     return out
+
+
+def _workspace(backend, layer, q, n_heads, stream, length, at, max_length, workspaces):
+    """The CUDA workspace of one attention call. Eager calls share the cache's, one per
+    (form, stream, n_heads), sized for any length up to max_length; a call being captured
+    into a CUDA graph gets its own (a captured pointer must not be shared with eager calls
+    on other streams). The _at form's is zeroed when made (its split counters start at
+    zero and each call leaves them so)."""
+    shared = workspaces is not None and (at or length <= max_length) and not backend.capturing()
+    key = (at, stream, n_heads)
+    if shared:
+        workspace = workspaces.get(key)
+        if workspace is not None:
+            return workspace
+    device = _device_index(q)
+    if at or shared:
+        nbytes = layer.workspace_bytes_at(n_heads, max_length, True, device)  # enough for any length
+    else:
+        nbytes = layer.workspace_bytes(length, n_heads, True, device)
+    workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
+    if workspace is not None and at:
+        backend.zero(workspace)  # a fill kernel on the stream
+    if shared:
+        workspaces[key] = workspace
+    return workspace
 
 
 def _device_index(x) -> int:

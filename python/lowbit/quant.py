@@ -1,9 +1,24 @@
 """quantize_tensor / dequantize_tensor: lowbit::quantize and lowbit::dequantize over
-NumPy arrays, torch tensors or CuPy arrays (2-D: tokens x channels)."""
+NumPy arrays, torch tensors or CuPy arrays (2-D: tokens x channels).
+
+NaN or Inf in quantize_tensor's input:
+- CPU arrays (NumPy, CPU tensors): LowbitError at the call, naming row and column.
+- CUDA, check=False (the default): the call does not synchronize. The kernel records the
+  first NaN/Inf in a status word of the device (lowbit::NonFiniteStatus), and
+  check_quantize_status() raises it (once): it synchronizes the device and names the
+  row and column where they are known. The codes and scales of such a call are not
+  meaningful (with the symmetric schemes its scales are NaN or Inf).
+- CUDA, check=True: the call synchronizes and raises at once (the C++ default,
+  NonFiniteCheck::sync_and_throw); not allowed while a CUDA graph is being captured.
+- Inside a CUDA graph the calls report into the same word, and check_quantize_status()
+  after a replay raises it, provided the device's word existed before capture (made by
+  any eager CUDA quantize_tensor, or by check_quantize_status(device)); otherwise the
+  captured calls' reports are lost.
+"""
 from __future__ import annotations
 
 from . import _lowbit
-from ._backend import backend_of, dtype_name
+from ._backend import _DTYPE_ALIASES, backend_of, dtype_name, gpu_backends, torch_backend
 
 LowbitError = _lowbit.LowbitError
 
@@ -27,9 +42,10 @@ def _check_rank2(x, what: str):
                           f"(shape {tuple(x.shape)}); reshape it first")
 
 
-# (code_cols, scale shape, has_mins, code dtype name, GPU workspace bytes) by (scheme,
-# granularity, group_size, rows, cols): what quantize_with derives before it allocates,
-# from the C++ layout (which checks the arguments: a bad spec raises and is not cached).
+# (code_cols, scale shape, has_mins, code dtype name, GPU workspace bytes with its own
+# status word, without it) by (scheme, granularity, group_size, rows, cols): what
+# quantize_with derives before it allocates, from the C++ layout (which checks the
+# arguments: a bad spec raises and is not cached).
 _LAYOUTS = {}
 _LAYOUTS_MAX = 4096
 
@@ -42,21 +58,25 @@ def _layout(scheme, granularity, group_size, rows, cols):
         code_cols, scale_rows, scale_cols = _lowbit.quant_layout(scheme, granularity, group_size, rows, cols)
         scale_shape = (scale_rows, scale_cols) if granularity == "group" else (scale_rows * scale_cols,)
         nbytes = _lowbit.quantize_workspace_bytes(scheme, granularity, group_size, rows, cols)
-        layout = (code_cols, scale_shape, has_mins, code_dtype, nbytes)
+        sticky = _lowbit.quantize_workspace_bytes_without_status(scheme, granularity, group_size, rows, cols)
+        layout = (code_cols, scale_shape, has_mins, code_dtype, nbytes, sticky)
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
             _LAYOUTS.clear()
         _LAYOUTS[key] = layout
     return layout
 
 
-def quantize_tensor(x, scheme: str = "int8", granularity: str = "channel", group_size: int = 0):
+def quantize_tensor(x, scheme: str = "int8", granularity: str = "channel", group_size: int = 0,
+                    check: bool = False):
     """Quantizes a 2-D float tensor; returns (codes, scales, mins).
 
     scheme: "int8" (symmetric), "int4" (asymmetric, two codes a byte), "int8_asym", "int4_sym".
     granularity: "tensor" (scales [1]), "channel" ([D]), "token" ([T]) or "group" ([T, ceil(D/G)],
     group_size G a positive multiple of 16). mins is None for the symmetric schemes.
     Outputs are new arrays of x's library on x's device; CUDA work runs on the current stream.
-    Raises LowbitError (with the C++ message) on bad arguments or NaN/Inf in x.
+    Raises LowbitError (with the C++ message) on bad arguments. NaN/Inf in x: raised here on
+    the CPU and with check=True; else (CUDA) by check_quantize_status() (see the module's
+    docstring).
     """
     backend = backend_of(x)
     if backend.compiling():
@@ -64,32 +84,58 @@ def quantize_tensor(x, scheme: str = "int8", granularity: str = "channel", group
 
         from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
 
+        if check:
+            raise LowbitError("quantize_tensor: check=True synchronizes, which torch.compile cannot trace; "
+                              "call lowbit.check_quantize_status() after the compiled function")
         codes, scales, mins = torch.ops.lowbit.quantize(x, scheme, granularity, group_size)
         return codes, scales, (mins if scheme_info(scheme)[1] else None)
-    return quantize_with(backend, x, scheme, granularity, group_size)
+    return quantize_with(backend, x, scheme, granularity, group_size, check)
 
 
-def quantize_with(backend, x, scheme, granularity, group_size, deferred=None):
+def quantize_with(backend, x, scheme, granularity, group_size, check=False):
     """quantize_tensor for a known backend (the torch custom op's implementation)."""
     shape = x.shape
     if len(shape) != 2:
         _check_rank2(x, "x")
     rows, cols = shape
-    code_cols, scale_shape, has_mins, code_dtype, nbytes = _layout(scheme, granularity, group_size, rows, cols)
-    codes = backend.empty((rows, code_cols), code_dtype, x)
-    scales = backend.empty(scale_shape, "f32", x)
-    mins = backend.empty(scale_shape, "f32", x) if has_mins else None
-    workspace, stream = None, 0
-    if backend.is_cuda(x):
-        stream = backend.stream(x)
-        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-        if deferred is None:
-            # A CUDA graph cannot capture the synchronization of the NaN/Inf check.
-            deferred = backend.capturing()
-    dl = backend.dl
-    _lowbit.quantize(dl(x), dl(codes), dl(scales), dl(mins), scheme, granularity, group_size, dl(workspace), stream,
-                     bool(deferred))
+    code_cols, scale_shape, has_mins, code_dtype, nbytes, sticky_bytes = _layout(scheme, granularity, group_size,
+                                                                                 rows, cols)
+    cuda = backend.is_cuda(x)
+    word = None
+    if cuda and check:
+        if backend.capturing():
+            raise LowbitError("quantize_tensor: check=True synchronizes, which CUDA graph capture forbids; "
+                              "quantize with check=False and call lowbit.check_quantize_status() after replay")
+    elif cuda:
+        word = backend.status_word(x)  # None: capturing before the device has one (reports are lost)
+    empty = backend.empty
+    codes = empty((rows, code_cols), code_dtype, x)
+    scales = empty(scale_shape, "f32", x)
+    mins = empty(scale_shape, "f32", x) if has_mins else None
+    if not cuda:
+        _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, None, 0, False)
+        return codes, scales, mins
+    if word is not None:
+        workspace = empty((sticky_bytes,), "u8", x) if sticky_bytes else None
+    else:
+        workspace = empty((nbytes,), "u8", x)
+    _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, workspace, backend.stream(x), not check,
+                     word)
     return codes, scales, mins
+
+
+def check_quantize_status(device=None) -> None:
+    """Raises LowbitError for the first NaN/Inf that a CUDA quantize_tensor (check=False)
+    found since the last check on `device` (a torch device, index or CuPy device; None:
+    every device with a status word), naming its row and column where known; each report
+    is raised once. Synchronizes those devices. Naming a CUDA torch device that has no word
+    yet makes one (so that calls captured in a CUDA graph afterwards report)."""
+    if isinstance(device, str) or type(device).__module__.startswith("torch"):
+        torch_backend()  # its status_words_of(device) makes the word
+    for backend in gpu_backends():
+        for index, word in backend.status_words_of(device):
+            backend.synchronize(index)
+            _lowbit.check_quantize_status_word(word, backend.stream(word))
 
 
 def default_cols(codes, scales, scheme: str, granularity: str) -> int:
@@ -107,22 +153,27 @@ def dequantize_tensor(codes, scales, mins=None, scheme: str = "int8", granularit
     """Decodes (codes, scales, mins) from quantize_tensor into a new [T, D] tensor of `dtype`
     (float32, float16 or bfloat16). For 4-bit codes of an odd D, pass cols=D."""
     backend = backend_of(codes)
-    _check_rank2(codes, "codes")
+    shape = codes.shape
+    if len(shape) != 2:
+        _check_rank2(codes, "codes")
     if cols is None:
-        cols = default_cols(codes, scales, scheme, granularity)
-    out_dtype = dtype_name(dtype)
+        cols = shape[1] if _SCHEMES.get(scheme, (0,))[0] == 8 else default_cols(codes, scales, scheme, granularity)
+    out_dtype = _DTYPE_ALIASES.get(dtype) or dtype_name(dtype)
     if backend.compiling():
         import torch
 
         from . import torch_ops  # noqa: F401
 
         return torch.ops.lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, cols, out_dtype)
-    return dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols)
+    out = backend.empty((shape[0], cols), out_dtype, codes)
+    _lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, out,
+                       backend.stream(codes) if backend.is_cuda(codes) else 0)
+    return out
 
 
 def dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols):
+    """dequantize_tensor for a known backend and output dtype (the torch custom op's implementation)."""
     out = backend.empty((codes.shape[0], cols), out_dtype, codes)
-    stream = backend.stream(codes) if backend.is_cuda(codes) else 0
-    dl = backend.dl
-    _lowbit.dequantize(dl(codes), dl(scales), dl(mins), scheme, granularity, group_size, dl(out), stream)
+    _lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, out,
+                       backend.stream(codes) if backend.is_cuda(codes) else 0)
     return out

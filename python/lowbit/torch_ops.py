@@ -1,7 +1,15 @@
 """lowbit's ops as PyTorch custom ops (torch.ops.lowbit.*), with fake implementations
 that give output shapes and dtypes, so that they trace under torch.compile and run
 inside CUDA graphs. Imported on demand by the public functions while torch.compile
-traces; import it yourself to call torch.ops.lowbit.* directly."""
+traces; import it yourself to call torch.ops.lowbit.* directly.
+
+The functional ops are registered with torch.library.Library (schema from the type
+hints, one kernel for every device): a call is one Python kernel under the dispatcher.
+torch.library.custom_op wraps that kernel in an autograd function, an aliasing check
+and a dynamo guard (~10 us more a call on the CPU; issue 6). None of these ops has a
+gradient. The KV ops that write the cache's buffers stay custom_op, which registers
+the version bumps of mutated tensors.
+"""
 
 from typing import Optional
 
@@ -17,6 +25,25 @@ from .quant import dequantize_with, quantize_with, scheme_info
 from .weights import linear_with
 
 _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
+
+_LIB = torch.library.Library("lowbit", "FRAGMENT")  # kept alive: the registrations live with it
+
+
+class _Op:
+    """A functional op lowbit::<fn name>, callable like the custom_op objects it replaces."""
+
+    def __init__(self, fn):
+        self.name = fn.__name__
+        _LIB.define(self.name + torch.library.infer_schema(fn, mutates_args=()), tags=(torch.Tag.pt2_compliant_tag,))
+        _LIB.impl(self.name, fn, "CompositeExplicitAutograd")
+        self._op = getattr(torch.ops.lowbit, self.name).default
+
+    def register_fake(self, fn):
+        torch.library.register_fake(f"lowbit::{self.name}", fn, lib=_LIB)
+        return fn
+
+    def __call__(self, *args):
+        return self._op(*args)
 
 
 def _layout(scheme: str, granularity: str, group_size: int, rows, cols):
@@ -34,7 +61,7 @@ def _layout(scheme: str, granularity: str, group_size: int, rows, cols):
     raise ValueError(f"granularity {granularity!r} with group_size {group_size} is not valid")
 
 
-@torch.library.custom_op("lowbit::quantize", mutates_args=())
+@_Op
 def quantize(x: torch.Tensor, scheme: str, granularity: str, group_size: int) -> tuple[torch.Tensor, torch.Tensor,
                                                                                        torch.Tensor]:
     codes, scales, mins = quantize_with(torch_backend(), x, scheme, granularity, group_size)
@@ -51,7 +78,7 @@ def _(x, scheme, granularity, group_size):
     return codes, scales, mins
 
 
-@torch.library.custom_op("lowbit::dequantize", mutates_args=())
+@_Op
 def dequantize(codes: torch.Tensor, scales: torch.Tensor, mins: Optional[torch.Tensor], scheme: str,
                granularity: str, group_size: int, cols: int, dtype: str) -> torch.Tensor:
     mins = mins if mins is not None and mins.numel() else None
@@ -67,7 +94,7 @@ def _matmul_n(b, b_layout):
     return b.shape[1] if b_layout == "k_by_n" else b.shape[0]
 
 
-@torch.library.custom_op("lowbit::int8_matmul", mutates_args=())
+@_Op
 def int8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: Optional[torch.Tensor], scale_b: Optional[torch.Tensor],
                 scale_c: float, bias: Optional[torch.Tensor], relu: bool, b_layout: str,
                 out_dtype: str) -> torch.Tensor:
@@ -80,7 +107,7 @@ def _(a, b, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype):
     return a.new_empty((a.shape[0], _matmul_n(b, b_layout)), dtype=_DTYPES[out_dtype])
 
 
-@torch.library.custom_op("lowbit::int4_matmul", mutates_args=())
+@_Op
 def int4_matmul(a: torch.Tensor, b: torch.Tensor, k: int, scale_a: Optional[torch.Tensor],
                 scale_b: Optional[torch.Tensor], scale_c: float, bias: Optional[torch.Tensor], relu: bool,
                 b_layout: str, out_dtype: str) -> torch.Tensor:
@@ -93,7 +120,7 @@ def _(a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype):
     return a.new_empty((a.shape[0], _matmul_n(b, b_layout)), dtype=_DTYPES[out_dtype])
 
 
-@torch.library.custom_op("lowbit::weight_only_linear", mutates_args=())
+@_Op
 def weight_only_linear(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, mins: Optional[torch.Tensor],
                        bits: int, group_size: int, zero_point: bool, n: int, k: int, act_dtype: str,
                        bias: Optional[torch.Tensor]) -> torch.Tensor:
@@ -116,7 +143,7 @@ def _none_if_empty(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return x if x is not None and x.numel() else None
 
 
-@torch.library.custom_op("lowbit::block_encode", mutates_args=())
+@_Op
 def block_encode(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     codes, scales, global_scale = block_encode_with(torch_backend(), x, fmt)
     return codes, scales, (global_scale if global_scale is not None else x.new_empty((0,), dtype=torch.float32))
@@ -133,7 +160,7 @@ def _(x, fmt):
     return codes, scales, x.new_empty((1 if has_global else 0,), dtype=torch.float32)
 
 
-@torch.library.custom_op("lowbit::block_decode", mutates_args=())
+@_Op
 def block_decode(codes: torch.Tensor, scales: torch.Tensor, global_scale: Optional[torch.Tensor], fmt: str,
                  cols: int, dtype: str) -> torch.Tensor:
     return block_decode_with(torch_backend(), codes, scales, _none_if_empty(global_scale), fmt, cols, dtype)
@@ -144,7 +171,7 @@ def _(codes, scales, global_scale, fmt, cols, dtype):
     return codes.new_empty((codes.shape[0], cols), dtype=_DTYPES[dtype])
 
 
-@torch.library.custom_op("lowbit::quantized_attention", mutates_args=())
+@_Op
 def quantized_attention(x: torch.Tensor, wq_codes: torch.Tensor, wq_scales: torch.Tensor,
                         wq_global: Optional[torch.Tensor], wk_codes: torch.Tensor, wk_scales: torch.Tensor,
                         wk_global: Optional[torch.Tensor], wv_codes: torch.Tensor, wv_scales: torch.Tensor,
@@ -170,7 +197,7 @@ _KV_BUFFERS = ("k_f16", "k_codes", "k_scales", "k_mins", "v_f16", "v_codes", "v_
 
 
 def _kv_layer(policy, spec, buffers):
-    return _lowbit.KvLayer(policy, *spec, *map(torch_backend().dl, buffers))
+    return _lowbit.KvLayer(policy, *spec, *buffers)
 
 
 @torch.library.custom_op("lowbit::kv_append", mutates_args=_KV_BUFFERS)
@@ -179,7 +206,7 @@ def kv_append(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor
               k: torch.Tensor, v: torch.Tensor, policy: str, spec: list[int], pos: int) -> None:
     layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     backend = torch_backend()
-    layer.append(backend.dl(k), backend.dl(v), pos, backend.stream(k))
+    layer.append(k, v, pos, backend.stream(k))
 
 
 @kv_append.register_fake
@@ -187,7 +214,7 @@ def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, k, v, 
     return None
 
 
-@torch.library.custom_op("lowbit::kv_attention", mutates_args=())
+@_Op
 def kv_attention(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                  v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                  q: torch.Tensor, policy: str, spec: list[int], length: int, out_dtype: str) -> torch.Tensor:
@@ -208,7 +235,7 @@ def kv_append_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Ten
                  k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int]) -> None:
     layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     backend = torch_backend()
-    layer.append_at(backend.dl(k), backend.dl(v), backend.dl(pos), backend.stream(k))
+    layer.append_at(k, v, pos, backend.stream(k))
 
 
 @kv_append_at.register_fake
@@ -221,7 +248,7 @@ def _max_length(policy: str, spec) -> int:
     return capacity if capacity >= 0 else spec[5]
 
 
-@torch.library.custom_op("lowbit::kv_attention_at", mutates_args=())
+@_Op
 def kv_attention_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                     v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                     q: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int], out_dtype: str) -> torch.Tensor:

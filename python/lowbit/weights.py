@@ -57,9 +57,8 @@ def pack_weights(codes, scales, mins, n, k, bits=4, group_size=128, zero_point=T
     out_codes = backend.empty((code_bytes,), "u8", codes)
     out_scales = backend.empty((scale_count * size,), "u8", codes)
     out_mins = backend.empty((min_count * size,), "u8", codes) if zero_point else None
-    dl = backend.dl
-    _lowbit.pack_weights(dl(codes), dl(scales), dl(mins), bits, group_size, zero_point, act, n, k, dl(out_codes),
-                         dl(out_scales), dl(out_mins))
+    _lowbit.pack_weights(codes, scales, mins, bits, group_size, zero_point, act, n, k, out_codes, out_scales,
+                         out_mins)
     return PackedWeights(out_codes, out_scales, out_mins, int(n), int(k), int(bits), int(group_size),
                          bool(zero_point), act)
 
@@ -123,7 +122,5 @@ def linear_with(backend, x, codes, scales, mins, bits, group_size, zero_point, n
         raise LowbitError(f"x: expected dtype {act_dtype} (the packed weights' act_dtype), got {x.dtype}")
     out = backend.empty((x.shape[0], n), x_dtype, x)
     stream = backend.stream(x) if backend.is_cuda(x) else 0
-    dl = backend.dl
-    _lowbit.weight_only_linear(dl(x), dl(codes), dl(scales), dl(mins), bits, group_size, zero_point, n, k, dl(bias),
-                               dl(out), stream)
+    _lowbit.weight_only_linear(x, codes, scales, mins, bits, group_size, zero_point, n, k, bias, out, stream)
     return out

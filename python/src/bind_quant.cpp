@@ -3,6 +3,7 @@
 // views, release the GIL and call the library.
 #include <cstdint>
 
+#include "lowbit/error.h"
 #include "lowbit/quant.h"
 #include "views.h"
 
@@ -17,18 +18,25 @@ QuantizedView quantized_view(const TensorView& codes, const TensorView& scales, 
   return QuantizedView{codes, scales, mins};
 }
 
+// NaN/Inf on the GPU: with `status` (a sticky NonFiniteStatus word) reported there and
+// never synchronized; else in the workspace, read at once (synchronizing) unless deferred.
 void quantize(const In& x, const Out& codes, const Out& scales, const OptOut& mins, const char* scheme,
               const char* granularity, std::int64_t group_size, const OptOut& workspace, std::uintptr_t stream,
-              bool deferred) {
+              bool deferred, const OptOut& status) {
   const QuantSpec spec = make_spec(scheme, granularity, group_size);
   const TensorView xv = view_of(x, "x");
   const QuantizedView q = quantized_view(view_of(codes, "codes"), view_of(scales, "scales"), view_of(mins, "mins"));
   const TensorView ws = view_of(workspace, "workspace");
-  const Workspace w{ws.data, ws.span_bytes()};
-  const NonFiniteCheck check = deferred ? NonFiniteCheck::deferred : NonFiniteCheck::sync_and_throw;
+  const Workspace w{ws.data, ws.data ? ws.span_bytes() : 0};
+  const TensorView word = view_of(status, "status");
   DeviceGuard guard(xv, x.device_id());
   nb::gil_scoped_release release;
-  lowbit::quantize(xv, spec, q, w, stream_of(stream), check);
+  if (status) {
+    lowbit::quantize(xv, spec, q, w, NonFiniteStatus{word.data}, stream_of(stream));
+  } else {
+    lowbit::quantize(xv, spec, q, w, stream_of(stream),
+                     deferred ? NonFiniteCheck::deferred : NonFiniteCheck::sync_and_throw);
+  }
 }
 
 void quantize_with_scales(const In& x, const Out& codes, const In& scales, const OptIn& mins, const char* scheme,
@@ -58,6 +66,16 @@ void check_status(const Out& workspace, std::uintptr_t stream) {
   lowbit::check_quantize_status(Workspace{ws.data, ws.span_bytes()}, stream_of(stream));
 }
 
+void check_status_word(const Out& status, std::uintptr_t stream) {
+  const TensorView word = view_of(status, "status");
+  LOWBIT_CHECK(word.device == Device::cuda && word.span_bytes() >= non_finite_status_bytes(),
+               "status: expected a CUDA array of at least ", non_finite_status_bytes(), " bytes, got ",
+               word.describe());
+  DeviceGuard guard(word, status.device_id());
+  nb::gil_scoped_release release;
+  lowbit::check_quantize_status(NonFiniteStatus{word.data}, stream_of(stream));
+}
+
 nb::tuple layout(const char* scheme, const char* granularity, std::int64_t group_size, std::int64_t rows,
                  std::int64_t cols) {
   const QuantLayout l = quant_layout(make_spec(scheme, granularity, group_size), rows, cols);
@@ -69,14 +87,19 @@ nb::tuple layout(const char* scheme, const char* granularity, std::int64_t group
 void bind_quant(nb::module_& m) {
   using namespace nb::literals;
   m.def("quantize", &quantize, "x"_a, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a, "granularity"_a,
-        "group_size"_a, "workspace"_a.none(), "stream"_a, "deferred"_a,
-        "Scales (and mins) of x, then its codes, into the given arrays.");
+        "group_size"_a, "workspace"_a.none(), "stream"_a, "deferred"_a, "status"_a.none() = nb::none(),
+        "Scales (and mins) of x, then its codes, into the given arrays (NaN/Inf on the GPU: into status "
+        "if given, else the workspace's word, read at once unless deferred).");
   m.def("quantize_with_scales", &quantize_with_scales, "x"_a, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a,
         "granularity"_a, "group_size"_a, "stream"_a, "Codes of x with the given scales (and mins).");
   m.def("dequantize", &dequantize, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a, "granularity"_a,
         "group_size"_a, "out"_a, "stream"_a, "Decodes codes with their scales (and mins) into out.");
   m.def("check_quantize_status", &check_status, "workspace"_a, "stream"_a,
         "Synchronizes the stream; raises if a deferred quantize with this workspace saw NaN or Inf.");
+  m.def("check_quantize_status_word", &check_status_word, "status"_a, "stream"_a,
+        "Synchronizes the stream; raises (once) the first NaN/Inf reported into this status word since its "
+        "last check.");
+  m.attr("non_finite_status_bytes") = non_finite_status_bytes();
   m.def("quant_layout", &layout, "scheme"_a, "granularity"_a, "group_size"_a, "rows"_a, "cols"_a,
         "(code_cols, scale_rows, scale_cols) of the quantized form of a rows x cols tensor.");
   m.def(
@@ -85,6 +108,14 @@ void bind_quant(nb::module_& m) {
         return lowbit::quantize_workspace_bytes(make_spec(scheme, granularity, group_size), rows, cols);
       },
       "scheme"_a, "granularity"_a, "group_size"_a, "rows"_a, "cols"_a, "GPU workspace bytes of quantize().");
+  m.def(
+      "quantize_workspace_bytes_without_status",
+      [](const char* scheme, const char* granularity, std::int64_t group_size, std::int64_t rows, std::int64_t cols) {
+        return lowbit::quantize_workspace_bytes_without_status(make_spec(scheme, granularity, group_size), rows,
+                                                               cols);
+      },
+      "scheme"_a, "granularity"_a, "group_size"_a, "rows"_a, "cols"_a,
+      "GPU workspace bytes of quantize() with a status word (0 for token and group).");
   m.def(
       "scheme_info",
       [](const char* scheme) {

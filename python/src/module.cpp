@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 
 #include "lowbit/error.h"
+#include "views.h"
 
 namespace lowbit::python {
 void bind_quant(nanobind::module_& m);
@@ -10,10 +11,12 @@ void bind_gemm(nanobind::module_& m);
 void bind_block_formats(nanobind::module_& m);
 void bind_attention(nanobind::module_& m);
 void bind_kv(nanobind::module_& m);
+void bind_diagnostics(nanobind::module_& m);
 }  // namespace lowbit::python
 
 NB_MODULE(_lowbit, m) {
   namespace nb = nanobind;
+  using namespace nb::literals;
   m.doc() = "lowbit's C++ API over DLPack arrays (use the `lowbit` package, not this module)";
   nb::exception<lowbit::Error>(m, "LowbitError", PyExc_RuntimeError);
   lowbit::python::bind_quant(m);
@@ -21,5 +24,8 @@ NB_MODULE(_lowbit, m) {
   lowbit::python::bind_block_formats(m);
   lowbit::python::bind_attention(m);
   lowbit::python::bind_kv(m);
+  lowbit::python::bind_diagnostics(m);
+  m.def("_set_torch_export", &lowbit::python::set_torch_export, "tensor_type"_a, "parameter_type"_a, "to_dlpack"_a,
+        "Takes plain torch tensors through torch's C to_dlpack (called by lowbit._backend).");
   m.attr("cuda") = static_cast<bool>(LOWBIT_WITH_CUDA);
 }

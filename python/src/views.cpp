@@ -81,7 +81,26 @@ TensorView make_bytes_view(const Array& a, const char* what, DType dtype) {
   return TensorView::vector(bytes.data, dtype, bytes.device, bytes.numel() / size);
 }
 
+// Set once, never released: the types and the function live as long as torch.
+PyObject* g_tensor_type = nullptr;
+PyObject* g_parameter_type = nullptr;
+PyObject* g_to_dlpack = nullptr;
+
 }  // namespace
+
+void set_torch_export(nb::handle tensor_type, nb::handle parameter_type, nb::handle to_dlpack) {
+  g_tensor_type = nb::borrow(tensor_type).release().ptr();
+  g_parameter_type = nb::borrow(parameter_type).release().ptr();
+  g_to_dlpack = nb::borrow(to_dlpack).release().ptr();
+}
+
+nb::object torch_capsule(nb::handle src) noexcept {
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(src.ptr()));
+  if (g_to_dlpack == nullptr || (type != g_tensor_type && type != g_parameter_type)) return {};
+  PyObject* capsule = PyObject_CallOneArg(g_to_dlpack, src.ptr());
+  if (capsule == nullptr) PyErr_Clear();  // e.g. a tensor requiring grad: nanobind's import decides
+  return nb::steal(capsule);
+}
 
 TensorView view_of(const In& array, const char* what) { return make_view(array, what); }
 TensorView view_of(const Out& array, const char* what) { return make_view(array, what); }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "lowbit/tensor.h"
 
@@ -15,10 +16,30 @@ namespace lowbit::python {
 
 namespace nb = nanobind;
 
-using In = nb::ndarray<nb::ro>;  // read by the op (read-only arrays accepted)
-using Out = nb::ndarray<>;       // written by the op (must be writable)
+// The arrays an op reads (read-only ones accepted) and writes (must be writable):
+// nanobind ndarrays, taken by the casters at the end of this file, which export a plain
+// torch tensor through torch's C to_dlpack (see set_torch_export).
+struct In : nb::ndarray<nb::ro> {
+  In() = default;
+  explicit In(nb::ndarray<nb::ro>&& array) : nb::ndarray<nb::ro>(std::move(array)) {}
+};
+struct Out : nb::ndarray<> {
+  Out() = default;
+  explicit Out(nb::ndarray<>&& array) : nb::ndarray<>(std::move(array)) {}
+};
 using OptIn = std::optional<In>;
 using OptOut = std::optional<Out>;
+
+// Host cost per call (issue 6): nanobind's ndarray caster exports a torch tensor by
+// calling the Python-level Tensor.__dlpack__ (3-4 us a tensor); torch's C to_dlpack
+// makes the same capsule (same memory, no synchronization) in ~0.3 us. Once torch is
+// in use, the Python layer passes torch.Tensor, torch.nn.Parameter and to_dlpack here;
+// tensors of exactly those types then go through it, anything else (NumPy, CuPy,
+// subclasses) through nanobind's own import.
+void set_torch_export(nb::handle tensor_type, nb::handle parameter_type, nb::handle to_dlpack);
+// The DLPack capsule of src if it is a plain torch tensor that to_dlpack takes, else
+// an invalid object (nanobind then tries src itself and reports what it cannot take).
+nb::object torch_capsule(nb::handle src) noexcept;
 
 // A view of `array` (shape and strides in elements); throws lowbit::Error naming
 // `what` when its dtype, device or rank is not one lowbit takes.
@@ -55,3 +76,32 @@ inline int device_id_of(const Out& array) { return array.device_id(); }
 DType parse_dtype(const char* name);  // "f32" | "f16" | "bf16" | "i8" | "u8" | "i32"
 
 }  // namespace lowbit::python
+
+namespace nanobind::detail {
+
+// In / Out / their optionals: a plain torch tensor as its to_dlpack capsule, then
+// nanobind's ndarray caster.
+template <class Array, class Base>
+struct torch_first_caster {
+  NB_TYPE_CASTER(Array, make_caster<Base>::Name)
+
+  template <class Flags>
+  bool from_python(handle src, Flags flags, cleanup_list* cleanup) noexcept {
+    make_caster<Base> base;
+    const object capsule = lowbit::python::torch_capsule(src);
+    if (!base.from_python(capsule.is_valid() ? handle(capsule) : src, flags, cleanup)) return false;
+    value = Array(std::move(base.value));
+    return true;
+  }
+
+  static handle from_cpp(const Array& array, rv_policy policy, cleanup_list* cleanup) noexcept {
+    return make_caster<Base>::from_cpp(array, policy, cleanup);
+  }
+};
+
+template <>
+struct type_caster<lowbit::python::In> : torch_first_caster<lowbit::python::In, ndarray<ro>> {};
+template <>
+struct type_caster<lowbit::python::Out> : torch_first_caster<lowbit::python::Out, ndarray<>> {};
+
+}  // namespace nanobind::detail

@@ -82,7 +82,7 @@ def test_runs_on_current_stream():
 
 def test_errors_from_gpu():
     with pytest.raises(lowbit.LowbitError, match="finite"):
-        lowbit.quantize_tensor(torch.tensor([[1.0, float("nan")]], device="cuda"), "int8", "token")
+        lowbit.quantize_tensor(torch.tensor([[1.0, float("nan")]], device="cuda"), "int8", "token", check=True)
     with pytest.raises(lowbit.LowbitError, match="same device|on cpu|device"):
         lowbit.int8_matmul(torch.ones(2, 3, dtype=torch.int8, device="cuda"), torch.ones(3, 4, dtype=torch.int8))
 

@@ -133,9 +133,10 @@ Checked check_input(const TensorView& x) {
   return Checked{x.shape[0], x.shape[1], x.device};
 }
 
-[[maybe_unused]] void check_workspace(const Workspace& workspace, std::size_t needed) {
+[[maybe_unused]] void check_workspace(const Workspace& workspace, std::size_t needed,
+                                      const char* sizer = "quantize_workspace_bytes") {
   LOWBIT_CHECK(workspace.bytes >= needed, "workspace: expected at least ", needed, " bytes, got ",
-               workspace.bytes, " (see quantize_workspace_bytes)");
+               workspace.bytes, " (see ", sizer, ")");
   LOWBIT_CHECK(needed == 0 || workspace.data != nullptr, "workspace: data pointer is null");
 #if LOWBIT_WITH_CUDA
   if (needed) cuda::check_device_pointer(workspace.data, "workspace");
@@ -150,18 +151,61 @@ void check_device_pointers(const TensorView& dense, const char* dense_name, cons
   if (q.mins.data) cuda::check_device_pointer(q.mins.data, "mins");
 }
 
-void throw_on_status(const cuda::QuantStatus& status) {
+// `when` tells a late (sticky) report from the call's own.
+void throw_on_status(const cuda::QuantStatus& status, const char* when = "") {
   if (!status.non_finite) return;
   if (status.row >= 0 && status.col >= 0) {
-    LOWBIT_FAIL("x: contains NaN or Inf at row ", status.row, ", column ", status.col,
+    LOWBIT_FAIL("x: contains NaN or Inf at row ", status.row, ", column ", status.col, when,
                 "; quantization needs finite values");
   }
-  if (status.col >= 0) LOWBIT_FAIL("x: contains NaN or Inf in column ", status.col, "; quantization needs finite values");
-  if (status.row >= 0) LOWBIT_FAIL("x: contains NaN or Inf in row ", status.row, "; quantization needs finite values");
-  LOWBIT_FAIL("x: contains NaN or Inf; quantization needs finite values");
+  if (status.col >= 0) {
+    LOWBIT_FAIL("x: contains NaN or Inf in column ", status.col, when, "; quantization needs finite values");
+  }
+  if (status.row >= 0) LOWBIT_FAIL("x: contains NaN or Inf in row ", status.row, when, "; quantization needs finite values");
+  LOWBIT_FAIL("x: contains NaN or Inf", when, "; quantization needs finite values");
+}
+
+void check_status_word(const NonFiniteStatus& status) {
+  LOWBIT_CHECK(status.data != nullptr, "status: data pointer is null (see non_finite_status_bytes)");
+  LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(status.data) % 8 == 0, "status: expected an 8-byte aligned pointer, got ",
+               status.data);
+  cuda::check_device_pointer(status.data, "status");
 }
 #endif
 
+// What compute_scales() and quantize() share; status: nullptr reports into the
+// workspace (and `check` says when it is read), else into that sticky word.
+void scales_or_quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+                        const Workspace& workspace, const NonFiniteStatus* status, cuda_stream_t stream,
+                        NonFiniteCheck check, bool codes) {
+  check_spec(spec);
+  const Checked c = check_input(x);
+  check_quantized(out, spec, c.rows, c.cols, c.device, /*need_codes=*/codes);
+  if (codes) check_no_overlap(x, "x", out.codes, "codes");
+  check_no_overlap(x, "x", out.scales, "scales");
+  if (out.mins.data) check_no_overlap(x, "x", out.mins, "mins");
+  if (c.device == Device::cpu) {
+    cpu::compute_scales(x, spec, out);
+    if (codes) cpu::quantize_with_scales(x, spec, out);
+    return;
+  }
+#if LOWBIT_WITH_CUDA
+  check_workspace(workspace, cuda::quantize_workspace_bytes(spec, c.rows, c.cols, status != nullptr),
+                  status ? "quantize_workspace_bytes_without_status" : "quantize_workspace_bytes");
+  check_device_pointers(x, "x", out, codes);
+  if (status) check_status_word(*status);
+  void* word = status ? status->data : nullptr;
+  if (codes) {
+    cuda::quantize(x, spec, out, workspace, word, stream);
+  } else {
+    cuda::compute_scales(x, spec, out, workspace, word, stream);
+  }
+  if (!status && check == NonFiniteCheck::sync_and_throw) throw_on_status(cuda::read_status(workspace.data, stream));
+#else
+  (void)workspace, (void)status, (void)stream, (void)check;
+  fail_no_cuda(codes ? "quantize" : "compute_scales");
+#endif
+}
 
 }  // namespace
 
@@ -174,46 +218,41 @@ std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, s
 #endif
 }
 
+std::size_t non_finite_status_bytes() {
+#if LOWBIT_WITH_CUDA
+  return cuda::kStatusBytes;
+#else
+  return 64;  // what the CUDA build's word takes; nothing uses it here
+#endif
+}
+
+std::size_t quantize_workspace_bytes_without_status(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
+#if LOWBIT_WITH_CUDA
+  return cuda::quantize_workspace_bytes(spec, rows, cols, /*status_outside=*/true);
+#else
+  (void)spec, (void)rows, (void)cols;
+  return 0;
+#endif
+}
+
 void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
                     const Workspace& workspace, cuda_stream_t stream, NonFiniteCheck check) {
-  check_spec(spec);
-  const Checked c = check_input(x);
-  check_quantized(out, spec, c.rows, c.cols, c.device, /*need_codes=*/false);
-  check_no_overlap(x, "x", out.scales, "scales");
-  if (out.mins.data) check_no_overlap(x, "x", out.mins, "mins");
-  if (c.device == Device::cpu) return cpu::compute_scales(x, spec, out);
-#if LOWBIT_WITH_CUDA
-  check_workspace(workspace, quantize_workspace_bytes(spec, c.rows, c.cols));
-  check_device_pointers(x, "x", out, false);
-  cuda::compute_scales(x, spec, out, workspace, stream);
-  if (check == NonFiniteCheck::sync_and_throw) throw_on_status(cuda::read_status(workspace, stream));
-#else
-  (void)workspace, (void)stream, (void)check;
-  fail_no_cuda("compute_scales");
-#endif
+  scales_or_quantize(x, spec, out, workspace, nullptr, stream, check, /*codes=*/false);
 }
 
 void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
               const Workspace& workspace, cuda_stream_t stream, NonFiniteCheck check) {
-  check_spec(spec);
-  const Checked c = check_input(x);
-  check_quantized(out, spec, c.rows, c.cols, c.device, /*need_codes=*/true);
-  check_no_overlap(x, "x", out.codes, "codes");
-  check_no_overlap(x, "x", out.scales, "scales");
-  if (out.mins.data) check_no_overlap(x, "x", out.mins, "mins");
-  if (c.device == Device::cpu) {
-    cpu::compute_scales(x, spec, out);
-    return cpu::quantize_with_scales(x, spec, out);
-  }
-#if LOWBIT_WITH_CUDA
-  check_workspace(workspace, quantize_workspace_bytes(spec, c.rows, c.cols));
-  check_device_pointers(x, "x", out, true);
-  cuda::quantize(x, spec, out, workspace, stream);
-  if (check == NonFiniteCheck::sync_and_throw) throw_on_status(cuda::read_status(workspace, stream));
-#else
-  (void)workspace, (void)stream, (void)check;
-  fail_no_cuda("quantize");
-#endif
+  scales_or_quantize(x, spec, out, workspace, nullptr, stream, check, /*codes=*/true);
+}
+
+void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
+                    const Workspace& workspace, const NonFiniteStatus& status, cuda_stream_t stream) {
+  scales_or_quantize(x, spec, out, workspace, &status, stream, NonFiniteCheck::deferred, /*codes=*/false);
+}
+
+void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out, const Workspace& workspace,
+              const NonFiniteStatus& status, cuda_stream_t stream) {
+  scales_or_quantize(x, spec, out, workspace, &status, stream, NonFiniteCheck::deferred, /*codes=*/true);
 }
 
 void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
@@ -256,9 +295,21 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
 void check_quantize_status(const Workspace& workspace, cuda_stream_t stream) {
 #if LOWBIT_WITH_CUDA
   LOWBIT_CHECK(workspace.data != nullptr, "workspace: data pointer is null");
-  throw_on_status(cuda::read_status(workspace, stream));
+  throw_on_status(cuda::read_status(workspace.data, stream));
 #else
   (void)workspace, (void)stream;
+  LOWBIT_FAIL("check_quantize_status: this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
+#endif
+}
+
+void check_quantize_status(const NonFiniteStatus& status, cuda_stream_t stream) {
+#if LOWBIT_WITH_CUDA
+  check_status_word(status);
+  const cuda::QuantStatus seen = cuda::read_status(status.data, stream);
+  if (seen.non_finite) cuda::clear_status(status.data, stream);
+  throw_on_status(seen, " (reported by a quantize since the status was last checked)");
+#else
+  (void)status, (void)stream;
   LOWBIT_FAIL("check_quantize_status: this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
 #endif
 }

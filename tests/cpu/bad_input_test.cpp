@@ -260,6 +260,10 @@ TEST(BadInput, CudaViewsWithoutCuda) {
   EXPECT_LOWBIT_ERROR(run_quantize(x, kInt8Channel, q), "quantize: tensors are on cuda but this build");
   EXPECT_LOWBIT_ERROR(compute_scales(x, kInt8Channel, q, Workspace{}, nullptr), "compute_scales: tensors are on cuda");
   EXPECT_LOWBIT_ERROR(check_quantize_status(Workspace{}, nullptr), "check_quantize_status: this build");
+  EXPECT_LOWBIT_ERROR(quantize(x, kInt8Channel, q, Workspace{}, NonFiniteStatus{}, nullptr),
+                      "quantize: tensors are on cuda but this build");
+  EXPECT_LOWBIT_ERROR(check_quantize_status(NonFiniteStatus{}, nullptr), "check_quantize_status: this build");
+  EXPECT_EQ(quantize_workspace_bytes_without_status(kInt8Channel, kRows, kCols), 0u);
 #endif
 }
 
@@ -279,6 +283,11 @@ TEST(BadInput, NonFiniteInputNamesRowAndColumn) {
         EXPECT_LOWBIT_ERROR(run_quantize(xv, spec, q.view()), "x: contains");
         EXPECT_LOWBIT_ERROR(run_quantize(xv, spec, q.view()), "at row 5, column 17");
         EXPECT_LOWBIT_ERROR(compute_scales(xv, spec, q.view(), Workspace{}, nullptr), "at row 5, column 17");
+        // The sticky-status overloads report CPU input at once too (the status is not touched).
+        EXPECT_LOWBIT_ERROR(quantize(xv, spec, q.view(), Workspace{}, NonFiniteStatus{}, nullptr),
+                            "at row 5, column 17");
+        EXPECT_LOWBIT_ERROR(compute_scales(xv, spec, q.view(), Workspace{}, NonFiniteStatus{}, nullptr),
+                            "at row 5, column 17");
       }
     }
   }

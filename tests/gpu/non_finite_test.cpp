@@ -1,6 +1,7 @@
 // NaN and Inf in x on the GPU: found by the pass that computes the scales, reported
 // as lowbit::Error naming where (row and column for row-local domains, the column for
-// per_channel), at once or, with NonFiniteCheck::deferred, by check_quantize_status.
+// per_channel), at once or, with NonFiniteCheck::deferred, by check_quantize_status;
+// or, with a sticky NonFiniteStatus, by the first check after any number of calls.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -70,6 +71,66 @@ TEST_F(NonFinite, ReportedWithTheirLocation) {
       }
     }
   }
+}
+
+// The sticky status: nothing reported or synchronized at the call; the first report
+// survives later clean calls (on another stream too) and is raised once; results equal
+// the workspace-status form's; per_token / per_group need no workspace.
+TEST_F(NonFinite, StickyStatusKeepsTheFirstReport) {
+  LOWBIT_TEST_RNG(rng);
+  const Planted p{40, 300, 17, 250};
+  const std::vector<float> clean = normal_matrix(rng, p.rows, p.cols, p.cols, Fill::constant);
+  std::vector<float> dirty = clean;
+  dirty[static_cast<std::size_t>(p.row * p.cols + p.col)] = std::numeric_limits<float>::quiet_NaN();
+  cuda::DeviceBuffer word(non_finite_status_bytes());
+  LOWBIT_CUDA_CHECK(cudaMemset(word.data(), 0, word.bytes()));
+  const NonFiniteStatus status{word.data()};
+  cudaStream_t other = nullptr;
+  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  for (const QuantSpec& spec : specs_with_groups({std::begin(kAllSchemes), std::end(kAllSchemes)}, {32})) {
+    SCOPED_TRACE(spec_name(spec));
+    const std::vector<std::uint8_t> clean_storage = to_storage(clean, DType::f32);
+    DeviceQuantized g(clean_storage, DType::f32, spec, p.rows, p.cols);
+    const std::size_t bytes = quantize_workspace_bytes_without_status(spec, p.rows, p.cols);
+    const bool row_local = spec.granularity == Granularity::per_token || spec.granularity == Granularity::per_group;
+    EXPECT_EQ(bytes == 0, row_local);
+    const Workspace ws{bytes ? g.ws.data : nullptr, bytes};
+    quantize(g.xv, spec, g.q, g.ws, nullptr);
+    const std::vector<std::uint8_t> want_codes = download<std::uint8_t>(g.q.codes.data, g.codes.bytes());
+    const std::vector<std::uint8_t> want_scales = download<std::uint8_t>(g.q.scales.data, g.scales.bytes());
+
+    g.set_x(to_storage(dirty, DType::f32));
+    EXPECT_NO_THROW(quantize(g.xv, spec, g.q, ws, status, nullptr));
+    g.set_x(clean_storage);  // cudaMemcpy: after the call above, before the ones below
+    EXPECT_NO_THROW(quantize(g.xv, spec, g.q, ws, status, other));
+    EXPECT_NO_THROW(compute_scales(g.xv, spec, g.q, ws, status, other));
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(other));
+    EXPECT_EQ(download<std::uint8_t>(g.q.codes.data, g.codes.bytes()), want_codes);
+    EXPECT_EQ(download<std::uint8_t>(g.q.scales.data, g.scales.bytes()), want_scales);
+    EXPECT_LOWBIT_ERROR(check_quantize_status(status, nullptr),
+                        expected_location(spec, p) + " (reported by a quantize since the status was last checked)");
+    EXPECT_NO_THROW(check_quantize_status(status, nullptr));  // raised once
+    if (HasFailure()) break;
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(other));
+}
+
+TEST_F(NonFinite, StickyStatusArgumentsAreChecked) {
+  const QuantSpec spec{QuantScheme::int8_symmetric, Granularity::per_token, 0};
+  const std::vector<std::uint8_t> x = to_storage(std::vector<float>(64, 1.0f), DType::f32);
+  DeviceQuantized g(x, DType::f32, spec, 4, 16);
+  std::vector<char> host(non_finite_status_bytes());
+  EXPECT_LOWBIT_ERROR(quantize(g.xv, spec, g.q, Workspace{}, NonFiniteStatus{}, nullptr),
+                      "status: data pointer is null");
+  EXPECT_LOWBIT_ERROR(quantize(g.xv, spec, g.q, Workspace{}, NonFiniteStatus{host.data()}, nullptr),
+                      "status: the view says cuda but");
+  EXPECT_LOWBIT_ERROR(check_quantize_status(NonFiniteStatus{}, nullptr), "status: data pointer is null");
+  const QuantSpec channel{QuantScheme::int8_symmetric, Granularity::per_channel, 0};
+  DeviceQuantized c(x, DType::f32, channel, 4, 16);
+  cuda::DeviceBuffer word(non_finite_status_bytes());
+  LOWBIT_CUDA_CHECK(cudaMemset(word.data(), 0, word.bytes()));
+  EXPECT_LOWBIT_ERROR(quantize(c.xv, channel, c.q, Workspace{}, NonFiniteStatus{word.data()}, nullptr),
+                      "(see quantize_workspace_bytes_without_status)");
 }
 
 }  // namespace

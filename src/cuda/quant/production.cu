@@ -43,13 +43,15 @@ struct DeviceStatus {
   long long row;
   long long col;
 };
-constexpr std::size_t kStatusBytes = 64;
+static_assert(sizeof(DeviceStatus) <= kStatusBytes);
 
 // [status | abs_bits[K][n] | hi[K][n] | lo[K][n]], n = cols (per_channel) or 1
 // (per_tensor), K = kReductionCopies: block b of the reduction accumulates into copy
-// b % K, and the finalize kernel combines the K copies.
+// b % K, and the finalize kernel combines the K copies. With the status outside (a
+// NonFiniteStatus), the workspace starts at abs_bits.
 struct WorkspaceLayout {
   DeviceStatus* status;
+  bool status_outside;  // a sticky word the caller owns: never cleared here
   unsigned* abs_bits;
   unsigned* hi;
   unsigned* lo;
@@ -64,12 +66,14 @@ std::int64_t reduction_slots(const QuantSpec& spec, std::int64_t cols) {
   return spec.granularity == Granularity::per_channel ? cols : 1;
 }
 
-WorkspaceLayout workspace_layout(const Workspace& workspace, const QuantSpec& spec, std::int64_t cols) {
+WorkspaceLayout workspace_layout(const Workspace& workspace, const QuantSpec& spec, std::int64_t cols,
+                                 void* status) {
   auto* base = static_cast<char*>(workspace.data);
   const std::int64_t n = reduction_slots(spec, cols);
-  auto* abs_bits = reinterpret_cast<unsigned*>(base + kStatusBytes);
+  auto* abs_bits = reinterpret_cast<unsigned*>(status ? base : base + kStatusBytes);
   const std::int64_t slots = n * kReductionCopies;
-  return WorkspaceLayout{reinterpret_cast<DeviceStatus*>(base), abs_bits, abs_bits + slots, abs_bits + 2 * slots, n};
+  auto* word = static_cast<DeviceStatus*>(status ? status : static_cast<void*>(base));
+  return WorkspaceLayout{word, status != nullptr, abs_bits, abs_bits + slots, abs_bits + 2 * slots, n};
 }
 
 __device__ void report_non_finite(DeviceStatus* status, long long row, long long col) {
@@ -647,17 +651,23 @@ void reduce_columns(const TensorView& x, const QuantSpec& spec, const WorkspaceL
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
-// Zeroes the status word and primes the reduction slots: abs and hi at their lowest
-// value (0), lo at its highest (all bits set).
+// Zeroes the workspace's status word (not a sticky one) and primes the reduction
+// slots: abs and hi at their lowest value (0), lo at its highest (all bits set). A
+// row-local quantize with a sticky status launches no memset at all.
 void reset_workspace(const WorkspaceLayout& w, cudaStream_t stream) {
-  LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.status, 0, kStatusBytes + 2 * w.slots() * sizeof(unsigned), stream));
+  const std::size_t slot_bytes = 2 * static_cast<std::size_t>(w.slots()) * sizeof(unsigned);
+  if (!w.status_outside) {
+    LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.status, 0, kStatusBytes + slot_bytes, stream));
+  } else if (slot_bytes) {
+    LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.abs_bits, 0, slot_bytes, stream));
+  }
   if (w.count) LOWBIT_CUDA_CHECK(cudaMemsetAsync(w.lo, 0xff, w.slots() * sizeof(unsigned), stream));
 }
 
 template <class In, class Code>
 void compute_scales_typed(const TensorView& x, const QuantSpec& spec, const QuantizedView& q,
-                          const Workspace& workspace, cudaStream_t stream) {
-  const WorkspaceLayout w = workspace_layout(workspace, spec, x.cols());
+                          const Workspace& workspace, void* status, cudaStream_t stream) {
+  const WorkspaceLayout w = workspace_layout(workspace, spec, x.cols(), status);
   reset_workspace(w, stream);
   if (!spans_rows(spec.granularity)) {
     QuantizedView params = q;
@@ -674,31 +684,33 @@ void compute_scales_typed(const TensorView& x, const QuantSpec& spec, const Quan
 
 }  // namespace
 
-std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
+std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, std::int64_t cols,
+                                     bool status_outside) {
   (void)rows;
-  return kStatusBytes + 3 * static_cast<std::size_t>(reduction_slots(spec, cols)) * kReductionCopies * sizeof(unsigned);
+  return (status_outside ? 0 : kStatusBytes) +
+         3 * static_cast<std::size_t>(reduction_slots(spec, cols)) * kReductionCopies * sizeof(unsigned);
 }
 
 void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
-                    const Workspace& workspace, cuda_stream_t stream) {
+                    const Workspace& workspace, void* status, cuda_stream_t stream) {
   visit_float_dtype(x.dtype, "x", [&](auto in) {
     visit_code_scheme(spec.scheme, [&](auto code) {
-      compute_scales_typed<decltype(in), decltype(code)>(x, spec, out, workspace, stream);
+      compute_scales_typed<decltype(in), decltype(code)>(x, spec, out, workspace, status, stream);
     });
   });
 }
 
 void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out, const Workspace& workspace,
-              cuda_stream_t stream) {
+              void* status, cuda_stream_t stream) {
   visit_float_dtype(x.dtype, "x", [&](auto in) {
     visit_code_scheme(spec.scheme, [&](auto code) {
       using In = decltype(in);
       using Code = decltype(code);
       if (spans_rows(spec.granularity)) {
-        compute_scales_typed<In, Code>(x, spec, out, workspace, stream);
+        compute_scales_typed<In, Code>(x, spec, out, workspace, status, stream);
         encode_given<In, Code>(x, spec, out, stream);
       } else {
-        const WorkspaceLayout w = workspace_layout(workspace, spec, x.cols());
+        const WorkspaceLayout w = workspace_layout(workspace, spec, x.cols(), status);
         reset_workspace(w, stream);
         encode_row_local<In, Code>(x, spec, out, w.status, stream);
       }
@@ -749,15 +761,19 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
   });
 }
 
-QuantStatus read_status(const Workspace& workspace, cuda_stream_t stream) {
+QuantStatus read_status(const void* status, cuda_stream_t stream) {
   DeviceStatus host{};
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(&host, workspace.data, sizeof host, cudaMemcpyDeviceToHost, stream));
+  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(&host, status, sizeof host, cudaMemcpyDeviceToHost, stream));
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  QuantStatus status;
-  status.non_finite = host.flag != 0;
-  status.row = host.row;
-  status.col = host.col;
-  return status;
+  QuantStatus seen;
+  seen.non_finite = host.flag != 0;
+  seen.row = host.row;
+  seen.col = host.col;
+  return seen;
+}
+
+void clear_status(void* status, cuda_stream_t stream) {
+  LOWBIT_CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(DeviceStatus), stream));
 }
 
 }  // namespace lowbit::cuda

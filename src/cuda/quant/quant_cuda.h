@@ -15,18 +15,26 @@ struct QuantStatus {
   std::int64_t col = -1;
 };
 
-std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, std::int64_t cols);
+// The status word's bytes (a NonFiniteStatus, or the head of a workspace).
+inline constexpr std::size_t kStatusBytes = 64;
 
+// With status_outside, the workspace holds the reductions only (the status is elsewhere).
+std::size_t quantize_workspace_bytes(const QuantSpec& spec, std::int64_t rows, std::int64_t cols,
+                                     bool status_outside = false);
+
+// status: nullptr reports into the workspace's status word, cleared first; else into
+// that (sticky) word, which is never cleared here.
 void compute_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
-                    const Workspace& workspace, cuda_stream_t stream);
+                    const Workspace& workspace, void* status, cuda_stream_t stream);
 void quantize(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
-              const Workspace& workspace, cuda_stream_t stream);
+              const Workspace& workspace, void* status, cuda_stream_t stream);
 void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const QuantizedView& out,
                           cuda_stream_t stream);
 void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView& out,
                 cuda_stream_t stream);
 
-QuantStatus read_status(const Workspace& workspace, cuda_stream_t stream);  // synchronizes
+QuantStatus read_status(const void* status, cuda_stream_t stream);  // synchronizes
+void clear_status(void* status, cuda_stream_t stream);
 
 // Throws unless ptr is device (or managed) memory the current device can address.
 void check_device_pointer(const void* ptr, const char* what);
