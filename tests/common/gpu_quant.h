@@ -47,8 +47,13 @@ struct DeviceQuantized {
     ws = Workspace{workspace.data(), workspace.bytes()};
   }
 
+  // Then a device-wide sync: a cudaMemcpy from pageable memory may return before its
+  // DMA lands, and kernels on a non-blocking stream are not ordered after it (the sticky
+  // status test quantizes on one: with four test processes on the H100 it failed in most
+  // of 60 runs, alone it passed).
   void set_x(const std::vector<std::uint8_t>& x_storage) {
     LOWBIT_CUDA_CHECK(cudaMemcpy(x.data(), x_storage.data(), x_storage.size(), cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
 
