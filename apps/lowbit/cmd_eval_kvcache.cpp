@@ -133,9 +133,13 @@ int cmd_eval_kvcache(const Args& args) {
     }
     r.text = tok.decode(r.generation.tokens);
     r.bytes_at_n = engine::KvCache::bytes_at(shape, cache, memory_tokens);
-    std::fprintf(stderr, "  %s: ppl %.4f, decode %.1f tok/s, %.1f tok/s after %lld prompt tokens\n", pc.name.c_str(),
+    std::fprintf(stderr, "  %s: ppl %.4f, decode %.1f tok/s, %.1f tok/s after %lld prompt tokens", pc.name.c_str(),
                  r.ppl.ppl, r.generation.decode_tokens_per_second(), r.speed.decode_tokens_per_second(),
                  static_cast<long long>(speed_prompt));
+    if (r.speed.decode_device_seconds > 0 && r.speed.decode_seconds > 0) {
+      std::fprintf(stderr, " (device busy %.0f%% of it)", 100.0 * r.speed.decode_device_seconds / r.speed.decode_seconds);
+    }
+    std::fprintf(stderr, "\n");
     results.push_back(std::move(r));
   }
   const PolicyResult& full = results.front();
@@ -189,6 +193,10 @@ int cmd_eval_kvcache(const Args& args) {
       row.set("tokens_scored", r.ppl.tokens_scored).set("rouge_l_words", r.rouge_words.f1);
       row.set("rouge_l_tokens", r.rouge_tokens.f1).set("decode_tokens_per_s", r.generation.decode_tokens_per_second());
       row.set("decode_tokens_per_s_long_prompt", r.speed.decode_tokens_per_second());
+      if (r.speed.decode_steps > 0) {
+        row.set("decode_device_ms_per_token_long_prompt",
+                1e3 * r.speed.decode_device_seconds / static_cast<double>(r.speed.decode_steps));
+      }
       row.set("prefill_seconds_long_prompt", r.speed.prefill_seconds);
       row.set("kv_bytes_end", static_cast<std::int64_t>(r.generation.kv_bytes.back()));
       row.set("kv_bytes_at_memory_tokens", static_cast<std::int64_t>(r.bytes_at_n));

@@ -51,6 +51,11 @@ int cmd_generate(const Args& args) {
                maker.describe().c_str(), kv.policy.c_str(), ids.size(), result.prefill_seconds,
                static_cast<double>(ids.size()) / result.prefill_seconds, result.tokens.size(),
                result.decode_tokens_per_second(), session->kv_bytes(), result.stopped ? " (stopped at EOS)" : "");
+  if (result.decode_device_seconds > 0 && result.decode_steps > 0) {
+    std::fprintf(stderr, "[generate] decode on the device: %.3f ms a token, %.0f%% of the wall time\n",
+                 1e3 * result.decode_device_seconds / static_cast<double>(result.decode_steps),
+                 100.0 * result.decode_device_seconds / result.decode_seconds);
+  }
   return 0;
 }
 

@@ -42,6 +42,7 @@ GenerationResult generate_greedy(Session& session, std::span<const std::int32_t>
   result.prefill_seconds = seconds(start);
   result.kv_bytes.push_back(session.kv_bytes());
   start = std::chrono::steady_clock::now();
+  const double device_before = session.decode_device_seconds();
   for (std::int64_t i = 0; i < max_new; ++i) {
     if (is_stop && is_stop(next)) {
       result.stopped = true;
@@ -55,6 +56,7 @@ GenerationResult generate_greedy(Session& session, std::span<const std::int32_t>
     result.kv_bytes.push_back(session.kv_bytes());
   }
   result.decode_seconds = seconds(start);
+  result.decode_device_seconds = session.decode_device_seconds() - device_before;
   return result;
 }
 

@@ -18,6 +18,7 @@ struct GenerationResult {
   bool stopped = false;                   // an end-of-generation token ended it
   double prefill_seconds = 0, decode_seconds = 0;
   std::int64_t decode_steps = 0;          // forward calls after the prefill
+  double decode_device_seconds = 0;       // of decode_seconds, the device's span (GPU sessions)
   std::vector<std::size_t> kv_bytes;      // after the prefill, then after each generated token
   double decode_tokens_per_second() const {
     return decode_seconds > 0 ? static_cast<double>(decode_steps) / decode_seconds : 0.0;

@@ -28,6 +28,9 @@ class Session {
   virtual std::int64_t max_tokens() const = 0;
   virtual std::int64_t vocab() const = 0;
   virtual std::size_t kv_bytes() const = 0;  // what the cache stores now (KvCache::bytes)
+  // Device time spanned by the decode_greedy steps so far (0 where there is no device):
+  // against the wall time, what the host adds per token.
+  virtual double decode_device_seconds() const { return 0.0; }
   virtual void reset() = 0;                  // back to an empty sequence
 };
 

@@ -151,6 +151,9 @@ TEST_F(EngineGpu, GenerateAndResetOnTheGpu) {
   const engine::GenerationResult first = engine::generate_greedy(session, prompt, 30, {}, {});
   ASSERT_EQ(first.tokens.size(), 30u);
   EXPECT_EQ(first.kv_bytes.size(), 30u);
+  // The device's span of the decode steps (events around each), within the wall time.
+  EXPECT_GT(first.decode_device_seconds, 0.0);
+  EXPECT_LE(first.decode_device_seconds, first.decode_seconds + 1e-4);
   EXPECT_LT(first.kv_bytes.front(), first.kv_bytes.back());
   session.reset();
   EXPECT_EQ(session.position(), 0);

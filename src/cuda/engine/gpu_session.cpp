@@ -87,12 +87,16 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   void* pinned = nullptr;
   LOWBIT_CUDA_CHECK(cudaMallocHost(&pinned, 16));
   host_step_ = static_cast<std::int32_t*>(pinned);
+  LOWBIT_CUDA_CHECK(cudaEventCreate(&step_begin_));
+  LOWBIT_CUDA_CHECK(cudaEventCreate(&step_end_));
 }
 
 GpuSession::~GpuSession() {
   if (graph_) cudaGraphExecDestroy(graph_);
   if (stream_) cudaStreamDestroy(stream_);
   if (host_step_) cudaFreeHost(host_step_);
+  if (step_begin_) cudaEventDestroy(step_begin_);
+  if (step_end_) cudaEventDestroy(step_end_);
 }
 
 std::size_t GpuSession::kv_bytes() const {
@@ -230,10 +234,15 @@ std::int32_t GpuSession::decode_greedy(std::int32_t token) {
   check_tokens(std::span<const std::int32_t>(&token, 1));
   host_step_[0] = token;
   host_step_[1] = static_cast<std::int32_t>(position_);
+  LOWBIT_CUDA_CHECK(cudaEventRecord(step_begin_, stream_));
   LOWBIT_CUDA_CHECK(cudaMemcpyAsync(step_.data(), host_step_, 8, cudaMemcpyHostToDevice, stream_));
   run_decode_step();
   LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + 2, step_.as<std::int32_t>() + 2, 4, cudaMemcpyDeviceToHost, stream_));
+  LOWBIT_CUDA_CHECK(cudaEventRecord(step_end_, stream_));
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  float ms = 0;
+  LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
+  decode_device_ms_ += ms;
   ++position_;
   return host_step_[2];
 }

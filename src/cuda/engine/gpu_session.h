@@ -47,6 +47,7 @@ class GpuSession final : public lowbit::engine::Session {
   std::int64_t max_tokens() const override { return max_tokens_; }
   std::int64_t vocab() const override { return model_->config().vocab; }
   std::size_t kv_bytes() const override;
+  double decode_device_seconds() const override { return decode_device_ms_ / 1e3; }
   void reset() override { position_ = 0; }
   std::size_t cache_device_bytes() const;  // allocated for max_tokens
 
@@ -82,6 +83,9 @@ class GpuSession final : public lowbit::engine::Session {
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;
   std::int32_t* host_step_ = nullptr;  // pinned: {token, position, next token}
+  // Around each decode_greedy step on the stream (its copies and kernels or graph).
+  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;
+  double decode_device_ms_ = 0;
 };
 
 }  // namespace lowbit::cuda::engine
