@@ -203,10 +203,14 @@ std::vector<float> GpuSession::forward(std::span<const std::int32_t> tokens, boo
 void GpuSession::run_decode_step() {
   const lowbit::engine::ModelConfig& c = model_->config();
   std::int32_t* step = step_.as<std::int32_t>();
+  // The events bracket the kernels alone (in a graph: event-record nodes), so that their
+  // span excludes the host's submission of the step and its copies.
   auto enqueue = [&] {
+    LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_begin_, stream_, cudaEventRecordExternal));
     embed_rows(model_->embedding(), step, 1, c.d_model, x_.as<float>(), stream_);
     run_layers(1, Where{0, step + 1}, 1);
     argmax_token(f16_at(logits_, 0), c.vocab, step + 2, nullptr, stream_);
+    LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_end_, stream_, cudaEventRecordExternal));
   };
   if (!use_graphs_) {
     enqueue();
@@ -234,11 +238,9 @@ std::int32_t GpuSession::decode_greedy(std::int32_t token) {
   check_tokens(std::span<const std::int32_t>(&token, 1));
   host_step_[0] = token;
   host_step_[1] = static_cast<std::int32_t>(position_);
-  LOWBIT_CUDA_CHECK(cudaEventRecord(step_begin_, stream_));
   LOWBIT_CUDA_CHECK(cudaMemcpyAsync(step_.data(), host_step_, 8, cudaMemcpyHostToDevice, stream_));
   run_decode_step();
   LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + 2, step_.as<std::int32_t>() + 2, 4, cudaMemcpyDeviceToHost, stream_));
-  LOWBIT_CUDA_CHECK(cudaEventRecord(step_end_, stream_));
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   float ms = 0;
   LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));

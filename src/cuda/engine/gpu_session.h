@@ -83,7 +83,7 @@ class GpuSession final : public lowbit::engine::Session {
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;
   std::int32_t* host_step_ = nullptr;  // pinned: {token, position, next token}
-  // Around each decode_greedy step on the stream (its copies and kernels or graph).
+  // Around the kernels of each decode_greedy step (event-record nodes of its graph).
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;
   double decode_device_ms_ = 0;
 };
