@@ -5,10 +5,13 @@
 
 #include "lowbit/error.h"
 
+// A failed call also leaves its error as the thread's last error; it is cleared before
+// the throw so that it does not resurface at an unrelated later launch check.
 #define LOWBIT_CUDA_CHECK(expr)                                                      \
   do {                                                                               \
     const cudaError_t lowbit_status_ = (expr);                                       \
     if (lowbit_status_ != cudaSuccess) {                                             \
+      (void)cudaGetLastError();                                                      \
       LOWBIT_FAIL("CUDA call `" #expr "` failed: ", cudaGetErrorName(lowbit_status_), \
                   ": ", cudaGetErrorString(lowbit_status_));                         \
     }                                                                                \

@@ -324,6 +324,52 @@ TEST_F(DecodeAttentionGpu, GraphFormMatchesTheHostForm) {
   }
 }
 
+// The engine's decode step: kv_append_at, then decode_attention_at with history_complete
+// (the kernel loads the older rows before it waits for the append), in one stream, a
+// sync between steps. Each step's output equals bit for bit that of the same call
+// without early loads, made after the append finished: a row read before the append
+// wrote it (the new token's; selective's token leaving the window) would show.
+TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t d = 64, heads = 9, hkv = 3, length = 150, capacity = 400;
+  cudaStream_t stream = nullptr;
+  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+    const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
+    const auto q = random_f16(rng, length * heads, d, 1.5f);
+    cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), pos_d(4);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+    DeviceLayer layer(s);
+    layer.poison();
+    const std::size_t ws_bytes = ce::decode_attention_workspace_bound(s, heads, capacity);
+    cuda::DeviceBuffer ws(ws_bytes), early(heads * d * 4), late(heads * d * 4);
+    LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));
+    int mismatched = 0;
+    for (std::int64_t pos = 0; pos < length; ++pos) {
+      const auto p32 = static_cast<std::int32_t>(pos);
+      LOWBIT_CUDA_CHECK(cudaMemcpyAsync(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice, stream));
+      const std::uint16_t* qp = qd.as<std::uint16_t>() + pos * heads * d;
+      ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kd.as<std::uint16_t>() + pos * hkv * d,
+                       vd.as<std::uint16_t>() + pos * hkv * d, stream);
+      for (auto [out, history_complete] : {std::pair{&early, true}, std::pair{&late, false}}) {
+        LOWBIT_CUDA_CHECK(cudaMemsetAsync(out->data(), 0xff, out->bytes(), stream));
+        ce::decode_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), capacity, qp, heads, out->data(), DType::f32,
+                                ws.data(), ws_bytes, stream, history_complete);
+      }
+      LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::vector<std::uint8_t> a = download<std::uint8_t>(early.data(), early.bytes());
+      const std::vector<std::uint8_t> b = download<std::uint8_t>(late.data(), late.bytes());
+      if (a != b && mismatched++ < 3) ADD_FAILURE() << "position " << pos << ": early loads differ from late ones";
+    }
+    EXPECT_EQ(mismatched, 0);
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST_F(DecodeAttentionGpu, RejectsASmallWorkspace) {
   const ce::KvLayerShape s = ce::kv_layer_shape(KvPolicy::full, 3, 64, 0, 0, 0, 1000);
   const ce::DecodeSpan span = ce::decode_span(s, 1000);

@@ -6,6 +6,11 @@
 // two 16-byte loads; INT8: one 16-byte load; INT4: one 8-byte load, + the f16 scale/min),
 // so a warp covers 8 (D 64) or 4 (D 128) positions per step. Codes are dequantized in
 // registers with the formats' decode formulas (q * s; fma(q, s, min)), never stored.
+// Prefetch (the engine's decode graph, SplitArgs::prefetch): the rows of the first
+// kPrefetchSteps steps are loaded before griddepcontrol.wait, so that their HBM latency
+// overlaps the kernels before this one; only the rows this step's append writes (the new
+// token, and under selective the token that left the window for the body) wait, and
+// those are read past L1 (__ldcg: a neighbour's early load may have cached their line).
 //   pass 1: scores of the split into shared memory (log2 domain: q is pre-scaled by
 //           log2(e) / sqrt(D)); one warp per head takes the max, p = 2^(s - max), sum.
 //   pass 2: acc += p * v in f32 registers, reduced over the warp's positions by shuffles
@@ -29,6 +34,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChannels = 16;  // per lane
 constexpr int kMaxSplit = static_cast<int>(DecodeSplitPlan::kMaxSplit);
+constexpr int kPrefetchSteps = 2;  // a warp's first steps held in registers (64 positions at D 64)
 
 struct SplitArgs {
   KvLayerShape shape;
@@ -36,6 +42,9 @@ struct SplitArgs {
   int sink_end, recent_begin, end, visible, split_len, splits, group, n_heads;
   float q_scale;  // log2(e) / sqrt(D)
   const std::int32_t* device_pos;  // when set, the span is that of *device_pos + 1 positions
+  // Rows other than the append's may be read before griddepcontrol.wait: the caller
+  // guarantees that they were written by work completed before this step's first kernel.
+  bool prefetch;
   const __half* q;
   float* acc;      // [n_heads][splits][D]
   float* max_sum;  // [n_heads][splits][2]
@@ -53,18 +62,26 @@ struct SplitArgs {
 // its loads unrolled (the splits' partials are independent L2 reads: one at a time, a
 // 33-split combine was ~10 us of round trips). Loads bypass L1: in the fused form other
 // blocks wrote the partials.
+// A lane's first two (max, sum) pairs are loaded at once and kept in registers: one round
+// of L2 loads for up to 64 splits (this runs at the tail of every decode attention).
 __device__ __forceinline__ float combine_weights(const float* max_sum, int splits, int h, float* weights, int lane) {
-  const float* ms = max_sum + static_cast<long long>(h) * splits * 2;
-  float m = -INFINITY;
-  for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(ms + 2 * s));
+  const float2* ms = reinterpret_cast<const float2*>(max_sum) + static_cast<long long>(h) * splits;
+  const float2 none = make_float2(-INFINITY, 0.0f);
+  const float2 e0 = lane < splits ? __ldcg(ms + lane) : none;
+  const float2 e1 = lane + 32 < splits ? __ldcg(ms + lane + 32) : none;
+  float m = fmaxf(e0.x, e1.x);
+  for (int s = lane + 64; s < splits; s += 32) m = fmaxf(m, __ldcg(ms + s).x);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   float l = 0.0f;
-  for (int s = lane; s < splits; s += 32) {
-    const float w = exp2f(__ldcg(ms + 2 * s) - m);
+  auto weigh = [&](int s, float2 e) {
+    const float w = exp2f(e.x - m);
     weights[s] = w;
-    l = fmaf(__ldcg(ms + 2 * s + 1), w, l);
-  }
+    l = fmaf(e.y, w, l);
+  };
+  if (lane < splits) weigh(lane, e0);
+  if (lane + 32 < splits) weigh(lane + 32, e1);
+  for (int s = lane + 64; s < splits; s += 32) weigh(s, __ldcg(ms + s));
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
   return l;
@@ -74,9 +91,24 @@ __device__ __forceinline__ float combine_channel(const float* acc, const float* 
                                                  int h, int c) {
   const float* a = acc + static_cast<long long>(h) * splits * d + c;
   float o = 0.0f;
-#pragma unroll 8
+#pragma unroll 16
   for (int s = 0; s < splits; ++s) o = fmaf(__ldcg(a + static_cast<long long>(s) * d), weights[s], o);
   return o / total;
+}
+
+// Channels c and c + 1 (c even) with 8-byte loads: each channel's sum in combine_channel's
+// order, so the same bits; half the threads, so the fused combine takes one round.
+__device__ __forceinline__ float2 combine_pair(const float* acc, const float* weights, float total, int splits, int d,
+                                               int h, int c) {
+  const float2* a = reinterpret_cast<const float2*>(acc + static_cast<long long>(h) * splits * d + c);
+  float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll 16
+  for (int s = 0; s < splits; ++s) {
+    const float2 v = __ldcg(a + static_cast<long long>(s) * (d / 2));
+    o.x = fmaf(v.x, weights[s], o.x);
+    o.y = fmaf(v.y, weights[s], o.y);
+  }
+  return make_float2(o.x / total, o.y / total);
 }
 
 // Exact small integers to float without I2F (one PRMT or LOP + one FADD): the float
@@ -100,35 +132,83 @@ __device__ __forceinline__ void halves(const uint4& u, float* x) {
   }
 }
 
-// The 16 channels [sub * 16, sub * 16 + 16) of visible position `pos` of one part.
+template <int Bits>
+__device__ __forceinline__ bool in_body(const SplitArgs& a, int pos) {
+  return Bits != 0 && pos >= a.sink_end && pos < a.recent_begin;
+}
+
+// The rows this step's append writes: the new token (end - 1) and, under selective, the
+// token that left the window for the body (recent_begin - 1).
+__device__ __forceinline__ bool appended_now(const SplitArgs& a, int pos) {
+  return pos == a.end - 1 ||
+         (a.shape.body != KvBody::none && a.shape.window > 0 && a.recent_begin > a.sink_end && pos == a.recent_begin - 1);
+}
+
+template <class T>
+__device__ __forceinline__ T load(const T* p, bool past_l1) {
+  return past_l1 ? __ldcg(p) : __ldg(p);
+}
+
+// A lane's 16 channels [sub * 16, sub * 16 + 16) of one row as stored: FP16 in a and b;
+// body codes in a (INT8: 16 bytes; INT4: a.x, a.y), the f16 scale in b.x, the min in b.y.
+struct RawRow {
+  uint4 a, b;
+};
+
 template <int D, int Bits>
-__device__ __forceinline__ void load_row(const SplitArgs& a, const KvPart& part, int head, int pos, int sub,
-                                         float (&x)[kChannels]) {
+__device__ __forceinline__ RawRow load_raw(const SplitArgs& a, const KvPart& part, int head, int pos, int sub) {
   const KvLayerShape& s = a.shape;
-  const bool body = Bits != 0 && pos >= a.sink_end && pos < a.recent_begin;
-  if (!body) {
+  const bool past_l1 = a.prefetch && appended_now(a, pos);
+  RawRow r{};
+  if (!in_body<Bits>(a, pos)) {
     const int slot = pos < s.sink ? pos : static_cast<int>(s.sink) + pos % static_cast<int>(s.window);
     const uint4* p = reinterpret_cast<const uint4*>(part.f16 + (static_cast<long long>(head) * s.f16_slots() + slot) * D +
                                                     sub * kChannels);
-    halves(__ldg(p), x);
-    halves(__ldg(p + 1), x + 8);
-    return;
+    r.a = load(p, past_l1);
+    r.b = load(p + 1, past_l1);
+    return r;
   }
   if constexpr (Bits != 0) {
     const long long param = static_cast<long long>(pos - s.body_base) * s.kv_heads + head;
-    const float scale = formats::half_to_float({__ldg(part.scales + param)});  // f16 parameters
+    r.b.x = load(part.scales + param, past_l1);  // f16 parameters
+    if constexpr (Bits == 8) {
+      r.a = load(reinterpret_cast<const uint4*>(part.codes + param * D + sub * kChannels), past_l1);
+    } else {
+      r.b.y = load(part.mins + param, past_l1);
+      const uint2 c = load(reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2)), past_l1);
+      r.a.x = c.x;
+      r.a.y = c.y;
+    }
+  }
+  return r;
+}
+
+template <int Bits>
+__device__ __forceinline__ void decode_raw(const RawRow& r, bool body, float (&x)[kChannels]) {
+  if (!body) {
+    halves(r.a, x);
+    halves(r.b, x + 8);
+    return;
+  }
+  if constexpr (Bits != 0) {
+    const float scale = formats::half_to_float({static_cast<std::uint16_t>(r.b.x)});
     if constexpr (Bits == 8) {  // Int8Symmetric::decode: q * s
-      const uint4 c = __ldg(reinterpret_cast<const uint4*>(part.codes + param * D + sub * kChannels));
-      const std::uint32_t w[4] = {c.x, c.y, c.z, c.w};
+      const std::uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
 #pragma unroll
       for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale;
     } else {  // Int4Asymmetric::decode: fma(q, s, min); low nibble first
-      const float min = formats::half_to_float({__ldg(part.mins + param)});
-      const uint2 c = __ldg(reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2)));
+      const float min = formats::half_to_float({static_cast<std::uint16_t>(r.b.y)});
 #pragma unroll
-      for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? c.x : c.y, i % 8), scale, min);
+      for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? r.a.x : r.a.y, i % 8), scale, min);
     }
   }
+}
+
+// The 16 channels of visible position `pos` of one part, decoded.
+template <int D, int Bits>
+__device__ __forceinline__ void load_row(const SplitArgs& a, const KvPart& part, int head, int pos, int sub,
+                                         float (&x)[kChannels]) {
+  decode_raw<Bits>(load_raw<D, Bits>(a, part, head, pos, sub), in_body<Bits>(a, pos), x);
 }
 
 // The span fields of a graph launch, from the position in device memory.
@@ -143,8 +223,8 @@ __device__ __forceinline__ void resolve_span(SplitArgs& a) {
 template <int D, int GQ, int Bits>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
   pdl_trigger();
-  pdl_wait();
   SplitArgs a = args;
+  if (!a.prefetch) pdl_wait();
   if (a.device_pos) resolve_span(a);
   constexpr int kLanesPerPos = D / kChannels;
   constexpr int kPosPerWarp = 32 / kLanesPerPos;
@@ -165,6 +245,26 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   const int skip = a.shape.drops() ? a.recent_begin - a.sink_end : 0;
   auto position = [&](int i) { return i < a.sink_end ? i : i + skip; };
 
+  // The rows of the first kPrefetchSteps steps, K and V; under prefetch all but the
+  // append's are loaded before the wait.
+  RawRow kpre[kPrefetchSteps] = {}, vpre[kPrefetchSteps] = {};
+  auto fetch = [&](bool appended) {
+#pragma unroll
+    for (int t = 0; t < kPrefetchSteps; ++t) {
+      const int j = warp * kPosPerWarp + t * kStep + row;
+      if (j >= n) continue;
+      const int p = position(i0 + j);
+      if ((a.prefetch && appended_now(a, p)) != appended) continue;
+      kpre[t] = load_raw<D, Bits>(a, a.layer.k, head, p, sub);
+      vpre[t] = load_raw<D, Bits>(a, a.layer.v, head, p, sub);
+    }
+  };
+  fetch(false);
+  if (a.prefetch) {
+    pdl_wait();
+    fetch(true);
+  }
+
   float q[GQ][kChannels];
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
@@ -176,13 +276,9 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   }
 
   // Pass 1: scores. Every lane of a warp runs every step (the shuffles need them all).
-  // Unrolled twice so that two steps' loads are in flight at once (a 64-position split
-  // is two steps of a D-64 warp): the kernel is latency-bound at decode sizes.
-#pragma unroll 2
-  for (int base = warp * kPosPerWarp; base < n; base += kStep) {
-    const int j = base + row;
-    float x[kChannels] = {};
-    if (j < n) load_row<D, Bits>(a, a.layer.k, head, position(i0 + j), sub, x);
+  // The steps past the prefetched ones are unrolled twice so that two steps' loads are
+  // in flight at once: the kernel is latency-bound at decode sizes.
+  auto score = [&](int j, const float (&x)[kChannels]) {
     float s[GQ];
 #pragma unroll
     for (int g = 0; g < GQ; ++g) {
@@ -196,6 +292,20 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
 #pragma unroll
       for (int g = 0; g < GQ; ++g) scores[g][j] = s[g];
     }
+  };
+#pragma unroll
+  for (int t = 0; t < kPrefetchSteps; ++t) {
+    const int j = warp * kPosPerWarp + t * kStep + row;
+    float x[kChannels] = {};
+    if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    score(j, x);
+  }
+#pragma unroll 2
+  for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
+    const int j = base + row;
+    float x[kChannels] = {};
+    if (j < n) load_row<D, Bits>(a, a.layer.k, head, position(i0 + j), sub, x);
+    score(j, x);
   }
   __syncthreads();
 
@@ -217,20 +327,31 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   }
   __syncthreads();
 
-  // Pass 2: p V.
+  // Pass 2: p V (no shuffles in these loops).
   float acc[GQ][kChannels] = {};
-#pragma unroll 2
-  for (int base = warp * kPosPerWarp; base < n; base += kStep) {
-    const int j = base + row;
-    if (j >= n) continue;  // no shuffles in this loop
-    float x[kChannels];
-    load_row<D, Bits>(a, a.layer.v, head, position(i0 + j), sub, x);
+  auto accumulate = [&](int j, const float (&x)[kChannels]) {
 #pragma unroll
     for (int g = 0; g < GQ; ++g) {
       const float p = scores[g][j];
 #pragma unroll
       for (int c = 0; c < kChannels; ++c) acc[g][c] = fmaf(p, x[c], acc[g][c]);
     }
+  };
+#pragma unroll
+  for (int t = 0; t < kPrefetchSteps; ++t) {
+    const int j = warp * kPosPerWarp + t * kStep + row;
+    if (j >= n) continue;
+    float x[kChannels];
+    decode_raw<Bits>(vpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    accumulate(j, x);
+  }
+#pragma unroll 2
+  for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
+    const int j = base + row;
+    if (j >= n) continue;
+    float x[kChannels];
+    load_row<D, Bits>(a, a.layer.v, head, position(i0 + j), sub, x);
+    accumulate(j, x);
   }
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
@@ -291,13 +412,15 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     if (lane == 0) totals[warp] = l;
   }
   __syncthreads();
-  for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
-    const int g = t / D, h = h0 + g, c = t % D;
-    const float v = combine_channel(a.acc, scores[g], totals[g], a.splits, D, h, c);
+  for (int t = static_cast<int>(threadIdx.x); t < GQ * D / 2; t += kThreads) {
+    const int g = 2 * t / D, h = h0 + g, c = 2 * t % D;
+    const float2 v = combine_pair(a.acc, scores[g], totals[g], a.splits, D, h, c);
     if (a.out_f16) {
-      static_cast<__half*>(a.out)[h * D + c] = __float2half_rn(v);
+      static_cast<__half*>(a.out)[h * D + c] = __float2half_rn(v.x);
+      static_cast<__half*>(a.out)[h * D + c + 1] = __float2half_rn(v.y);
     } else {
-      static_cast<float*>(a.out)[h * D + c] = v;
+      static_cast<float*>(a.out)[h * D + c] = v.x;
+      static_cast<float*>(a.out)[h * D + c + 1] = v.y;
     }
   }
   if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
@@ -357,7 +480,7 @@ namespace {
 // Checks and launches; `span` is the one checked on the host (for a graph launch, that
 // of max_length positions, which also fixes the plan).
 void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span,
-                   const std::int32_t* device_pos, bool fused_combine, const void* q, std::int64_t n_heads, void* out,
+                   const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q, std::int64_t n_heads, void* out,
                    DType out_dtype, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "decode_attention: head_dim = ", d, ", expected 64 or 128");
@@ -400,6 +523,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
               static_cast<int>(n_heads),
               1.4426950408889634f / std::sqrt(static_cast<float>(d)),
               device_pos,
+              prefetch,
               static_cast<const __half*>(q),
               static_cast<float*>(workspace),
               static_cast<float*>(workspace) + n_heads * plan.splits * d,
@@ -430,15 +554,15 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
 void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
                       std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
                       cuda_stream_t stream) {
-  launch_decode(shape, layer, span, nullptr, false, q, n_heads, out, out_dtype, workspace, workspace_bytes, stream);
+  launch_decode(shape, layer, span, nullptr, false, false, q, n_heads, out, out_dtype, workspace, workspace_bytes, stream);
 }
 
 void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
-                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
+                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete) {
   LOWBIT_CHECK(device_pos != nullptr, "decode_attention_at: null device position");
-  launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, q, n_heads, out, out_dtype, workspace,
-                workspace_bytes, stream);
+  launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, q, n_heads, out,
+                out_dtype, workspace, workspace_bytes, stream);
 }
 
 std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,

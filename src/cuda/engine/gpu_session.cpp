@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "cuda/engine/forward_kernels.h"
 #include "engine/rope_table.h"
@@ -18,6 +19,9 @@ using lowbit::engine::KvShape;
 namespace {
 
 constexpr std::int64_t kMaxChunk = 512;  // rows of one forward chunk (activation buffers)
+// Experiment switch (session 6): LOWBIT_NO_ATTN_PREFETCH=1 turns the decode attention's
+// early loads off, for an A/B in one run.
+const bool kPrefetchHistory = std::getenv("LOWBIT_NO_ATTN_PREFETCH") == nullptr;
 
 TensorView f16_matrix(void* data, std::int64_t rows, std::int64_t cols) {
   return TensorView::matrix(data, DType::f16, Device::cuda, rows, cols);
@@ -136,8 +140,9 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
     const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads};
     if (where.device_pos) {
       kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope);
+      // Each decode step starts after the previous one's host sync: the history is complete.
       decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, out, DType::f16,
-                          graph_attn_ws_.data(), attn_ws_bytes_, stream_);
+                          graph_attn_ws_.data(), attn_ws_bytes_, stream_, kPrefetchHistory);
     } else {
       const std::int64_t pos = where.pos0 + i;
       kv_append(shape_, layer, pos, k, v, stream_, &rope);
@@ -203,24 +208,24 @@ std::vector<float> GpuSession::forward(std::span<const std::int32_t> tokens, boo
 void GpuSession::run_decode_step() {
   const lowbit::engine::ModelConfig& c = model_->config();
   std::int32_t* step = step_.as<std::int32_t>();
-  // The events bracket the kernels alone (in a graph: event-record nodes), so that their
-  // span excludes the host's submission of the step and its copies.
-  auto enqueue = [&] {
-    LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_begin_, stream_, cudaEventRecordExternal));
+  // The events bracket the kernels alone (in a graph: external event-record nodes; that
+  // flag is for capture only), so that their span excludes the host's submission.
+  auto enqueue = [&](unsigned record_flags) {
+    LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_begin_, stream_, record_flags));
     embed_rows(model_->embedding(), step, 1, c.d_model, x_.as<float>(), stream_);
     run_layers(1, Where{0, step + 1}, 1);
     argmax_token(f16_at(logits_, 0), c.vocab, step + 2, nullptr, stream_);
-    LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_end_, stream_, cudaEventRecordExternal));
+    LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_end_, stream_, record_flags));
   };
   if (!use_graphs_) {
-    enqueue();
+    enqueue(cudaEventRecordDefault);
     return;
   }
   if (!graph_) {
     cudaGraph_t graph = nullptr;
     LOWBIT_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue();
+      enqueue(cudaEventRecordExternal);
     } catch (...) {
       cudaStreamEndCapture(stream_, &graph);
       if (graph) cudaGraphDestroy(graph);

@@ -209,11 +209,19 @@ DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpa
 // combines the splits in the split kernel (its last block per head group; one launch):
 // its workspace (decode_attention_workspace_bound) must be zeroed once before the first
 // call, and every call leaves it ready for the next.
+// history_complete: the caller guarantees that *device_pos and every cache row except the
+// ones kv_append_at writes at *device_pos (the new token; under selective also the token
+// leaving the window) were written by work that completed before the first kernel of
+// this launch chain (the engine: each decode step's graph starts after the previous
+// step's host sync). The kernel then loads those rows before it waits for its
+// predecessor (programmatic dependent launch), off the step's critical path. Without the
+// guarantee (e.g. appends of several positions back to back) pass false.
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                   const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope = nullptr);
 void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
-                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream);
+                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream,
+                         bool history_complete = false);
 // Workspace bytes enough for decode_attention / decode_attention_at at any length up to
 // max_length.
 std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
