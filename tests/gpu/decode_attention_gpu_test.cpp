@@ -259,12 +259,13 @@ TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
                                   heads};
         const std::uint16_t* kp = kd.as<std::uint16_t>() + pos * hkv * d;
         const std::uint16_t* vp = vd.as<std::uint16_t>() + pos * hkv * d;
-        if (pos % 2 == 0) {
+        if (pos % 3 == 0) {
           ce::kv_append(s, layer.dev, pos, kp, vp, nullptr, &rope);
-        } else {
+        } else {  // the graph form, with and without the early work (after a sync: its contract)
           const auto p32 = static_cast<std::int32_t>(pos);
+          LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
           LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
-          ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kp, vp, nullptr, &rope);
+          ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kp, vp, nullptr, &rope, pos % 3 == 2);
         }
       }
       LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -324,11 +325,13 @@ TEST_F(DecodeAttentionGpu, GraphFormMatchesTheHostForm) {
   }
 }
 
-// The engine's decode step: kv_append_at, then decode_attention_at with history_complete
-// (the kernel loads the older rows before it waits for the append), in one stream, a
-// sync between steps. Each step's output equals bit for bit that of the same call
-// without early loads, made after the append finished: a row read before the append
-// wrote it (the new token's; selective's token leaving the window) would show.
+// The engine's decode step: kv_append_at and decode_attention_at with history_complete
+// (the append quantizes the token leaving the window and the attention loads the older
+// rows before they wait for their predecessors), in one stream, a sync between steps.
+// Each step's output equals bit for bit that of the same call without early loads, made
+// after the append finished: a row read before the append wrote it (the new token's;
+// selective's token leaving the window) would show. At the end the cache holds the
+// twin's bytes.
 TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t d = 64, heads = 9, hkv = 3, length = 150, capacity = 400;
@@ -354,7 +357,7 @@ TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
       LOWBIT_CUDA_CHECK(cudaMemcpyAsync(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice, stream));
       const std::uint16_t* qp = qd.as<std::uint16_t>() + pos * heads * d;
       ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kd.as<std::uint16_t>() + pos * hkv * d,
-                       vd.as<std::uint16_t>() + pos * hkv * d, stream);
+                       vd.as<std::uint16_t>() + pos * hkv * d, stream, nullptr, true);
       for (auto [out, history_complete] : {std::pair{&early, true}, std::pair{&late, false}}) {
         LOWBIT_CUDA_CHECK(cudaMemsetAsync(out->data(), 0xff, out->bytes(), stream));
         ce::decode_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), capacity, qp, heads, out->data(), DType::f32,
@@ -366,6 +369,7 @@ TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
       if (a != b && mismatched++ < 3) ADD_FAILURE() << "position " << pos << ": early loads differ from late ones";
     }
     EXPECT_EQ(mismatched, 0);
+    expect_same_buffers(layer, build_kv_twin(s, length, k, v));
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
 }

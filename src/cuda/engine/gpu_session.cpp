@@ -139,8 +139,8 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
     // RoPE rides on the append: K rotated as it is stored, Q in place.
     const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads};
     if (where.device_pos) {
-      kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope);
       // Each decode step starts after the previous one's host sync: the history is complete.
+      kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, kPrefetchHistory);
       decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, out, DType::f16,
                           graph_attn_ws_.data(), attn_ws_bytes_, stream_, kPrefetchHistory);
     } else {

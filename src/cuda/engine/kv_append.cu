@@ -3,6 +3,11 @@
 // head's statistics with shuffles and encodes from registers with lowbit's formats
 // arithmetic (formats::HalfParams: f16 scale / min, codes encoded with the rounded
 // values), so the codes, scales and mins equal engine::kv_quantize() on the CPU.
+// With history_complete (the engine's decode graph) the work that does not need this
+// step's k, v and q runs before griddepcontrol.wait, beside the kernels before it: the
+// RoPE angles are loaded, and selective's token leaving the window is quantized (its
+// FP16 slot was written steps ago; the body slot it fills is read by no one before the
+// attention after this kernel).
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -23,18 +28,40 @@ struct AppendArgs {
   const __half* k;
   const __half* v;
   AppendRope rope;  // rope.cos null: no rotation
+  bool history_complete;
 };
 
-// Rotates a lane's E consecutive channels (c0 = lane * E, E even, so pairs stay in the
-// lane) by the angles of `pos`, rounding to f16 as a stored value would be.
+// The angles of `pos` for a lane's E / 2 pairs of consecutive channels (c0 = lane * E,
+// E even, so pairs stay in the lane); pairs past rope_dims get none (rotated: no).
 template <int E>
-__device__ __forceinline__ void rotate(const AppendRope& r, long long pos, int c0, float (&x)[E]) {
+struct LaneAngles {
+  float cos[E / 2], sin[E / 2];
+  bool rotated[E / 2];
+};
+
+template <int E>
+__device__ __forceinline__ LaneAngles<E> lane_angles(const AppendRope& r, long long pos, int c0) {
   const int half = static_cast<int>(r.rope_dims / 2);
+  LaneAngles<E> t{};
+#pragma unroll
+  for (int p = 0; p < E / 2; ++p) {
+    const int i = c0 / 2 + p;
+    t.rotated[p] = r.cos != nullptr && 2 * i < r.rope_dims;
+    if (t.rotated[p]) {
+      t.cos[p] = r.cos[pos * half + i];
+      t.sin[p] = r.sin[pos * half + i];
+    }
+  }
+  return t;
+}
+
+// Rotates the lane's pairs, rounding to f16 as a stored value would be.
+template <int E>
+__device__ __forceinline__ void rotate(const LaneAngles<E>& t, float (&x)[E]) {
 #pragma unroll
   for (int e = 0; e < E; e += 2) {
-    const int i = (c0 + e) / 2;
-    if (2 * i >= r.rope_dims) continue;
-    const float c = r.cos[pos * half + i], s = r.sin[pos * half + i];
+    if (!t.rotated[e / 2]) continue;
+    const float c = t.cos[e / 2], s = t.sin[e / 2];
     const float a = x[e], b = x[e + 1];
     // Explicit roundings, no FMA contraction: the CPU's (a c - b s) to the bit.
     x[e] = __half2float(__float2half_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))));
@@ -94,30 +121,47 @@ template <int D, class Scheme>
 __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   constexpr int E = D / 32;
   pdl_trigger();
-  pdl_wait();
+  if (!a.history_complete) pdl_wait();
   const KvLayerShape& s = a.shape;
   const long long pos = a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos;
   const int head = static_cast<int>(blockIdx.x);
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const bool is_v = blockIdx.y == 1;
+  const LaneAngles<E> angles = is_v ? LaneAngles<E>{} : lane_angles<E>(a.rope, pos, c0);  // V is not rotated
+  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  // The FP16 slot of pos (window, selective, full; not int8 / int4, whose sink and
+  // window are 0).
+  auto f16_slot = [&] { return part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + c0; };
+  if constexpr (Scheme::kBits != 0) {
+    if (blockIdx.y < 2 && s.window > 0 && pos >= s.sink + s.window) {
+      // pos - window leaves the window; its ring slot is pos's. Quantize its FP16 value
+      // before the new token overwrites it (the same lane reads and writes).
+      const std::uint16_t* slot = f16_slot();
+      float old[E];
+#pragma unroll
+      for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(slot[i]));
+      quantize_head<D, Scheme>(s, part, pos - s.window - s.body_base, head, old);
+    }
+  }
+  if (a.history_complete) pdl_wait();
   if (blockIdx.y == 2) {  // the query heads of this KV head's group, rotated in place
     const int group = static_cast<int>(a.rope.n_heads / s.kv_heads);
     for (int h = head * group; h < (head + 1) * group; ++h) {
-      __half* q = static_cast<__half*>(a.rope.q) + h * D + threadIdx.x * E;
+      __half* q = static_cast<__half*>(a.rope.q) + h * D + c0;
       float x[E];
 #pragma unroll
       for (int i = 0; i < E; ++i) x[i] = __half2float(q[i]);
-      rotate<E>(a.rope, pos, static_cast<int>(threadIdx.x) * E, x);
+      rotate<E>(angles, x);
 #pragma unroll
       for (int i = 0; i < E; ++i) q[i] = __float2half_rn(x[i]);
     }
     return;
   }
-  const bool is_v = blockIdx.y == 1;
-  const KvPart& part = is_v ? a.layer.v : a.layer.k;
-  const __half* src = (is_v ? a.v : a.k) + head * D + threadIdx.x * E;
+  const __half* src = (is_v ? a.v : a.k) + head * D + c0;
   float x[E];
 #pragma unroll
   for (int i = 0; i < E; ++i) x[i] = __half2float(src[i]);
-  if (!is_v && a.rope.cos) rotate<E>(a.rope, pos, static_cast<int>(threadIdx.x) * E, x);
+  if (!is_v) rotate<E>(angles, x);
 
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
@@ -125,17 +169,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
       return;
     }
   }
-  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + threadIdx.x * E;
-  if constexpr (Scheme::kBits != 0) {
-    if (pos >= s.sink + s.window) {
-      // pos - window leaves the window; its ring slot is pos's. Quantize its FP16 value
-      // before the new token overwrites it (the same lane reads and writes).
-      float old[E];
-#pragma unroll
-      for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(slot[i]));
-      quantize_head<D, Scheme>(s, part, pos - s.window - s.body_base, head, old);
-    }
-  }
+  std::uint16_t* slot = f16_slot();
 #pragma unroll
   for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));  // exact: x holds f16 values
 }
@@ -184,15 +218,15 @@ void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64
   LOWBIT_CHECK(pos >= 0 && (ring_only || pos < capacity), "kv_append: position ", pos, " outside the cache (",
                capacity, " tokens)");
   run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v),
-                 rope ? *rope : AppendRope{}},
+                 rope ? *rope : AppendRope{}, false},
       stream);
 }
 
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
-                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope) {
+                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope, bool history_complete) {
   LOWBIT_CHECK(device_pos != nullptr, "kv_append_at: null device position");
   run(AppendArgs{shape, layer, 0, device_pos, static_cast<const __half*>(k), static_cast<const __half*>(v),
-                 rope ? *rope : AppendRope{}},
+                 rope ? *rope : AppendRope{}, history_complete},
       stream);
 }
 

@@ -213,11 +213,13 @@ DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpa
 // ones kv_append_at writes at *device_pos (the new token; under selective also the token
 // leaving the window) were written by work that completed before the first kernel of
 // this launch chain (the engine: each decode step's graph starts after the previous
-// step's host sync). The kernel then loads those rows before it waits for its
-// predecessor (programmatic dependent launch), off the step's critical path. Without the
-// guarantee (e.g. appends of several positions back to back) pass false.
+// step's host sync). The kernels then do what does not need their predecessor's output
+// before they wait for it (programmatic dependent launch), off the step's critical path:
+// the append quantizes the token leaving the window, the attention loads the older rows.
+// Without the guarantee (e.g. appends of several positions back to back) pass false.
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
-                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope = nullptr);
+                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope = nullptr,
+                  bool history_complete = false);
 void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                          void* workspace, std::size_t workspace_bytes, cuda_stream_t stream,
