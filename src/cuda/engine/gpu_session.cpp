@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "cuda/engine/forward_kernels.h"
 #include "engine/rope_table.h"
@@ -19,9 +18,6 @@ using lowbit::engine::KvShape;
 namespace {
 
 constexpr std::int64_t kMaxChunk = 512;  // rows of one forward chunk (activation buffers)
-// Experiment switch (session 6): LOWBIT_NO_ATTN_PREFETCH=1 turns the decode attention's
-// early loads off, for an A/B in one run.
-const bool kPrefetchHistory = std::getenv("LOWBIT_NO_ATTN_PREFETCH") == nullptr;
 
 TensorView f16_matrix(void* data, std::int64_t rows, std::int64_t cols) {
   return TensorView::matrix(data, DType::f16, Device::cuda, rows, cols);
@@ -139,10 +135,12 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
     // RoPE rides on the append: K rotated as it is stored, Q in place.
     const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads};
     if (where.device_pos) {
-      // Each decode step starts after the previous one's host sync: the history is complete.
-      kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, kPrefetchHistory);
+      // Each decode step starts after the previous one's host sync (decode_greedy): the
+      // history is complete, so the append and the attention start their work early.
+      const bool history_complete = true;
+      kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, history_complete);
       decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, out, DType::f16,
-                          graph_attn_ws_.data(), attn_ws_bytes_, stream_, kPrefetchHistory);
+                          graph_attn_ws_.data(), attn_ws_bytes_, stream_, history_complete);
     } else {
       const std::int64_t pos = where.pos0 + i;
       kv_append(shape_, layer, pos, k, v, stream_, &rope);
