@@ -140,8 +140,8 @@ __device__ __forceinline__ bool in_body(const SplitArgs& a, int pos) {
 // The rows this step's append writes: the new token (end - 1) and, under selective, the
 // token that left the window for the body (recent_begin - 1).
 __device__ __forceinline__ bool appended_now(const SplitArgs& a, int pos) {
-  return pos == a.end - 1 ||
-         (a.shape.body != KvBody::none && a.shape.window > 0 && a.recent_begin > a.sink_end && pos == a.recent_begin - 1);
+  const bool leaves_window = a.shape.body != KvBody::none && a.shape.window > 0 && a.recent_begin > a.sink_end;
+  return pos == a.end - 1 || (leaves_window && pos == a.recent_begin - 1);
 }
 
 template <class T>
@@ -175,7 +175,8 @@ __device__ __forceinline__ RawRow load_raw(const SplitArgs& a, const KvPart& par
       r.a = load(reinterpret_cast<const uint4*>(part.codes + param * D + sub * kChannels), past_l1);
     } else {
       r.b.y = load(part.mins + param, past_l1);
-      const uint2 c = load(reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2)), past_l1);
+      const auto* codes = reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2));
+      const uint2 c = load(codes, past_l1);
       r.a.x = c.x;
       r.a.y = c.y;
     }
@@ -480,8 +481,9 @@ namespace {
 // Checks and launches; `span` is the one checked on the host (for a graph launch, that
 // of max_length positions, which also fixes the plan).
 void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span,
-                   const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q, std::int64_t n_heads, void* out,
-                   DType out_dtype, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+                   const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q,
+                   std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                   cudaStream_t stream) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "decode_attention: head_dim = ", d, ", expected 64 or 128");
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "decode_attention: out dtype ",
@@ -554,7 +556,8 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
 void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
                       std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
                       cuda_stream_t stream) {
-  launch_decode(shape, layer, span, nullptr, false, false, q, n_heads, out, out_dtype, workspace, workspace_bytes, stream);
+  launch_decode(shape, layer, span, nullptr, false, false, q, n_heads, out, out_dtype, workspace, workspace_bytes,
+                stream);
 }
 
 void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
