@@ -271,6 +271,29 @@ TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
       LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
       expect_same_buffers(layer, twin);
       EXPECT_EQ(first_difference(qd, q_rot.data()), -1) << "Q rotated in place";
+      if (c.policy == KvPolicy::full) {  // the prefill form: q | k | v rows, all rotated in one launch
+        const std::int64_t q_cols = heads * d, ld = q_cols + 2 * hkv * d;
+        std::vector<std::uint16_t> rows(static_cast<std::size_t>(length * ld)), want = rows;
+        for (std::int64_t p = 0; p < length; ++p) {
+          for (std::int64_t i = 0; i < q_cols; ++i) {
+            const auto at = static_cast<std::size_t>(p * ld + i), from = static_cast<std::size_t>(p * q_cols + i);
+            rows[at] = q[from];
+            want[at] = q_rot[from];
+          }
+          for (std::int64_t i = 0; i < hkv * d; ++i) {
+            const auto at = static_cast<std::size_t>(p * ld + q_cols + i), from = static_cast<std::size_t>(p * hkv * d + i);
+            rows[at] = k[from];
+            want[at] = k_rot[from];
+            rows[at + static_cast<std::size_t>(hkv * d)] = want[at + static_cast<std::size_t>(hkv * d)] = v[from];
+          }
+        }
+        cuda::DeviceBuffer rd(rows.size() * 2);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(rd.data(), rows.data(), rd.bytes(), cudaMemcpyHostToDevice));
+        const ce::AppendRope table{cd.as<float>(), sd.as<float>(), rope_dims, nullptr, heads};
+        ce::rope_rows(s, ce::ChunkRows{rd.data(), length, ld, q_cols, q_cols + hkv * d, 0}, table, nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(first_difference(rd, want.data()), -1) << "rope_rows: Q and K rotated in place, V untouched";
+      }
     }
   }
 }
@@ -372,6 +395,94 @@ TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
     expect_same_buffers(layer, build_kv_twin(s, length, k, v));
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// The rows form (prefill): after a history appended one token at a time, a chunk of
+// rows through kv_append_rows + decode_attention_rows leaves the cache bytes that the
+// rows appended one at a time leave, and gives each row the attention of the host form
+// at its position, within the combine's rounding (the split plans differ) and the f16
+// output's. Chunks start in the sink, at the window's edge and past it, and cross the
+// ring more than once; rows and outputs have padded strides.
+TEST_F(DecodeAttentionGpu, RowsFormMatchesOneAtATime) {
+  LOWBIT_TEST_RNG(rng);
+  struct Chunk {
+    std::int64_t pos0, rows;
+  };
+  const std::int64_t capacity = 1400;
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (Chunk ch : {Chunk{0, 1}, Chunk{0, 70}, Chunk{5, 7}, Chunk{40, 100}, Chunk{300, 33}, Chunk{700, 600}}) {
+        const std::int64_t heads = 9, hkv = 3, q_cols = heads * d, ld = q_cols + 2 * hkv * d + 8;
+        const std::int64_t out_ld = q_cols + 8, end = ch.pos0 + ch.rows;
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " chunk at " + std::to_string(ch.pos0) +
+                     " of " + std::to_string(ch.rows));
+        const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+        // Every position's q | k | v row; the history's rows are appended from here too.
+        const auto rows = random_f16(rng, end, ld, 1.0f);
+        cuda::DeviceBuffer all(rows.size() * 2), chunk_rows(static_cast<std::size_t>(ch.rows * ld * 2));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(all.data(), rows.data(), all.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(chunk_rows.data(), all.as<std::uint16_t>() + ch.pos0 * ld, chunk_rows.bytes(),
+                                     cudaMemcpyDeviceToDevice));
+        DeviceLayer one(s), batch(s);
+        one.poison();
+        batch.poison();
+        auto row_at = [&](std::int64_t pos) { return all.as<std::uint16_t>() + pos * ld; };
+        for (std::int64_t pos = 0; pos < ch.pos0; ++pos) {
+          for (DeviceLayer* layer : {&one, &batch}) {
+            ce::kv_append(s, layer->dev, pos, row_at(pos) + q_cols, row_at(pos) + q_cols + hkv * d, nullptr);
+          }
+        }
+        // One at a time: append, then attend with the host form (f16 out, padded rows).
+        GuardedBuffer want(static_cast<std::size_t>(ch.rows * out_ld * 2)), got(want.bytes());
+        want.poison(kFloatPoison);
+        got.poison(kFloatPoison);
+        cuda::DeviceBuffer ws(ce::decode_attention_workspace_bound(s, heads, capacity));
+        for (std::int64_t r = 0; r < ch.rows; ++r) {
+          const std::int64_t pos = ch.pos0 + r;
+          ce::kv_append(s, one.dev, pos, row_at(pos) + q_cols, row_at(pos) + q_cols + hkv * d, nullptr);
+          ce::decode_attention(s, one.dev, ce::decode_span(s, pos + 1), row_at(pos), heads,
+                               static_cast<std::uint16_t*>(want.data()) + r * out_ld, DType::f16, ws.data(),
+                               ws.bytes(), nullptr);
+        }
+        // The rows form.
+        const ce::ChunkRows chunk{chunk_rows.data(), ch.rows, ld, q_cols, q_cols + hkv * d, ch.pos0};
+        cuda::DeviceBuffer snapshot(ce::ring_snapshot_bytes(s));
+        // A workspace of 5 rows: the rows form then takes several launches.
+        cuda::DeviceBuffer rows_ws(ce::decode_attention_rows_workspace(s, heads, 5, capacity));
+        ce::kv_append_rows(s, batch.dev, chunk, snapshot.data(), nullptr);
+        ce::decode_attention_rows(s, batch.dev, chunk, snapshot.data(), heads, got.data(), out_ld, rows_ws.data(),
+                                  rows_ws.bytes(), nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(got.guards_intact("out"));
+        for (auto [p, q, name] : {std::tuple{&one.k, &batch.k, "K"}, std::tuple{&one.v, &batch.v, "V"}}) {
+          EXPECT_EQ(first_difference(q->f16, download<std::uint8_t>(p->f16.data(), p->f16.bytes()).data()), -1)
+              << name << " FP16 slots";
+          EXPECT_EQ(first_difference(q->codes, download<std::uint8_t>(p->codes.data(), p->codes.bytes()).data()), -1)
+              << name << " codes";
+          EXPECT_EQ(first_difference(q->scales, download<std::uint8_t>(p->scales.data(), p->scales.bytes()).data()),
+                    -1)
+              << name << " scales";
+          EXPECT_EQ(first_difference(q->mins, download<std::uint8_t>(p->mins.data(), p->mins.bytes()).data()), -1)
+              << name << " mins";
+        }
+        // The plans' different combines differ by ~1e-7 relative in f32; after the f16
+        // rounding that is at most one f16 step (2^-10 relative); a wrong row is off by O(1).
+        const auto w = download<std::uint16_t>(want.data(), ch.rows * out_ld);
+        const auto g = download<std::uint16_t>(got.data(), ch.rows * out_ld);
+        int bad = 0;
+        for (std::int64_t r = 0; r < ch.rows; ++r) {
+          for (std::int64_t i = 0; i < q_cols; ++i) {
+            const auto e = static_cast<std::size_t>(r * out_ld + i);
+            const float a = formats::half_to_float({w[e]}), b = formats::half_to_float({g[e]});
+            if (!(std::fabs(a - b) <= 0x1p-10f * std::max(1.0f, std::fabs(a))) && bad++ < 5) {
+              ADD_FAILURE() << "row " << r << " column " << i << ": rows form " << b << ", one at a time " << a;
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+  }
 }
 
 TEST_F(DecodeAttentionGpu, RejectsASmallWorkspace) {

@@ -53,6 +53,15 @@ struct SplitArgs {
   unsigned* counters;
   void* out;
   bool out_f16;
+  // Rows form (prefill; rows_pos0 >= 0): blockIdx.z is a row at position rows_pos0 + z;
+  // q, out and the partials advance by a row's stride; the ring's FP16 positions come
+  // from the chunk (>= rows_pos0) or the snapshot of the ring before it.
+  long long rows_pos0 = -1;
+  const __half* chunk_k = nullptr;
+  const __half* chunk_v = nullptr;
+  long long chunk_ld = 0, q_ld = 0, out_ld = 0;
+  const std::uint16_t* snap_k = nullptr;  // [kv_heads][window][D]
+  const std::uint16_t* snap_v = nullptr;
 };
 
 // The combine of one query head's splits, shared by the fused form and the combine
@@ -156,14 +165,23 @@ struct RawRow {
 };
 
 template <int D, int Bits>
-__device__ __forceinline__ RawRow load_raw(const SplitArgs& a, const KvPart& part, int head, int pos, int sub) {
+__device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int head, int pos, int sub) {
   const KvLayerShape& s = a.shape;
+  const KvPart& part = is_v ? a.layer.v : a.layer.k;
   const bool past_l1 = a.prefetch && appended_now(a, pos);
   RawRow r{};
   if (!in_body<Bits>(a, pos)) {
-    const int slot = pos < s.sink ? pos : static_cast<int>(s.sink) + pos % static_cast<int>(s.window);
-    const uint4* p = reinterpret_cast<const uint4*>(part.f16 + (static_cast<long long>(head) * s.f16_slots() + slot) * D +
-                                                    sub * kChannels);
+    const std::uint16_t* row;
+    if (a.rows_pos0 >= 0 && s.window > 0 && pos >= s.sink && pos >= a.rows_pos0) {  // rows form: the chunk's
+      row = reinterpret_cast<const std::uint16_t*>(is_v ? a.chunk_v : a.chunk_k) + (pos - a.rows_pos0) * a.chunk_ld +
+            head * D;
+    } else if (a.rows_pos0 >= 0 && s.window > 0 && pos >= s.sink) {  // the ring's, before the chunk
+      row = (is_v ? a.snap_v : a.snap_k) + (static_cast<long long>(head) * s.window + pos % s.window) * D;
+    } else {
+      const int slot = pos < s.sink ? pos : static_cast<int>(s.sink) + pos % static_cast<int>(s.window);
+      row = part.f16 + (static_cast<long long>(head) * s.f16_slots() + slot) * D;
+    }
+    const uint4* p = reinterpret_cast<const uint4*>(row + sub * kChannels);
     r.a = load(p, past_l1);
     r.b = load(p + 1, past_l1);
     return r;
@@ -207,14 +225,15 @@ __device__ __forceinline__ void decode_raw(const RawRow& r, bool body, float (&x
 
 // The 16 channels of visible position `pos` of one part, decoded.
 template <int D, int Bits>
-__device__ __forceinline__ void load_row(const SplitArgs& a, const KvPart& part, int head, int pos, int sub,
+__device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head, int pos, int sub,
                                          float (&x)[kChannels]) {
-  decode_raw<Bits>(load_raw<D, Bits>(a, part, head, pos, sub), in_body<Bits>(a, pos), x);
+  decode_raw<Bits>(load_raw<D, Bits>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
 }
 
-// The span fields of a graph launch, from the position in device memory.
-__device__ __forceinline__ void resolve_span(SplitArgs& a) {
-  const DecodeSpan span = decode_span_unchecked(a.shape, static_cast<std::int64_t>(*a.device_pos) + 1);
+// The span fields of a graph launch (length from the position in device memory) or of a
+// row of the rows form.
+__device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
+  const DecodeSpan span = decode_span_unchecked(a.shape, length);
   a.sink_end = static_cast<int>(span.sink_end);
   a.recent_begin = static_cast<int>(span.recent_begin);
   a.end = static_cast<int>(span.end);
@@ -226,7 +245,16 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
-  if (a.device_pos) resolve_span(a);
+  if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  if (a.rows_pos0 >= 0) {
+    const long long z = blockIdx.z;
+    resolve_span(a, a.rows_pos0 + z + 1);
+    a.q += z * a.q_ld;
+    a.acc += z * a.n_heads * a.splits * D;
+    a.max_sum += z * a.n_heads * a.splits * 2;
+    a.out = a.out_f16 ? static_cast<void*>(static_cast<__half*>(a.out) + z * a.out_ld)
+                      : static_cast<void*>(static_cast<float*>(a.out) + z * a.out_ld);
+  }
   constexpr int kLanesPerPos = D / kChannels;
   constexpr int kPosPerWarp = 32 / kLanesPerPos;
   constexpr int kStep = kWarps * kPosPerWarp;
@@ -256,8 +284,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
       if (j >= n) continue;
       const int p = position(i0 + j);
       if ((a.prefetch && appended_now(a, p)) != appended) continue;
-      kpre[t] = load_raw<D, Bits>(a, a.layer.k, head, p, sub);
-      vpre[t] = load_raw<D, Bits>(a, a.layer.v, head, p, sub);
+      kpre[t] = load_raw<D, Bits>(a, false, head, p, sub);
+      vpre[t] = load_raw<D, Bits>(a, true, head, p, sub);
     }
   };
   fetch(false);
@@ -305,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
     const int j = base + row;
     float x[kChannels] = {};
-    if (j < n) load_row<D, Bits>(a, a.layer.k, head, position(i0 + j), sub, x);
+    if (j < n) load_row<D, Bits>(a, false, head, position(i0 + j), sub, x);
     score(j, x);
   }
   __syncthreads();
@@ -351,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     const int j = base + row;
     if (j >= n) continue;
     float x[kChannels];
-    load_row<D, Bits>(a, a.layer.v, head, position(i0 + j), sub, x);
+    load_row<D, Bits>(a, true, head, position(i0 + j), sub, x);
     accumulate(j, x);
   }
 #pragma unroll
@@ -427,11 +455,16 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
 }
 
-// One block per query head, one thread per channel.
+// One block per query head (and row of the rows form: blockIdx.y), one thread per channel.
 template <class Out>
-__global__ void decode_combine_kernel(const float* acc, const float* max_sum, int splits, int d, Out* out) {
+__global__ void decode_combine_kernel(const float* acc, const float* max_sum, int splits, int d, Out* out,
+                                      int n_heads, long long out_ld) {
   pdl_trigger();
   pdl_wait();
+  const long long row = blockIdx.y;
+  acc += row * n_heads * splits * d;
+  max_sum += row * n_heads * splits * 2;
+  out += row * out_ld;
   __shared__ float weights[kMaxSplit];
   __shared__ float total;
   const int h = static_cast<int>(blockIdx.x), c = static_cast<int>(threadIdx.x);
@@ -478,12 +511,25 @@ DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpa
 
 namespace {
 
+// The rows form's part of a launch: its rows (pos0: the first's position; base: its q,
+// K and V) and where the ring's positions before them are.
+struct RowsLaunch {
+  ChunkRows chunk;
+  const std::uint16_t* snapshot;
+  std::int64_t out_ld;
+};
+constexpr std::int64_t kRowsSplit = 512;  // positions a split of the rows form
+
+DecodeSplitPlan rows_plan(std::int64_t visible) {
+  return DecodeSplitPlan{(visible + kRowsSplit - 1) / kRowsSplit, kRowsSplit};
+}
+
 // Checks and launches; `span` is the one checked on the host (for a graph launch, that
-// of max_length positions, which also fixes the plan).
+// of max_length positions, which also fixes the plan; for the rows form, the last row's).
 void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span,
                    const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q,
                    std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const RowsLaunch* rows = nullptr) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "decode_attention: head_dim = ", d, ", expected 64 or 128");
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "decode_attention: out dtype ",
@@ -505,12 +551,13 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
                  "decode_attention: body positions [", span.sink_end, ", ", span.recent_begin,
                  ") outside the body's slots");
   }
-  const DecodeSplitPlan plan = decode_attention_plan(shape, span, n_heads);
+  const DecodeSplitPlan plan = rows ? rows_plan(span.visible(shape)) : decode_attention_plan(shape, span, n_heads);
   LOWBIT_CHECK(plan.splits <= kMaxSplit, "decode_attention: ", span.visible(shape), " visible positions need ",
                plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
   const int group = static_cast<int>(n_heads / shape.kv_heads);
   const int gq = decode_heads_per_block(group);
-  const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits);
+  const std::int64_t row_count = rows ? rows->chunk.rows : 1;
+  const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
   const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
   LOWBIT_CHECK(workspace_bytes >= need, "decode_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
   SplitArgs a{shape,
@@ -528,25 +575,39 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
               prefetch,
               static_cast<const __half*>(q),
               static_cast<float*>(workspace),
-              static_cast<float*>(workspace) + n_heads * plan.splits * d,
+              static_cast<float*>(workspace) + row_count * n_heads * plan.splits * d,
               fused_combine ? reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + partials) : nullptr,
               out,
               out_dtype == DType::f16};
-  const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq));
+  if (rows) {
+    const ChunkRows& c = rows->chunk;
+    const auto* base = static_cast<const __half*>(c.base);
+    a.rows_pos0 = c.pos0;
+    a.chunk_k = base + c.k_col;
+    a.chunk_v = base + c.v_col;
+    a.chunk_ld = a.q_ld = c.ld;
+    a.out_ld = rows->out_ld;
+    if (rows->snapshot) {
+      a.snap_k = rows->snapshot;
+      a.snap_v = rows->snapshot + shape.kv_heads * shape.window * d;
+    }
+  }
+  const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq),
+                  static_cast<unsigned>(row_count));
   if (d == 64) {
     launch_split<64>(a, gq, grid, stream);
   } else {
     launch_split<128>(a, gq, grid, stream);
   }
   if (fused_combine || plan.splits == 1) return;  // one split: the split kernel wrote out
-  const auto heads = static_cast<unsigned>(n_heads);
+  const dim3 heads(static_cast<unsigned>(n_heads), static_cast<unsigned>(row_count));
   const auto threads = static_cast<unsigned>(d);
   if (out_dtype == DType::f32) {
     launch_pdl(decode_combine_kernel<float>, heads, threads, 0, stream, a.acc, a.max_sum, a.splits,
-               static_cast<int>(d), static_cast<float*>(out));
+               static_cast<int>(d), static_cast<float*>(out), static_cast<int>(n_heads), a.out_ld);
   } else {
     launch_pdl(decode_combine_kernel<__half>, heads, threads, 0, stream, a.acc, a.max_sum, a.splits,
-               static_cast<int>(d), static_cast<__half*>(out));
+               static_cast<int>(d), static_cast<__half*>(out), static_cast<int>(n_heads), a.out_ld);
   }
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
@@ -566,6 +627,44 @@ void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, 
   LOWBIT_CHECK(device_pos != nullptr, "decode_attention_at: null device position");
   launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, q, n_heads, out,
                 out_dtype, workspace, workspace_bytes, stream);
+}
+
+std::size_t decode_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
+                                            std::int64_t max_length) {
+  LOWBIT_CHECK(rows >= 1 && max_length >= 1, "decode_attention_rows_workspace: rows ", rows, ", max_length ",
+               max_length);
+  const std::int64_t splits = rows_plan(decode_span(shape, max_length).visible(shape)).splits;
+  return decode_workspace_bytes(n_heads, shape.head_dim, splits) * static_cast<std::size_t>(rows);
+}
+
+void decode_attention_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk,
+                           const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld,
+                           void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
+  const std::int64_t d = shape.head_dim;
+  LOWBIT_CHECK(chunk.base && chunk.rows >= 1 && chunk.rows < 65536 && chunk.pos0 >= 0 && chunk.ld % 8 == 0 &&
+                   chunk.k_col % 8 == 0 && chunk.v_col % 8 == 0 && chunk.k_col >= n_heads * d &&
+                   chunk.ld >= chunk.k_col + shape.kv_heads * d && chunk.ld >= chunk.v_col + shape.kv_heads * d,
+               "decode_attention_rows: chunk of ", chunk.rows, " rows (1..65535) at ", chunk.pos0, ", ld ", chunk.ld,
+               ", k_col ", chunk.k_col, ", v_col ", chunk.v_col, " (multiples of 8, after ", n_heads * d,
+               " query columns)");
+  LOWBIT_CHECK(out_ld >= n_heads * d, "decode_attention_rows: out_ld ", out_ld, " < ", n_heads * d);
+  LOWBIT_CHECK(shape.window == 0 || chunk.pos0 <= shape.sink || snapshot != nullptr,
+               "decode_attention_rows: the ring's positions before the chunk need its snapshot");
+  // As many rows a launch as the workspace holds (the last row's plan serves them all).
+  const DecodeSpan last = decode_span(shape, chunk.pos0 + chunk.rows);
+  const std::size_t per_row = decode_workspace_bytes(n_heads, d, rows_plan(last.visible(shape)).splits);
+  const auto per_launch = static_cast<std::int64_t>(workspace_bytes / per_row);
+  LOWBIT_CHECK(per_launch >= 1, "decode_attention_rows: workspace of ", workspace_bytes, " bytes, a row needs ",
+               per_row);
+  for (std::int64_t r0 = 0; r0 < chunk.rows; r0 += per_launch) {
+    RowsLaunch rows{chunk, static_cast<const std::uint16_t*>(snapshot), out_ld};
+    rows.chunk.rows = std::min(per_launch, chunk.rows - r0);
+    rows.chunk.pos0 = chunk.pos0 + r0;
+    rows.chunk.base = static_cast<std::uint16_t*>(chunk.base) + r0 * chunk.ld;
+    launch_decode(shape, layer, last, nullptr, false, false, rows.chunk.base, n_heads,
+                  static_cast<std::uint16_t*>(out) + r0 * out_ld, DType::f16, workspace, workspace_bytes, stream,
+                  &rows);
+  }
 }
 
 std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,

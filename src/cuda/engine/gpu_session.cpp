@@ -18,6 +18,7 @@ using lowbit::engine::KvShape;
 namespace {
 
 constexpr std::int64_t kMaxChunk = 512;  // rows of one forward chunk (activation buffers)
+constexpr std::size_t kRowsWorkspaceBudget = std::size_t{64} << 20;  // prefill attention partials
 
 TensorView f16_matrix(void* data, std::int64_t rows, std::int64_t cols) {
   return TensorView::matrix(data, DType::f16, Device::cuda, rows, cols);
@@ -70,8 +71,12 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   act_ = DeviceBuffer(rows * f * 2);
   logits_ = DeviceBuffer(rows * static_cast<std::size_t>(c.vocab) * 2);
   attn_ws_bytes_ = decode_attention_workspace_bound(shape_, c.n_heads, max_tokens);
-  attn_ws_ = DeviceBuffer(attn_ws_bytes_);
   graph_attn_ws_ = DeviceBuffer(attn_ws_bytes_);
+  // The prefill attention's partials: as many rows a launch as the budget holds.
+  const std::size_t per_row = decode_attention_rows_workspace(shape_, c.n_heads, 1, max_tokens);
+  const auto rows_a_launch = std::clamp<std::int64_t>(static_cast<std::int64_t>(kRowsWorkspaceBudget / per_row), 1, chunk_);
+  rows_ws_ = DeviceBuffer(per_row * static_cast<std::size_t>(rows_a_launch));
+  ring_snapshot_ = DeviceBuffer(ring_snapshot_bytes(shape_));
   LOWBIT_CUDA_CHECK(cudaMemset(graph_attn_ws_.data(), 0, attn_ws_bytes_));
   tokens_ = DeviceBuffer(rows * 4);
   step_ = DeviceBuffer(16);
@@ -127,27 +132,28 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
   const lowbit::engine::ModelConfig& c = model_->config();
   const KvLayerDevice& layer = layers_[static_cast<std::size_t>(l)];
   const std::int64_t ld = c.q_dim() + 2 * c.kv_dim();
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::uint16_t* row = f16_at(qkv_, i * ld);
+  if (where.device_pos) {  // one decode step
+    std::uint16_t* row = f16_at(qkv_, 0);
     const std::uint16_t* k = row + c.q_dim();
     const std::uint16_t* v = k + c.kv_dim();
-    std::uint16_t* out = f16_at(att_, i * c.q_dim());
     // RoPE rides on the append: K rotated as it is stored, Q in place.
     const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads};
-    if (where.device_pos) {
-      // Each decode step starts after the previous one's host sync (decode_greedy): the
-      // history is complete, so the append and the attention start their work early.
-      const bool history_complete = true;
-      kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, history_complete);
-      decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, out, DType::f16,
-                          graph_attn_ws_.data(), attn_ws_bytes_, stream_, history_complete);
-    } else {
-      const std::int64_t pos = where.pos0 + i;
-      kv_append(shape_, layer, pos, k, v, stream_, &rope);
-      decode_attention(shape_, layer, decode_span(shape_, pos + 1), row, c.n_heads, out, DType::f16, attn_ws_.data(),
-                       attn_ws_bytes_, stream_);
-    }
+    // Each decode step starts after the previous one's host sync (decode_greedy): the
+    // history is complete, so the append and the attention start their work early.
+    const bool history_complete = true;
+    kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, history_complete);
+    decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, att_.data(), DType::f16,
+                        graph_attn_ws_.data(), attn_ws_bytes_, stream_, history_complete);
+    return;
   }
+  // A chunk of rows at pos0..: RoPE, the appends and the attention of every row at once,
+  // each row seeing what it would one at a time (kv_cache_gpu.h, ChunkRows).
+  const ChunkRows chunk{qkv_.data(), n, ld, c.q_dim(), c.q_dim() + c.kv_dim(), where.pos0};
+  rope_rows(shape_, chunk, AppendRope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads},
+            stream_);
+  kv_append_rows(shape_, layer, chunk, ring_snapshot_.data(), stream_);
+  decode_attention_rows(shape_, layer, chunk, ring_snapshot_.data(), c.n_heads, att_.data(), c.q_dim(),
+                        rows_ws_.data(), rows_ws_.bytes(), stream_);
 }
 
 void GpuSession::run_layers(std::int64_t n, Where where, std::int64_t rows) {

@@ -76,9 +76,10 @@ class GpuSession final : public lowbit::engine::Session {
   std::vector<DeviceBuffer> cache_buffers_;
   std::int64_t chunk_ = 0;  // rows a forward chunk takes at most
   DeviceBuffer x_, h_, qkv_, att_, proj_, gu_, act_, logits_, rope_cos_, rope_sin_, tokens_, step_;
-  // Decode-attention scratch: of the per-token calls, and of the graph's calls (which
-  // hold the fused combine's counters: zeroed once, left zero by every call).
-  DeviceBuffer attn_ws_, graph_attn_ws_;
+  // Decode-attention scratch: of the graph's calls (which hold the fused combine's
+  // counters: zeroed once, left zero by every call), and of a chunk's rows; the ring's
+  // snapshot before a chunk (window, selective).
+  DeviceBuffer graph_attn_ws_, rows_ws_, ring_snapshot_;
   std::size_t attn_ws_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;

@@ -174,6 +174,86 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));  // exact: x holds f16 values
 }
 
+// Prefill, RoPE: grid (kv_heads, 2, rows); y = 0 rotates the row's K head, y = 1 the
+// query heads of its group.
+template <int D>
+__global__ void __launch_bounds__(32) rope_rows_kernel(ChunkRows c, AppendRope rope, int kv_heads) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
+  const int row = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.x);
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const LaneAngles<E> angles = lane_angles<E>(rope, c.pos0 + row, c0);
+  __half* base = static_cast<__half*>(c.base) + row * c.ld;
+  const int group = static_cast<int>(rope.n_heads / kv_heads);
+  const int first = blockIdx.y == 0 ? 0 : head * group, last = blockIdx.y == 0 ? 1 : (head + 1) * group;
+  for (int h = first; h < last; ++h) {
+    __half* p = blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0;
+    float x[E];
+#pragma unroll
+    for (int i = 0; i < E; ++i) x[i] = __half2float(p[i]);
+    rotate<E>(angles, x);
+#pragma unroll
+    for (int i = 0; i < E; ++i) p[i] = __float2half_rn(x[i]);
+  }
+}
+
+struct AppendRowsArgs {
+  KvLayerShape shape;
+  KvLayerDevice layer;
+  ChunkRows chunk;
+  const std::uint16_t* snapshot;  // [2][kv_heads][window][D]
+};
+
+// Prefill, append: grid (kv_heads, 2 (K, V), rows), one warp each; order-free, so the
+// rows run in parallel: a ring slot is written by its last writer in the chunk only, and
+// a token leaving the window is read from the chunk or the snapshot, never from the ring.
+template <int D, class Scheme>
+__global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
+  const KvLayerShape& s = a.shape;
+  const ChunkRows& c = a.chunk;
+  const int row = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.x);
+  const bool is_v = blockIdx.y == 1;
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const long long t = c.pos0 + row;
+  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  auto chunk_row = [&](long long r) {
+    return static_cast<const __half*>(c.base) + r * c.ld + (is_v ? c.v_col : c.k_col) + head * D + c0;
+  };
+  float x[E];
+  const __half* src = chunk_row(row);
+#pragma unroll
+  for (int i = 0; i < E; ++i) x[i] = __half2float(src[i]);
+  if constexpr (Scheme::kBits != 0) {
+    if (s.window == 0) {  // int8 / int4: every token quantized on arrival
+      quantize_head<D, Scheme>(s, part, t - s.body_base, head, x);
+      return;
+    }
+    if (t >= s.sink + s.window) {  // t - window leaves the window
+      const long long u = t - s.window;
+      float old[E];
+      if (u >= c.pos0) {
+        const __half* p = chunk_row(u - c.pos0);
+#pragma unroll
+        for (int i = 0; i < E; ++i) old[i] = __half2float(p[i]);
+      } else {
+        const std::uint16_t* p = a.snapshot + ((is_v ? s.kv_heads : 0) + head) * s.window * D + (u % s.window) * D + c0;
+#pragma unroll
+        for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(p[i]));
+      }
+      quantize_head<D, Scheme>(s, part, u - s.body_base, head, old);
+    }
+  }
+  const bool in_ring = s.window > 0 && t >= s.sink;
+  if (in_ring && t < c.pos0 + c.rows - s.window) return;  // a later row of the chunk takes this slot
+  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(t)) * D + c0;
+#pragma unroll
+  for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));
+}
+
 // A scheme with no body: FP16 only.
 struct NoBody {
   static constexpr int kBits = 0;
@@ -220,6 +300,83 @@ void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64
   run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v),
                  rope ? *rope : AppendRope{}, false},
       stream);
+}
+
+namespace {
+
+void check_chunk(const KvLayerShape& shape, const ChunkRows& c, const char* what) {
+  const std::int64_t d = shape.head_dim;
+  LOWBIT_CHECK(d == 64 || d == 128, what, ": head_dim = ", d, ", expected 64 or 128");
+  LOWBIT_CHECK(c.base && c.rows >= 1 && c.rows < 65536 && c.pos0 >= 0 && c.k_col >= 0 && c.v_col >= 0 &&
+                   c.ld >= c.k_col + shape.kv_heads * d && c.ld >= c.v_col + shape.kv_heads * d,
+               what, ": chunk of ", c.rows, " rows (1..65535) at ", c.pos0, ", ld ", c.ld, ", k_col ", c.k_col,
+               ", v_col ", c.v_col);
+  const bool ring_only = shape.body == KvBody::none && shape.window > 0;
+  const std::int64_t capacity = shape.window == 0 && shape.body != KvBody::none
+                                    ? shape.body_slots
+                                    : shape.sink + shape.window + shape.body_slots;
+  LOWBIT_CHECK(ring_only || c.pos0 + c.rows <= capacity, what, ": positions ", c.pos0, "..", c.pos0 + c.rows - 1,
+               " outside the cache (", capacity, " tokens)");
+  auto aligned = [](std::int64_t halves) { return halves % 8 == 0; };  // 16 bytes
+  LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(c.base) % 16 == 0 && aligned(c.ld) && aligned(c.k_col) &&
+                   aligned(c.v_col),
+               what, ": chunk rows and their K / V columns must be 16-byte aligned");
+}
+
+}  // namespace
+
+void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream) {
+  check_chunk(shape, chunk, "rope_rows");
+  LOWBIT_CHECK(rope.cos && rope.sin && rope.rope_dims > 0 && rope.rope_dims % 2 == 0 &&
+                   rope.rope_dims <= shape.head_dim && rope.n_heads > 0 && rope.n_heads % shape.kv_heads == 0 &&
+                   chunk.k_col >= rope.n_heads * shape.head_dim,
+               "rope_rows: rope_dims ", rope.rope_dims, " (even, <= head_dim ", shape.head_dim, "), ", rope.n_heads,
+               " query heads (a multiple of ", shape.kv_heads, ", before k_col ", chunk.k_col, "), tables set");
+  const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
+  const int kv_heads = static_cast<int>(shape.kv_heads);
+  if (shape.head_dim == 64) {
+    launch_pdl(rope_rows_kernel<64>, grid, 32, 0, stream, chunk, rope, kv_heads);
+  } else {
+    launch_pdl(rope_rows_kernel<128>, grid, 32, 0, stream, chunk, rope, kv_heads);
+  }
+}
+
+std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
+  return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2);
+}
+
+void kv_append_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk, void* snapshot,
+                    cuda_stream_t stream) {
+  check_chunk(shape, chunk, "kv_append_rows");
+  const std::int64_t d = shape.head_dim;
+  if (shape.window > 0) {
+    LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
+    const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
+    const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
+    const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
+    auto* dst = static_cast<std::uint8_t*>(snapshot);
+    for (const KvPart* part : {&layer.k, &layer.v}) {
+      const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
+      LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
+      dst += width * rows;
+    }
+  }
+  const AppendRowsArgs a{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)};
+  const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
+  auto go = [&](auto kernel) { launch_pdl(kernel, grid, 32, 0, stream, a); };
+  if (d == 64) {
+    switch (shape.body) {
+      case KvBody::none: go(kv_append_rows_kernel<64, NoBody>); break;
+      case KvBody::int8: go(kv_append_rows_kernel<64, formats::Int8Symmetric>); break;
+      case KvBody::int4: go(kv_append_rows_kernel<64, formats::Int4Asymmetric>); break;
+    }
+  } else {
+    switch (shape.body) {
+      case KvBody::none: go(kv_append_rows_kernel<128, NoBody>); break;
+      case KvBody::int8: go(kv_append_rows_kernel<128, formats::Int8Symmetric>); break;
+      case KvBody::int4: go(kv_append_rows_kernel<128, formats::Int4Asymmetric>); break;
+    }
+  }
 }
 
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,

@@ -224,6 +224,37 @@ void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, 
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                          void* workspace, std::size_t workspace_bytes, cuda_stream_t stream,
                          bool history_complete = false);
+// Prefill: a chunk of tokens at positions pos0 .. pos0 + rows - 1 in four launches and a
+// copy (rope_rows; kv_append_rows, which snapshots the window's ring first;
+// decode_attention_rows: split and combine), with the results of `rows` one-at-a-time
+// kv_append + decode_attention calls: the same cache bytes, and each row's attention
+// over what that row would see at its position (up to the combine's rounding: the split
+// plan differs). The chunk's rows as the QKV GEMM writes them: f16 [rows][ld], the
+// n_heads query heads at column 0, K at k_col and V at v_col (kv_heads x head_dim each).
+struct ChunkRows {
+  void* base = nullptr;
+  std::int64_t rows = 0, ld = 0, k_col = 0, v_col = 0;
+  std::int64_t pos0 = 0;
+};
+// Rotates every row's query heads and K in place by the angles of its position.
+void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream);
+// Bytes of the ring snapshot (window and selective; 0 for the other forms): the ring's
+// FP16 slots of K and V as they were before the chunk, f16 [2][kv_heads][window][D].
+std::size_t ring_snapshot_bytes(const KvLayerShape& shape);
+// Snapshots the ring, then writes every row's slot (the ring's last writers only) and,
+// under selective, quantizes each token that leaves the window from its FP16 value (in
+// the chunk or the snapshot); int8 / int4 quantize every row. K must be rotated already.
+void kv_append_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk, void* snapshot,
+                    cuda_stream_t stream);
+// Each row's attention at its position, after kv_append_rows: the sink and the body from
+// the cache, the recent FP16 positions from the chunk (>= pos0) or the snapshot (< pos0).
+// out: f16 [rows][out_ld], a row's n_heads x head_dim at column 0. The workspace takes
+// decode_attention_rows_workspace(..., r) bytes for r rows at a time (>= 1 row).
+void decode_attention_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk,
+                           const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld,
+                           void* workspace, std::size_t workspace_bytes, cuda_stream_t stream);
+std::size_t decode_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
+                                            std::int64_t max_length);
 // Workspace bytes enough for decode_attention / decode_attention_at at any length up to
 // max_length.
 std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
