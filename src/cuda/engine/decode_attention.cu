@@ -53,10 +53,11 @@ struct SplitArgs {
   unsigned* counters;
   void* out;
   bool out_f16;
-  // Rows form (prefill; rows_pos0 >= 0): blockIdx.z is a row at position rows_pos0 + z;
-  // q, out and the partials advance by a row's stride; the ring's FP16 positions come
-  // from the chunk (>= rows_pos0) or the snapshot of the ring before it.
-  long long rows_pos0 = -1;
+  // Rows form (prefill; rows_pos0 >= 0, the chunk's first position): blockIdx.z is the
+  // chunk's row row0 + z; q (the chunk's first row here) and out and the partials (this
+  // launch's first) advance by rows; the ring's FP16 positions come from the chunk
+  // (>= rows_pos0) or the snapshot of the ring before it.
+  long long rows_pos0 = -1, row0 = 0;
   const __half* chunk_k = nullptr;
   const __half* chunk_v = nullptr;
   long long chunk_ld = 0, q_ld = 0, out_ld = 0;
@@ -248,8 +249,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
   if (a.rows_pos0 >= 0) {
     const long long z = blockIdx.z;
-    resolve_span(a, a.rows_pos0 + z + 1);
-    a.q += z * a.q_ld;
+    resolve_span(a, a.rows_pos0 + a.row0 + z + 1);
+    a.q += (a.row0 + z) * a.q_ld;
     a.acc += z * a.n_heads * a.splits * D;
     a.max_sum += z * a.n_heads * a.splits * 2;
     a.out = a.out_f16 ? static_cast<void*>(static_cast<__half*>(a.out) + z * a.out_ld)
@@ -511,10 +512,11 @@ DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpa
 
 namespace {
 
-// The rows form's part of a launch: its rows (pos0: the first's position; base: its q,
-// K and V) and where the ring's positions before them are.
+// The rows form's part of a launch: the chunk, the rows [row0, row0 + count) of it that
+// this launch takes, and where the ring's positions before the chunk are.
 struct RowsLaunch {
   ChunkRows chunk;
+  std::int64_t row0, count;
   const std::uint16_t* snapshot;
   std::int64_t out_ld;
 };
@@ -556,7 +558,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
                plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
   const int group = static_cast<int>(n_heads / shape.kv_heads);
   const int gq = decode_heads_per_block(group);
-  const std::int64_t row_count = rows ? rows->chunk.rows : 1;
+  const std::int64_t row_count = rows ? rows->count : 1;
   const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
   const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
   LOWBIT_CHECK(workspace_bytes >= need, "decode_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
@@ -583,6 +585,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
     const ChunkRows& c = rows->chunk;
     const auto* base = static_cast<const __half*>(c.base);
     a.rows_pos0 = c.pos0;
+    a.row0 = rows->row0;
     a.chunk_k = base + c.k_col;
     a.chunk_v = base + c.v_col;
     a.chunk_ld = a.q_ld = c.ld;
@@ -657,11 +660,9 @@ void decode_attention_rows(const KvLayerShape& shape, const KvLayerDevice& layer
   LOWBIT_CHECK(per_launch >= 1, "decode_attention_rows: workspace of ", workspace_bytes, " bytes, a row needs ",
                per_row);
   for (std::int64_t r0 = 0; r0 < chunk.rows; r0 += per_launch) {
-    RowsLaunch rows{chunk, static_cast<const std::uint16_t*>(snapshot), out_ld};
-    rows.chunk.rows = std::min(per_launch, chunk.rows - r0);
-    rows.chunk.pos0 = chunk.pos0 + r0;
-    rows.chunk.base = static_cast<std::uint16_t*>(chunk.base) + r0 * chunk.ld;
-    launch_decode(shape, layer, last, nullptr, false, false, rows.chunk.base, n_heads,
+    const RowsLaunch rows{chunk, r0, std::min(per_launch, chunk.rows - r0), static_cast<const std::uint16_t*>(snapshot),
+                          out_ld};
+    launch_decode(shape, layer, last, nullptr, false, false, chunk.base, n_heads,
                   static_cast<std::uint16_t*>(out) + r0 * out_ld, DType::f16, workspace, workspace_bytes, stream,
                   &rows);
   }
