@@ -165,7 +165,9 @@ struct RawRow {
   uint4 a, b;
 };
 
-template <int D, int Bits>
+// Rows: the rows form's kernel (its ring positions are read from the chunk or the
+// snapshot); the decode kernels are compiled without that branch.
+template <int D, int Bits, bool Rows>
 __device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int head, int pos, int sub) {
   const KvLayerShape& s = a.shape;
   const KvPart& part = is_v ? a.layer.v : a.layer.k;
@@ -173,10 +175,10 @@ __device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int he
   RawRow r{};
   if (!in_body<Bits>(a, pos)) {
     const std::uint16_t* row;
-    if (a.rows_pos0 >= 0 && s.window > 0 && pos >= s.sink && pos >= a.rows_pos0) {  // rows form: the chunk's
+    if (Rows && s.window > 0 && pos >= s.sink && pos >= a.rows_pos0) {  // rows form: the chunk's
       row = reinterpret_cast<const std::uint16_t*>(is_v ? a.chunk_v : a.chunk_k) + (pos - a.rows_pos0) * a.chunk_ld +
             head * D;
-    } else if (a.rows_pos0 >= 0 && s.window > 0 && pos >= s.sink) {  // the ring's, before the chunk
+    } else if (Rows && s.window > 0 && pos >= s.sink) {  // the ring's, before the chunk
       row = (is_v ? a.snap_v : a.snap_k) + (static_cast<long long>(head) * s.window + pos % s.window) * D;
     } else {
       const int slot = pos < s.sink ? pos : static_cast<int>(s.sink) + pos % static_cast<int>(s.window);
@@ -225,10 +227,10 @@ __device__ __forceinline__ void decode_raw(const RawRow& r, bool body, float (&x
 }
 
 // The 16 channels of visible position `pos` of one part, decoded.
-template <int D, int Bits>
+template <int D, int Bits, bool Rows>
 __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head, int pos, int sub,
                                          float (&x)[kChannels]) {
-  decode_raw<Bits>(load_raw<D, Bits>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
+  decode_raw<Bits>(load_raw<D, Bits, Rows>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
 }
 
 // The span fields of a graph launch (length from the position in device memory) or of a
@@ -241,13 +243,13 @@ __device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
   a.visible = static_cast<int>(span.visible(a.shape));
 }
 
-template <int D, int GQ, int Bits>
+template <int D, int GQ, int Bits, bool Rows>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
   if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
-  if (a.rows_pos0 >= 0) {
+  if constexpr (Rows) {
     const long long z = blockIdx.z;
     resolve_span(a, a.rows_pos0 + a.row0 + z + 1);
     a.q += (a.row0 + z) * a.q_ld;
@@ -285,8 +287,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
       if (j >= n) continue;
       const int p = position(i0 + j);
       if ((a.prefetch && appended_now(a, p)) != appended) continue;
-      kpre[t] = load_raw<D, Bits>(a, false, head, p, sub);
-      vpre[t] = load_raw<D, Bits>(a, true, head, p, sub);
+      kpre[t] = load_raw<D, Bits, Rows>(a, false, head, p, sub);
+      vpre[t] = load_raw<D, Bits, Rows>(a, true, head, p, sub);
     }
   };
   fetch(false);
@@ -334,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
     const int j = base + row;
     float x[kChannels] = {};
-    if (j < n) load_row<D, Bits>(a, false, head, position(i0 + j), sub, x);
+    if (j < n) load_row<D, Bits, Rows>(a, false, head, position(i0 + j), sub, x);
     score(j, x);
   }
   __syncthreads();
@@ -380,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     const int j = base + row;
     if (j >= n) continue;
     float x[kChannels];
-    load_row<D, Bits>(a, true, head, position(i0 + j), sub, x);
+    load_row<D, Bits, Rows>(a, true, head, position(i0 + j), sub, x);
     accumulate(j, x);
   }
 #pragma unroll
@@ -482,22 +484,27 @@ __global__ void decode_combine_kernel(const float* acc, const float* max_sum, in
   }
 }
 
-template <int D, int GQ>
+template <int D, int GQ, bool Rows>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
   switch (a.shape.body) {
-    case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0>, grid, kThreads, 0, stream, a); break;
-    case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8>, grid, kThreads, 0, stream, a); break;
-    case KvBody::int4: launch_pdl(decode_split_kernel<D, GQ, 4>, grid, kThreads, 0, stream, a); break;
+    case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0, Rows>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8, Rows>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(decode_split_kernel<D, GQ, 4, Rows>, grid, kThreads, 0, stream, a); break;
   }
 }
 
+// The rows form takes one query head a block (its kernels: 6 instantiations, not 24).
 template <int D>
 void launch_split(const SplitArgs& a, int gq, dim3 grid, cudaStream_t stream) {
+  if (a.rows_pos0 >= 0) {
+    launch_split<D, 1, true>(a, grid, stream);
+    return;
+  }
   switch (gq) {
-    case 1: launch_split<D, 1>(a, grid, stream); break;
-    case 2: launch_split<D, 2>(a, grid, stream); break;
-    case 3: launch_split<D, 3>(a, grid, stream); break;
-    default: launch_split<D, 4>(a, grid, stream); break;
+    case 1: launch_split<D, 1, false>(a, grid, stream); break;
+    case 2: launch_split<D, 2, false>(a, grid, stream); break;
+    case 3: launch_split<D, 3, false>(a, grid, stream); break;
+    default: launch_split<D, 4, false>(a, grid, stream); break;
   }
 }
 
@@ -557,7 +564,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
   LOWBIT_CHECK(plan.splits <= kMaxSplit, "decode_attention: ", span.visible(shape), " visible positions need ",
                plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
   const int group = static_cast<int>(n_heads / shape.kv_heads);
-  const int gq = decode_heads_per_block(group);
+  const int gq = rows ? 1 : decode_heads_per_block(group);
   const std::int64_t row_count = rows ? rows->count : 1;
   const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
   const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
