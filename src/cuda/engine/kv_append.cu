@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "cuda/engine/kv_cache_gpu.h"
 #include "cuda/pdl.cuh"
@@ -269,6 +270,14 @@ void launch(const AppendArgs& a, cudaStream_t stream) {
   }
 }
 
+// Positions a cache can be appended at: the window policy's ring never fills (any); every
+// other form holds max_tokens.
+std::int64_t positions_held(const KvLayerShape& shape) {
+  if (shape.body == KvBody::none && shape.window > 0) return std::numeric_limits<std::int64_t>::max();
+  return shape.window == 0 && shape.body != KvBody::none ? shape.body_slots
+                                                         : shape.sink + shape.window + shape.body_slots;
+}
+
 void run(const AppendArgs& a, cudaStream_t stream) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
@@ -290,13 +299,9 @@ void run(const AppendArgs& a, cudaStream_t stream) {
 
 void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope) {
-  // The window policy's ring never fills; every other form holds max_tokens positions.
-  const bool ring_only = shape.body == KvBody::none && shape.window > 0;
-  const std::int64_t capacity = shape.window == 0 && shape.body != KvBody::none
-                                    ? shape.body_slots
-                                    : shape.sink + shape.window + shape.body_slots;
-  LOWBIT_CHECK(pos >= 0 && (ring_only || pos < capacity), "kv_append: position ", pos, " outside the cache (",
-               capacity, " tokens)");
+  const std::int64_t capacity = positions_held(shape);
+  LOWBIT_CHECK(pos >= 0 && pos < capacity, "kv_append: position ", pos, " outside the cache (", capacity,
+               " tokens)");
   run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v),
                  rope ? *rope : AppendRope{}, false},
       stream);
@@ -311,11 +316,8 @@ void check_chunk(const KvLayerShape& shape, const ChunkRows& c, const char* what
                    c.ld >= c.k_col + shape.kv_heads * d && c.ld >= c.v_col + shape.kv_heads * d,
                what, ": chunk of ", c.rows, " rows (1..65535) at ", c.pos0, ", ld ", c.ld, ", k_col ", c.k_col,
                ", v_col ", c.v_col);
-  const bool ring_only = shape.body == KvBody::none && shape.window > 0;
-  const std::int64_t capacity = shape.window == 0 && shape.body != KvBody::none
-                                    ? shape.body_slots
-                                    : shape.sink + shape.window + shape.body_slots;
-  LOWBIT_CHECK(ring_only || c.pos0 + c.rows <= capacity, what, ": positions ", c.pos0, "..", c.pos0 + c.rows - 1,
+  const std::int64_t capacity = positions_held(shape);
+  LOWBIT_CHECK(c.pos0 + c.rows <= capacity, what, ": positions ", c.pos0, "..", c.pos0 + c.rows - 1,
                " outside the cache (", capacity, " tokens)");
   auto aligned = [](std::int64_t halves) { return halves % 8 == 0; };  // 16 bytes
   LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(c.base) % 16 == 0 && aligned(c.ld) && aligned(c.k_col) &&
