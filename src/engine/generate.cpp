@@ -26,6 +26,15 @@ std::int32_t Session::decode_greedy(std::int32_t token) {
   return argmax(forward(std::span<const std::int32_t>(&token, 1), /*all_logits=*/false));
 }
 
+std::int64_t Session::decode_greedy_run(std::int32_t token, std::int64_t steps,
+                                        const std::function<bool(std::int32_t)>& keep) {
+  for (std::int64_t i = 0; i < steps; ++i) {
+    token = decode_greedy(token);
+    if (!keep(token)) return i + 1;
+  }
+  return steps;
+}
+
 GenerationResult generate_greedy(Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
                                  const std::function<bool(std::int32_t)>& is_stop,
                                  const std::function<void(std::int32_t)>& on_token) {
@@ -43,17 +52,22 @@ GenerationResult generate_greedy(Session& session, std::span<const std::int32_t>
   result.kv_bytes.push_back(session.kv_bytes());
   start = std::chrono::steady_clock::now();
   const double device_before = session.decode_device_seconds();
-  for (std::int64_t i = 0; i < max_new; ++i) {
-    if (is_stop && is_stop(next)) {
+  // Each token is checked for a stop, kept and streamed; the last one needs no step.
+  auto keep = [&](std::int32_t token) {
+    if (is_stop && is_stop(token)) {
       result.stopped = true;
-      break;
+      return false;
     }
-    result.tokens.push_back(next);
-    if (on_token) on_token(next);
-    if (i + 1 == max_new) break;  // the last token needs no forward pass
-    next = session.decode_greedy(next);
-    ++result.decode_steps;
-    result.kv_bytes.push_back(session.kv_bytes());
+    result.tokens.push_back(token);
+    if (on_token) on_token(token);
+    return true;
+  };
+  if (max_new > 0 && keep(next)) {
+    session.decode_greedy_run(next, max_new - 1, [&](std::int32_t token) {
+      ++result.decode_steps;
+      result.kv_bytes.push_back(session.kv_bytes());
+      return keep(token);
+    });
   }
   result.decode_seconds = seconds(start);
   result.decode_device_seconds = session.decode_device_seconds() - device_before;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -23,6 +24,13 @@ class Session {
   // One greedy decode step: appends `token` and returns the argmax of the next logits
   // (lowest id on ties). A GPU session keeps the logits on the device.
   virtual std::int32_t decode_greedy(std::int32_t token);
+  // Greedy decoding from `token`: appends it and then each token it produces, `steps`
+  // steps at most; keep(t) sees each produced token in order (position() counts its
+  // step) and returns false to stop there (t is not appended). Returns the steps taken.
+  // The default calls decode_greedy; a GPU session queues the next step before the host
+  // has read the current one's token, and takes back the one step it ran ahead.
+  virtual std::int64_t decode_greedy_run(std::int32_t token, std::int64_t steps,
+                                         const std::function<bool(std::int32_t)>& keep);
 
   virtual std::int64_t position() const = 0;
   virtual std::int64_t max_tokens() const = 0;

@@ -144,6 +144,46 @@ TEST_F(EngineGpu, GreedyDecodeThroughTheGraph) {
   }
 }
 
+// decode_greedy_run keeps one step queued ahead of the host; a stop takes that step
+// back. For every policy: a run stopped after 17 steps, then another token fed and a
+// second run, against a session that took the same steps one at a time (the same
+// kernels: the same tokens, and the same logits bit for bit), so nothing of the step run
+// ahead stays in the cache (under selective it overwrote a ring slot: restored).
+TEST_F(EngineGpu, RunAheadIsTakenBack) {
+  const Fixture f;
+  const std::int64_t vocab = f.tiny.spec.vocab;
+  const std::vector<std::int32_t> prompt = prompt_tokens(40, vocab);
+  for (const PolicyCase& c : policy_cases()) {
+    SCOPED_TRACE(c.name);
+    GpuSession run(f.gpu, c.options, 120), single(f.gpu, c.options, 120);
+    const std::int32_t first = engine::argmax(run.forward(prompt, false));
+    ASSERT_EQ(first, engine::argmax(single.forward(prompt, false)));
+    std::vector<std::int32_t> got, want;
+    const std::int64_t taken = run.decode_greedy_run(first, 30, [&](std::int32_t t) {
+      got.push_back(t);
+      return got.size() < 17;
+    });
+    EXPECT_EQ(taken, 17);
+    std::int32_t t = first;
+    for (int i = 0; i < 17; ++i) want.push_back(t = single.decode_greedy(t));
+    EXPECT_EQ(got, want);
+    ASSERT_EQ(run.position(), single.position());
+    const std::int32_t other = (got.back() + 1) % static_cast<std::int32_t>(vocab);  // not what ran ahead
+    const std::vector<float> run_logits = run.forward(std::span<const std::int32_t>(&other, 1), false);
+    EXPECT_EQ(run_logits, single.forward(std::span<const std::int32_t>(&other, 1), false));
+    got.clear();
+    want.clear();
+    EXPECT_EQ(run.decode_greedy_run(engine::argmax(run_logits), 12, [&](std::int32_t t) {
+      got.push_back(t);
+      return true;
+    }), 12);
+    t = engine::argmax(run_logits);
+    for (int i = 0; i < 12; ++i) want.push_back(t = single.decode_greedy(t));
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(run.position(), single.position());
+  }
+}
+
 TEST_F(EngineGpu, GenerateAndResetOnTheGpu) {
   const Fixture f;
   GpuSession session(f.gpu, policy(KvPolicy::selective, 8), 64);

@@ -92,16 +92,18 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   void* pinned = nullptr;
   LOWBIT_CUDA_CHECK(cudaMallocHost(&pinned, 16));
   host_step_ = static_cast<std::int32_t*>(pinned);
-  LOWBIT_CUDA_CHECK(cudaEventCreate(&step_begin_));
-  LOWBIT_CUDA_CHECK(cudaEventCreate(&step_end_));
+  for (cudaEvent_t* e : {&step_begin_, &step_end_, &run_begin_, &run_end_}) LOWBIT_CUDA_CHECK(cudaEventCreate(e));
+  for (cudaEvent_t& e : token_ready_) LOWBIT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  ring_backup_ = DeviceBuffer(ring_backup_bytes(shape_) * static_cast<std::size_t>(c.n_layers));
 }
 
 GpuSession::~GpuSession() {
   if (graph_) cudaGraphExecDestroy(graph_);
   if (stream_) cudaStreamDestroy(stream_);
   if (host_step_) cudaFreeHost(host_step_);
-  if (step_begin_) cudaEventDestroy(step_begin_);
-  if (step_end_) cudaEventDestroy(step_end_);
+  for (cudaEvent_t e : {step_begin_, step_end_, run_begin_, run_end_, token_ready_[0], token_ready_[1]}) {
+    if (e) cudaEventDestroy(e);
+  }
 }
 
 std::size_t GpuSession::kv_bytes() const {
@@ -138,10 +140,12 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
     const std::uint16_t* v = k + c.kv_dim();
     // RoPE rides on the append: K rotated as it is stored, Q in place.
     const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads};
-    // Each decode step starts after the previous one's host sync (decode_greedy): the
-    // history is complete, so the append and the attention start their work early.
+    // A decode step's first kernel starts after the previous step finished (each step is
+    // its own graph launch, or follows a copy and a host sync): the history is complete,
+    // so the append and the attention start their work early.
     const bool history_complete = true;
-    kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, history_complete);
+    void* backup = ring_backup_.bytes() ? ring_backup_.as<std::uint8_t>() + l * ring_backup_bytes(shape_) : nullptr;
+    kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, history_complete, backup);
     decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, att_.data(), DType::f16,
                         graph_attn_ws_.data(), attn_ws_bytes_, stream_, history_complete);
     return;
@@ -208,7 +212,8 @@ std::vector<float> GpuSession::forward(std::span<const std::int32_t> tokens, boo
   return logits;
 }
 
-// One decode step from step_[0] (token) and step_[1] (position) to step_[2] (next token).
+// One decode step from step_[0] (token) and step_[1] (position) to step_[0] (the next
+// token) and step_[1] + 1.
 void GpuSession::run_decode_step() {
   const lowbit::engine::ModelConfig& c = model_->config();
   std::int32_t* step = step_.as<std::int32_t>();
@@ -218,7 +223,7 @@ void GpuSession::run_decode_step() {
     LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_begin_, stream_, record_flags));
     embed_rows(model_->embedding(), step, 1, c.d_model, x_.as<float>(), stream_);
     run_layers(1, Where{0, step + 1}, 1);
-    argmax_token(f16_at(logits_, 0), c.vocab, step + 2, nullptr, stream_);
+    argmax_token(f16_at(logits_, 0), c.vocab, step, step + 1, stream_);  // the next step's input
     LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_end_, stream_, record_flags));
   };
   if (!use_graphs_) {
@@ -249,13 +254,71 @@ std::int32_t GpuSession::decode_greedy(std::int32_t token) {
   host_step_[1] = static_cast<std::int32_t>(position_);
   LOWBIT_CUDA_CHECK(cudaMemcpyAsync(step_.data(), host_step_, 8, cudaMemcpyHostToDevice, stream_));
   run_decode_step();
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + 2, step_.as<std::int32_t>() + 2, 4, cudaMemcpyDeviceToHost, stream_));
+  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + 2, step_.data(), 4, cudaMemcpyDeviceToHost, stream_));
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   float ms = 0;
   LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
   decode_device_ms_ += ms;
   ++position_;
   return host_step_[2];
+}
+
+}  // namespace lowbit::cuda::engine
+
+namespace lowbit::cuda::engine {
+
+std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t steps,
+                                           const std::function<bool(std::int32_t)>& keep) {
+  if (steps <= 0) return 0;
+  check_tokens(std::span<const std::int32_t>(&token, 1));
+  LOWBIT_CHECK(steps <= max_tokens_ - position_, "decode: ", steps, " steps at position ", position_,
+               " exceed the context the session was sized for (max_tokens = ", max_tokens_, ")");
+  host_step_[0] = token;
+  host_step_[1] = static_cast<std::int32_t>(position_);
+  LOWBIT_CUDA_CHECK(cudaEventRecord(run_begin_, stream_));
+  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(step_.data(), host_step_, 8, cudaMemcpyHostToDevice, stream_));
+  // Step k leaves its token in step_[0] (the next step's input) and in host_step_[2 + k % 2].
+  auto enqueue = [&](std::int64_t k) {
+    run_decode_step();
+    const auto slot = static_cast<std::size_t>(k % 2);
+    LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + 2 + slot, step_.data(), 4, cudaMemcpyDeviceToHost, stream_));
+    LOWBIT_CUDA_CHECK(cudaEventRecord(token_ready_[slot], stream_));
+  };
+  auto finish = [&](bool ahead) {
+    LOWBIT_CUDA_CHECK(cudaEventRecord(run_end_, stream_));
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (ahead) take_back_step();
+    float ms = 0;
+    LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, run_begin_, run_end_));
+    decode_device_ms_ += ms;
+  };
+  enqueue(0);
+  for (std::int64_t k = 0;; ++k) {
+    const bool ahead = k + 1 < steps;
+    if (ahead) enqueue(k + 1);  // runs while the host reads step k's token
+    LOWBIT_CUDA_CHECK(cudaEventSynchronize(token_ready_[k % 2]));
+    ++position_;
+    bool more = false;
+    try {
+      more = keep(host_step_[2 + k % 2]);
+    } catch (...) {
+      finish(ahead);
+      throw;
+    }
+    if (!more || !ahead) {
+      finish(ahead);
+      return k + 1;
+    }
+  }
+}
+
+void GpuSession::take_back_step() {
+  const std::size_t bytes = ring_backup_bytes(shape_);
+  if (bytes == 0) return;  // full, window, int8, int4: the next append at position() rewrites all it wrote
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    kv_restore_ring_slot(shape_, layers_[l], position_, ring_backup_.as<std::uint8_t>() + l * bytes, stream_);
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 }  // namespace lowbit::cuda::engine

@@ -2,21 +2,26 @@
 // the GGUF's own 4-bit blocks, RMSNorm, RoPE, SwiGLU, decode attention over the mixed
 // KV cache read in place) with the KV-cache policies of the CPU reference.
 //
-// Per layer: add + RMSNorm -> h; QKV = h Wqkv^T; per token, append K, V to the cache
-// (RoPE fused into the append: K rotated as stored, Q in place) and attend (so that a batch equals one-at-a-time decoding, as on the CPU:
-// the query at t sees each older token as the cache held it at t); O = att Wo^T;
+// Per layer: add + RMSNorm -> h; QKV = h Wqkv^T; append K, V to the cache (RoPE on K
+// and Q) and attend, every row at its own position (so that a batch equals
+// one-at-a-time decoding, as on the CPU: the query at t sees each older token as the
+// cache held it at t); O = att Wo^T;
 // add + RMSNorm; gate | up = h Wgu^T; silu(gate) * up; down. The residual stream is f32,
 // GEMM inputs and outputs f16 (W4A16), attention in f32 with f16 in and out.
 //
 // decode_greedy runs one CUDA graph per step (captured at the first call, replayed
 // with the position and token in device memory; decode attention combines its splits
 // in its last block): the 9 launches of each layer cost one launch of host time, and
-// the logits stay on the device (argmax there).
+// the logits stay on the device (argmax there, which also feeds the next step: it
+// writes its token as the next input and advances the position). decode_greedy_run
+// keeps one step queued ahead of the host, so the device does not wait for the host's
+// round trip per token; the step run ahead of a stop is taken back.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -42,6 +47,8 @@ class GpuSession final : public lowbit::engine::Session {
 
   std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_logits) override;
   std::int32_t decode_greedy(std::int32_t token) override;
+  std::int64_t decode_greedy_run(std::int32_t token, std::int64_t steps,
+                                 const std::function<bool(std::int32_t)>& keep) override;
 
   std::int64_t position() const override { return position_; }
   std::int64_t max_tokens() const override { return max_tokens_; }
@@ -63,9 +70,12 @@ class GpuSession final : public lowbit::engine::Session {
   void run_layers(std::int64_t n, Where where, std::int64_t rows);
   void attention(std::int64_t layer, std::int64_t n, Where where);
   void logits_to_host(std::int64_t rows, float* out);
-  // Enqueues one decode step (step_: token, position -> next token), replaying the
-  // captured graph when graphs are on.
+  // Enqueues one decode step (step_: token, position -> the next token in step_[0],
+  // position + 1), replaying the captured graph when graphs are on.
   void run_decode_step();
+  // Takes back the step at position() that ran ahead and was not wanted (its
+  // appends: selective restores the ring slots they overwrote).
+  void take_back_step();
 
   const GpuModel* model_;
   lowbit::engine::KvCacheOptions options_;
@@ -83,9 +93,12 @@ class GpuSession final : public lowbit::engine::Session {
   std::size_t attn_ws_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;
-  std::int32_t* host_step_ = nullptr;  // pinned: {token, position, next token}
-  // Around the kernels of each decode_greedy step (event-record nodes of its graph).
-  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;
+  std::int32_t* host_step_ = nullptr;  // pinned: {token, position, next tokens (2 in flight)}
+  // Around the kernels of each decode_greedy step (event-record nodes of its graph),
+  // around a decode_greedy_run, and the tokens of decode_greedy_run's two steps in flight.
+  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr, run_begin_ = nullptr, run_end_ = nullptr;
+  cudaEvent_t token_ready_[2] = {nullptr, nullptr};
+  DeviceBuffer ring_backup_;  // selective: per layer, the ring slots the last step overwrote
   double decode_device_ms_ = 0;
 };
 

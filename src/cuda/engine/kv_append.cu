@@ -30,6 +30,7 @@ struct AppendArgs {
   const __half* v;
   AppendRope rope;  // rope.cos null: no rotation
   bool history_complete;
+  std::uint16_t* ring_backup;  // selective: the overwritten ring slot's FP16 values, [2][kv_heads][D]
 };
 
 // The angles of `pos` for a lane's E / 2 pairs of consecutive channels (c0 = lane * E,
@@ -142,6 +143,11 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
 #pragma unroll
       for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(slot[i]));
       quantize_head<D, Scheme>(s, part, pos - s.window - s.body_base, head, old);
+      if (a.ring_backup) {  // so that this append can be taken back (kv_restore_ring_slot)
+        std::uint16_t* b = a.ring_backup + ((is_v ? s.kv_heads : 0) + head) * D + c0;
+#pragma unroll
+        for (int i = 0; i < E; ++i) b[i] = slot[i];
+      }
     }
   }
   if (a.history_complete) pdl_wait();
@@ -303,7 +309,7 @@ void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64
   LOWBIT_CHECK(pos >= 0 && pos < capacity, "kv_append: position ", pos, " outside the cache (", capacity,
                " tokens)");
   run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v),
-                 rope ? *rope : AppendRope{}, false},
+                 rope ? *rope : AppendRope{}, false, nullptr},
       stream);
 }
 
@@ -382,11 +388,45 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const
 }
 
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
-                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope, bool history_complete) {
+                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope, bool history_complete,
+                  void* ring_backup) {
   LOWBIT_CHECK(device_pos != nullptr, "kv_append_at: null device position");
   run(AppendArgs{shape, layer, 0, device_pos, static_cast<const __half*>(k), static_cast<const __half*>(v),
-                 rope ? *rope : AppendRope{}, history_complete},
+                 rope ? *rope : AppendRope{}, history_complete, static_cast<std::uint16_t*>(ring_backup)},
       stream);
+}
+
+std::size_t ring_backup_bytes(const KvLayerShape& shape) {
+  return shape.body != KvBody::none && shape.window > 0
+             ? static_cast<std::size_t>(2 * shape.kv_heads * shape.head_dim * 2)
+             : 0;
+}
+
+namespace {
+
+// grid (kv_heads, 2), one warp each: the backup of K or V of one head back into its slot.
+__global__ void __launch_bounds__(32) restore_ring_slot_kernel(KvLayerShape s, KvLayerDevice layer, long long pos,
+                                                               const std::uint16_t* backup) {
+  pdl_trigger();
+  pdl_wait();
+  const int head = static_cast<int>(blockIdx.x);
+  const bool is_v = blockIdx.y == 1;
+  const KvPart& part = is_v ? layer.v : layer.k;
+  const long long d = s.head_dim;
+  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(pos)) * d;
+  const std::uint16_t* b = backup + ((is_v ? s.kv_heads : 0) + head) * d;
+  for (long long i = threadIdx.x; i < d; i += 32) slot[i] = b[i];
+}
+
+}  // namespace
+
+void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos,
+                          const void* ring_backup, cuda_stream_t stream) {
+  if (ring_backup_bytes(shape) == 0 || pos < shape.sink + shape.window) return;  // nothing was overwritten
+  LOWBIT_CHECK(ring_backup != nullptr && pos < positions_held(shape), "kv_restore_ring_slot: position ", pos,
+               " outside the cache or no backup");
+  launch_pdl(restore_ring_slot_kernel, dim3(static_cast<unsigned>(shape.kv_heads), 2), 32, 0, stream, shape, layer,
+             static_cast<long long>(pos), static_cast<const std::uint16_t*>(ring_backup));
 }
 
 }  // namespace lowbit::cuda::engine

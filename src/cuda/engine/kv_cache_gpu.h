@@ -217,9 +217,16 @@ DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpa
 // before they wait for it (programmatic dependent launch), off the step's critical path:
 // the append quantizes the token leaving the window, the attention loads the older rows.
 // Without the guarantee (e.g. appends of several positions back to back) pass false.
+// ring_backup (selective; ring_backup_bytes): where the append keeps the FP16 values of
+// the ring slot it overwrites, so that kv_restore_ring_slot can take the append back (a
+// decode step run ahead and not wanted; the other forms need nothing taken back: the
+// next append at that position rewrites what this one wrote).
 void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                   const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope = nullptr,
-                  bool history_complete = false);
+                  bool history_complete = false, void* ring_backup = nullptr);
+std::size_t ring_backup_bytes(const KvLayerShape& shape);
+void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos,
+                          const void* ring_backup, cuda_stream_t stream);
 void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                          void* workspace, std::size_t workspace_bytes, cuda_stream_t stream,
