@@ -4,6 +4,7 @@
 // (skipped when absent) against Hugging Face transformers' numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "common/gguf_writer.h"
 #include "common/tiny_llama.h"
 #include "engine/forward_cpu.h"
+#include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/perplexity.h"
 
@@ -184,6 +186,34 @@ TEST(EngineModel, ResetStartsOver) {
   session.reset();
   EXPECT_EQ(session.position(), 0);
   EXPECT_EQ(session.forward(tokens, true), first);
+}
+
+// generate_greedy against forward + argmax by hand: the same tokens; a stop token ends
+// it before it is kept (its step counted, its cache bytes recorded); max_new bounds it.
+TEST(EngineModel, GenerateGreedyStopsAndCounts) {
+  const TinyLlama m = make_tiny_llama();
+  const Model model = tiny_model(m);
+  const std::vector<std::int32_t> prompt = tiny_tokens(5, m.spec.vocab);
+  CpuSession by_hand(model, {}, 32);
+  std::vector<std::int32_t> want{engine::argmax(by_hand.forward(prompt, false))};
+  for (int i = 0; i < 9; ++i) want.push_back(by_hand.decode_greedy(want.back()));
+  CpuSession session(model, {}, 32);
+  const engine::GenerationResult all = engine::generate_greedy(session, prompt, 10, {}, {});
+  EXPECT_EQ(all.tokens, want);
+  EXPECT_FALSE(all.stopped);
+  EXPECT_EQ(all.decode_steps, 9);
+  EXPECT_EQ(all.kv_bytes.size(), 10u);
+  session.reset();
+  const std::int32_t stop = want[4];  // the first token equal to it ends the generation
+  const auto first_stop = std::find(want.begin(), want.end(), stop) - want.begin();
+  std::vector<std::int32_t> streamed;
+  const engine::GenerationResult cut = engine::generate_greedy(
+      session, prompt, 10, [&](std::int32_t t) { return t == stop; }, [&](std::int32_t t) { streamed.push_back(t); });
+  EXPECT_EQ(cut.tokens, std::vector<std::int32_t>(want.begin(), want.begin() + first_stop));
+  EXPECT_EQ(streamed, cut.tokens);
+  EXPECT_TRUE(cut.stopped);
+  EXPECT_EQ(cut.decode_steps, first_stop);
+  EXPECT_EQ(cut.kv_bytes.size(), static_cast<std::size_t>(first_stop) + 1);
 }
 
 TEST(EngineModel, BadInputGetsClearErrors) {
