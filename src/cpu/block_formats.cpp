@@ -41,15 +41,13 @@ std::uint32_t tensor_abs_bits(const TensorView& x) {
   const In* data = x.ptr<In>();
   const std::int64_t rows = x.rows(), cols = x.cols(), stride = x.row_stride();
   std::uint32_t result = 0;
-  parallel_region(parallel_worth(rows, 0.5 * cols), [&] {
-#pragma omp for schedule(static) reduction(max : result)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const In* row = data + r * stride;
-      std::uint32_t m = 0;
-      for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, abs_bits(to_float(row[c])));
-      result = std::max(result, m);
-    }
-  });
+#pragma omp parallel for schedule(static) reduction(max : result) if (parallel_worth(rows, 0.5 * cols))
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const In* row = data + r * stride;
+    std::uint32_t m = 0;
+    for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, abs_bits(to_float(row[c])));
+    result = std::max(result, m);
+  }
   return result;
 }
 
@@ -84,25 +82,23 @@ void encode_typed(const TensorView& x, const BlockQuantizedView& out) {
   auto* scales = out.scales.ptr<Scale>();
   const std::int64_t rows = x.rows(), cols = x.cols(), blocks = cols / kBlock;
   const std::int64_t x_stride = x.row_stride(), code_stride = out.codes.row_stride();
-  parallel_region(parallel_worth(rows, kEncodeNs<Codec> * cols), [&] {
-#pragma omp for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t b = 0; b < blocks; ++b) {
-        const In* v = data + r * x_stride + b * kBlock;
-        std::uint32_t block_bits = 0;
-        for (std::int64_t i = 0; i < kBlock; ++i) block_bits = std::max(block_bits, abs_bits(to_float(v[i])));
-        const Scale s = Codec::scale(block_bits, global);
-        scales[r * blocks + b] = s;
-        const float param = Codec::param(s, global);
-        std::uint8_t* dst = codes + r * code_stride + b * (kBlock / 2);
-        for (std::int64_t j = 0; j < kBlock / 2; ++j) {
-          const unsigned lo = Codec::encode(to_float(v[2 * j]), param);
-          const unsigned hi = Codec::encode(to_float(v[2 * j + 1]), param);
-          dst[j] = static_cast<std::uint8_t>(lo | (hi << 4));
-        }
+#pragma omp parallel for schedule(static) if (parallel_worth(rows, kEncodeNs<Codec> * cols))
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const In* v = data + r * x_stride + b * kBlock;
+      std::uint32_t block_bits = 0;
+      for (std::int64_t i = 0; i < kBlock; ++i) block_bits = std::max(block_bits, abs_bits(to_float(v[i])));
+      const Scale s = Codec::scale(block_bits, global);
+      scales[r * blocks + b] = s;
+      const float param = Codec::param(s, global);
+      std::uint8_t* dst = codes + r * code_stride + b * (kBlock / 2);
+      for (std::int64_t j = 0; j < kBlock / 2; ++j) {
+        const unsigned lo = Codec::encode(to_float(v[2 * j]), param);
+        const unsigned hi = Codec::encode(to_float(v[2 * j + 1]), param);
+        dst[j] = static_cast<std::uint8_t>(lo | (hi << 4));
       }
     }
-  });
+  }
 }
 
 template <class Out, class Codec>
@@ -115,20 +111,19 @@ void decode_typed(const BlockQuantizedView& in, const TensorView& out) {
   Out* dst = out.ptr<Out>();
   const std::int64_t rows = out.rows(), cols = out.cols(), blocks = cols / kBlock;
   const std::int64_t out_stride = out.row_stride(), code_stride = in.codes.row_stride();
-  parallel_region(parallel_worth(rows, 2.5 * cols), [&] {  // NF4 1.2 ns a value, NVFP4 3.3
-#pragma omp for schedule(static)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t b = 0; b < blocks; ++b) {
-        const Scale s = scales[r * blocks + b];
-        const std::uint8_t* src = codes + r * code_stride + b * (kBlock / 2);
-        Out* o = dst + r * out_stride + b * kBlock;
-        for (std::int64_t j = 0; j < kBlock / 2; ++j) {
-          o[2 * j] = formats::from_float<Out>(Codec::decode(src[j] & 15u, s, global));
-          o[2 * j + 1] = formats::from_float<Out>(Codec::decode(src[j] >> 4, s, global));
-        }
+  // NF4 1.2 ns a value, NVFP4 3.3.
+#pragma omp parallel for schedule(static) if (parallel_worth(rows, 2.5 * cols))
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const Scale s = scales[r * blocks + b];
+      const std::uint8_t* src = codes + r * code_stride + b * (kBlock / 2);
+      Out* o = dst + r * out_stride + b * kBlock;
+      for (std::int64_t j = 0; j < kBlock / 2; ++j) {
+        o[2 * j] = formats::from_float<Out>(Codec::decode(src[j] & 15u, s, global));
+        o[2 * j + 1] = formats::from_float<Out>(Codec::decode(src[j] >> 4, s, global));
       }
     }
-  });
+  }
 }
 
 }  // namespace

@@ -118,20 +118,19 @@ std::vector<Range> reduce_domains(const TensorView& x, const QuantSpec& spec) {
     // Each domain lies within one row: rows are independent.
     const std::int64_t width = spec.granularity == Granularity::per_token ? cols : spec.group_size;
     // ~1 ns an element (a scalar min/max/abs chain per domain).
-    parallel_region(parallel_worth(rows, 1.0 * cols), [&] {
-#pragma omp for schedule(static)
-      for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t g = 0; g < layout.scale_cols; ++g) {
-          const std::int64_t c0 = g * width;
-          ranges[r * layout.scale_cols + g] = segment_range(data + r * ld + c0, std::min(width, cols - c0));
-        }
+#pragma omp parallel for schedule(static) if (parallel_worth(rows, 1.0 * cols))
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t g = 0; g < layout.scale_cols; ++g) {
+        const std::int64_t c0 = g * width;
+        ranges[r * layout.scale_cols + g] = segment_range(data + r * ld + c0, std::min(width, cols - c0));
       }
-    });
+    }
     return ranges;
   }
   // Column domains span all rows: each thread reduces a block of rows, then merge.
   ColumnRanges columns(cols);
-  parallel_region(parallel_worth(rows, 0.3 * cols), [&] {  // vectorized: 0.2-0.3 ns an element
+#pragma omp parallel if (parallel_worth(rows, 0.3 * cols))  // vectorized: 0.2-0.3 ns an element
+  {
     ColumnRanges partial(cols);
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) partial.add_row(data + r * ld, cols);
@@ -143,7 +142,7 @@ std::vector<Range> reduce_domains(const TensorView& x, const QuantSpec& spec) {
       columns.lo[c] = merged.lo;
       columns.hi[c] = merged.hi;
     }
-  });
+  }
   for (std::int64_t c = 0; c < cols; ++c) {
     ranges[spec.granularity == Granularity::per_channel ? c : 0].merge(columns.column(c));
   }
@@ -195,7 +194,8 @@ void quantize_typed(const TensorView& x, const QuantSpec& spec, const QuantizedV
   // ns an element: 8-bit codes 0.4, packed 4-bit ones 1-1.8; 2-3 and 4.5 where each row
   // expands (and inverts) its own scales.
   const double encode_ns = per_row ? (Code::kBits == 8 ? 2.5 : 4.5) : (Code::kBits == 8 ? 0.4 : 1.5);
-  parallel_region(parallel_worth(rows, encode_ns * cols), [&] {
+#pragma omp parallel if (parallel_worth(rows, encode_ns * cols))
+  {
     std::vector<float> inv(static_cast<std::size_t>(cols));
     std::vector<float> lo(static_cast<std::size_t>(cols), 0.0f);
     if (!per_row) {
@@ -218,7 +218,7 @@ void quantize_typed(const TensorView& x, const QuantSpec& spec, const QuantizedV
         if (cols % 2) q_row[cols / 2] = static_cast<std::uint8_t>(code(cols - 1));
       }
     }
-  });
+  }
 }
 
 template <class Out, class Code>
@@ -237,7 +237,8 @@ void dequantize_typed(const QuantizedView& in, const QuantSpec& spec, const Tens
   // ns an element: 8-bit codes 0.15, packed 4-bit ones 0.6-1.2; 0.8-2.9 and 3 where each
   // row expands its own scales.
   const double decode_ns = per_row ? (Code::kBits == 8 ? 2.0 : 3.0) : (Code::kBits == 8 ? 0.15 : 1.0);
-  parallel_region(parallel_worth(rows, decode_ns * cols), [&] {
+#pragma omp parallel if (parallel_worth(rows, decode_ns * cols))
+  {
     std::vector<float> scale(static_cast<std::size_t>(cols));
     std::vector<float> lo(static_cast<std::size_t>(cols), 0.0f);
     if (!per_row) {
@@ -257,7 +258,7 @@ void dequantize_typed(const QuantizedView& in, const QuantSpec& spec, const Tens
         out_row[c] = formats::from_float<Out>(Code::decode(Code::from_storage(stored), scale[c], lo[c]));
       }
     }
-  });
+  }
 }
 
 }  // namespace

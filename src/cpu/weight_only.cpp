@@ -62,26 +62,24 @@ void pack_typed(const TensorView& codes, const TensorView& scales, const TensorV
   // finite min that meets zero activations).
   const std::uint8_t fill = layout.bits == 8 ? 0x80 : (layout.zero_point ? 0x00 : 0x88);
   std::memset(packed, fill, static_cast<std::size_t>(layout.code_bytes()));
-  // Units are disjoint per tile of 8 rows, so rows of tiles pack in parallel.
-  cpu::parallel_region(cpu::parallel_worth(layout.n_tiles, 8 * 6.0 * layout.k), [&] {  // ~6 ns a code
-#pragma omp for schedule(static)
-    for (std::int64_t tile = 0; tile < layout.n_tiles; ++tile) {
-      const std::int64_t n_end = (tile + 1) * 8 < layout.n ? (tile + 1) * 8 : layout.n;
-      for (std::int64_t n = tile * 8; n < n_end; ++n) {
-        const auto* row = codes.ptr<const std::uint8_t>() + n * codes.strides[0];
-        for (std::int64_t k = 0; k < layout.k; ++k) {
-          int shift = 0;
-          const std::int64_t byte = layout.code_byte(n, k, &shift);
-          if (layout.bits == 8) {
-            packed[byte] = static_cast<std::uint8_t>(row[k] ^ 0x80u);  // q + 128
-          } else {
-            const int q = (row[k / 2] >> (4 * (k % 2))) & 0xf;
-            packed[byte] = static_cast<std::uint8_t>((packed[byte] & ~(0xf << shift)) | (q << shift));
-          }
+  // Units are disjoint per tile of 8 rows, so rows of tiles pack in parallel (~6 ns a code).
+#pragma omp parallel for schedule(static) if (cpu::parallel_worth(layout.n_tiles, 8 * 6.0 * layout.k))
+  for (std::int64_t tile = 0; tile < layout.n_tiles; ++tile) {
+    const std::int64_t n_end = (tile + 1) * 8 < layout.n ? (tile + 1) * 8 : layout.n;
+    for (std::int64_t n = tile * 8; n < n_end; ++n) {
+      const auto* row = codes.ptr<const std::uint8_t>() + n * codes.strides[0];
+      for (std::int64_t k = 0; k < layout.k; ++k) {
+        int shift = 0;
+        const std::int64_t byte = layout.code_byte(n, k, &shift);
+        if (layout.bits == 8) {
+          packed[byte] = static_cast<std::uint8_t>(row[k] ^ 0x80u);  // q + 128
+        } else {
+          const int q = (row[k / 2] >> (4 * (k % 2))) & 0xf;
+          packed[byte] = static_cast<std::uint8_t>((packed[byte] & ~(0xf << shift)) | (q << shift));
         }
       }
     }
-  });
+  }
   pack_scales<T>(scales, layout, real_groups, out.scales.ptr<T>());
   if (layout.zero_point) pack_scales<T>(mins, layout, real_groups, out.mins.ptr<T>());
 }
@@ -117,7 +115,8 @@ void gemm_typed(const TensorView& x, const PackedWeights& w, const TensorView& b
     }
   }
   // A weight row: ~10 ns a weight dequantized, ~1 ns a multiply-add in double.
-  cpu::parallel_region(cpu::parallel_worth(layout.n, 10.0 * layout.k + 1.0 * m_rows * layout.k), [&] {
+#pragma omp parallel if (cpu::parallel_worth(layout.n, 10.0 * layout.k + 1.0 * m_rows * layout.k))
+  {
     std::vector<double> row(static_cast<std::size_t>(layout.k));
 #pragma omp for schedule(static)
     for (std::int64_t n = 0; n < layout.n; ++n) {
@@ -132,7 +131,7 @@ void gemm_typed(const TensorView& x, const PackedWeights& w, const TensorView& b
         out.ptr<T>()[m * out.strides[0] + n] = formats::round_exact_to<T>(acc + b);
       }
     }
-  });
+  }
 }
 
 }  // namespace
