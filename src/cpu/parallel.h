@@ -8,14 +8,15 @@
 //
 // and gets a team only when its estimated serial time (loop items times a cost per item
 // measured single-threaded) is worth one; otherwise it runs on the calling thread (a
-// team of one: ~0.45 us a region, measured). The loops split independent rows (or merge
-// per-thread partial results with max / min, which do not depend on the order), so both
-// ways give the same bits.
+// team of one: 0.45 us a region in a C++ loop, ~1 us seen from Python). The loops split
+// independent rows (or merge per-thread partial results with max / min, which do not
+// depend on the order), so both ways give the same bits.
 //
 // A plain call of the region's body instead of a team of one (a lambda holding orphaned
 // `omp for` loops) was tried and dropped: its captured-by-reference variables made GCC
-// reload them after every byte store and stop vectorizing, 2-5x slower quantize on
-// large tensors.
+// reload them after every byte store and stop vectorizing (per-channel quantize of
+// 262144 values 4x slower single-threaded). A plain call would need each region's body
+// in a function of its own (bench/NOTES.md, "Issue 6, CPU floors").
 #pragma once
 
 #include <cstdint>
