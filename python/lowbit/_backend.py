@@ -9,7 +9,11 @@ Host cost per call (issue 6): arrays go to the binding as they are. For plain to
 tensors the binding's caster calls torch.utils.dlpack.to_dlpack (a C function, ~0.3 us;
 registered by TorchBackend) instead of the Python-level Tensor.__dlpack__ that
 nanobind would call (3-4 us a tensor). Both export the same memory without
-synchronizing; where to_dlpack refuses, nanobind's own import decides.
+synchronizing; where to_dlpack refuses, nanobind's own import decides. quantize_tensor
+on torch tensors and CuPy arrays hands its outputs (allocated here, so contiguous and of
+known shapes) and the status word to _lowbit.quantize_to by address (`address`), which
+saves their export and import (~0.4-0.7 us a call for codes and scales on the CPU; one
+output, as in dequantize or int8_matmul, saved nothing measurable, so they keep arrays).
 
 NaN/Inf status of GPU quantize (quant.py): one sticky status word per device, made by
 `status_word` outside CUDA graph capture and kept for the process's life.
@@ -74,6 +78,7 @@ class _PlainBackend:
 
 class NumpyBackend(_PlainBackend):
     name = "numpy"
+    address = None  # arrays go to the binding as they are (see TorchBackend.address)
 
     @staticmethod
     def empty(shape, dtype: str, like):
@@ -115,6 +120,8 @@ class TorchBackend:
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
         self._cuda_ready = False
+        self.address = torch.Tensor.data_ptr  # see the module's docstring
+        self.status_addresses = {}  # device index -> data_ptr() of status_words[index]
 
     def empty(self, shape, dtype: str, like):
         # like.new_empty(*sizes): like's device without building a torch.device, and sizes
@@ -161,6 +168,20 @@ class TorchBackend:
             self.status_words[index] = word
         return word
 
+    def stream_and_status(self, like):
+        """(stream(like), the address of status_word(like) or 0 where that is None) of a
+        CUDA tensor, its device looked up once."""
+        index = like.get_device()
+        status = self.status_addresses.get(index)
+        if status is None:
+            word = self.status_word(like)
+            if word is None:
+                return self.stream(like), 0
+            status = self.status_addresses[index] = word.data_ptr()
+        if self._raw_stream is None or not self._cuda_ready:
+            return self.stream(like), status
+        return self._raw_stream(index), status
+
     def status_words_of(self, device):
         """(index, word) of the status words on `device` (None: every device that has one;
         a CUDA device without one gets it)."""
@@ -192,6 +213,14 @@ class CupyBackend(_PlainBackend):
         self.dtypes = {"f32": cupy.float32, "f16": cupy.float16, "i8": cupy.int8, "u8": cupy.uint8,
                        "i32": cupy.int32}
         self.status_words = {}  # device id -> uint8 [STATUS_BYTES] array
+
+    @staticmethod
+    def address(array) -> int:
+        return array.data.ptr
+
+    def stream_and_status(self, like):
+        word = self.status_word(like)
+        return self.stream(like), word.data.ptr
 
     def empty(self, shape, dtype: str, like):
         if dtype not in self.dtypes:

@@ -98,6 +98,6 @@ def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = Non
 def block_decode_with(backend, codes, scales, global_scale, fmt: str, cols: int, out_dtype: str):
     """block_decode for a known backend (the torch custom op's implementation)."""
     out = backend.empty((int(codes.shape[0]), int(cols)), out_dtype, codes)
-    stream = backend.stream(codes) if backend.is_cuda(codes) else 0
+    stream = backend.stream(codes)
     _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
     return out

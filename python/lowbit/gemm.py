@@ -38,16 +38,10 @@ def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, ou
     a_shape, b_shape = a.shape, b.shape
     if len(a_shape) != 2:
         raise LowbitError(f"{what_a}: expected a rank-2 tensor [M, K], got rank {len(a_shape)}")
-    # The plain product (no epilogue, B as [K, N]) in the fewest steps: the hot call.
+    # The plain product (no epilogue, B as [K, N]): the hot call, without the general checks.
     if (out_dtype is None and scale_a is None and scale_b is None and bias is None and not relu and scale_c == 1.0
             and b_layout == "k_by_n" and len(b_shape) == 2 and not backend.compiling()):
-        out = backend.empty((a_shape[0], b_shape[1]), "i32", a)
-        stream = backend.stream(a) if backend.is_cuda(a) else 0
-        if kernel == "int8":
-            _lowbit.int8_matmul(a, b, b_layout, out, None, None, 1.0, None, False, stream)
-        else:
-            _lowbit.int4_matmul(a, b, b_layout, k, out, None, None, 1.0, None, False, stream)
-        return out
+        return matmul_with(backend, kernel, a, b, k, b_shape[1], None, None, 1.0, None, False, b_layout, "i32")
     n = _n_of(b, b_layout, what_b)
     out_name = _out_dtype(scale_a, scale_b, scale_c, bias, relu, out_dtype)
     if backend.compiling():
@@ -67,8 +61,11 @@ def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, ou
 def matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, relu, b_layout, out_name):
     """The product for a known backend (the torch custom ops' implementation)."""
     out = backend.empty((a.shape[0], n), out_name, a)
-    scale_a, scale_b = _as_scale(backend, scale_a, a), _as_scale(backend, scale_b, a)
-    stream = backend.stream(a) if backend.is_cuda(a) else 0
+    if scale_a is not None:
+        scale_a = _as_scale(backend, scale_a, a)
+    if scale_b is not None:
+        scale_b = _as_scale(backend, scale_b, a)
+    stream = backend.stream(a)
     if kernel == "int8":
         _lowbit.int8_matmul(a, b, b_layout, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
     else:

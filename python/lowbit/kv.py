@@ -101,7 +101,7 @@ class LayerKVCache:
             backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
                                                self.length)
         else:
-            self._layer.append(k, v, self.length, backend.stream(k) if backend.is_cuda(k) else 0)
+            self._layer.append(k, v, self.length, backend.stream(k))
         self.length += 1
 
     def attention(self, q, out_dtype="float32"):
@@ -133,7 +133,7 @@ class LayerKVCache:
 
             backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
         else:
-            self._layer.append_at(k, v, pos, backend.stream(k) if backend.is_cuda(k) else 0)
+            self._layer.append_at(k, v, pos, backend.stream(k))
 
     def attention_at(self, q, pos, out_dtype="float32"):
         """attention() of the query at the position held by pos (int32 [1] on the cache's

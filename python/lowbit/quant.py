@@ -98,29 +98,37 @@ def quantize_with(backend, x, scheme, granularity, group_size, check=False):
     if len(shape) != 2:
         _check_rank2(x, "x")
     rows, cols = shape
-    code_cols, scale_shape, has_mins, code_dtype, nbytes, sticky_bytes = _layout(scheme, granularity, group_size,
-                                                                                 rows, cols)
+    layout = _LAYOUTS.get((scheme, granularity, group_size, rows, cols))
+    if layout is None:
+        layout = _layout(scheme, granularity, group_size, rows, cols)
+    code_cols, scale_shape, has_mins, code_dtype, nbytes, sticky_bytes = layout
     cuda = backend.is_cuda(x)
-    word = None
-    if cuda and check:
+    if not cuda:
+        stream, status = 0, 0
+    elif check:
         if backend.capturing():
             raise LowbitError("quantize_tensor: check=True synchronizes, which CUDA graph capture forbids; "
                               "quantize with check=False and call lowbit.check_quantize_status() after replay")
-    elif cuda:
-        word = backend.status_word(x)  # None: capturing before the device has one (reports are lost)
+        stream, status = backend.stream(x), 0
+    else:
+        # status 0: capturing before the device has a word (the captured reports are lost)
+        stream, status = backend.stream_and_status(x)
     empty = backend.empty
     codes = empty((rows, code_cols), code_dtype, x)
     scales = empty(scale_shape, "f32", x)
     mins = empty(scale_shape, "f32", x) if has_mins else None
-    if not cuda:
+    workspace = None
+    if cuda:
+        if not status:
+            workspace = empty((nbytes,), "u8", x)
+        elif sticky_bytes:
+            workspace = empty((sticky_bytes,), "u8", x)
+    address = backend.address
+    if address is None:  # NumPy (never CUDA)
         _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, None, 0, False)
-        return codes, scales, mins
-    if word is not None:
-        workspace = empty((sticky_bytes,), "u8", x) if sticky_bytes else None
     else:
-        workspace = empty((nbytes,), "u8", x)
-    _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, workspace, backend.stream(x), not check,
-                     word)
+        _lowbit.quantize_to(x, address(codes), address(scales), address(mins) if has_mins else 0, scheme,
+                            granularity, group_size, workspace, stream, cuda and not check, status)
     return codes, scales, mins
 
 
@@ -165,15 +173,11 @@ def dequantize_tensor(codes, scales, mins=None, scheme: str = "int8", granularit
         from . import torch_ops  # noqa: F401
 
         return torch.ops.lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, cols, out_dtype)
-    out = backend.empty((shape[0], cols), out_dtype, codes)
-    _lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, out,
-                       backend.stream(codes) if backend.is_cuda(codes) else 0)
-    return out
+    return dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols)
 
 
 def dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols):
     """dequantize_tensor for a known backend and output dtype (the torch custom op's implementation)."""
     out = backend.empty((codes.shape[0], cols), out_dtype, codes)
-    _lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, out,
-                       backend.stream(codes) if backend.is_cuda(codes) else 0)
+    _lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, out, backend.stream(codes))
     return out

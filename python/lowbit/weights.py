@@ -121,6 +121,6 @@ def linear_with(backend, x, codes, scales, mins, bits, group_size, zero_point, n
     if x_dtype != act_dtype:
         raise LowbitError(f"x: expected dtype {act_dtype} (the packed weights' act_dtype), got {x.dtype}")
     out = backend.empty((x.shape[0], n), x_dtype, x)
-    stream = backend.stream(x) if backend.is_cuda(x) else 0
+    stream = backend.stream(x)
     _lowbit.weight_only_linear(x, codes, scales, mins, bits, group_size, zero_point, n, k, bias, out, stream)
     return out

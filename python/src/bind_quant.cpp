@@ -39,6 +39,36 @@ void quantize(const In& x, const Out& codes, const Out& scales, const OptOut& mi
   }
 }
 
+// quantize() into outputs that the Python layer allocated itself and passes by address
+// (torch: data_ptr(), CuPy: data.ptr), with the sticky status word's address: no DLPack
+// export and import of those arrays (0.7 us a call less for codes and scales on the CPU,
+// issue 6). The outputs are contiguous, of quant_layout's shapes and the scheme's dtypes,
+// on x's device; the views made here meet the same checks as arrays' views (a null
+// address fails them as a missing output). mins, status: 0 for none.
+void quantize_to(const In& x, std::uintptr_t codes, std::uintptr_t scales, std::uintptr_t mins, const char* scheme,
+                 const char* granularity, std::int64_t group_size, const OptOut& workspace, std::uintptr_t stream,
+                 bool deferred, std::uintptr_t status) {
+  const QuantSpec spec = make_spec(scheme, granularity, group_size);
+  const TensorView xv = view_of(x, "x");
+  LOWBIT_CHECK(xv.rank == 2, "x: expected a rank-2 tensor [tokens, channels], got rank ", xv.rank);
+  const QuantLayout l = quant_layout(spec, xv.rows(), xv.cols());
+  auto at = [](std::uintptr_t address) { return reinterpret_cast<void*>(address); };
+  const QuantizedView q{
+      TensorView::matrix(at(codes), scheme_code_dtype(spec.scheme), xv.device, xv.rows(), l.code_cols),
+      TensorView::vector(at(scales), DType::f32, xv.device, l.scale_count()),
+      mins ? TensorView::vector(at(mins), DType::f32, xv.device, l.scale_count()) : TensorView{}};
+  const TensorView ws = view_of(workspace, "workspace");
+  const Workspace w{ws.data, ws.data ? ws.span_bytes() : 0};
+  DeviceGuard guard(xv, x.device_id());
+  nb::gil_scoped_release release;
+  if (status) {
+    lowbit::quantize(xv, spec, q, w, NonFiniteStatus{at(status)}, stream_of(stream));
+  } else {
+    lowbit::quantize(xv, spec, q, w, stream_of(stream),
+                     deferred ? NonFiniteCheck::deferred : NonFiniteCheck::sync_and_throw);
+  }
+}
+
 void quantize_with_scales(const In& x, const Out& codes, const In& scales, const OptIn& mins, const char* scheme,
                           const char* granularity, std::int64_t group_size, std::uintptr_t stream) {
   const QuantSpec spec = make_spec(scheme, granularity, group_size);
@@ -90,6 +120,9 @@ void bind_quant(nb::module_& m) {
         "group_size"_a, "workspace"_a.none(), "stream"_a, "deferred"_a, "status"_a.none() = nb::none(),
         "Scales (and mins) of x, then its codes, into the given arrays (NaN/Inf on the GPU: into status "
         "if given, else the workspace's word, read at once unless deferred).");
+  m.def("quantize_to", &quantize_to, "x"_a, "codes"_a, "scales"_a, "mins"_a, "scheme"_a, "granularity"_a,
+        "group_size"_a, "workspace"_a.none(), "stream"_a, "deferred"_a, "status"_a,
+        "quantize() into outputs given by address (contiguous, quant_layout's shapes, x's device; 0: none).");
   m.def("quantize_with_scales", &quantize_with_scales, "x"_a, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a,
         "granularity"_a, "group_size"_a, "stream"_a, "Codes of x with the given scales (and mins).");
   m.def("dequantize", &dequantize, "codes"_a, "scales"_a, "mins"_a.none(), "scheme"_a, "granularity"_a,

@@ -86,6 +86,85 @@ def kv_tokens(device, n, kv_heads, n_heads, head_dim, seed):
     return k, v, q
 
 
+@pytest.mark.parametrize("scheme", ["int8", "int4", "int8_asym", "int4_sym"])
+@pytest.mark.parametrize("granularity,group", [("tensor", 0), ("channel", 0), ("token", 0), ("group", 16)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_quantize_torch_cpu_equals_numpy(scheme, granularity, group, dtype):
+    """torch tensors' outputs go to _lowbit.quantize_to by address, NumPy's as arrays to
+    _lowbit.quantize: the same bits (bfloat16 against its float32 widening, which is exact)."""
+    x = torch.randn(7, 37, dtype=getattr(torch, dtype))
+    got = lowbit.quantize_tensor(x, scheme, granularity, group)
+    want = lowbit.quantize_tensor(x.float().numpy() if dtype == "bfloat16" else x.numpy(), scheme, granularity, group)
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None
+        else:
+            assert isinstance(g, torch.Tensor) and g.is_contiguous()
+            np.testing.assert_array_equal(g.numpy().view(np.uint8), w.view(np.uint8))
+
+
+def test_quantize_torch_cpu_errors():
+    with pytest.raises(lowbit.LowbitError, match="x: contains nan at row 1, column 2"):
+        lowbit.quantize_tensor(torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, float("nan")]]), "int8", "token")
+    with pytest.raises(lowbit.LowbitError, match="non-empty"):
+        lowbit.quantize_tensor(torch.ones(0, 3), "int8")
+    with pytest.raises(lowbit.LowbitError, match="dtype float64 is not one lowbit takes"):
+        lowbit.quantize_tensor(torch.ones(2, 3, dtype=torch.float64))
+    with pytest.raises(lowbit.LowbitError, match="group_size"):
+        lowbit.quantize_tensor(torch.ones(2, 40), "int8", "group", 24)
+    # The address form checks what it is given like the array form.
+    x = torch.ones(2, 3)
+    with pytest.raises(lowbit.LowbitError, match="codes"):
+        _lowbit.quantize_to(x, 0, torch.empty(2).data_ptr(), 0, "int8", "token", 0, None, 0, False, 0)
+    with pytest.raises(lowbit.LowbitError, match="rank-2"):
+        _lowbit.quantize_to(torch.ones(6), 0, 0, 0, "int8", "token", 0, None, 0, False, 0)
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16", "bfloat16"])
+def test_dequantize_torch_cpu_equals_numpy(out_dtype):
+    """dequantize_tensor on torch CPU tensors equals it on NumPy arrays."""
+    x = np.random.default_rng(1).standard_normal((6, 33)).astype(np.float32)
+    for scheme, granularity, group in [("int8", "token", 0), ("int4", "group", 16), ("int4_sym", "channel", 0)]:
+        want_q = lowbit.quantize_tensor(x, scheme, granularity, group)
+        got_q = tuple(None if t is None else torch.from_numpy(t) for t in want_q)
+        got = lowbit.dequantize_tensor(*got_q, scheme, granularity, group, dtype=getattr(torch, out_dtype), cols=33)
+        assert got.dtype == getattr(torch, out_dtype) and got.shape == (6, 33)
+        want = lowbit.dequantize_tensor(*want_q, scheme, granularity, group, cols=33)
+        if out_dtype == "float16":
+            want = lowbit.dequantize_tensor(*want_q, scheme, granularity, group, dtype="float16", cols=33)
+        if out_dtype == "bfloat16":
+            np.testing.assert_allclose(got.float().numpy(), want, rtol=1e-2)
+        else:
+            np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("kernel", ["int8", "int4"])
+@pytest.mark.parametrize("b_layout", ["k_by_n", "n_by_k"])
+def test_matmul_torch_cpu_equals_numpy(kernel, b_layout):
+    """int8_matmul / int4_matmul on torch CPU tensors equal them on NumPy arrays."""
+    rng = np.random.default_rng(2)
+    m, n, k = 5, 7, 33
+    if kernel == "int8":
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n) if b_layout == "k_by_n" else (n, k), dtype=np.int8)
+        call = lowbit.int8_matmul
+    else:
+        a = rng.integers(0, 256, (m, (k + 1) // 2), dtype=np.uint8)
+        b = rng.integers(0, 256, ((k + 1) // 2, n) if b_layout == "k_by_n" else (n, (k + 1) // 2), dtype=np.uint8)
+        call = lambda a, b, **kw: lowbit.int4_matmul(a, b, k, **kw)  # noqa: E731
+    scale_b = rng.random(n).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    for kw in [{}, {"scale_a": 0.5, "scale_b": scale_b, "bias": bias, "relu": True},
+               {"scale_c": 0.25, "out_dtype": "float16"}]:
+        want = call(a, b, b_layout=b_layout, **kw)
+        tkw = {key: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for key, v in kw.items()}
+        got = call(torch.from_numpy(a), torch.from_numpy(b), b_layout=b_layout, **tkw)
+        assert isinstance(got, torch.Tensor) and got.shape == want.shape
+        np.testing.assert_array_equal(got.numpy(), want)
+    got = call(torch.from_numpy(a), torch.from_numpy(b), b_layout=b_layout, out_dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+
+
 def test_kv_cache_torch_cpu_equals_numpy():
     k, v, q = kv_tokens("cpu", 20, 2, 4, 64, 3)
     ours = lowbit.LayerKVCache("selective", 2, 64, 32, sink=2, window=4, kv_bits=4, device="cpu")

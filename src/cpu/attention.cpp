@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cpu/block_formats.h"
+#include "cpu/parallel.h"
 #include "formats/float16.h"
 
 namespace lowbit::cpu {
@@ -20,7 +21,7 @@ void project(const TensorView& x, std::int64_t rows, const std::vector<double>& 
              const TensorView& bias, std::vector<double>& y) {
   const std::int64_t k = x.cols();
   y.assign(static_cast<std::size_t>(rows * n), 0.0);
-#pragma omp parallel
+#pragma omp parallel if (parallel_worth(rows, 0.7 * n * k))  // ~0.7 ns a multiply-add in double
   {
     std::vector<double> xr(static_cast<std::size_t>(k));
 #pragma omp for schedule(static)
@@ -65,7 +66,8 @@ std::vector<double> attention_core(const AttentionProjections& p, const Attentio
   const std::int64_t group = c.heads / c.kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<double> out(static_cast<std::size_t>(p.rows * nq), 0.0);
-#pragma omp parallel
+  // A (row, head): up to key_rows keys of 2 * head_dim multiply-adds (~0.7 ns) and an exp.
+#pragma omp parallel if (parallel_worth(p.rows * c.heads, p.key_rows * (1.4 * hd + 20.0)))
   {
     std::vector<double> s(static_cast<std::size_t>(p.key_rows));
 #pragma omp for collapse(2) schedule(dynamic, 4)

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/float_dispatch.h"
+#include "cpu/parallel.h"
 #include "formats/float16.h"
 #include "formats/hd.h"
 #include "formats/mxfp4.h"
@@ -27,13 +29,19 @@ decltype(auto) visit_block_codec(BlockFormat format, Fn&& fn) {
   LOWBIT_FAIL("format: unknown value ", static_cast<int>(format));
 }
 
+// Serial encode time per value (ns, measured single-threaded on 512 x 512): NF4 0.8, MXFP4 4, NVFP4 11.
+template <class Codec>
+constexpr double kEncodeNs = std::is_same_v<Codec, formats::Nf4Codec>     ? 1.0
+                             : std::is_same_v<Codec, formats::Mxfp4Codec> ? 4.0
+                                                                          : 11.0;
+
 // max |x| over the whole tensor, as bits (>= kInfBits when NaN/Inf is present).
 template <class In>
 std::uint32_t tensor_abs_bits(const TensorView& x) {
   const In* data = x.ptr<In>();
   const std::int64_t rows = x.rows(), cols = x.cols(), stride = x.row_stride();
   std::uint32_t result = 0;
-#pragma omp parallel for schedule(static) reduction(max : result)
+#pragma omp parallel for schedule(static) reduction(max : result) if (parallel_worth(rows, 0.5 * cols))
   for (std::int64_t r = 0; r < rows; ++r) {
     const In* row = data + r * stride;
     std::uint32_t m = 0;
@@ -74,7 +82,7 @@ void encode_typed(const TensorView& x, const BlockQuantizedView& out) {
   auto* scales = out.scales.ptr<Scale>();
   const std::int64_t rows = x.rows(), cols = x.cols(), blocks = cols / kBlock;
   const std::int64_t x_stride = x.row_stride(), code_stride = out.codes.row_stride();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel_worth(rows, kEncodeNs<Codec> * cols))
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t b = 0; b < blocks; ++b) {
       const In* v = data + r * x_stride + b * kBlock;
@@ -103,7 +111,8 @@ void decode_typed(const BlockQuantizedView& in, const TensorView& out) {
   Out* dst = out.ptr<Out>();
   const std::int64_t rows = out.rows(), cols = out.cols(), blocks = cols / kBlock;
   const std::int64_t out_stride = out.row_stride(), code_stride = in.codes.row_stride();
-#pragma omp parallel for schedule(static)
+  // NF4 1.2 ns a value, NVFP4 3.3.
+#pragma omp parallel for schedule(static) if (parallel_worth(rows, 2.5 * cols))
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t b = 0; b < blocks; ++b) {
       const Scale s = scales[r * blocks + b];
