@@ -263,10 +263,6 @@ std::int32_t GpuSession::decode_greedy(std::int32_t token) {
   return host_step_[2];
 }
 
-}  // namespace lowbit::cuda::engine
-
-namespace lowbit::cuda::engine {
-
 std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t steps,
                                            const std::function<bool(std::int32_t)>& keep) {
   if (steps <= 0) return 0;
