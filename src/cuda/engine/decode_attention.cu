@@ -651,12 +651,9 @@ void decode_attention_rows(const KvLayerShape& shape, const KvLayerDevice& layer
                            const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld,
                            void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
   const std::int64_t d = shape.head_dim;
-  LOWBIT_CHECK(chunk.base && chunk.rows >= 1 && chunk.rows < 65536 && chunk.pos0 >= 0 && chunk.ld % 8 == 0 &&
-                   chunk.k_col % 8 == 0 && chunk.v_col % 8 == 0 && chunk.k_col >= n_heads * d &&
-                   chunk.ld >= chunk.k_col + shape.kv_heads * d && chunk.ld >= chunk.v_col + shape.kv_heads * d,
-               "decode_attention_rows: chunk of ", chunk.rows, " rows (1..65535) at ", chunk.pos0, ", ld ", chunk.ld,
-               ", k_col ", chunk.k_col, ", v_col ", chunk.v_col, " (multiples of 8, after ", n_heads * d,
-               " query columns)");
+  check_chunk_rows(shape, chunk, "decode_attention_rows");
+  LOWBIT_CHECK(chunk.k_col >= n_heads * d, "decode_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
+               " query columns");
   LOWBIT_CHECK(out_ld >= n_heads * d, "decode_attention_rows: out_ld ", out_ld, " < ", n_heads * d);
   LOWBIT_CHECK(shape.window == 0 || chunk.pos0 <= shape.sink || snapshot != nullptr,
                "decode_attention_rows: the ring's positions before the chunk need its snapshot");

@@ -11,7 +11,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <limits>
+#include <type_traits>
 
 #include "cuda/engine/kv_cache_gpu.h"
 #include "cuda/pdl.cuh"
@@ -69,6 +69,29 @@ __device__ __forceinline__ void rotate(const LaneAngles<E>& t, float (&x)[E]) {
     x[e] = __half2float(__float2half_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))));
     x[e + 1] = __half2float(__float2half_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c))));
   }
+}
+
+// E f16 values (as __half or as their bits) to float.
+template <int E, class H>
+__device__ __forceinline__ void load_halves(const H* p, float (&x)[E]) {
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    if constexpr (std::is_same_v<H, __half>) {
+      x[i] = __half2float(p[i]);
+    } else {
+      x[i] = __half2float(__ushort_as_half(p[i]));
+    }
+  }
+}
+
+// Rotates E f16 values in place (a lane's share of a query or key head).
+template <int E>
+__device__ __forceinline__ void rotate_in_place(const LaneAngles<E>& t, __half* p) {
+  float x[E];
+  load_halves(p, x);
+  rotate<E>(t, x);
+#pragma unroll
+  for (int i = 0; i < E; ++i) p[i] = __float2half_rn(x[i]);
 }
 
 // Quantizes one head's D values (E per lane) into the body slot of position `body_pos`.
@@ -140,8 +163,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
       // before the new token overwrites it (the same lane reads and writes).
       const std::uint16_t* slot = f16_slot();
       float old[E];
-#pragma unroll
-      for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(slot[i]));
+      load_halves(slot, old);
       quantize_head<D, Scheme>(s, part, pos - s.window - s.body_base, head, old);
       if (a.ring_backup) {  // so that this append can be taken back (kv_restore_ring_slot)
         std::uint16_t* b = a.ring_backup + ((is_v ? s.kv_heads : 0) + head) * D + c0;
@@ -154,20 +176,12 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   if (blockIdx.y == 2) {  // the query heads of this KV head's group, rotated in place
     const int group = static_cast<int>(a.rope.n_heads / s.kv_heads);
     for (int h = head * group; h < (head + 1) * group; ++h) {
-      __half* q = static_cast<__half*>(a.rope.q) + h * D + c0;
-      float x[E];
-#pragma unroll
-      for (int i = 0; i < E; ++i) x[i] = __half2float(q[i]);
-      rotate<E>(angles, x);
-#pragma unroll
-      for (int i = 0; i < E; ++i) q[i] = __float2half_rn(x[i]);
+      rotate_in_place(angles, static_cast<__half*>(a.rope.q) + h * D + c0);
     }
     return;
   }
-  const __half* src = (is_v ? a.v : a.k) + head * D + c0;
   float x[E];
-#pragma unroll
-  for (int i = 0; i < E; ++i) x[i] = __half2float(src[i]);
+  load_halves((is_v ? a.v : a.k) + head * D + c0, x);
   if (!is_v) rotate<E>(angles, x);
 
   if constexpr (Scheme::kBits != 0) {
@@ -195,13 +209,7 @@ __global__ void __launch_bounds__(32) rope_rows_kernel(ChunkRows c, AppendRope r
   const int group = static_cast<int>(rope.n_heads / kv_heads);
   const int first = blockIdx.y == 0 ? 0 : head * group, last = blockIdx.y == 0 ? 1 : (head + 1) * group;
   for (int h = first; h < last; ++h) {
-    __half* p = blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0;
-    float x[E];
-#pragma unroll
-    for (int i = 0; i < E; ++i) x[i] = __half2float(p[i]);
-    rotate<E>(angles, x);
-#pragma unroll
-    for (int i = 0; i < E; ++i) p[i] = __float2half_rn(x[i]);
+    rotate_in_place(angles, blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0);
   }
 }
 
@@ -231,9 +239,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
     return static_cast<const __half*>(c.base) + r * c.ld + (is_v ? c.v_col : c.k_col) + head * D + c0;
   };
   float x[E];
-  const __half* src = chunk_row(row);
-#pragma unroll
-  for (int i = 0; i < E; ++i) x[i] = __half2float(src[i]);
+  load_halves(chunk_row(row), x);
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
       quantize_head<D, Scheme>(s, part, t - s.body_base, head, x);
@@ -243,13 +249,9 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
       const long long u = t - s.window;
       float old[E];
       if (u >= c.pos0) {
-        const __half* p = chunk_row(u - c.pos0);
-#pragma unroll
-        for (int i = 0; i < E; ++i) old[i] = __half2float(p[i]);
+        load_halves(chunk_row(u - c.pos0), old);
       } else {
-        const std::uint16_t* p = a.snapshot + ((is_v ? s.kv_heads : 0) + head) * s.window * D + (u % s.window) * D + c0;
-#pragma unroll
-        for (int i = 0; i < E; ++i) old[i] = __half2float(__ushort_as_half(p[i]));
+        load_halves(a.snapshot + ((is_v ? s.kv_heads : 0) + head) * s.window * D + (u % s.window) * D + c0, old);
       }
       quantize_head<D, Scheme>(s, part, u - s.body_base, head, old);
     }
@@ -276,14 +278,6 @@ void launch(const AppendArgs& a, cudaStream_t stream) {
   }
 }
 
-// Positions a cache can be appended at: the window policy's ring never fills (any); every
-// other form holds max_tokens.
-std::int64_t positions_held(const KvLayerShape& shape) {
-  if (shape.body == KvBody::none && shape.window > 0) return std::numeric_limits<std::int64_t>::max();
-  return shape.window == 0 && shape.body != KvBody::none ? shape.body_slots
-                                                         : shape.sink + shape.window + shape.body_slots;
-}
-
 void run(const AppendArgs& a, cudaStream_t stream) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
@@ -305,7 +299,7 @@ void run(const AppendArgs& a, cudaStream_t stream) {
 
 void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope) {
-  const std::int64_t capacity = positions_held(shape);
+  const std::int64_t capacity = kv_positions_held(shape);
   LOWBIT_CHECK(pos >= 0 && pos < capacity, "kv_append: position ", pos, " outside the cache (", capacity,
                " tokens)");
   run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v),
@@ -313,28 +307,8 @@ void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64
       stream);
 }
 
-namespace {
-
-void check_chunk(const KvLayerShape& shape, const ChunkRows& c, const char* what) {
-  const std::int64_t d = shape.head_dim;
-  LOWBIT_CHECK(d == 64 || d == 128, what, ": head_dim = ", d, ", expected 64 or 128");
-  LOWBIT_CHECK(c.base && c.rows >= 1 && c.rows < 65536 && c.pos0 >= 0 && c.k_col >= 0 && c.v_col >= 0 &&
-                   c.ld >= c.k_col + shape.kv_heads * d && c.ld >= c.v_col + shape.kv_heads * d,
-               what, ": chunk of ", c.rows, " rows (1..65535) at ", c.pos0, ", ld ", c.ld, ", k_col ", c.k_col,
-               ", v_col ", c.v_col);
-  const std::int64_t capacity = positions_held(shape);
-  LOWBIT_CHECK(c.pos0 + c.rows <= capacity, what, ": positions ", c.pos0, "..", c.pos0 + c.rows - 1,
-               " outside the cache (", capacity, " tokens)");
-  auto aligned = [](std::int64_t halves) { return halves % 8 == 0; };  // 16 bytes
-  LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(c.base) % 16 == 0 && aligned(c.ld) && aligned(c.k_col) &&
-                   aligned(c.v_col),
-               what, ": chunk rows and their K / V columns must be 16-byte aligned");
-}
-
-}  // namespace
-
 void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream) {
-  check_chunk(shape, chunk, "rope_rows");
+  check_chunk_rows(shape, chunk, "rope_rows");
   LOWBIT_CHECK(rope.cos && rope.sin && rope.rope_dims > 0 && rope.rope_dims % 2 == 0 &&
                    rope.rope_dims <= shape.head_dim && rope.n_heads > 0 && rope.n_heads % shape.kv_heads == 0 &&
                    chunk.k_col >= rope.n_heads * shape.head_dim,
@@ -355,7 +329,7 @@ std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
 
 void kv_append_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk, void* snapshot,
                     cuda_stream_t stream) {
-  check_chunk(shape, chunk, "kv_append_rows");
+  check_chunk_rows(shape, chunk, "kv_append_rows");
   const std::int64_t d = shape.head_dim;
   if (shape.window > 0) {
     LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
@@ -423,7 +397,7 @@ __global__ void __launch_bounds__(32) restore_ring_slot_kernel(KvLayerShape s, K
 void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos,
                           const void* ring_backup, cuda_stream_t stream) {
   if (ring_backup_bytes(shape) == 0 || pos < shape.sink + shape.window) return;  // nothing was overwritten
-  LOWBIT_CHECK(ring_backup != nullptr && pos < positions_held(shape), "kv_restore_ring_slot: position ", pos,
+  LOWBIT_CHECK(ring_backup != nullptr && pos < kv_positions_held(shape), "kv_restore_ring_slot: position ", pos,
                " outside the cache or no backup");
   launch_pdl(restore_ring_slot_kernel, dim3(static_cast<unsigned>(shape.kv_heads), 2), 32, 0, stream, shape, layer,
              static_cast<long long>(pos), static_cast<const std::uint16_t*>(ring_backup));

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "engine/kv_cache.h"
 #include "formats/hd.h"
@@ -243,6 +244,30 @@ struct ChunkRows {
   std::int64_t rows = 0, ld = 0, k_col = 0, v_col = 0;
   std::int64_t pos0 = 0;
 };
+// Positions a cache can be appended at: the window policy's ring never fills (any); every
+// other form holds max_tokens.
+inline std::int64_t kv_positions_held(const KvLayerShape& shape) {
+  if (shape.body == KvBody::none && shape.window > 0) return std::numeric_limits<std::int64_t>::max();
+  return shape.window == 0 && shape.body != KvBody::none ? shape.body_slots
+                                                         : shape.sink + shape.window + shape.body_slots;
+}
+// The checks every rows-form call makes of a chunk: its layout, its positions, the
+// kernels' 16-byte loads. `what` names the caller in the message.
+inline void check_chunk_rows(const KvLayerShape& shape, const ChunkRows& c, const char* what) {
+  const std::int64_t d = shape.head_dim;
+  LOWBIT_CHECK(d == 64 || d == 128, what, ": head_dim = ", d, ", expected 64 or 128");
+  LOWBIT_CHECK(c.base && c.rows >= 1 && c.rows < 65536 && c.pos0 >= 0 && c.k_col >= 0 && c.v_col >= 0 &&
+                   c.ld >= c.k_col + shape.kv_heads * d && c.ld >= c.v_col + shape.kv_heads * d,
+               what, ": chunk of ", c.rows, " rows (1..65535) at ", c.pos0, ", ld ", c.ld, ", k_col ", c.k_col,
+               ", v_col ", c.v_col);
+  const std::int64_t capacity = kv_positions_held(shape);
+  LOWBIT_CHECK(c.pos0 + c.rows <= capacity, what, ": positions ", c.pos0, "..", c.pos0 + c.rows - 1,
+               " outside the cache (", capacity, " tokens)");
+  auto aligned = [](std::int64_t halves) { return halves % 8 == 0; };  // 16 bytes
+  LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(c.base) % 16 == 0 && aligned(c.ld) && aligned(c.k_col) &&
+                   aligned(c.v_col),
+               what, ": chunk rows and their K / V columns must be 16-byte aligned");
+}
 // Rotates every row's query heads and K in place by the angles of its position.
 void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream);
 // Bytes of the ring snapshot (window and selective; 0 for the other forms): the ring's
