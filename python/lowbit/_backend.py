@@ -5,15 +5,20 @@ torch tensors, CuPy for CuPy arrays) on the input's device, and handed to the C+
 layer through DLPack, which writes into them in place. torch and CuPy are imported
 only when an input comes from them.
 
-Host cost per call (issue 6): arrays go to the binding as they are. For plain torch
-tensors the binding's caster calls torch.utils.dlpack.to_dlpack (a C function, ~0.3 us;
-registered by TorchBackend) instead of the Python-level Tensor.__dlpack__ that
-nanobind would call (3-4 us a tensor). Both export the same memory without
-synchronizing; where to_dlpack refuses, nanobind's own import decides. quantize_tensor
-on torch tensors and CuPy arrays hands its outputs (allocated here, so contiguous and of
-known shapes) and the status word to _lowbit.quantize_to by address (`address`), which
-saves their export and import (~0.4-0.7 us a call for codes and scales on the CPU; one
-output, as in dequantize or int8_matmul, saved nothing measurable, so they keep arrays).
+Host cost per call (issue 6): arrays go to the binding as they are, and its casters
+(python/src/views.h) take a torch tensor through torch's DLPack C exchange API
+(torch >= 2.11: a C function fills the description, tens of ns, where nanobind's own
+import calls the Python-level Tensor.__dlpack__, ~3 us a CUDA tensor), or, for an
+older torch, through torch.utils.dlpack.to_dlpack (a C function, registered by
+TorchBackend, ~0.3 us on the CPU). None of the paths synchronizes; where a fast path
+refuses, nanobind's own import decides. TorchBackend also names torch.nn.Parameter to
+the binding (it inherits the exchange API) and the types whose outputs may take it.
+quantize_tensor on torch tensors and CuPy arrays hands its outputs (allocated here, so
+contiguous and of known shapes) and the status word to _lowbit.quantize_to by address
+(`address`). Outputs are allocated here with torch (new_empty), not through the
+exchange API's allocator: that costs the same (~2.3 us a CUDA output on the H100
+host) and returns tensors wrapped around a DLPack deleter, whose record_stream does
+nothing.
 
 NaN/Inf status of GPU quantize (quant.py): one sticky status word per device, made by
 `status_word` outside CUDA graph capture and kept for the process's life.
@@ -262,10 +267,11 @@ class CupyBackend(_PlainBackend):
 
 
 def _export_torch(torch) -> None:
-    """Lets the binding take plain torch tensors through to_dlpack (see the module's
+    """Names torch's tensor types and to_dlpack to the binding (see the module's
     docstring). Done when lowbit is imported after torch, else when the TorchBackend is
-    made, unless that happens while torch.compile traces: eager calls then keep
-    nanobind's __dlpack__ path (the same result, 3-4 us a tensor slower)."""
+    made, unless that happens while torch.compile traces: until then torch.Tensor inputs
+    still take the exchange API, outputs and Parameters nanobind's __dlpack__ path (the
+    same result, ~3 us a tensor slower)."""
     from torch.utils.dlpack import to_dlpack
 
     _lowbit._set_torch_export(torch.Tensor, torch.nn.Parameter, to_dlpack)

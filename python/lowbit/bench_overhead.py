@@ -195,12 +195,53 @@ def gpu_cases(torch):
     ]
 
 
+def cuda_steps(torch):
+    """(name, microseconds) of the steps of quantize_tensor int8 token 4x64 on CUDA,
+    each timed alone: the Python layer's, torch's allocations, the binding call, and in
+    C++ loops the library call, an empty launch and an output made through the DLPack
+    exchange API (the other way to allocate)."""
+    from lowbit import quant
+    from lowbit._backend import backend_of
+
+    x = torch.randn(4, 64, device="cuda")
+    backend = backend_of(x)
+    stream, status = backend.stream_and_status(x)
+    codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
+    word = backend.status_word(x)
+    codes_p, scales_p = codes.data_ptr(), scales.data_ptr()
+    sync = torch.cuda.synchronize
+    rows = [
+        ("backend_of + compiling()", host_us(lambda: backend_of(x).compiling(), 2000)),
+        ("quant._LAYOUTS lookup", host_us(lambda: quant._LAYOUTS.get(("int8", "token", 0, 4, 64)), 2000)),
+        ("stream_and_status", host_us(lambda: backend.stream_and_status(x), 2000)),
+        ("new_empty 4x64 int8", host_us(lambda: x.new_empty(4, 64, dtype=torch.int8), 2000, sync)),
+        ("new_empty 4 float32", host_us(lambda: x.new_empty(4, dtype=torch.float32), 2000, sync)),
+        ("data_ptr()", host_us(lambda: codes.data_ptr(), 2000)),
+        ("_lowbit.quantize_to (outputs given)",
+         host_us(lambda: _lowbit.quantize_to(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, status),
+                 2000, sync)),
+    ]
+    for name, fn in [("C++ lowbit::quantize", lambda: _lowbit._time_quantize(x, codes, scales, word, stream, 2000)),
+                     ("C++ quantize launch (no checks)",
+                      lambda: _lowbit._time_quantize_unchecked(x, codes, scales, word, stream, 2000)),
+                     ("C++ empty kernel launch", lambda: _lowbit._time_launches(stream, 2000)),
+                     ("C++ exchange-API output 4x64 f32", lambda: _lowbit._time_exchange_outputs(x, 2000))]:
+        try:
+            runs = [fn() for _ in range(7)]
+            sync()
+            rows.append((name, statistics.median(runs)))
+        except Exception as e:  # noqa: BLE001  (report, do not fail the benchmark)
+            print(f"  ({name}: {type(e).__name__}: {e})", file=sys.stderr)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000, help="calls per timed run (default 2000)")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--no-cuda", action="store_true", help="skip the GPU rows")
     p.add_argument("--no-torch", action="store_true", help="skip torch (CPU and GPU)")
+    p.add_argument("--no-cpu", action="store_true", help="skip the CPU rows (NumPy and torch)")
     args = p.parse_args(argv)
     have_torch = False
     if not args.no_torch:
@@ -220,7 +261,7 @@ def main(argv=None) -> int:
 
     print(f"lowbit {lowbit.__name__} built_with_cuda={lowbit.built_with_cuda}, {args.calls} calls per run")
     print(f"{'device':6} {'call':42} {'host_us':>8} {'kernel_us':>9} {'floor_us':>8} {'over_us':>8}")
-    for like_torch in ([False, True] if have_torch else [False]):
+    for like_torch in [] if args.no_cpu else [False, True] if have_torch else [False]:
         device = "torch" if like_torch else "numpy"
         for name, fn, floor in cpu_cases(like_torch):
             host = host_us(fn, args.calls)
@@ -237,6 +278,8 @@ def main(argv=None) -> int:
         probe = torch.empty(64, device="cuda")
         report("cuda", "C++ pointer check (one a tensor)",
                min(_lowbit._time_pointer_checks(probe, 20000) for _ in range(7)))
+        for name, us in cuda_steps(torch):
+            report("step", name, us)
         print(f"device: {torch.cuda.get_device_name()}")
     if args.json:
         with open(args.json, "w") as f:

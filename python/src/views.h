@@ -6,40 +6,66 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <utility>
 
+#include "dlpack_exchange.h"
 #include "lowbit/tensor.h"
 
 namespace lowbit::python {
 
 namespace nb = nanobind;
 
-// The arrays an op reads (read-only ones accepted) and writes (must be writable):
-// nanobind ndarrays, taken by the casters at the end of this file, which export a plain
-// torch tensor through torch's C to_dlpack (see set_torch_export).
-struct In : nb::ndarray<nb::ro> {
-  In() = default;
-  explicit In(nb::ndarray<nb::ro>&& array) : nb::ndarray<nb::ro>(std::move(array)) {}
+// An array argument as its caster found it: the DLPack description, copied (shape and
+// strides included, so it outlives a non-owning export), and what keeps the memory
+// alive while the binding holds it (the Python object, or nanobind's import of it).
+template <class Imported>
+struct ArrayArg {
+  void* data = nullptr;
+  nb::dlpack::dtype dtype{};
+  std::int32_t device_type = 0;
+  std::int32_t device = 0;
+  std::int32_t ndim = 0;  // above kMaxRank: shape and strides are not copied
+  std::array<std::int64_t, kMaxRank> shape{};
+  std::array<std::int64_t, kMaxRank> strides{};  // in elements
+  nb::object owner;       // the array itself (exchange-API path)
+  Imported imported;      // nanobind's import (the other paths)
+
+  int device_id() const { return device; }
 };
-struct Out : nb::ndarray<> {
-  Out() = default;
-  explicit Out(nb::ndarray<>&& array) : nb::ndarray<>(std::move(array)) {}
-};
+
+// The arrays an op reads (read-only ones accepted) and writes (must be writable).
+struct In : ArrayArg<nb::ndarray<nb::ro>> {};
+struct Out : ArrayArg<nb::ndarray<>> {};
 using OptIn = std::optional<In>;
 using OptOut = std::optional<Out>;
 
-// Host cost per call (issue 6): nanobind's ndarray caster exports a torch tensor by
-// calling the Python-level Tensor.__dlpack__ (3-4 us a tensor); torch's C to_dlpack
-// makes the same capsule (same memory, no synchronization) in ~0.3 us. Once torch is
-// in use, the Python layer passes torch.Tensor, torch.nn.Parameter and to_dlpack here;
-// tensors of exactly those types then go through it, anything else (NumPy, CuPy,
-// subclasses) through nanobind's own import.
+// Host cost per call (issue 6). The casters at the end of this file take, in order:
+// 1. arrays whose type publishes the DLPack C exchange API (`__dlpack_c_exchange_api__`,
+//    DLPack 1.3; torch.Tensor from torch 2.11): its dltensor_from_py_object_no_sync
+//    describes the array without a capsule or a Python call (tens of ns; nanobind's
+//    import calls the Python-level __dlpack__, 3-4 us a torch tensor);
+// 2. plain torch tensors of a torch without it, through torch's C to_dlpack (~0.3 us);
+// 3. anything else (NumPy, CuPy, subclasses) through nanobind's own import, which
+//    reports what it cannot take.
+// None of them synchronizes. The exchange API is used for a type that defines it
+// itself (not one that inherits it: torch's tensor subclasses, FakeTensor and DTensor
+// among them, take path 3) and for the torch types set_torch_export names.
 void set_torch_export(nb::handle tensor_type, nb::handle parameter_type, nb::handle to_dlpack);
-// The DLPack capsule of src if it is a plain torch tensor that to_dlpack takes, else
-// an invalid object (nanobind then tries src itself and reports what it cannot take).
+
+// Fills `out` from src by path 1; false (no Python error set) where it does not apply.
+template <class Imported>
+bool exchange_import(nb::handle src, ArrayArg<Imported>& out) noexcept;
+// The DLPack capsule of src if it is a plain torch tensor that to_dlpack takes (path 2),
+// else an invalid object.
 nb::object torch_capsule(nb::handle src) noexcept;
+// The exchange table path 1 uses for src's type, or null.
+const dlpack_exchange::Api* exchange_api_of(nb::handle src) noexcept;
+// `out`'s fields from out.imported, nanobind's import (paths 2 and 3).
+template <class Imported>
+void describe_import(ArrayArg<Imported>& out) noexcept;
 
 // A view of `array` (shape and strides in elements); throws lowbit::Error naming
 // `what` when its dtype, device or rank is not one lowbit takes.
@@ -69,39 +95,34 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-// The device id of an array (0 for host arrays).
-inline int device_id_of(const In& array) { return array.device_id(); }
-inline int device_id_of(const Out& array) { return array.device_id(); }
-
 DType parse_dtype(const char* name);  // "f32" | "f16" | "bf16" | "i8" | "u8" | "i32"
 
 }  // namespace lowbit::python
 
 namespace nanobind::detail {
 
-// In / Out / their optionals: a plain torch tensor as its to_dlpack capsule, then
-// nanobind's ndarray caster.
-template <class Array, class Base>
-struct torch_first_caster {
-  NB_TYPE_CASTER(Array, make_caster<Base>::Name)
+// In / Out: the fast paths, then nanobind's ndarray caster.
+template <class Array, class Imported>
+struct array_arg_caster {
+  NB_TYPE_CASTER(Array, make_caster<Imported>::Name)
 
   template <class Flags>
   bool from_python(handle src, Flags flags, cleanup_list* cleanup) noexcept {
-    make_caster<Base> base;
+    if (lowbit::python::exchange_import(src, value)) return true;
+    make_caster<Imported> base;
     const object capsule = lowbit::python::torch_capsule(src);
     if (!base.from_python(capsule.is_valid() ? handle(capsule) : src, flags, cleanup)) return false;
-    value = Array(std::move(base.value));
+    value.imported = std::move(base.value);
+    lowbit::python::describe_import(value);
     return true;
   }
 
-  static handle from_cpp(const Array& array, rv_policy policy, cleanup_list* cleanup) noexcept {
-    return make_caster<Base>::from_cpp(array, policy, cleanup);
-  }
+  static handle from_cpp(const Array&, rv_policy, cleanup_list*) noexcept { return handle(); }  // arguments only
 };
 
 template <>
-struct type_caster<lowbit::python::In> : torch_first_caster<lowbit::python::In, ndarray<ro>> {};
+struct type_caster<lowbit::python::In> : array_arg_caster<lowbit::python::In, ndarray<ro>> {};
 template <>
-struct type_caster<lowbit::python::Out> : torch_first_caster<lowbit::python::Out, ndarray<>> {};
+struct type_caster<lowbit::python::Out> : array_arg_caster<lowbit::python::Out, ndarray<>> {};
 
 }  // namespace nanobind::detail

@@ -120,6 +120,43 @@ def test_quantize_torch_cpu_errors():
         _lowbit.quantize_to(torch.ones(6), 0, 0, 0, "int8", "token", 0, None, 0, False, 0)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_tensors_of_every_layout_and_path(device):
+    """torch tensors reach the binding through torch's DLPack C exchange API (Tensor,
+    Parameter; torch >= 2.11), else to_dlpack, and subclasses through nanobind's import:
+    each describes the memory itself (an offset slice, a column slice with row stride >
+    cols, a Parameter, a tensor requiring grad), giving the bits of a contiguous copy."""
+    from lowbit._backend import torch_backend
+
+    probe = torch.empty(0, device=device)
+    stream = torch_backend().stream(probe)  # the backend names torch's types to the binding
+    status = torch_backend().status_word(probe) if device == "cuda" else None
+    fast = "exchange" if hasattr(torch.Tensor, "__dlpack_c_exchange_api__") else "to_dlpack"
+    base = torch.randn(9, 80, generator=torch.Generator().manual_seed(3)).to(device)
+    cases = {"offset rows": base[1:5], "column slice": base[:, 3:67],
+             "parameter": torch.nn.Parameter(base[:4, :64].clone()),
+             "requires grad": base[:4, :64].clone().requires_grad_()}
+    for name, x in cases.items():
+        refused = name == "requires grad" and fast == "to_dlpack"  # to_dlpack refuses it
+        assert _lowbit._import_path(x) == ("nanobind" if refused else fast), name
+        got = lowbit.quantize_tensor(x, "int8", "token")
+        want = lowbit.quantize_tensor(x.detach().contiguous(), "int8", "token")
+        for g, w in zip(got[:2], want[:2]):
+            bits_equal(g, w)
+        bits_equal(lowbit.dequantize_tensor(*got, "int8", "token"), lowbit.dequantize_tensor(*want, "int8", "token"))
+
+    class Marked(torch.Tensor):
+        pass
+
+    marked = base[2:6, :64].as_subclass(Marked)
+    assert _lowbit._import_path(marked) == "nanobind"
+    codes, scales = torch.empty(4, 64, dtype=torch.int8, device=device), torch.empty(4, device=device)
+    _lowbit.quantize(marked, codes, scales, None, "int8", "token", 0, None, stream, True, status)
+    want = lowbit.quantize_tensor(base[2:6, :64].contiguous(), "int8", "token")
+    bits_equal(codes, want[0])
+    bits_equal(scales, want[1])
+
+
 @pytest.mark.parametrize("out_dtype", ["float32", "float16", "bfloat16"])
 def test_dequantize_torch_cpu_equals_numpy(out_dtype):
     """dequantize_tensor on torch CPU tensors equals it on NumPy arrays."""
