@@ -72,19 +72,4 @@ struct Workspace {
   std::size_t bytes = 0;
 };
 
-// While one lives on a thread, the argument checks of the calls that thread makes take
-// the data of every cuda view as device memory without asking the driver
-// (cudaPointerGetAttributes, 0.1-0.4 us a view; every other check stays). For callers
-// whose views come from a producer that has already said where its memory is, such as
-// the Python bindings' DLPack arrays. Nests.
-class VouchedDevicePointers {
- public:
-  VouchedDevicePointers();
-  ~VouchedDevicePointers();
-  VouchedDevicePointers(const VouchedDevicePointers&) = delete;
-  VouchedDevicePointers& operator=(const VouchedDevicePointers&) = delete;
-
-  static bool active();  // whether one lives on the calling thread
-};
-
 }  // namespace lowbit

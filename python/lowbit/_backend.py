@@ -13,14 +13,12 @@ older torch, through torch.utils.dlpack.to_dlpack (a C function, registered by
 TorchBackend, ~0.3 us on the CPU). None of the paths synchronizes; where a fast path
 refuses, nanobind's own import decides. TorchBackend also names torch.nn.Parameter to
 the binding (it inherits the exchange API) and the types whose outputs may take it.
-The bindings take the pointers of such arrays as device memory without asking the
-driver (their producer said where they are; ArrayGuard in views.h). quantize_tensor on
-CuPy arrays hands its outputs (allocated here, so contiguous and of known shapes) and
-the status word to _lowbit.quantize_to by address (`address`), which saves nanobind's
-import of three arrays; those pointers the C++ checks query. Outputs are allocated here
-with torch (new_empty), not through the exchange API's allocator: that costs the same
-(~2.3 us a CUDA output on the H100 host) and returns tensors wrapped around a DLPack
-deleter, whose record_stream does nothing.
+quantize_tensor on torch tensors and CuPy arrays hands its outputs (allocated here, so
+contiguous and of known shapes) and the status word to _lowbit.quantize_to by address
+(`address`). Outputs are allocated here with torch (new_empty), not through the
+exchange API's allocator: that costs the same (~2.3 us a CUDA output on the H100
+host) and returns tensors wrapped around a DLPack deleter, whose record_stream does
+nothing.
 
 NaN/Inf status of GPU quantize (quant.py): one sticky status word per device, made by
 `status_word` outside CUDA graph capture and kept for the process's life.
@@ -85,7 +83,7 @@ class _PlainBackend:
 
 class NumpyBackend(_PlainBackend):
     name = "numpy"
-    address = None  # arrays go to the binding as they are (CupyBackend.address: by address)
+    address = None  # arrays go to the binding as they are (see TorchBackend.address)
 
     @staticmethod
     def empty(shape, dtype: str, like):
@@ -110,7 +108,6 @@ class NumpyBackend(_PlainBackend):
 
 class TorchBackend:
     name = "torch"
-    address = None  # outputs go to the binding as tensors (see the module's docstring)
 
     def __init__(self):
         import torch
@@ -128,6 +125,8 @@ class TorchBackend:
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
         self._cuda_ready = False
+        self.address = torch.Tensor.data_ptr  # see the module's docstring
+        self.status_addresses = {}  # device index -> data_ptr() of status_words[index]
 
     def empty(self, shape, dtype: str, like):
         # like.new_empty(*sizes): like's device without building a torch.device, and sizes
@@ -175,14 +174,18 @@ class TorchBackend:
         return word
 
     def stream_and_status(self, like):
-        """(stream(like), status_word(like)) of a CUDA tensor, its device looked up once."""
+        """(stream(like), the address of status_word(like) or 0 where that is None) of a
+        CUDA tensor, its device looked up once."""
         index = like.get_device()
-        word = self.status_words.get(index)
-        if word is None:
+        status = self.status_addresses.get(index)
+        if status is None:
             word = self.status_word(like)
+            if word is None:
+                return self.stream(like), 0
+            status = self.status_addresses[index] = word.data_ptr()
         if self._raw_stream is None or not self._cuda_ready:
-            return self.stream(like), word
-        return self._raw_stream(index), word
+            return self.stream(like), status
+        return self._raw_stream(index), status
 
     def status_words_of(self, device):
         """(index, word) of the status words on `device` (None: every device that has one;
@@ -221,7 +224,8 @@ class CupyBackend(_PlainBackend):
         return array.data.ptr
 
     def stream_and_status(self, like):
-        return self.stream(like), self.status_word(like)
+        word = self.status_word(like)
+        return self.stream(like), word.data.ptr
 
     def empty(self, shape, dtype: str, like):
         if dtype not in self.dtypes:

@@ -12,8 +12,8 @@ For each call it reports
   floor_us   the raw _lowbit call with its outputs (and workspace) allocated beforehand:
              on the CPU on NumPy arrays of the same memory (the library's work plus the
              least a binding call costs); on the GPU the call the wrapper makes, on the torch
-             tensors themselves (their import, the C++ checks and the launches), where
-             there is one;
+             tensors themselves (the DLPack export, or for quantize's outputs and status word
+             their addresses, the C++ checks and the launches), where there is one;
   over_us    host_us - kernel_us on the GPU (the host time above the kernel); on the CPU,
              host_us - floor_us: what the Python layer, the output allocation and (torch
              rows) torch's DLPack export add.
@@ -159,10 +159,12 @@ def gpu_cases(torch):
     from lowbit import torch_ops  # noqa: F401  (registers torch.ops.lowbit; a plain `import lowbit.x` here would make `lowbit` local)
     from lowbit._backend import torch_backend
 
-    # The floors' preallocated outputs, workspace and status word, and the current stream.
+    # The floors' preallocated outputs, workspace and status word, and the current stream
+    # (quantize_tensor passes its outputs and the word by address: _lowbit.quantize_to).
     stream = torch_backend().stream(x)
     word = torch_backend().status_word(x)
     codes_o, scales_o = torch.empty_like(codes), torch.empty_like(scales)
+    codes_p, scales_p, word_p = codes_o.data_ptr(), scales_o.data_ptr(), word.data_ptr()
     deq_o, c_o = torch.empty(4, 64, device=dev), torch.empty(32, 64, dtype=torch.int32, device=dev)
     att_o = reader.attention(q)
     att_ws = next(iter(reader._workspaces.values()))
@@ -175,7 +177,7 @@ def gpu_cases(torch):
     return [  # (name, eager call, capturable equivalent or None, floor or None)
         ("quantize_tensor int8 token 4x64", lambda: lowbit.quantize_tensor(x, "int8", "token"),
          lambda: torch.ops.lowbit.quantize(x, "int8", "token", 0),
-         lambda: _lowbit.quantize(x, codes_o, scales_o, None, "int8", "token", 0, None, stream, True, word)),
+         lambda: _lowbit.quantize_to(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, word_p)),
         ("quantize_tensor check=True (syncs)", lambda: lowbit.quantize_tensor(x, "int8", "token", check=True),
          None, None),
         ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
@@ -207,8 +209,10 @@ def cuda_steps(torch):
 
     x = torch.randn(4, 64, device="cuda")
     backend = backend_of(x)
-    stream, word = backend.stream_and_status(x)
+    stream, status = backend.stream_and_status(x)
     codes, scales, _ = lowbit.quantize_tensor(x, "int8", "token")
+    word = backend.status_word(x)
+    codes_p, scales_p = codes.data_ptr(), scales.data_ptr()
     sync = torch.cuda.synchronize
     rows = [
         ("backend_of + compiling()", host_us(lambda: backend_of(x).compiling(), 2000)),
@@ -216,8 +220,9 @@ def cuda_steps(torch):
         ("stream_and_status", host_us(lambda: backend.stream_and_status(x), 2000)),
         ("new_empty 4x64 int8", host_us(lambda: x.new_empty(4, 64, dtype=torch.int8), 2000, sync)),
         ("new_empty 4 float32", host_us(lambda: x.new_empty(4, dtype=torch.float32), 2000, sync)),
-        ("_lowbit.quantize (outputs given)",
-         host_us(lambda: _lowbit.quantize(x, codes, scales, None, "int8", "token", 0, None, stream, True, word),
+        ("data_ptr()", host_us(lambda: codes.data_ptr(), 2000)),
+        ("_lowbit.quantize_to (outputs given)",
+         host_us(lambda: _lowbit.quantize_to(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, status),
                  2000, sync)),
     ]
     for name, fn in [("C++ lowbit::quantize", lambda: _lowbit._time_quantize(x, codes, scales, word, stream, 2000)),

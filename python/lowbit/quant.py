@@ -104,14 +104,14 @@ def quantize_with(backend, x, scheme, granularity, group_size, check=False):
     code_cols, scale_shape, has_mins, code_dtype, nbytes, sticky_bytes = layout
     cuda = backend.is_cuda(x)
     if not cuda:
-        stream, status = 0, None
+        stream, status = 0, 0
     elif check:
         if backend.capturing():
             raise LowbitError("quantize_tensor: check=True synchronizes, which CUDA graph capture forbids; "
                               "quantize with check=False and call lowbit.check_quantize_status() after replay")
-        stream, status = backend.stream(x), None
+        stream, status = backend.stream(x), 0
     else:
-        # status None: capturing before the device has a word (the captured reports are lost)
+        # status 0: capturing before the device has a word (the captured reports are lost)
         stream, status = backend.stream_and_status(x)
     empty = backend.empty
     codes = empty((rows, code_cols), code_dtype, x)
@@ -119,17 +119,16 @@ def quantize_with(backend, x, scheme, granularity, group_size, check=False):
     mins = empty(scale_shape, "f32", x) if has_mins else None
     workspace = None
     if cuda:
-        if status is None:
+        if not status:
             workspace = empty((nbytes,), "u8", x)
         elif sticky_bytes:
             workspace = empty((sticky_bytes,), "u8", x)
-    deferred = cuda and not check
     address = backend.address
-    if address is None:  # NumPy, torch: the outputs as arrays
-        _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, workspace, stream, deferred, status)
-    else:  # CuPy: by address (see _backend)
+    if address is None:  # NumPy (never CUDA)
+        _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, None, 0, False)
+    else:
         _lowbit.quantize_to(x, address(codes), address(scales), address(mins) if has_mins else 0, scheme,
-                            granularity, group_size, workspace, stream, deferred, address(status))
+                            granularity, group_size, workspace, stream, cuda and not check, status)
     return codes, scales, mins
 
 

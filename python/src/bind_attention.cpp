@@ -62,7 +62,7 @@ void quantized_attention(const In& x, const In& wq_codes, const In& wq_scales, c
   w.bv = view_of(bv, "bv");
   const TensorView ov = view_of(out, "out");
   const TensorView ws = view_of(workspace, "workspace");
-  ArrayGuard guard(xv, x.device_id());
+  DeviceGuard guard(xv, x.device_id());
   nb::gil_scoped_release release;
   lowbit::quantized_attention(xv, w, c, v, ov, Workspace{ws.data, ws.span_bytes()}, stream_of(stream));
 }

@@ -22,7 +22,7 @@ void block_encode(const In& x, const Out& codes, const Out& scales, const OptOut
   const TensorView ws = view_of(workspace, "workspace");
   const Workspace w{ws.data, ws.span_bytes()};
   const NonFiniteCheck check = deferred ? NonFiniteCheck::deferred : NonFiniteCheck::sync_and_throw;
-  ArrayGuard guard(xv, x.device_id());
+  DeviceGuard guard(xv, x.device_id());
   nb::gil_scoped_release release;
   lowbit::block_encode(xv, f, q, w, stream_of(stream), check);
 }
@@ -33,14 +33,14 @@ void block_decode(const In& codes, const In& scales, const OptIn& global_scale, 
   const BlockQuantizedView q =
       block_view(view_of(codes, "codes"), view_of(scales, "scales"), view_of(global_scale, "global_scale"));
   const TensorView ov = view_of(out, "out");
-  ArrayGuard guard(ov, out.device_id());
+  DeviceGuard guard(ov, out.device_id());
   nb::gil_scoped_release release;
   lowbit::block_decode(q, f, ov, stream_of(stream));
 }
 
 void check_status(const Out& workspace, std::uintptr_t stream) {
   const TensorView ws = view_of(workspace, "workspace");
-  ArrayGuard guard(ws, workspace.device_id());
+  DeviceGuard guard(ws, workspace.device_id());
   nb::gil_scoped_release release;
   lowbit::check_block_encode_status(Workspace{ws.data, ws.span_bytes()}, stream_of(stream));
 }

@@ -32,7 +32,7 @@ void int8_matmul(const In& a, const In& b, const char* b_layout, const Out& out,
   const TensorView av = view_of(a, "a"), bv = view_of(b, "b"), ov = view_of(out, "out");
   const GemmEpilogue e = make_epilogue(scale_a, scale_b, scale_c, bias, relu);
   const BLayout layout = parse_layout(b_layout);
-  ArrayGuard guard(ov, out.device_id());
+  DeviceGuard guard(ov, out.device_id());
   nb::gil_scoped_release release;
   lowbit::int8_gemm(av, bv, layout, ov, e, stream_of(stream));
 }
@@ -43,7 +43,7 @@ void int4_matmul(const In& a, const In& b, const char* b_layout, std::int64_t k,
   const TensorView av = view_of(a, "a_packed"), bv = view_of(b, "b_packed"), ov = view_of(out, "out");
   const GemmEpilogue e = make_epilogue(scale_a, scale_b, scale_c, bias, relu);
   const BLayout layout = parse_layout(b_layout);
-  ArrayGuard guard(ov, out.device_id());
+  DeviceGuard guard(ov, out.device_id());
   nb::gil_scoped_release release;
   lowbit::int4_gemm(av, bv, layout, k, ov, e, stream_of(stream));
 }
@@ -79,7 +79,7 @@ void weight_only_linear(const In& x, const In& codes, const In& scales, const Op
   w.scales = bytes_as(scales, "w.scales", xv.dtype);
   if (mins) w.mins = bytes_as(*mins, "w.mins", xv.dtype);
   const TensorView bv = view_of(bias, "bias"), ov = view_of(out, "out");
-  ArrayGuard guard(ov, out.device_id());
+  DeviceGuard guard(ov, out.device_id());
   nb::gil_scoped_release release;
   lowbit::weight_only_gemm(xv, w, bv, ov, stream_of(stream));
 }

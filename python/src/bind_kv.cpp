@@ -52,14 +52,14 @@ class KvLayer {
 
   void append(const In& k, const In& v, std::int64_t pos, std::uintptr_t stream) {
     const TensorView kv = view_of(k, "k"), vv = view_of(v, "v");
-    ArrayGuard guard(kv, k.device_id());
+    DeviceGuard guard(kv, k.device_id());
     nb::gil_scoped_release release;
     kv_append_views(shape_, views_, pos, kv, vv, stream_of(stream));
   }
 
   void attention(const In& q, const Out& out, std::int64_t length, const OptOut& workspace, std::uintptr_t stream) {
     const TensorView qv = view_of(q, "q"), ov = view_of(out, "out"), ws = view_of(workspace, "workspace");
-    ArrayGuard guard(qv, q.device_id());
+    DeviceGuard guard(qv, q.device_id());
     nb::gil_scoped_release release;
     kv_attention_views(shape_, views_, length, qv, ov, ws, stream_of(stream));
   }
@@ -67,7 +67,7 @@ class KvLayer {
   // The CUDA-graph forms (kv_decode.h): the position is an int32 [1] array.
   void append_at(const In& k, const In& v, const In& pos, std::uintptr_t stream) {
     const TensorView kv = view_of(k, "k"), vv = view_of(v, "v"), pv = view_of(pos, "pos");
-    ArrayGuard guard(kv, k.device_id());
+    DeviceGuard guard(kv, k.device_id());
     nb::gil_scoped_release release;
     kv_append_at_views(shape_, views_, pv, kv, vv, stream_of(stream));
   }
@@ -76,7 +76,7 @@ class KvLayer {
                     std::uintptr_t stream) {
     const TensorView qv = view_of(q, "q"), ov = view_of(out, "out"), pv = view_of(pos, "pos");
     const TensorView ws = view_of(workspace, "workspace");
-    ArrayGuard guard(qv, q.device_id());
+    DeviceGuard guard(qv, q.device_id());
     nb::gil_scoped_release release;
     kv_attention_at_views(shape_, views_, pv, max_length, qv, ov, ws, stream_of(stream));
   }

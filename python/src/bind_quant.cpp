@@ -29,7 +29,7 @@ void quantize(const In& x, const Out& codes, const Out& scales, const OptOut& mi
   const TensorView ws = view_of(workspace, "workspace");
   const Workspace w{ws.data, ws.data ? ws.span_bytes() : 0};
   const TensorView word = view_of(status, "status");
-  ArrayGuard guard(xv, x.device_id());
+  DeviceGuard guard(xv, x.device_id());
   nb::gil_scoped_release release;
   if (status) {
     lowbit::quantize(xv, spec, q, w, NonFiniteStatus{word.data}, stream_of(stream));
@@ -59,7 +59,7 @@ void quantize_to(const In& x, std::uintptr_t codes, std::uintptr_t scales, std::
       mins ? TensorView::vector(at(mins), DType::f32, xv.device, l.scale_count()) : TensorView{}};
   const TensorView ws = view_of(workspace, "workspace");
   const Workspace w{ws.data, ws.data ? ws.span_bytes() : 0};
-  DeviceGuard guard(xv, x.device_id());  // the outputs are addresses: their pointers are checked
+  DeviceGuard guard(xv, x.device_id());
   nb::gil_scoped_release release;
   if (status) {
     lowbit::quantize(xv, spec, q, w, NonFiniteStatus{at(status)}, stream_of(stream));
@@ -74,7 +74,7 @@ void quantize_with_scales(const In& x, const Out& codes, const In& scales, const
   const QuantSpec spec = make_spec(scheme, granularity, group_size);
   const TensorView xv = view_of(x, "x");
   const QuantizedView q = quantized_view(view_of(codes, "codes"), view_of(scales, "scales"), view_of(mins, "mins"));
-  ArrayGuard guard(xv, x.device_id());
+  DeviceGuard guard(xv, x.device_id());
   nb::gil_scoped_release release;
   lowbit::quantize_with_scales(xv, spec, q, stream_of(stream));
 }
@@ -84,14 +84,14 @@ void dequantize(const In& codes, const In& scales, const OptIn& mins, const char
   const QuantSpec spec = make_spec(scheme, granularity, group_size);
   const QuantizedView q = quantized_view(view_of(codes, "codes"), view_of(scales, "scales"), view_of(mins, "mins"));
   const TensorView ov = view_of(out, "out");
-  ArrayGuard guard(ov, out.device_id());
+  DeviceGuard guard(ov, out.device_id());
   nb::gil_scoped_release release;
   lowbit::dequantize(q, spec, ov, stream_of(stream));
 }
 
 void check_status(const Out& workspace, std::uintptr_t stream) {
   const TensorView ws = view_of(workspace, "workspace");
-  ArrayGuard guard(ws, workspace.device_id());
+  DeviceGuard guard(ws, workspace.device_id());
   nb::gil_scoped_release release;
   lowbit::check_quantize_status(Workspace{ws.data, ws.span_bytes()}, stream_of(stream));
 }
@@ -101,7 +101,7 @@ void check_status_word(const Out& status, std::uintptr_t stream) {
   LOWBIT_CHECK(word.device == Device::cuda && word.span_bytes() >= non_finite_status_bytes(),
                "status: expected a CUDA array of at least ", non_finite_status_bytes(), " bytes, got ",
                word.describe());
-  ArrayGuard guard(word, status.device_id());
+  DeviceGuard guard(word, status.device_id());
   nb::gil_scoped_release release;
   lowbit::check_quantize_status(NonFiniteStatus{word.data}, stream_of(stream));
 }

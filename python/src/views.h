@@ -95,20 +95,6 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-// A binding whose views all come from its array arguments (In / Out, described by
-// their DLPack producer): `view`'s device current (DeviceGuard) and the views' device
-// pointers vouched for (VouchedDevicePointers), so the C++ checks skip the driver's
-// pointer query, ~1 us of a call that passes three or four CUDA arrays (issue 6).
-// Not for views made from addresses passed as integers (quantize_to).
-class ArrayGuard {
- public:
-  ArrayGuard(const TensorView& view, int device_id) : device_(view, device_id) {}
-
- private:
-  DeviceGuard device_;
-  VouchedDevicePointers vouched_;
-};
-
 DType parse_dtype(const char* name);  // "f32" | "f16" | "bf16" | "i8" | "u8" | "i32"
 
 }  // namespace lowbit::python

@@ -90,8 +90,8 @@ def kv_tokens(device, n, kv_heads, n_heads, head_dim, seed):
 @pytest.mark.parametrize("granularity,group", [("tensor", 0), ("channel", 0), ("token", 0), ("group", 16)])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_quantize_torch_cpu_equals_numpy(scheme, granularity, group, dtype):
-    """quantize_tensor on torch CPU tensors equals it on NumPy arrays: the same bits
-    (bfloat16 against its float32 widening, which is exact)."""
+    """torch tensors' outputs go to _lowbit.quantize_to by address, NumPy's as arrays to
+    _lowbit.quantize: the same bits (bfloat16 against its float32 widening, which is exact)."""
     x = torch.randn(7, 37, dtype=getattr(torch, dtype))
     got = lowbit.quantize_tensor(x, scheme, granularity, group)
     want = lowbit.quantize_tensor(x.float().numpy() if dtype == "bfloat16" else x.numpy(), scheme, granularity, group)

@@ -1,16 +1,9 @@
 #include "lowbit/tensor.h"
 
+
 #include "lowbit/error.h"
 
 namespace lowbit {
-
-namespace {
-thread_local int g_vouched_depth = 0;
-}  // namespace
-
-VouchedDevicePointers::VouchedDevicePointers() { ++g_vouched_depth; }
-VouchedDevicePointers::~VouchedDevicePointers() { --g_vouched_depth; }
-bool VouchedDevicePointers::active() { return g_vouched_depth > 0; }
 
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {

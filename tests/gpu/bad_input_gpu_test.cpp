@@ -10,7 +10,6 @@
 #include "common/gpu_quant.h"
 #include "common/specs.h"
 #include "common/storage.h"
-#include "cuda/quant/quant_cuda.h"
 #include "lowbit/quant.h"
 
 namespace lowbit::test {
@@ -56,30 +55,6 @@ TEST_F(GpuBadInput, HostPointerInCudaViewIsNamed) {
     TensorView out = TensorView::matrix(host.data(), DType::f32, Device::cuda, kRows, kCols);
     EXPECT_LOWBIT_ERROR(dequantize(g.q, spec, out, nullptr), "out: the view says cuda but");
   }
-}
-
-// VouchedDevicePointers (the Python bindings' DLPack arrays) skips the driver's pointer
-// query and nothing else, for as long as one lives on the thread.
-TEST_F(GpuBadInput, VouchedPointersSkipOnlyTheDriverQuery) {
-  std::vector<float> host(16, 1.0f);
-  EXPECT_LOWBIT_ERROR(cuda::check_device_pointer(host.data(), "x"), "x: the view says cuda but");
-  DeviceQuantized g(ones(), DType::f32, kInt8Channel, kRows, kCols);
-  {
-    const VouchedDevicePointers outer;
-    {
-      const VouchedDevicePointers inner;
-      EXPECT_NO_THROW(cuda::check_device_pointer(host.data(), "x"));
-    }
-    EXPECT_TRUE(VouchedDevicePointers::active());
-    EXPECT_NO_THROW(cuda::check_device_pointer(host.data(), "x"));
-    QuantizedView q = g.q;
-    q.codes.shape[1] = kCols - 1;
-    EXPECT_LOWBIT_ERROR(quantize(g.xv, kInt8Channel, q, g.ws, nullptr), "codes:");
-    EXPECT_LOWBIT_ERROR(quantize(g.xv, kInt8Channel, g.q, Workspace{g.ws.data, 1}, nullptr), "workspace:");
-    quantize(g.xv, kInt8Channel, g.q, g.ws, nullptr);  // real device memory still works
-  }
-  EXPECT_FALSE(VouchedDevicePointers::active());
-  EXPECT_LOWBIT_ERROR(cuda::check_device_pointer(host.data(), "x"), "x: the view says cuda but");
 }
 
 TEST_F(GpuBadInput, WorkspaceMissingOrTooSmall) {
