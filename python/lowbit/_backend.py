@@ -7,10 +7,10 @@ only when an input comes from them.
 
 Host cost per call (issue 6): arrays go to the binding as they are, and its casters
 (python/src/views.h) take a torch tensor through torch's DLPack C exchange API
-(torch >= 2.11: a C function fills the description, tens of ns, where nanobind's own
-import calls the Python-level Tensor.__dlpack__, ~3 us a CUDA tensor), or, for an
-older torch, through torch.utils.dlpack.to_dlpack (a C function, registered by
-TorchBackend, ~0.3 us on the CPU). None of the paths synchronizes; where a fast path
+(torch >= 2.11: a C function fills the description, tens of ns), or, for an older
+torch, through torch.utils.dlpack.to_dlpack (a C function, registered by TorchBackend;
+0.5-1 us a CUDA tensor more on the H100 host), instead of nanobind's own import, which
+calls the Python-level Tensor.__dlpack__ (3-4 us). None of the paths synchronizes; where a fast path
 refuses, nanobind's own import decides. TorchBackend also names torch.nn.Parameter to
 the binding (it inherits the exchange API) and the types whose outputs may take it.
 quantize_tensor on torch tensors and CuPy arrays hands its outputs (allocated here, so

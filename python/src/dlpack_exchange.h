@@ -38,8 +38,8 @@ using SetError = void (*)(void* error_ctx, const char* kind, const char* message
 
 struct Api {
   Header header;
-  // A new tensor of the producer's of prototype's dtype, ndim, shape and device (its
-  // allocator, its current stream). 0 on success; else -1, after set_error.
+  // A new tensor of prototype's dtype, ndim, shape and device, from the producer's
+  // allocator. 0 on success; else -1, after set_error.
   int (*managed_tensor_allocator)(DLTensor* prototype, ManagedTensor** out, void* error_ctx, SetError set_error);
   AnyFunction managed_tensor_from_py_object_no_sync;
   // The producer's Python object for `tensor`, whose ownership it takes. 0 on success,

@@ -45,14 +45,16 @@ using OptOut = std::optional<Out>;
 // Host cost per call (issue 6). The casters at the end of this file take, in order:
 // 1. arrays whose type publishes the DLPack C exchange API (`__dlpack_c_exchange_api__`,
 //    DLPack 1.3; torch.Tensor from torch 2.11): its dltensor_from_py_object_no_sync
-//    describes the array without a capsule or a Python call (tens of ns; nanobind's
-//    import calls the Python-level __dlpack__, 3-4 us a torch tensor);
-// 2. plain torch tensors of a torch without it, through torch's C to_dlpack (~0.3 us);
-// 3. anything else (NumPy, CuPy, subclasses) through nanobind's own import, which
-//    reports what it cannot take.
-// None of them synchronizes. The exchange API is used for a type that defines it
+//    describes the array without a capsule or a Python call (tens of ns);
+// 2. plain torch tensors of a torch without it, through torch's C to_dlpack and
+//    nanobind's import of the capsule (0.5-1 us a CUDA tensor more than path 1 on the
+//    H100 host, bench/NOTES.md);
+// 3. anything else (NumPy, CuPy, subclasses) through nanobind's own import, which calls
+//    the Python-level __dlpack__ (3-4 us a torch tensor) and reports what it cannot take.
+// None of them synchronizes. Path 1 takes the inputs of a type that defines the API
 // itself (not one that inherits it: torch's tensor subclasses, FakeTensor and DTensor
-// among them, take path 3) and for the torch types set_torch_export names.
+// among them, take path 3) and of the torch types set_torch_export names; outputs only
+// of those torch types (a DLTensor cannot say it is read-only; torch's are writable).
 void set_torch_export(nb::handle tensor_type, nb::handle parameter_type, nb::handle to_dlpack);
 
 // Fills `out` from src by path 1; false (no Python error set) where it does not apply.
