@@ -2,6 +2,7 @@
 on a small tensor costs under 10 microseconds of host time above the kernel").
 
     python -m lowbit.bench_overhead [--calls N] [--json FILE] [--no-cuda] [--no-torch] [--no-cpu]
+                                    [--processes N]
 
 For each call it reports
   host_us    wall time of N back-to-back calls / N, without synchronizing (on the GPU the
@@ -22,7 +23,8 @@ a one-kernel add) for scale. Medians of 7 runs. Then the `step` rows: the parts 
 quantize_tensor timed one by one (cuda_steps). Timings only: nothing is checked.
 
 The lent H100 hosts differ by up to ~40% in these times from one machine (and process)
-to the next, torch's own ops included: compare rows of one run, or repeat the run.
+to the next, torch's own ops included: compare rows of one run, or run with --processes N
+(each row's min and median over N fresh processes; over_us then from the mins).
 """
 from __future__ import annotations
 
@@ -239,6 +241,47 @@ def cuda_steps(torch):
     return rows
 
 
+def over_processes(args, passed) -> int:
+    """Runs the benchmark in args.processes fresh processes, one after another, and
+    reports each row's host_us min and median over them, the min kernel_us and floor_us,
+    and over_us from the mins (the lent hosts' times move by process: see above)."""
+    import os
+    import subprocess
+    import tempfile
+
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            path = os.path.join(tmp, f"run-{i}.json")
+            subprocess.run([sys.executable, "-m", "lowbit.bench_overhead", *passed, "--json", path], check=True,
+                           stdout=subprocess.DEVNULL)
+            with open(path) as f:
+                runs.append(json.load(f)["rows"])
+    rows = []
+    print(f"{args.processes} processes, {args.calls} calls per run")
+    print(f"{'device':6} {'call':42} {'host_min':>8} {'host_med':>8} {'kernel_us':>9} {'floor_us':>8} {'over_us':>8}")
+    keyed = [{(r["device"], r["call"]): r for r in run} for run in runs]
+    for first in runs[0]:
+        same = [run.get((first["device"], first["call"])) for run in keyed]
+        if None in same:  # a row some process could not time (a capture or step that failed)
+            continue
+        hosts = [r["host_us"] for r in same]
+        least = lambda key: min((r[key] for r in same if r[key] is not None), default=None)  # noqa: E731
+        kernel, floor = least("kernel_us"), least("floor_us")
+        base = kernel if first["device"] == "cuda" else floor
+        row = {"device": first["device"], "call": first["call"], "host_min_us": min(hosts),
+               "host_median_us": statistics.median(hosts), "kernel_us": kernel, "floor_us": floor,
+               "over_us": None if base is None else min(hosts) - base, "host_us_each": hosts}
+        rows.append(row)
+        fmt = lambda v: "" if v is None else f"{v:8.2f}"  # noqa: E731
+        print(f"{row['device']:6} {row['call']:42} {row['host_min_us']:8.2f} {row['host_median_us']:8.2f} "
+              f"{fmt(kernel):>9} {fmt(floor):>8} {fmt(row['over_us']):>8}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"calls": args.calls, "processes": args.processes, "rows": rows}, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=2000, help="calls per timed run (default 2000)")
@@ -246,7 +289,13 @@ def main(argv=None) -> int:
     p.add_argument("--no-cuda", action="store_true", help="skip the GPU rows")
     p.add_argument("--no-torch", action="store_true", help="skip torch (CPU and GPU)")
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU rows (NumPy and torch)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="run in N fresh processes and report each row's min and median over them")
     args = p.parse_args(argv)
+    if args.processes > 1:
+        passed = [f"--calls={args.calls}"] + [f"--{flag}" for flag in ("no-cuda", "no-torch", "no-cpu")
+                                             if getattr(args, flag.replace("-", "_"))]
+        return over_processes(args, passed)
     have_torch = False
     if not args.no_torch:
         try:
