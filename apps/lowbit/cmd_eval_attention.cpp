@@ -13,14 +13,14 @@
 #include <optional>
 #include <random>
 
-#include "attention_eval.h"
+#include "eval/attention_eval.h"
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
 #include "commands.h"
-#include "cpu/attention.h"
+#include "cpu/quantized_attention.h"
 #include "cpu/block_formats.h"
-#include "engine/ggml_dequant.h"
-#include "engine/gguf.h"
+#include "engine/gguf/dequant.h"
+#include "engine/gguf/reader.h"
 #include "engine/model.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"

@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "engine/generate.h"
 #include "engine/perplexity.h"
-#include "engine/rouge.h"
+#include "eval/rouge.h"
 #include "engine_session.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"

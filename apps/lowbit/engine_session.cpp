@@ -1,13 +1,13 @@
 #include "engine_session.h"
 
-#include "engine/forward_cpu.h"
+#include "engine/cpu_session.h"
 #include "lowbit/error.h"
 
 #if LOWBIT_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "cuda/engine/gpu_model.h"
-#include "cuda/engine/gpu_session.h"
+#include "engine/gpu_model.h"
+#include "engine/gpu_session.h"
 #endif
 
 namespace lowbit::cli {

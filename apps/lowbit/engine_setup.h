@@ -8,10 +8,10 @@
 #include <memory>
 #include <string>
 
-#include "engine/gguf.h"
+#include "engine/gguf/reader.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "options.h"
 
 namespace lowbit::cli {

@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "cuda/device_buffer.h"
+#include "core/device_buffer.h"
 #include "lowbit/cuda_check.h"
 #include "timing.h"
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/device_buffer.h"
+#include "core/device_buffer.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::bench {

@@ -16,7 +16,7 @@
 #include "bench/gemm/gemm_bench.h"
 #include "bench/gemm/peers.h"
 #include "bench/gemm/weight_inputs.h"
-#include "cuda/device_buffer.h"
+#include "core/device_buffer.h"
 #include "cuda/gemm/gemm_cuda.h"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"

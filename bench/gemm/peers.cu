@@ -4,7 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 
-#include "cuda/device_buffer.h"
+#include "core/device_buffer.h"
 #include "formats/gemm_epilogue.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"

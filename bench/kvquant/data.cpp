@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "cpu/float_dispatch.h"
+#include "core/dtype_dispatch.h"
 #include "formats/float16.h"
 
 namespace lowbit::bench {

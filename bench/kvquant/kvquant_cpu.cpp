@@ -7,7 +7,7 @@
 
 #include "bench/common/timing.h"
 #include "bench/kvquant/data.h"
-#include "cpu/kvquant_baseline.h"
+#include "cpu/quant_baseline.h"
 #include "lowbit/quant.h"
 
 namespace lowbit::bench {

@@ -4,8 +4,8 @@
 #include "bench/common/timing.h"
 #include "bench/kvquant/data.h"
 #include "bench/kvquant/kvquant_gpu.h"
-#include "cuda/device_buffer.h"
-#include "cuda/quant/seed_variants.h"
+#include "core/device_buffer.h"
+#include "cuda/quant/baselines.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/quant.h"
 

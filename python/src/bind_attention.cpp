@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "lowbit/attention.h"
+#include "lowbit/quantized_attention.h"
 #include "lowbit/error.h"
 #include "views.h"
 

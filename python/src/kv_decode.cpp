@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kv_quant.h"
+#include "cpu/kv_cache.h"
 #include "formats/float16.h"
 #include "lowbit/error.h"
 
@@ -75,7 +75,7 @@ std::uint16_t* body_mins(const KvLayerShape& s, const KvPartViews& p, std::int64
 }
 
 // Quantizes x (f16 [kv_heads x head_dim], any row stride) into the body slot body_pos,
-// one group per head (engine::kv_quantize, the kernel's arithmetic).
+// one group per head (cpu::kv_quantize, the kernel's arithmetic).
 void quantize_token(const KvLayerShape& s, const KvPartViews& p, std::int64_t body_pos, const TensorView& x) {
   const std::int64_t h = s.kv_heads, d = s.head_dim;
   std::vector<float> in(static_cast<std::size_t>(h * d));
@@ -83,7 +83,7 @@ void quantize_token(const KvLayerShape& s, const KvPartViews& p, std::int64_t bo
   for (std::int64_t r = 0; r < h; ++r) {
     for (std::int64_t c = 0; c < d; ++c) in[r * d + c] = formats::half_to_float({src[r * x.row_stride() + c]});
   }
-  engine::kv_quantize(body_bits(s), in.data(), h, d, d, body_codes(s, p, body_pos), body_scales(s, p, body_pos),
+  cpu::kv_quantize(body_bits(s), in.data(), h, d, d, body_codes(s, p, body_pos), body_scales(s, p, body_pos),
                       body_mins(s, p, body_pos));
 }
 
@@ -122,7 +122,7 @@ void read_f16(const KvLayerShape& s, const KvPartViews& p, std::int64_t first, s
 void read_body(const KvLayerShape& s, const KvPartViews& p, std::int64_t first, std::int64_t end, float* out) {
   if (end <= first) return;
   const std::int64_t rows = (end - first) * s.kv_heads, b = first - s.body_base;
-  engine::kv_dequantize(body_bits(s), body_codes(s, p, b), body_scales(s, p, b), body_mins(s, p, b), rows, s.head_dim,
+  cpu::kv_dequantize(body_bits(s), body_codes(s, p, b), body_scales(s, p, b), body_mins(s, p, b), rows, s.head_dim,
                         s.head_dim, out);
 }
 

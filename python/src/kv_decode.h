@@ -2,14 +2,14 @@
 // caller-owned buffers, for the Python package: the buffers as TensorViews, validated at
 // the boundary, then kv_append / decode_attention on the GPU, or their CPU twins here
 // (the same layout and arithmetic: codes and f16 scales and mins from
-// engine::kv_quantize(), one group per head, equal to the kernel's bit for bit;
-// attention in double over the values engine::kv_dequantize() gives).
+// cpu::kv_quantize(), one group per head, equal to the kernel's bit for bit;
+// attention in double over the values cpu::kv_dequantize() gives).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/engine/kv_cache_gpu.h"
+#include "cuda/kv/kv_cuda.h"
 #include "lowbit/tensor.h"
 
 namespace lowbit::python {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "api/validate.h"
+#include "core/validate.h"
 #include "cpu/block_formats.h"
 #include "lowbit/error.h"
 

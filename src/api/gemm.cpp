@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "api/validate.h"
+#include "core/validate.h"
 #include "cpu/gemm.h"
 #include "cpu/weight_only.h"
 #include "lowbit/error.h"

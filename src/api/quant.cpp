@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "cpu/quant.h"
-#include "api/validate.h"
+#include "core/validate.h"
 #include "lowbit/error.h"
 
 #if LOWBIT_WITH_CUDA

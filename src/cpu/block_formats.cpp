@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cpu/float_dispatch.h"
+#include "core/dtype_dispatch.h"
 #include "cpu/parallel.h"
 #include "formats/float16.h"
 #include "formats/hd.h"

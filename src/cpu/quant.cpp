@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/float_dispatch.h"
+#include "core/dtype_dispatch.h"
 #include "cpu/parallel.h"
 #include "formats/code_scheme.h"
 #include "formats/float16.h"

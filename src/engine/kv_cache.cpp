@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/kv_quant.h"
+#include "cpu/kv_cache.h"
 #include "formats/float16.h"
 #include "lowbit/error.h"
 
@@ -138,7 +138,7 @@ std::int64_t KvCache::f16_slot(std::int64_t pos) const {
 
 // Codes, f16 scales (mins) of n tokens into quantized slots [slot, slot + n), and their
 // decoded values into `decoded` (n x kv_dim), both through the KV cache's quantization
-// (engine/kv_quant.h: the GPU append's arithmetic).
+// (cpu/kv_cache.h: the GPU append's arithmetic).
 void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded) {
   const std::int64_t rows = n * rows_per_token_;
   const int bits = scheme_bits(spec_.scheme);
@@ -146,8 +146,8 @@ void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const
   std::uint8_t* codes = part.codes.data() + slot * code_bytes_;
   std::uint16_t* scales = part.scales.data() + slot * params_per_token_;
   std::uint16_t* mins = part.mins.empty() ? nullptr : part.mins.data() + slot * params_per_token_;
-  kv_quantize(bits, x, rows, quant_cols_, group, codes, scales, mins);
-  kv_dequantize(bits, codes, scales, mins, rows, quant_cols_, group, decoded);
+  cpu::kv_quantize(bits, x, rows, quant_cols_, group, codes, scales, mins);
+  cpu::kv_dequantize(bits, codes, scales, mins, rows, quant_cols_, group, decoded);
 }
 
 void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x) {

@@ -8,7 +8,7 @@
 // stored, tokens t - window + 1 .. t are in the window.
 //
 // Quantization is lowbit's INT8 symmetric / INT4 asymmetric code schemes with f16
-// parameters (engine/kv_quant.h, formats::HalfParams: scale and min computed in f32,
+// parameters (cpu/kv_cache.h, formats::HalfParams: scale and min computed in f32,
 // rounded to f16, codes encoded with the rounded values; the GPU append's arithmetic):
 // one token's K (or V) is a [kv_heads x head_dim] matrix, one f16 scale per token per
 // head (per_token) or per kv_group channels of a head (per_group), + an f16 min for
@@ -94,7 +94,7 @@ class KvCache {
   static std::size_t bytes_at(const KvShape& shape, const KvCacheOptions& options, std::int64_t tokens);
 
   // Which lowbit code scheme and granularity the policy uses (int8 / int4 / selective);
-  // its parameters are stored as f16 (kv_quant.h), not quantize()'s f32.
+  // its parameters are stored as f16 (cpu/kv_cache.h), not quantize()'s f32.
   QuantSpec quant_spec() const { return spec_; }
   bool quantizes() const { return quantizes_; }
 

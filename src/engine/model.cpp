@@ -5,7 +5,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "engine/ggml_dequant.h"
+#include "engine/gguf/dequant.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
+#include "engine/gguf/reader.h"
 
 namespace lowbit::engine {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/forward_cpu.h"
+#include "engine/cpu_session.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {

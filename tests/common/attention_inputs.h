@@ -9,7 +9,7 @@
 
 #include "common/random.h"
 #include "formats/float16.h"
-#include "lowbit/attention.h"
+#include "lowbit/quantized_attention.h"
 
 namespace lowbit::test {
 

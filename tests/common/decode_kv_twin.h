@@ -1,7 +1,7 @@
 // The CPU twin of the decode cache (src/cuda/engine/kv_cache_gpu.h): the exact buffers
 // a device layer holds after `length` appends of given f16 K/V (built through
-// engine::kv_quantize(), the KvCache's path: f16 scales and mins), the values the
-// newest query reads (engine::kv_dequantize()), and attention over them in double.
+// cpu::kv_quantize(), the KvCache's path: f16 scales and mins), the values the
+// newest query reads (cpu::kv_dequantize()), and attention over them in double.
 // Slots nothing wrote keep the test poison, so a kernel that reads one produces NaN.
 #pragma once
 
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/poison.h"
-#include "cuda/engine/kv_cache_gpu.h"
-#include "engine/kv_quant.h"
+#include "cuda/kv/kv_cuda.h"
+#include "cpu/kv_cache.h"
 #include "formats/float16.h"
 
 namespace lowbit::test {
@@ -66,8 +66,8 @@ inline void quantize_tokens(const KvLayerShape& s, const std::vector<std::uint16
   std::uint8_t* codes = part.codes.data() + slot * h * s.code_bytes();
   std::uint16_t* scales = part.scales.data() + slot * h;
   std::uint16_t* mins = s.has_mins() ? part.mins.data() + slot * h : nullptr;
-  engine::kv_quantize(bits, in.data(), rows, d, d, codes, scales, mins);  // one group per head
-  engine::kv_dequantize(bits, codes, scales, mins, rows, d, d, part.decoded.data() + first * h * d);
+  cpu::kv_quantize(bits, in.data(), rows, d, d, codes, scales, mins);  // one group per head
+  cpu::kv_dequantize(bits, codes, scales, mins, rows, d, d, part.decoded.data() + first * h * d);
 }
 
 inline void build_part(const KvLayerShape& s, const DecodeSpan& span, std::int64_t length,

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/compare.h"
-#include "cuda/device_buffer.h"
+#include "core/device_buffer.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::test {

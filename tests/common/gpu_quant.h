@@ -8,7 +8,7 @@
 #include "common/gpu.h"
 #include "common/poison.h"
 #include "common/specs.h"
-#include "cuda/device_buffer.h"
+#include "core/device_buffer.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/quant.h"
 

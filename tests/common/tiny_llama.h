@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
-#include "engine/kv_quant.h"
+#include "cpu/kv_cache.h"
 #include "formats/float16.h"
 #include "common/gguf_writer.h"
 
@@ -165,7 +165,7 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
 }
 
 // The policy's stored form of one token's K or V row (kv_dim values): the KV cache's
-// quantize-dequantize (engine/kv_quant.h: f16 scale and min) with the grouping
+// quantize-dequantize (cpu/kv_cache.h: f16 scale and min) with the grouping
 // kv_cache.h defines (default: one group per head).
 inline std::vector<double> naive_quantized(const std::vector<double>& row, const engine::KvCacheOptions& o,
                                            std::int64_t kv_heads, std::int64_t head_dim, int bits) {
@@ -178,8 +178,8 @@ inline std::vector<double> naive_quantized(const std::vector<double>& row, const
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(bits == 8 ? kv : kv / 2));
   std::vector<std::uint16_t> scales(static_cast<std::size_t>(groups)), mins(scales.size());
   std::uint16_t* m = bits == 4 ? mins.data() : nullptr;
-  engine::kv_quantize(bits, x.data(), rows, cols, group, codes.data(), scales.data(), m);
-  engine::kv_dequantize(bits, codes.data(), scales.data(), m, rows, cols, group, back.data());
+  cpu::kv_quantize(bits, x.data(), rows, cols, group, codes.data(), scales.data(), m);
+  cpu::kv_dequantize(bits, codes.data(), scales.data(), m, rows, cols, group, back.data());
   return {back.begin(), back.end()};
 }
 

@@ -15,7 +15,7 @@
 #include "common/expect_error.h"
 #include "common/gguf_writer.h"
 #include "common/tiny_llama.h"
-#include "engine/forward_cpu.h"
+#include "engine/cpu_session.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/perplexity.h"

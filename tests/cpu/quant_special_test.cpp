@@ -13,7 +13,7 @@
 #include "common/random.h"
 #include "common/specs.h"
 #include "common/storage.h"
-#include "cpu/kvquant_baseline.h"
+#include "cpu/quant_baseline.h"
 #include "lowbit/quant.h"
 
 namespace lowbit::test {

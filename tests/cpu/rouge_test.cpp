@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/rouge.h"
+#include "eval/rouge.h"
 
 namespace lowbit::engine {
 namespace {

@@ -20,10 +20,10 @@
 #include "common/expect_error.h"
 #include "common/gguf_writer.h"
 #include "common/random.h"
-#include "engine/bpe.h"
-#include "engine/gguf.h"
-#include "engine/pretokenize.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/bpe.h"
+#include "engine/gguf/reader.h"
+#include "engine/tokenizer/pretokenize.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/gguf.h"
+#include "engine/gguf/reader.h"
 #include "lowbit/error.h"
 
 namespace {

@@ -13,8 +13,8 @@
 #include "common/expect_error.h"
 #include "common/gpu.h"
 #include "common/tiny_llama.h"
-#include "cuda/engine/gpu_session.h"
-#include "engine/forward_cpu.h"
+#include "engine/gpu_session.h"
+#include "engine/cpu_session.h"
 #include "engine/generate.h"
 
 namespace lowbit::test {

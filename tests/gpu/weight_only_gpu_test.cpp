@@ -24,7 +24,7 @@
 #include "common/poison.h"
 #include "common/random.h"
 #include "cpu/weight_only.h"
-#include "cuda/device_buffer.h"
+#include "core/device_buffer.h"
 #include "cuda/gemm/gemm_cuda.h"
 #include "formats/float16.h"
 #include "formats/weight_pack.h"

@@ -9,7 +9,7 @@
 
 #include "cuda/block_formats/block_formats_cuda.h"
 #include "cuda/block_formats/chunk8.cuh"
-#include "cuda/device.h"
+#include "core/device.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda {

@@ -24,7 +24,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "cuda/device.h"
+#include "core/device.h"
 #include "cuda/gemm/gemm_common.cuh"
 #include "lowbit/cuda_check.h"
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <type_traits>
 
-#include "cuda/device.h"
+#include "core/device.h"
 #include "cuda/gemm/gemm_common.cuh"
 #include "cuda/gemm/tma.h"
 #include "cuda/gemm/wgmma.cuh"

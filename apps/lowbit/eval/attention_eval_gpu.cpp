@@ -1,0 +1,114 @@
+// GPU driver of `lowbit eval attention`: uploads a problem once, then per variant
+// allocates its workspace, checks the output rows against the FP64 reference and
+// times it (CUDA-event median of back-to-back runs, bench/common/timing.h).
+#if LOWBIT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "attention_eval.h"
+#include "bench/common/timing.h"
+#include "cuda/qattention/qattention_cuda.h"
+#include "core/device_buffer.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cli {
+namespace {
+
+struct Uploads {
+  std::vector<cuda::DeviceBuffer> buffers;
+  void* put(const void* data, std::size_t bytes) {
+    buffers.emplace_back(bytes);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(buffers.back().data(), data, bytes, cudaMemcpyHostToDevice));
+    return buffers.back().data();
+  }
+  BlockQuantizedView weight(EncodedWeight& w, BlockFormat format) {
+    BlockQuantizedView v = w.view(format);
+    for (TensorView* t : {&v.codes, &v.scales, &v.global_scale}) {
+      if (!t->data) continue;
+      t->data = put(t->data, t->span_bytes());
+      t->device = Device::cuda;
+    }
+    return v;
+  }
+  TensorView vec(std::vector<formats::Half>& b) {
+    if (b.empty()) return {};
+    return TensorView::vector(put(b.data(), b.size() * 2), DType::f16, Device::cuda, static_cast<std::int64_t>(b.size()));
+  }
+};
+
+}  // namespace
+
+std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vector<double>& reference,
+                                            const GpuEvalOptions& options) {
+  const AttentionConfig& c = p.config;
+  Uploads up;
+  up.buffers.reserve(16);
+  const TensorView x = TensorView::matrix(up.put(p.x.data(), p.x.size() * 2), DType::f16, Device::cuda, c.seq_len,
+                                          c.d_model);
+  AttentionWeights w{up.weight(p.wq, c.format), up.weight(p.wk, c.format), up.weight(p.wv, c.format),
+                     up.vec(p.bq), up.vec(p.bk), up.vec(p.bv)};
+  const std::int64_t n = c.heads * c.head_dim;
+  cuda::DeviceBuffer out(static_cast<std::size_t>(c.seq_len * n) * 2);
+  const TensorView o = TensorView::matrix(out.data(), DType::f16, Device::cuda, c.seq_len, n);
+  cudaStream_t stream = nullptr;
+  LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
+
+  std::vector<VariantResult> results;
+  for (AttentionVariant v : kAttentionVariants) {
+    VariantResult r;
+    r.variant = v;
+    r.bytes_moved = counted_bytes(c, v);
+    const std::size_t ws_bytes = attention_workspace_bytes(c, v);
+    r.peak_bytes = ws_bytes + o.span_bytes();
+    const bool naive = v == AttentionVariant::naive_sequential;
+    const bool sequential = naive || v == AttentionVariant::tiled_sequential;
+    std::size_t free_bytes = 0, total = 0;
+    LOWBIT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    if (naive && c.seq_len > options.max_naive_l) {
+      r.skipped = "L > --max-naive-l";
+    } else if (sequential && c.seq_len > options.max_sequential_l) {
+      r.skipped = "L > --max-sequential-l";
+    } else if (ws_bytes + (256u << 20) > free_bytes) {
+      r.skipped = "workspace does not fit";
+    }
+    if (!r.skipped.empty()) {
+      std::fprintf(stderr, "    %-16s skipped: %s\n", attention_variant_name(v), r.skipped.c_str());
+      results.push_back(r);
+      continue;
+    }
+    cuda::DeviceBuffer ws(ws_bytes);
+    const Workspace workspace{ws.data(), ws.bytes()};
+    LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));  // NaN until written
+    quantized_attention(x, w, c, v, o, workspace, stream);
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (options.ref_rows > 0) {
+      std::vector<formats::Half> got(static_cast<std::size_t>(options.ref_rows * n));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(got.data(), out.data(), got.size() * 2, cudaMemcpyDeviceToHost));
+      double max_abs = 0.0, max_ref = 0.0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const double e = std::abs(formats::half_to_float(got[i]) - reference[i]);
+        max_abs = e == e ? std::max(max_abs, e) : INFINITY;
+        max_ref = std::max(max_ref, std::abs(reference[i]));
+      }
+      r.max_abs_error = max_abs;
+      r.max_rel_error = max_ref > 0 ? max_abs / max_ref : max_abs;
+    }
+    const int samples = sequential ? 5 : 15;
+    r.ms = bench::gpu_median_ms([&](int) { quantized_attention(x, w, c, v, o, workspace, stream); }, stream, samples);
+    if (!sequential) {  // the Q|K|V of the last run is still in the workspace
+      r.attention_ms = bench::gpu_median_ms(
+          [&](int) { cuda::attention::run_attention_kernel(c, v, o, workspace, stream); }, stream, samples);
+    }
+    r.ran = true;
+    std::fprintf(stderr, "    %-16s %10.3f ms  max |err| %.3g\n", attention_variant_name(v), r.ms, r.max_abs_error);
+    results.push_back(r);
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+  return results;
+}
+
+}  // namespace lowbit::cli
+#endif

@@ -1,0 +1,37 @@
+#include <array>
+#include <atomic>
+
+#include "core/device.h"
+#include "cuda/quant/quant_cuda.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda {
+
+int current_device() {
+  int device = 0;
+  LOWBIT_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+int multiprocessor_count() {
+  static std::array<std::atomic<int>, 64> cached{};
+  const int device = current_device();
+  const auto slot = static_cast<std::size_t>(device) % cached.size();
+  int count = cached[slot].load(std::memory_order_relaxed);
+  if (count == 0) {
+    LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    cached[slot].store(count, std::memory_order_relaxed);
+  }
+  return count;
+}
+
+void check_device_pointer(const void* ptr, const char* what) {
+  cudaPointerAttributes attributes{};
+  LOWBIT_CUDA_CHECK(cudaPointerGetAttributes(&attributes, ptr));
+  const bool device_visible =
+      attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+  LOWBIT_CHECK(device_visible, what, ": the view says cuda but ", ptr,
+               " is not device memory (allocate it with cudaMalloc, or pass a cpu view)");
+}
+
+}  // namespace lowbit::cuda

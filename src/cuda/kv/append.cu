@@ -1,0 +1,406 @@
+// Appending one token to a layer's decode cache (layout: kv_cache_gpu.h). One warp per
+// (KV head, K or V): a lane holds head_dim / 32 consecutive values, the warp reduces the
+// head's statistics with shuffles and encodes from registers with lowbit's formats
+// arithmetic (formats::HalfParams: f16 scale / min, codes encoded with the rounded
+// values), so the codes, scales and mins equal cpu::kv_quantize() on the CPU.
+// With history_complete (the engine's decode graph) the work that does not need this
+// step's k, v and q runs before griddepcontrol.wait, beside the kernels before it: the
+// RoPE angles are loaded, and selective's token leaving the window is quantized (its
+// FP16 slot was written steps ago; the body slot it fills is read by no one before the
+// attention after this kernel).
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kv/kv_cuda.h"
+#include "core/pdl.cuh"
+#include "formats/code_scheme.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::engine {
+namespace {
+
+struct AppendArgs {
+  KvLayerShape shape;
+  KvLayerDevice layer;
+  long long pos;
+  const std::int32_t* device_pos;  // when set, the position is *device_pos (CUDA graphs)
+  const __half* k;
+  const __half* v;
+  AppendRope rope;  // rope.cos null: no rotation
+  bool history_complete;
+  std::uint16_t* ring_backup;  // selective: the overwritten ring slot's FP16 values, [2][kv_heads][D]
+};
+
+// The angles of `pos` for a lane's E / 2 pairs of consecutive channels (c0 = lane * E,
+// E even, so pairs stay in the lane); pairs past rope_dims get none (rotated: no).
+template <int E>
+struct LaneAngles {
+  float cos[E / 2], sin[E / 2];
+  bool rotated[E / 2];
+};
+
+template <int E>
+__device__ __forceinline__ LaneAngles<E> lane_angles(const AppendRope& r, long long pos, int c0) {
+  const int half = static_cast<int>(r.rope_dims / 2);
+  LaneAngles<E> t{};
+#pragma unroll
+  for (int p = 0; p < E / 2; ++p) {
+    const int i = c0 / 2 + p;
+    t.rotated[p] = r.cos != nullptr && 2 * i < r.rope_dims;
+    if (t.rotated[p]) {
+      t.cos[p] = r.cos[pos * half + i];
+      t.sin[p] = r.sin[pos * half + i];
+    }
+  }
+  return t;
+}
+
+// Rotates the lane's pairs, rounding to f16 as a stored value would be.
+template <int E>
+__device__ __forceinline__ void rotate(const LaneAngles<E>& t, float (&x)[E]) {
+#pragma unroll
+  for (int e = 0; e < E; e += 2) {
+    if (!t.rotated[e / 2]) continue;
+    const float c = t.cos[e / 2], s = t.sin[e / 2];
+    const float a = x[e], b = x[e + 1];
+    // Explicit roundings, no FMA contraction: the CPU's (a c - b s) to the bit.
+    x[e] = __half2float(__float2half_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))));
+    x[e + 1] = __half2float(__float2half_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c))));
+  }
+}
+
+// E f16 values (as __half or as their bits) to float.
+template <int E, class H>
+__device__ __forceinline__ void load_halves(const H* p, float (&x)[E]) {
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    if constexpr (std::is_same_v<H, __half>) {
+      x[i] = __half2float(p[i]);
+    } else {
+      x[i] = __half2float(__ushort_as_half(p[i]));
+    }
+  }
+}
+
+// Rotates E f16 values in place (a lane's share of a query or key head).
+template <int E>
+__device__ __forceinline__ void rotate_in_place(const LaneAngles<E>& t, __half* p) {
+  float x[E];
+  load_halves(p, x);
+  rotate<E>(t, x);
+#pragma unroll
+  for (int i = 0; i < E; ++i) p[i] = __float2half_rn(x[i]);
+}
+
+// Quantizes one head's D values (E per lane) into the body slot of position `body_pos`.
+template <int D, class Scheme>
+__device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long long body_pos, int head,
+                             const float (&x)[D / 32]) {
+  constexpr int E = D / 32;
+  const int lane = static_cast<int>(threadIdx.x);
+  std::uint32_t abs_bits = 0;
+  float lo = x[0], hi = x[0];
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    abs_bits = max(abs_bits, formats::abs_bits(x[i]));
+    lo = fminf(lo, x[i]);
+    hi = fmaxf(hi, x[i]);
+  }
+  abs_bits = __reduce_max_sync(0xffffffffu, abs_bits);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  const auto p = formats::HalfParams<Scheme>::from_range(formats::bits_to_float(abs_bits), lo, hi);
+  const long long param = body_pos * s.kv_heads + head;
+  std::uint8_t* codes = part.codes + param * (Scheme::kBits == 8 ? D : D / 2);
+  if constexpr (Scheme::kBits == 8) {
+    std::uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(p.encode(x[i])) << (8 * i);
+    if constexpr (E == 2) {
+      reinterpret_cast<std::uint16_t*>(codes)[lane] = static_cast<std::uint16_t>(packed);
+    } else {
+      reinterpret_cast<std::uint32_t*>(codes)[lane] = packed;
+    }
+  } else {
+    std::uint32_t packed = 0;  // column 2j in the low nibble of byte j
+#pragma unroll
+    for (int i = 0; i < E; ++i) packed |= Scheme::to_storage(p.encode(x[i])) << (4 * i);
+    if constexpr (E == 2) {
+      codes[lane] = static_cast<std::uint8_t>(packed);
+    } else {
+      reinterpret_cast<std::uint16_t*>(codes)[lane] = static_cast<std::uint16_t>(packed);
+    }
+  }
+  if (lane == 0) {
+    part.scales[param] = p.scale.bits;
+    if (part.mins) part.mins[param] = p.min.bits;
+  }
+}
+
+template <int D, class Scheme>
+__global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  if (!a.history_complete) pdl_wait();
+  const KvLayerShape& s = a.shape;
+  const long long pos = a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos;
+  const int head = static_cast<int>(blockIdx.x);
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const bool is_v = blockIdx.y == 1;
+  const LaneAngles<E> angles = is_v ? LaneAngles<E>{} : lane_angles<E>(a.rope, pos, c0);  // V is not rotated
+  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  // The FP16 slot of pos (window, selective, full; not int8 / int4, whose sink and
+  // window are 0).
+  auto f16_slot = [&] { return part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + c0; };
+  if constexpr (Scheme::kBits != 0) {
+    if (blockIdx.y < 2 && s.window > 0 && pos >= s.sink + s.window) {
+      // pos - window leaves the window; its ring slot is pos's. Quantize its FP16 value
+      // before the new token overwrites it (the same lane reads and writes).
+      const std::uint16_t* slot = f16_slot();
+      float old[E];
+      load_halves(slot, old);
+      quantize_head<D, Scheme>(s, part, pos - s.window - s.body_base, head, old);
+      if (a.ring_backup) {  // so that this append can be taken back (kv_restore_ring_slot)
+        std::uint16_t* b = a.ring_backup + ((is_v ? s.kv_heads : 0) + head) * D + c0;
+#pragma unroll
+        for (int i = 0; i < E; ++i) b[i] = slot[i];
+      }
+    }
+  }
+  if (a.history_complete) pdl_wait();
+  if (blockIdx.y == 2) {  // the query heads of this KV head's group, rotated in place
+    const int group = static_cast<int>(a.rope.n_heads / s.kv_heads);
+    for (int h = head * group; h < (head + 1) * group; ++h) {
+      rotate_in_place(angles, static_cast<__half*>(a.rope.q) + h * D + c0);
+    }
+    return;
+  }
+  float x[E];
+  load_halves((is_v ? a.v : a.k) + head * D + c0, x);
+  if (!is_v) rotate<E>(angles, x);
+
+  if constexpr (Scheme::kBits != 0) {
+    if (s.window == 0) {  // int8 / int4: every token quantized on arrival
+      quantize_head<D, Scheme>(s, part, pos - s.body_base, head, x);
+      return;
+    }
+  }
+  std::uint16_t* slot = f16_slot();
+#pragma unroll
+  for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));  // exact: x holds f16 values
+}
+
+// Prefill, RoPE: grid (kv_heads, 2, rows); y = 0 rotates the row's K head, y = 1 the
+// query heads of its group.
+template <int D>
+__global__ void __launch_bounds__(32) rope_rows_kernel(ChunkRows c, AppendRope rope, int kv_heads) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
+  const int row = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.x);
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const LaneAngles<E> angles = lane_angles<E>(rope, c.pos0 + row, c0);
+  __half* base = static_cast<__half*>(c.base) + row * c.ld;
+  const int group = static_cast<int>(rope.n_heads / kv_heads);
+  const int first = blockIdx.y == 0 ? 0 : head * group, last = blockIdx.y == 0 ? 1 : (head + 1) * group;
+  for (int h = first; h < last; ++h) {
+    rotate_in_place(angles, blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0);
+  }
+}
+
+struct AppendRowsArgs {
+  KvLayerShape shape;
+  KvLayerDevice layer;
+  ChunkRows chunk;
+  const std::uint16_t* snapshot;  // [2][kv_heads][window][D]
+};
+
+// Prefill, append: grid (kv_heads, 2 (K, V), rows), one warp each; order-free, so the
+// rows run in parallel: a ring slot is written by its last writer in the chunk only, and
+// a token leaving the window is read from the chunk or the snapshot, never from the ring.
+template <int D, class Scheme>
+__global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
+  const KvLayerShape& s = a.shape;
+  const ChunkRows& c = a.chunk;
+  const int row = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.x);
+  const bool is_v = blockIdx.y == 1;
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const long long t = c.pos0 + row;
+  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  auto chunk_row = [&](long long r) {
+    return static_cast<const __half*>(c.base) + r * c.ld + (is_v ? c.v_col : c.k_col) + head * D + c0;
+  };
+  float x[E];
+  load_halves(chunk_row(row), x);
+  if constexpr (Scheme::kBits != 0) {
+    if (s.window == 0) {  // int8 / int4: every token quantized on arrival
+      quantize_head<D, Scheme>(s, part, t - s.body_base, head, x);
+      return;
+    }
+    if (t >= s.sink + s.window) {  // t - window leaves the window
+      const long long u = t - s.window;
+      float old[E];
+      if (u >= c.pos0) {
+        load_halves(chunk_row(u - c.pos0), old);
+      } else {
+        load_halves(a.snapshot + ((is_v ? s.kv_heads : 0) + head) * s.window * D + (u % s.window) * D + c0, old);
+      }
+      quantize_head<D, Scheme>(s, part, u - s.body_base, head, old);
+    }
+  }
+  const bool in_ring = s.window > 0 && t >= s.sink;
+  if (in_ring && t < c.pos0 + c.rows - s.window) return;  // a later row of the chunk takes this slot
+  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(t)) * D + c0;
+#pragma unroll
+  for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));
+}
+
+// A scheme with no body: FP16 only.
+struct NoBody {
+  static constexpr int kBits = 0;
+};
+
+template <int D>
+void launch(const AppendArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), a.rope.cos ? 3 : 2);
+  switch (a.shape.body) {
+    case KvBody::none: launch_pdl(kv_append_kernel<D, NoBody>, grid, 32, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(kv_append_kernel<D, formats::Int8Symmetric>, grid, 32, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(kv_append_kernel<D, formats::Int4Asymmetric>, grid, 32, 0, stream, a); break;
+  }
+}
+
+void run(const AppendArgs& a, cudaStream_t stream) {
+  LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
+               ", expected 64 or 128");
+  if (a.rope.cos) {
+    LOWBIT_CHECK(a.rope.sin && a.rope.q && a.rope.rope_dims > 0 && a.rope.rope_dims % 2 == 0 &&
+                     a.rope.rope_dims <= a.shape.head_dim && a.rope.n_heads > 0 &&
+                     a.rope.n_heads % a.shape.kv_heads == 0,
+                 "kv_append: rope with rope_dims ", a.rope.rope_dims, " (even, <= head_dim ", a.shape.head_dim,
+                 "), ", a.rope.n_heads, " query heads (a multiple of ", a.shape.kv_heads, "), tables and q set");
+  }
+  if (a.shape.head_dim == 64) {
+    launch<64>(a, stream);
+  } else {
+    launch<128>(a, stream);
+  }
+}
+
+}  // namespace
+
+void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
+               cuda_stream_t stream, const AppendRope* rope) {
+  const std::int64_t capacity = kv_positions_held(shape);
+  LOWBIT_CHECK(pos >= 0 && pos < capacity, "kv_append: position ", pos, " outside the cache (", capacity,
+               " tokens)");
+  run(AppendArgs{shape, layer, pos, nullptr, static_cast<const __half*>(k), static_cast<const __half*>(v),
+                 rope ? *rope : AppendRope{}, false, nullptr},
+      stream);
+}
+
+void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream) {
+  check_chunk_rows(shape, chunk, "rope_rows");
+  LOWBIT_CHECK(rope.cos && rope.sin && rope.rope_dims > 0 && rope.rope_dims % 2 == 0 &&
+                   rope.rope_dims <= shape.head_dim && rope.n_heads > 0 && rope.n_heads % shape.kv_heads == 0 &&
+                   chunk.k_col >= rope.n_heads * shape.head_dim,
+               "rope_rows: rope_dims ", rope.rope_dims, " (even, <= head_dim ", shape.head_dim, "), ", rope.n_heads,
+               " query heads (a multiple of ", shape.kv_heads, ", before k_col ", chunk.k_col, "), tables set");
+  const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
+  const int kv_heads = static_cast<int>(shape.kv_heads);
+  if (shape.head_dim == 64) {
+    launch_pdl(rope_rows_kernel<64>, grid, 32, 0, stream, chunk, rope, kv_heads);
+  } else {
+    launch_pdl(rope_rows_kernel<128>, grid, 32, 0, stream, chunk, rope, kv_heads);
+  }
+}
+
+std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
+  return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2);
+}
+
+void kv_append_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk, void* snapshot,
+                    cuda_stream_t stream) {
+  check_chunk_rows(shape, chunk, "kv_append_rows");
+  const std::int64_t d = shape.head_dim;
+  if (shape.window > 0) {
+    LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
+    const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
+    const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
+    const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
+    auto* dst = static_cast<std::uint8_t*>(snapshot);
+    for (const KvPart* part : {&layer.k, &layer.v}) {
+      const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
+      LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
+      dst += width * rows;
+    }
+  }
+  const AppendRowsArgs a{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)};
+  const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
+  auto go = [&](auto kernel) { launch_pdl(kernel, grid, 32, 0, stream, a); };
+  if (d == 64) {
+    switch (shape.body) {
+      case KvBody::none: go(kv_append_rows_kernel<64, NoBody>); break;
+      case KvBody::int8: go(kv_append_rows_kernel<64, formats::Int8Symmetric>); break;
+      case KvBody::int4: go(kv_append_rows_kernel<64, formats::Int4Asymmetric>); break;
+    }
+  } else {
+    switch (shape.body) {
+      case KvBody::none: go(kv_append_rows_kernel<128, NoBody>); break;
+      case KvBody::int8: go(kv_append_rows_kernel<128, formats::Int8Symmetric>); break;
+      case KvBody::int4: go(kv_append_rows_kernel<128, formats::Int4Asymmetric>); break;
+    }
+  }
+}
+
+void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
+                  const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope, bool history_complete,
+                  void* ring_backup) {
+  LOWBIT_CHECK(device_pos != nullptr, "kv_append_at: null device position");
+  run(AppendArgs{shape, layer, 0, device_pos, static_cast<const __half*>(k), static_cast<const __half*>(v),
+                 rope ? *rope : AppendRope{}, history_complete, static_cast<std::uint16_t*>(ring_backup)},
+      stream);
+}
+
+std::size_t ring_backup_bytes(const KvLayerShape& shape) {
+  return shape.body != KvBody::none && shape.window > 0
+             ? static_cast<std::size_t>(2 * shape.kv_heads * shape.head_dim * 2)
+             : 0;
+}
+
+namespace {
+
+// grid (kv_heads, 2), one warp each: the backup of K or V of one head back into its slot.
+__global__ void __launch_bounds__(32) restore_ring_slot_kernel(KvLayerShape s, KvLayerDevice layer, long long pos,
+                                                               const std::uint16_t* backup) {
+  pdl_trigger();
+  pdl_wait();
+  const int head = static_cast<int>(blockIdx.x);
+  const bool is_v = blockIdx.y == 1;
+  const KvPart& part = is_v ? layer.v : layer.k;
+  const long long d = s.head_dim;
+  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(pos)) * d;
+  const std::uint16_t* b = backup + ((is_v ? s.kv_heads : 0) + head) * d;
+  for (long long i = threadIdx.x; i < d; i += 32) slot[i] = b[i];
+}
+
+}  // namespace
+
+void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos,
+                          const void* ring_backup, cuda_stream_t stream) {
+  if (ring_backup_bytes(shape) == 0 || pos < shape.sink + shape.window) return;  // nothing was overwritten
+  LOWBIT_CHECK(ring_backup != nullptr && pos < kv_positions_held(shape), "kv_restore_ring_slot: position ", pos,
+               " outside the cache or no backup");
+  launch_pdl(restore_ring_slot_kernel, dim3(static_cast<unsigned>(shape.kv_heads), 2), 32, 0, stream, shape, layer,
+             static_cast<long long>(pos), static_cast<const std::uint16_t*>(ring_backup));
+}
+
+}  // namespace lowbit::cuda::engine

@@ -1,0 +1,165 @@
+// The small kernels of the GPU forward pass (forward_kernels.h). Each is a few
+// microseconds at decode sizes; what matters is that they are few (the residual add
+// rides on the norm) and graph-capturable.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/model/model_cuda.h"
+#include "core/pdl.cuh"
+#include "lowbit/cuda_check.h"
+#include "lowbit/error.h"
+
+namespace lowbit::cuda::engine {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float half_bits_to_float(std::uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+__device__ __forceinline__ std::uint16_t float_to_half_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
+
+// Sum over the block (kThreads threads); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float partial[kThreads / 32];
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+  return total;
+}
+
+__global__ void embed_kernel(const float* table, const std::int32_t* tokens, int d, float* x) {
+  pdl_trigger();
+  pdl_wait();
+  const long long row = blockIdx.x;
+  const float* src = table + static_cast<long long>(tokens[row]) * d;
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += kThreads) x[row * d + i] = src[i];
+}
+
+__global__ void add_rms_norm_kernel(float* x, const std::uint16_t* delta, const float* weight, int d, float eps,
+                                    std::uint16_t* h) {
+  pdl_trigger();
+  pdl_wait();
+  const long long row = blockIdx.x;
+  float* xr = x + row * d;
+  float ss = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += kThreads) {
+    float v = xr[i];
+    if (delta) {
+      v += half_bits_to_float(delta[row * d + i]);
+      xr[i] = v;
+    }
+    ss = fmaf(v, v, ss);
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(d) + eps);
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += kThreads) {
+    h[row * d + i] = float_to_half_bits(xr[i] * inv * weight[i]);
+  }
+}
+
+__global__ void silu_mul_kernel(const std::uint16_t* gu, long long f, long long total, std::uint16_t* out) {
+  pdl_trigger();
+  pdl_wait();
+  for (long long t = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long row = t / f, j = t % f;
+    const float g = half_bits_to_float(gu[row * 2 * f + j]), u = half_bits_to_float(gu[row * 2 * f + f + j]);
+    out[t] = float_to_half_bits(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+// (value, index) with the larger value winning, the lower index on ties.
+__device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
+  return v > best || (v == best && i < best_i);
+}
+
+__global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logits, int vocab, std::int32_t* token,
+                                                      std::int32_t* advance) {
+  pdl_trigger();
+  pdl_wait();
+  float best = -INFINITY;
+  int best_i = INT_MAX;
+  // 8 logits per 16-byte load, 8 loads in flight per thread (49152 logits: 6 a thread);
+  // a scalar tail past the last whole vector (or everything, when unaligned).
+  const bool vec = reinterpret_cast<std::uintptr_t>(logits) % 16 == 0;
+  const int vectors = vec ? vocab / 8 : 0;
+  constexpr int kBatch = 8;
+  for (int base = static_cast<int>(threadIdx.x); base < vectors; base += kBatch * static_cast<int>(blockDim.x)) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * static_cast<int>(blockDim.x);
+      v[b] = i < vectors ? reinterpret_cast<const uint4*>(logits)[i] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * static_cast<int>(blockDim.x);
+      if (i >= vectors) break;
+      const int i0 = i * 8;
+      const std::uint32_t w[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float x = half_bits_to_float(static_cast<std::uint16_t>(w[e / 2] >> (16 * (e % 2))));
+        if (better(x, i0 + e, best, best_i)) best = x, best_i = i0 + e;
+      }
+    }
+  }
+  for (int i = vectors * 8 + static_cast<int>(threadIdx.x); i < vocab; i += blockDim.x) {
+    const float v = half_bits_to_float(logits[i]);
+    if (better(v, i, best, best_i)) best = v, best_i = i;
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int i = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (better(v, i, best, best_i)) best = v, best_i = i;
+  }
+  __shared__ float values[32];
+  __shared__ int indices[32];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) values[warp] = best, indices[warp] = best_i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x) / 32; ++w) {
+      if (better(values[w], indices[w], best, best_i)) best = values[w], best_i = indices[w];
+    }
+    *token = best_i == INT_MAX ? 0 : best_i;  // all NaN: token 0
+    if (advance) ++*advance;
+  }
+}
+
+unsigned grid_of(std::int64_t n) {
+  LOWBIT_CHECK(n >= 1 && n < (std::int64_t{1} << 31), "forward kernels: ", n, " rows");
+  return static_cast<unsigned>(n);
+}
+
+}  // namespace
+
+void embed_rows(const float* table, const std::int32_t* tokens, std::int64_t n, std::int64_t d, float* x,
+                cuda_stream_t stream) {
+  launch_pdl(embed_kernel, grid_of(n), kThreads, 0, stream, table, tokens, static_cast<int>(d), x);
+}
+
+void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std::int64_t n, std::int64_t d,
+                  float eps, std::uint16_t* h, cuda_stream_t stream) {
+  launch_pdl(add_rms_norm_kernel, grid_of(n), kThreads, 0, stream, x, delta, weight, static_cast<int>(d), eps, h);
+}
+
+void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream) {
+  const std::int64_t total = n * f;
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((total + kThreads - 1) / kThreads, 4096));
+  launch_pdl(silu_mul_kernel, blocks, kThreads, 0, stream, gu, f, total, out);
+}
+
+void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
+                  cuda_stream_t stream) {
+  LOWBIT_CHECK(vocab >= 1 && vocab < INT_MAX, "argmax_token: vocab = ", vocab);
+  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance);
+}
+
+}  // namespace lowbit::cuda::engine

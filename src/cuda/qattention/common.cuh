@@ -1,0 +1,67 @@
+// Shared pieces of the attention kernels: the arguments every attention-stage
+// kernel takes (Q, K, V as column blocks of one Q|K|V matrix) and the warp-level
+// tensor-core helpers (ldmatrix; mma.sync and cp.async come from the GEMM's helpers).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/weight_only/common.cuh"
+#include "lowbit/quantized_attention.h"
+
+namespace lowbit::cuda::attention {
+
+using weight_only::cp_async16;
+using weight_only::cp_async_commit;
+using weight_only::cp_async_wait;
+using weight_only::smem_address;
+
+// Q|K|V is [L x (H + 2 Hkv) hd]: query head h at column h hd, kv head g's K at
+// (H + g) hd and V at (H + Hkv + g) hd.
+struct AttnArgs {
+  const __half* qkv = nullptr;
+  std::int64_t ld = 0;  // row stride of qkv, elements
+  int seq_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = false;
+  float scale = 0.0f;   // 1 / sqrt(hd)
+  __half* out = nullptr;  // [L x H hd]
+  std::int64_t ldo = 0;
+  float* scores = nullptr;  // sequential variants: [H x L x L]
+
+  __device__ __host__ int group() const { return heads / kv_heads; }
+  __device__ __host__ std::int64_t q_col(int h) const { return static_cast<std::int64_t>(h) * head_dim; }
+  __device__ __host__ std::int64_t k_col(int h) const {
+    return static_cast<std::int64_t>(heads + h / group()) * head_dim;
+  }
+  __device__ __host__ std::int64_t v_col(int h) const {
+    return static_cast<std::int64_t>(heads + kv_heads + h / group()) * head_dim;
+  }
+};
+
+// ldmatrix: four 8x8 b16 matrices; lane i supplies the row address of matrix i / 8.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  weight_only::mma_16816<__half>(d, a[0], a[1], a[2], a[3], b0, b1);
+}
+
+__device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+// 16-byte chunk `chunk` of smem row `row` sits at chunk ^ (row & 7): the 8 rows an
+// ldmatrix phase reads land on 8 different bank groups.
+__device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
+
+}  // namespace lowbit::cuda::attention

@@ -1,0 +1,110 @@
+// The four variants as sequences of launches on one stream (see attention.h).
+#include <cmath>
+
+#include "cuda/qattention/qattention_cuda.h"
+#include "cuda/qattention/kernels.h"
+#include "cuda/block_formats/block_formats_cuda.h"
+
+namespace lowbit::cuda::attention {
+namespace {
+
+FusedSegment segment(const BlockQuantizedView& w, const TensorView& bias, std::int64_t rows) {
+  FusedSegment s;
+  s.codes = w.codes.ptr<const std::uint8_t>();
+  s.code_stride = w.codes.row_stride();
+  s.scales = w.scales.data;
+  s.global = w.global_scale.ptr<const float>();
+  s.bias = static_cast<const __half*>(bias.data);
+  s.rows = static_cast<int>(rows);
+  return s;
+}
+
+}  // namespace
+
+static AttnArgs attention_args(const AttentionConfig& c, const WorkspaceLayout& layout, std::uint8_t* base,
+                        const TensorView& out) {
+  AttnArgs a;
+  a.qkv = reinterpret_cast<const __half*>(base + layout.qkv);
+  a.ld = attention_qkv_cols(c);
+  a.seq_len = static_cast<int>(c.seq_len);
+  a.heads = static_cast<int>(c.heads);
+  a.kv_heads = static_cast<int>(c.kv_heads);
+  a.head_dim = static_cast<int>(c.head_dim);
+  a.causal = c.causal;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  a.out = out.ptr<__half>();
+  a.ldo = out.row_stride();
+  a.scores = reinterpret_cast<float*>(base + layout.scores);
+  return a;
+}
+
+void run_attention_kernel(const AttentionConfig& c, AttentionVariant variant, const TensorView& out,
+                          const Workspace& workspace, cuda_stream_t stream) {
+  const AttnArgs a = attention_args(c, workspace_layout(c, variant), static_cast<std::uint8_t*>(workspace.data), out);
+  if (variant == AttentionVariant::fused_two_kernel) {
+    flash_mma(a, stream);
+  } else {
+    flash_simt(a, stream);
+  }
+}
+
+void run(const TensorView& x, const AttentionWeights& w, const AttentionConfig& c, AttentionVariant variant,
+         const TensorView& out, const Workspace& workspace, cuda_stream_t stream) {
+  const WorkspaceLayout layout = workspace_layout(c, variant);
+  auto* base = static_cast<std::uint8_t*>(workspace.data);
+  const std::int64_t nq = c.heads * c.head_dim, nkv = c.kv_heads * c.head_dim;
+  const std::int64_t cols = attention_qkv_cols(c);
+
+  ProjectionArgs p;
+  p.x = x.ptr<const __half>();
+  p.ldx = x.row_stride();
+  p.m = static_cast<int>(c.seq_len);
+  p.k = static_cast<int>(c.d_model);
+  p.n = static_cast<int>(cols);
+  p.seg[0] = segment(w.wq, w.bq, nq);
+  p.seg[1] = segment(w.wk, w.bk, nkv);
+  p.seg[2] = segment(w.wv, w.bv, nkv);
+  p.out = reinterpret_cast<__half*>(base + layout.qkv);
+  p.ldo = cols;
+
+  const AttnArgs a = attention_args(c, layout, base, out);
+
+  if (variant == AttentionVariant::fused_two_kernel) {
+    qkv_fused(p, c.format, stream);
+    flash_mma(a, stream);
+    return;
+  }
+  // Baselines: kernel 1 decodes Wq | Wk | Wv to f16 in global memory (the block
+  // formats' decoder, one launch per matrix).
+  auto* wdec = reinterpret_cast<__half*>(base + layout.weights);
+  p.w = wdec;
+  std::int64_t row0 = 0;
+  for (const auto& [view, rows] : {std::pair{&w.wq, nq}, std::pair{&w.wk, nkv}, std::pair{&w.wv, nkv}}) {
+    cuda::block_decode(*view, c.format,
+                 TensorView::matrix(wdec + row0 * c.d_model, DType::f16, Device::cuda, rows, c.d_model), stream);
+    row0 += rows;
+  }
+  switch (variant) {
+    case AttentionVariant::naive_sequential:
+      for (int s = 0; s < 3; ++s) naive_matmul(p, s, stream);
+      naive_scores(a, stream);
+      naive_scale_mask(a, stream);
+      naive_softmax(a, stream);
+      naive_pv(a, stream);
+      break;
+    case AttentionVariant::tiled_sequential:
+      for (int s = 0; s < 3; ++s) tiled_matmul(p, s, stream);
+      tiled_scores(a, stream);
+      tiled_scale_mask(a, stream);
+      tiled_softmax(a, stream);
+      tiled_pv(a, stream);
+      break;
+    case AttentionVariant::tiled_fused:
+      qkv_wmma(p, stream);
+      flash_simt(a, stream);
+      break;
+    case AttentionVariant::fused_two_kernel: break;
+  }
+}
+
+}  // namespace lowbit::cuda::attention

@@ -1,0 +1,843 @@
+// Weight-only GEMM for small M (1..16, decode): a weight-streaming kernel on tensor
+// cores.
+//
+// The time is the weight bytes (28672 x 8192 INT4 at g32: 117 MB of codes + 29 MB of
+// scales and mins), so everything serves the stream: each warp owns kTN tiles of 8
+// output rows and a contiguous range of K (one k-slice), and per 128-wide step copies
+// one 16-byte vector per lane per tile (INT8: two), i.e. 512 contiguous bytes per
+// tile, plus the tiles' scales and mins, with cp.async into its own ring of kStages
+// shared-memory slots: kStages - 1 steps are in flight while it dequantizes and
+// multiplies the oldest, without spending registers on them.
+//
+// The product is mma.sync m16n8k16 with A = the dequantized weights of two packed
+// tiles (the B fragments of tiles j and j + 1 are exactly the rows g and g + 8 of an
+// A fragment) and B = the activations (8 rows per mma; a second mma for rows 8..15
+// only when M > 8): 4 mma per 512-byte unit for M <= 8. Thanks to the k permutation
+// of the packed layout, a lane's activations for a step are 32 consecutive elements
+// of its row (four 16-byte loads, L1-cached: every warp of the block reads them), and
+// its weights need one scale (and min) per tile per step. The INT4 path is bounded by
+// instructions per byte, so the loop keeps the per-step overhead to pointer bumps.
+//
+// Split-K inside the block: the 8 warps are k_slices x (8 / k_slices); the warps of
+// one column of tiles each sum a slice of K, then add their FP32 partials through
+// shared memory (the rings, reused) in a fixed order (deterministic, no atomics).
+// k_slices is chosen on the host: INT4 the count whose grid best fills the resident
+// block slots (fewest waves), INT8 the most (see launch()).
+//
+// Chunks: a ring slot holds kChunk consecutive steps of each of the warp's tiles, so
+// one copy burst per tile is kChunk x 512 contiguous bytes (and its scales and mins
+// kChunk x 64 B at group 32) instead of 512 B pieces at 32 KB strides.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "core/device.h"
+#include "cuda/weight_only/common.cuh"
+#include "cuda/weight_only/launch.cuh"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::weight_only {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// A warp's slice of the shared-memory ring: kStages slots of kChunk steps x kTN units
+// of codes with their scales and mins. Each warp streams its own units, so a warp only
+// ever waits for its own copies (cp.async groups) and syncs with __syncwarp.
+constexpr int kMaxChunks = 4;  // 16-byte scale chunks per tile per step (group 32)
+template <Form F, int kTN, int kStages, int kChunk>
+struct Ring {
+  static constexpr int kLoads = F == Form::int8 ? 2 : 1;  // 16-byte code loads per lane per unit
+  uint4 codes[kStages][kChunk][kTN][kLoads][32];
+  std::uint16_t scales[kStages][kChunk][kTN][kMaxChunks][8];
+  std::uint16_t mins[kStages][kChunk][kTN][kMaxChunks][8];
+};
+
+// The slow path (the ragged end of K, or rows not 16-byte aligned), kept out of line
+// so that its registers do not burden the streaming loop.
+__device__ __noinline__ void load_x_run_ragged(const std::uint16_t* x, std::int64_t valid, std::uint32_t (&w)[16]) {
+  for (int i = 0; i < 16; ++i) {
+    const std::uint32_t lo = 2 * i < valid ? __ldg(x + 2 * i) : 0u;
+    const std::uint32_t hi = 2 * i + 1 < valid ? __ldg(x + 2 * i + 1) : 0u;
+    w[i] = lo | (hi << 16);
+  }
+}
+
+// What a warp streams, as pointers bumped once per chunk (no 64-bit index math in the
+// loop). Tiles past N and steps past the slice read tile 0 with a zero-filling copy.
+template <Form F, int kTN, int kStages, int kChunk>
+struct Stream {
+  using RingT = Ring<F, kTN, kStages, kChunk>;
+  static constexpr int kUnit = F == Form::int8 ? 1024 : 512;
+  // Scale / min copies of one step: 2 lists x kTN tiles x 4 chunks, spread over lanes.
+  static constexpr int kScaleCopies = (2 * kTN * kMaxChunks + 31) / 32;
+  const std::uint8_t* codes0;      // this lane's bytes of (tile0, first step)
+  const std::uint8_t* base;        // a valid address for the zero-filling copies
+  std::int64_t tile_stride;        // bytes from one tile's row of units to the next
+  int real_tiles;                  // tiles < N among the kTN
+  int scale_step;                  // elements per step
+  const std::uint16_t* scale_src[kScaleCopies];  // this lane's 16-byte scale / min chunks of the first step, or null
+  std::uint16_t* scale_dst[kScaleCopies];        // in slot 0, chunk 0
+
+  __device__ Stream(const Params& p, std::int64_t tile0, std::int64_t step, int lane, RingT& ring) {
+    real_tiles = p.n_tiles - tile0 < kTN ? static_cast<int>(p.n_tiles - tile0) : kTN;
+    base = p.codes + lane * 16;
+    codes0 = p.codes + (tile0 * p.k_steps + step) * kUnit + lane * 16;
+    tile_stride = p.k_steps * kUnit;
+    const int chunks = p.groups_per_step > 0 ? p.groups_per_step : 1;
+    scale_step = p.groups_per_step * 8;
+#pragma unroll
+    for (int t = 0; t < kScaleCopies; ++t) {
+      const int idx = lane + 32 * t;
+      const int list = idx / (kTN * kMaxChunks), j = (idx / kMaxChunks) % kTN, q = idx % kMaxChunks;
+      scale_src[t] = nullptr;
+      scale_dst[t] = list == 0 ? ring.scales[0][0][j][q] : ring.mins[0][0][j][q];
+      if (list < 2 && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
+        scale_src[t] = (list == 0 ? p.scales : p.mins) + ((tile0 + j) * p.groups + step * p.groups_per_step + q) * 8;
+      }
+    }
+  }
+
+  // Copies chunk `chunk` (kChunk steps from the stream's first, of which `valid` are
+  // real; the rest zero-filled) into ring slot `slot`.
+  __device__ __forceinline__ void issue(int lane, int slot, std::int64_t chunk, int valid, RingT& ring) {
+    const std::uint8_t* codes = codes0 + chunk * (kChunk * kUnit);
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) {
+        const bool real = j < real_tiles && c < valid;
+        const std::uint8_t* src = real ? codes + j * tile_stride + c * kUnit : base;
+#pragma unroll
+        for (int h = 0; h < RingT::kLoads; ++h) {
+          cp_async16(&ring.codes[slot][c][j][h][lane], src + (real ? h * 512 : 0), real ? 16 : 0);
+        }
+      }
+    }
+    constexpr int kSlotScales = static_cast<int>(sizeof(RingT::scales[0]) / sizeof(std::uint16_t));
+    constexpr int kChunkScales = static_cast<int>(sizeof(RingT::scales[0][0]) / sizeof(std::uint16_t));
+#pragma unroll
+    for (int t = 0; t < kScaleCopies; ++t) {
+      if (scale_src[t] != nullptr) {
+#pragma unroll
+        for (int c = 0; c < kChunk; ++c) {
+          if (c < valid) {
+            cp_async16(scale_dst[t] + slot * kSlotScales + c * kChunkScales,
+                       scale_src[t] + (chunk * kChunk + c) * scale_step, 16);
+          }
+        }
+      }
+    }
+  }
+  // Single-step slots filled in step order (the xs kernel): codes0 and the scale
+  // sources serve as cursors, bumped once per step, so a step costs the copies and
+  // two pointer bumps.
+  __device__ __forceinline__ void issue_next(int lane, int slot, RingT& ring) {
+    static_assert(kChunk == 1 && RingT::kLoads == 1, "single-step INT4 slots");
+#pragma unroll
+    for (int j = 0; j < kTN; ++j) {
+      const bool real = j < real_tiles;
+      cp_async16(&ring.codes[slot][0][j][0][lane], real ? codes0 + j * tile_stride : base, real ? 16 : 0);
+    }
+    constexpr int kSlotScales = static_cast<int>(sizeof(RingT::scales[0]) / sizeof(std::uint16_t));
+#pragma unroll
+    for (int t = 0; t < kScaleCopies; ++t) {
+      if (scale_src[t] != nullptr) {
+        cp_async16(scale_dst[t] + slot * kSlotScales, scale_src[t], 16);
+        scale_src[t] += scale_step;
+      }
+    }
+    codes0 += kUnit;
+  }
+};
+
+// Dequantizes and multiplies one step (chunk entry c of a slot): per tile pair and
+// packed word, 8 weights x 2 tiles of A fragments against the activation rows in B.
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+__device__ __forceinline__ void compute_step(const Params& p, const std::uint32_t (&x)[kRowGroups][16], int lane,
+                                             int slot, int c, const Ring<F, kTN, kStages, kChunk>& ring,
+                                             float (&acc)[kTN / 2][kRowGroups][4]) {
+  using RingT = Ring<F, kTN, kStages, kChunk>;
+  const int r = lane / 4, cl = lane % 4;
+  const int g = cl >> p.group_shift;
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+    Scale2<T> sc[2];
+    uint4 v[2][RingT::kLoads];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int j = 2 * jp + u;
+      sc[u].s = Act<T>::splat(ring.scales[slot][c][j][g][r]);
+      sc[u].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][c][j][g][r] : std::uint16_t{0});
+#pragma unroll
+      for (int h = 0; h < RingT::kLoads; ++h) v[u][h] = ring.codes[slot][c][j][h][lane];
+    }
+    // Chunk w (k 32c + 8w .. + 7 of the lane) is products t = 2w, 2w + 1.
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      std::uint32_t b[2][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if constexpr (F == Form::int8) {
+          const uint4& q = v[u][w / 2];
+          const std::uint32_t w0 = (w % 2) ? q.z : q.x, w1 = (w % 2) ? q.w : q.y;
+          std::uint32_t lo[2], hi[2];
+          dequant_int8_word<T>(w0, sc[u], lo);
+          dequant_int8_word<T>(w1, sc[u], hi);
+          b[u][0] = lo[0], b[u][1] = lo[1], b[u][2] = hi[0], b[u][3] = hi[1];
+        } else {
+          const uint4& q = v[u][0];
+          dequant_int4_word<T, F>(w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w, sc[u], b[u]);
+        }
+      }
+#pragma unroll
+      for (int rg = 0; rg < kRowGroups; ++rg) {
+        mma_16816<T>(acc[jp][rg], b[0][0], b[1][0], b[0][1], b[1][1], x[rg][4 * w], x[rg][4 * w + 1]);
+        mma_16816<T>(acc[jp][rg], b[0][2], b[1][2], b[0][3], b[1][3], x[rg][4 * w + 2], x[rg][4 * w + 3]);
+      }
+    }
+  }
+}
+
+// The lane's activation runs of one step: rows r and r + 8, k = 128 * step + 32c.
+template <int kRowGroups>
+__device__ __forceinline__ void load_x(const Params& p, const std::uint16_t* const (&xs)[kRowGroups],
+                                       const bool (&row_ok)[kRowGroups], std::int64_t step, std::int64_t fast_end,
+                                       int c, std::uint32_t (&x)[kRowGroups][16]) {
+#pragma unroll
+  for (int rg = 0; rg < kRowGroups; ++rg) {
+    if (!row_ok[rg]) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[rg][i] = 0;
+    } else if (step < fast_end) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(xs[rg]) + v);
+        x[rg][4 * v + 0] = chunk.x, x[rg][4 * v + 1] = chunk.y, x[rg][4 * v + 2] = chunk.z, x[rg][4 * v + 3] = chunk.w;
+      }
+    } else {
+      std::uint32_t ragged[16];  // in local memory: keeps x itself in registers
+      load_x_run_ragged(xs[rg], p.k - (step * formats::kPackStepK + 32 * c), ragged);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[rg][i] = ragged[i];
+    }
+  }
+}
+
+template <Form F, int kTN, int kStages, int kChunk>
+constexpr int ring_bytes() {
+  return kWarps * static_cast<int>(sizeof(Ring<F, kTN, kStages, kChunk>));
+}
+// Resident blocks per SM the launch bounds ask for: as many as the rings allow, at
+// most 3 (2 with the second row group, whose accumulators and activations need the
+// registers).
+template <Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+constexpr int min_blocks() {
+  const int by_smem = (220 * 1024) / ring_bytes<F, kTN, kStages, kChunk>();
+  const int most = kRowGroups == 1 ? 3 : 2;
+  return by_smem < 1 ? 1 : by_smem > most ? most : by_smem;
+}
+
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+__global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kStages, kChunk>()))
+    gemv_kernel(const Params p, int k_slices, int rotate, int pdl) {
+  // Programmatic dependent launch (pdl > 0, launched with the attribute): the next
+  // kernel on the stream may start its blocks as ours retire. pdl 1 waits for the
+  // previous grid before touching global memory; pdl 2 first fills the ring with
+  // weights (constant data, never written by a kernel this one depends on), then waits
+  // before reading the activations or writing the output.
+  if (pdl > 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  using RingT = Ring<F, kTN, kStages, kChunk>;
+  extern __shared__ __align__(16) std::uint8_t ring_bytes_[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 4, c = lane % 4;
+  RingT& ring = reinterpret_cast<RingT*>(ring_bytes_)[warp];
+  const int k_slice = warp % k_slices, column = warp / k_slices;
+  const int columns = kWarps / k_slices;
+  const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) * columns + column) * kTN;
+  const std::int64_t step_begin = p.k_steps * k_slice / k_slices;
+  const std::int64_t step_end = p.k_steps * (k_slice + 1) / k_slices;
+  // Steps whose 32-element activation runs are all inside K and 16-byte aligned.
+  const std::int64_t fast_end = p.x_vec16 ? p.k / formats::kPackStepK : 0;
+
+  float acc[kTN / 2][kRowGroups][4];
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[jp][rg][i] = 0.0f;
+    }
+  }
+  if (tile0 < p.n_tiles && step_begin < step_end) {
+    Stream<F, kTN, kStages, kChunk> stream(p, tile0, step_begin, lane, ring);
+    const std::uint16_t* xs[kRowGroups];
+    bool row_ok[kRowGroups];
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+      const std::int64_t row = r + 8 * rg;
+      row_ok[rg] = row < p.m;
+      xs[rg] = static_cast<const std::uint16_t*>(p.x) + (row_ok[rg] ? row * p.ldx : 0) +
+               step_begin * formats::kPackStepK + 32 * c;
+    }
+    const std::uint16_t* xs0[kRowGroups];
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) xs0[rg] = xs[rg];
+    const std::int64_t steps = step_end - step_begin;
+    const std::int64_t n_chunks = (steps + kChunk - 1) / kChunk;
+    auto valid_of = [&](std::int64_t chunk) {
+      const std::int64_t left = steps - chunk * kChunk;
+      return static_cast<int>(left < kChunk ? left : kChunk);
+    };
+    // The warp walks its chunks from `rot` on, wrapping around (rotate != 0 staggers
+    // the warps' positions in their streams).
+    const std::int64_t rot =
+        rotate ? (static_cast<std::int64_t>(blockIdx.x) * kWarps + warp) * 13 % n_chunks : 0;
+    auto chunk_at = [&](std::int64_t i) { return i + rot < n_chunks ? i + rot : i + rot - n_chunks; };
+    // One commit group per chunk, empty or not, so that wait_group counts chunks.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < n_chunks) stream.issue(lane, s, chunk_at(s), valid_of(chunk_at(s)), ring);
+      cp_async_commit();
+    }
+    if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    int slot = 0;
+    for (std::int64_t i = 0; i < n_chunks; ++i) {
+      const std::int64_t chunk = chunk_at(i);
+      const int valid = valid_of(chunk);
+      std::int64_t step = step_begin + chunk * kChunk;
+      if (rotate) {
+#pragma unroll
+        for (int rg = 0; rg < kRowGroups; ++rg) xs[rg] = xs0[rg] + chunk * kChunk * formats::kPackStepK;
+      }
+      std::uint32_t x[kRowGroups][16];
+      load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
+      cp_async_wait<kStages - 2>();  // this lane's copies of `chunk` have landed
+      __syncwarp();                  // ... and every lane's (scales are shared)
+#pragma unroll
+      for (int cc = 0; cc < kChunk; ++cc) {
+        if (cc > 0) {
+          if (cc >= valid) break;
+          load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
+        }
+        compute_step<T, F, kRowGroups, kTN, kStages, kChunk>(p, x, lane, slot, cc, ring, acc);
+        ++step;
+#pragma unroll
+        for (int rg = 0; rg < kRowGroups; ++rg) xs[rg] += formats::kPackStepK;
+      }
+      __syncwarp();  // the slot refilled next (read last iteration) is free
+      const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
+      if (i + kStages - 1 < n_chunks) {
+        const std::int64_t ahead = chunk_at(i + kStages - 1);
+        stream.issue(lane, ahead_slot, ahead, valid_of(ahead), ring);
+      }
+      cp_async_commit();
+      slot = slot + 1 == kStages ? 0 : slot + 1;
+    }
+  }
+  cp_async_wait<0>();
+  if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (idle warps; a no-op after the first)
+
+  // D fragment: element i of pair jp, row group rg is n = 8 * (tile0 + 2 jp + i / 2)
+  // + r, M row 8 rg + 2c + i % 2.
+  if (k_slices == 1) {
+#pragma unroll
+    for (int jp = 0; jp < kTN / 2; ++jp) {
+#pragma unroll
+      for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, acc[jp][rg][i]);
+      }
+    }
+    return;
+  }
+  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
+  float* partial = reinterpret_cast<float*>(ring_bytes_);  // [warp][kAcc][32], the rings are done
+  static_assert(kWarps * kAcc * 32 * 4 <= ring_bytes<F, kTN, kStages, kChunk>(), "partials fit the rings");
+  __syncthreads();
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[(warp * kAcc + (jp * kRowGroups + rg) * 4 + i) * 32 + lane] = acc[jp][rg][i];
+    }
+  }
+  __syncthreads();
+  if (k_slice != 0) return;
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int a = (jp * kRowGroups + rg) * 4 + i;
+        float sum = 0.0f;
+        for (int s = 0; s < k_slices; ++s) sum += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];  // fixed order
+        store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, sum);
+      }
+    }
+  }
+}
+
+// ---- M > 8: the activations staged once per k-slice group in shared memory ----------
+//
+// gemv_kernel's lanes each load their own 64-byte runs of rows r and r + 8: one LDG.128
+// of the warp touches 16 cache lines (8 rows x 2) for 512 useful bytes, and at M = 16
+// each warp does 8 of them per step, which made the L1 data path, not the weight
+// stream, the limit (bench/NOTES.md, gemv-m16). Here the warps of one k-slice (they
+// walk the same steps) copy each step's activations once, 16-byte chunks with cp.async
+// into a shared ring of the weights' depth, in the same commit groups, and read them
+// back with conflict-free LDS.128. One named barrier per step and group makes every
+// chunk visible and frees the slot refilled next (the CUTLASS multistage order: wait,
+// barrier, issue the slot read last step, compute).
+
+// The xs kernel's epilogue: D fragment element i of pair jp, row group rg is n = 8 *
+// (tile0 + 2 jp + i / 2) + r, M row 8 rg + 2c + i % 2; with k_slices > 1 the warps of a
+// column add their FP32 partials through shared memory in slice order (deterministic).
+template <class T, int kRowGroups, int kTN>
+__device__ __forceinline__ void write_out(const Params& p, const float (&acc)[kTN / 2][kRowGroups][4],
+                                          std::uint8_t* smem, int warp, int lane, int k_slices, int k_slice,
+                                          int column, std::int64_t tile0) {
+  const int r = lane / 4, c = lane % 4;
+  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
+  float* partial = reinterpret_cast<float*>(smem);  // [warp][kAcc][32], once the rings are done
+  if (k_slices > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) partial[(warp * kAcc + a) * 32 + lane] = acc[a / (kRowGroups * 4)][a / 4 % kRowGroups][a % 4];
+    __syncthreads();
+    if (k_slice != 0) return;
+  }
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) {
+    const int jp = a / (kRowGroups * 4), rg = a / 4 % kRowGroups, i = a % 4;
+    float sum = acc[jp][rg][i];
+    if (k_slices > 1) {
+      sum = 0.0f;
+      for (int s = 0; s < k_slices; ++s) sum += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];
+    }
+    store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, sum);
+  }
+}
+
+constexpr int kXRowBytes = formats::kPackStepK * 2;  // one row of a step's activations
+
+template <int kRowGroups>
+constexpr int x_slot_bytes() {
+  return 8 * kRowGroups * kXRowBytes;
+}
+
+// Byte offset of 16-byte chunk ch (elements 8ch .. 8ch + 7 of the step) of a slot row.
+// The swizzle spreads each quarter warp's LDS.128 (rows 2q, 2q + 1; lanes c read chunks
+// 4c + w) over the 8 distinct 16-byte bank groups, and the copies' 8 consecutive chunks
+// of one row too.
+__device__ __forceinline__ int x_chunk_offset(int row, int ch) {
+  return row * kXRowBytes + 16 * (ch ^ (((ch >> 3) & 1) << 1) ^ (row & 1));
+}
+
+// Copies (or, at the ragged end of K and for rows not 16-byte aligned, loads and
+// stores) the activations of `step` into a slot: the group's lane gl of group_threads
+// takes every group_threads-th chunk. Rows past M are zero-filled.
+template <int kRowGroups>
+__device__ __forceinline__ void stage_x(const Params& p, std::int64_t step, std::int64_t fast_end, int gl,
+                                        int group_threads, std::uint8_t* slot) {
+  constexpr int kChunks = 8 * kRowGroups * (formats::kPackStepK / 8);
+  const auto* x = static_cast<const std::uint16_t*>(p.x);
+  for (int q = gl; q < kChunks; q += group_threads) {
+    const int row = q / 16, ch = q % 16;
+    std::uint8_t* dst = slot + x_chunk_offset(row, ch);
+    const std::int64_t k0 = step * formats::kPackStepK + 8 * ch;
+    if (row >= p.m) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);  // (a zero-filling copy needs an aligned source)
+    } else if (step < fast_end) {
+      cp_async16(dst, x + row * p.ldx + k0, 16);
+    } else {
+      std::uint32_t w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const std::uint32_t lo = k0 + 2 * e < p.k ? __ldg(x + row * p.ldx + k0 + 2 * e) : 0u;
+        const std::uint32_t hi = k0 + 2 * e + 1 < p.k ? __ldg(x + row * p.ldx + k0 + 2 * e + 1) : 0u;
+        w[e] = lo | (hi << 16);
+      }
+      *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+__device__ __forceinline__ void group_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// One step from a slot: per packed word w, the lane's 8 activations of each row group
+// (one LDS.128 each), then every tile pair's A fragments of that word against them.
+// Per accumulator the mma order is gemv_kernel's (w, then the two k16 halves).
+template <class T, Form F, int kRowGroups, int kTN, int kStages>
+__device__ __forceinline__ void compute_step_xs(const Params& p, const std::uint8_t* xslot, int lane, int slot,
+                                                const Ring<F, kTN, kStages, 1>& ring,
+                                                float (&acc)[kTN / 2][kRowGroups][4]) {
+  static_assert(F != Form::int8, "the staged-activation kernel takes the INT4 forms");
+  const int r = lane / 4, cl = lane % 4;
+  const int g = cl >> p.group_shift;
+  Scale2<T> sc[kTN];
+  uint4 v[kTN];
+#pragma unroll
+  for (int j = 0; j < kTN; ++j) {
+    sc[j].s = Act<T>::splat(ring.scales[slot][0][j][g][r]);
+    sc[j].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][0][j][g][r] : std::uint16_t{0});
+    v[j] = ring.codes[slot][0][j][0][lane];
+  }
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    std::uint32_t x[kRowGroups][4];
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+      const uint4 q = *reinterpret_cast<const uint4*>(xslot + x_chunk_offset(r + 8 * rg, 4 * cl + w));
+      x[rg][0] = q.x, x[rg][1] = q.y, x[rg][2] = q.z, x[rg][3] = q.w;
+    }
+#pragma unroll
+    for (int jp = 0; jp < kTN / 2; ++jp) {
+      std::uint32_t b[2][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint4& q = v[2 * jp + u];
+        dequant_int4_word<T, F>(w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w, sc[2 * jp + u], b[u]);
+      }
+#pragma unroll
+      for (int rg = 0; rg < kRowGroups; ++rg) {
+        mma_16816<T>(acc[jp][rg], b[0][0], b[1][0], b[0][1], b[1][1], x[rg][0], x[rg][1]);
+        mma_16816<T>(acc[jp][rg], b[0][2], b[1][2], b[0][3], b[1][3], x[rg][2], x[rg][3]);
+      }
+    }
+  }
+}
+
+// Shared memory of a block of `warps` warps (a ring each) and k_slices activation rings.
+template <Form F, int kRowGroups, int kTN, int kStages>
+constexpr int xs_smem_bytes(int warps, int k_slices) {
+  return warps * static_cast<int>(sizeof(Ring<F, kTN, kStages, 1>)) +
+         k_slices * kStages * x_slot_bytes<kRowGroups>();
+}
+
+// blockDim.x / 32 warps = columns x k_slices, at most kXsMaxWarps: 8 (two blocks a SM),
+// or, balanced, one block a SM of as many columns as spread N evenly over the SMs.
+// 128 registers a thread either way.
+constexpr int kXsMaxWarps = 16;
+template <class T, Form F, int kRowGroups, int kTN, int kStages>
+__global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Params p, int k_slices, int pdl) {
+  // pdl as in gemv_kernel: weights before griddepcontrol.wait, activations after.
+  if (pdl > 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  using RingT = Ring<F, kTN, kStages, 1>;
+  constexpr int kXSlot = x_slot_bytes<kRowGroups>();
+  static_assert((kTN / 2 * kRowGroups * 4) * 32 * 4 <= sizeof(RingT), "a warp's partials fit its ring");
+  extern __shared__ __align__(16) std::uint8_t smem_[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  RingT& ring = reinterpret_cast<RingT*>(smem_)[warp];
+  const int k_slice = warp % k_slices, column = warp / k_slices;
+  const int warps = static_cast<int>(blockDim.x) / 32, columns = warps / k_slices;
+  std::uint8_t* xring = smem_ + warps * static_cast<int>(sizeof(RingT)) + k_slice * kStages * kXSlot;
+  const int gl = column * 32 + lane, group_threads = columns * 32;
+  const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) * columns + column) * kTN;
+  const bool have = tile0 < p.n_tiles;  // a warp past N still stages activations for its group
+  const std::int64_t step_begin = p.k_steps * k_slice / k_slices;
+  const std::int64_t steps = p.k_steps * (k_slice + 1) / k_slices - step_begin;
+  const std::int64_t fast_end = p.x_vec16 ? p.k / formats::kPackStepK : 0;
+  float acc[kTN / 2][kRowGroups][4] = {};
+  Stream<F, kTN, kStages, 1> stream(p, have ? tile0 : 0, step_begin, lane, ring);
+  // The thread's activation chunks of a step (at most two on the fast path: 16-byte
+  // aligned rows, whole steps): fixed rows and columns, so a step costs one address
+  // and one copy each; rows past M are zero-filled (x is aligned there).
+  constexpr int kXChunks = 8 * kRowGroups * (formats::kPackStepK / 8);
+  const bool x_fast = p.x_vec16 && kXChunks <= 2 * group_threads;
+  const std::uint16_t* x_src[2];
+  int x_dst[2], x_bytes[2], x_stride[2];
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    const int q = gl + t * group_threads, row = q / 16, ch = q % 16;
+    const bool real = q < kXChunks && row < p.m;
+    x_dst[t] = q < kXChunks ? x_chunk_offset(row, ch) : -1;
+    x_bytes[t] = real ? 16 : 0;
+    x_stride[t] = real ? formats::kPackStepK : 0;
+    x_src[t] = static_cast<const std::uint16_t*>(p.x) +
+               (real ? row * p.ldx + step_begin * formats::kPackStepK + 8 * ch : 0);
+  }
+  auto stage = [&](std::int64_t i, std::uint8_t* slot) {  // the activations of step step_begin + i
+    if (x_fast && step_begin + i < fast_end) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        if (x_dst[t] >= 0) cp_async16(slot + x_dst[t], x_src[t] + i * x_stride[t], x_bytes[t]);
+      }
+    } else {
+      stage_x<kRowGroups>(p, step_begin + i, fast_end, gl, group_threads, slot);
+    }
+  };
+  // Commit groups: the weights of steps 0 .. kStages - 2 (before the dependency wait),
+  // then their activations, then one group (weights + activations) per step: the
+  // group of step i always has kStages - 2 younger ones when step i is computed.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (have && s < steps) stream.issue_next(lane, s, ring);
+    cp_async_commit();
+  }
+  if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) stage(s, xring + s * kXSlot);
+    cp_async_commit();
+  }
+  int slot = 0;
+  for (std::int64_t i = 0; i < steps; ++i) {
+    cp_async_wait<kStages - 2>();                 // this thread's copies of step i have landed
+    group_barrier(1 + k_slice, group_threads);    // ... everyone's; and slot i - 1 is read
+    const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
+    if (i + kStages - 1 < steps) {
+      if (have) stream.issue_next(lane, ahead_slot, ring);
+      stage(i + kStages - 1, xring + ahead_slot * kXSlot);
+    }
+    cp_async_commit();
+    if (have) compute_step_xs<T, F, kRowGroups, kTN, kStages>(p, xring + slot * kXSlot, lane, slot, ring, acc);
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();
+  write_out<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, k_slice, column, tile0);
+}
+
+GemvTuning g_tuning;  // the default: no override
+
+// Programmatic dependent launch by default, weights prefetched before the wait (mode
+// 2): in back-to-back decode launches (H100, 28672 x 8192) the next GEMV fills its
+// rings while the previous one drains: M = 1 Q4_1 g32 0.0585 -> 0.0554 ms, g128 0.0497
+// -> 0.0460 ms (mode 1, waiting first, gave 0.0588 / 0.0491). The cost is a contract:
+// the packed weights must not be written by the kernel that immediately precedes this
+// one on the stream (they are read before griddepcontrol.wait); activations, bias and
+// output are touched only after it. Weights uploaded with cudaMemcpy are safe (a copy
+// is never a programmatic predecessor).
+constexpr int kDefaultPdl = 2;
+
+// Blocks of kWarps / k_slices columns of kTN tiles.
+inline std::int64_t blocks_for(const Params& p, int kTN, int k_slices) {
+  const std::int64_t tiles = (kWarps / k_slices) * kTN;
+  return (p.n_tiles + tiles - 1) / tiles;
+}
+
+// The INT4 k-slice count: the one whose grid fills the resident block slots (per_sm(k)
+// a SM, 0 if it does not fit) best, fewest waves on a tie: a whole grid resident at once
+// beat 1.7 waves by 10% (28672 x 8192: 2 slices, 224 blocks, 86% of copy; 4 slices, 78%).
+template <class PerSm>
+int fill_k_slices(const Params& p, int kTN, PerSm per_sm) {
+  const int sms = multiprocessor_count();
+  int k_slices = 1;
+  double best = 0.0;
+  for (int slices = 1; slices <= kWarps && (slices == 1 || slices <= p.k_steps); slices *= 2) {
+    const std::int64_t slots = static_cast<std::int64_t>(per_sm(slices)) * sms;
+    if (slots == 0) continue;
+    const std::int64_t blocks = blocks_for(p, kTN, slices);
+    const double filled = static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+    if (filled > best + 1e-9) best = filled, k_slices = slices;
+  }
+  return k_slices;
+}
+
+// Launches with programmatic dependent launch when pdl > 0.
+template <class... Args, class... Actual>
+void launch_pdl(void (*kernel)(Args...), std::int64_t blocks, int smem_bytes, int pdl, cudaStream_t stream, int threads,
+                Actual&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl > 0 ? 1 : 0;
+  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Actual>(args)...));
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+void launch(const Params& p, cudaStream_t stream) {
+  auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk>;
+  constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
+  // Once per instantiation (and device, in practice one): the shared-memory opt-in and
+  // the resident blocks per SM it allows.
+  static int per_sm = [&] {
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
+    int blocks = 0;
+    LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kRingBytes));
+    return std::max(blocks, 1);
+  }();
+  int k_slices = 1;
+  if (g_tuning.k_slices > 0) {
+    k_slices = g_tuning.k_slices;
+  } else if constexpr (F == Form::int8) {
+    // INT8 (half the work per byte) streams best with the most slices: 93% of copy
+    // at 28672 x 8192 against 79% with 2 (helper-8's sweep).
+    while (k_slices < kWarps && 2 * k_slices <= p.k_steps) k_slices *= 2;
+  } else {
+    k_slices = fill_k_slices(p, kTN, [&](int) { return per_sm; });
+  }
+  const int pdl = g_tuning.pdl < 0 ? kDefaultPdl : g_tuning.pdl;
+  launch_pdl(kernel, blocks_for(p, kTN, k_slices), kRingBytes, pdl, stream, kThreads, p, k_slices, g_tuning.rotate,
+             pdl);
+}
+
+// The xs kernel (M > 8, or any M through the tuning hook). Two shapes of block:
+// - 8 warps (4 columns x 2 k-slices at 28672 x 8192), two blocks a SM, k-slices by the
+//   fill rule; 224 blocks leave 40 of the 132 SMs one block: they idle half the time.
+// - balanced: one block a SM, columns = N tiles / (kTN x SMs) rounded up (7 at 28672),
+//   k-slices as many as 16 warps and the shared memory allow, so every SM streams
+//   about the same bytes (28 tiles of 8 rows a SM against 32 or 16).
+template <class T, Form F, int kRowGroups, int kTN, int kStages>
+void launch_xs(const Params& p, cudaStream_t stream, bool balanced) {
+  auto* kernel = gemv_xs_kernel<T, F, kRowGroups, kTN, kStages>;
+  auto smem = [](int warps, int slices) { return xs_smem_bytes<F, kRowGroups, kTN, kStages>(warps, slices); };
+  static const int optin = [&] {
+    int bytes = 0;
+    LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return bytes;
+  }();
+  static const std::array<int, 4> per_sm = [&] {  // 8-warp blocks of 1, 2, 4, 8 k-slices; 0: does not fit
+    std::array<int, 4> out{};
+    for (int i = 0; i < 4; ++i) {
+      if (smem(kWarps, 1 << i) <= optin) {
+        LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out[i], kernel, kThreads, smem(kWarps, 1 << i)));
+      }
+    }
+    return out;
+  }();
+  const int pdl = g_tuning.pdl < 0 ? kDefaultPdl : g_tuning.pdl;
+  if (balanced) {
+    const std::int64_t sms = multiprocessor_count();
+    const int columns = static_cast<int>(std::min<std::int64_t>((p.n_tiles + kTN * sms - 1) / (kTN * sms), kXsMaxWarps));
+    int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : std::max(1, kXsMaxWarps / columns);
+    // Named barriers 1 .. k_slices (0 is __syncthreads'): at most 15 slices.
+    k_slices = static_cast<int>(std::min<std::int64_t>({k_slices, kXsMaxWarps - 1, std::max<std::int64_t>(p.k_steps, 1)}));
+    while (k_slices > 1 && (columns * k_slices > kXsMaxWarps || smem(columns * k_slices, k_slices) > optin)) --k_slices;
+    const std::int64_t blocks = (p.n_tiles + columns * kTN - 1) / (columns * kTN);
+    launch_pdl(kernel, blocks, smem(columns * k_slices, k_slices), pdl, stream, 32 * columns * k_slices, p, k_slices,
+               pdl);
+    return;
+  }
+  auto per_sm_of = [&](int slices) { return per_sm[slices == 1 ? 0 : slices == 2 ? 1 : slices == 4 ? 2 : 3]; };
+  // The fill rule among the slice counts that keep the most blocks per SM: more
+  // slices grow the activation ring, and a fuller grid of 1-block SMs lost (28672 x
+  // 8192, M = 16: 8 slices, 1 block a SM, 0.114 ms; 2 slices, 2 blocks, 0.059).
+  auto kept = [&](int slices) { return per_sm_of(slices) >= per_sm_of(1) ? per_sm_of(slices) : 0; };
+  int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : fill_k_slices(p, kTN, kept);
+  while (k_slices > 1 && per_sm_of(k_slices) == 0) k_slices /= 2;  // a forced count whose ring does not fit
+  launch_pdl(kernel, blocks_for(p, kTN, k_slices), smem(kWarps, k_slices), pdl, stream, kThreads, p, k_slices, pdl);
+}
+
+template <class T, Form F, int kTN, int kStages, int kChunk>
+void launch_rows(const Params& p, cudaStream_t stream) {
+  if (p.m > 8) {
+    launch<T, F, 2, kTN, kStages, kChunk>(p, stream);
+  } else {
+    launch<T, F, 1, kTN, kStages, kChunk>(p, stream);
+  }
+}
+
+template <class T, Form F, int kTN, int kStages>
+void launch_xs_rows(const Params& p, cudaStream_t stream, bool balanced) {
+  if (p.m > 8) {
+    launch_xs<T, F, 2, kTN, kStages>(p, stream, balanced);
+  } else {
+    launch_xs<T, F, 1, kTN, kStages>(p, stream, balanced);
+  }
+}
+
+// The shapes a tuning sweep can pick (f16 Q4 with zero point only): gemv_kernel {kTN,
+// kStages, kChunk} (0-8), gemv_xs_kernel {kTN, kStages} (9-15).
+template <class T, Form F>
+bool launch_tuning_variant(const Params& p, int variant, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, __half> && F == Form::q4_zero_point) {
+    switch (variant) {
+      case 0: launch_rows<T, F, 4, 4, 1>(p, stream); return true;
+      case 1: launch_rows<T, F, 2, 3, 2>(p, stream); return true;
+      case 2: launch_rows<T, F, 2, 4, 2>(p, stream); return true;
+      case 3: launch_rows<T, F, 4, 2, 2>(p, stream); return true;
+      case 4: launch_rows<T, F, 2, 2, 4>(p, stream); return true;
+      case 5: launch_rows<T, F, 4, 3, 2>(p, stream); return true;
+      case 6: launch_rows<T, F, 8, 2, 1>(p, stream); return true;
+      case 7: launch_rows<T, F, 8, 3, 1>(p, stream); return true;
+      case 8: launch_rows<T, F, 2, 6, 1>(p, stream); return true;
+      // The xs kernel (activations staged per k-slice group): {kTN, kStages}, 8-warp
+      // blocks (9-12) or one balanced block a SM (13-15).
+      case 9: launch_xs_rows<T, F, 4, 4>(p, stream, false); return true;
+      case 10: launch_xs_rows<T, F, 4, 3>(p, stream, false); return true;
+      case 11: launch_xs_rows<T, F, 8, 2>(p, stream, false); return true;
+      case 12: launch_xs_rows<T, F, 8, 3>(p, stream, false); return true;
+      case 13: launch_xs_rows<T, F, 4, 4>(p, stream, true); return true;
+      case 14: launch_xs_rows<T, F, 4, 3>(p, stream, true); return true;
+      case 15: launch_xs_rows<T, F, 8, 2>(p, stream, true); return true;
+      default: return false;
+    }
+  }
+  return false;
+}
+
+template <class T, Form F>
+void launch_default(const Params& p, cudaStream_t stream) {
+  if (g_tuning.variant >= 0 && launch_tuning_variant<T, F>(p, g_tuning.variant, stream)) return;
+  if constexpr (F == Form::int8) {
+    // INT8 streams best from 3 stages (3 blocks per SM at M <= 8).
+    launch_rows<T, F, 2, 3, 1>(p, stream);
+  } else {
+    // 4 tiles per warp, 4 single-step slots won every group-128 and every M = 16 case
+    // of the sweep (helper-h1, H100); at group 32 and M <= 8, 2 slots of 2 steps (1 KB
+    // bursts per tile, 64 + 64 B of scales and mins) were 1-4% faster (variant 3).
+    const int sms = multiprocessor_count();
+    const bool wide = blocks_for(p, 4, 2) >= sms;
+    if (p.m > 8 && p.groups_per_step == 4 && p.n_tiles > 4 * sms) {  // (2+ columns share x)
+      // M = 9..16, group 32: the activations staged once per k-slice group, one
+      // balanced block a SM (H100, M = 16: 28672 x 8192 0.0581 ms against 0.0611 for
+      // two 8-warp blocks and 0.0635 for gemv_kernel; 8192 x 28672 with 3 stages, 16
+      // warps a block: 0.0591 against 0.0625). bench/NOTES.md, gemv-m16.
+      if (wide) {
+        launch_xs<T, F, 2, 4, 4>(p, stream, true);
+      } else {
+        launch_xs<T, F, 2, 4, 3>(p, stream, true);
+      }
+    } else if (p.m > 8 && wide) {
+      // M = 9..16, other groups, where two k-slices give every SM a block: 8-warp
+      // blocks, two a SM (28672 x 8192 g128: 0.0528 ms against 0.0545 balanced and
+      // 0.0619 for gemv_kernel); narrower N keeps gemv_kernel (not measured balanced).
+      launch_xs<T, F, 2, 4, 4>(p, stream, false);
+    } else if (p.m <= 8 && p.groups_per_step == 4) {
+      launch<T, F, 1, 4, 2, 2>(p, stream);
+    } else {
+      launch_rows<T, F, 4, 4, 1>(p, stream);
+    }
+  }
+}
+
+template <class T>
+void launch_form(const Params& p, Form form, cudaStream_t stream) {
+  switch (form) {
+    case Form::q4_zero_point: return launch_default<T, Form::q4_zero_point>(p, stream);
+    case Form::q4_symmetric: return launch_default<T, Form::q4_symmetric>(p, stream);
+    case Form::int8: return launch_default<T, Form::int8>(p, stream);
+  }
+}
+
+}  // namespace
+
+void set_gemv_tuning(const GemvTuning& tuning) { g_tuning = tuning; }
+
+void launch_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream) {
+  if (bf16) {
+    launch_form<__nv_bfloat16>(p, form, stream);
+  } else {
+    launch_form<__half>(p, form, stream);
+  }
+}
+
+}  // namespace lowbit::cuda::weight_only

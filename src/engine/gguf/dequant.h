@@ -1,0 +1,26 @@
+// ggml tensor blocks decoded to f32: the CPU reference reads GGUF weights through
+// this (F32, F16, BF16, Q8_0, Q4_0, Q4_1). The GPU path repacks instead
+// (ggml_repack.h); this is what both must agree with.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "engine/gguf/reader.h"
+
+namespace lowbit::engine {
+
+// Whether dequantize_row() decodes `type`.
+bool can_dequantize(GgmlType type);
+
+// Decodes `count` elements (a multiple of the type's block size) from `src` into
+// `dst`. `what` names the tensor in errors (unsupported type, partial block).
+void dequantize_row(GgmlType type, const std::uint8_t* src, float* dst, std::int64_t count,
+                    std::string_view what = "tensor");
+
+// The whole tensor, dims[0] fastest, as f32. Throws lowbit::Error naming the tensor
+// and its type when the type is not decodable.
+std::vector<float> dequantize_tensor(const GgufTensor& tensor);
+
+}  // namespace lowbit::engine

@@ -1,0 +1,40 @@
+// GGUF weight matrices in lowbit's weight-only GEMM format, without dequantizing:
+// ggml's Q4_1 (w = q * d + m), Q4_0 (w = (q - 8) * d) and Q8_0 (w = q * d) blocks of
+// 32 along K are exactly WeightOnlySpec {4, 32, zero point}, {4, 32, symmetric} and
+// {8, 32}, with d and m already f16. Only the byte order changes (ggml keeps elements
+// j and j + 16 of a block in one byte; lowbit's input takes 2i and 2i + 1), and then
+// pack_weights puts it in the kernels' order. Done once, on the host, at load time.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/gguf/reader.h"
+#include "lowbit/gemm.h"
+
+namespace lowbit::engine {
+
+// A packed weight in host memory that owns its bytes.
+struct HostPackedWeights {
+  WeightOnlySpec spec;
+  std::int64_t n = 0, k = 0;
+  std::vector<std::uint8_t> codes;
+  std::vector<std::uint16_t> scales, mins;  // act_dtype bits
+
+  PackedWeights view();  // host views of the vectors above
+};
+
+// Whether a GGUF type has a weight-only form (Q4_1, Q4_0, Q8_0).
+bool has_weight_only_form(GgmlType type);
+
+// The 2-D tensor `t` (dims[0] = K, the contiguous input dimension; dims[1] = N)
+// repacked for weight_only_gemm with f16 activations. Throws lowbit::Error naming
+// the tensor when its type has no weight-only form or it is not 2-D.
+HostPackedWeights repack_ggml_weight(const GgufTensor& t);
+
+// Several such tensors of one type and one K stacked along N (rows of the first, then
+// of the next...) into one packed matrix: Q | K | V, or gate | up, as one GEMM.
+HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts);
+
+}  // namespace lowbit::engine

@@ -1,0 +1,67 @@
+// A llama-family model on the GPU: the GGUF's quantized matrices repacked once for
+// lowbit's weight-only GEMM (Q4_1 / Q4_0 / Q8_0 blocks are its W4A16 / W8A16 forms,
+// ggml_repack.h) and never dequantized in memory; Q | K | V and gate | up stacked so
+// that each is one GEMM. Norms and the embedding table (for row lookups) in f32,
+// exactly the CPU reference's values.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/device_buffer.h"
+#include "engine/gguf/repack.h"
+#include "engine/gguf/reader.h"
+#include "engine/model.h"
+#include "lowbit/gemm.h"
+
+namespace lowbit::cuda::engine {
+
+// Matrices that share the input, stacked along N: one GEMM per run of parts of one
+// GGUF type (all of Q | K | V when they share it), each writing its columns of the
+// output.
+struct StackedWeights {
+  struct Part {
+    PackedWeights weights;
+    std::int64_t col0 = 0;  // first output column
+  };
+  std::vector<Part> parts;
+  std::int64_t cols = 0;
+};
+
+struct GpuLayer {
+  StackedWeights qkv;      // [(q_dim + 2 kv_dim) x d_model]
+  PackedWeights wo;        // [d_model x q_dim]
+  StackedWeights gate_up;  // [2 ffn x d_model]
+  PackedWeights down;      // [d_model x ffn]
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+};
+
+class GpuModel {
+ public:
+  // Throws lowbit::Error naming the tensor when one is missing, misshapen, or of a
+  // type without a weight-only form (the GPU path takes Q4_1, Q4_0 and Q8_0 matrices).
+  static GpuModel from_gguf(const lowbit::engine::GgufFile& file);
+
+  const lowbit::engine::ModelConfig& config() const { return config_; }
+  const std::vector<GpuLayer>& layers() const { return layers_; }
+  const float* embedding() const { return embedding_; }      // f32 [vocab x d_model]
+  const float* output_norm() const { return output_norm_; }  // f32 [d_model]
+  const PackedWeights& output() const { return output_; }    // [vocab x d_model]
+  std::size_t device_bytes() const;                          // everything uploaded
+
+ private:
+  PackedWeights upload(lowbit::engine::HostPackedWeights host);
+  StackedWeights upload_stacked(std::span<const lowbit::engine::GgufTensor* const> tensors);
+  const float* upload(const std::vector<float>& values);
+
+  lowbit::engine::ModelConfig config_;
+  std::vector<GpuLayer> layers_;
+  const float* embedding_ = nullptr;
+  const float* output_norm_ = nullptr;
+  PackedWeights output_;
+  std::vector<DeviceBuffer> buffers_;
+};
+
+}  // namespace lowbit::cuda::engine

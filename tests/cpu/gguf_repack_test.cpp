@@ -1,0 +1,151 @@
+// GGUF Q4_1 / Q4_0 / Q8_0 weights repacked for the weight-only GEMM: every packed
+// code, scale and min read back through the packed layout's accessors equals the
+// ggml block's, and the weight-only CPU reference on the repacked weights equals an
+// FP64 product with ggml's weights (rounded to f16, the weight-only definition).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/expect_error.h"
+#include "common/gguf_writer.h"
+#include "common/random.h"
+#include "cpu/weight_only.h"
+#include "engine/gguf/repack.h"
+#include "formats/float16.h"
+#include "formats/weight_pack.h"
+
+namespace lowbit::engine {
+namespace {
+
+namespace gt = test::ggml_id;
+using formats::Half;
+
+struct Case {
+  std::uint32_t type;
+  int block_bytes;
+};
+
+// Random blocks: finite f16 d and m in a modest range, random codes.
+std::vector<std::uint8_t> random_blocks(test::Rng& rng, const Case& c, std::int64_t blocks) {
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(blocks * c.block_bytes));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f), min(-0.3f, 0.3f);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::uint8_t* block = bytes.data() + b * c.block_bytes;
+    for (int i = 0; i < c.block_bytes; ++i) block[i] = static_cast<std::uint8_t>(byte(rng));
+    const std::uint16_t d = formats::from_float<Half>(scale(rng)).bits;
+    std::memcpy(block, &d, 2);
+    if (c.type == gt::q4_1) {
+      const std::uint16_t m = formats::from_float<Half>(min(rng)).bits;
+      std::memcpy(block + 2, &m, 2);
+    }
+  }
+  return bytes;
+}
+
+// ggml's definition of element j of a row: (code, d bits, m bits).
+struct GgmlElement {
+  int q;  // Q4: 0..15; Q8: -128..127
+  std::uint16_t d, m;
+};
+GgmlElement ggml_element(const std::vector<std::uint8_t>& bytes, const Case& c, std::int64_t row_blocks,
+                         std::int64_t r, std::int64_t j) {
+  const std::uint8_t* block = bytes.data() + (r * row_blocks + j / 32) * c.block_bytes;
+  GgmlElement e{};
+  std::memcpy(&e.d, block, 2);
+  const int i = static_cast<int>(j % 32);
+  if (c.type == gt::q8_0) {
+    e.q = static_cast<std::int8_t>(block[2 + i]);
+    return e;
+  }
+  const std::uint8_t* qs = block + (c.type == gt::q4_1 ? 4 : 2);
+  if (c.type == gt::q4_1) std::memcpy(&e.m, block + 2, 2);
+  e.q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+  return e;
+}
+
+TEST(GgmlRepack, EveryCodeScaleAndMinLandsWhereTheLayoutSays) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case c : {Case{gt::q4_1, 20}, Case{gt::q4_0, 18}, Case{gt::q8_0, 34}}) {
+    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{1, 32}, {13, 96}, {8, 256}, {17, 160}}) {
+      SCOPED_TRACE(testing::Message() << "type " << c.type << " N " << n << " K " << k);
+      const std::vector<std::uint8_t> bytes = random_blocks(rng, c, n * k / 32);
+      test::GgufWriter w;
+      w.add_tensor("w", {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(n)}, c.type, bytes);
+      const GgufFile file = GgufFile::from_bytes(w.bytes());
+      HostPackedWeights packed = repack_ggml_weight(*file.find_tensor("w"));
+      ASSERT_EQ(packed.spec.bits, c.type == gt::q8_0 ? 8 : 4);
+      ASSERT_EQ(packed.spec.zero_point, c.type == gt::q4_1);
+      ASSERT_EQ(packed.spec.group_size, 32);
+      const formats::WeightPackLayout layout =
+          formats::make_weight_pack_layout(packed.spec.bits, packed.spec.zero_point, 32, n, k);
+      for (std::int64_t r = 0; r < n; ++r) {
+        for (std::int64_t j = 0; j < k; ++j) {
+          const GgmlElement want = ggml_element(bytes, c, k / 32, r, j);
+          int shift = 0;
+          const std::uint8_t byte = packed.codes[static_cast<std::size_t>(layout.code_byte(r, j, &shift))];
+          const int stored = packed.spec.bits == 8 ? byte : (byte >> shift) & 15;
+          const int q = formats::weight_code_value(layout, stored);
+          ASSERT_EQ(q, c.type == gt::q4_0 ? want.q - 8 : want.q) << "row " << r << " k " << j;
+          const auto s = static_cast<std::size_t>(layout.scale_index(r, layout.group_of(j)));
+          ASSERT_EQ(packed.scales[s], want.d) << "row " << r << " k " << j;
+          if (c.type == gt::q4_1) {
+            ASSERT_EQ(packed.mins[s], want.m) << "row " << r << " k " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GgmlRepack, WeightOnlyReferenceOnRepackedQ4_1MatchesFp64) {
+  LOWBIT_TEST_RNG(rng);
+  const Case c{gt::q4_1, 20};
+  const std::int64_t n = 24, k = 192, m = 3;
+  const std::vector<std::uint8_t> bytes = random_blocks(rng, c, n * k / 32);
+  test::GgufWriter w;
+  w.add_tensor("w", {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(n)}, c.type, bytes);
+  const GgufFile file = GgufFile::from_bytes(w.bytes());
+  HostPackedWeights packed = repack_ggml_weight(*file.find_tensor("w"));
+
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k)), out(static_cast<std::size_t>(m * n));
+  for (auto& v : x) v = formats::from_float<Half>(value(rng)).bits;
+  cpu::weight_only_gemm(TensorView::matrix(x.data(), DType::f16, Device::cpu, m, k), packed.view(), TensorView{},
+                        TensorView::matrix(out.data(), DType::f16, Device::cpu, m, n));
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t r = 0; r < n; ++r) {
+      double sum = 0, magnitude = 0;
+      for (std::int64_t j = 0; j < k; ++j) {
+        const GgmlElement e = ggml_element(bytes, c, k / 32, r, j);
+        // ggml's value q * d + m, rounded once to f16: the weight-only definition
+        // (tested against an independent nearest-even oracle in weight_only_test).
+        const double wv = formats::to_float(formats::dequant_weight<Half>(e.q, Half{e.d}, Half{e.m}));
+        const double xv = formats::to_float(Half{x[static_cast<std::size_t>(i * k + j)]});
+        sum += xv * wv;
+        magnitude += std::fabs(xv * wv);
+      }
+      const double got = formats::to_float(Half{out[static_cast<std::size_t>(i * n + r)]});
+      // FP32 accumulation of K terms, then one f16 rounding.
+      const double tolerance = (k + 8) * std::ldexp(magnitude, -24) + std::ldexp(std::fabs(sum), -10);
+      ASSERT_NEAR(got, sum, tolerance) << "row " << i << " col " << r;
+    }
+  }
+}
+
+TEST(GgmlRepack, RefusesTypesWithoutAWeightOnlyForm) {
+  test::GgufWriter w;
+  w.add_tensor("norm", {64}, gt::f32, std::vector<std::uint8_t>(256, 0));
+  w.add_tensor("f16w", {32, 2}, gt::f16, std::vector<std::uint8_t>(128, 0));
+  w.add_tensor("vec", {32}, gt::q4_1, std::vector<std::uint8_t>(20, 0));
+  const GgufFile file = GgufFile::from_bytes(w.bytes());
+  EXPECT_LOWBIT_ERROR(repack_ggml_weight(*file.find_tensor("norm")), "tensor 'norm': type F32 has no weight-only form");
+  EXPECT_LOWBIT_ERROR(repack_ggml_weight(*file.find_tensor("f16w")), "type F16 has no weight-only form");
+  EXPECT_LOWBIT_ERROR(repack_ggml_weight(*file.find_tensor("vec")), "tensor 'vec': expected a 2-D weight");
+}
+
+}  // namespace
+}  // namespace lowbit::engine

@@ -1,0 +1,137 @@
+// Host side of the GPU decode cache (src/cuda/engine/kv_cache_gpu.h): its layout holds
+// exactly KvCache's bytes, its spans are KvCache::visible's, the CPU twin the GPU test
+// uses reads exactly the values the engine's KvCache reads, and the split plan covers
+// the sequence within its bounds.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/decode_kv_twin.h"
+#include "common/random.h"
+#include "cuda/kv/kv_cuda.h"
+#include "engine/kv_cache.h"
+
+namespace lowbit::test {
+namespace {
+
+using cuda::engine::decode_span;
+using cuda::engine::DecodeSplitPlan;
+using cuda::engine::kv_layer_shape;
+using engine::KvPolicy;
+
+struct Case {
+  KvPolicy policy;
+  int bits;
+};
+const Case kCases[] = {{KvPolicy::full, 0},      {KvPolicy::window, 0}, {KvPolicy::selective, 8},
+                       {KvPolicy::selective, 4}, {KvPolicy::int8, 8},   {KvPolicy::int4, 4}};
+
+engine::KvCacheOptions options(const Case& c, std::int64_t sink, std::int64_t window) {
+  engine::KvCacheOptions o;
+  o.policy = c.policy;
+  o.sink = sink;
+  o.window = window;
+  o.kv_bits = c.bits == 0 ? 8 : c.bits;
+  return o;
+}
+
+TEST(DecodeCacheLayout, HoldsExactlyKvCacheBytes) {
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      const std::int64_t h = 3, tokens = 4096;
+      const KvLayerShape s = kv_layer_shape(c.policy, h, d, 16, 32, c.bits, tokens);
+      // f16 scales (and mins): 2 bytes each
+      const std::size_t part = s.f16_bytes() + s.code_bytes_total() + s.param_count() * 2 * (s.has_mins() ? 2 : 1);
+      EXPECT_EQ(s.param_bytes_total(), s.param_count() * 2 * (s.has_mins() ? 2 : 1));
+      const std::size_t cpu = engine::KvCache::bytes_at({1, h, d}, options(c, 16, 32), tokens);
+      EXPECT_EQ(2 * part, cpu) << engine::kv_policy_name(c.policy) << " bits " << c.bits << " D " << d;
+    }
+  }
+}
+
+TEST(DecodeCacheLayout, SpanIsKvCacheVisible) {
+  for (const Case& c : kCases) {
+    const KvLayerShape s = kv_layer_shape(c.policy, 2, 64, 4, 8, c.bits, 100);
+    for (std::int64_t len = 1; len <= 100; ++len) {
+      const cuda::engine::DecodeSpan span = decode_span(s, len);
+      EXPECT_EQ(span.end, len);
+      EXPECT_LE(span.sink_end, span.recent_begin);
+      if (c.policy == KvPolicy::window) {
+        EXPECT_EQ(span.sink_end, std::min<std::int64_t>(4, len));
+        EXPECT_EQ(span.recent_begin, std::max(span.sink_end, len - 8));
+        EXPECT_EQ(span.visible(s), span.sink_end + len - span.recent_begin);
+      } else {
+        EXPECT_EQ(span.visible(s), len) << engine::kv_policy_name(c.policy);
+      }
+    }
+  }
+}
+
+// The twin's decoded values (what the GPU kernel reads) equal KvCache::key / value of
+// the newest query, bit for bit, for every visible position.
+TEST(DecodeCacheLayout, TwinReadsWhatKvCacheReads) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t h = 3, sink = 4, window = 8, max_tokens = 64;
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t len : {1, 5, 12, 13, 40, 64}) {
+        SCOPED_TRACE(std::string(engine::kv_policy_name(c.policy)) + " bits " + std::to_string(c.bits) + " D " +
+                     std::to_string(d) + " length " + std::to_string(len));
+        const KvLayerShape s = kv_layer_shape(c.policy, h, d, sink, window, c.bits, max_tokens);
+        const auto k = random_f16(rng, len * h, d, 1.0f), v = random_f16(rng, len * h, d, 1.0f);
+        const KvTwin twin = build_kv_twin(s, len, k, v);
+        engine::KvCache cache({1, h, d}, options(c, sink, window), max_tokens);
+        std::vector<float> kf(k.size()), vf(v.size());
+        for (std::size_t i = 0; i < k.size(); ++i) {
+          kf[i] = formats::half_to_float({k[i]});
+          vf[i] = formats::half_to_float({v[i]});
+        }
+        for (std::int64_t p = 0; p < len; ++p) cache.append(0, 1, kf.data() + p * h * d, vf.data() + p * h * d);
+        const std::vector<std::int64_t> pos = visible_positions(twin);
+        const engine::KvCache::Visible vis = cache.visible(0, len - 1);
+        EXPECT_EQ(static_cast<std::int64_t>(pos.size()), vis.sink_end + vis.end - vis.recent_begin);
+        for (std::int64_t p : pos) {
+          EXPECT_EQ(0, std::memcmp(cache.key(0, p), twin.k.decoded.data() + p * h * d, static_cast<std::size_t>(h * d) * 4))
+              << "key at " << p;
+          EXPECT_EQ(0, std::memcmp(cache.value(0, p), twin.v.decoded.data() + p * h * d, static_cast<std::size_t>(h * d) * 4))
+              << "value at " << p;
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
+  for (std::int64_t visible : {1, 7, 48, 49, 63, 64, 65, 300, 4096, 5000, 100000, 1 << 24}) {
+    for (std::int64_t blocks : {1, 3, 8, 32}) {
+      for (int sms : {1, 132}) {
+        const DecodeSplitPlan p = cuda::engine::plan_decode_splits(visible, blocks, sms);
+        EXPECT_GE(p.splits * p.split_len, visible);
+        EXPECT_LT((p.splits - 1) * p.split_len, visible);  // no empty split
+        EXPECT_EQ(p.split_len % DecodeSplitPlan::kAlign, 0);
+        EXPECT_GE(p.split_len, DecodeSplitPlan::kMinSplit);
+        EXPECT_LE(p.split_len, DecodeSplitPlan::kMaxSplit);
+      }
+    }
+  }
+  // 4096 positions, 3 blocks a split, 132 SMs: ~2 blocks per SM.
+  const DecodeSplitPlan p = cuda::engine::plan_decode_splits(4096, 3, 132);
+  EXPECT_GE(p.splits * 3, 132);
+  EXPECT_EQ(cuda::engine::decode_heads_per_block(3), 3);
+  EXPECT_EQ(cuda::engine::decode_heads_per_block(4), 4);
+  EXPECT_EQ(cuda::engine::decode_heads_per_block(8), 4);
+  EXPECT_EQ(cuda::engine::decode_heads_per_block(6), 3);
+  EXPECT_EQ(cuda::engine::decode_heads_per_block(7), 1);
+}
+
+TEST(DecodeCacheLayout, RejectsBadShapes) {
+  EXPECT_THROW(kv_layer_shape(KvPolicy::full, 3, 96, 0, 0, 0, 10), Error);
+  EXPECT_THROW(kv_layer_shape(KvPolicy::selective, 3, 64, 4, 8, 6, 10), Error);
+  EXPECT_THROW(kv_layer_shape(KvPolicy::window, 3, 64, 4, 0, 0, 10), Error);
+  const KvLayerShape s = kv_layer_shape(KvPolicy::full, 3, 64, 0, 0, 0, 10);
+  EXPECT_THROW(decode_span(s, 0), Error);
+}
+
+}  // namespace
+}  // namespace lowbit::test

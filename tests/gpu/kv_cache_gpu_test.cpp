@@ -1,0 +1,499 @@
+// The GPU decode cache (src/cuda/engine): kv_append writes the CPU twin's buffers bit
+// for bit (FP16 slots, and the codes / f16 scales / mins of cpu::kv_quantize()), and decode
+// attention over the mixed cache matches the twin's attention in double, for every
+// policy, lengths 1 .. 5000 (one to many splits), head_dim 64 / 128, GQA 9/3 and 32/8.
+// Buffers nothing wrote hold poison (NaN, 0x5a codes), outputs are poisoned first.
+//
+// Tolerance, per output element (both sides read the same decoded values; u = 2^-24):
+//   - each score is an f32 dot product of D terms with q pre-scaled by log2(e)/sqrt(D)
+//     (one more rounding): |ds| <= E = (D + 4) u Smax, Smax = max_j sum_d |q_d k_jd| / sqrt(D);
+//     a perturbation E of the scores moves the output by <= 2 E Vmax (first order);
+//   - exp2f (2 ulp), the f32 sums of p v over a lane's positions (<= 64 terms a split),
+//     the shuffle and block reductions and the combine over <= 100 splits: below
+//     200 u relative to Vmax; we allow 2^-15 Vmax;
+//   - an f16 output adds its rounding, 2^-11 |o|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/decode_kv_twin.h"
+#include "common/gpu.h"
+#include "common/poison.h"
+#include "common/random.h"
+#include "core/device_buffer.h"
+#include "cuda/kv/kv_cuda.h"
+
+namespace lowbit::test {
+namespace {
+
+namespace ce = cuda::engine;
+using engine::KvPolicy;
+
+struct Case {
+  KvPolicy policy;
+  int bits;
+  const char* name;
+};
+const Case kCases[] = {{KvPolicy::full, 0, "full"},
+                       {KvPolicy::window, 0, "window"},
+                       {KvPolicy::selective, 8, "selective INT8"},
+                       {KvPolicy::selective, 4, "selective INT4"},
+                       {KvPolicy::int8, 8, "int8"},
+                       {KvPolicy::int4, 4, "int4"}};
+
+constexpr std::int64_t kSink = 16, kWindow = 32;
+
+// One layer's device buffers, poisoned as the twin's unwritten slots are.
+struct DeviceLayer {
+  struct Part {
+    cuda::DeviceBuffer f16, codes, scales, mins;
+  };
+  Part k, v;
+  ce::KvLayerDevice dev;
+
+  explicit DeviceLayer(const ce::KvLayerShape& s) {
+    for (auto [part, view] : {std::pair{&k, &dev.k}, std::pair{&v, &dev.v}}) {
+      part->f16 = cuda::DeviceBuffer(s.f16_bytes());
+      part->codes = cuda::DeviceBuffer(s.code_bytes_total());
+      part->scales = cuda::DeviceBuffer(s.param_count() * ce::KvLayerShape::kParamBytes);
+      part->mins = cuda::DeviceBuffer(s.has_mins() ? s.param_count() * ce::KvLayerShape::kParamBytes : 0);
+      view->f16 = part->f16.as<std::uint16_t>();
+      view->codes = part->codes.as<std::uint8_t>();
+      view->scales = part->scales.as<std::uint16_t>();
+      view->mins = part->mins.as<std::uint16_t>();
+    }
+  }
+  void poison() {
+    for (Part* p : {&k, &v}) {
+      for (auto [buf, byte] : {std::pair{&p->f16, kFloatPoison}, std::pair{&p->codes, kCodePoison},
+                               std::pair{&p->scales, kFloatPoison}, std::pair{&p->mins, kFloatPoison}}) {
+        if (buf->bytes()) LOWBIT_CUDA_CHECK(cudaMemset(buf->data(), byte, buf->bytes()));
+      }
+    }
+  }
+  void upload(const KvTwin& t) {
+    for (auto [p, h] : {std::pair{&k, &t.k}, std::pair{&v, &t.v}}) {
+      auto up = [](cuda::DeviceBuffer& d, const void* src) {
+        if (d.bytes()) LOWBIT_CUDA_CHECK(cudaMemcpy(d.data(), src, d.bytes(), cudaMemcpyHostToDevice));
+      };
+      up(p->f16, h->f16.data());
+      up(p->codes, h->codes.data());
+      up(p->scales, h->scales.data());
+      up(p->mins, h->mins.data());
+    }
+  }
+};
+
+// Index of the first differing byte, or -1.
+long long first_difference(const cuda::DeviceBuffer& d, const void* host) {
+  const std::vector<std::uint8_t> got = download<std::uint8_t>(d.data(), d.bytes());
+  const auto* want = static_cast<const std::uint8_t*>(host);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) return static_cast<long long>(i);
+  }
+  return -1;
+}
+
+// The device layer holds the twin's bytes: FP16 slots, codes, scales, mins of K and V.
+void expect_same_buffers(const DeviceLayer& layer, const KvTwin& twin) {
+  for (auto [p, h, name] : {std::tuple{&layer.k, &twin.k, "K"}, std::tuple{&layer.v, &twin.v, "V"}}) {
+    EXPECT_EQ(first_difference(p->f16, h->f16.data()), -1) << name << " FP16 slots";
+    EXPECT_EQ(first_difference(p->codes, h->codes.data()), -1) << name << " codes";
+    EXPECT_EQ(first_difference(p->scales, h->scales.data()), -1) << name << " scales";
+    EXPECT_EQ(first_difference(p->mins, h->mins.data()), -1) << name << " mins";
+  }
+}
+
+class DecodeAttentionGpu : public GpuTest {};
+
+TEST_F(DecodeAttentionGpu, AppendWritesTheCpuQuantizeBuffers) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t length = 300;
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t hkv : {3, 8}) {
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " kv_heads " + std::to_string(hkv));
+        const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
+        const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
+        const KvTwin twin = build_kv_twin(s, length, k, v);
+        cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+        DeviceLayer layer(s);
+        layer.poison();
+        for (std::int64_t pos = 0; pos < length; ++pos) {
+          ce::kv_append(s, layer.dev, pos, kd.as<std::uint16_t>() + pos * hkv * d, vd.as<std::uint16_t>() + pos * hkv * d,
+                        nullptr);
+        }
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        expect_same_buffers(layer, twin);
+      }
+    }
+  }
+}
+
+TEST_F(DecodeAttentionGpu, MatchesTheTwinInDouble) {
+  LOWBIT_TEST_RNG(rng);
+  struct Heads {
+    std::int64_t h, hkv;
+  };
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (Heads hh : {Heads{9, 3}, Heads{32, 8}}) {
+        for (std::int64_t length : {1, 7, 48, 49, 300, 5000}) {
+          for (DType out_dtype : {DType::f32, DType::f16}) {
+            SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
+                         std::to_string(hh.hkv) + " length " + std::to_string(length) + " out " +
+                         dtype_name(out_dtype));
+            const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
+            const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
+            const auto q = random_f16(rng, hh.h, d, 1.5f);
+            const KvTwin twin = build_kv_twin(s, length, k, v);
+            const TwinAttention ref = twin_attention(twin, q, hh.h);
+
+            DeviceLayer layer(s);
+            layer.upload(twin);
+            cuda::DeviceBuffer qd(q.size() * 2);
+            LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+            const ce::DecodeSplitPlan plan = ce::decode_attention_plan(s, twin.span, hh.h);
+            const std::size_t ws_bytes = ce::decode_workspace_bytes(hh.h, d, plan.splits);
+            GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(hh.h * d) * dtype_size(out_dtype));
+            ws.poison(kFloatPoison);
+            out.poison(kFloatPoison);
+            ce::decode_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(), ws_bytes,
+                                 nullptr);
+            LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_TRUE(out.guards_intact("out"));
+            EXPECT_TRUE(ws.guards_intact("workspace"));
+
+            const std::vector<std::uint8_t> raw = out.download_bytes();
+            int bad = 0;
+            double worst = 0.0;
+            for (std::int64_t i = 0; i < hh.h * d; ++i) {
+              const auto e = static_cast<std::size_t>(i);
+              const std::size_t h = e / static_cast<std::size_t>(d);
+              float got;
+              if (out_dtype == DType::f32) {
+                std::memcpy(&got, raw.data() + 4 * e, 4);
+              } else {
+                std::uint16_t bits;
+                std::memcpy(&bits, raw.data() + 2 * e, 2);
+                got = formats::half_to_float({bits});
+              }
+              const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) +
+                                 (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
+              const double err = std::fabs(static_cast<double>(got) - ref.out[e]);
+              if (!(err <= tol)) {
+                if (bad++ < 5) ADD_FAILURE() << "head " << h << " channel " << i % d << ": got " << got << ", want "
+                                             << ref.out[e] << " (tolerance " << tol << ")";
+              }
+              if (err == err) worst = std::max(worst, err / tol);
+            }
+            EXPECT_EQ(bad, 0) << "elements out of tolerance; splits " << plan.splits << " of " << plan.split_len;
+            if (length == 5000 && out_dtype == DType::f32) {
+              std::printf("%s D %lld H %lld/%lld length 5000: %lld splits of %lld, worst error %.3f of tolerance\n",
+                          c.name, static_cast<long long>(d), static_cast<long long>(hh.h),
+                          static_cast<long long>(hh.hkv), static_cast<long long>(plan.splits),
+                          static_cast<long long>(plan.split_len), worst);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The engine's fused RoPE: K rotated before it is stored or quantized, Q in place, equal
+// bit for bit to the CPU's f32 rotation rounded to f16; by host and by device position.
+TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t length = 100, hkv = 3, heads = 9;
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      const std::int64_t rope_dims = d == 64 ? d : d / 2, half = rope_dims / 2;
+      SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d));
+      std::vector<float> cos_t(static_cast<std::size_t>(length * half)), sin_t(cos_t.size());
+      for (std::int64_t p = 0; p < length; ++p) {
+        for (std::int64_t i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / rope_dims);
+          cos_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
+          sin_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
+        }
+      }
+      // The CPU rotation of one head row at position p, rounded to f16.
+      auto rotate = [&](std::vector<std::uint16_t>& x, std::size_t at, std::int64_t p) {
+        for (std::int64_t i = 0; i < half; ++i) {
+          const float a = formats::half_to_float({x[at + 2 * i]}), b = formats::half_to_float({x[at + 2 * i + 1]});
+          const float cs = cos_t[static_cast<std::size_t>(p * half + i)], sn = sin_t[static_cast<std::size_t>(p * half + i)];
+          x[at + 2 * i] = formats::float_to_half(a * cs - b * sn).bits;
+          x[at + 2 * i + 1] = formats::float_to_half(a * sn + b * cs).bits;
+        }
+      };
+      const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
+      const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
+      const auto q = random_f16(rng, length * heads, d, 1.0f);
+      auto k_rot = k, q_rot = q;
+      for (std::int64_t p = 0; p < length; ++p) {
+        for (std::int64_t h = 0; h < hkv; ++h) rotate(k_rot, static_cast<std::size_t>((p * hkv + h) * d), p);
+        for (std::int64_t h = 0; h < heads; ++h) rotate(q_rot, static_cast<std::size_t>((p * heads + h) * d), p);
+      }
+      const KvTwin twin = build_kv_twin(s, length, k_rot, v);
+      cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), cd(cos_t.size() * 4),
+          sd(sin_t.size() * 4), pos_d(4);
+      LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(cd.data(), cos_t.data(), cd.bytes(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(sd.data(), sin_t.data(), sd.bytes(), cudaMemcpyHostToDevice));
+      DeviceLayer layer(s);
+      layer.poison();
+      for (std::int64_t pos = 0; pos < length; ++pos) {
+        const ce::AppendRope rope{cd.as<float>(), sd.as<float>(), rope_dims, qd.as<std::uint16_t>() + pos * heads * d,
+                                  heads};
+        const std::uint16_t* kp = kd.as<std::uint16_t>() + pos * hkv * d;
+        const std::uint16_t* vp = vd.as<std::uint16_t>() + pos * hkv * d;
+        if (pos % 3 == 0) {
+          ce::kv_append(s, layer.dev, pos, kp, vp, nullptr, &rope);
+        } else {  // the graph form, with and without the early work (after a sync: its contract)
+          const auto p32 = static_cast<std::int32_t>(pos);
+          LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+          LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
+          ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kp, vp, nullptr, &rope, pos % 3 == 2);
+        }
+      }
+      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      expect_same_buffers(layer, twin);
+      EXPECT_EQ(first_difference(qd, q_rot.data()), -1) << "Q rotated in place";
+      if (c.policy == KvPolicy::full) {  // the prefill form: q | k | v rows, all rotated in one launch
+        const std::int64_t q_cols = heads * d, ld = q_cols + 2 * hkv * d;
+        std::vector<std::uint16_t> rows(static_cast<std::size_t>(length * ld)), want = rows;
+        for (std::int64_t p = 0; p < length; ++p) {
+          for (std::int64_t i = 0; i < q_cols; ++i) {
+            const auto at = static_cast<std::size_t>(p * ld + i), from = static_cast<std::size_t>(p * q_cols + i);
+            rows[at] = q[from];
+            want[at] = q_rot[from];
+          }
+          for (std::int64_t i = 0; i < hkv * d; ++i) {
+            const auto at = static_cast<std::size_t>(p * ld + q_cols + i), from = static_cast<std::size_t>(p * hkv * d + i);
+            rows[at] = k[from];
+            want[at] = k_rot[from];
+            rows[at + static_cast<std::size_t>(hkv * d)] = want[at + static_cast<std::size_t>(hkv * d)] = v[from];
+          }
+        }
+        cuda::DeviceBuffer rd(rows.size() * 2);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(rd.data(), rows.data(), rd.bytes(), cudaMemcpyHostToDevice));
+        const ce::AppendRope table{cd.as<float>(), sd.as<float>(), rope_dims, nullptr, heads};
+        ce::rope_rows(s, ce::ChunkRows{rd.data(), length, ld, q_cols, q_cols + hkv * d, 0}, table, nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(first_difference(rd, want.data()), -1) << "rope_rows: Q and K rotated in place, V untouched";
+      }
+    }
+  }
+}
+
+// The graph form (position in device memory, the plan of max_length, the combine fused
+// into the split kernel): with max_length = length it is the host form bit for bit; with
+// a longer max_length (splits past the end do no work) it agrees within the combine's
+// rounding; called twice, the counters it leaves behind give the same result again.
+TEST_F(DecodeAttentionGpu, GraphFormMatchesTheHostForm) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t d = 64, heads = 9, hkv = 3, capacity = 6000;
+  for (const Case& c : kCases) {
+    for (std::int64_t length : {1, 7, 300, 2000}) {
+      SCOPED_TRACE(std::string(c.name) + " length " + std::to_string(length));
+      const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+      const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
+      const auto q = random_f16(rng, heads, d, 1.5f);
+      const KvTwin twin = build_kv_twin(s, length, k, v);
+      DeviceLayer layer(s);
+      layer.upload(twin);
+      cuda::DeviceBuffer qd(q.size() * 2), pos_d(4), host_out(heads * d * 4), ws(ce::decode_attention_workspace_bound(s, heads, capacity));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+      const auto p32 = static_cast<std::int32_t>(length - 1);
+      LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
+      cuda::DeviceBuffer host_ws(ws.bytes());
+      ce::decode_attention(s, layer.dev, ce::decode_span(s, length), qd.data(), heads, host_out.data(), DType::f32,
+                           host_ws.data(), host_ws.bytes(), nullptr);
+      const std::vector<float> want = download<float>(host_out.data(), heads * d);
+      LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws.bytes()));
+      for (std::int64_t max_length : {length, capacity, capacity}) {
+        GuardedBuffer out(heads * d * 4);
+        out.poison(kFloatPoison);
+        ce::decode_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), max_length, qd.data(), heads, out.data(),
+                                DType::f32, ws.data(), ws.bytes(), nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(out.guards_intact("out"));
+        std::vector<float> got(static_cast<std::size_t>(heads * d));
+        const std::vector<std::uint8_t> raw = out.download_bytes();
+        std::memcpy(got.data(), raw.data(), raw.size());
+        double worst = 0, scale = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+          scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+        }
+        if (max_length == length) {
+          EXPECT_EQ(worst, 0.0) << "same plan: bit for bit";
+        } else {
+          EXPECT_LE(worst, 1e-5 * scale) << "max_length " << max_length;  // another split, ~1e-7 relative
+        }
+      }
+    }
+  }
+}
+
+// The engine's decode step: kv_append_at and decode_attention_at with history_complete
+// (the append quantizes the token leaving the window and the attention loads the older
+// rows before they wait for their predecessors), in one stream, a sync between steps.
+// Each step's output equals bit for bit that of the same call without early loads, made
+// after the append finished: a row read before the append wrote it (the new token's;
+// selective's token leaving the window) would show. At the end the cache holds the
+// twin's bytes.
+TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t d = 64, heads = 9, hkv = 3, length = 150, capacity = 400;
+  cudaStream_t stream = nullptr;
+  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+    const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
+    const auto q = random_f16(rng, length * heads, d, 1.5f);
+    cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), pos_d(4);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+    DeviceLayer layer(s);
+    layer.poison();
+    const std::size_t ws_bytes = ce::decode_attention_workspace_bound(s, heads, capacity);
+    cuda::DeviceBuffer ws(ws_bytes), early(heads * d * 4), late(heads * d * 4);
+    LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));
+    int mismatched = 0;
+    for (std::int64_t pos = 0; pos < length; ++pos) {
+      const auto p32 = static_cast<std::int32_t>(pos);
+      LOWBIT_CUDA_CHECK(cudaMemcpyAsync(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice, stream));
+      const std::uint16_t* qp = qd.as<std::uint16_t>() + pos * heads * d;
+      ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kd.as<std::uint16_t>() + pos * hkv * d,
+                       vd.as<std::uint16_t>() + pos * hkv * d, stream, nullptr, true);
+      for (auto [out, history_complete] : {std::pair{&early, true}, std::pair{&late, false}}) {
+        LOWBIT_CUDA_CHECK(cudaMemsetAsync(out->data(), 0xff, out->bytes(), stream));
+        ce::decode_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), capacity, qp, heads, out->data(), DType::f32,
+                                ws.data(), ws_bytes, stream, history_complete);
+      }
+      LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::vector<std::uint8_t> a = download<std::uint8_t>(early.data(), early.bytes());
+      const std::vector<std::uint8_t> b = download<std::uint8_t>(late.data(), late.bytes());
+      if (a != b && mismatched++ < 3) ADD_FAILURE() << "position " << pos << ": early loads differ from late ones";
+    }
+    EXPECT_EQ(mismatched, 0);
+    expect_same_buffers(layer, build_kv_twin(s, length, k, v));
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// The rows form (prefill): after a history appended one token at a time, a chunk of
+// rows through kv_append_rows + decode_attention_rows leaves the cache bytes that the
+// rows appended one at a time leave, and gives each row the attention of the host form
+// at its position, within the combine's rounding (the split plans differ) and the f16
+// output's. Chunks start in the sink, at the window's edge and past it, and cross the
+// ring more than once; rows and outputs have padded strides.
+TEST_F(DecodeAttentionGpu, RowsFormMatchesOneAtATime) {
+  LOWBIT_TEST_RNG(rng);
+  struct Chunk {
+    std::int64_t pos0, rows;
+  };
+  const std::int64_t capacity = 1400;
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (Chunk ch : {Chunk{0, 1}, Chunk{0, 70}, Chunk{5, 7}, Chunk{40, 100}, Chunk{300, 33}, Chunk{700, 600}}) {
+        const std::int64_t heads = 9, hkv = 3, q_cols = heads * d, ld = q_cols + 2 * hkv * d + 8;
+        const std::int64_t out_ld = q_cols + 8, end = ch.pos0 + ch.rows;
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " chunk at " + std::to_string(ch.pos0) +
+                     " of " + std::to_string(ch.rows));
+        const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+        // Every position's q | k | v row; the history's rows are appended from here too.
+        const auto rows = random_f16(rng, end, ld, 1.0f);
+        cuda::DeviceBuffer all(rows.size() * 2), chunk_rows(static_cast<std::size_t>(ch.rows * ld * 2));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(all.data(), rows.data(), all.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(chunk_rows.data(), all.as<std::uint16_t>() + ch.pos0 * ld, chunk_rows.bytes(),
+                                     cudaMemcpyDeviceToDevice));
+        DeviceLayer one(s), batch(s);
+        one.poison();
+        batch.poison();
+        auto row_at = [&](std::int64_t pos) { return all.as<std::uint16_t>() + pos * ld; };
+        for (std::int64_t pos = 0; pos < ch.pos0; ++pos) {
+          for (DeviceLayer* layer : {&one, &batch}) {
+            ce::kv_append(s, layer->dev, pos, row_at(pos) + q_cols, row_at(pos) + q_cols + hkv * d, nullptr);
+          }
+        }
+        // One at a time: append, then attend with the host form (f16 out, padded rows).
+        GuardedBuffer want(static_cast<std::size_t>(ch.rows * out_ld * 2)), got(want.bytes());
+        want.poison(kFloatPoison);
+        got.poison(kFloatPoison);
+        cuda::DeviceBuffer ws(ce::decode_attention_workspace_bound(s, heads, capacity));
+        for (std::int64_t r = 0; r < ch.rows; ++r) {
+          const std::int64_t pos = ch.pos0 + r;
+          ce::kv_append(s, one.dev, pos, row_at(pos) + q_cols, row_at(pos) + q_cols + hkv * d, nullptr);
+          ce::decode_attention(s, one.dev, ce::decode_span(s, pos + 1), row_at(pos), heads,
+                               static_cast<std::uint16_t*>(want.data()) + r * out_ld, DType::f16, ws.data(),
+                               ws.bytes(), nullptr);
+        }
+        // The rows form.
+        const ce::ChunkRows chunk{chunk_rows.data(), ch.rows, ld, q_cols, q_cols + hkv * d, ch.pos0};
+        cuda::DeviceBuffer snapshot(ce::ring_snapshot_bytes(s));
+        // A workspace of 5 rows: the rows form then takes several launches.
+        cuda::DeviceBuffer rows_ws(ce::decode_attention_rows_workspace(s, heads, 5, capacity));
+        ce::kv_append_rows(s, batch.dev, chunk, snapshot.data(), nullptr);
+        ce::decode_attention_rows(s, batch.dev, chunk, snapshot.data(), heads, got.data(), out_ld, rows_ws.data(),
+                                  rows_ws.bytes(), nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(got.guards_intact("out"));
+        for (auto [p, q, name] : {std::tuple{&one.k, &batch.k, "K"}, std::tuple{&one.v, &batch.v, "V"}}) {
+          EXPECT_EQ(first_difference(q->f16, download<std::uint8_t>(p->f16.data(), p->f16.bytes()).data()), -1)
+              << name << " FP16 slots";
+          EXPECT_EQ(first_difference(q->codes, download<std::uint8_t>(p->codes.data(), p->codes.bytes()).data()), -1)
+              << name << " codes";
+          EXPECT_EQ(first_difference(q->scales, download<std::uint8_t>(p->scales.data(), p->scales.bytes()).data()),
+                    -1)
+              << name << " scales";
+          EXPECT_EQ(first_difference(q->mins, download<std::uint8_t>(p->mins.data(), p->mins.bytes()).data()), -1)
+              << name << " mins";
+        }
+        // The plans' different combines differ by ~1e-7 relative in f32; after the f16
+        // rounding that is at most one f16 step (2^-10 relative); a wrong row is off by O(1).
+        const auto w = download<std::uint16_t>(want.data(), ch.rows * out_ld);
+        const auto g = download<std::uint16_t>(got.data(), ch.rows * out_ld);
+        int bad = 0;
+        for (std::int64_t r = 0; r < ch.rows; ++r) {
+          for (std::int64_t i = 0; i < q_cols; ++i) {
+            const auto e = static_cast<std::size_t>(r * out_ld + i);
+            const float a = formats::half_to_float({w[e]}), b = formats::half_to_float({g[e]});
+            if (!(std::fabs(a - b) <= 0x1p-10f * std::max(1.0f, std::fabs(a))) && bad++ < 5) {
+              ADD_FAILURE() << "row " << r << " column " << i << ": rows form " << b << ", one at a time " << a;
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+  }
+}
+
+TEST_F(DecodeAttentionGpu, RejectsASmallWorkspace) {
+  const ce::KvLayerShape s = ce::kv_layer_shape(KvPolicy::full, 3, 64, 0, 0, 0, 1000);
+  const ce::DecodeSpan span = ce::decode_span(s, 1000);
+  cuda::DeviceBuffer q(9 * 64 * 2), out(9 * 64 * 4), ws(16);
+  DeviceLayer layer(s);
+  EXPECT_THROW(ce::decode_attention(s, layer.dev, span, q.data(), 9, out.data(), DType::f32, ws.data(), ws.bytes(),
+                                    nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace lowbit::test

@@ -1,0 +1,77 @@
+// The engine's greedy argmax kernel (cuda/engine/forward_kernels.h) against a CPU twin of
+// its contract: the largest logit, the lowest id on ties, NaN never wins (all NaN: token
+// 0), then ++*advance. Fresh random f16 logits of awkward vocabulary sizes (around the
+// 8-wide vector loads and the 1024-thread block), at aligned and unaligned addresses,
+// with planted ties, infinities and NaNs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "common/gpu.h"
+#include "common/random.h"
+#include "core/device_buffer.h"
+#include "cuda/model/model_cuda.h"
+#include "formats/float16.h"
+
+namespace lowbit::test {
+namespace {
+
+class ForwardKernelsGpu : public GpuTest {};
+
+std::int32_t argmax_twin(const std::vector<std::uint16_t>& logits) {
+  std::int32_t best = -1;
+  float best_v = 0.0f;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const float v = formats::half_to_float(formats::Half{logits[i]});
+    if (std::isnan(v)) continue;
+    if (best < 0 || v > best_v) best = static_cast<std::int32_t>(i), best_v = v;
+  }
+  return best < 0 ? 0 : best;
+}
+
+TEST_F(ForwardKernelsGpu, ArgmaxToken) {
+  LOWBIT_TEST_RNG(rng);
+  constexpr std::uint16_t kNaN = 0x7e00, kInf = 0x7c00, kMinusInf = 0xfc00;
+  std::uniform_real_distribution<float> value(-8.0f, 8.0f);
+  for (const std::int64_t vocab : {1, 7, 8, 9, 1000, 8191, 49152, 50001}) {
+    std::uniform_int_distribution<std::int64_t> index(0, vocab - 1);
+    for (const int shift : {0, 1}) {  // elements past a 256-byte boundary
+      for (int pattern = 0; pattern < 5; ++pattern) {
+        SCOPED_TRACE(testing::Message() << "vocab " << vocab << " shift " << shift << " pattern " << pattern);
+        std::vector<std::uint16_t> logits(static_cast<std::size_t>(vocab));
+        for (auto& l : logits) l = formats::from_float<formats::Half>(value(rng)).bits;
+        auto at = [&] { return static_cast<std::size_t>(index(rng)); };
+        if (pattern == 1) {  // a tie for the maximum at three places
+          const std::uint16_t top = formats::from_float<formats::Half>(9.0f).bits;
+          for (int i = 0; i < 3; ++i) logits[at()] = top;
+        } else if (pattern == 2) {  // NaNs (never win) and infinities
+          for (int i = 0; i < 5; ++i) logits[at()] = kNaN;
+          logits[at()] = kMinusInf;
+          if (vocab > 8) logits[at()] = kInf;
+        } else if (pattern == 3) {  // all NaN but one -inf
+          for (auto& l : logits) l = kNaN;
+          logits[at()] = kMinusInf;
+        } else if (pattern == 4) {  // all NaN
+          for (auto& l : logits) l = kNaN;
+        }
+        cuda::DeviceBuffer d_logits((logits.size() + 256) * 2), d_state(8);
+        std::uint16_t* device_logits = d_logits.as<std::uint16_t>() + 128 + shift;
+        LOWBIT_CUDA_CHECK(cudaMemcpy(device_logits, logits.data(), logits.size() * 2, cudaMemcpyHostToDevice));
+        const std::int32_t state[2] = {-7, 41};  // token poisoned, position
+        LOWBIT_CUDA_CHECK(cudaMemcpy(d_state.data(), state, 8, cudaMemcpyHostToDevice));
+        std::int32_t* token = d_state.as<std::int32_t>();
+        cuda::engine::argmax_token(device_logits, vocab, token, token + 1, nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<std::int32_t> got = download<std::int32_t>(d_state.data(), 2);
+        EXPECT_EQ(got[0], argmax_twin(logits));
+        EXPECT_EQ(got[1], 42) << "the position did not advance once";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lowbit::test
