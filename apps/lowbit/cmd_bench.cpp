@@ -6,7 +6,9 @@
 #include "bench/gemm/gemm_bench.h"
 #include "bench/kvquant/kvquant_bench.h"
 #include "commands.h"
+#include "dispatch.h"
 #include "options.h"
+#include "threads.h"
 
 namespace lowbit::cli {
 namespace {
@@ -31,8 +33,11 @@ int bench_kvquant(const Args& args) {
   cli.choices("--case", &options.only_cases, case_names, "run only this case");
   cli.flag("--cpu-only", &options.cpu_only, "do not use the GPU even if there is one");
   cli.flag("--no-matrix", &no_matrix, "skip the dtype x granularity x scheme matrix");
-  cli.integer("--seed", &seed, 1, kMaxInt, "input seed (default 20261122)");
+  cli.integer("-s, --seed", &seed, 1, kMaxInt, "input seed (default 20261122)");
+  ThreadsFlag threads;
+  threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
+  threads.apply();
   options.matrix = !no_matrix;
   options.seed = static_cast<std::uint64_t>(seed);
   return bench::run_kvquant_bench(options);
@@ -53,21 +58,25 @@ int bench_gemm(const Args& args) {
   cli.flag("--cpu-only", &options.cpu_only, "do not use the GPU even if there is one");
   cli.integer("--max-m", &options.max_m, 0, 1 << 20,
               "weight-only section: only the cases with M <= this (0: all; 16 = the decode kernel)");
+  ThreadsFlag threads;
+  threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
+  threads.apply();
   return bench::run_gemm_bench(options);
 }
 
 }  // namespace
 
 int cmd_bench(const Args& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    (args.empty() ? std::cerr : std::cout) << "usage: lowbit bench <kvquant|gemm> [options]\n";
-    return args.empty() ? 2 : 0;
-  }
-  if (args[0] == "kvquant") return bench_kvquant(Args(args.begin() + 1, args.end()));
-  if (args[0] == "gemm") return bench_gemm(Args(args.begin() + 1, args.end()));
-  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant, gemm)\n";
-  return 2;
+  return run_subcommand(
+      "lowbit bench",
+      {{"kvquant", "KV-cache quantization (INT8 / INT4 of a T x D key or value matrix): GB/s against a copy\n"
+                   "measured in the same run, and each kernel checked bit for bit against the CPU reference",
+        bench_kvquant},
+       {"gemm", "quantized GEMMs (INT8, INT4, fused epilogue, W4A16 / W8A16) against cuBLASLt and cuBLAS\n"
+                "in the same run, each result checked first",
+        bench_gemm}},
+      args);
 }
 
 }  // namespace lowbit::cli

@@ -141,7 +141,7 @@ int cmd_eval_attention(const Args& args) {
               "sequential, tiled fused flash-style, ours: fused dequant + tensor-core matmul and flash\n"
               "attention) over several cases, including layer 0 of the default model when it is cached and\n"
               "a large synthetic case (d_model 4096, 32 heads x 128, L up to --max-l).");
-  cli.text("--model", &model_option, "PATH", "GGUF file for the real-weights case (default: the cached model)");
+  cli.text("-m, --model", &model_option, "PATH", "GGUF file for the real-weights case (default: the cached model)");
   cli.choice("--format", &format_name, {"nf4", "mxfp4", "nvfp4"}, "format of the large synthetic cases (default nf4)");
   cli.integer("--max-l", &max_l, 128, 1 << 16, "longest L of the large synthetic case (default 8192)");
   cli.integer("--max-naive-l", &max_naive_l, 1, 1 << 20, "skip naive_sequential above this L (default 2048)");

@@ -10,6 +10,7 @@
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
 #include "commands.h"
+#include "dispatch.h"
 #include "engine/generate.h"
 #include "engine/perplexity.h"
 #include "eval/rouge.h"
@@ -17,6 +18,7 @@
 #include "engine_setup.h"
 #include "lowbit/error.h"
 #include "report/line_plot.h"
+#include "threads.h"
 
 namespace lowbit::cli {
 namespace {
@@ -60,17 +62,17 @@ int cmd_eval_kvcache(const Args& args) {
   std::vector<std::string> only;
   KvCacheFlags kv;
   Options cli("lowbit eval kvcache",
-              "The seed-002 comparison of KV-cache policies (on the GPU, or the CPU reference): perplexity\n"
-              "over WikiText-2 windows, a greedy generation from --prompt scored with ROUGE-L against the\n"
+              "The KV-cache policies compared on one model (on the GPU, or the CPU): perplexity over\n"
+              "WikiText-2 windows, a greedy generation from --prompt scored with ROUGE-L against the\n"
               "full cache's, decode tokens/s after that prompt and after a --speed-prompt-token prompt,\n"
               "KV-cache bytes (and at --memory-tokens tokens against full), and a PNG of KV-cache bytes\n"
               "against generated tokens, one line per policy.");
-  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
-  cli.text("--file", &file, "PATH", "perplexity text (default: data/wikitext-2-raw/wiki.test.raw)");
-  cli.integer("--context", &context, 2, 1 << 20, "perplexity window (default 512)");
+  cli.text("-m, --model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.input_file("-f, --file", &file, "perplexity text (default: data/wikitext-2-raw/wiki.test.raw)");
+  cli.integer("-c, --context", &context, 2, 1 << 20, "perplexity window (default 512)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "perplexity windows per policy (default 8; 0: all)");
-  cli.text("--prompt", &prompt, "TEXT", "the generation prompt");
-  cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens generated per policy (default 200)");
+  cli.text("-p, --prompt", &prompt, "TEXT", "the generation prompt");
+  cli.integer("-n, --max-new-tokens", &max_new, 1, 1 << 20, "tokens generated per policy (default 200)");
   cli.integer("--speed-prompt", &speed_prompt, 0, 1 << 20,
               "tokens of WikiText in the decode-speed prompt (default 2048; 0 skips the speed run)");
   cli.integer("--speed-new-tokens", &speed_new, 2, 1 << 20,
@@ -83,7 +85,12 @@ int cmd_eval_kvcache(const Args& args) {
   kv.declare(cli, /*with_policy=*/false);
   bool no_graphs = false;
   SessionMaker::declare(cli, &device, &no_graphs);
+  ThreadsFlag threads;
+  threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
+  check_input_file("--file", file);
+  cli.warn_ignored({"--kv-bits"}, "(eval kvcache runs selective at 8 bits and at 4)");
+  threads.apply();
 
   const auto loaded = load_model(resolve_model_path(model_path));
   const engine::Model& model = loaded->model;
@@ -217,14 +224,15 @@ int cmd_eval_kvcache(const Args& args) {
 namespace lowbit::cli {
 
 int cmd_eval(const Args& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    (args.empty() ? std::cerr : std::cout) << "usage: lowbit eval kvcache [options]\n";
-    return args.empty() ? 2 : 0;
-  }
-  if (args[0] == "kvcache") return cmd_eval_kvcache(Args(args.begin() + 1, args.end()));
-  if (args[0] == "attention") return cmd_eval_attention(Args(args.begin() + 1, args.end()));
-  std::cerr << "lowbit eval: unknown evaluation '" << args[0] << "' (available: kvcache)\n";
-  return 2;
+  return run_subcommand(
+      "lowbit eval",
+      {{"kvcache", "the KV-cache policies compared on one model: perplexity, ROUGE-L, tokens/s, KV-cache\n"
+                   "memory, and the memory-vs-tokens plot (PNG)",
+        cmd_eval_kvcache},
+       {"attention", "quantized-weight attention (NF4 / MXFP4 / NVFP4): four pipelines timed and checked\n"
+                     "against an FP64 reference, the formats' round trip and memory",
+        cmd_eval_attention}},
+      args);
 }
 
 }  // namespace lowbit::cli

@@ -8,6 +8,7 @@
 #include "engine_session.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
+#include "threads.h"
 
 namespace lowbit::cli {
 
@@ -19,14 +20,18 @@ int cmd_generate(const Args& args) {
   Options cli("lowbit generate",
               "Greedy generation with a KV-cache policy, on the GPU (lowbit's kernels) or the CPU reference;\n"
               "the text streams to stdout, the statistics (prefill and decode speed, KV-cache bytes) to stderr.");
-  cli.text("--prompt", &prompt, "TEXT", "the prompt (required)");
-  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
-  cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens to generate at most (default 200)");
+  ThreadsFlag threads;
+  cli.text("-p, --prompt", &prompt, "TEXT", "the prompt (required)");
+  cli.text("-m, --model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.integer("-n, --max-new-tokens", &max_new, 1, 1 << 20, "tokens to generate at most (default 200)");
   cli.flag("--chat", &chat, "wrap the prompt in the model's chat template (instruct models)");
   kv.declare(cli, /*with_policy=*/true);
   SessionMaker::declare(cli, &device, &no_graphs);
+  threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
-  LOWBIT_CHECK(!prompt.empty(), "--prompt: expected a non-empty prompt");
+  usage_check(cli.given("--prompt"), "--prompt: required (the text to continue)");
+  kv.warn_ignored(cli);
+  threads.apply();
 
   const auto loaded = load_model(resolve_model_path(model_path));
   const engine::Tokenizer& tok = loaded->tokenizer;

@@ -12,6 +12,7 @@
 #include "engine_session.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
+#include "threads.h"
 
 namespace lowbit::cli {
 
@@ -23,15 +24,22 @@ int cmd_perplexity(const Args& args) {
               "Perplexity of a text file (default: the WikiText-2 test split in data/) on the GPU or the CPU\n"
               "reference: each window of --context tokens is evaluated from an empty KV cache with the policy;\n"
               "the first window scores all its predictions, later ones their last --stride tokens.");
-  cli.text("--file", &file, "PATH", "the text (default: data/wikitext-2-raw/wiki.test.raw)");
-  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
-  cli.integer("--context", &context, 2, 1 << 20, "tokens per window (default 512)");
+  ThreadsFlag threads;
+  cli.input_file("-f, --file", &file, "the text (default: data/wikitext-2-raw/wiki.test.raw)");
+  cli.text("-m, --model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.integer("-c, --context", &context, 2, 1 << 20, "tokens per window (default 512)");
   cli.integer("--stride", &stride, 0, 1 << 20, "tokens between windows (default: --context)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "stop after N windows (default 0: all)");
   cli.text("--json", &json_path, "FILE", "also write the result as JSON");
   kv.declare(cli, /*with_policy=*/true);
   SessionMaker::declare(cli, &device);
+  threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
+  check_input_file("--file", file);
+  usage_check(stride <= context, "--stride ", stride, " is longer than --context ", context,
+              " (windows would skip tokens)");
+  kv.warn_ignored(cli);
+  threads.apply();
 
   const auto loaded = load_model(resolve_model_path(model_path));
   const std::vector<std::int32_t> ids = loaded->tokenizer.encode(read_file(file), loaded->tokenizer.add_bos());

@@ -67,9 +67,19 @@ void KvCacheFlags::declare(Options& options, bool with_policy) {
   }
   options.integer("--sink", &sink, 0, 1 << 20, "attention-sink tokens kept in FP16 (default 16)");
   options.integer("--window", &window, 1, 1 << 20, "recent tokens kept in FP16 (default 32)");
-  options.integer("--kv-bits", &kv_bits, 4, 8, "bits of the quantized body for selective: 8 or 4 (default 8)");
+  options.integer_of("--kv-bits", &kv_bits, {8, 4}, "bits of the quantized body for selective (default 8)");
   options.integer("--kv-group", &kv_group, 0, 1 << 20,
                   "channels per quantization scale (and min) (default 0: head_dim, one per token per head)");
+}
+
+void KvCacheFlags::warn_ignored(const Options& options) const {
+  const std::string why = "with --kv-cache " + policy;
+  if (policy == "full") options.warn_ignored({"--sink", "--window", "--kv-bits", "--kv-group"}, why);
+  if (policy == "window") options.warn_ignored({"--kv-bits", "--kv-group"}, why + " (nothing is quantized)");
+  if (policy == "int8" || policy == "int4") {
+    options.warn_ignored({"--sink", "--window"}, why + " (every token is quantized)");
+    options.warn_ignored({"--kv-bits"}, why + " (the policy names its bits)");
+  }
 }
 
 engine::KvCacheOptions KvCacheFlags::options() const {

@@ -36,6 +36,8 @@ struct KvCacheFlags {
   std::string policy = "full";
   std::int64_t sink = 16, window = 32, kv_bits = 8, kv_group = 0;
   void declare(Options& options, bool with_policy);
+  // Warns for each option the user gave that --kv-cache `policy` does not use.
+  void warn_ignored(const Options& options) const;
   engine::KvCacheOptions options() const;  // validated: names the flag at fault
   engine::KvCacheOptions options_for(engine::KvPolicy policy, int kv_bits) const;
 };

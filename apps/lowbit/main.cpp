@@ -2,48 +2,64 @@
 #include <iostream>
 
 #include "commands.h"
+#include "dispatch.h"
 #include "lowbit/error.h"
+#include "options.h"
+#include "version.h"
 
 namespace {
 
-void usage(std::ostream& out) {
-  out << "usage: lowbit <command> [options]\n\n"
-         "commands:\n"
-         "  bench kvquant   KV-cache quantization benchmark (seed 000): CPU baseline, the seed's four\n"
-         "                  GPU kernels and lowbit's production path over the seed's ten T x D cases\n"
-         "  bench gemm      quantized GEMMs (INT8, INT4, fused epilogue, W4A16/W8A16) against cuBLASLt and\n"
-         "                  cuBLAS in the same run (seeds 001, 003)\n"
-         "  generate        greedy generation with a KV-cache policy (full, window, selective, int8, int4)\n"
-         "  perplexity      perplexity of a text file (default WikiText-2) under a KV-cache policy\n"
-         "  eval kvcache    the seed-002 table: perplexity, ROUGE-L, tokens/s and KV memory per policy, and\n"
-         "                  the memory-vs-tokens plot (PNG)\n"
-         "  eval attention  the seed-004 table: four quantized-attention pipelines (NF4/MXFP4/NVFP4 weights)\n"
-         "                  timed and checked against an FP64 reference, formats' round trip and memory\n\n"
-         "Run `lowbit <command> --help` for its options.\n";
+using lowbit::cli::Args;
+
+int help(const Args& args);
+int version(const Args&) {
+  std::cout << lowbit::cli::version_line() << "\n";
+  return 0;
+}
+
+const std::vector<lowbit::cli::Subcommand>& commands() {
+  static const std::vector<lowbit::cli::Subcommand> table = {
+      {"generate", "generate text from a prompt, with a KV-cache policy (full, window, selective, int8, int4)",
+       lowbit::cli::cmd_generate},
+      {"perplexity", "perplexity of a text file (default WikiText-2) under a KV-cache policy, with its +/-",
+       lowbit::cli::cmd_perplexity},
+      {"eval", "kvcache: the KV-cache policies compared (perplexity, ROUGE-L, tokens/s, memory, plot)\n"
+               "attention: quantized-weight attention (NF4 / MXFP4 / NVFP4) pipelines timed and checked",
+       lowbit::cli::cmd_eval},
+      {"bench", "kvquant: KV-cache quantization kernels (GB/s against a copy, exactness)\n"
+                "gemm: quantized GEMMs (INT8, INT4, W4A16 / W8A16) against cuBLAS in the same run",
+       lowbit::cli::cmd_bench},
+      {"help", "help COMMAND [SUBCOMMAND]: that command's options", help},
+      {"version", "lowbit's version and build (also --version)", version},
+  };
+  return table;
+}
+
+// `lowbit help CMD [SUB]` is `lowbit CMD [SUB] --help`.
+int help(const Args& args) {
+  if (args.empty()) {
+    lowbit::cli::print_subcommands(std::cout, "lowbit", commands());
+    return 0;
+  }
+  Args asked = args;
+  asked.push_back("--help");
+  return lowbit::cli::run_subcommand("lowbit", commands(), asked);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const lowbit::cli::Args args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    usage(args.empty() ? std::cerr : std::cout);
-    return args.empty() ? 2 : 0;
-  }
+  const Args args(argv + 1, argv + argc);
   try {
-    const lowbit::cli::Args rest(args.begin() + 1, args.end());
-    if (args[0] == "bench") return lowbit::cli::cmd_bench(rest);
-    if (args[0] == "generate") return lowbit::cli::cmd_generate(rest);
-    if (args[0] == "perplexity") return lowbit::cli::cmd_perplexity(rest);
-    if (args[0] == "eval") return lowbit::cli::cmd_eval(rest);
-    std::cerr << "lowbit: unknown command '" << args[0] << "'\n\n";
-    usage(std::cerr);
+    if (!args.empty() && args[0] == "--version") return version(args);
+    return lowbit::cli::run_subcommand("lowbit", commands(), args);
+  } catch (const lowbit::cli::UsageError& e) {
+    const std::string command = e.command().empty() ? "lowbit" : e.command();
+    std::cerr << command << ": " << e.what() << "\nRun `" << command << " --help` for its options.\n";
     return 2;
-  } catch (const lowbit::Error& e) {
-    std::cerr << e.what() << "\n";
-    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "lowbit: " << e.what() << "\n";
+    const std::string message = lowbit::cli::user_message(e);
+    std::cerr << (message.rfind("lowbit", 0) == 0 ? "" : "lowbit: ") << message << "\n";
     return 1;
   }
 }
