@@ -75,7 +75,10 @@ int cmd_bench(const Args& args) {
         bench_kvquant},
        {"gemm", "quantized GEMMs (INT8, INT4, fused epilogue, W4A16 / W8A16) against cuBLASLt and cuBLAS\n"
                 "in the same run, each result checked first",
-        bench_gemm}},
+        bench_gemm},
+       {"speed", "tokens/s of the engine as llama-bench measures them (pp512 prompt, tg128 generation),\n"
+                 "repeated, with min / median / max",
+        bench_speed}},
       args);
 }
 

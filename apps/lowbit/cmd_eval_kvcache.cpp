@@ -84,7 +84,8 @@ int cmd_eval_kvcache(const Args& args) {
   cli.text("--json", &json_path, "FILE", "also write the results as JSON");
   kv.declare(cli, /*with_policy=*/false);
   bool no_graphs = false;
-  SessionMaker::declare(cli, &device, &no_graphs);
+  std::string cpu_weights = "blocks";
+  SessionMaker::declare(cli, &device, &no_graphs, &cpu_weights);
   ThreadsFlag threads;
   threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
@@ -92,7 +93,7 @@ int cmd_eval_kvcache(const Args& args) {
   cli.warn_ignored({"--kv-bits"}, "(eval kvcache runs selective at 8 bits and at 4)");
   threads.apply();
 
-  const auto loaded = load_model(resolve_model_path(model_path));
+  const auto loaded = load_model(resolve_model_path(model_path), engine::parse_weight_form(cpu_weights.c_str()));
   const engine::Model& model = loaded->model;
   const engine::Tokenizer& tok = loaded->tokenizer;
   const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos());

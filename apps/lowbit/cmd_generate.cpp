@@ -26,14 +26,15 @@ int cmd_generate(const Args& args) {
   cli.integer("-n, --max-new-tokens", &max_new, 1, 1 << 20, "tokens to generate at most (default 200)");
   cli.flag("--chat", &chat, "wrap the prompt in the model's chat template (instruct models)");
   kv.declare(cli, /*with_policy=*/true);
-  SessionMaker::declare(cli, &device, &no_graphs);
+  std::string cpu_weights = "blocks";
+  SessionMaker::declare(cli, &device, &no_graphs, &cpu_weights);
   threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
   usage_check(cli.given("--prompt"), "--prompt: required (the text to continue)");
   kv.warn_ignored(cli);
   threads.apply();
 
-  const auto loaded = load_model(resolve_model_path(model_path));
+  const auto loaded = load_model(resolve_model_path(model_path), engine::parse_weight_form(cpu_weights.c_str()));
   const engine::Tokenizer& tok = loaded->tokenizer;
   const std::string text = chat ? tok.apply_chat_template(prompt) : prompt;
   const std::vector<std::int32_t> ids = tok.encode(text, tok.add_bos());

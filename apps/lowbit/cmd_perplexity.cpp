@@ -32,7 +32,8 @@ int cmd_perplexity(const Args& args) {
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "stop after N windows (default 0: all)");
   cli.text("--json", &json_path, "FILE", "also write the result as JSON");
   kv.declare(cli, /*with_policy=*/true);
-  SessionMaker::declare(cli, &device);
+  std::string cpu_weights = "blocks";
+  SessionMaker::declare(cli, &device, nullptr, &cpu_weights);
   threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
   check_input_file("--file", file);
@@ -41,7 +42,7 @@ int cmd_perplexity(const Args& args) {
   kv.warn_ignored(cli);
   threads.apply();
 
-  const auto loaded = load_model(resolve_model_path(model_path));
+  const auto loaded = load_model(resolve_model_path(model_path), engine::parse_weight_form(cpu_weights.c_str()));
   const std::vector<std::int32_t> ids = loaded->tokenizer.encode(read_file(file), loaded->tokenizer.add_bos());
   engine::PerplexityOptions options;
   options.context = context;

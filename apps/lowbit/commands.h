@@ -10,6 +10,7 @@ namespace lowbit::cli {
 using Args = std::vector<std::string>;
 
 int cmd_bench(const Args& args);
+int bench_speed(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_perplexity(const Args& args);
 int cmd_eval(const Args& args);

@@ -1,5 +1,7 @@
 #include "engine_session.h"
 
+#include "cpu/block_dot.h"
+#include "cpu/thread_pool.h"
 #include "engine/cpu_session.h"
 #include "lowbit/error.h"
 
@@ -64,13 +66,20 @@ std::string SessionMaker::describe() const {
 #if LOWBIT_WITH_CUDA
   if (gpu_) return "GPU" + (gpu_state_ && !gpu_state_->name.empty() ? " (" + gpu_state_->name + ")" : std::string());
 #endif
-  return "CPU reference";
+  const std::string threads = std::to_string(cpu::engine_pool().threads()) + " threads";
+  if (model_->model.weight_form() == engine::WeightForm::f32) return "CPU, FP32 reference, " + threads;
+  return std::string("CPU, Q4/Q8 blocks x 8-bit activations (") + cpu::block_matmul_isa() + "), " + threads;
 }
 
-void SessionMaker::declare(Options& cli, std::string* device, bool* no_graphs) {
+void SessionMaker::declare(Options& cli, std::string* device, bool* no_graphs, std::string* cpu_weights) {
   cli.choice("--device", device, {"auto", "cpu", "gpu"},
-             "where the forward pass runs: the CPU reference, the GPU, or auto (the GPU when present; default)");
+             "where the forward pass runs: the CPU, the GPU, or auto (the GPU when present; default)");
   if (no_graphs) cli.flag("--no-cuda-graphs", no_graphs, "GPU decode launches kernel by kernel (for comparison)");
+  if (cpu_weights) {
+    cli.choice("--cpu-weights", cpu_weights, {"blocks", "f32"},
+               "CPU weights: the file's Q4/Q8 blocks with 8-bit activations (default), or every matrix "
+               "decoded to f32 (the FP32 reference)");
+  }
 }
 
 }  // namespace lowbit::cli

@@ -25,10 +25,13 @@ class SessionMaker {
 
   std::unique_ptr<engine::Session> make(const engine::KvCacheOptions& cache, std::int64_t max_tokens);
   bool gpu() const { return gpu_; }
-  std::string describe() const;  // "CPU reference" or "GPU (NVIDIA H100 ...)"
+  // "GPU (NVIDIA H100 ...)", or the CPU with its weight form, instruction set and threads.
+  std::string describe() const;
 
-  // Declares --device (and --no-cuda-graphs when with_graphs) on a command's options.
-  static void declare(Options& cli, std::string* device, bool* no_graphs = nullptr);
+  // Declares --device (and --no-cuda-graphs, --cpu-weights where given a target) on
+  // a command's options.
+  static void declare(Options& cli, std::string* device, bool* no_graphs = nullptr,
+                      std::string* cpu_weights = nullptr);
 
  private:
   struct GpuState;

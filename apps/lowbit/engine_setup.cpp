@@ -40,9 +40,9 @@ std::string resolve_model_path(const std::string& model_option) {
   return cached;
 }
 
-std::unique_ptr<LoadedModel> load_model(const std::string& path) {
+std::unique_ptr<LoadedModel> load_model(const std::string& path, engine::WeightForm form) {
   engine::GgufFile file = engine::GgufFile::open(path);
-  engine::Model model = engine::Model::from_gguf(file);
+  engine::Model model = engine::Model::from_gguf(file, form);
   engine::Tokenizer tokenizer = engine::Tokenizer::from_gguf(file);
   return std::make_unique<LoadedModel>(LoadedModel{std::move(file), std::move(model), std::move(tokenizer)});
 }

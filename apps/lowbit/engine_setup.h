@@ -25,7 +25,9 @@ struct LoadedModel {
 // --model PATH, else $LOWBIT_MODEL, else the cache of scripts/fetch-model.sh; a clear
 // error naming all three when none is a file.
 std::string resolve_model_path(const std::string& model_option);
-std::unique_ptr<LoadedModel> load_model(const std::string& path);
+// The CPU forward's weights in `form`: the file's blocks (fast) or the FP32 reference.
+std::unique_ptr<LoadedModel> load_model(const std::string& path,
+                                        engine::WeightForm form = engine::WeightForm::blocks);
 
 // The WikiText-2 test split shipped in data/ (or $LOWBIT_WIKITEXT).
 std::string default_text_path();

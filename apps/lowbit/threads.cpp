@@ -1,19 +1,12 @@
 #include "threads.h"
 
 #include <omp.h>
-#include <sched.h>
 
-#include <algorithm>
-#include <thread>
+#include "cpu/thread_pool.h"
 
 namespace lowbit::cli {
 
-// The CPUs this process may run on (taskset, a container's cpuset), else the machine's.
-std::int64_t hardware_threads() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()));
-}
+std::int64_t hardware_threads() { return cpu::available_cpus(); }
 
 void ThreadsFlag::declare(Options& cli) {
   cli.integer("-t, --threads", &threads, 1, hardware_threads(),
@@ -22,6 +15,9 @@ void ThreadsFlag::declare(Options& cli) {
 
 std::int64_t ThreadsFlag::count() const { return threads > 0 ? threads : hardware_threads(); }
 
-void ThreadsFlag::apply() const { omp_set_num_threads(static_cast<int>(count())); }
+void ThreadsFlag::apply() const {
+  omp_set_num_threads(static_cast<int>(count()));
+  cpu::set_engine_threads(static_cast<int>(count()));
+}
 
 }  // namespace lowbit::cli

@@ -16,6 +16,7 @@ struct ThreadsFlag {
   std::int64_t count() const;  // what apply() sets
 };
 
+// The CPUs this process may run on (taskset, a container's cpuset).
 std::int64_t hardware_threads();
 
 }  // namespace lowbit::cli

@@ -84,24 +84,11 @@ inline void row_tile(const float* x, std::int64_t n, std::int64_t k, const float
 
 }  // namespace
 
-void matmul_nt(const float* x, std::int64_t n, std::int64_t k, const float* w, std::int64_t m, float* y) {
-  // Token blocks of ~128 KB of x stay in L2 while each thread streams its rows of w.
-  const std::int64_t block = std::max<std::int64_t>(4, std::min<std::int64_t>(64, (32768 / std::max<std::int64_t>(k, 1)) / 4 * 4));
-  const std::int64_t row_tiles = (m + 3) / 4;
-  for (std::int64_t t0 = 0; t0 < n; t0 += block) {
-    const std::int64_t nt = std::min(block, n - t0);
-    const float* xb = x + t0 * k;
-    float* yb = y + t0 * m;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t r = 0; r < row_tiles; ++r) {
-      const std::int64_t o = r * 4;
-      if (o + 4 <= m) {
-        row_tile<4>(xb, nt, k, w + o * k, yb + o, m);
-      } else {
-        for (std::int64_t oo = o; oo < m; ++oo) row_tile<1>(xb, nt, k, w + oo * k, yb + oo, m);
-      }
-    }
-  }
+void matmul_nt(const float* x, std::int64_t n, std::int64_t k, const float* w, std::int64_t m, float* y,
+               std::int64_t ldy) {
+  std::int64_t o = 0;
+  for (; o + 4 <= m; o += 4) row_tile<4>(x, n, k, w + o * k, y + o, ldy);
+  for (; o < m; ++o) row_tile<1>(x, n, k, w + o * k, y + o, ldy);
 }
 
 float dot(const float* a, const float* b, std::int64_t n) {

@@ -1,5 +1,5 @@
-// FP32 building blocks of the CPU forward pass (OpenMP over output rows, SIMD inner
-// loops). The matrix product uses explicit FMA intrinsics where the target has them:
+// FP32 building blocks of the CPU forward pass (single-threaded; cpu_matmul.h splits
+// the rows over the engine's threads; SIMD inner loops). The matrix product uses explicit FMA intrinsics where the target has them:
 // the library builds with -ffp-contract=off (for bit-exact quantization), so plain
 // loops would not fuse, and floating-point sums are not vectorized without them.
 #pragma once
@@ -8,10 +8,11 @@
 
 namespace lowbit::engine::cpu_kernels {
 
-// y[n x m] = x[n x k] * w[m x k]^T (w rows contiguous over k, as GGUF stores them).
-// Blocked: tiles of 4 tokens x 4 output rows, token blocks kept in cache while
-// every thread sweeps its share of w's rows.
-void matmul_nt(const float* x, std::int64_t n, std::int64_t k, const float* w, std::int64_t m, float* y);
+// y[t * ldy + o] = x[t] . w[o] for n rows x of k and m rows w of k (w rows contiguous
+// over k, as GGUF stores them). Tiles of 4 tokens x 4 output rows. Each output is one
+// chain of FMAs whatever the tiling, so any split of the rows gives the same bits.
+void matmul_nt(const float* x, std::int64_t n, std::int64_t k, const float* w, std::int64_t m, float* y,
+               std::int64_t ldy);
 
 float dot(const float* a, const float* b, std::int64_t n);
 

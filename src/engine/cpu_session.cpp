@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/thread_pool.h"
 #include "engine/cpu_kernels.h"
+#include "engine/cpu_matmul.h"
 #include "engine/rope_table.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
 
 using cpu_kernels::dot;
-using cpu_kernels::matmul_nt;
 using cpu_kernels::rms_norm;
 
 CpuSession::CpuSession(const Model& model, KvCacheOptions cache, std::int64_t max_tokens)
@@ -101,43 +102,35 @@ std::vector<float> CpuSession::forward(std::span<const std::int32_t> tokens, boo
   std::vector<float> q(static_cast<std::size_t>(n * qd)), att(q.size());
   std::vector<float> k(static_cast<std::size_t>(n * kvd)), v(k.size());
   std::vector<float> gate(static_cast<std::size_t>(n * f)), up(gate.size());
-  const std::vector<float>& embd = model_->token_embedding();
-  for (std::int64_t i = 0; i < n; ++i) {
-    std::copy_n(embd.data() + tokens[static_cast<std::size_t>(i)] * d, d, x.data() + i * d);
-  }
+  for (std::int64_t i = 0; i < n; ++i) model_->token_embedding().decode_row(tokens[static_cast<std::size_t>(i)], x.data() + i * d);
+  cpu::ThreadPool& pool = cpu::engine_pool();
 
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model_->layers()[static_cast<std::size_t>(l)];
     rms_norm(x.data(), w.attn_norm.data(), n, d, c.rms_eps, h.data());
-    matmul_nt(h.data(), n, d, w.wq.data(), qd, q.data());
-    matmul_nt(h.data(), n, d, w.wk.data(), kvd, k.data());
-    matmul_nt(h.data(), n, d, w.wv.data(), kvd, v.data());
+    matmul(h.data(), n, d, {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}}, activations_);
     rope(q.data(), n, c.n_heads, p0);
     rope(k.data(), n, c.n_kv_heads, p0);
     // The whole batch goes into the cache first; each query then reads every older
     // token in the form it had at the query's own time (KvCache::key(layer, j, t)),
     // so the queries run in parallel and still equal one-at-a-time decoding.
     cache_.append(l, n, k.data(), v.data());
-#pragma omp parallel
-    {
-      std::vector<float> scores(static_cast<std::size_t>(p0 + n));
-#pragma omp for schedule(dynamic, 4)
-      for (std::int64_t ih = 0; ih < n * c.n_heads; ++ih) {
-        const std::int64_t i = ih / c.n_heads;
-        attend(l, p0 + i, ih % c.n_heads, q.data() + i * qd, att.data() + i * qd, scores.data());
-      }
-    }
-    matmul_nt(att.data(), n, qd, w.wo.data(), d, proj.data());
+    pool.run(n * c.n_heads, [&](std::int64_t ih) {
+      thread_local std::vector<float> scores;
+      scores.resize(static_cast<std::size_t>(p0 + n));
+      const std::int64_t i = ih / c.n_heads;
+      attend(l, p0 + i, ih % c.n_heads, q.data() + i * qd, att.data() + i * qd, scores.data());
+    });
+    matmul(att.data(), n, qd, {{&w.wo, proj.data()}}, activations_);
     for (std::int64_t i = 0; i < n * d; ++i) x[static_cast<std::size_t>(i)] += proj[static_cast<std::size_t>(i)];
 
     rms_norm(x.data(), w.ffn_norm.data(), n, d, c.rms_eps, h.data());
-    matmul_nt(h.data(), n, d, w.w_gate.data(), f, gate.data());
-    matmul_nt(h.data(), n, d, w.w_up.data(), f, up.data());
+    matmul(h.data(), n, d, {{&w.w_gate, gate.data()}, {&w.w_up, up.data()}}, activations_);
     for (std::size_t i = 0; i < gate.size(); ++i) {
       const float g = gate[i];
       gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // SwiGLU: silu(gate) * up
     }
-    matmul_nt(gate.data(), n, f, w.w_down.data(), d, proj.data());
+    matmul(gate.data(), n, f, {{&w.w_down, proj.data()}}, activations_);
     for (std::int64_t i = 0; i < n * d; ++i) x[static_cast<std::size_t>(i)] += proj[static_cast<std::size_t>(i)];
   }
   position_ += n;
@@ -146,7 +139,7 @@ std::vector<float> CpuSession::forward(std::span<const std::int32_t> tokens, boo
   const float* last = x.data() + (n - rows) * d;
   rms_norm(last, model_->output_norm().data(), rows, d, c.rms_eps, h.data());
   std::vector<float> logits(static_cast<std::size_t>(rows * c.vocab));
-  matmul_nt(h.data(), rows, d, model_->output().data(), c.vocab, logits.data());
+  matmul(h.data(), rows, d, {{&model_->output(), logits.data()}}, activations_);
   return logits;
 }
 

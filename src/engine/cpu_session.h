@@ -1,14 +1,17 @@
-// The CPU reference forward pass of a llama-family model: FP32 throughout (weights
-// decoded at load), RMSNorm, RoPE (ggml's "normal" rotation of consecutive pairs
-// (2i, 2i + 1), which is what GGUF llama Q/K weights are permuted for), grouped-query
-// attention that reads the KV cache as its policy dictates, SwiGLU, final norm and
-// the (possibly tied) output head.
+// The CPU forward pass of a llama-family model, on the model's weights in the form it
+// was loaded with (weight_matrix.h): the FP32 reference (every matrix decoded at load),
+// or the file's Q4_0 / Q4_1 / Q8_0 blocks with 8-bit activations; everything else in
+// f32 either way. Its threads are the engine pool's (cpu/thread_pool.h). RMSNorm,
+// RoPE (ggml's "normal" rotation of consecutive pairs (2i, 2i + 1), which is what
+// GGUF llama Q/K weights are permuted for), grouped-query attention that reads the KV
+// cache as its policy dictates, SwiGLU, final norm and the (possibly tied) output head.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "cpu/block_dot.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/session.h"
@@ -46,6 +49,7 @@ class CpuSession final : public Session {
   KvCache cache_;
   std::int64_t position_ = 0;
   std::vector<float> rope_cos_, rope_sin_;  // [max_tokens x rope_dims / 2]
+  cpu::QuantizedActivations activations_;   // the current matmul input, quantized
 };
 
 }  // namespace lowbit::engine

@@ -111,6 +111,11 @@ std::vector<float> load_tensor(const GgufFile& file, const std::string& name, st
   return dequantize_tensor(model_tensor(file, name, std::move(dims)));
 }
 
+WeightMatrix load_matrix(const GgufFile& file, const std::string& name, std::vector<std::int64_t> dims,
+                         WeightForm form) {
+  return WeightMatrix::load(model_tensor(file, name, std::move(dims)), form);
+}
+
 }  // namespace
 
 const GgufTensor& model_tensor(const GgufFile& file, const std::string& name, std::vector<std::int64_t> dims) {
@@ -127,41 +132,42 @@ const GgufTensor& model_tensor(const GgufFile& file, const std::string& name, st
   return *t;
 }
 
-Model Model::from_gguf(const GgufFile& file) {
+Model Model::from_gguf(const GgufFile& file, WeightForm form) {
   Model m;
   m.source_ = file.source();
+  m.form_ = form;
   m.config_ = ModelConfig::from_gguf(file);
   const ModelConfig& c = m.config_;
-  m.token_embd_ = load_tensor(file, "token_embd.weight", {c.d_model, c.vocab});
+  m.token_embd_ = load_matrix(file, "token_embd.weight", {c.d_model, c.vocab}, form);
   m.output_norm_ = load_tensor(file, "output_norm.weight", {c.d_model});
   m.tied_output_ = file.find_tensor("output.weight") == nullptr;
-  if (!m.tied_output_) m.output_ = load_tensor(file, "output.weight", {c.d_model, c.vocab});
+  if (!m.tied_output_) m.output_ = load_matrix(file, "output.weight", {c.d_model, c.vocab}, form);
   m.layers_.resize(static_cast<std::size_t>(c.n_layers));
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& w = m.layers_[static_cast<std::size_t>(l)];
     w.attn_norm = load_tensor(file, p + "attn_norm.weight", {c.d_model});
-    w.wq = load_tensor(file, p + "attn_q.weight", {c.d_model, c.q_dim()});
-    w.wk = load_tensor(file, p + "attn_k.weight", {c.d_model, c.kv_dim()});
-    w.wv = load_tensor(file, p + "attn_v.weight", {c.d_model, c.kv_dim()});
-    w.wo = load_tensor(file, p + "attn_output.weight", {c.q_dim(), c.d_model});
+    w.wq = load_matrix(file, p + "attn_q.weight", {c.d_model, c.q_dim()}, form);
+    w.wk = load_matrix(file, p + "attn_k.weight", {c.d_model, c.kv_dim()}, form);
+    w.wv = load_matrix(file, p + "attn_v.weight", {c.d_model, c.kv_dim()}, form);
+    w.wo = load_matrix(file, p + "attn_output.weight", {c.q_dim(), c.d_model}, form);
     w.ffn_norm = load_tensor(file, p + "ffn_norm.weight", {c.d_model});
-    w.w_gate = load_tensor(file, p + "ffn_gate.weight", {c.d_model, c.ffn_dim});
-    w.w_up = load_tensor(file, p + "ffn_up.weight", {c.d_model, c.ffn_dim});
-    w.w_down = load_tensor(file, p + "ffn_down.weight", {c.ffn_dim, c.d_model});
+    w.w_gate = load_matrix(file, p + "ffn_gate.weight", {c.d_model, c.ffn_dim}, form);
+    w.w_up = load_matrix(file, p + "ffn_up.weight", {c.d_model, c.ffn_dim}, form);
+    w.w_down = load_matrix(file, p + "ffn_down.weight", {c.ffn_dim, c.d_model}, form);
   }
   return m;
 }
 
-Model Model::load(const std::string& path) { return from_gguf(GgufFile::open(path)); }
+Model Model::load(const std::string& path, WeightForm form) { return from_gguf(GgufFile::open(path), form); }
 
 std::size_t Model::weight_bytes() const {
-  std::size_t n = token_embd_.size() + output_norm_.size() + output_.size();
+  std::size_t n = token_embd_.bytes() + output_.bytes() + output_norm_.size() * sizeof(float);
   for (const LayerWeights& w : layers_) {
-    n += w.attn_norm.size() + w.wq.size() + w.wk.size() + w.wv.size() + w.wo.size() + w.ffn_norm.size() +
-         w.w_gate.size() + w.w_up.size() + w.w_down.size();
+    n += (w.attn_norm.size() + w.ffn_norm.size()) * sizeof(float);
+    for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) n += m->bytes();
   }
-  return n * sizeof(float);
+  return n;
 }
 
 }  // namespace lowbit::engine

@@ -1,7 +1,8 @@
-// A llama-family model for the CPU reference: its configuration from the GGUF
-// metadata and its weights, validated by name, shape and type, decoded to f32 once
-// at load (Q4_1 / Q8_0 / Q4_0 / F16 / BF16 / F32). f32 keeps the CPU forward a plain
-// FP32 oracle; the GPU path repacks the quantized blocks instead (ggml_repack.h).
+// A llama-family model for the CPU forward pass: its configuration from the GGUF
+// metadata and its weights, validated by name, shape and type, in the form asked for
+// (weight_matrix.h): decoded to f32 once at load (Q4_1 / Q8_0 / Q4_0 / F16 / BF16 /
+// F32), the plain FP32 oracle, or the file's Q4_0 / Q4_1 / Q8_0 blocks as they are.
+// The GPU path repacks the quantized blocks instead (gguf/repack.h).
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "engine/gguf/reader.h"
+#include "engine/weight_matrix.h"
 
 namespace lowbit::engine {
 
@@ -42,10 +44,10 @@ struct ModelConfig {
 struct LayerWeights {
   // Matrices are [out x in] row-major (in contiguous), as GGUF stores them.
   std::vector<float> attn_norm;         // [d_model]
-  std::vector<float> wq, wk, wv, wo;    // [q_dim x d], [kv_dim x d], [kv_dim x d], [d x q_dim]
+  WeightMatrix wq, wk, wv, wo;          // [q_dim x d], [kv_dim x d], [kv_dim x d], [d x q_dim]
   std::vector<float> ffn_norm;          // [d_model]
-  std::vector<float> w_gate, w_up;      // [ffn x d]
-  std::vector<float> w_down;            // [d x ffn]
+  WeightMatrix w_gate, w_up;            // [ffn x d]
+  WeightMatrix w_down;                  // [d x ffn]
 };
 
 // The tensor `name` of `file`, checked against the dims the config implies ({in, out}
@@ -56,24 +58,27 @@ class Model {
  public:
   // Opens, validates and decodes a GGUF file. Throws lowbit::Error naming the file
   // (missing, not GGUF) or the tensor / key at fault.
-  static Model load(const std::string& path);
-  static Model from_gguf(const GgufFile& file);
+  static Model load(const std::string& path, WeightForm form = WeightForm::f32);
+  static Model from_gguf(const GgufFile& file, WeightForm form = WeightForm::f32);
 
   const ModelConfig& config() const { return config_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
-  const std::vector<float>& token_embedding() const { return token_embd_; }  // [vocab x d]
-  const std::vector<float>& output_norm() const { return output_norm_; }      // [d]
+  const WeightMatrix& token_embedding() const { return token_embd_; }  // [vocab x d]
+  const std::vector<float>& output_norm() const { return output_norm_; }  // [d]
   // The output head [vocab x d]: output.weight, or the token embedding when tied.
-  const std::vector<float>& output() const { return tied_output_ ? token_embd_ : output_; }
+  const WeightMatrix& output() const { return tied_output_ ? token_embd_ : output_; }
   bool tied_output() const { return tied_output_; }
-  std::size_t weight_bytes() const;  // f32 bytes held
+  WeightForm weight_form() const { return form_; }
+  std::size_t weight_bytes() const;  // bytes the weights hold in memory
   const std::string& source() const { return source_; }
 
  private:
   ModelConfig config_;
   std::vector<LayerWeights> layers_;
-  std::vector<float> token_embd_, output_norm_, output_;
+  WeightMatrix token_embd_, output_;
+  std::vector<float> output_norm_;
   bool tied_output_ = false;
+  WeightForm form_ = WeightForm::f32;
   std::string source_;
 };
 

@@ -1,0 +1,59 @@
+// Matrix products on ggml's quantized weight blocks as a GGUF file stores them (Q4_0,
+// Q4_1, Q8_0: 32 values a block), with the activations quantized per block of 32 to
+// 8 bits, the way llama.cpp's CPU backend computes them: the integer dot product of a
+// weight block and an activation block is exact, and each block's scales (and the
+// Q4 zero point or minimum) are applied to it in f32.
+//
+//   Q4_0: d_w * d_x * sum(q_w * q_x) - 8 * d_w * (d_x * sum(q_x))     q_w in 0..15
+//   Q4_1: d_w * d_x * sum(q_w * q_x) + m_w * (d_x * sum(q_x))         q_w in 0..15
+//   Q8_0: d_w * d_x * sum(q_w * q_x)                                   q_w in -128..127
+//
+// Activations: d_x = max|x| / 127 over the block, q_x = round-to-nearest-even(x / d_x)
+// (as x * (1 / d_x)), in -127..127; a block of zeros has d_x = 0 and codes 0.
+//
+// The kernels use AVX-512 VNNI or AVX-VNNI (u8 x s8 dot products), else AVX2, else
+// plain C++, chosen when the library is compiled (-march). Every path computes the
+// same integer dot products; only the order of the f32 sums over blocks differs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace lowbit::cpu {
+
+enum class WeightBlockType { q4_0, q4_1, q8_0 };
+
+inline constexpr std::int64_t kValuesPerBlock = 32;
+std::int64_t weight_block_bytes(WeightBlockType type);  // 18, 20, 34
+
+// `rows` rows of k values (k a multiple of 32), quantized per block of 32.
+struct QuantizedActivations {
+  std::int64_t rows = 0, k = 0;
+  std::vector<std::int8_t> q;  // [rows x k] codes
+  std::vector<float> d;        // [rows x k / 32] scales
+  std::vector<float> dsum;     // [rows x k / 32] d * sum(codes of the block)
+
+  // Sizes the buffers for rows x k. Throws unless k is a positive multiple of 32.
+  void resize(std::int64_t rows, std::int64_t k);
+};
+
+// Quantizes rows [first, first + count) of x (rows of out.k values, contiguous) into
+// the same rows of `out`, which resize() has sized. Rows are independent: threads
+// may quantize disjoint ranges at once.
+void quantize_activation_rows(const float* x, std::int64_t first, std::int64_t count, QuantizedActivations& out);
+// All rows at once: resize(rows, k), then every row.
+void quantize_activations(const float* x, std::int64_t rows, std::int64_t k, QuantizedActivations& out);
+
+// y[t * ldy + r] = row r of w (rows of k / 32 blocks, row_bytes apart, the first
+// at w) dotted with activation row t, for r in [0, rows) and every row t of x.
+void block_matmul(WeightBlockType type, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t rows,
+                  const QuantizedActivations& x, float* y, std::int64_t ldy);
+// The same in plain C++ (the reference of the tests; every build has it).
+void block_matmul_scalar(WeightBlockType type, const std::uint8_t* w, std::int64_t row_bytes, std::int64_t rows,
+                         const QuantizedActivations& x, float* y, std::int64_t ldy);
+
+// The instruction set block_matmul was compiled for: "AVX-512 VNNI", "AVX-VNNI",
+// "AVX2" or "scalar".
+const char* block_matmul_isa();
+
+}  // namespace lowbit::cpu

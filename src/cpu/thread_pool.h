@@ -1,0 +1,94 @@
+// A thread pool for the CPU forward pass that holds up when the cores are shared.
+//
+// run(tasks, body) calls body(i) for every i in [0, tasks) on the calling thread and
+// the pool's workers and returns when all calls are done. Tasks are claimed one at a
+// time from a shared counter, so a thread that the OS deschedules holds back only the
+// task it is in: the others take the rest. A waiting thread spins for a short while
+// (the gap between two regions of a forward pass is a few microseconds), yielding its
+// core to any other runnable thread as it does, and then sleeps in the kernel (futex),
+// so that an idle worker never keeps a busy core from the thread that has work.
+// (OpenMP's default, spinning ~3 ms before sleeping, made decode 36-50x slower when
+// other processes used the cores; bench/notes/cpu_engine.md.)
+//
+// One run at a time: concurrent callers take turns. body must not throw (a worker
+// has no caller to pass an exception to) and must not call run() on the same pool.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace lowbit::cpu {
+
+class ThreadPool {
+ public:
+  // `threads` >= 1 counts the caller: threads - 1 workers are started.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  template <class Body>
+  void run(std::int64_t tasks, Body&& body) {
+    if (tasks <= 0) return;
+    if (tasks == 1 || workers_.empty()) {
+      for (std::int64_t i = 0; i < tasks; ++i) body(i);
+      return;
+    }
+    if (tasks > kMaxTasks) {  // groups of consecutive tasks, each a task of the pool
+      const std::int64_t group = (tasks + kMaxTasks - 1) / kMaxTasks;
+      auto grouped = [&](std::int64_t g) {
+        for (std::int64_t i = g * group; i < tasks && i < (g + 1) * group; ++i) body(i);
+      };
+      run_erased((tasks + group - 1) / group,
+                 [](void* ctx, std::int64_t g) { (*static_cast<decltype(grouped)*>(ctx))(g); }, &grouped);
+      return;
+    }
+    auto* erased = &body;
+    run_erased(tasks, [](void* ctx, std::int64_t i) { (*static_cast<decltype(erased)>(ctx))(i); }, erased);
+  }
+
+  // How long a waiting thread spins before it sleeps, in microseconds (default 50;
+  // $LOWBIT_CPU_SPIN_US overrides it for measurements; 0 sleeps at once).
+  static std::int64_t spin_microseconds();
+
+ private:
+  using Call = void (*)(void*, std::int64_t);
+  static constexpr std::int64_t kMaxTasks = (std::int64_t{1} << 20) - 1;
+  void run_erased(std::int64_t tasks, Call call, void* ctx);
+  void worker_loop();
+  // Claims and runs tasks of job `generation` until none is left or the pool has
+  // moved on to another job (a worker that woke late).
+  void work(std::uint32_t generation);
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;  // one run at a time
+  // The current job in one word, so that a task is claimed (compare-and-swap) only
+  // within the job it belongs to: generation (24 bits), task count (20), next
+  // unclaimed task (20).
+  std::atomic<std::uint64_t> state_{0};
+  std::atomic<std::uint32_t> generation_{0};  // the futex sleeping workers wait on
+  std::atomic<std::uint32_t> completed_{0};   // tasks of the job done; the caller waits on it
+  // Read only after a task of the job is claimed, and written only when no task of
+  // the previous job is running.
+  Call call_ = nullptr;
+  void* ctx_ = nullptr;
+  std::atomic<int> sleeping_workers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stop_{false};
+};
+
+// The pool of the engine's CPU sessions: created on first use with all the CPUs this
+// process may run on, or with the count set_engine_threads() gave.
+ThreadPool& engine_pool();
+// Replaces the engine pool with one of `threads` (>= 1) threads. Not while a forward
+// pass runs.
+void set_engine_threads(int threads);
+// The CPUs this process may run on (sched_getaffinity: taskset, a container's cpuset).
+int available_cpus();
+
+}  // namespace lowbit::cpu

@@ -1,0 +1,70 @@
+#include "engine/cpu_matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "engine/cpu_kernels.h"
+#include "lowbit/error.h"
+
+namespace lowbit::engine {
+namespace {
+
+// Rows per task: a multiple of 4 (the tiles), at most ~2M multiply-adds (~0.2 ms on
+// one core, what a descheduled thread can hold back) and at most 256 rows, and
+// enough tasks for every thread to take several (the shares even out when a thread
+// runs slower than the others).
+std::int64_t rows_per_task(std::int64_t total_rows, std::int64_t n, std::int64_t k, int threads) {
+  std::int64_t rows = std::min<std::int64_t>(256, std::max<std::int64_t>(4, (std::int64_t{1} << 21) / (n * k)));
+  rows = std::min(rows, std::max<std::int64_t>(4, total_rows / (4 * threads)));
+  return (rows + 3) / 4 * 4;
+}
+
+}  // namespace
+
+void matmul(const float* x, std::int64_t n, std::int64_t k, std::initializer_list<MatmulTarget> targets,
+            cpu::QuantizedActivations& scratch) {
+  LOWBIT_CHECK(n > 0 && k > 0, "matmul: n = ", n, ", k = ", k);
+  cpu::ThreadPool& pool = cpu::engine_pool();
+  bool any_blocks = false;
+  std::int64_t total_rows = 0;
+  for (const MatmulTarget& t : targets) {
+    LOWBIT_CHECK(t.w->cols() == k, "matmul: a matrix of ", t.w->cols(), " columns for inputs of ", k);
+    any_blocks = any_blocks || t.w->holds_blocks();
+    total_rows += t.w->rows();
+  }
+  if (any_blocks) {
+    scratch.resize(n, k);
+    const std::int64_t rows_each = std::max<std::int64_t>(1, 4096 / k);
+    pool.run((n + rows_each - 1) / rows_each, [&](std::int64_t i) {
+      const std::int64_t first = i * rows_each;
+      cpu::quantize_activation_rows(x, first, std::min(rows_each, n - first), scratch);
+    });
+  }
+  const std::int64_t chunk = rows_per_task(total_rows, n, k, pool.threads());
+  struct Span {
+    const MatmulTarget* target;
+    std::int64_t first_task;
+  };
+  std::vector<Span> spans;
+  std::int64_t tasks = 0;
+  for (const MatmulTarget& t : targets) {
+    spans.push_back({&t, tasks});
+    tasks += (t.w->rows() + chunk - 1) / chunk;
+  }
+  pool.run(tasks, [&](std::int64_t task) {
+    std::size_t s = spans.size() - 1;
+    while (spans[s].first_task > task) --s;
+    const MatmulTarget& t = *spans[s].target;
+    const std::int64_t r0 = (task - spans[s].first_task) * chunk;
+    const std::int64_t rows = std::min(chunk, t.w->rows() - r0);
+    const std::int64_t ldy = t.w->rows();
+    if (t.w->holds_blocks()) {
+      cpu::block_matmul(t.w->block_type(), t.w->row_blocks(r0), t.w->row_bytes(), rows, scratch, t.y + r0, ldy);
+    } else {
+      cpu_kernels::matmul_nt(x, n, k, t.w->f32().data() + r0 * k, rows, t.y + r0, ldy);
+    }
+  });
+}
+
+}  // namespace lowbit::engine

@@ -1,0 +1,140 @@
+// The CPU's quantized matrix products (cpu/block_dot.h): activation quantization
+// against its definition, the compiled kernels (AVX-512 VNNI / AVX2 / scalar) against
+// the plain C++ ones on random blocks of every type and awkward shapes, and both
+// against the exact sum over the decoded weights and activations (in double).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/expect_error.h"
+#include "common/random.h"
+#include "cpu/block_dot.h"
+#include "formats/float16.h"
+
+namespace lowbit::test {
+namespace {
+
+using cpu::QuantizedActivations;
+using cpu::WeightBlockType;
+
+std::uint16_t half_bits(float v) { return formats::float_to_half(v).bits; }
+float half_value(std::uint16_t bits) { return formats::half_to_float(formats::Half{bits}); }
+
+// Random rows of blocks; each block's scale (and min) an f16 of a few magnitudes.
+std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows, std::int64_t k, Rng& rng) {
+  const std::int64_t bytes = cpu::weight_block_bytes(type), blocks = rows * (k / 32);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(blocks * bytes));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::uint8_t* blk = out.data() + b * bytes;
+    for (std::int64_t i = 0; i < bytes; ++i) blk[i] = static_cast<std::uint8_t>(byte(rng));
+    const std::uint16_t d = half_bits(scale(rng)), m = half_bits(scale(rng) * 8);
+    std::memcpy(blk, &d, 2);
+    if (type == WeightBlockType::q4_1) std::memcpy(blk + 2, &m, 2);
+  }
+  return out;
+}
+
+// Weight value j of a block, from the definition of the type.
+double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
+  std::uint16_t d_bits;
+  std::memcpy(&d_bits, blk, 2);
+  const double d = half_value(d_bits);
+  if (type == WeightBlockType::q8_0) return d * static_cast<std::int8_t>(blk[2 + j]);
+  const std::uint8_t* qs = blk + (type == WeightBlockType::q4_1 ? 4 : 2);
+  const int q = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
+  if (type == WeightBlockType::q4_0) return d * (q - 8);
+  std::uint16_t m_bits;
+  std::memcpy(&m_bits, blk + 2, 2);
+  return d * q + half_value(m_bits);
+}
+
+TEST(BlockDot, ActivationsQuantizePerBlockOf32) {
+  LOWBIT_TEST_RNG(rng);
+  std::normal_distribution<float> value(0.0f, 3.0f);
+  const std::int64_t rows = 3, k = 96;
+  std::vector<float> x(rows * k);
+  for (float& v : x) v = value(rng);
+  for (int j = 0; j < 32; ++j) x[32 + j] = 0.0f;  // a block of zeros: scale 0, codes 0
+  x[70] = -1000.0f;                                 // one large value sets its block's scale
+  QuantizedActivations q;
+  cpu::quantize_activations(x.data(), rows, k, q);
+  ASSERT_EQ(q.rows, rows);
+  ASSERT_EQ(q.d.size(), 9u);
+  for (std::int64_t b = 0; b < 9; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    const float d = amax / 127.0f, inv = d != 0 ? 1.0f / d : 0.0f;
+    EXPECT_EQ(q.d[b], d) << "block " << b;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int want = static_cast<int>(std::nearbyint(x[b * 32 + j] * inv));
+      ASSERT_EQ(q.q[b * 32 + j], want) << "block " << b << " value " << j;
+      ASSERT_LE(std::abs(want), 127);
+      sum += want;
+    }
+    EXPECT_EQ(q.dsum[b], d * static_cast<float>(sum)) << "block " << b;
+  }
+  EXPECT_EQ(q.d[1], 0.0f);
+  EXPECT_EQ(q.q[70], -127);
+}
+
+TEST(BlockDot, KernelsMatchScalarAndTheExactSum) {
+  LOWBIT_TEST_RNG(rng);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  SCOPED_TRACE(std::string("kernels: ") + cpu::block_matmul_isa());
+  for (WeightBlockType type : {WeightBlockType::q4_0, WeightBlockType::q4_1, WeightBlockType::q8_0}) {
+    // Rows and tokens around the tile sizes (4 x 4), k from one block up.
+    for (const auto& [rows, n, k] : std::vector<std::array<std::int64_t, 3>>{
+             {1, 1, 32}, {4, 4, 64}, {7, 5, 96}, {13, 9, 576}, {5, 1, 1536}, {9, 3, 160}}) {
+      SCOPED_TRACE("type " + std::to_string(static_cast<int>(type)) + ", rows " + std::to_string(rows) + ", n " +
+                   std::to_string(n) + ", k " + std::to_string(k));
+      const std::vector<std::uint8_t> w = random_blocks(type, rows, k, rng);
+      const std::int64_t row_bytes = k / 32 * cpu::weight_block_bytes(type);
+      std::vector<float> x(static_cast<std::size_t>(n * k));
+      for (float& v : x) v = value(rng);
+      QuantizedActivations q;
+      cpu::quantize_activations(x.data(), n, k, q);
+      const std::int64_t ldy = rows + 3;  // padded output rows
+      std::vector<float> fast(static_cast<std::size_t>(n * ldy), -7.0f), slow(fast);
+      cpu::block_matmul(type, w.data(), row_bytes, rows, q, fast.data(), ldy);
+      cpu::block_matmul_scalar(type, w.data(), row_bytes, rows, q, slow.data(), ldy);
+      for (std::int64_t t = 0; t < n; ++t) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          // Exact: the decoded weights times the decoded activations, in double.
+          double exact = 0, magnitude = 0;
+          for (std::int64_t i = 0; i < k; ++i) {
+            const std::int64_t b = i / 32;
+            const double wv = weight_value(type, w.data() + r * row_bytes + b * cpu::weight_block_bytes(type),
+                                           static_cast<int>(i % 32));
+            const double xv = static_cast<double>(q.d[t * (k / 32) + b]) * q.q[t * k + i];
+            exact += wv * xv;
+            magnitude += std::fabs(wv * xv);
+          }
+          const float f = fast[t * ldy + r], s = slow[t * ldy + r];
+          // f32 sums over k / 32 blocks of exact integer dots: a few ulps of the magnitude.
+          EXPECT_NEAR(s, exact, 1e-5 * magnitude + 1e-30) << "scalar, token " << t << " row " << r;
+          EXPECT_NEAR(f, exact, 1e-5 * magnitude + 1e-30) << "kernel, token " << t << " row " << r;
+        }
+        for (std::int64_t r = rows; r < ldy; ++r) EXPECT_EQ(fast[t * ldy + r], -7.0f) << "wrote past the rows";
+      }
+    }
+  }
+}
+
+TEST(BlockDot, BadShapesAreRejected) {
+  QuantizedActivations q;
+  std::vector<float> x(40);
+  EXPECT_LOWBIT_ERROR(cpu::quantize_activations(x.data(), 1, 40, q), "k = 40, expected a positive multiple of 32");
+  EXPECT_LOWBIT_ERROR(q.resize(1, 0), "k = 0, expected a positive multiple of 32");
+  cpu::quantize_activations(x.data(), 1, 32, q);
+  EXPECT_LOWBIT_ERROR(cpu::quantize_activation_rows(x.data(), 1, 1, q), "rows 1 + 1 outside 0..1");
+}
+
+}  // namespace
+}  // namespace lowbit::test
