@@ -20,12 +20,12 @@
 namespace lowbit::test {
 namespace {
 
-using cuda::engine::GpuModel;
-using cuda::engine::GpuSession;
+using engine::GpuModel;
+using engine::GpuSession;
 using engine::CpuSession;
 using engine::GgufFile;
 using engine::KvCacheOptions;
-using engine::KvPolicy;
+using lowbit::KvPolicy;
 using engine::Model;
 
 // head_dim 64 (d_model / heads), GQA 2:1, V in Q8_0 among Q4_1 matrices (two GEMMs

@@ -64,8 +64,4 @@ void int8_gemm(const IntGemmArgs& args, cuda_stream_t stream);
 // Signed packed INT4 x INT4 (args.k is the logical K).
 void int4_gemm(const IntGemmArgs& args, cuda_stream_t stream);
 
-// W4A16 / W8A16 (x, bias, out in w.spec.act_dtype; bias may be empty).
-void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
-                      cuda_stream_t stream);
-
 }  // namespace lowbit::cuda

@@ -13,7 +13,7 @@
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::cuda::model {
 namespace {
 
 constexpr int kThreads = 256;
@@ -162,4 +162,4 @@ void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t*
   launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance);
 }
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::cuda::model

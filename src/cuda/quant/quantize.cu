@@ -614,7 +614,7 @@ void encode_row_local(const TensorView& x, const QuantSpec& spec, const Quantize
   }
   const std::size_t shared_bytes = static_cast<std::size_t>(a.scale_cols) * 5 * sizeof(unsigned);
   int shared_limit = 0;
-  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
+  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, core::current_device()));
   LOWBIT_CHECK(shared_bytes <= static_cast<std::size_t>(shared_limit), "spec.group_size: ", a.scale_cols,
                " groups per row need ", shared_bytes, " bytes of shared memory, more than the device's ",
                shared_limit, "; use a group size of 16 x a power of two up to 512");
@@ -623,7 +623,7 @@ void encode_row_local(const TensorView& x, const QuantSpec& spec, const Quantize
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared_bytes)));
   }
-  const auto blocks = static_cast<unsigned>(std::min<long long>(x.rows(), 8LL * multiprocessor_count()));
+  const auto blocks = static_cast<unsigned>(std::min<long long>(x.rows(), 8LL * core::multiprocessor_count()));
   kernel<<<blocks, kThreads, shared_bytes, stream>>>(a);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
@@ -645,7 +645,7 @@ void reduce_columns(const TensorView& x, const QuantSpec& spec, const WorkspaceL
   a.lo = w.lo;
   // Enough blocks to fill the GPU a few times over; fewer means fewer atomics.
   const long long row_blocks = (x.rows() + shape.cy - 1) / shape.cy;
-  const long long wanted = std::max<long long>(1, 4LL * multiprocessor_count() / std::max<long long>(1, shape.grid_x));
+  const long long wanted = std::max<long long>(1, 4LL * core::multiprocessor_count() / std::max<long long>(1, shape.grid_x));
   const dim3 grid(static_cast<unsigned>(shape.grid_x), grid_rows(std::min(row_blocks, wanted)));
   reduce_columns_kernel<In, Code><<<grid, kThreads, 0, stream>>>(a);
   LOWBIT_CUDA_CHECK_LAUNCH();

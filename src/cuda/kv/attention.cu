@@ -27,7 +27,7 @@
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::cuda::kv {
 namespace {
 
 constexpr int kWarps = 4;
@@ -38,7 +38,7 @@ constexpr int kPrefetchSteps = 2;  // a warp's first steps held in registers (64
 
 struct SplitArgs {
   KvLayerShape shape;
-  KvLayerDevice layer;
+  KvLayerBuffers layer;
   int sink_end, recent_begin, end, visible, split_len, splits, group, n_heads;
   float q_scale;  // log2(e) / sqrt(D)
   const std::int32_t* device_pos;  // when set, the span is that of *device_pos + 1 positions
@@ -510,11 +510,11 @@ void launch_split(const SplitArgs& a, int gq, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-DecodeSplitPlan decode_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads) {
-  LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "decode_attention: n_heads = ",
+DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads) {
+  LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
                n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
   const int gq = decode_heads_per_block(n_heads / shape.kv_heads);
-  return plan_decode_splits(span.visible(shape), n_heads / gq, multiprocessor_count());
+  return plan_decode_splits(span.visible(shape), n_heads / gq, core::multiprocessor_count());
 }
 
 namespace {
@@ -535,40 +535,40 @@ DecodeSplitPlan rows_plan(std::int64_t visible) {
 
 // Checks and launches; `span` is the one checked on the host (for a graph launch, that
 // of max_length positions, which also fixes the plan; for the rows form, the last row's).
-void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span,
+void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span,
                    const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q,
                    std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
                    cudaStream_t stream, const RowsLaunch* rows = nullptr) {
   const std::int64_t d = shape.head_dim;
-  LOWBIT_CHECK(d == 64 || d == 128, "decode_attention: head_dim = ", d, ", expected 64 or 128");
-  LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "decode_attention: out dtype ",
+  LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
+  LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "kv_attention: out dtype ",
                dtype_name(out_dtype), ", expected f32 or f16");
   LOWBIT_CHECK(0 <= span.sink_end && span.sink_end <= span.recent_begin && span.recent_begin <= span.end &&
                    span.end >= 1 && span.end < (std::int64_t{1} << 30),
-               "decode_attention: span [", span.sink_end, ", ", span.recent_begin, ", ", span.end, ") is not ordered");
-  LOWBIT_CHECK(span.sink_end <= shape.sink, "decode_attention: sink_end ", span.sink_end, " past the ", shape.sink,
+               "kv_attention: span [", span.sink_end, ", ", span.recent_begin, ", ", span.end, ") is not ordered");
+  LOWBIT_CHECK(span.sink_end <= shape.sink, "kv_attention: sink_end ", span.sink_end, " past the ", shape.sink,
                " sink slots");
   // The kernel's vector loads: 16 bytes of FP16, q and INT8 codes, 8 of INT4 codes.
   auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   LOWBIT_CHECK(aligned(q) && aligned(layer.k.f16) && aligned(layer.v.f16) && aligned(layer.k.codes) &&
                    aligned(layer.v.codes),
-               "decode_attention: q and the cache's FP16 and code buffers must be 16-byte aligned");
-  LOWBIT_CHECK(span.end - std::max(span.recent_begin, shape.sink) <= shape.window, "decode_attention: ",
+               "kv_attention: q and the cache's FP16 and code buffers must be 16-byte aligned");
+  LOWBIT_CHECK(span.end - std::max(span.recent_begin, shape.sink) <= shape.window, "kv_attention: ",
                span.end - span.recent_begin, " recent positions do not fit the window of ", shape.window);
   if (shape.body != KvBody::none && span.recent_begin > span.sink_end) {
     LOWBIT_CHECK(span.sink_end >= shape.body_base && span.recent_begin - shape.body_base <= shape.body_slots,
-                 "decode_attention: body positions [", span.sink_end, ", ", span.recent_begin,
+                 "kv_attention: body positions [", span.sink_end, ", ", span.recent_begin,
                  ") outside the body's slots");
   }
-  const DecodeSplitPlan plan = rows ? rows_plan(span.visible(shape)) : decode_attention_plan(shape, span, n_heads);
-  LOWBIT_CHECK(plan.splits <= kMaxSplit, "decode_attention: ", span.visible(shape), " visible positions need ",
+  const DecodeSplitPlan plan = rows ? rows_plan(span.visible(shape)) : kv_attention_plan(shape, span, n_heads);
+  LOWBIT_CHECK(plan.splits <= kMaxSplit, "kv_attention: ", span.visible(shape), " visible positions need ",
                plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
   const int group = static_cast<int>(n_heads / shape.kv_heads);
   const int gq = rows ? 1 : decode_heads_per_block(group);
   const std::int64_t row_count = rows ? rows->count : 1;
   const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
   const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
-  LOWBIT_CHECK(workspace_bytes >= need, "decode_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
+  LOWBIT_CHECK(workspace_bytes >= need, "kv_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
   SplitArgs a{shape,
               layer,
               static_cast<int>(span.sink_end),
@@ -624,44 +624,44 @@ void launch_decode(const KvLayerShape& shape, const KvLayerDevice& layer, const 
 
 }  // namespace
 
-void decode_attention(const KvLayerShape& shape, const KvLayerDevice& layer, const DecodeSpan& span, const void* q,
+void kv_attention(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span, const void* q,
                       std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
                       cuda_stream_t stream) {
   launch_decode(shape, layer, span, nullptr, false, false, q, n_heads, out, out_dtype, workspace, workspace_bytes,
                 stream);
 }
 
-void decode_attention_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
+void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
                          std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                          void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete) {
-  LOWBIT_CHECK(device_pos != nullptr, "decode_attention_at: null device position");
+  LOWBIT_CHECK(device_pos != nullptr, "kv_attention_at: null device position");
   launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, q, n_heads, out,
                 out_dtype, workspace, workspace_bytes, stream);
 }
 
-std::size_t decode_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
+std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
                                             std::int64_t max_length) {
-  LOWBIT_CHECK(rows >= 1 && max_length >= 1, "decode_attention_rows_workspace: rows ", rows, ", max_length ",
+  LOWBIT_CHECK(rows >= 1 && max_length >= 1, "kv_attention_rows_workspace: rows ", rows, ", max_length ",
                max_length);
   const std::int64_t splits = rows_plan(decode_span(shape, max_length).visible(shape)).splits;
   return decode_workspace_bytes(n_heads, shape.head_dim, splits) * static_cast<std::size_t>(rows);
 }
 
-void decode_attention_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk,
+void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                            const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld,
                            void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
   const std::int64_t d = shape.head_dim;
-  check_chunk_rows(shape, chunk, "decode_attention_rows");
-  LOWBIT_CHECK(chunk.k_col >= n_heads * d, "decode_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
+  check_chunk_rows(shape, chunk, "kv_attention_rows");
+  LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
                " query columns");
-  LOWBIT_CHECK(out_ld >= n_heads * d, "decode_attention_rows: out_ld ", out_ld, " < ", n_heads * d);
+  LOWBIT_CHECK(out_ld >= n_heads * d, "kv_attention_rows: out_ld ", out_ld, " < ", n_heads * d);
   LOWBIT_CHECK(shape.window == 0 || chunk.pos0 <= shape.sink || snapshot != nullptr,
-               "decode_attention_rows: the ring's positions before the chunk need its snapshot");
+               "kv_attention_rows: the ring's positions before the chunk need its snapshot");
   // As many rows a launch as the workspace holds (the last row's plan serves them all).
   const DecodeSpan last = decode_span(shape, chunk.pos0 + chunk.rows);
   const std::size_t per_row = decode_workspace_bytes(n_heads, d, rows_plan(last.visible(shape)).splits);
   const auto per_launch = static_cast<std::int64_t>(workspace_bytes / per_row);
-  LOWBIT_CHECK(per_launch >= 1, "decode_attention_rows: workspace of ", workspace_bytes, " bytes, a row needs ",
+  LOWBIT_CHECK(per_launch >= 1, "kv_attention_rows: workspace of ", workspace_bytes, " bytes, a row needs ",
                per_row);
   for (std::int64_t r0 = 0; r0 < chunk.rows; r0 += per_launch) {
     const RowsLaunch rows{chunk, r0, std::min(per_launch, chunk.rows - r0), static_cast<const std::uint16_t*>(snapshot),
@@ -672,14 +672,14 @@ void decode_attention_rows(const KvLayerShape& shape, const KvLayerDevice& layer
   }
 }
 
-std::size_t decode_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
+std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
                                              std::int64_t max_length) {
   // A plan's splits are at most max(target blocks, visible / kMaxSplit) (kv_cache_gpu.h).
-  const DecodeSplitPlan plan = decode_attention_plan(shape, decode_span(shape, max_length), n_heads);
+  const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads);
   const std::int64_t blocks = n_heads / decode_heads_per_block(n_heads / shape.kv_heads);
-  const std::int64_t want = (2 * multiprocessor_count() + blocks - 1) / blocks;
+  const std::int64_t want = (2 * core::multiprocessor_count() + blocks - 1) / blocks;
   const std::int64_t bound = std::max({plan.splits, want, max_length / DecodeSplitPlan::kMaxSplit + 1});
   return decode_workspace_bytes(n_heads, shape.head_dim, bound) + static_cast<std::size_t>(blocks) * sizeof(unsigned);
 }
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::cuda::kv
