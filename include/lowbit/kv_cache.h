@@ -2,7 +2,7 @@
 // (caller-owned), appending a token, attention of the newest query over what the
 // cache holds, and reading the held values back.
 //
-// Policies (the seed-002 study):
+// Policies:
 //   full       every token in FP16
 //   window     `sink` first tokens + the most recent `window` tokens in FP16; older dropped
 //   selective  sink + window in FP16; a token leaving the window is quantized from its

@@ -129,10 +129,11 @@ KvLayerShape check_attention(const KvLayer& kv, const TensorView& q, const Tenso
   return s;
 }
 
-void check_length(const KvLayerShape& s, std::int64_t length, const char* what) {
+// A length (or, for the graph forms, a max_length) of 1 .. the positions the cache holds.
+void check_length(const KvLayerShape& s, std::int64_t length, const char* what, const char* name = "length") {
   const std::int64_t held = s.drops() ? std::int64_t{1} << 30 : core::kv_positions_held(s);
-  LOWBIT_CHECK(length >= 1 && length <= held, what, ": length ", length, ", expected 1..", held,
-               " (append a token first)");
+  LOWBIT_CHECK(length >= 1 && length <= held, what, ": ", name, " ", length, ", expected 1..", held,
+               length < 1 ? " (append a token first)" : "");
 }
 
 void check_position(const KvLayerShape& s, std::int64_t pos, const char* what) {
@@ -147,6 +148,17 @@ std::int64_t check_position_array(const TensorView& pos, Device device) {
   LOWBIT_CHECK(pos.device == device, "pos: on ", device_name(pos.device), ", but the token is on ", device_name(device));
   if (device == Device::cuda) core::check_device_data(pos, "pos");
   return device == Device::cpu ? *static_cast<const std::int32_t*>(pos.data) : 0;
+}
+
+void check_heads(const KvLayerShape& s, std::int64_t n_heads) {
+  LOWBIT_CHECK(n_heads > 0 && n_heads % s.kv_heads == 0, "n_heads: ", n_heads, " is not a positive multiple of kv_heads = ",
+               s.kv_heads);
+}
+
+void append_on_cpu(const KvLayerShape& s, const KvLayerViews& layer, std::int64_t pos, const TensorView& k,
+                   const TensorView& v) {
+  cpu::kv_append(s, buffers_of(layer), pos, k.ptr<const std::uint16_t>(), k.row_stride(), v.ptr<const std::uint16_t>(),
+                 v.row_stride());
 }
 
 #if LOWBIT_WITH_CUDA
@@ -170,11 +182,7 @@ void kv_append(const KvLayer& kv, std::int64_t pos, const TensorView& k, const T
   const KvLayerShape s = check_append(kv, k, v);
   const KvLayerViews& layer = kv.buffers();
   check_position(s, pos, "kv_append");
-  if (k.device == Device::cpu) {
-    cpu::kv_append(s, buffers_of(layer), pos, k.ptr<const std::uint16_t>(), k.row_stride(),
-                   v.ptr<const std::uint16_t>(), v.row_stride());
-    return;
-  }
+  if (k.device == Device::cpu) return append_on_cpu(s, layer, pos, k, v);
 #if LOWBIT_WITH_CUDA
   cuda::kv::kv_append(s, buffers_of(layer), pos, k.data, v.data, stream);
 #else
@@ -185,8 +193,7 @@ void kv_append(const KvLayer& kv, std::int64_t pos, const TensorView& k, const T
 
 std::size_t kv_attention_workspace_bytes(const KvCacheSpec& spec, std::int64_t n_heads, std::int64_t length) {
   const KvLayerShape s = core::kv_layer_shape(spec);
-  LOWBIT_CHECK(n_heads > 0 && n_heads % s.kv_heads == 0, "n_heads: ", n_heads, " is not a positive multiple of kv_heads = ",
-               s.kv_heads);
+  check_heads(s, n_heads);
   check_length(s, length, "kv_attention_workspace_bytes");
 #if LOWBIT_WITH_CUDA
   const DecodeSpan span = core::decode_span(s, length);
@@ -222,9 +229,7 @@ void kv_append_at(const KvLayer& kv, const TensorView& pos, const TensorView& k,
   const std::int64_t host_pos = check_position_array(pos, k.device);
   if (k.device == Device::cpu) {
     check_position(s, host_pos, "kv_append_at");
-    cpu::kv_append(s, buffers_of(layer), host_pos, k.ptr<const std::uint16_t>(), k.row_stride(),
-                   v.ptr<const std::uint16_t>(), v.row_stride());
-    return;
+    return append_on_cpu(s, layer, host_pos, k, v);
   }
 #if LOWBIT_WITH_CUDA
   cuda::kv::kv_append_at(s, buffers_of(layer), static_cast<const std::int32_t*>(pos.data), k.data, v.data, stream);
@@ -236,9 +241,8 @@ void kv_append_at(const KvLayer& kv, const TensorView& pos, const TensorView& k,
 
 std::size_t kv_attention_at_workspace_bytes(const KvCacheSpec& spec, std::int64_t n_heads, std::int64_t max_length) {
   const KvLayerShape s = core::kv_layer_shape(spec);
-  LOWBIT_CHECK(n_heads > 0 && n_heads % s.kv_heads == 0, "n_heads: ", n_heads, " is not a positive multiple of kv_heads = ",
-               s.kv_heads);
-  check_length(s, max_length, "kv_attention_at_workspace_bytes: max_length");
+  check_heads(s, n_heads);
+  check_length(s, max_length, "kv_attention_at_workspace_bytes", "max_length");
 #if LOWBIT_WITH_CUDA
   return cuda::kv::kv_attention_workspace_bound(s, n_heads, max_length);
 #else
@@ -251,7 +255,7 @@ void kv_attention_at(const KvLayer& kv, const TensorView& pos, std::int64_t max_
   const KvLayerShape s = check_attention(kv, q, out);
   const KvLayerViews& layer = kv.buffers();
   const std::int64_t host_pos = check_position_array(pos, q.device);
-  check_length(s, max_length, "kv_attention_at: max_length");
+  check_length(s, max_length, "kv_attention_at", "max_length");
   if (q.device == Device::cpu) {
     LOWBIT_CHECK(host_pos >= 0 && host_pos < max_length, "kv_attention_at: position ", host_pos,
                  " outside the cache (", max_length, " tokens)");

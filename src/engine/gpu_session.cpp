@@ -154,7 +154,7 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
     return;
   }
   // A chunk of rows at pos0..: RoPE, the appends and the attention of every row at once,
-  // each row seeing what it would one at a time (kv_cache_gpu.h, ChunkRows).
+  // each row seeing what it would one at a time (cuda/kv/kv_cuda.h, ChunkRows).
   const ChunkRows chunk{qkv_.data(), n, ld, c.q_dim(), c.q_dim() + c.kv_dim(), where.pos0};
   cuda::kv::rope_rows(shape_, chunk, AppendRope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads},
             stream_);

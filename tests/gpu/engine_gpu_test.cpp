@@ -1,4 +1,4 @@
-// The GPU forward pass (cuda/engine/gpu_session.h) against the CPU reference
+// The GPU forward pass (engine/gpu_session.h) against the CPU reference
 // (CpuSession, itself checked against a naive FP64 forward in engine_model_test) on a
 // tiny random llama with GPU-sized heads, for every KV-cache policy: prefill logits
 // (crossing the 512-row chunk), single-token decode logits, greedy decoding through

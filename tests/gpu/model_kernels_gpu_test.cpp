@@ -1,4 +1,4 @@
-// The engine's greedy argmax kernel (cuda/engine/forward_kernels.h) against a CPU twin of
+// The engine's greedy argmax kernel (cuda/model/model_cuda.h) against a CPU twin of
 // its contract: the largest logit, the lowest id on ties, NaN never wins (all NaN: token
 // 0), then ++*advance. Fresh random f16 logits of awkward vocabulary sizes (around the
 // 8-wide vector loads and the 1024-thread block), at aligned and unaligned addresses,

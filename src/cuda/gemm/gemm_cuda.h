@@ -31,7 +31,7 @@ struct IntGemmArgs {
   bool relu = false;
 };
 
-// The INT8 GEMM kernels, from the seed's progression (seed 003) to production. Each
+// The INT8 GEMM kernels, from a naive loop to production. Each
 // is kept as a benchmark baseline and tested against the CPU reference.
 enum class Int8GemmVariant : std::uint8_t {
   naive,       // one thread per output element

@@ -14,7 +14,7 @@
 // fall in 8 different 16-byte bank groups (no bank conflicts), and cp.async writes
 // stay whole 16-byte chunks.
 //
-// int8_production.cu instantiates it for int8 A and B (both layouts), int4_gemm.cu
+// int8_mma.cu instantiates it for int8 A and B (both layouts), int4_gemm.cu
 // for packed int4 A and B (both layouts).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Appending one token to a layer's decode cache (layout: kv_cache_gpu.h). One warp per
+// Appending one token to a layer's decode cache (layout: core/kv_layout.h). One warp per
 // (KV head, K or V): a lane holds head_dim / 32 consecutive values, the warp reduces the
 // head's statistics with shuffles and encodes from registers with lowbit's formats
 // arithmetic (formats::HalfParams: f16 scale / min, codes encoded with the rounded

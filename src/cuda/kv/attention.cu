@@ -1,4 +1,4 @@
-// Decode attention over the mixed cache of kv_cache_gpu.h, read in place (flash-decoding).
+// Decode attention over the mixed cache of core/kv_layout.h, read in place (flash-decoding).
 //
 // Grid (splits, kv_heads * head groups): a block takes one KV head, GQ of its query
 // heads (so K and V are read once for all of them) and one split of the visible
@@ -674,7 +674,7 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
 
 std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
                                              std::int64_t max_length) {
-  // A plan's splits are at most max(target blocks, visible / kMaxSplit) (kv_cache_gpu.h).
+  // A plan's splits are at most max(target blocks, visible / kMaxSplit) (core/kv_layout.h).
   const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads);
   const std::int64_t blocks = n_heads / decode_heads_per_block(n_heads / shape.kv_heads);
   const std::int64_t want = (2 * core::multiprocessor_count() + blocks - 1) / blocks;

@@ -1,4 +1,4 @@
-// The small kernels of the GPU forward pass (forward_kernels.h). Each is a few
+// The small kernels of the GPU forward pass (model_cuda.h). Each is a few
 // microseconds at decode sizes; what matters is that they are few (the residual add
 // rides on the norm) and graph-capturable.
 #include <cuda_fp16.h>

@@ -1,6 +1,6 @@
 // Weight-only GEMV for small matrices at small M (the layers of a small model at decode:
 // N and K up to a few thousand, under a few MB of codes), where the streaming kernel
-// (weight_only_gemv.cu) is latency-bound: its ring pipeline is built for matrices that
+// (gemv.cu) is latency-bound: its ring pipeline is built for matrices that
 // take many waves, and a 576 x 576 layer gives each warp less than one step of it.
 //
 // Here one warp owns one tile pair (16 output rows, the A operand of m16n8k16, as in the
