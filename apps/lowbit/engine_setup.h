@@ -41,7 +41,7 @@ struct KvCacheFlags {
   // Warns for each option the user gave that --kv-cache `policy` does not use.
   void warn_ignored(const Options& options) const;
   engine::KvCacheOptions options() const;  // validated: names the flag at fault
-  engine::KvCacheOptions options_for(engine::KvPolicy policy, int kv_bits) const;
+  engine::KvCacheOptions options_for(KvPolicy policy, int kv_bits) const;
 };
 
 // "\r[#####.....] 12/50 label" on a terminal; a line per ~10% otherwise.
