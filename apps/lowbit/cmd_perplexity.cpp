@@ -21,15 +21,20 @@ int cmd_perplexity(const Args& args) {
   std::int64_t context = 512, stride = 0, max_windows = 0;
   KvCacheFlags kv;
   Options cli("lowbit perplexity",
-              "Perplexity of a text file (default: the WikiText-2 test split in data/) on the GPU or the CPU\n"
-              "reference: each window of --context tokens is evaluated from an empty KV cache with the policy;\n"
-              "the first window scores all its predictions, later ones their last --stride tokens.");
+              "Perplexity of a text file (default: the WikiText-2 test split in data/) on the GPU or the CPU,\n"
+              "scored as llama-perplexity scores it: each window of --context tokens is evaluated from an\n"
+              "empty KV cache with the policy (BOS first where the model wants it) and its second half is\n"
+              "scored, each token with at least --context / 2 tokens before it (--score-all: every\n"
+              "prediction of the first window, the last --stride of the others). Prints the estimate +- its\n"
+              "standard error, as llama-perplexity does.");
   ThreadsFlag threads;
   cli.input_file("-f, --file", &file, "the text (default: data/wikitext-2-raw/wiki.test.raw)");
   cli.text("-m, --model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
   cli.integer("-c, --context", &context, 2, 1 << 20, "tokens per window (default 512)");
   cli.integer("--stride", &stride, 0, 1 << 20, "tokens between windows (default: --context)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "stop after N windows (default 0: all)");
+  bool score_all = false;
+  cli.flag("--score-all", &score_all, "score every position, not only the second half of each window");
   cli.text("--json", &json_path, "FILE", "also write the result as JSON");
   kv.declare(cli, /*with_policy=*/true);
   std::string cpu_weights = "blocks";
@@ -49,6 +54,9 @@ int cmd_perplexity(const Args& args) {
   options.stride = stride;
   options.max_windows = max_windows;
   options.cache = kv.options();
+  options.scoring = score_all ? engine::PerplexityScoring::all : engine::PerplexityScoring::second_half;
+  if (loaded->tokenizer.add_bos()) options.window_start_token = loaded->tokenizer.bos_id();
+  const char* scoring = score_all ? "every position" : "the second half of each window, as llama-perplexity";
   Progress progress("perplexity", 1);
   options.progress = [&](std::int64_t done, std::int64_t total, double ppl) {
     progress.set_total(total);
@@ -63,9 +71,11 @@ int cmd_perplexity(const Args& args) {
   const engine::PerplexityResult r = engine::perplexity(*session, ids, options);
   progress.finish();
   const double seconds = seconds_since(start);
-  std::printf("perplexity %.4f (mean NLL %.5f) over %lld tokens in %lld windows of %lld; kv-cache %s; %.1f s (%s)\n",
-              r.ppl, r.mean_nll, static_cast<long long>(r.tokens_scored), static_cast<long long>(r.windows),
-              static_cast<long long>(context), kv.policy.c_str(), seconds, maker.describe().c_str());
+  std::printf("perplexity %.4f +/- %.4f (mean NLL %.5f +/- %.5f) over %lld tokens in %lld windows of %lld, "
+              "scoring %s; kv-cache %s; %.1f s (%s)\n",
+              r.ppl, r.ppl_error, r.mean_nll, r.nll_std_error, static_cast<long long>(r.tokens_scored),
+              static_cast<long long>(r.windows), static_cast<long long>(context), scoring, kv.policy.c_str(), seconds,
+              maker.describe().c_str());
   if (!json_path.empty()) {
     bench::Json root = bench::run_info_json("perplexity", bench::collect_run_info());
     root.set("device", maker.describe())
@@ -78,8 +88,11 @@ int cmd_perplexity(const Args& args) {
         .set("sink", kv.sink)
         .set("window", kv.window)
         .set("kv_bits", kv.kv_bits)
+        .set("scoring", score_all ? "all" : "second_half")
         .set("ppl", r.ppl)
+        .set("ppl_error", r.ppl_error)
         .set("mean_nll", r.mean_nll)
+        .set("nll_std_error", r.nll_std_error)
         .set("tokens_scored", r.tokens_scored)
         .set("windows", r.windows)
         .set("seconds", seconds);

@@ -100,7 +100,16 @@ engine::KvCacheOptions KvCacheFlags::options_for(KvPolicy kv_policy, int bits) c
 Progress::Progress(std::string label, std::int64_t total)
     : label_(std::move(label)), total_(total > 0 ? total : 1), tty_(isatty(STDERR_FILENO) != 0) {}
 
-void Progress::update(std::int64_t done, const std::string& note) {
+void Progress::update(std::int64_t done, const std::string& given_note) {
+  std::string note = given_note;
+  if (done > 0 && done < total_) {
+    const double left = seconds_since(start_) / static_cast<double>(done) * static_cast<double>(total_ - done);
+    char eta[48];
+    const auto s = static_cast<long long>(left + 0.5);
+    if (s >= 60) std::snprintf(eta, sizeof eta, "ETA %lldm%02llds", s / 60, s % 60);
+    else std::snprintf(eta, sizeof eta, "ETA %llds", s);
+    note += (note.empty() ? "" : "  ") + std::string(eta);
+  }
   const int width = 30;
   const auto filled = static_cast<int>(width * done / total_);
   if (tty_) {

@@ -44,7 +44,8 @@ struct KvCacheFlags {
   engine::KvCacheOptions options_for(KvPolicy policy, int kv_bits) const;
 };
 
-// "\r[#####.....] 12/50 label" on a terminal; a line per ~10% otherwise.
+// "\r[#####.....] 12/50 label  ETA 1m05s" on a terminal; a line per ~10% otherwise.
+// The estimate is the time so far per item times the items left.
 class Progress {
  public:
   Progress(std::string label, std::int64_t total);
@@ -57,6 +58,7 @@ class Progress {
   std::int64_t total_;
   bool tty_;
   std::int64_t last_decile_ = -1;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start);

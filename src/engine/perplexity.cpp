@@ -40,25 +40,42 @@ PerplexityResult perplexity(Session& session, std::span<const std::int32_t> toke
   LOWBIT_CHECK(session.max_tokens() >= ctx, "perplexity: the session holds ", session.max_tokens(),
                " tokens, the context needs ", ctx);
   const std::int64_t vocab = session.vocab();
+  LOWBIT_CHECK(options.window_start_token < vocab, "perplexity: window_start_token = ", options.window_start_token,
+               " is outside the vocabulary (", vocab, ")");
+  // Predictions scored per window: position i's logits predict token i + 1.
+  const std::int64_t later_first = ctx - 1 - std::min(stride, ctx - 1);
+  const bool half = options.scoring == PerplexityScoring::second_half && ctx >= 4;
+  auto first_scored = [&](std::int64_t w) {
+    if (half) return w == 0 ? ctx / 2 : std::max(ctx / 2, later_first);
+    return w == 0 ? std::int64_t{0} : later_first;
+  };
   PerplexityResult result;
-  double total = 0.0;
+  double total = 0.0, total_sq = 0.0;
+  std::vector<std::int32_t> window(static_cast<std::size_t>(ctx));
   for (std::int64_t w = 0; w < windows; ++w) {
     const std::int64_t start = w * stride;
+    std::copy_n(tokens.begin() + start, ctx, window.begin());
+    if (options.window_start_token >= 0) window[0] = options.window_start_token;
     session.reset();
-    const std::vector<float> logits = session.forward(tokens.subspan(static_cast<std::size_t>(start),
-                                                                     static_cast<std::size_t>(ctx)), true);
-    // Position i's logits predict token i + 1 of the window.
-    const std::int64_t first = w == 0 ? 0 : ctx - 1 - std::min(stride, ctx - 1);
-    for (std::int64_t i = first; i < ctx - 1; ++i) {
-      total += token_nll(std::span<const float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)),
-                         tokens[static_cast<std::size_t>(start + i + 1)]);
+    const std::vector<float> logits = session.forward(window, true);
+    for (std::int64_t i = first_scored(w); i < ctx - 1; ++i) {
+      const double nll = token_nll(std::span<const float>(logits.data() + i * vocab, static_cast<std::size_t>(vocab)),
+                                   tokens[static_cast<std::size_t>(start + i + 1)]);
+      total += nll;
+      total_sq += nll * nll;
       ++result.tokens_scored;
     }
     result.windows = w + 1;
     if (options.progress) options.progress(w + 1, windows, std::exp(total / static_cast<double>(result.tokens_scored)));
   }
-  result.mean_nll = total / static_cast<double>(result.tokens_scored);
+  const auto count = static_cast<double>(result.tokens_scored);
+  result.mean_nll = total / count;
   result.ppl = std::exp(result.mean_nll);
+  const double variance = total_sq / count - result.mean_nll * result.mean_nll;
+  if (result.tokens_scored > 1 && variance > 0) {
+    result.nll_std_error = std::sqrt(variance / (count - 1));
+    result.ppl_error = result.ppl * result.nll_std_error;
+  }
   return result;
 }
 

@@ -1,10 +1,14 @@
 // Perplexity of a token sequence under a model and a KV-cache policy, over windows
-// of `context` tokens taken every `stride` tokens, each evaluated from an empty cache
-// (as llama.cpp's perplexity tool does). The first window scores every prediction it
-// makes (tokens 1..C-1 of it); later windows score only their last min(stride, C-1)
-// tokens, so that with stride < context every scored token has at least C - stride
-// tokens of context. Only whole windows are used; a sequence shorter than the context
-// is one window of all its tokens.
+// of `context` tokens C taken every `stride` tokens, each evaluated from an empty cache
+// (as llama.cpp's perplexity tool does). Which predictions a window scores:
+//   second_half (llama-perplexity's): tokens C/2 + 1 .. C - 1 of every window, each
+//               seen with at least C/2 tokens of context (with a stride below C, only
+//               the last min(stride, C - 1 - C/2) of them, so none is scored twice)
+//   all         the first window every prediction it makes (tokens 1..C-1 of it),
+//               later windows their last min(stride, C-1) tokens
+// Only whole windows are used; a sequence shorter than the context is one window of
+// all its tokens (scored as `all` when it has fewer than 4). The estimate's +- is llama-perplexity's: the standard error of the
+// mean NLL over the scored tokens, times the perplexity (d exp(x) = exp(x) dx).
 #pragma once
 
 #include <cstdint>
@@ -17,8 +21,14 @@
 
 namespace lowbit::engine {
 
+enum class PerplexityScoring { second_half, all };
+
 struct PerplexityOptions {
   std::int64_t context = 512;
+  PerplexityScoring scoring = PerplexityScoring::second_half;
+  // When >= 0, the first token of every window is replaced by this id (llama-perplexity
+  // puts BOS there for models that start a sequence with it); -1 keeps the text's.
+  std::int32_t window_start_token = -1;
   std::int64_t stride = 0;       // 0 = context (non-overlapping windows)
   std::int64_t max_windows = 0;  // 0 = all
   KvCacheOptions cache;
@@ -29,6 +39,8 @@ struct PerplexityOptions {
 struct PerplexityResult {
   double ppl = 0.0;
   double mean_nll = 0.0;  // natural log
+  double nll_std_error = 0.0;  // standard error of mean_nll (0 for one scored token)
+  double ppl_error = 0.0;      // ppl * nll_std_error
   std::int64_t tokens_scored = 0;
   std::int64_t windows = 0;
 };

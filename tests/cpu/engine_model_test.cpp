@@ -357,7 +357,7 @@ TEST(EngineModel, PerplexityWindowsAndNll) {
     }
   }
   engine::PerplexityOptions o;
-  o.context = 16, o.stride = 8;
+  o.context = 16, o.stride = 8, o.scoring = engine::PerplexityScoring::all;
   std::int64_t calls = 0;
   o.progress = [&](std::int64_t done, std::int64_t all, double) {
     ++calls;
@@ -381,6 +381,38 @@ TEST(EngineModel, PerplexityWindowsAndNll) {
   o.stride = 0;
   EXPECT_LOWBIT_ERROR(engine::perplexity(model, std::span<const std::int32_t>(tokens.data(), 1), o),
                       "need at least 2 tokens");
+  // llama-perplexity's scoring (the default): the second half of every window, from BOS
+  // (here token 1) in place of the window's first token.
+  {
+    std::vector<double> nlls;
+    for (std::int64_t start : {0, 16}) {
+      std::vector<std::int32_t> window(tokens.begin() + start, tokens.begin() + start + 16);
+      window[0] = 1;
+      const std::vector<double> logits = naive_forward(m, window);
+      for (std::int64_t i = 8; i < 15; ++i) {
+        double mx = -1e300, sum = 0;
+        for (std::int64_t v = 0; v < vocab; ++v) mx = std::max(mx, logits[i * vocab + v]);
+        for (std::int64_t v = 0; v < vocab; ++v) sum += std::exp(logits[i * vocab + v] - mx);
+        nlls.push_back(std::log(sum) + mx - logits[i * vocab + window[i + 1]]);
+      }
+    }
+    double mean = 0, var = 0;
+    for (double v : nlls) mean += v / static_cast<double>(nlls.size());
+    for (double v : nlls) var += (v - mean) * (v - mean) / static_cast<double>(nlls.size() - 1);
+    engine::PerplexityOptions half;
+    half.context = 16, half.window_start_token = 1;
+    const engine::PerplexityResult h = engine::perplexity(model, tokens, half);
+    EXPECT_EQ(h.windows, 2);
+    EXPECT_EQ(h.tokens_scored, 14);
+    EXPECT_NEAR(h.mean_nll, mean, 1e-4);
+    EXPECT_NEAR(h.nll_std_error, std::sqrt(var / static_cast<double>(nlls.size())), 1e-4);
+    EXPECT_NEAR(h.ppl_error, h.ppl * h.nll_std_error, 1e-9 * h.ppl);
+    // With a stride below the context, each later window scores only its last `stride`.
+    half.stride = 4;
+    EXPECT_EQ(engine::perplexity(model, tokens, half).tokens_scored, 7 + 6 * 4);
+    half.window_start_token = 50;
+    EXPECT_LOWBIT_ERROR(engine::perplexity(model, tokens, half), "window_start_token = 50 is outside the vocabulary");
+  }
   // The log-softmax is stable for huge logits.
   const std::vector<float> big{1e30f, 0.0f, -1e30f};
   EXPECT_NEAR(engine::token_nll(big, 0), 0.0, 1e-12);
