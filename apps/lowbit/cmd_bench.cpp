@@ -22,9 +22,9 @@ int bench_kvquant(const Args& args) {
   bool no_matrix = false;
   std::int64_t seed = static_cast<std::int64_t>(options.seed);
   Options cli("lowbit bench kvquant",
-              "Per-channel symmetric INT8 of a T x D fp32 KV matrix over the seed's ten cases (1024x64 ..\n"
-              "131072x8192, 262144x128): the seed's CPU baseline, lowbit's CPU path, the seed's naive / tiled /\n"
-              "coarsened / vectorized kernels and lowbit's production kernels, each checked bit for bit\n"
+              "Per-channel symmetric INT8 of a T x D fp32 key or value matrix over ten cases (1024x64 ..\n"
+              "131072x8192, 262144x128): the original benchmark's CPU code, lowbit's CPU path, its four GPU kernels\n"
+              "(naive, tiled, coarsened, vectorized) and lowbit's production kernels, each checked bit for bit\n"
               "against the CPU reference; then the production path over f32/f16/bf16 x int8/int4 x\n"
               "channel/token/group on the cases of at least 16M elements.");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
@@ -46,11 +46,11 @@ int bench_kvquant(const Args& args) {
 int bench_gemm(const Args& args) {
   bench::GemmBenchOptions options;
   Options cli("lowbit bench gemm",
-              "Quantized GEMMs against cuBLASLt INT8 and cuBLAS FP16 in the same run: the INT8 progression of seed\n"
-              "003 (naive, tiled, vectorized, WMMA, mma.sync, wgmma) at 128^3 .. 8192^3 and decode shapes M in\n"
-              "{1, 16, 64, 128} x (N, K) in {(4096, 4096), (28672, 8192), (8192, 28672)}; the fused scale + bias +\n"
-              "ReLU epilogue; packed INT4; weight-only W4A16 / W8A16. Every configuration is checked first\n"
-              "(integers exactly against cuBLASLt). Without a GPU: the CPU reference on small shapes.");
+              "Quantized GEMMs against cuBLASLt INT8 and cuBLAS FP16 in the same run: INT8 kernels from the\n"
+              "textbook progression (naive, tiled, vectorized, WMMA) to lowbit's (mma.sync, wgmma) at 128^3 .. 8192^3\n"
+              "and decode shapes M in {1, 16, 64, 128} x (N, K) in {(4096, 4096), (28672, 8192), (8192, 28672)}; the\n"
+              "fused scale + bias + ReLU epilogue; packed INT4; weight-only W4A16 / W8A16. Every configuration is\n"
+              "checked first (integers exactly against cuBLASLt). Without a GPU: the CPU reference on small shapes.");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   cli.flag("--quick", &options.quick, "small cases only");
   cli.choices("--section", &options.only_sections, {"int8", "epilogue", "int4", "weight_only", "weight_only_variants"},

@@ -5,6 +5,7 @@
 #include "dispatch.h"
 #include "lowbit/error.h"
 #include "options.h"
+#include "threads.h"
 #include "version.h"
 
 namespace {
@@ -49,6 +50,7 @@ int help(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  lowbit::cli::prefer_passive_openmp(argv);
   const Args args(argv + 1, argv + argc);
   try {
     if (!args.empty() && args[0] == "--version") return version(args);

@@ -1,6 +1,9 @@
 #include "threads.h"
 
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "cpu/thread_pool.h"
 
@@ -18,6 +21,12 @@ std::int64_t ThreadsFlag::count() const { return threads > 0 ? threads : hardwar
 void ThreadsFlag::apply() const {
   omp_set_num_threads(static_cast<int>(count()));
   cpu::set_engine_threads(static_cast<int>(count()));
+}
+
+void prefer_passive_openmp(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);
 }
 
 }  // namespace lowbit::cli

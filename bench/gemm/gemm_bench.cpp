@@ -1,6 +1,8 @@
 // `lowbit bench gemm`: entry point, the CPU-only path, the tables and the JSON.
 #include "bench/gemm/gemm_bench.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -42,16 +44,38 @@ void run_gemm_cpu(std::vector<GemmRow>& rows) {
                    std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), 0);
 }
 
+namespace {
+
+// Three significant digits, so that small CPU figures do not read 0.0 or 0.
+std::string significant(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : v >= 1 ? "%.2f" : "%.3g", v);
+  return buffer;
+}
+
+}  // namespace
+
 void print_gemm_table(const std::string& title, const std::vector<GemmRow>& rows, double copy_gbps) {
   std::cout << "## " << title << "\n\n"
+            << "ms: median time of one call; TOPS: 10^12 multiply-adds x 2 per second; GB/s: operand and result bytes "
+               "over the time"
+            << (copy_gbps > 0 ? " (% copy: its share of a device copy measured in the same run)" : "")
+            << "; speed-up: the peer's time over this row's.\n\n"
             << "| op | variant | M x N x K | B | out | ms | TOPS | GB/s |" << (copy_gbps > 0 ? " % copy |" : "")
             << " speed-up vs peer | check |\n"
             << "|---|---|---|---|---|---:|---:|---:|" << (copy_gbps > 0 ? "---:|" : "") << "---:|---|\n";
+  double lo = INFINITY, hi = 0;
+  bool all_ok = true;
   for (const GemmRow& r : rows) {
+    all_ok = all_ok && r.ok;
+    if (!r.peer.empty() && std::isfinite(r.speedup_vs_peer())) {
+      lo = std::min(lo, r.speedup_vs_peer()), hi = std::max(hi, r.speedup_vs_peer());
+    }
     char line[512];
-    std::snprintf(line, sizeof line, "| %s | %s | %lldx%lldx%lld | %s | %s | %.4f | %.1f | %.0f |", r.op.c_str(),
+    std::snprintf(line, sizeof line, "| %s | %s | %lldx%lldx%lld | %s | %s | %.4f | %s | %s |", r.op.c_str(),
                   r.variant.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
-                  static_cast<long long>(r.k), r.layout.c_str(), r.out_dtype.c_str(), r.ms, r.tops(), r.gbps());
+                  static_cast<long long>(r.k), r.layout.c_str(), r.out_dtype.c_str(), r.ms, significant(r.tops()).c_str(),
+                  significant(r.gbps()).c_str());
     std::cout << line;
     if (copy_gbps > 0) {
       std::snprintf(line, sizeof line, " %.0f%% |", 100.0 * r.gbps() / copy_gbps);
@@ -64,6 +88,13 @@ void print_gemm_table(const std::string& title, const std::vector<GemmRow>& rows
       std::cout << line;
     }
     std::cout << " " << r.check << " |\n";
+  }
+  if (hi > 0) {
+    std::printf("\nVerdict: %s to %s the speed of the peer measured in the same run; %s.\n", significant(lo).c_str(),
+                (significant(hi) + "x").c_str(), all_ok ? "every result checked" : "SOME CHECKS FAILED");
+  } else if (copy_gbps <= 0) {
+    std::printf("\nVerdict: the CPU reference (the tests' oracle) only: a GPU is needed for the kernels and their "
+                "peers.\n");
   }
   std::cout << std::endl;
 }

@@ -53,7 +53,7 @@ int run_kvquant_bench(const KvBenchOptions& options) {
   const std::int64_t max_elements = options.max_elements > 0 ? options.max_elements
                                     : use_gpu                 ? (1LL << 40)
                                                               : (1LL << 25);
-  std::cout << "# lowbit bench kvquant\n\n"
+  std::cout << "# lowbit bench kvquant: INT8 / INT4 quantization of KV-cache matrices (T tokens x D channels)\n\n"
             << "commit " << info.commit << ", " << info.date << "\n"
             << "host: " << info.host_cpu << " (" << info.host_threads << " threads)\n"
             << "gpu: " << info.gpu << (use_gpu ? ", driver " + info.driver + ", CUDA runtime " + info.cuda_runtime : "")
@@ -72,6 +72,7 @@ int run_kvquant_bench(const KvBenchOptions& options) {
   std::cout << "ceilings: host memcpy " << host_copy_gbps << " GB/s";
   if (use_gpu) std::cout << ", device-to-device copy " << copy_gbps << " GB/s (bytes read + written)";
   std::cout << "\n\n";
+  print_legend(std::cout);
 
   std::vector<KvRow> rows;
   std::vector<std::string> skipped;
@@ -92,12 +93,13 @@ int run_kvquant_bench(const KvBenchOptions& options) {
     fill_normal(query.data(), kv_case.cols, options.seed ^ 0xabcdefULL);
 
     const std::size_t first = rows.size();
-    std::fprintf(stderr, "[%d/%zu] %s: CPU baseline and fast path\n", index, cases.size(), kv_case.name);
+    std::fprintf(stderr, "[%d/%zu] %s: the original CPU code and lowbit's CPU path\n", index, cases.size(),
+                 kv_case.name);
     const CpuReference reference = run_cpu_rows(kv_case, x.data(), query.data(), host_copy_gbps, rows);
 #if LOWBIT_WITH_CUDA
     if (use_gpu) {
       const GpuCaseInput input{&kv_case, x.data(), query.data(), &reference, copy_gbps};
-      std::fprintf(stderr, "[%d/%zu] %s: GPU seed variants and production\n", index, cases.size(), kv_case.name);
+      std::fprintf(stderr, "[%d/%zu] %s: the original GPU kernels and lowbit's\n", index, cases.size(), kv_case.name);
       run_gpu_seed_rows(input, rows);
       if (options.matrix && kv_case.elements() >= options.matrix_min_elements) {
         std::fprintf(stderr, "[%d/%zu] %s: GPU production over dtypes and granularities\n", index, cases.size(),

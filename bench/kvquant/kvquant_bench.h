@@ -45,6 +45,8 @@ struct KvRow {
   std::optional<bool> codes_exact;    // codes (and scales) equal the CPU reference bit for bit
   std::optional<bool> dequant_exact;  // dequantized values equal the CPU reference bit for bit
 
+  // quant_ms + dequant_ms: the round trip with the scales given (the original GPU
+  // kernels have no scale pass of their own), the figure the speed-ups compare.
   double total_ms() const { return quant_ms + dequant_ms; }
   double quant_gbps() const { return quant_bytes / (quant_ms * 1e6); }
   double dequant_gbps() const { return dequant_bytes / (dequant_ms * 1e6); }
