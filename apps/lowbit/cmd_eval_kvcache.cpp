@@ -1,7 +1,8 @@
-// `lowbit eval kvcache`: the seed's comparison of KV-cache policies (seed 002): for
-// each policy, perplexity on WikiText-2, a greedy generation from the seed's prompt
-// scored with ROUGE-L against the full cache's, decode tokens/s, KV-cache bytes, and
-// the memory curve (the seed's Figure 2) drawn as a PNG.
+// `lowbit eval kvcache`: the KV-cache policies compared on one model: for each policy,
+// perplexity on WikiText-2 (+- its standard error), a greedy generation from a prompt
+// scored with ROUGE-L against the full cache's, decode tokens/s after a long prompt
+// (repeated: median, min, max), KV-cache bytes, a verdict line, and the memory curve
+// (KV-cache bytes against generated tokens) drawn as a PNG.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -46,7 +47,8 @@ struct PolicyResult {
   PolicyCase policy;
   engine::PerplexityResult ppl;
   engine::GenerationResult generation;
-  engine::GenerationResult speed;  // decode after the long (--speed-prompt) prompt
+  engine::GenerationResult speed;  // decode after the long (--speed-prompt) prompt: the last run
+  std::vector<double> speed_rates;  // its decode tokens/s, one per run
   std::string text;
   eval::RougeL rouge_words{}, rouge_tokens{};
   std::size_t bytes_at_n = 0;
@@ -78,6 +80,12 @@ int cmd_eval_kvcache(const Args& args) {
   cli.integer("--speed-new-tokens", &speed_new, 2, 1 << 20,
               "tokens decoded in the speed run (default 512; 128-token runs swung by 5% on the H100)");
   cli.integer("--memory-tokens", &memory_tokens, 1, 1LL << 30, "report KV bytes at this many tokens (default 4096)");
+  std::int64_t speed_repeats = 3;
+  cli.integer("--speed-repeats", &speed_repeats, 1, 100, "runs of the decode-speed test per policy (default 3)");
+  std::string scoring = "all";
+  cli.choice("--ppl-scoring", &scoring, {"all", "second-half"},
+             "perplexity over every position of each window (default, as earlier eval kvcache results) or its "
+             "second half (as lowbit perplexity and llama-perplexity)");
   cli.choices("--policy", &only, {"full", "window", "selective8", "selective4", "int8", "int4"},
               "evaluate only this policy (full always runs: it is the reference)");
   cli.text("--png", &png_path, "FILE", "the memory plot (default kvcache-memory.png)");
@@ -116,6 +124,8 @@ int cmd_eval_kvcache(const Args& args) {
     ppl_options.context = context;
     ppl_options.max_windows = max_windows;
     ppl_options.cache = cache;
+    ppl_options.scoring = scoring == "all" ? engine::PerplexityScoring::all : engine::PerplexityScoring::second_half;
+    if (scoring != "all" && tok.add_bos()) ppl_options.window_start_token = tok.bos_id();
     Progress progress("  " + pc.name + " perplexity", 1);
     ppl_options.progress = [&](std::int64_t done, std::int64_t total, double ppl) {
       progress.set_total(total);
@@ -135,9 +145,14 @@ int cmd_eval_kvcache(const Args& args) {
     }
     if (speed_prompt > 0) {
       const auto session = maker.make(cache, speed_prompt + speed_new);
-      r.speed = engine::generate_greedy(
-          *session, std::span<const std::int32_t>(text_ids.data(), static_cast<std::size_t>(speed_prompt)), speed_new,
-          nullptr, nullptr);
+      for (std::int64_t run = 0; run < speed_repeats; ++run) {
+        session->reset();
+        r.speed = engine::generate_greedy(
+            *session, std::span<const std::int32_t>(text_ids.data(), static_cast<std::size_t>(speed_prompt)),
+            speed_new, nullptr, nullptr);
+        r.speed_rates.push_back(r.speed.decode_tokens_per_second());
+      }
+      std::sort(r.speed_rates.begin(), r.speed_rates.end());
     }
     r.text = tok.decode(r.generation.tokens);
     r.bytes_at_n = engine::KvCache::bytes_at(shape, cache, memory_tokens);
@@ -156,22 +171,65 @@ int cmd_eval_kvcache(const Args& args) {
     r.rouge_tokens = eval::rouge_l(r.generation.tokens, full.generation.tokens);
   }
 
-  std::printf("# KV-cache policies (seed 002), %s\n\n%s\nperplexity: %lld windows of %lld tokens; "
-              "generation: %lld greedy tokens; ROUGE-L F1 against the full cache's output\n\n",
-              maker.describe().c_str(), model.config().describe().c_str(), static_cast<long long>(full.ppl.windows),
-              static_cast<long long>(context), static_cast<long long>(max_new));
-  std::printf("| policy | perplexity | vs full | ROUGE-L (words) | ROUGE-L (tokens) | decode tok/s | decode tok/s "
-              "after %lld tokens | vs full | KV bytes at end | KV bytes at %lld tokens | vs full |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-              static_cast<long long>(speed_prompt), static_cast<long long>(memory_tokens));
+  auto median = [](const std::vector<double>& v) {
+    if (v.empty()) return 0.0;
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const double mib = 1024.0 * 1024.0;
+  std::printf("# KV-cache policies, %s\n\n%s\n\n", maker.describe().c_str(), model.config().describe().c_str());
+  std::printf("- perplexity: %lld windows of %lld tokens of %s, scoring %s; +- is the standard error "
+              "(lower is better); vs full: the ratio over the same tokens, +- from the per-token differences\n",
+              static_cast<long long>(full.ppl.windows), static_cast<long long>(context), file.c_str(),
+              scoring == "all" ? "every position of each window (as earlier eval kvcache results; lowbit perplexity "
+                                 "scores the second half, as llama-perplexity)"
+                               : "the second half of each window (as lowbit perplexity and llama-perplexity)");
+  std::printf("- ROUGE-L: F1 of the words of a %lld-token greedy generation against the full cache's (1 = the same "
+              "text)\n",
+              static_cast<long long>(max_new));
+  if (speed_prompt > 0) {
+    std::printf("- decode speed: tokens/s generating %lld tokens after a %lld-token prompt, median (min - max) of %lld "
+                "runs\n",
+                static_cast<long long>(speed_new), static_cast<long long>(speed_prompt),
+                static_cast<long long>(speed_repeats));
+  }
+  std::printf("- KV-cache memory: what the cache holds at %lld tokens (K and V of every layer), MiB\n\n",
+              static_cast<long long>(memory_tokens));
+  std::printf("| policy | perplexity | vs full | ROUGE-L | decode tokens/s | vs full | KV cache at %lld tokens | vs full |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|\n",
+              static_cast<long long>(memory_tokens));
+  const double full_speed = median(full.speed_rates);
   for (const PolicyResult& r : results) {
-    const double speed = r.speed.decode_tokens_per_second(), full_speed = full.speed.decode_tokens_per_second();
-    std::printf("| %s | %.4f | %+.2f%% | %.4f | %.4f | %.1f | %.1f | %.3fx | %zu | %zu | %.3fx |\n",
-                r.policy.label.c_str(), r.ppl.ppl, 100.0 * (r.ppl.ppl / full.ppl.ppl - 1.0), r.rouge_words.f1,
-                r.rouge_tokens.f1, r.generation.decode_tokens_per_second(), speed,
-                full_speed > 0 ? speed / full_speed : 0.0, r.generation.kv_bytes.back(), r.bytes_at_n,
+    const double speed = median(r.speed_rates);
+    char speed_cell[96] = "-", speed_ratio[32] = "-";
+    if (!r.speed_rates.empty()) {
+      std::snprintf(speed_cell, sizeof speed_cell, "%.1f (%.1f - %.1f)", speed, r.speed_rates.front(),
+                    r.speed_rates.back());
+      std::snprintf(speed_ratio, sizeof speed_ratio, "%.2fx", full_speed > 0 ? speed / full_speed : 0.0);
+    }
+    const engine::PerplexityRatio vs = engine::perplexity_ratio(r.ppl, full.ppl);
+    std::printf("| %s | %.3f +- %.3f | %+.2f%% +- %.2f%% | %.3f | %s | %s | %.2f MiB | %.3fx |\n",
+                r.policy.label.c_str(), r.ppl.ppl, r.ppl.ppl_error, 100.0 * (vs.ratio - 1.0), 100.0 * vs.std_error,
+                r.rouge_words.f1, speed_cell, speed_ratio,
+                static_cast<double>(r.bytes_at_n) / mib,
                 static_cast<double>(r.bytes_at_n) / static_cast<double>(full.bytes_at_n));
   }
+  // One line: how the quantizing policies trade perplexity, memory and speed against full.
+  std::string verdict;
+  for (const PolicyResult& r : results) {
+    if (r.policy.policy != KvPolicy::selective) continue;
+    char part[256];
+    const engine::PerplexityRatio vs = engine::perplexity_ratio(r.ppl, full.ppl);
+    std::snprintf(part, sizeof part, "%s%s perplexity %+.2f%% +- %.2f%%, %.2fx the KV memory",
+                  verdict.empty() ? "" : "; ", r.policy.name == "selective8" ? "selective INT8" : "selective INT4",
+                  100.0 * (vs.ratio - 1.0), 100.0 * vs.std_error,
+                  static_cast<double>(r.bytes_at_n) / static_cast<double>(full.bytes_at_n));
+    verdict += part;
+    if (!r.speed_rates.empty() && full_speed > 0) {
+      std::snprintf(part, sizeof part, ", %.2fx the decode speed", median(r.speed_rates) / full_speed);
+      verdict += part;
+    }
+  }
+  if (!verdict.empty()) std::printf("\nVerdict, against the full cache: %s.\n", verdict.c_str());
 
   report::LinePlot plot;
   plot.title = "KV-cache memory vs generated tokens (" + model.config().architecture + ", prompt " +
@@ -194,13 +252,18 @@ int cmd_eval_kvcache(const Args& args) {
     root.set("device", maker.describe()).set("model", model.config().describe()).set("context", context);
     root.set("speed_prompt_tokens", speed_prompt).set("speed_new_tokens", speed_new);
     root.set("max_new_tokens", max_new).set("memory_tokens", memory_tokens).set("prompt", prompt);
+    root.set("ppl_scoring", scoring == "all" ? "all" : "second_half").set("speed_repeats", speed_repeats);
     bench::Json rows = bench::Json::array();
     for (const PolicyResult& r : results) {
       bench::Json row = bench::Json::object();
       row.set("policy", r.policy.name).set("label", r.policy.label).set("ppl", r.ppl.ppl);
       row.set("tokens_scored", r.ppl.tokens_scored).set("rouge_l_words", r.rouge_words.f1);
       row.set("rouge_l_tokens", r.rouge_tokens.f1).set("decode_tokens_per_s", r.generation.decode_tokens_per_second());
-      row.set("decode_tokens_per_s_long_prompt", r.speed.decode_tokens_per_second());
+      row.set("decode_tokens_per_s_long_prompt", median(r.speed_rates));
+      bench::Json rates = bench::Json::array();
+      for (double rate : r.speed_rates) rates.push(rate);
+      row.set("decode_tokens_per_s_long_prompt_runs", std::move(rates));
+      row.set("ppl_error", r.ppl.ppl_error);
       if (r.speed.decode_steps > 0) {
         row.set("decode_device_ms_per_token_long_prompt",
                 1e3 * r.speed.decode_device_seconds / static_cast<double>(r.speed.decode_steps));

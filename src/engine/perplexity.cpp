@@ -63,6 +63,7 @@ PerplexityResult perplexity(Session& session, std::span<const std::int32_t> toke
                                    tokens[static_cast<std::size_t>(start + i + 1)]);
       total += nll;
       total_sq += nll * nll;
+      result.token_nlls.push_back(nll);
       ++result.tokens_scored;
     }
     result.windows = w + 1;
@@ -77,6 +78,24 @@ PerplexityResult perplexity(Session& session, std::span<const std::int32_t> toke
     result.ppl_error = result.ppl * result.nll_std_error;
   }
   return result;
+}
+
+PerplexityRatio perplexity_ratio(const PerplexityResult& policy, const PerplexityResult& reference) {
+  LOWBIT_CHECK(policy.token_nlls.size() == reference.token_nlls.size() && !policy.token_nlls.empty(),
+               "perplexity_ratio: ", policy.token_nlls.size(), " and ", reference.token_nlls.size(),
+               " scored tokens; expected the same tokens on both sides");
+  const auto n = static_cast<double>(policy.token_nlls.size());
+  double mean = 0, sq = 0;
+  for (std::size_t i = 0; i < policy.token_nlls.size(); ++i) mean += policy.token_nlls[i] - reference.token_nlls[i];
+  mean /= n;
+  for (std::size_t i = 0; i < policy.token_nlls.size(); ++i) {
+    const double d = policy.token_nlls[i] - reference.token_nlls[i] - mean;
+    sq += d * d;
+  }
+  PerplexityRatio r;
+  r.ratio = std::exp(mean);
+  r.std_error = n > 1 ? r.ratio * std::sqrt(sq / (n - 1) / n) : 0.0;
+  return r;
 }
 
 }  // namespace lowbit::engine

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -41,6 +42,7 @@ struct PerplexityResult {
   double mean_nll = 0.0;  // natural log
   double nll_std_error = 0.0;  // standard error of mean_nll (0 for one scored token)
   double ppl_error = 0.0;      // ppl * nll_std_error
+  std::vector<double> token_nlls;  // every scored token's NLL, in order (for paired comparisons)
   std::int64_t tokens_scored = 0;
   std::int64_t windows = 0;
 };
@@ -55,5 +57,14 @@ PerplexityResult perplexity(const Model& model, std::span<const std::int32_t> to
 // The same on a session (CPU or GPU) sized for at least min(context, tokens) positions;
 // options.cache is the session's business then. The session is reset per window.
 PerplexityResult perplexity(Session& session, std::span<const std::int32_t> tokens, const PerplexityOptions& options);
+
+// How much higher `policy`'s perplexity is than `reference`'s over the same scored
+// tokens, as a ratio, and the standard error of that ratio from the per-token NLL
+// differences (paired, so much tighter than either estimate's own +-). Throws unless
+// both scored the same number of tokens.
+struct PerplexityRatio {
+  double ratio = 1.0, std_error = 0.0;
+};
+PerplexityRatio perplexity_ratio(const PerplexityResult& policy, const PerplexityResult& reference);
 
 }  // namespace lowbit::engine

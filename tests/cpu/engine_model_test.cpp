@@ -407,6 +407,19 @@ TEST(EngineModel, PerplexityWindowsAndNll) {
     EXPECT_NEAR(h.mean_nll, mean, 1e-4);
     EXPECT_NEAR(h.nll_std_error, std::sqrt(var / static_cast<double>(nlls.size())), 1e-4);
     EXPECT_NEAR(h.ppl_error, h.ppl * h.nll_std_error, 1e-9 * h.ppl);
+    ASSERT_EQ(h.token_nlls.size(), nlls.size());
+    for (std::size_t i = 0; i < nlls.size(); ++i) EXPECT_NEAR(h.token_nlls[i], nlls[i], 1e-4) << i;
+    // Paired ratio: against itself exactly 1 +- 0; against NLLs shifted by a constant,
+    // exp(shift) with no spread.
+    const engine::PerplexityRatio same = engine::perplexity_ratio(h, h);
+    EXPECT_EQ(same.ratio, 1.0);
+    EXPECT_EQ(same.std_error, 0.0);
+    engine::PerplexityResult shifted = h;
+    for (double& v : shifted.token_nlls) v += 0.1;
+    EXPECT_NEAR(engine::perplexity_ratio(shifted, h).ratio, std::exp(0.1), 1e-12);
+    EXPECT_NEAR(engine::perplexity_ratio(shifted, h).std_error, 0.0, 1e-9);
+    shifted.token_nlls.pop_back();
+    EXPECT_LOWBIT_ERROR(engine::perplexity_ratio(shifted, h), "expected the same tokens on both sides");
     // With a stride below the context, each later window scores only its last `stride`.
     half.stride = 4;
     EXPECT_EQ(engine::perplexity(model, tokens, half).tokens_scored, 7 + 6 * 4);
