@@ -39,5 +39,7 @@ fi
 # nothing is downloaded, and the build tree in build-python/ is reused between runs.
 echo "python-test: building and installing lowbit (LOWBIT_CUDA=$LOWBIT_CUDA)"
 "$python" -m pip install -q --no-build-isolation --no-deps "${pip_source[@]}" .
+# The install's `lowbit` command, in the environment's scripts directory.
+"$("$python" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/lowbit" --version
 
 "$python" -m pytest python/tests -q -rs "$@"
