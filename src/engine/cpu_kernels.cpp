@@ -18,13 +18,13 @@ inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline float vsum(Vec a) {
-  // Through memory: GCC 12's reduce/extract intrinsics trip -Wuninitialized in its
-  // own header. Only once per dot product, so it costs nothing that matters.
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, a);
-  for (int w = 8; w > 0; w /= 2)
-    for (int i = 0; i < w; ++i) lanes[i] += lanes[i + w];
-  return lanes[0];
+  // lanes[i] += lanes[i + w] for w = 8, 4, 2, 1, in registers (GCC's shuffle builtin:
+  // GCC 12's reduce / extract / permute intrinsics trip -Wuninitialized in its headers).
+  a = a + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  a = a + __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+  a = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+  a = a + __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  return a[0];
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int W = 8;
@@ -89,6 +89,20 @@ void matmul_nt(const float* x, std::int64_t n, std::int64_t k, const float* w, s
   std::int64_t o = 0;
   for (; o + 4 <= m; o += 4) row_tile<4>(x, n, k, w + o * k, y + o, ldy);
   for (; o < m; ++o) row_tile<1>(x, n, k, w + o * k, y + o, ldy);
+}
+
+void dot4(const float* a, const float* const b[4], std::int64_t n, float out[4]) {
+  Vec acc[4] = {vzero(), vzero(), vzero(), vzero()};
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    const Vec av = vload(a + i);
+    for (int j = 0; j < 4; ++j) acc[j] = vfma(av, vload(b[j] + i), acc[j]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    float s = vsum(acc[j]);
+    for (std::int64_t t = i; t < n; ++t) s = std::fma(a[t], b[j][t], s);
+    out[j] = s;
+  }
 }
 
 float dot(const float* a, const float* b, std::int64_t n) {

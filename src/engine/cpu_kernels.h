@@ -15,6 +15,8 @@ void matmul_nt(const float* x, std::int64_t n, std::int64_t k, const float* w, s
                std::int64_t ldy);
 
 float dot(const float* a, const float* b, std::int64_t n);
+// dot(a, b[j], n) for four vectors b[j] at once (a loaded once), the same bits as dot().
+void dot4(const float* a, const float* const b[4], std::int64_t n, float out[4]);
 
 // y = x / sqrt(mean(x^2) + eps) * weight, for n rows of d.
 void rms_norm(const float* x, const float* weight, std::int64_t n, std::int64_t d, float eps, float* y);

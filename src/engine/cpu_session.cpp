@@ -60,13 +60,29 @@ void CpuSession::attend(std::int64_t layer, std::int64_t pos, std::int64_t h, co
     float* oh = out + h * d;
     std::int64_t count = 0;
     float mx = -INFINITY;
+    // Scores four positions at a time (q loaded once for four keys).
+    const float* keys[4];
+    int pending = 0;
+    auto flush = [&] {
+      float s[4];
+      if (pending == 4) {
+        cpu_kernels::dot4(qh, keys, d, s);
+      } else {
+        for (int i = 0; i < pending; ++i) s[i] = dot(qh, keys[i], d);
+      }
+      for (int i = 0; i < pending; ++i) {
+        scores[count] = s[i] * scale;
+        mx = std::max(mx, scores[count++]);
+      }
+      pending = 0;
+    };
     auto score = [&](std::int64_t j) {
-      const float s = dot(qh, cache_.key(layer, j, pos) + off, d) * scale;
-      scores[count++] = s;
-      mx = std::max(mx, s);
+      keys[pending++] = cache_.key(layer, j, pos) + off;
+      if (pending == 4) flush();
     };
     for (std::int64_t j = 0; j < sink_end; ++j) score(j);
     for (std::int64_t j = vis.recent_begin; j < end; ++j) score(j);
+    flush();
     double total = 0.0;
     for (std::int64_t i = 0; i < count; ++i) {
       scores[i] = std::exp(scores[i] - mx);
