@@ -79,6 +79,7 @@ int bench_speed(const Args& args) {
   if (gen_tokens > 0) tests.push_back({"tg" + std::to_string(gen_tokens), gen_tokens, {}});
   for (Test& test : tests) {
     const bool prompt = test.name.rfind("pp", 0) == 0;
+    Progress progress(test.name, repetitions + 1);
     for (std::int64_t run = 0; run <= repetitions; ++run) {  // run 0 warms up
       session->reset();
       const std::vector<std::int32_t> ids = random_tokens(prompt ? test.tokens : 1);
@@ -90,10 +91,9 @@ int bench_speed(const Args& args) {
       }
       const double seconds = seconds_since(start);
       if (run > 0) test.rates.push_back(static_cast<double>(test.tokens) / seconds);
-      std::fprintf(stderr, "\r%s: run %lld/%lld", test.name.c_str(), static_cast<long long>(run),
-                   static_cast<long long>(repetitions));
+      progress.update(run + 1, run == 0 ? "warm-up" : "");
     }
-    std::fprintf(stderr, "\n");
+    progress.finish();
   }
 
   std::printf("# Engine speed, %s\n\n%s\n%s\n\n", maker.describe().c_str(), config.describe().c_str(),
