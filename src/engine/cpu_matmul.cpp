@@ -20,6 +20,23 @@ std::int64_t rows_per_task(std::int64_t total_rows, std::int64_t n, std::int64_t
   return (rows + 3) / 4 * 4;
 }
 
+// Rows [r0, r0 + rows) of a block matrix times a batch of n >= kBatchTokens: each group
+// of 8 rows decoded to f32 (the values the f32 form holds) and multiplied by the FP32
+// tiles, so a batch computes exactly what the FP32 reference computes.
+void block_rows_as_f32(const WeightMatrix& w, std::int64_t r0, std::int64_t rows, const float* x, std::int64_t n,
+                       float* y, std::int64_t ldy) {
+  constexpr std::int64_t kGroup = 8;
+  thread_local std::vector<float> decoded;
+  decoded.resize(static_cast<std::size_t>(kGroup * w.cols()));
+  for (std::int64_t g = 0; g < rows; g += kGroup) {
+    const std::int64_t count = std::min(kGroup, rows - g);
+    for (std::int64_t i = 0; i < count; ++i) {
+      w.decode_row(r0 + g + i, decoded.data() + i * w.cols());
+    }
+    cpu_kernels::matmul_nt(x, n, w.cols(), decoded.data(), count, y + r0 + g, ldy);
+  }
+}
+
 }  // namespace
 
 void matmul(const float* x, std::int64_t n, std::int64_t k, std::initializer_list<MatmulTarget> targets,
@@ -33,7 +50,12 @@ void matmul(const float* x, std::int64_t n, std::int64_t k, std::initializer_lis
     any_blocks = any_blocks || t.w->holds_blocks();
     total_rows += t.w->rows();
   }
-  if (any_blocks) {
+  // Decode and short batches: 8-bit activations and integer dot products. Long batches
+  // are bound by arithmetic, where one FMA does 16 multiply-adds and the integer route
+  // needs ~4 instructions (product, conversion, scale, sum) per 32: there the rows are
+  // decoded to f32 once per batch instead (1.3x the 8-bit route's rate at 64 tokens).
+  const bool as_f32 = n >= kBatchTokens;
+  if (any_blocks && !as_f32) {
     scratch.resize(n, k);
     const std::int64_t rows_each = std::max<std::int64_t>(1, 4096 / k);
     pool.run((n + rows_each - 1) / rows_each, [&](std::int64_t i) {
@@ -59,7 +81,9 @@ void matmul(const float* x, std::int64_t n, std::int64_t k, std::initializer_lis
     const std::int64_t r0 = (task - spans[s].first_task) * chunk;
     const std::int64_t rows = std::min(chunk, t.w->rows() - r0);
     const std::int64_t ldy = t.w->rows();
-    if (t.w->holds_blocks()) {
+    if (t.w->holds_blocks() && as_f32) {
+      block_rows_as_f32(*t.w, r0, rows, x, n, t.y, ldy);
+    } else if (t.w->holds_blocks()) {
       cpu::block_matmul(t.w->block_type(), t.w->row_blocks(r0), t.w->row_bytes(), rows, scratch, t.y + r0, ldy);
     } else {
       cpu_kernels::matmul_nt(x, n, k, t.w->f32().data() + r0 * k, rows, t.y + r0, ldy);

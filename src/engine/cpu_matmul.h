@@ -1,7 +1,9 @@
 // y = x W^T for the CPU forward pass, on the engine's thread pool (cpu/thread_pool.h):
-// f32 matrices with the FP32 tiles (cpu_kernels.h), block matrices with 8-bit
-// activations (cpu/block_dot.h). Matrices that read the same input (Q | K | V,
-// gate | up) are one parallel region, with one quantization of the input.
+// f32 matrices with the FP32 tiles (cpu_kernels.h); block matrices with 8-bit
+// activations (cpu/block_dot.h) for fewer than kBatchTokens rows of x (decode), and for
+// longer batches (prefill) row groups decoded to f32 and the FP32 tiles, which gives
+// the FP32 reference's results. Matrices that read the same input (Q | K | V, gate |
+// up) are one parallel region, with one quantization of the input.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,8 @@
 #include "engine/weight_matrix.h"
 
 namespace lowbit::engine {
+
+inline constexpr std::int64_t kBatchTokens = 32;
 
 struct MatmulTarget {
   const WeightMatrix* w;

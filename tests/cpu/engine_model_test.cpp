@@ -15,6 +15,7 @@
 #include "common/expect_error.h"
 #include "common/gguf_writer.h"
 #include "common/tiny_llama.h"
+#include "engine/cpu_matmul.h"
 #include "engine/cpu_session.h"
 #include "engine/generate.h"
 #include "engine/model.h"
@@ -113,17 +114,19 @@ TEST(EngineModel, EveryPolicyMatchesNaiveForward) {
   }
 }
 
-// The block path on the tiny model (Q4_1 matrices, one Q8_0, a Q8_0 embedding): the
-// same forward with 8-bit activations. Quantizing each activation block to 8 bits
-// moves logits by well under 3% of their range here (measured ~0.5-1%); a batch gives
-// what one token at a time gives, to float accuracy (each output is one sum whatever
-// the batch).
+// The block path on the tiny model (Q4_1 matrices, one Q8_0, a Q8_0 embedding). Fewer
+// than kBatchTokens tokens at a time: 8-bit activations, which move logits by well under
+// 3% of their range here (measured ~0.5-1%), and a short batch gives what one token at
+// a time gives, to float accuracy (each output is one sum whatever the batch). A batch
+// of kBatchTokens or more multiplies the decoded rows in f32: exactly the FP32 reference.
 TEST(EngineModel, BlocksPathMatchesNaiveForwardAndDecode) {
   const TinyLlama m = make_tiny_llama();
   const Model model = Model::from_gguf(GgufFile::from_bytes(m.gguf), engine::WeightForm::blocks);
+  const Model oracle = tiny_model(m);
   EXPECT_TRUE(model.layers()[0].wq.holds_blocks());
   EXPECT_TRUE(model.token_embedding().holds_blocks());
   const std::vector<std::int32_t> tokens = tiny_tokens(24, m.spec.vocab);
+  static_assert(engine::kBatchTokens > 24);
   for (const PolicyCase& pc : policy_cases()) {
     SCOPED_TRACE(pc.name);
     CpuSession prefill(model, pc.options, 32), decode(model, pc.options, 32);
@@ -137,6 +140,9 @@ TEST(EngineModel, BlocksPathMatchesNaiveForwardAndDecode) {
       }
     }
   }
+  const std::vector<std::int32_t> batch = tiny_tokens(engine::kBatchTokens + 3, m.spec.vocab);
+  CpuSession blocks(model, {}, 64), reference(oracle, {}, 64);
+  EXPECT_EQ(blocks.forward(batch, true), reference.forward(batch, true));
 }
 
 TEST(EngineModel, PoliciesDifferFromFull) {
