@@ -68,7 +68,7 @@ std::string SessionMaker::describe() const {
 #endif
   const std::string threads = std::to_string(cpu::engine_pool().threads()) + " threads";
   if (model_->model.weight_form() == engine::WeightForm::f32) return "CPU, FP32 reference, " + threads;
-  return std::string("CPU, Q4/Q8 blocks x 8-bit activations (") + cpu::block_matmul_isa() + "), " + threads;
+  return std::string("CPU, the file's Q4/Q8 blocks (") + cpu::block_matmul_isa() + "), " + threads;
 }
 
 void SessionMaker::declare(Options& cli, std::string* device, bool* no_graphs, std::string* cpu_weights) {
