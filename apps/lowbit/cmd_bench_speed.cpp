@@ -47,7 +47,8 @@ int bench_speed(const Args& args) {
               "batch of N random tokens into an empty KV cache) and generation (tgN: N tokens one at a time\n"
               "from an empty cache), after a warm-up run, repeated (min / median / max, mean +- sd).");
   cli.text("-m, --model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
-  cli.integer("-p, --prompt-tokens", &prompt_tokens, 0, 1 << 16, "prompt tokens of the pp test (default 512; 0 skips it)");
+  cli.integer("-p, --prompt-tokens", &prompt_tokens, 0, 1 << 16,
+              "prompt tokens of the pp test (default 512; 0 skips it)");
   cli.integer("-n, --gen-tokens", &gen_tokens, 0, 1 << 16, "tokens of the tg test (default 128; 0 skips it)");
   cli.integer("-r, --repetitions", &repetitions, 1, 1000, "timed runs of each test (default 5)");
   cli.text("--json", &json_path, "FILE", "also write the results as JSON");
@@ -98,7 +99,8 @@ int bench_speed(const Args& args) {
 
   std::printf("# Engine speed, %s\n\n%s\n%s\n\n", maker.describe().c_str(), config.describe().c_str(),
               loaded->model.source().c_str());
-  std::printf("| test | what | tokens/s (median) | min | max | mean +- sd | runs |\n|---|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| test | what | tokens/s (median) | min | max | mean +- sd | runs |\n"
+              "|---|---|---:|---:|---:|---:|---:|\n");
   bench::Json rows = bench::Json::array();
   for (const Test& test : tests) {
     const Spread s = spread(test.rates);

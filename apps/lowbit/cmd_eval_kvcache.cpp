@@ -97,7 +97,8 @@ int cmd_eval_kvcache(const Args& args) {
   ThreadsFlag threads;
   threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
-  check_input_file("--file", file, cli.given("--file") ? "" : " (the default text; pass --file PATH or set LOWBIT_WIKITEXT)");
+  check_input_file("--file", file,
+                   cli.given("--file") ? "" : " (the default text; pass --file PATH or set LOWBIT_WIKITEXT)");
   cli.warn_ignored({"--kv-bits"}, "(eval kvcache runs selective at 8 bits and at 4)");
   threads.apply();
 
@@ -194,7 +195,8 @@ int cmd_eval_kvcache(const Args& args) {
   }
   std::printf("- KV-cache memory: what the cache holds at %lld tokens (K and V of every layer), MiB\n\n",
               static_cast<long long>(memory_tokens));
-  std::printf("| policy | perplexity | vs full | ROUGE-L | decode tokens/s | vs full | KV cache at %lld tokens | vs full |\n"
+  std::printf("| policy | perplexity | vs full | ROUGE-L | decode tokens/s | vs full | KV cache at %lld tokens | "
+              "vs full |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|\n",
               static_cast<long long>(memory_tokens));
   const double full_speed = median(full.speed_rates);

@@ -41,7 +41,8 @@ int cmd_perplexity(const Args& args) {
   SessionMaker::declare(cli, &device, nullptr, &cpu_weights);
   threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;
-  check_input_file("--file", file, cli.given("--file") ? "" : " (the default text; pass --file PATH or set LOWBIT_WIKITEXT)");
+  check_input_file("--file", file,
+                   cli.given("--file") ? "" : " (the default text; pass --file PATH or set LOWBIT_WIKITEXT)");
   usage_check(stride <= context, "--stride ", stride, " is longer than --context ", context,
               " (windows would skip tokens)");
   kv.warn_ignored(cli);

@@ -74,8 +74,8 @@ void print_gemm_table(const std::string& title, const std::vector<GemmRow>& rows
     char line[512];
     std::snprintf(line, sizeof line, "| %s | %s | %lldx%lldx%lld | %s | %s | %.4f | %s | %s |", r.op.c_str(),
                   r.variant.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
-                  static_cast<long long>(r.k), r.layout.c_str(), r.out_dtype.c_str(), r.ms, significant(r.tops()).c_str(),
-                  significant(r.gbps()).c_str());
+                  static_cast<long long>(r.k), r.layout.c_str(), r.out_dtype.c_str(), r.ms,
+                  significant(r.tops()).c_str(), significant(r.gbps()).c_str());
     std::cout << line;
     if (copy_gbps > 0) {
       std::snprintf(line, sizeof line, " %.0f%% |", 100.0 * r.gbps() / copy_gbps);

@@ -207,10 +207,12 @@ void simd_matmul(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t row
 #endif  // LOWBIT_BLOCK_DOT_SIMD
 
 void check_activations(const QuantizedActivations& x) {
-  LOWBIT_CHECK(x.k > 0 && x.k % kValuesPerBlock == 0, "block_matmul: k = ", x.k, ", expected a positive multiple of 32");
+  LOWBIT_CHECK(x.k > 0 && x.k % kValuesPerBlock == 0, "block_matmul: k = ", x.k,
+               ", expected a positive multiple of 32");
   const std::int64_t blocks = x.rows * (x.k / kValuesPerBlock);
   LOWBIT_CHECK(x.rows >= 0 && static_cast<std::int64_t>(x.q.size()) >= x.rows * x.k &&
-                   static_cast<std::int64_t>(x.d.size()) >= blocks && static_cast<std::int64_t>(x.dsum.size()) >= blocks,
+                   static_cast<std::int64_t>(x.d.size()) >= blocks &&
+                   static_cast<std::int64_t>(x.dsum.size()) >= blocks,
                "block_matmul: activations hold fewer values than rows x k (", x.rows, " x ", x.k, ")");
 }
 

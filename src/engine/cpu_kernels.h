@@ -1,6 +1,6 @@
-// FP32 building blocks of the CPU forward pass (single-threaded; cpu_matmul.h splits
-// the rows over the engine's threads; SIMD inner loops). The matrix product uses explicit FMA intrinsics where the target has them:
-// the library builds with -ffp-contract=off (for bit-exact quantization), so plain
+// FP32 building blocks of the CPU forward pass (single-threaded: cpu_matmul.h splits
+// the rows over the engine's threads; SIMD inner loops). The matrix product uses
+// explicit FMA intrinsics where the target has them: the library builds with -ffp-contract=off (for bit-exact quantization), so plain
 // loops would not fuse, and floating-point sums are not vectorized without them.
 #pragma once
 

@@ -118,7 +118,9 @@ std::vector<float> CpuSession::forward(std::span<const std::int32_t> tokens, boo
   std::vector<float> q(static_cast<std::size_t>(n * qd)), att(q.size());
   std::vector<float> k(static_cast<std::size_t>(n * kvd)), v(k.size());
   std::vector<float> gate(static_cast<std::size_t>(n * f)), up(gate.size());
-  for (std::int64_t i = 0; i < n; ++i) model_->token_embedding().decode_row(tokens[static_cast<std::size_t>(i)], x.data() + i * d);
+  for (std::int64_t i = 0; i < n; ++i) {
+    model_->token_embedding().decode_row(tokens[static_cast<std::size_t>(i)], x.data() + i * d);
+  }
   cpu::ThreadPool& pool = cpu::engine_pool();
 
   for (std::int64_t l = 0; l < c.n_layers; ++l) {

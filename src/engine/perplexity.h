@@ -7,8 +7,9 @@
 //   all         the first window every prediction it makes (tokens 1..C-1 of it),
 //               later windows their last min(stride, C-1) tokens
 // Only whole windows are used; a sequence shorter than the context is one window of
-// all its tokens (scored as `all` when it has fewer than 4). The estimate's +- is llama-perplexity's: the standard error of the
-// mean NLL over the scored tokens, times the perplexity (d exp(x) = exp(x) dx).
+// all its tokens (scored as `all` when it has fewer than 4). The estimate's +- is
+// llama-perplexity's: the standard error of the mean NLL over the scored tokens, times
+// the perplexity (d exp(x) = exp(x) dx).
 #pragma once
 
 #include <cstdint>

@@ -45,7 +45,8 @@ WeightMatrix WeightMatrix::load(const GgufTensor& tensor, WeightForm form) {
   if (form == WeightForm::blocks && block_type_of(tensor.type, &m.block_type_)) {
     m.holds_blocks_ = true;
     m.row_bytes_ = m.cols_ / cpu::kValuesPerBlock * cpu::weight_block_bytes(m.block_type_);
-    LOWBIT_CHECK(m.cols_ % cpu::kValuesPerBlock == 0 && m.row_bytes_ * m.rows_ == static_cast<std::int64_t>(tensor.byte_size),
+    LOWBIT_CHECK(m.cols_ % cpu::kValuesPerBlock == 0 &&
+                     m.row_bytes_ * m.rows_ == static_cast<std::int64_t>(tensor.byte_size),
                  "model: tensor '", tensor.name, "' has ", tensor.byte_size, " bytes, expected ", m.rows_, " rows of ",
                  m.cols_ / cpu::kValuesPerBlock, " blocks");
     m.blocks_.assign(tensor.data, tensor.data + tensor.byte_size);
