@@ -33,11 +33,15 @@ std::string resolve_model_path(const std::string& model_option) {
     LOWBIT_CHECK(std::filesystem::is_regular_file(from_env), "LOWBIT_MODEL: no file at '", from_env, "'");
     return from_env;
   }
-  const std::string cache = env("LOWBIT_CACHE").empty() ? env("HOME") + "/.cache/lowbit" : env("LOWBIT_CACHE");
-  const std::string cached = cache + "/models/" + kModelFile;
+  const std::string cached = default_model_path();
   LOWBIT_CHECK(std::filesystem::is_regular_file(cached), "no model: pass --model PATH, set LOWBIT_MODEL, or run ",
                "scripts/fetch-model.sh to put the default model at '", cached, "'");
   return cached;
+}
+
+std::string default_model_path() {
+  const std::string cache = env("LOWBIT_CACHE").empty() ? env("HOME") + "/.cache/lowbit" : env("LOWBIT_CACHE");
+  return cache + "/models/" + kModelFile;
 }
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path) {

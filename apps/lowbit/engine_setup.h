@@ -25,6 +25,9 @@ struct LoadedModel {
 // --model PATH, else $LOWBIT_MODEL, else the cache of scripts/fetch-model.sh; a clear
 // error naming all three when none is a file.
 std::string resolve_model_path(const std::string& model_option);
+// Where scripts/fetch-model.sh puts the default model ($LOWBIT_CACHE/models/..., default
+// ~/.cache/lowbit), whether or not it is there.
+std::string default_model_path();
 std::unique_ptr<LoadedModel> load_model(const std::string& path);
 
 // The WikiText-2 test split shipped in data/ (or $LOWBIT_WIKITEXT).
