@@ -1,5 +1,7 @@
 // `lowbit model synth`: writes a GGUF model of a real shape with random weights
 // (engine/synth), so that speed at 1B-8B shapes is measured without a download.
+// `lowbit model dequant`: one tensor of a GGUF file decoded to raw f32, as the CPU
+// engine decodes it (for checks against other decoders).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "engine/gguf/dequant.h"
 #include "engine/gguf/output_file.h"
 #include "engine/gguf/reader.h"
 #include "engine/synth/synth_model.h"
@@ -75,15 +78,42 @@ int model_synth(const Args& args) {
   return 0;
 }
 
+int model_dequant(const Args& args) {
+  std::string path, tensor_name, out;
+  bool force = false;
+  Options cli("lowbit model dequant",
+              "Decodes one tensor of a GGUF file to f32 (little-endian, dims[0] fastest) as the CPU engine does,\n"
+              "and writes the values to --out.");
+  cli.text("--model", &path, "FILE", "the GGUF file (required)");
+  cli.text("--tensor", &tensor_name, "NAME", "the tensor's name (required)");
+  cli.text("--out", &out, "FILE", "where the f32 values go (required; written whole or not at all)");
+  cli.flag("--force", &force, "overwrite FILE if it exists");
+  if (const auto status = cli.parse(args)) return *status;
+  LOWBIT_CHECK(!path.empty(), "--model: required");
+  LOWBIT_CHECK(!tensor_name.empty(), "--tensor: required");
+  LOWBIT_CHECK(!out.empty(), "--out: required");
+  engine::check_output_path(out, force, "--out", "pass --force to overwrite it");
+  const engine::GgufFile file = engine::GgufFile::open(path);
+  const engine::GgufTensor& tensor = file.tensor(tensor_name);
+  const std::vector<float> values = engine::dequantize_tensor(tensor);
+  engine::OutputFile output(out, force);
+  output.write({reinterpret_cast<const std::uint8_t*>(values.data()), values.size() * sizeof(float)});
+  output.commit();
+  std::fprintf(stderr, "[model dequant] %s (%s, %zu values) -> %s\n", tensor_name.c_str(),
+               std::string(engine::ggml_type_name(tensor.type)).c_str(), values.size(), out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_model(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    (args.empty() ? std::cerr : std::cout) << "usage: lowbit model synth [options]\n";
+    (args.empty() ? std::cerr : std::cout) << "usage: lowbit model <synth|dequant> [options]\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "synth") return model_synth(Args(args.begin() + 1, args.end()));
-  std::cerr << "lowbit model: unknown subcommand '" << args[0] << "' (available: synth)\n";
+  if (args[0] == "dequant") return model_dequant(Args(args.begin() + 1, args.end()));
+  std::cerr << "lowbit model: unknown subcommand '" << args[0] << "' (available: synth, dequant)\n";
   return 2;
 }
 
