@@ -2,6 +2,8 @@
 // (engine/synth), so that speed at 1B-8B shapes is measured without a download.
 // `lowbit model dequant`: one tensor of a GGUF file decoded to raw f32, as the CPU
 // engine decodes it (for checks against other decoders).
+// `lowbit model tokenize`: a text's token ids under a model's tokenizer (for checks
+// against other tokenizers).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "engine/gguf/output_file.h"
 #include "engine/gguf/reader.h"
 #include "engine/synth/synth_model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
 #include "options.h"
@@ -104,16 +107,34 @@ int model_dequant(const Args& args) {
   return 0;
 }
 
+int model_tokenize(const Args& args) {
+  std::string model, text;
+  bool no_special = false;
+  Options cli("lowbit model tokenize",
+              "Prints the token ids of --text under the model's tokenizer (no BOS added), space-separated.");
+  cli.text("--model", &model, "PATH|NAME", k_model_option_help);
+  cli.text("--text", &text, "TEXT", "the text (required)");
+  cli.flag("--no-special", &no_special, "treat control tokens in the text as plain text");
+  if (const auto status = cli.parse(args)) return *status;
+  const engine::GgufFile file = engine::GgufFile::open(resolve_model_path(model));
+  const engine::Tokenizer tokenizer = engine::Tokenizer::from_gguf(file);
+  const std::vector<std::int32_t> ids = tokenizer.encode(text, /*add_bos=*/false, !no_special);
+  for (std::size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+  std::cout << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int cmd_model(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    (args.empty() ? std::cerr : std::cout) << "usage: lowbit model <synth|dequant> [options]\n";
+    (args.empty() ? std::cerr : std::cout) << "usage: lowbit model <synth|dequant|tokenize> [options]\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "synth") return model_synth(Args(args.begin() + 1, args.end()));
   if (args[0] == "dequant") return model_dequant(Args(args.begin() + 1, args.end()));
-  std::cerr << "lowbit model: unknown subcommand '" << args[0] << "' (available: synth, dequant)\n";
+  if (args[0] == "tokenize") return model_tokenize(Args(args.begin() + 1, args.end()));
+  std::cerr << "lowbit model: unknown subcommand '" << args[0] << "' (available: synth, dequant, tokenize)\n";
   return 2;
 }
 

@@ -20,7 +20,8 @@ void usage(std::ostream& out) {
          "  eval attention  the seed-004 table: four quantized-attention pipelines (NF4/MXFP4/NVFP4 weights)\n"
          "                  timed and checked against an FP64 reference, formats' round trip and memory\n"
          "  model synth     writes a GGUF model of a real shape (Llama 3 1B-8B, ...) with random weights\n"
-         "  model dequant   decodes one tensor of a GGUF file to raw f32, as the CPU engine does\n\n"
+         "  model dequant   decodes one tensor of a GGUF file to raw f32, as the CPU engine does\n"
+         "  model tokenize  a text's token ids under a model's tokenizer\n\n"
          "Run `lowbit <command> --help` for its options.\n";
 }
 
