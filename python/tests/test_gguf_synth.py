@@ -10,7 +10,10 @@ from conftest import has_module, lowbit_cli
 
 pytestmark = pytest.mark.skipif(not has_module("gguf"), reason="needs the gguf package (scripts/python-test.sh installs it)")
 
-TINY = dict(d_model=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512)
+TINY = dict(arch="llama", d_model=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512)
+# 384 wide: not whole K-quant super-blocks, so K-quant files fall back as llama.cpp's do.
+TINY_QWEN2 = dict(arch="qwen2", d_model=384, layers=2, heads=6, kv_heads=2, head_dim=64, ffn=512)
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 VOCAB = 300
 
 
@@ -36,40 +39,54 @@ def field(reader, key):
     return reader.fields[key].contents()
 
 
-def expected_tensors(matrix_type):
-    d, hd, ffn = TINY["d_model"], TINY["head_dim"], TINY["ffn"]
-    q, kv = TINY["heads"] * hd, TINY["kv_heads"] * hd
+def expected_tensors(shape, matrix_type):
+    """name -> (GGUF dims, type): a matrix whose rows are not whole blocks of the type
+    takes its fallback; qwen2 adds F32 Q/K/V biases."""
+    d, hd, ffn = shape["d_model"], shape["head_dim"], shape["ffn"]
+    q, kv = shape["heads"] * hd, shape["kv_heads"] * hd
+
+    def matrix(rows_of):
+        whole = rows_of % (256 if matrix_type in FALLBACK else 32 if matrix_type != "F16" else 1) == 0
+        return matrix_type if whole else FALLBACK[matrix_type]
+
     out = {"token_embd.weight": ([d, VOCAB], "Q8_0"), "output_norm.weight": ([d], "F32")}
-    for layer in range(TINY["layers"]):
+    for layer in range(shape["layers"]):
         p = f"blk.{layer}."
         out.update({p + "attn_norm.weight": ([d], "F32"), p + "ffn_norm.weight": ([d], "F32"),
-                    p + "attn_q.weight": ([d, q], matrix_type), p + "attn_k.weight": ([d, kv], matrix_type),
-                    p + "attn_v.weight": ([d, kv], matrix_type), p + "attn_output.weight": ([q, d], matrix_type),
-                    p + "ffn_gate.weight": ([d, ffn], matrix_type), p + "ffn_up.weight": ([d, ffn], matrix_type),
-                    p + "ffn_down.weight": ([ffn, d], matrix_type)})
+                    p + "attn_q.weight": ([d, q], matrix(d)), p + "attn_k.weight": ([d, kv], matrix(d)),
+                    p + "attn_v.weight": ([d, kv], matrix(d)), p + "attn_output.weight": ([q, d], matrix(q)),
+                    p + "ffn_gate.weight": ([d, ffn], matrix(d)), p + "ffn_up.weight": ([d, ffn], matrix(d)),
+                    p + "ffn_down.weight": ([ffn, d], matrix(ffn))})
+        if shape["arch"] == "qwen2":
+            out.update({p + "attn_q.bias": ([q], "F32"), p + "attn_k.bias": ([kv], "F32"),
+                        p + "attn_v.bias": ([kv], "F32")})
     return out
 
 
-@pytest.mark.parametrize("matrix_type", ["Q4_1", "Q4_0", "Q8_0", "F16"])
-def test_synth_tiny_reads_in_gguf(tmp_path, matrix_type):
+@pytest.mark.parametrize("preset, shape, matrix_type", [
+    *[("tiny", TINY, t) for t in ["Q4_1", "Q4_0", "Q8_0", "F16", "Q4_K", "Q5_K", "Q6_K"]],
+    *[("tiny-qwen2", TINY_QWEN2, t) for t in ["Q4_1", "Q4_K", "Q6_K"]],
+])
+def test_synth_tiny_reads_in_gguf(tmp_path, preset, shape, matrix_type):
     import gguf
     from gguf.quants import dequantize
 
     cli = lowbit_cli()
     source, out = tmp_path / "tokenizer.gguf", tmp_path / "tiny.gguf"
     write_tokenizer_source(source)
-    subprocess.run([cli, "model", "synth", "--preset", "tiny", "--type", matrix_type, "--out", str(out),
+    subprocess.run([cli, "model", "synth", "--preset", preset, "--type", matrix_type, "--out", str(out),
                     "--tokenizer-from", str(source)], check=True, capture_output=True)
     reader = gguf.GGUFReader(str(out))
 
-    assert field(reader, "general.architecture") == "llama"
-    assert field(reader, "llama.block_count") == TINY["layers"]
-    assert field(reader, "llama.embedding_length") == TINY["d_model"]
-    assert field(reader, "llama.feed_forward_length") == TINY["ffn"]
-    assert field(reader, "llama.attention.head_count") == TINY["heads"]
-    assert field(reader, "llama.attention.head_count_kv") == TINY["kv_heads"]
-    assert field(reader, "llama.rope.dimension_count") == TINY["head_dim"]
-    assert field(reader, "llama.vocab_size") == VOCAB
+    arch = shape["arch"]
+    assert field(reader, "general.architecture") == arch
+    assert field(reader, f"{arch}.block_count") == shape["layers"]
+    assert field(reader, f"{arch}.embedding_length") == shape["d_model"]
+    assert field(reader, f"{arch}.feed_forward_length") == shape["ffn"]
+    assert field(reader, f"{arch}.attention.head_count") == shape["heads"]
+    assert field(reader, f"{arch}.attention.head_count_kv") == shape["kv_heads"]
+    assert field(reader, f"{arch}.rope.dimension_count") == shape["head_dim"]
+    assert field(reader, f"{arch}.vocab_size") == VOCAB
 
     # The tokenizer: every tokenizer.* key of the source, same type and value.
     src = gguf.GGUFReader(str(source))
@@ -79,7 +96,7 @@ def test_synth_tiny_reads_in_gguf(tmp_path, matrix_type):
         assert reader.fields[key].types == src.fields[key].types, key
         assert field(reader, key) == field(src, key), key
 
-    want = expected_tensors(matrix_type)
+    want = expected_tensors(shape, matrix_type)
     assert sorted(t.name for t in reader.tensors) == sorted(want)
     for t in reader.tensors:
         shape, type_name = want[t.name]
@@ -89,5 +106,7 @@ def test_synth_tiny_reads_in_gguf(tmp_path, matrix_type):
         assert np.isfinite(values).all(), t.name
         if t.name.endswith("norm.weight"):
             assert abs(values.mean() - 1.0) < 0.02, t.name
+        elif t.name.endswith(".bias"):
+            assert 0.05 < values.std() < 0.2, t.name
         else:  # matrices 1/sqrt(fan_in); the embedding 1/sqrt(d_model)
             assert abs(values.std() * np.sqrt(shape[0]) - 1.0) < 0.1, t.name

@@ -212,14 +212,6 @@ std::string ModelConfig::describe() const {
   return out.str();
 }
 
-namespace {
-
-std::vector<float> load_tensor(const GgufFile& file, const std::string& name, std::vector<std::int64_t> dims) {
-  return dequantize_tensor(model_tensor(file, name, std::move(dims)));
-}
-
-}  // namespace
-
 const GgufTensor& model_tensor(const GgufFile& file, const std::string& name, std::vector<std::int64_t> dims) {
   const GgufTensor* t = file.find_tensor(name);
   LOWBIT_CHECK(t != nullptr, "model: missing tensor '", name, "'");
@@ -239,29 +231,44 @@ Model Model::from_gguf(const GgufFile& file) {
   m.source_ = file.source();
   m.config_ = ModelConfig::from_gguf(file);
   const ModelConfig& c = m.config_;
-  m.token_embd_ = load_tensor(file, "token_embd.weight", {c.d_model, c.vocab});
-  m.output_norm_ = load_tensor(file, "output_norm.weight", {c.d_model});
   m.tied_output_ = file.find_tensor("output.weight") == nullptr;
-  if (!m.tied_output_) m.output_ = load_tensor(file, "output.weight", {c.d_model, c.vocab});
   m.layers_.resize(static_cast<std::size_t>(c.n_layers));
+  // Every tensor the model takes, with its dims and its destination: all are found and
+  // checked (shape, a decodable type) before any is decoded.
+  struct Load {
+    std::string name;
+    std::vector<std::int64_t> dims;
+    std::vector<float>* into;
+  };
+  std::vector<Load> loads = {{"token_embd.weight", {c.d_model, c.vocab}, &m.token_embd_},
+                             {"output_norm.weight", {c.d_model}, &m.output_norm_}};
+  if (!m.tied_output_) loads.push_back({"output.weight", {c.d_model, c.vocab}, &m.output_});
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& w = m.layers_[static_cast<std::size_t>(l)];
-    w.attn_norm = load_tensor(file, p + "attn_norm.weight", {c.d_model});
-    w.wq = load_tensor(file, p + "attn_q.weight", {c.d_model, c.q_dim()});
-    w.wk = load_tensor(file, p + "attn_k.weight", {c.d_model, c.kv_dim()});
-    w.wv = load_tensor(file, p + "attn_v.weight", {c.d_model, c.kv_dim()});
+    loads.push_back({p + "attn_norm.weight", {c.d_model}, &w.attn_norm});
+    loads.push_back({p + "attn_q.weight", {c.d_model, c.q_dim()}, &w.wq});
+    loads.push_back({p + "attn_k.weight", {c.d_model, c.kv_dim()}, &w.wk});
+    loads.push_back({p + "attn_v.weight", {c.d_model, c.kv_dim()}, &w.wv});
     if (c.qkv_bias) {
-      w.bq = load_tensor(file, p + "attn_q.bias", {c.q_dim()});
-      w.bk = load_tensor(file, p + "attn_k.bias", {c.kv_dim()});
-      w.bv = load_tensor(file, p + "attn_v.bias", {c.kv_dim()});
+      loads.push_back({p + "attn_q.bias", {c.q_dim()}, &w.bq});
+      loads.push_back({p + "attn_k.bias", {c.kv_dim()}, &w.bk});
+      loads.push_back({p + "attn_v.bias", {c.kv_dim()}, &w.bv});
     }
-    w.wo = load_tensor(file, p + "attn_output.weight", {c.q_dim(), c.d_model});
-    w.ffn_norm = load_tensor(file, p + "ffn_norm.weight", {c.d_model});
-    w.w_gate = load_tensor(file, p + "ffn_gate.weight", {c.d_model, c.ffn_dim});
-    w.w_up = load_tensor(file, p + "ffn_up.weight", {c.d_model, c.ffn_dim});
-    w.w_down = load_tensor(file, p + "ffn_down.weight", {c.ffn_dim, c.d_model});
+    loads.push_back({p + "attn_output.weight", {c.q_dim(), c.d_model}, &w.wo});
+    loads.push_back({p + "ffn_norm.weight", {c.d_model}, &w.ffn_norm});
+    loads.push_back({p + "ffn_gate.weight", {c.d_model, c.ffn_dim}, &w.w_gate});
+    loads.push_back({p + "ffn_up.weight", {c.d_model, c.ffn_dim}, &w.w_up});
+    loads.push_back({p + "ffn_down.weight", {c.ffn_dim, c.d_model}, &w.w_down});
   }
+  std::vector<const GgufTensor*> tensors;
+  for (const Load& load : loads) {
+    const GgufTensor& t = model_tensor(file, load.name, load.dims);
+    LOWBIT_CHECK(can_dequantize(t.type), "tensor '", load.name, "': type ", ggml_type_name(t.type),
+                 " is not supported (", dequantizable_types(), ")");
+    tensors.push_back(&t);
+  }
+  for (std::size_t i = 0; i < loads.size(); ++i) *loads[i].into = dequantize_tensor(*tensors[i]);
   return m;
 }
 

@@ -143,11 +143,12 @@ TEST(SynthModel, DecodedWeightsHaveTheIntendedScale) {
 
 // The CPU forward pass over a few tokens: every logit finite, and logits that vary
 // across the vocabulary and across positions at a sane scale.
-TEST(SynthModel, TheTinyPresetRunsToFiniteLogits) {
+TEST(SynthModel, TheTinyPresetsRunToFiniteLogits) {
   const GgufFile source = tokenizer_source();
+  for (const char* preset : {"tiny", "tiny-qwen2"})
   for (const GgmlType type : synth_matrix_types()) {
-    SCOPED_TRACE(std::string(ggml_type_name(type)));
-    const SynthModel synth(tiny(), type, 1, source);
+    SCOPED_TRACE(std::string(preset) + " " + std::string(ggml_type_name(type)));
+    const SynthModel synth(find_synth_preset(preset), type, 1, source);
     const Model model = Model::from_gguf(GgufFile::from_bytes(synth.to_bytes()));
     CpuSession session(model, KvCacheOptions{}, 16);
     const std::vector<std::int32_t> tokens = {1, 17, 200, 5, 319, 42};
@@ -169,8 +170,41 @@ TEST(SynthModel, TheTinyPresetRunsToFiniteLogits) {
   }
 }
 
+// K-quant rows must be whole super-blocks of 256: tiny-qwen2's 384-wide inputs take
+// llama.cpp's fallback types, its 512-wide ffn_down input the K-quant; qwen2 biases in F32.
+TEST(SynthModel, KQuantsFallBackWhereRowsAreNotWholeSuperBlocks) {
+  const GgufFile source = tokenizer_source();
+  const std::pair<GgmlType, GgmlType> fallbacks[] = {
+      {GgmlType::q4_k, GgmlType::q5_0}, {GgmlType::q5_k, GgmlType::q5_1}, {GgmlType::q6_k, GgmlType::q8_0}};
+  for (const auto& [type, fallback] : fallbacks) {
+    const SynthModel synth(find_synth_preset("tiny-qwen2"), type, 1, source);
+    const GgufFile file = GgufFile::from_bytes(synth.to_bytes());
+    EXPECT_EQ(file.get_string("general.architecture"), "qwen2");
+    EXPECT_EQ(file.get_u32("qwen2.embedding_length"), 384u);
+    for (const char* name : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up"}) {
+      EXPECT_EQ(file.tensor("blk.0." + std::string(name) + ".weight").type, fallback) << name;
+    }
+    EXPECT_EQ(file.tensor("blk.1.ffn_down.weight").type, type);
+    EXPECT_EQ(file.tensor("blk.1.attn_k.bias").type, GgmlType::f32);
+    EXPECT_EQ(file.tensor("blk.1.attn_k.bias").dims[0], 128u);
+    const ModelConfig c = ModelConfig::from_gguf(file);
+    EXPECT_EQ(c.rope_style, RopeStyle::neox);
+    EXPECT_TRUE(c.qkv_bias);
+  }
+  // The full-size qwen2 preset, laid out only: the shape of Qwen2.5-0.5B.
+  const SynthModel qwen(find_synth_preset("qwen2.5-0.5b"), GgmlType::q4_k, 1, source);
+  EXPECT_EQ(qwen.config().d_model, 896);
+  EXPECT_EQ(qwen.config().n_heads, 14);
+  EXPECT_EQ(qwen.config().n_kv_heads, 2);
+  EXPECT_EQ(qwen.config().ffn_dim, 4864);
+  std::size_t k_quants = 0;
+  for (const GgufWriter::Tensor& t : qwen.layout().tensors()) k_quants += t.type == GgmlType::q4_k;
+  EXPECT_EQ(k_quants, 24u);  // every ffn_down (4864 = 19 x 256), nothing else
+}
+
 TEST(SynthModel, RefusesUnknownPresetsAndTypesByName) {
-  EXPECT_LOWBIT_ERROR(find_synth_preset("llama9"), "model preset 'llama9' does not exist (presets: tiny, llama3.2-1b");
+  EXPECT_LOWBIT_ERROR(find_synth_preset("llama9"),
+                      "model preset 'llama9' does not exist (presets: tiny, tiny-qwen2, qwen2.5-0.5b, llama3.2-1b");
   EXPECT_LOWBIT_ERROR(find_synth_matrix_type("Q3_K"), "model type 'Q3_K' is not one synth writes (types: Q4_1");
   const GgufFile source = tokenizer_source();
   EXPECT_LOWBIT_ERROR(SynthModel(tiny(), GgmlType::iq2_xs, 1, source), "'IQ2_XS' is not one synth writes");

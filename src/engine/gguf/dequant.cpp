@@ -199,6 +199,8 @@ void q6_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
 
 }  // namespace
 
+const char* dequantizable_types() { return k_supported; }
+
 bool can_dequantize(GgmlType type) {
   switch (type) {
     case GgmlType::f32:

@@ -16,6 +16,8 @@ namespace lowbit::engine {
 
 // Whether dequantize_row() decodes `type`.
 bool can_dequantize(GgmlType type);
+// "expected F32, F16, ..., Q6_K": the decodable types, for error messages.
+const char* dequantizable_types();
 
 // Decodes `count` elements (a multiple of the type's block size) from `src` into
 // `dst`. `what` names the tensor in errors (unsupported type, partial block).

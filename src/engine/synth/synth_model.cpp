@@ -9,18 +9,37 @@
 namespace lowbit::engine {
 namespace {
 
-constexpr std::array<GgmlType, 4> k_matrix_types{GgmlType::q4_1, GgmlType::q4_0, GgmlType::q8_0, GgmlType::f16};
+constexpr std::array<GgmlType, 7> k_matrix_types{GgmlType::q4_1, GgmlType::q4_0, GgmlType::q8_0, GgmlType::f16,
+                                                  GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
-// llama.cpp's llama_ftype of a file whose matrices are all of one type.
+// llama.cpp's llama_ftype of a file whose matrices are of one type (the K-quants' "S"
+// mixes: every matrix in the type).
 std::uint32_t file_type(GgmlType matrix_type) {
   switch (matrix_type) {
     case GgmlType::f16: return 1;
     case GgmlType::q4_0: return 2;
     case GgmlType::q4_1: return 3;
     case GgmlType::q8_0: return 7;
+    case GgmlType::q4_k: return 14;
+    case GgmlType::q5_k: return 16;
+    case GgmlType::q6_k: return 18;
     default: break;
   }
   LOWBIT_FAIL("synth: no file type for ", ggml_type_name(matrix_type));
+}
+
+// The type a matrix of rows of `in` elements takes: the chosen one, or, where `in` is
+// not a whole number of its blocks (K-quants: 256), the type llama.cpp's quantizer
+// falls back to (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0).
+GgmlType matrix_type_for(GgmlType type, std::int64_t in) {
+  if (in % ggml_type_info(type).block_elements == 0) return type;
+  switch (type) {
+    case GgmlType::q4_k: return GgmlType::q5_0;
+    case GgmlType::q5_k: return GgmlType::q5_1;
+    case GgmlType::q6_k: return GgmlType::q8_0;
+    default: break;
+  }
+  LOWBIT_FAIL("synth: rows of ", in, " elements are not whole ", ggml_type_name(type), " blocks");
 }
 
 std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
@@ -84,7 +103,7 @@ SynthModel::SynthModel(const SynthPreset& preset, GgmlType matrix_type, std::uin
   }
 
   const auto matrix = [&](const std::string& name, std::int64_t in, std::int64_t out) {
-    add(name, matrix_type, {u(in), u(out)}, {0.0f, 1.0f / std::sqrt(static_cast<float>(in))});
+    add(name, matrix_type_for(matrix_type, in), {u(in), u(out)}, {0.0f, 1.0f / std::sqrt(static_cast<float>(in))});
   };
   const Values norm{1.0f, 0.05f}, bias{0.0f, 0.1f};
   add("token_embd.weight", GgmlType::q8_0, {u(c.d_model), u(c.vocab)},
