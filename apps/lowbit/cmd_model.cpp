@@ -87,7 +87,7 @@ int model_dequant(const Args& args) {
   Options cli("lowbit model dequant",
               "Decodes one tensor of a GGUF file to f32 (little-endian, dims[0] fastest) as the CPU engine does,\n"
               "and writes the values to --out.");
-  cli.text("--model", &path, "FILE", "the GGUF file (required)");
+  cli.text("--model", &path, "PATH|NAME", std::string(k_model_option_help) + " (required)");
   cli.text("--tensor", &tensor_name, "NAME", "the tensor's name (required)");
   cli.text("--out", &out, "FILE", "where the f32 values go (required; written whole or not at all)");
   cli.flag("--force", &force, "overwrite FILE if it exists");
@@ -96,7 +96,7 @@ int model_dequant(const Args& args) {
   LOWBIT_CHECK(!tensor_name.empty(), "--tensor: required");
   LOWBIT_CHECK(!out.empty(), "--out: required");
   engine::check_output_path(out, force, "--out", "pass --force to overwrite it");
-  const engine::GgufFile file = engine::GgufFile::open(path);
+  const engine::GgufFile file = engine::GgufFile::open(resolve_model_path(path));
   const engine::GgufTensor& tensor = file.tensor(tensor_name);
   const std::vector<float> values = engine::dequantize_tensor(tensor);
   engine::OutputFile output(out, force);

@@ -84,3 +84,32 @@ def test_any_bytes_decode_as_ggml(tmp_path, type_name):
     nan = np.isnan(reference)
     assert (np.isnan(ours) == nan).all()
     assert (ours[~nan].view(np.uint32) == reference[~nan].view(np.uint32)).all()
+
+
+def test_real_q4_k_m_file_decodes_as_ggml(tmp_path):
+    """The smallest tensor of each type in Qwen2.5-0.5B's Q4_K_M file (Q5_0, Q8_0, Q4_K, Q6_K,
+    F32), where it is fetched (scripts/fetch-model.sh qwen2.5-0.5b)."""
+    import os
+    import pathlib
+
+    import gguf
+    from gguf.quants import dequantize
+
+    cache = pathlib.Path(os.environ.get("LOWBIT_CACHE", pathlib.Path.home() / ".cache" / "lowbit"))
+    path = cache / "models" / "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
+    if not path.is_file():
+        pytest.skip(f"no file at {path} (scripts/fetch-model.sh qwen2.5-0.5b)")
+    cli = lowbit_cli()
+    smallest = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        name = t.tensor_type.name
+        if name not in smallest or t.n_elements < smallest[name].n_elements:
+            smallest[name] = t
+    assert set(smallest) == {"Q5_0", "Q8_0", "Q4_K", "Q6_K", "F32"}
+    for type_name, t in smallest.items():
+        out = tmp_path / f"{type_name}.f32"
+        subprocess.run([cli, "model", "dequant", "--model", str(path), "--tensor", t.name, "--out", str(out)],
+                       check=True, capture_output=True)
+        ours = np.fromfile(out, dtype=np.float32)
+        reference = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False).ravel()
+        assert (ours.view(np.uint32) == reference.view(np.uint32)).all(), f"{t.name} ({type_name})"
