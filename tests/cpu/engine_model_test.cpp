@@ -328,6 +328,18 @@ TEST(EngineModel, Qwen2BiasesAndNeoxRopeMatchNaive) {
   EXPECT_LE(relative_error(session.forward(tokens, true), naive_forward(m, tokens)), 1e-4);
 }
 
+TEST(EngineModel, MistralRunsAsLlama) {
+  TinyLlamaSpec spec;
+  spec.architecture = "mistral";
+  const TinyLlama m = make_tiny_llama(spec, 8);
+  const Model model = tiny_model(m);
+  EXPECT_EQ(model.config().rope_style, engine::RopeStyle::normal);
+  EXPECT_FALSE(model.config().qkv_bias);
+  const std::vector<std::int32_t> tokens = tiny_tokens(10, spec.vocab);
+  CpuSession session(model, {}, 16);
+  EXPECT_LE(relative_error(session.forward(tokens, true), naive_forward(m, tokens)), 1e-4);
+}
+
 TEST(EngineModel, RopeScalingMatchesNaive) {
   for (const bool freqs : {false, true}) {
     TinyLlamaSpec spec;
