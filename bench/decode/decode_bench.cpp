@@ -42,6 +42,8 @@ std::string fmt(const char* format, double value) {
 
 #if LOWBIT_WITH_CUDA
 
+constexpr std::int64_t kWarmup = 4;  // decode steps before the timed runs (the decode graph is captured there)
+
 // The cache options of a policy name of this benchmark.
 engine::KvCacheOptions cache_options(const std::string& policy, const DecodeBenchOptions& o) {
   engine::KvCacheOptions c;
@@ -76,7 +78,7 @@ DecodeRow measure(const engine::GpuModel& model, std::int64_t context, const std
   row.context = context;
   row.policy = policy;
   const engine::KvCacheOptions cache = cache_options(policy, o);
-  const std::int64_t max_tokens = context + o.steps * o.runs + 1;
+  const std::int64_t max_tokens = context + kWarmup + o.steps * o.runs + 1;
   engine::GpuSession session(model, cache, max_tokens);
   row.memory_gb = device_used_gb();
 
@@ -91,7 +93,7 @@ DecodeRow measure(const engine::GpuModel& model, std::int64_t context, const std
 
   // Back-to-back runs of `steps` greedy steps: run r starts at context + r * steps.
   const auto keep_all = [](std::int32_t) { return true; };
-  (void)session.decode_greedy_run(token, 4, keep_all);  // warm-up: the decode graph is captured here
+  (void)session.decode_greedy_run(token, kWarmup, keep_all);
   for (int r = 0; r < o.runs; ++r) {
     const double device_before = session.decode_device_seconds();
     const auto t0 = std::chrono::steady_clock::now();
@@ -126,7 +128,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   const engine::ModelConfig config = engine::ModelConfig::from_gguf(file);
   for (const std::int64_t context : o.contexts) {
     LOWBIT_CHECK(context >= 1, "--context: expected a positive length, got ", context);
-    const std::int64_t need = context + o.steps * o.runs + 1;
+    const std::int64_t need = context + kWarmup + o.steps * o.runs + 1;
     LOWBIT_CHECK(config.context_length == 0 || need <= config.context_length, "--context ", context, ": with ",
                  o.runs, " runs of ", o.steps, " steps the sequence reaches ", need,
                  " tokens, past the model's context length ", config.context_length);

@@ -48,12 +48,14 @@ struct Layer {
       : k_f16(s.f16_bytes()), v_f16(s.f16_bytes()), k_codes(s.code_bytes_total()), v_codes(s.code_bytes_total()),
         k_scales(s.param_count() * 2), v_scales(s.param_count() * 2),
         k_mins(s.has_mins() ? s.param_count() * 2 : 0), v_mins(s.has_mins() ? s.param_count() * 2 : 0) {
-    for (DeviceBuffer* b : {&k_f16, &v_f16}) fill_random_float16(b->data(), b->bytes() / 2, DType::f16, 1.0f, seed++, stream);
-    for (DeviceBuffer* b : {&k_codes, &v_codes}) fill_random_bytes(b->data(), b->bytes(), seed++, stream);
-    for (DeviceBuffer* b : {&k_scales, &v_scales}) {
-      fill_random_float16(b->data(), b->bytes() / 2, DType::f16, 0.01f, seed++, stream);
+    auto halves = [&](DeviceBuffer& b, float amplitude) {
+      if (b.bytes()) fill_random_float16(b.data(), b.bytes() / 2, DType::f16, amplitude, seed++, stream);
+    };
+    halves(k_f16, 1.0f), halves(v_f16, 1.0f), halves(k_scales, 0.01f), halves(v_scales, 0.01f);
+    halves(k_mins, 0.5f), halves(v_mins, 0.5f);
+    for (DeviceBuffer* b : {&k_codes, &v_codes}) {
+      if (b->bytes()) fill_random_bytes(b->data(), b->bytes(), seed++, stream);
     }
-    for (DeviceBuffer* b : {&k_mins, &v_mins}) fill_random_float16(b->data(), b->bytes() / 2, DType::f16, 0.5f, seed++, stream);
     buffers.k = core::KvPart{k_f16.as<std::uint16_t>(), k_codes.as<std::uint8_t>(), k_scales.as<std::uint16_t>(),
                              k_mins.bytes() ? k_mins.as<std::uint16_t>() : nullptr};
     buffers.v = core::KvPart{v_f16.as<std::uint16_t>(), v_codes.as<std::uint8_t>(), v_scales.as<std::uint16_t>(),
