@@ -11,6 +11,7 @@ using Args = std::vector<std::string>;
 
 int cmd_bench(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_serve(const Args& args);
 int cmd_perplexity(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_eval_kvcache(const Args& args);

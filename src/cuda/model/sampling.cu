@@ -1,9 +1,9 @@
 // The device sampler (sampling_cuda.h). One block of kThreads threads a row:
 //   1. the row's logits sanitized into the workspace, its penalties applied;
 //   2. the largest order key (a block max): the greedy token and l_max;
-//   3. top-k: the k-th largest key by an 8-pass radix select (256-bucket counts);
+//   3. top-k: the k-th largest key by an 8-pass radix select (256 buckets, counts);
 //   4. the top-k set's integer weight sum, then top-p: the largest key whose suffix
-//      mass (keys >= it, in the set) reaches the target, by an 8-pass radix select over
+//      mass (keys >= it, in the set) reaches the target, by the same radix select over
 //      weight sums;
 //   5. the draw: each thread sums the draw weights of a contiguous range of ids, an
 //      exclusive scan orders the ranges by id, and the thread whose range holds r walks
@@ -68,61 +68,30 @@ __device__ __forceinline__ std::uint64_t block_exclusive_scan(std::uint64_t v, s
   return before + inclusive - v;
 }
 
-// Shared state of the radix selections.
+// Shared state of the radix selection.
 struct Radix {
-  unsigned counts[256];
-  unsigned long long masses[256];
-  unsigned long long prefix, carry;  // the key's decided bits; a rank (top-k) or the mass above (top-p)
+  unsigned long long sums[256];
+  unsigned long long prefix, above;
 };
 
-// The k-th largest of the row's keys (1 <= k <= vocab; keys are unique).
-__device__ std::uint64_t kth_largest_key(const float* l, long long vocab, unsigned k, Radix& s) {
-  std::uint64_t prefix = 0;
-  unsigned rank = k;  // among the keys that share `prefix`
+// The largest key `kappa` such that the tokens with keys >= max(kappa, floor) weigh at
+// least `target` in all (1 <= target <= the weight of the keys >= floor): a most
+// significant digit first radix descent over the 64-bit keys, 8 bits a pass, with
+// weight sums per bucket. Weight 1 makes it the target-th largest key (top-k); the
+// integer weights W make it the top-p cut.
+template <class Weight>
+__device__ std::uint64_t largest_key_reaching(const float* l, long long vocab, std::uint64_t floor,
+                                              std::uint64_t target, Weight weight, Radix& s) {
+  std::uint64_t prefix = 0, above = 0;  // above: the weight of the keys beyond prefix's range
   for (int shift = 56; shift >= 0; shift -= 8) {
     const std::uint64_t high = shift == 56 ? 0 : ~std::uint64_t{0} << (shift + 8);
-    for (int b = static_cast<int>(threadIdx.x); b < 256; b += kThreads) s.counts[b] = 0;
-    __syncthreads();
-    for (long long i = threadIdx.x; i < vocab; i += kThreads) {
-      const std::uint64_t key = fs::order_key(l[i], static_cast<std::int32_t>(i));
-      if ((key & high) == prefix) atomicAdd(&s.counts[(key >> shift) & 255u], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned above = 0;
-      int chosen = 0;
-      for (int b = 255; b >= 0; --b) {
-        if (above + s.counts[b] >= rank) {
-          chosen = b;
-          break;
-        }
-        above += s.counts[b];
-      }
-      s.prefix = prefix | (static_cast<std::uint64_t>(chosen) << shift);
-      s.carry = rank - above;
-    }
-    __syncthreads();
-    prefix = s.prefix;
-    rank = static_cast<unsigned>(s.carry);
-    __syncthreads();
-  }
-  return prefix;
-}
-
-// The largest key `kappa` of the set (keys >= floor) with sum of W over the set's keys
-// >= kappa at least `target` (1 <= target <= the set's W sum).
-__device__ std::uint64_t top_p_key(const float* l, long long vocab, float max_logit, std::uint64_t floor,
-                                   std::uint64_t target, Radix& s) {
-  std::uint64_t prefix = 0, above = 0;  // above: W of the set's keys beyond prefix's range
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    const std::uint64_t high = shift == 56 ? 0 : ~std::uint64_t{0} << (shift + 8);
-    for (int b = static_cast<int>(threadIdx.x); b < 256; b += kThreads) s.masses[b] = 0;
+    for (int b = static_cast<int>(threadIdx.x); b < 256; b += kThreads) s.sums[b] = 0;
     __syncthreads();
     for (long long i = threadIdx.x; i < vocab; i += kThreads) {
       const std::uint64_t key = fs::order_key(l[i], static_cast<std::int32_t>(i));
       if (key >= floor && (key & high) == prefix) {
-        const std::uint64_t w = fs::fixed_weight(fs::relative_probability(l[i], max_logit));
-        if (w != 0) atomicAdd(&s.masses[(key >> shift) & 255u], static_cast<unsigned long long>(w));
+        const std::uint64_t w = weight(i);
+        if (w != 0) atomicAdd(&s.sums[(key >> shift) & 255u], static_cast<unsigned long long>(w));
       }
     }
     __syncthreads();
@@ -130,18 +99,18 @@ __device__ std::uint64_t top_p_key(const float* l, long long vocab, float max_lo
       std::uint64_t cumulative = above;
       int chosen = 0;
       for (int b = 255; b >= 0; --b) {
-        if (cumulative + s.masses[b] >= target) {
+        if (cumulative + s.sums[b] >= target) {
           chosen = b;
           break;
         }
-        cumulative += s.masses[b];
+        cumulative += s.sums[b];
       }
       s.prefix = prefix | (static_cast<std::uint64_t>(chosen) << shift);
-      s.carry = cumulative;
+      s.above = cumulative;
     }
     __syncthreads();
     prefix = s.prefix;
-    above = s.carry;
+    above = s.above;
     __syncthreads();
   }
   return prefix;
@@ -178,16 +147,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SamplingBatch b, float
   }
 
   std::uint64_t floor = 0;  // the set is the keys >= floor
-  if (fs::top_k_active(p, vocab)) floor = kth_largest_key(l, vocab, static_cast<unsigned>(p.top_k), radix);
+  if (fs::top_k_active(p, vocab)) {
+    floor = largest_key_reaching(l, vocab, 0, static_cast<std::uint64_t>(p.top_k),
+                                 [](long long) { return std::uint64_t{1}; }, radix);
+  }
   if (fs::top_p_active(p)) {
+    auto weight = [&](long long i) { return fs::fixed_weight(fs::relative_probability(l[i], max_logit)); };
     std::uint64_t mass = 0;
     for (long long i = threadIdx.x; i < vocab; i += kThreads) {
-      if (fs::order_key(l[i], static_cast<std::int32_t>(i)) >= floor) {
-        mass += fs::fixed_weight(fs::relative_probability(l[i], max_logit));
-      }
+      if (fs::order_key(l[i], static_cast<std::int32_t>(i)) >= floor) mass += weight(i);
     }
     mass = block_sum(mass, scratch);
-    floor = top_p_key(l, vocab, max_logit, floor, fs::top_p_target(mass, p.top_p), radix);
+    floor = largest_key_reaching(l, vocab, floor, fs::top_p_target(mass, p.top_p), weight, radix);
   }
 
   auto draw_weight = [&](long long i) -> std::uint64_t {
