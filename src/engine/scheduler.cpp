@@ -109,7 +109,10 @@ std::optional<RequestId> Scheduler::submit(GenerationRequest request, std::share
   a->request = std::move(request);
   a->sink = std::move(sink);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_ || static_cast<std::int64_t>(submitted_.size()) + queued_ >= options_.max_queued) return std::nullopt;
+  // Waiting requests beyond the free slots (as of the last step) form the queue.
+  const std::int64_t free_slots = std::max<std::int64_t>(0, options_.max_running - stats_.running);
+  const auto pending = static_cast<std::int64_t>(submitted_.size()) + queued_;
+  if (closed_ || pending >= options_.max_queued + free_slots) return std::nullopt;
   a->id = next_id_++;
   const RequestId id = a->id;
   submitted_.push_back(std::move(a));

@@ -65,7 +65,7 @@ class RequestSink {
 
 struct SchedulerOptions {
   std::int64_t max_running = 4;     // sequences in the engine at once
-  std::int64_t max_queued = 64;     // waiting requests beyond which submit refuses
+  std::int64_t max_queued = 64;     // requests waiting for a slot beyond which submit refuses
   std::int64_t step_tokens = 512;   // tokens a step appends at most (decode rows count 1)
   std::int64_t prefill_chunk = 256; // prompt tokens a row appends at most
   std::function<bool(std::int32_t)> end_of_generation;  // may be empty: none

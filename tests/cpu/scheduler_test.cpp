@@ -386,11 +386,15 @@ TEST(Scheduler, RefusesWhatCanNeverRunAndWhatDoesNotFitTheQueue) {
   bad = request({1}, 5);
   bad.logprobs = 21;
   EXPECT_LOWBIT_ERROR(s.submit(bad, sink), "logprobs: expected 0..20");
+  // One slot and a queue of two: three are taken, the fourth refused.
   EXPECT_TRUE(s.submit(request({1}, 5), sink));
   EXPECT_TRUE(s.submit(request({2}, 5), std::make_shared<Recorder>()));
-  EXPECT_FALSE(s.submit(request({3}, 5), std::make_shared<Recorder>())) << "the queue holds 2";
-  s.step();  // one is admitted: room for one more
-  EXPECT_TRUE(s.submit(request({4}, 5), std::make_shared<Recorder>()));
+  EXPECT_TRUE(s.submit(request({3}, 5), std::make_shared<Recorder>()));
+  EXPECT_FALSE(s.submit(request({4}, 5), std::make_shared<Recorder>())) << "one running and two queued";
+  s.step();  // one is admitted; two still wait
+  EXPECT_FALSE(s.submit(request({4}, 5), std::make_shared<Recorder>()));
+  for (int i = 0; i < 100 && s.stats().finished == 0; ++i) s.step();
+  EXPECT_TRUE(s.submit(request({4}, 5), std::make_shared<Recorder>())) << "the first one left: room again";
   s.close();
   EXPECT_FALSE(s.submit(request({5}, 5), std::make_shared<Recorder>()));
   run_until_idle(s);

@@ -1,6 +1,7 @@
 #include "serve/openai_request.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -31,11 +32,17 @@ const json* field(const json& body, const char* name) {
   return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
+std::string format_number(double x) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", x);
+  return buffer;
+}
+
 double number(const json& v, const std::string& name, double min, double max) {
   if (!v.is_number()) throw bad_request(name, std::string("expected a number, got ") + type_name(v));
   const double x = v.get<double>();
   if (!(x >= min && x <= max)) {
-    throw bad_request(name, "expected a number in [" + json(min).dump() + ", " + json(max).dump() + "], got " +
+    throw bad_request(name, "expected a number in [" + format_number(min) + ", " + format_number(max) + "], got " +
                                 v.dump());
   }
   return x;
