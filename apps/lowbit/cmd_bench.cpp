@@ -1,4 +1,5 @@
-// `lowbit bench kvquant|gemm`: option parsing in front of the benchmark drivers.
+// `lowbit bench kvquant|gemm`: option parsing in front of the benchmark drivers
+// (`batch` and `serve` are in cmd_bench_batch.cpp and cmd_bench_serve.cpp).
 #include <iostream>
 #include <limits>
 #include <string>
@@ -61,12 +62,14 @@ int bench_gemm(const Args& args) {
 
 int cmd_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    (args.empty() ? std::cerr : std::cout) << "usage: lowbit bench <kvquant|gemm> [options]\n";
+    (args.empty() ? std::cerr : std::cout) << "usage: lowbit bench <kvquant|gemm|batch|serve> [options]\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "kvquant") return bench_kvquant(Args(args.begin() + 1, args.end()));
   if (args[0] == "gemm") return bench_gemm(Args(args.begin() + 1, args.end()));
-  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant, gemm)\n";
+  if (args[0] == "batch") return cmd_bench_batch(Args(args.begin() + 1, args.end()));
+  if (args[0] == "serve") return cmd_bench_serve(Args(args.begin() + 1, args.end()));
+  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant, gemm, batch, serve)\n";
   return 2;
 }
 

@@ -10,6 +10,8 @@ namespace lowbit::cli {
 using Args = std::vector<std::string>;
 
 int cmd_bench(const Args& args);
+int cmd_bench_batch(const Args& args);
+int cmd_bench_serve(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_serve(const Args& args);
 int cmd_perplexity(const Args& args);

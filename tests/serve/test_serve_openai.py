@@ -341,3 +341,20 @@ def test_queue_full_preemption_and_graceful_shutdown(cli, model):
         assert pending.result(timeout=120)[0]
     finally:
         assert s.stop() == 0
+
+
+def test_bench_serve_reports_every_level(server, cli, tmp_path):
+    out = tmp_path / "serve.json"
+    done = subprocess.run([str(cli), "bench", "serve", "--port", str(server.port), "--concurrency", "1,3",
+                           "--requests", "3", "--prompt-tokens", "8", "--max-tokens", "3", "--json", str(out)],
+                          capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    table = done.stdout.decode()
+    assert re.search(r"\| 1 \| 3 \| 0 \|", table) and re.search(r"\| 3 \| 3 \| 0 \|", table), table
+    levels = json.loads(out.read_text())["results"]
+    assert [level["concurrency"] for level in levels] == [1, 3]
+    for level in levels:
+        assert level["failed"] == 0 and level["generated_tokens"] == 9  # ignore_eos: 3 tokens each
+        assert 0 < level["ttft_p50_ms"] <= level["ttft_p99_ms"]
+        assert 0 < level["itl_p50_ms"] <= level["itl_p99_ms"]
+    server.wait_idle()
