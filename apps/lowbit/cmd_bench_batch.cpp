@@ -35,7 +35,7 @@ int cmd_bench_batch(const Args& args) {
   if (policies.empty()) policies = {"full", "selective8", "selective4"};
   for (const std::string& p : policies) {
     const bool selective = p.rfind("selective", 0) == 0;
-    const engine::KvPolicy policy = engine::parse_kv_policy(selective ? "selective" : p.c_str());
+    const KvPolicy policy = parse_kv_policy(selective ? "selective" : p.c_str());
     const int bits = p == "int4" || p == "selective4" ? 4 : 8;
     options.policies.push_back({p, kv.options_for(policy, bits)});
   }

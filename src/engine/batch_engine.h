@@ -48,6 +48,8 @@ struct KvMemory {
   std::size_t budget = 0;  // what they may hold together
 };
 
+// vocab, max_sequence_tokens and kv_bytes_for depend on the configuration only and may
+// be called from any thread; the rest from one thread at a time (the scheduler's).
 class BatchEngine {
  public:
   virtual ~BatchEngine() = default;

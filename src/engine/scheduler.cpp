@@ -63,7 +63,8 @@ struct Scheduler::Active {
   }
 };
 
-Scheduler::Scheduler(BatchEngine& engine, SchedulerOptions options) : engine_(&engine), options_(std::move(options)) {
+Scheduler::Scheduler(BatchEngine& engine, SchedulerOptions options)
+    : engine_(&engine), options_(std::move(options)), kv_budget_(engine.kv_memory().budget) {
   options_.validate();
   LOWBIT_CHECK(engine.live_sequences() == 0, "scheduler: the engine already holds ", engine.live_sequences(),
                " sequences");
@@ -96,9 +97,8 @@ std::optional<RequestId> Scheduler::submit(GenerationRequest request, std::share
                " tokens) + max_tokens (", request.max_new_tokens, ") exceeds the context of ",
                engine_->max_sequence_tokens(), " tokens");
   const std::size_t alone = engine_->kv_bytes_for(prompt + request.max_new_tokens);
-  const std::size_t budget = engine_->kv_memory().budget;
-  LOWBIT_CHECK(alone <= budget, "prompt (", prompt, " tokens) + max_tokens (", request.max_new_tokens, ") need ",
-               alone, " bytes of KV cache, more than the server's whole budget of ", budget, " bytes");
+  LOWBIT_CHECK(alone <= kv_budget_, "prompt (", prompt, " tokens) + max_tokens (", request.max_new_tokens, ") need ",
+               alone, " bytes of KV cache, more than the server's whole budget of ", kv_budget_, " bytes");
   request.sampling.validate();
   LOWBIT_CHECK(request.logprobs >= -1 && request.logprobs <= kMaxLogprobs, "logprobs: expected 0..", kMaxLogprobs,
                ", got ", request.logprobs);

@@ -127,6 +127,7 @@ class Scheduler {
 
   BatchEngine* engine_;
   SchedulerOptions options_;
+  std::size_t kv_budget_;  // read once: submit (any thread) must not query the engine's state
 
   mutable std::mutex mutex_;  // guards the members up to stats_
   std::condition_variable work_;
