@@ -103,12 +103,12 @@ std::vector<std::int32_t> sample_on_device(const std::vector<Row>& rows, std::in
     for (const TokenCount& pc : row.penalties) ids.push_back(pc.id), counts.push_back(pc.count);
     offsets.push_back(static_cast<std::int32_t>(ids.size()));
   }
-  cuda::DeviceBuffer d_logits(logits.size() * sizeof(float)), d_params(params.size() * sizeof(fs::RowParams));
-  cuda::DeviceBuffer d_offsets(offsets.size() * sizeof(std::int32_t));
-  cuda::DeviceBuffer d_ids(std::max<std::size_t>(1, ids.size()) * sizeof(std::int32_t));
-  cuda::DeviceBuffer d_counts(std::max<std::size_t>(1, counts.size()) * sizeof(std::int32_t));
-  const std::size_t ws_bytes = cuda::engine::sample_rows_workspace_bytes(n, vocab);
-  cuda::DeviceBuffer workspace(std::max<std::size_t>(1, ws_bytes));
+  core::DeviceBuffer d_logits(logits.size() * sizeof(float)), d_params(params.size() * sizeof(fs::RowParams));
+  core::DeviceBuffer d_offsets(offsets.size() * sizeof(std::int32_t));
+  core::DeviceBuffer d_ids(std::max<std::size_t>(1, ids.size()) * sizeof(std::int32_t));
+  core::DeviceBuffer d_counts(std::max<std::size_t>(1, counts.size()) * sizeof(std::int32_t));
+  const std::size_t ws_bytes = cuda::model::sample_rows_workspace_bytes(n, vocab);
+  core::DeviceBuffer workspace(std::max<std::size_t>(1, ws_bytes));
   GuardedBuffer tokens(static_cast<std::size_t>(n) * sizeof(std::int32_t));
   tokens.poison(0xA5);
   LOWBIT_CUDA_CHECK(cudaMemset(workspace.data(), 0xff, workspace.bytes()));  // NaN everywhere
@@ -119,7 +119,7 @@ std::vector<std::int32_t> sample_on_device(const std::vector<Row>& rows, std::in
     LOWBIT_CUDA_CHECK(cudaMemcpy(d_ids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
     LOWBIT_CUDA_CHECK(cudaMemcpy(d_counts.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
   }
-  cuda::engine::SamplingBatch batch;
+  cuda::model::SamplingBatch batch;
   batch.logits = static_cast<const float*>(d_logits.data());
   batch.rows = n, batch.vocab = vocab, batch.logits_stride = stride;
   batch.params = static_cast<const fs::RowParams*>(d_params.data());
@@ -127,7 +127,7 @@ std::vector<std::int32_t> sample_on_device(const std::vector<Row>& rows, std::in
   batch.penalty_ids = static_cast<const std::int32_t*>(d_ids.data());
   batch.penalty_counts = static_cast<const std::int32_t*>(d_counts.data());
   batch.tokens = static_cast<std::int32_t*>(tokens.data());
-  cuda::engine::sample_rows(batch, workspace.data(), workspace.bytes(), nullptr);
+  cuda::model::sample_rows(batch, workspace.data(), workspace.bytes(), nullptr);
   LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_TRUE(tokens.guards_intact("tokens"));
   return download<std::int32_t>(tokens.data(), static_cast<std::size_t>(n));
@@ -183,20 +183,20 @@ TEST_F(SamplingGpu, ManyDrawsOfOneRow) {
 }
 
 TEST_F(SamplingGpu, BadArgumentsAreNamed) {
-  cuda::engine::SamplingBatch batch;
+  cuda::model::SamplingBatch batch;
   batch.rows = 2, batch.vocab = 0, batch.logits_stride = 0;
-  EXPECT_LOWBIT_ERROR(cuda::engine::sample_rows(batch, nullptr, 0, nullptr), "sample_rows: vocab = 0");
+  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "sample_rows: vocab = 0");
   batch.vocab = 10, batch.logits_stride = 9;
-  EXPECT_LOWBIT_ERROR(cuda::engine::sample_rows(batch, nullptr, 0, nullptr), "logits_stride = 9, expected >= vocab");
+  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "logits_stride = 9, expected >= vocab");
   batch.logits_stride = 10;
-  EXPECT_LOWBIT_ERROR(cuda::engine::sample_rows(batch, nullptr, 0, nullptr), "null logits, params or tokens");
-  cuda::DeviceBuffer any(64);
+  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "null logits, params or tokens");
+  core::DeviceBuffer any(64);
   batch.logits = static_cast<const float*>(any.data());
   batch.params = static_cast<const fs::RowParams*>(any.data());
   batch.tokens = static_cast<std::int32_t*>(any.data());
-  EXPECT_LOWBIT_ERROR(cuda::engine::sample_rows(batch, any.data(), 64, nullptr), "workspace of 64 bytes");
+  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, any.data(), 64, nullptr), "workspace of 64 bytes");
   batch.rows = 0;
-  cuda::engine::sample_rows(batch, nullptr, 0, nullptr);  // nothing to do
+  cuda::model::sample_rows(batch, nullptr, 0, nullptr);  // nothing to do
 }
 
 }  // namespace

@@ -189,8 +189,10 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     ResponseHead head;
     bool logprobs, include_usage, first = true, done = false;
     std::int64_t prompt_tokens;
+    std::size_t streamed = 0;  // bytes of text sent so far
   };
-  auto stream = std::make_shared<Stream>(Stream{channel, head, logprobs, r.include_usage, true, false, prompt_tokens});
+  auto stream =
+      std::make_shared<Stream>(Stream{channel, head, logprobs, r.include_usage, true, false, prompt_tokens, 0});
   ++active_streams;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -206,8 +208,10 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         }
         auto event = [&](const json& j) { out += "data: " + dump(j) + "\n\n"; };
         if (!text.empty() || (stream->logprobs && any_token) || (stream->first && stream->head.endpoint == Endpoint::chat)) {
-          event(chunk_json(stream->head, text, t.pieces, *tokenizer, stream->logprobs, nullptr, stream->first));
+          event(chunk_json(stream->head, text, t.pieces, *tokenizer, stream->logprobs, nullptr, stream->first,
+                           stream->streamed));
           stream->first = false;
+          stream->streamed += text.size();
         }
         if (t.finished) {
           const engine::RequestSummary& end = *t.finished;

@@ -97,9 +97,10 @@ json completion_json(const ResponseHead& head, const std::string& text, const st
 }
 
 json chunk_json(const ResponseHead& head, const std::string& text, const std::vector<Piece>& pieces,
-                const engine::Tokenizer& tokenizer, bool logprobs, const char* finish, bool first) {
+                const engine::Tokenizer& tokenizer, bool logprobs, const char* finish, bool first,
+                std::size_t text_offset) {
   json out = head_json(head, true);
-  json choice = {{"index", 0}, {"logprobs", choice_logprobs(head, pieces, tokenizer, logprobs, 0)},
+  json choice = {{"index", 0}, {"logprobs", choice_logprobs(head, pieces, tokenizer, logprobs, text_offset)},
                  {"finish_reason", finish ? json(finish) : json(nullptr)}};
   if (head.endpoint == Endpoint::chat) {
     json delta = json::object();

@@ -42,9 +42,11 @@ nlohmann::json completion_json(const ResponseHead& head, const std::string& text
                                const engine::Tokenizer& tokenizer, bool logprobs, const char* finish,
                                const Usage& usage);
 // One streaming chunk: text (and the logprobs of its pieces), or the end (finish set).
-// The first chat chunk also carries the assistant role.
+// The first chat chunk also carries the assistant role. text_offset: the length of the
+// text streamed before this chunk (completions' logprobs count offsets from the start).
 nlohmann::json chunk_json(const ResponseHead& head, const std::string& text, const std::vector<Piece>& pieces,
-                          const engine::Tokenizer& tokenizer, bool logprobs, const char* finish, bool first);
+                          const engine::Tokenizer& tokenizer, bool logprobs, const char* finish, bool first,
+                          std::size_t text_offset = 0);
 // The last chunk when stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk_json(const ResponseHead& head, const Usage& usage);
 

@@ -16,7 +16,7 @@
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::cuda::model {
 namespace {
 
 namespace fs = formats::sampling;
@@ -212,4 +212,4 @@ void sample_rows(const SamplingBatch& batch, void* workspace, std::size_t worksp
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::cuda::model

@@ -11,7 +11,7 @@
 #include "formats/sampling.h"
 #include "lowbit/tensor.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::cuda::model {
 
 // Device pointers, all on one device.
 struct SamplingBatch {
@@ -35,4 +35,4 @@ std::size_t sample_rows_workspace_bytes(std::int64_t rows, std::int64_t vocab);
 // (parameters, penalty lists) are the caller's to check.
 void sample_rows(const SamplingBatch& batch, void* workspace, std::size_t workspace_bytes, cuda_stream_t stream);
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::cuda::model
