@@ -54,28 +54,6 @@ BatchBenchRow run_case(const LoadedModel& loaded, const BatchBenchCase& c, std::
 
 }  // namespace
 
-std::vector<std::int64_t> parse_int_list(const std::string& option, const std::string& text) {
-  std::vector<std::int64_t> out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = text.find(',', at);
-    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    std::size_t used = 0;
-    long long value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    LOWBIT_CHECK(used == item.size() && used > 0 && value > 0, option, ": expected positive integers separated by ",
-                 "commas, got '", text, "'");
-    out.push_back(value);
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return out;
-}
-
 std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, const BatchBenchOptions& options) {
   std::vector<BatchBenchRow> rows;
   std::printf("| policy | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s | KV MB |\n"

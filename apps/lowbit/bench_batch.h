@@ -37,7 +37,4 @@ struct BatchBenchRow {
 // asked); returns the rows.
 std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& model, const BatchBenchOptions& options);
 
-// "1,8,16" -> {1, 8, 16}: positive integers; throws lowbit::Error naming the option.
-std::vector<std::int64_t> parse_int_list(const std::string& option, const std::string& text);
-
 }  // namespace lowbit::cli

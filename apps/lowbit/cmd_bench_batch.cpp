@@ -3,6 +3,7 @@
 
 #include "bench_batch.h"
 #include "commands.h"
+#include "list_options.h"
 #include "lowbit/error.h"
 #include "options.h"
 
@@ -29,9 +30,9 @@ int cmd_bench_batch(const Args& args) {
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   LOWBIT_CHECK(device == "cpu", "--device gpu: lowbit bench batch has no GPU batch engine yet; use --device cpu");
-  options.prompt_tokens = parse_int_list("--npp", npp);
-  options.generated_tokens = parse_int_list("--ntg", ntg);
-  options.batch_sizes = parse_int_list("--npl", npl);
+  options.prompt_tokens = parse_positive_integers(npp, "--npp", 1 << 24);
+  options.generated_tokens = parse_positive_integers(ntg, "--ntg", 1 << 24);
+  options.batch_sizes = parse_positive_integers(npl, "--npl", 1 << 16);
   if (policies.empty()) policies = {"full", "selective8", "selective4"};
   for (const std::string& p : policies) {
     const bool selective = p.rfind("selective", 0) == 0;

@@ -3,7 +3,7 @@
 
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
-#include "bench_batch.h"
+#include "list_options.h"
 #include "commands.h"
 #include "options.h"
 #include "serve/load_generator.h"
@@ -30,7 +30,7 @@ int cmd_bench_serve(const Args& args) {
   cli.text("--json", &json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   o.port = static_cast<int>(port);
-  o.concurrency = parse_int_list("--concurrency", concurrency);
+  o.concurrency = parse_positive_integers(concurrency, "--concurrency", 1 << 16);
 
   const std::vector<serve::LoadResult> results = serve::run_load(o);
   std::printf("lowbit bench serve: http://%s:%d, prompts of %lld tokens, %lld generated each\n\n", o.host.c_str(),
