@@ -206,8 +206,8 @@ def cuda_steps(torch):
     each timed alone: the Python layer's, torch's allocations, the binding call, and in
     C++ loops the library call, an empty launch and an output made through the DLPack
     exchange API (the other way to allocate)."""
-    from lowbit import quant
     from lowbit._backend import backend_of
+    from lowbit._ops import quant
 
     x = torch.randn(4, 64, device="cuda")
     backend = backend_of(x)
@@ -218,7 +218,7 @@ def cuda_steps(torch):
     sync = torch.cuda.synchronize
     rows = [
         ("backend_of + compiling()", host_us(lambda: backend_of(x).compiling(), 2000)),
-        ("quant._LAYOUTS lookup", host_us(lambda: quant._LAYOUTS.get(("int8", "token", 0, 4, 64)), 2000)),
+        ("quant layout cache lookup", host_us(lambda: quant.LAYOUTS.get(("int8", "token", 0, 4, 64)), 2000)),
         ("stream_and_status", host_us(lambda: backend.stream_and_status(x), 2000)),
         ("new_empty 4x64 int8", host_us(lambda: x.new_empty(4, 64, dtype=torch.int8), 2000, sync)),
         ("new_empty 4 float32", host_us(lambda: x.new_empty(4, dtype=torch.float32), 2000, sync)),

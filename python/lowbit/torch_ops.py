@@ -17,12 +17,12 @@ import torch
 
 from . import _lowbit
 from ._backend import torch_backend
-from .attention import quantized_attention_with
-from .block_formats import block_decode_with, block_encode_with
-from .gemm import matmul_with
-from .kv import kv_attention_with
-from .quant import dequantize_with, quantize_with, scheme_info
-from .weights import linear_with
+from ._ops.attention import quantized_attention_with
+from ._ops.block_formats import block_decode_with, block_encode_with
+from ._ops.gemm import matmul_with
+from ._ops.kv import kv_attention_with, kv_layer
+from ._ops.quant import dequantize_with, quantize_with, scheme_info
+from ._ops.weights import linear_with
 
 _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
 
@@ -196,15 +196,11 @@ def _(x, wq_codes, wq_scales, wq_global, wk_codes, wk_scales, wk_global, wv_code
 _KV_BUFFERS = ("k_f16", "k_codes", "k_scales", "k_mins", "v_f16", "v_codes", "v_scales", "v_mins")
 
 
-def _kv_layer(policy, spec, buffers):
-    return _lowbit.KvLayer(policy, *spec, *buffers)
-
-
 @torch.library.custom_op("lowbit::kv_append", mutates_args=_KV_BUFFERS)
 def kv_append(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
               v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
               k: torch.Tensor, v: torch.Tensor, policy: str, spec: list[int], pos: int) -> None:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     backend = torch_backend()
     layer.append(k, v, pos, backend.stream(k))
 
@@ -218,7 +214,7 @@ def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, k, v, 
 def kv_attention(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                  v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                  q: torch.Tensor, policy: str, spec: list[int], length: int, out_dtype: str) -> torch.Tensor:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     return kv_attention_with(torch_backend(), layer, q, length, out_dtype, spec[1])
 
 
@@ -233,7 +229,7 @@ def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, q, pol
 def kv_append_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                  v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                  k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int]) -> None:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     backend = torch_backend()
     layer.append_at(k, v, pos, backend.stream(k))
 
@@ -252,7 +248,7 @@ def _max_length(policy: str, spec) -> int:
 def kv_attention_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                     v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                     q: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int], out_dtype: str) -> torch.Tensor:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     return kv_attention_with(torch_backend(), layer, q, None, out_dtype, spec[1], pos, _max_length(policy, spec))
 
 

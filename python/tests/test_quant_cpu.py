@@ -99,7 +99,8 @@ def test_python_scheme_table_matches_the_extension():
     """quant.scheme_info answers from a Python copy (so that torch.compile can trace it):
     it must say what the C++ table says, and unknown names still get the C++ error."""
     from lowbit import _lowbit
-    from lowbit.quant import _SCHEMES, scheme_info
+    from lowbit._ops.quant import SCHEMES as _SCHEMES
+    from lowbit.quant import scheme_info
 
     for name in ("int8", "int4", "int8_asym", "int4_sym"):
         assert scheme_info(name) == tuple(_lowbit.scheme_info(name))
