@@ -21,10 +21,11 @@ from ._ops.attention import quantized_attention_with
 from ._ops.block_formats import block_decode_with, block_encode_with
 from ._ops.gemm import matmul_with
 from ._ops.kv import kv_attention_with, kv_layer
-from ._ops.quant import dequantize_with, quantize_with, scheme_info
+from ._ops.quant import dequantize_with, quant_shapes, quantize_with, scheme_info
 from ._ops.weights import linear_with
 
-_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32,
+           "i8": torch.int8, "u8": torch.uint8}
 
 _LIB = torch.library.Library("lowbit", "FRAGMENT")  # kept alive: the registrations live with it
 
@@ -46,21 +47,6 @@ class _Op:
         return self._op(*args)
 
 
-def _layout(scheme: str, granularity: str, group_size: int, rows, cols):
-    # quant_layout in Python, so that it also works on symbolic sizes.
-    bits = scheme_info(scheme)[0]
-    code_cols = cols if bits == 8 else (cols + 1) // 2
-    if granularity == "tensor":
-        return code_cols, (1,)
-    if granularity == "channel":
-        return code_cols, (cols,)
-    if granularity == "token":
-        return code_cols, (rows,)
-    if granularity == "group" and group_size > 0:
-        return code_cols, (rows, (cols + group_size - 1) // group_size)
-    raise ValueError(f"granularity {granularity!r} with group_size {group_size} is not valid")
-
-
 @_Op
 def quantize(x: torch.Tensor, scheme: str, granularity: str, group_size: int) -> tuple[torch.Tensor, torch.Tensor,
                                                                                        torch.Tensor]:
@@ -71,8 +57,8 @@ def quantize(x: torch.Tensor, scheme: str, granularity: str, group_size: int) ->
 @quantize.register_fake
 def _(x, scheme, granularity, group_size):
     _, has_mins, code_dtype = scheme_info(scheme)
-    code_cols, scale_shape = _layout(scheme, granularity, group_size, x.shape[0], x.shape[1])
-    codes = x.new_empty((x.shape[0], code_cols), dtype=torch.int8 if code_dtype == "i8" else torch.uint8)
+    code_cols, scale_shape = quant_shapes(scheme, granularity, group_size, x.shape[0], x.shape[1])
+    codes = x.new_empty((x.shape[0], code_cols), dtype=_DTYPES[code_dtype])
     scales = x.new_empty(scale_shape, dtype=torch.float32)
     mins = x.new_empty(scale_shape if has_mins else (0,), dtype=torch.float32)
     return codes, scales, mins

@@ -6,9 +6,10 @@ from .. import _lowbit
 LowbitError = _lowbit.LowbitError
 
 
-# (bits, has_mins, code dtype name) of each scheme.
-SCHEMES = {"int8": (8, False, "i8"), "int4": (4, True, "u8"), "int8_asym": (8, True, "u8"),
-            "int4_sym": (4, False, "u8")}
+# The C++ scheme table, read once: (bits, has_mins, code dtype name) by scheme name. A
+# plain dict, which torch.compile reads as a constant (it cannot trace a call into the
+# extension module).
+SCHEMES = _lowbit.quant_schemes()
 
 
 def scheme_info(scheme: str):
@@ -21,6 +22,36 @@ def check_rank2(x, what: str):
     if len(x.shape) != 2:
         raise LowbitError(f"{what}: expected a rank-2 tensor [tokens, channels], got rank {len(x.shape)} "
                           f"(shape {tuple(x.shape)}); reshape it first")
+
+
+def scale_shape(granularity, scale_rows, scale_cols):
+    """The scales' (and mins') array shape: [rows, groups] per group, else a vector."""
+    return (scale_rows, scale_cols) if granularity == "group" else (scale_rows * scale_cols,)
+
+
+# The C++ layout rule (lowbit::quant_layout_rule) by (scheme, granularity, group_size).
+_RULES = {}
+
+
+def quant_shapes(scheme, granularity, group_size, rows, cols):
+    """(code_cols, scale shape) of the quantized form of a rows x cols input by the C++
+    layout rule, evaluated here so that rows and cols may be symbolic (torch.SymInt: the
+    torch ops' shape functions). Raises LowbitError for an unknown scheme or granularity."""
+    key = (scheme, granularity, group_size)
+    rule = _RULES.get(key)
+    if rule is None:
+        rule = _RULES[key] = _lowbit.quant_layout_rule(scheme, granularity, group_size)
+    code_cols, scale_rows, scale_cols = (_evaluate(term, rows, cols) for term in rule)
+    return code_cols, scale_shape(granularity, scale_rows, scale_cols)
+
+
+def _evaluate(term, rows, cols):
+    """ceil(source / divisor) of a rule's (source, divisor); 0 for divisor 0."""
+    source, divisor = term
+    n = rows if source == "rows" else cols if source == "cols" else 1
+    if divisor <= 0:
+        return 0
+    return n if divisor == 1 else (n + divisor - 1) // divisor
 
 
 # (code_cols, scale shape, has_mins, code dtype name, GPU workspace bytes with its own
@@ -37,10 +68,9 @@ def layout(scheme, granularity, group_size, rows, cols):
     if found is None:
         _, has_mins, code_dtype = scheme_info(scheme)
         code_cols, scale_rows, scale_cols = _lowbit.quant_layout(scheme, granularity, group_size, rows, cols)
-        scale_shape = (scale_rows, scale_cols) if granularity == "group" else (scale_rows * scale_cols,)
         nbytes = _lowbit.quantize_workspace_bytes(scheme, granularity, group_size, rows, cols)
         sticky = _lowbit.quantize_workspace_bytes_without_status(scheme, granularity, group_size, rows, cols)
-        found = (code_cols, scale_shape, has_mins, code_dtype, nbytes, sticky)
+        found = (code_cols, scale_shape(granularity, scale_rows, scale_cols), has_mins, code_dtype, nbytes, sticky)
         if len(LAYOUTS) >= _LAYOUTS_MAX:
             LAYOUTS.clear()
         LAYOUTS[key] = found
@@ -56,7 +86,7 @@ def quantize_with(backend, x, scheme, granularity, group_size, check=False):
     found = LAYOUTS.get((scheme, granularity, group_size, rows, cols))
     if found is None:
         found = layout(scheme, granularity, group_size, rows, cols)
-    code_cols, scale_shape, has_mins, code_dtype, nbytes, sticky_bytes = found
+    code_cols, scales_shape, has_mins, code_dtype, nbytes, sticky_bytes = found
     cuda = backend.is_cuda(x)
     if not cuda:
         stream, status = 0, 0
@@ -70,8 +100,8 @@ def quantize_with(backend, x, scheme, granularity, group_size, check=False):
         stream, status = backend.stream_and_status(x)
     empty = backend.empty
     codes = empty((rows, code_cols), code_dtype, x)
-    scales = empty(scale_shape, "f32", x)
-    mins = empty(scale_shape, "f32", x) if has_mins else None
+    scales = empty(scales_shape, "f32", x)
+    mins = empty(scales_shape, "f32", x) if has_mins else None
     workspace = None
     if cuda:
         if not status:
@@ -79,11 +109,11 @@ def quantize_with(backend, x, scheme, granularity, group_size, check=False):
         elif sticky_bytes:
             workspace = empty((sticky_bytes,), "u8", x)
     address = backend.address
-    if address is None:  # NumPy (never CUDA)
+    if address is None:  # NumPy (never CUDA): the arrays themselves
         _lowbit.quantize(x, codes, scales, mins, scheme, granularity, group_size, None, 0, False)
-    else:
-        _lowbit.quantize_to(x, address(codes), address(scales), address(mins) if has_mins else 0, scheme,
-                            granularity, group_size, workspace, stream, cuda and not check, status)
+    else:  # torch, CuPy: outputs by address (see lowbit._backend)
+        _lowbit.quantize(x, address(codes), address(scales), address(mins) if has_mins else 0, scheme, granularity,
+                         group_size, workspace, stream, cuda and not check, status)
     return codes, scales, mins
 
 
