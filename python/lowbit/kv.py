@@ -10,6 +10,7 @@ its f32 scale and min rounded to f16 and the codes encoded with the rounded valu
     for k, v, q in tokens:               # f16 [kv_heads, head_dim], RoPE applied; q [n_heads, head_dim]
         cache.append(k, v)
         out = cache.attention(q)         # f32 [n_heads, head_dim] (out_dtype="float16" for f16)
+    k, v = cache.read()                  # f16 [visible, kv_heads, head_dim]: what that query read
     cache.nbytes                         # bytes of its buffers (FP16 slots, codes, scales, mins)
 
 Policies (the engine's): "full" (every token FP16), "window" (sink + the last `window`
@@ -18,8 +19,8 @@ window is quantized from its FP16 value to INT8 or INT4 and kept), "int8" / "int
 token quantized on arrival). INT8 is symmetric, INT4 asymmetric (scale + min), one f16
 scale (+ f16 min) per token per KV head. head_dim is 64 or 128; n_heads a multiple of kv_heads (GQA).
 
-torch: append and attention are torch custom ops (torch.ops.lowbit.kv_append /
-kv_attention, registered by lowbit.torch_ops) and trace under torch.compile. They take
+torch: append, attention and read are torch custom ops (torch.ops.lowbit.kv_append /
+kv_attention / kv_read, registered by lowbit.torch_ops) and trace under torch.compile. They take
 the position from the host (`length`), so a CUDA graph that captures them replays the
 captured position. For one graph that serves every decode step, keep the position on the
 device and use the `_at` forms (torch.ops.lowbit.kv_append_at / kv_attention_at):
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from . import _lowbit
 from ._backend import NUMPY, backend_of, dtype_name, torch_backend
-from ._ops.kv import kv_attention_with, kv_layer
+from ._ops.kv import kv_attention_with, kv_layer, kv_read_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -147,6 +148,22 @@ class LayerKVCache:
                                                             out_name)
         return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length,
                                  self._workspaces)
+
+    def read(self):
+        """(k, v): the values the newest query reads, as new f16 [visible, kv_heads, head_dim]
+        arrays of the cache's library on its device, in position order: FP16 tokens as held,
+        quantized ones dequantized (q * scale, or q * scale + min for INT4, rounded once to
+        f16); the window policy skips the dropped middle (visible = sink + window once full).
+        CUDA work runs on the current stream. Needs at least one token."""
+        if self.length < 1:
+            raise LowbitError("kv_read: the cache is empty (length 0); append a token first")
+        like = self.buffers["k_scales"]
+        backend = self._backend
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+
+            return backend.torch.ops.lowbit.kv_read(*self.buffers.values(), self.policy, self._spec(), self.length)
+        return kv_read_with(backend, self._layer, self.policy, self._spec(), self.length, like)
 
     def reset(self) -> None:
         """Forgets every token (the buffers are overwritten by the next appends)."""

@@ -20,7 +20,7 @@ from ._backend import torch_backend
 from ._ops.attention import quantized_attention_with
 from ._ops.block_formats import block_decode_with, block_encode_with
 from ._ops.gemm import matmul_with
-from ._ops.kv import kv_attention_with, kv_layer
+from ._ops.kv import kv_attention_with, kv_layer, kv_read_with
 from ._ops.quant import dequantize_with, quant_shapes, quantize_with, scheme_info
 from ._ops.weights import linear_with
 
@@ -207,6 +207,20 @@ def kv_attention(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Ten
 @kv_attention.register_fake
 def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, q, policy, spec, length, out_dtype):
     return q.new_empty((q.shape[0], spec[1]), dtype=_DTYPES[out_dtype])
+
+
+@_Op
+def kv_read(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
+            v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor, policy: str,
+            spec: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    return kv_read_with(torch_backend(), layer, policy, spec, length, k_scales)
+
+
+@kv_read.register_fake
+def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, policy, spec, length):
+    shape = (_lowbit.kv_visible_count(policy, *spec, length), spec[0], spec[1])
+    return k_scales.new_empty(shape, dtype=torch.float16), k_scales.new_empty(shape, dtype=torch.float16)
 
 
 # The device-position forms (one CUDA graph for every decode step): pos is an int32 [1]

@@ -246,6 +246,9 @@ def test_kv_cache_torch_cpu_equals_numpy():
         ours.append(k[t], v[t])
         ref.append(k[t].numpy(), v[t].numpy())
         np.testing.assert_array_equal(ours.attention(q[t]).numpy(), ref.attention(q[t].numpy()))
+        for got, want in zip(ours.read(), ref.read()):
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.float16
+            np.testing.assert_array_equal(got.numpy().view(np.uint16), want.view(np.uint16))
     for name, buf in ours.buffers.items():
         assert isinstance(buf, torch.Tensor)
         np.testing.assert_array_equal(buf.numpy().view(np.uint8), ref.buffers[name].view(np.uint8))
@@ -261,7 +264,8 @@ def test_kv_cache_under_compile(device, policy):
 
     def step(cache, k, v, q):
         cache.append(k, v)
-        return cache.attention(q, out_dtype=torch.float16).float() + 1
+        keys, values = cache.read()
+        return cache.attention(q, out_dtype=torch.float16).float() + 1, keys * 2, values
 
     for t in range(9):  # eager steps up to the last three
         step(eager, k[t], v[t], q[t])
@@ -272,7 +276,11 @@ def test_kv_cache_under_compile(device, policy):
     for t in range(6, 9):  # one graph per length (the length is a constant of the graph)
         got = fn(compiled, k[t], v[t], q[t])
     assert compiled.length == eager.length == 9
-    bits_equal(got, eager.attention(q[8], out_dtype=torch.float16).float() + 1)
+    bits_equal(got[0], eager.attention(q[8], out_dtype=torch.float16).float() + 1)
+    keys, values = eager.read()
+    assert keys.shape == (9, kv_heads, head_dim)
+    bits_equal(got[1], keys * 2)
+    bits_equal(got[2], values)
     for name in eager.buffers:
         bits_equal(compiled.buffers[name], eager.buffers[name])
 
@@ -287,6 +295,7 @@ def test_kv_ops_opcheck(device):
     spec = cache._spec()
     torch.library.opcheck(torch.ops.lowbit.kv_attention, (*cache.buffers.values(), q[4], "selective", spec, 5, "f32"))
     torch.library.opcheck(torch.ops.lowbit.kv_append, (*cache.buffers.values(), k[5], v[5], "selective", spec, 5))
+    torch.library.opcheck(torch.ops.lowbit.kv_read, (*cache.buffers.values(), "selective", spec, 5))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,5 +1,5 @@
 """One layer's decode KV cache (lowbit.LayerKVCache) for a known backend: the attention
-call and its CUDA workspaces."""
+call and its CUDA workspaces, and reading the held values back."""
 from __future__ import annotations
 
 from .. import _lowbit
@@ -11,6 +11,17 @@ def kv_layer(policy, spec, buffers):
     """The extension's KvLayer over buffers (k_f16, k_codes, k_scales, k_mins, v_f16, ...),
     spec = [kv_heads, head_dim, sink, window, kv_bits, max_tokens]."""
     return _lowbit.KvLayer(policy, *spec, *buffers)
+
+
+def kv_read_with(backend, layer, policy, spec, length, like):
+    """LayerKVCache.read for a known backend (also the torch custom op's implementation):
+    new f16 [visible, kv_heads, head_dim] arrays k, v like `like` (one of the cache's
+    buffers), filled on its current stream."""
+    visible = _lowbit.kv_visible_count(policy, *spec, length)
+    shape = (visible, spec[0], spec[1])
+    k, v = backend.empty(shape, "f16", like), backend.empty(shape, "f16", like)
+    layer.read(k, v, length, backend.stream(like))
+    return k, v
 
 
 def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, max_length=0, workspaces=None):
