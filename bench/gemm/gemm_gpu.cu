@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bench/common/timing.h"
-#include "bench/gemm/device_fill.h"
+#include "bench/common/device_fill.h"
 #include "bench/gemm/gemm_bench.h"
 #include "bench/gemm/peers.h"
 #include "bench/gemm/weight_inputs.h"
