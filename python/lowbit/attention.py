@@ -6,6 +6,7 @@ from typing import Optional
 
 from . import _lowbit
 from ._backend import backend_of
+from ._ops.attention import quantized_attention_with
 from .block_formats import BlockWeights
 
 LowbitError = _lowbit.LowbitError
@@ -51,19 +52,3 @@ def quantized_attention(x, wq, wk, wv, heads: int, kv_heads: int, head_dim: int,
                                                             head_dim, causal, fmt, variant)
     return quantized_attention_with(backend, x, q[:3], k[:3], v[:3], bq, bk, bv, heads, kv_heads, head_dim, causal,
                                     fmt, variant)
-
-
-def quantized_attention_with(backend, x, q, k, v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant):
-    """quantized_attention for a known backend, the weights as (codes, scales, global_scale)
-    (the torch custom op's implementation)."""
-    seq_len, d_model = int(x.shape[0]), int(x.shape[1])
-    out = backend.empty((seq_len, heads * head_dim), "f16", x)
-    workspace, stream = None, 0
-    if backend.is_cuda(x):
-        stream = backend.stream(x)
-        nbytes = _lowbit.attention_workspace_bytes(seq_len, d_model, heads, kv_heads, head_dim, causal, fmt,
-                                                   variant)
-        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-    _lowbit.quantized_attention(x, *q, *k, *v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant, out,
-                                workspace, stream)
-    return out

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _lowbit
 from ._backend import backend_of, dtype_name
+from ._ops.block_formats import block_decode_with, block_encode_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -56,24 +57,6 @@ def block_encode(x, fmt: str = "nf4") -> BlockWeights:
     return BlockWeights(codes, scales, global_scale, fmt, (int(x.shape[0]), int(x.shape[1])))
 
 
-def block_encode_with(backend, x, fmt: str):
-    """(codes, scales, global_scale or None) of block_encode for a known backend (the torch
-    custom op's implementation)."""
-    rows, cols = int(x.shape[0]), int(x.shape[1])
-    code_cols, scale_count, scale_dtype, has_global, _ = _lowbit.block_layout(fmt, rows, cols)
-    codes = backend.empty((rows, code_cols), "u8", x)
-    scales = backend.empty((scale_count,), scale_dtype, x)
-    global_scale = backend.empty((1,), "f32", x) if has_global else None
-    workspace, stream, deferred = None, 0, False
-    if backend.is_cuda(x):
-        stream = backend.stream(x)
-        nbytes = _lowbit.block_encode_workspace_bytes(fmt, rows, cols)
-        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-        deferred = backend.capturing()  # a CUDA graph cannot capture the NaN/Inf check's synchronization
-    _lowbit.block_encode(x, codes, scales, global_scale, fmt, workspace, stream, deferred)
-    return codes, scales, global_scale
-
-
 def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = None, dtype="float32", cols=None):
     """The values of an encoded tensor as a new [rows, cols] array of `dtype` (float32,
     float16 or bfloat16), each decoded value rounded once. Pass a BlockWeights alone, or
@@ -93,11 +76,3 @@ def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = Non
 
         return backend.torch.ops.lowbit.block_decode(codes, scales, global_scale, fmt, cols, dtype_name(dtype))
     return block_decode_with(backend, codes, scales, global_scale, fmt, int(cols), dtype_name(dtype))
-
-
-def block_decode_with(backend, codes, scales, global_scale, fmt: str, cols: int, out_dtype: str):
-    """block_decode for a known backend (the torch custom op's implementation)."""
-    out = backend.empty((int(codes.shape[0]), int(cols)), out_dtype, codes)
-    stream = backend.stream(codes)
-    _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
-    return out
