@@ -4,7 +4,6 @@
 // the memory curve (the seed's Figure 2) drawn as a PNG.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "bench/common/json.h"
@@ -205,9 +204,7 @@ int cmd_eval_kvcache(const Args& args) {
       rows.push(std::move(row));
     }
     root.set("rows", std::move(rows));
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

@@ -2,7 +2,6 @@
 // windows of --context tokens every --stride tokens (llama.cpp's perplexity tool).
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "bench/common/json.h"
@@ -33,8 +32,9 @@ int cmd_perplexity(const Args& args) {
   SessionMaker::declare(cli, &device);
   if (const auto status = cli.parse(args)) return *status;
 
+  const std::string text = read_file(file);  // before the model: a bad path fails at once
   const auto loaded = load_model(resolve_model_path(model_path));
-  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(read_file(file), loaded->tokenizer.add_bos());
+  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(text, loaded->tokenizer.add_bos());
   engine::PerplexityOptions options;
   options.context = context;
   options.stride = stride;
@@ -74,9 +74,7 @@ int cmd_perplexity(const Args& args) {
         .set("tokens_scored", r.tokens_scored)
         .set("windows", r.windows)
         .set("seconds", seconds);
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

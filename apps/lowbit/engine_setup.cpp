@@ -5,9 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "lowbit/error.h"
 
@@ -50,14 +48,6 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path) {
 std::string default_text_path() {
   const std::string from_env = env("LOWBIT_WIKITEXT");
   return from_env.empty() ? std::string(LOWBIT_SOURCE_DIR) + "/data/wikitext-2-raw/wiki.test.raw" : from_env;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOWBIT_CHECK(in.good(), "cannot read '", path, "'");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
 }
 
 void KvCacheFlags::declare(Options& options, bool with_policy) {

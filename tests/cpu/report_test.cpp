@@ -208,7 +208,9 @@ TEST(Png, BadArgumentsAndUnwritablePathThrow) {
   EXPECT_LOWBIT_ERROR(encode_png(2, -1, Bytes{}), "png height: expected 1..");
   EXPECT_LOWBIT_ERROR(encode_png(2, 2, Bytes(11)), "png rgb: expected width * height * 3 = 12 bytes, got 11");
   const std::string path = "/nonexistent_lowbit_dir/sub/plot.png";
-  EXPECT_LOWBIT_ERROR(write_png(path, 1, 1, Bytes{0, 0, 0}), "png path '" + path + "': cannot open for writing");
+  EXPECT_LOWBIT_ERROR(write_png(path, 1, 1, Bytes{0, 0, 0}),
+                      "cannot write '" + path + "': its directory '/nonexistent_lowbit_dir/sub' does not exist");
+  EXPECT_LOWBIT_ERROR(write_png("/dev/full", 1, 1, Bytes{0, 0, 0}), "writing '/dev/full' failed: No space left");
 }
 
 // ---- canvas ---------------------------------------------------------------------
