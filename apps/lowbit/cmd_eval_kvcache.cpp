@@ -10,6 +10,7 @@
 #include "bench/common/run_info.h"
 #include "commands.h"
 #include "engine/generate.h"
+#include "engine/model_checks.h"
 #include "engine/perplexity.h"
 #include "eval/rouge.h"
 #include "engine_session.h"
@@ -87,7 +88,9 @@ int cmd_eval_kvcache(const Args& args) {
   const auto loaded = load_model(resolve_model_path(model_path));
   const engine::Model& model = loaded->model;
   const engine::Tokenizer& tok = loaded->tokenizer;
-  const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos());
+  engine::check_within_context_length(context, model.config(), "--context " + std::to_string(context));
+  // The text is plain text: a control token's spelling in it is not the control token.
+  const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos(), /*parse_special=*/false);
   const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, tok.add_bos());
   LOWBIT_CHECK(!prompt_ids.empty(), "--prompt: the prompt encodes to no tokens");
   LOWBIT_CHECK(speed_prompt <= static_cast<std::int64_t>(text_ids.size()), "--speed-prompt: ", speed_prompt,

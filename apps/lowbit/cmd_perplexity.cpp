@@ -7,6 +7,7 @@
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
 #include "commands.h"
+#include "engine/model_checks.h"
 #include "engine/perplexity.h"
 #include "engine_session.h"
 #include "engine_setup.h"
@@ -34,7 +35,9 @@ int cmd_perplexity(const Args& args) {
 
   const std::string text = read_file(file);  // before the model: a bad path fails at once
   const auto loaded = load_model(resolve_model_path(model_path));
-  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(text, loaded->tokenizer.add_bos());
+  engine::check_within_context_length(context, loaded->model.config(), "--context " + std::to_string(context));
+  // The text is plain text: a control token's spelling in it is not the control token.
+  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(text, loaded->tokenizer.add_bos(), false);
   engine::PerplexityOptions options;
   options.context = context;
   options.stride = stride;

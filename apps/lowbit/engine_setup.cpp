@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "engine/model_checks.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cli {
@@ -42,6 +43,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path) {
   engine::GgufFile file = engine::GgufFile::open(path);
   engine::Model model = engine::Model::from_gguf(file);
   engine::Tokenizer tokenizer = engine::Tokenizer::from_gguf(file);
+  engine::check_tokenizer_fits_model(tokenizer, model.config());
   return std::make_unique<LoadedModel>(LoadedModel{std::move(file), std::move(model), std::move(tokenizer)});
 }
 

@@ -347,6 +347,12 @@ TEST(TokenizerSynthetic, BadIdsAndTypes) {
   s.bos = 100000;
   EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.bos_token_id: expected a token id in [0, 275), got 100000");
   s = Synthetic();
+  s.types[byte_id('z')] = 7;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type[" + std::to_string(byte_id('z')) +
+                                         "] (token \"z\") = 7: expected 0..6 (undefined, normal");
+  s.types[byte_id('z')] = -1;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "] (token \"z\") = -1: expected 0..6");
+  s = Synthetic();
   s.types.pop_back();
   EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type: expected 275 entries (one per token), got 274");
   s = Synthetic();

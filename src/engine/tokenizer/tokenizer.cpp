@@ -111,6 +111,12 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
     types = value->as_i32_array();
     LOWBIT_CHECK(types.size() == tokens.size(), k_token_type, ": expected ", tokens.size(),
                  " entries (one per token), got ", types.size());
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      LOWBIT_CHECK(types[i] >= static_cast<std::int32_t>(TokenType::undefined) &&
+                       types[i] <= static_cast<std::int32_t>(TokenType::byte),
+                   k_token_type, "[", i, "] (token ", quoted(tokens[i]), ") = ", types[i],
+                   ": expected 0..6 (undefined, normal, unknown, control, user-defined, unused, byte)");
+    }
   }
   const GgufValue* pre_value = file.find_metadata("tokenizer.ggml.pre");
   // Files without the key predate it; llama.cpp reads them with its default split.
