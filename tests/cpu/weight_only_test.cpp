@@ -146,8 +146,7 @@ TEST(WeightOnlyPack, RoundTripThroughTheAccessors) {
         std::vector<bool> code_seen(c.packed_codes.size() * 2, false);
         for (std::int64_t n = 0; n < c.n; ++n) {
           for (std::int64_t k = 0; k < c.k; ++k) {
-            int shift = 0;
-            const std::int64_t byte = layout.code_byte(n, k, &shift);
+            const auto [byte, shift] = layout.code_place(n, k);
             ASSERT_LT(byte, static_cast<std::int64_t>(c.packed_codes.size()));
             ASSERT_FALSE(code_seen[byte * 2 + shift / 4]) << "two weights share a code slot at n " << n << " k " << k;
             code_seen[byte * 2 + shift / 4] = true;
