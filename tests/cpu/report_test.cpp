@@ -401,7 +401,7 @@ TEST(LinePlot, BadInputsThrowNamingTheProblem) {
   EXPECT_LOWBIT_ERROR(render_line_plot(plot), "plot width: expected 240..8192 pixels, got 10");
   plot.width = 900;
   const std::string path = "/nonexistent_lowbit_dir/plot.png";
-  EXPECT_LOWBIT_ERROR(write_line_plot_png(plot, path), "png path '" + path + "'");
+  EXPECT_LOWBIT_ERROR(write_line_plot_png(plot, path), "cannot write '" + path + "'");
 }
 
 }  // namespace
