@@ -24,19 +24,19 @@ namespace {
 struct PolicyCase {
   std::string name;   // as --policies spells it
   std::string label;  // for tables and the legend
-  engine::KvPolicy policy;
+  KvPolicy policy;
   int kv_bits;
 };
 
 std::vector<PolicyCase> policy_cases(const KvCacheFlags& kv) {
   const std::string window = "sink " + std::to_string(kv.sink) + " + window " + std::to_string(kv.window);
   return {
-      {"full", "full (FP16)", engine::KvPolicy::full, 8},
-      {"window", "window (" + window + ", older dropped)", engine::KvPolicy::window, 8},
-      {"selective8", "selective INT8 (" + window + " FP16)", engine::KvPolicy::selective, 8},
-      {"selective4", "selective INT4 (" + window + " FP16)", engine::KvPolicy::selective, 4},
-      {"int8", "INT8 (all tokens)", engine::KvPolicy::int8, 8},
-      {"int4", "INT4 (all tokens)", engine::KvPolicy::int4, 4},
+      {"full", "full (FP16)", KvPolicy::full, 8},
+      {"window", "window (" + window + ", older dropped)", KvPolicy::window, 8},
+      {"selective8", "selective INT8 (" + window + " FP16)", KvPolicy::selective, 8},
+      {"selective4", "selective INT4 (" + window + " FP16)", KvPolicy::selective, 4},
+      {"int8", "INT8 (all tokens)", KvPolicy::int8, 8},
+      {"int4", "INT4 (all tokens)", KvPolicy::int4, 4},
   };
 }
 
@@ -46,7 +46,7 @@ struct PolicyResult {
   engine::GenerationResult generation;
   engine::GenerationResult speed;  // decode after the long (--speed-prompt) prompt
   std::string text;
-  engine::RougeL rouge_words{}, rouge_tokens{};
+  eval::RougeL rouge_words{}, rouge_tokens{};
   std::size_t bytes_at_n = 0;
 };
 
@@ -146,8 +146,8 @@ int cmd_eval_kvcache(const Args& args) {
   }
   const PolicyResult& full = results.front();
   for (PolicyResult& r : results) {
-    r.rouge_words = engine::rouge_l_words(r.text, full.text);
-    r.rouge_tokens = engine::rouge_l(r.generation.tokens, full.generation.tokens);
+    r.rouge_words = eval::rouge_l_words(r.text, full.text);
+    r.rouge_tokens = eval::rouge_l(r.generation.tokens, full.generation.tokens);
   }
 
   std::printf("# KV-cache policies (seed 002), %s\n\n%s\nperplexity: %lld windows of %lld tokens; "

@@ -14,7 +14,7 @@ namespace lowbit::cli {
 
 #if LOWBIT_WITH_CUDA
 struct SessionMaker::GpuState {
-  std::unique_ptr<cuda::engine::GpuModel> model;
+  std::unique_ptr<engine::GpuModel> model;
   std::string name;
 };
 
@@ -50,11 +50,11 @@ std::unique_ptr<engine::Session> SessionMaker::make(const engine::KvCacheOptions
   if (gpu_) {
     if (!gpu_state_) {
       gpu_state_ = std::make_unique<GpuState>();
-      gpu_state_->model = std::make_unique<cuda::engine::GpuModel>(cuda::engine::GpuModel::from_gguf(model_->file));
+      gpu_state_->model = std::make_unique<engine::GpuModel>(engine::GpuModel::from_gguf(model_->file));
       cudaDeviceProp prop{};
       if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) gpu_state_->name = prop.name;
     }
-    return std::make_unique<cuda::engine::GpuSession>(*gpu_state_->model, cache, max_tokens, graphs_);
+    return std::make_unique<engine::GpuSession>(*gpu_state_->model, cache, max_tokens, graphs_);
   }
 #endif
   return std::make_unique<engine::CpuSession>(model_->model, cache, max_tokens);

@@ -65,10 +65,10 @@ void KvCacheFlags::declare(Options& options, bool with_policy) {
 }
 
 engine::KvCacheOptions KvCacheFlags::options() const {
-  return options_for(engine::parse_kv_policy(policy.c_str()), static_cast<int>(kv_bits));
+  return options_for(parse_kv_policy(policy.c_str()), static_cast<int>(kv_bits));
 }
 
-engine::KvCacheOptions KvCacheFlags::options_for(engine::KvPolicy kv_policy, int bits) const {
+engine::KvCacheOptions KvCacheFlags::options_for(KvPolicy kv_policy, int bits) const {
   LOWBIT_CHECK(bits == 4 || bits == 8, "--kv-bits: expected 4 or 8, got ", bits);
   engine::KvCacheOptions o;
   o.policy = kv_policy;

@@ -37,7 +37,7 @@ struct KvCacheFlags {
   std::int64_t sink = 16, window = 32, kv_bits = 8, kv_group = 0;
   void declare(Options& options, bool with_policy);
   engine::KvCacheOptions options() const;  // validated: names the flag at fault
-  engine::KvCacheOptions options_for(engine::KvPolicy policy, int kv_bits) const;
+  engine::KvCacheOptions options_for(KvPolicy policy, int kv_bits) const;
 };
 
 // "\r[#####.....] 12/50 label" on a terminal; a line per ~10% otherwise.

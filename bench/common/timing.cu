@@ -46,7 +46,7 @@ double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t strea
 }
 
 double measure_copy_gbps(std::size_t bytes, cuda_stream_t stream) {
-  cuda::DeviceBuffer src(bytes), dst(bytes);
+  core::DeviceBuffer src(bytes), dst(bytes);
   LOWBIT_CUDA_CHECK(cudaMemsetAsync(src.data(), 0x3c, bytes, stream));
   const double ms = gpu_median_ms(
       [&](int) { LOWBIT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream)); },

@@ -144,7 +144,7 @@ void unpack_int4_rows(const void* src, void* dst, std::int64_t rows, std::int64_
 }
 
 std::uint64_t count_mismatches(const void* a, const void* b, std::size_t words, bool word16, cuda_stream_t stream) {
-  cuda::DeviceBuffer counter(sizeof(unsigned long long));
+  core::DeviceBuffer counter(sizeof(unsigned long long));
   LOWBIT_CUDA_CHECK(cudaMemsetAsync(counter.data(), 0, counter.bytes(), stream));
   if (word16) {
     mismatch_kernel<<<blocks_for(words), kThreads, 0, stream>>>(static_cast<const std::uint16_t*>(a),
@@ -163,7 +163,7 @@ std::uint64_t count_mismatches(const void* a, const void* b, std::size_t words, 
 }
 
 double relative_l2(const void* a, const void* b, std::size_t count, DType dtype, cuda_stream_t stream) {
-  cuda::DeviceBuffer sums(2 * sizeof(double));
+  core::DeviceBuffer sums(2 * sizeof(double));
   LOWBIT_CUDA_CHECK(cudaMemsetAsync(sums.data(), 0, sums.bytes(), stream));
   const unsigned blocks = std::min(blocks_for(count), 1024u);
   if (dtype == DType::bf16) {

@@ -18,14 +18,16 @@
 #include "bench/gemm/weight_inputs.h"
 #include "core/device_buffer.h"
 #include "cuda/gemm/gemm_cuda.h"
+#include "cuda/weight_only/weight_only_cuda.h"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/gemm.h"
+#include "lowbit/weight_only.h"
 
 namespace lowbit::bench {
 namespace {
 
-using cuda::DeviceBuffer;
+using core::DeviceBuffer;
 
 struct Shape {
   std::int64_t m, n, k;
@@ -349,9 +351,78 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
                    std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
 }
 
-bool wanted(const GemmBenchOptions& o, const char* section) {
-  return o.only_sections.empty() ||
-         std::find(o.only_sections.begin(), o.only_sections.end(), section) != o.only_sections.end();
+// The weight-only kernels' variants (weight_only_cuda.h) on the decode shapes, f16
+// weights with zero points at groups 32 and 128, M = 1 and 16: the production choice
+// and every gemv shape with the K splits {rule, 2, 8}. A sweep for tuning the dispatch:
+// each row is checked against the production choice's output (bit for bit: a variant
+// changes only the order of FP32 sums within the tolerance of weight_only_gpu_test, so
+// rows are compared by relative L2 like the section above).
+void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t stream, double copy_gbps,
+                                  std::vector<GemmRow>& rows) {
+  namespace wo = cuda::weight_only;
+  const std::int64_t nk[][2] = {{28672, 8192}, {8192, 28672}};
+  const std::size_t first = rows.size();
+  for (const auto& [n, k] : nk) {
+    for (const std::int64_t group : {32, 128}) {
+      const WeightOnlySpec spec{4, group, true, DType::f16};
+      const HostWeights host = make_weights(spec, n, k, static_cast<std::uint64_t>(n + k + group));
+      DeviceWeights dev = upload(host, spec, n, k);
+      const double weight_bytes =
+          static_cast<double>(host.codes.size() + host.scales_packed.size() + host.mins_packed.size());
+      for (const std::int64_t m : {1, 16}) {
+        if (o.max_m > 0 && m > o.max_m) continue;
+        DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
+        fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 71 + m, stream);
+        const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cuda, m, k);
+        const TensorView rv = TensorView::matrix(ref.data(), DType::f16, Device::cuda, m, n);
+        const TensorView ov = TensorView::matrix(out.data(), DType::f16, Device::cuda, m, n);
+        const wo::Params ref_params = wo::make_params(xv, dev.views[0], TensorView{}, rv);
+        const wo::Variant chosen = wo::pick(ref_params, wo::Form::q4_zero_point);
+        wo::launch(ref_params, DType::f16, wo::Form::q4_zero_point, chosen, stream);
+        std::vector<std::pair<std::string, wo::Variant>> variants{{"production", chosen}};
+        for (int shape = 0; shape < wo::kGemvShapes; ++shape) {
+          for (const int k_slices : {0, 2, 8}) {
+            variants.emplace_back("gemv shape " + std::to_string(shape) + " k_slices " + std::to_string(k_slices),
+                                  wo::Variant{wo::Kernel::gemv, shape, k_slices});
+          }
+        }
+        const int copies = static_cast<int>(dev.views.size());
+        for (const auto& [name, variant] : variants) {
+          const wo::Params p = wo::make_params(xv, dev.views[0], TensorView{}, ov);
+          if (!wo::takes(variant, p, wo::Form::q4_zero_point)) continue;
+          LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+          wo::launch(p, DType::f16, wo::Form::q4_zero_point, variant, stream);
+          const double err = relative_l2(out.data(), ref.data(), static_cast<std::size_t>(m * n), DType::f16, stream);
+          const double ops = 2.0 * m * n * k;
+          const double ms = time_ms(
+              [&](int i) {
+                const wo::Params pi =
+                    wo::make_params(xv, dev.views[static_cast<std::size_t>(i % copies)], TensorView{}, ov);
+                wo::launch(pi, DType::f16, wo::Form::q4_zero_point, variant, stream);
+              },
+              stream, ops);
+          char check[64];
+          std::snprintf(check, sizeof check, "rel %.1e", err);
+          GemmRow row = GemmRow::make("weight_only_variants", group == 32 ? "w4a16 g32 zp" : "w4a16 g128 zp", name, m,
+                                      n, k, "n_by_k", "f16");
+          row.ms = ms;
+          row.ops = ops;
+          row.bytes = weight_bytes + 2.0 * m * k + 2.0 * m * n;
+          row.check = check;
+          row.ok = err < 1e-3;
+          rows.push_back(row);
+        }
+      }
+    }
+  }
+  print_gemm_table("Weight-only kernel variants on the decode shapes (tuning sweep; against the production choice)",
+                   std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
+}
+
+// A section runs when named, or, for the default sections, when none is named.
+bool wanted(const GemmBenchOptions& o, const char* section, bool by_default = true) {
+  if (o.only_sections.empty()) return by_default;
+  return std::find(o.only_sections.begin(), o.only_sections.end(), section) != o.only_sections.end();
 }
 
 }  // namespace
@@ -365,6 +436,7 @@ void run_gemm_gpu(const GemmBenchOptions& options, double copy_gbps, std::vector
     if (wanted(options, "epilogue")) epilogue_section(options, stream, peers, rows);
     if (wanted(options, "int4")) int4_section(options, stream, peers, rows);
     if (wanted(options, "weight_only")) weight_only_section(options, stream, peers, copy_gbps, rows);
+    if (wanted(options, "weight_only_variants", false)) weight_only_variants_section(options, stream, copy_gbps, rows);
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));

@@ -23,7 +23,7 @@ struct CublasPeers::Impl {
   cudaStream_t stream{};
   cublasHandle_t blas{};
   cublasLtHandle_t lt{};
-  cuda::DeviceBuffer workspace{std::size_t{64} << 20};
+  core::DeviceBuffer workspace{std::size_t{64} << 20};
 };
 
 CublasPeers::CublasPeers(cuda_stream_t stream) : impl_(new Impl) {

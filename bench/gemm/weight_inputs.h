@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "formats/float16.h"
-#include "lowbit/gemm.h"
+#include "lowbit/weight_only.h"
 
 namespace lowbit::bench {
 

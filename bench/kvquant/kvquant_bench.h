@@ -1,4 +1,5 @@
-// `lowbit bench kvquant`: the KV-cache quantization benchmark of seed 000, extended
+// `lowbit bench kvquant`: the KV-cache quantization benchmark (a CPU baseline and four
+// GPU kernels of increasing sophistication over ten T x D cases), extended
 // with lowbit's production path, other granularities, INT4 and FP16/BF16 inputs.
 #pragma once
 

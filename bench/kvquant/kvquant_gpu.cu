@@ -12,7 +12,7 @@
 namespace lowbit::bench {
 namespace {
 
-using cuda::DeviceBuffer;
+using core::DeviceBuffer;
 
 constexpr std::size_t kRotationBytes = 256u << 20;  // > 5x the H100's 50 MB L2
 

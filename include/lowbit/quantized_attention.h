@@ -1,4 +1,4 @@
-// Quantized attention prefill (seed 004): projections whose weights are stored in a
+// Quantized attention prefill: projections whose weights are stored in a
 // block-wise 4-bit format, then scaled-dot-product attention.
 //
 //   Q = X Wq^T + bq    [L x H*hd]       X  f16 [L x d_model]

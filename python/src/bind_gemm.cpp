@@ -6,6 +6,7 @@
 
 #include "lowbit/error.h"
 #include "lowbit/gemm.h"
+#include "lowbit/weight_only.h"
 #include "views.h"
 
 namespace lowbit::python {

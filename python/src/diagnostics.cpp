@@ -7,7 +7,8 @@
 #include "views.h"
 
 #if LOWBIT_WITH_CUDA
-#include "cuda/quant/quant_cuda.h"
+#include "core/device.h"
+#include "cuda/quant/quant_cuda.h"  // the unchecked launch the overhead benchmark times
 #endif
 
 namespace lowbit::python {
@@ -27,13 +28,13 @@ double microseconds_each(int count, F f) {
   return spent.count() / count;
 }
 
-// One call of the checks' cuda::check_device_pointer (cudaPointerGetAttributes).
+// One call of the checks' core::check_device_pointer (cudaPointerGetAttributes).
 double time_pointer_checks(const Out& array, int count) {
   const TensorView view = view_of(array, "array");
   LOWBIT_CHECK(view.device == Device::cuda, "array: expected a CUDA array");
 #if LOWBIT_WITH_CUDA
   DeviceGuard guard(view, array.device_id());
-  return microseconds_each(count, [&] { cuda::check_device_pointer(view.data, "array"); });
+  return microseconds_each(count, [&] { core::check_device_pointer(view.data, "array"); });
 #else
   LOWBIT_FAIL("time_pointer_checks: this build of lowbit has no CUDA support");
 #endif

@@ -10,7 +10,7 @@ void bind_quant(nanobind::module_& m);
 void bind_gemm(nanobind::module_& m);
 void bind_block_formats(nanobind::module_& m);
 void bind_attention(nanobind::module_& m);
-void bind_kv(nanobind::module_& m);
+void bind_kv_cache(nanobind::module_& m);
 void bind_diagnostics(nanobind::module_& m);
 }  // namespace lowbit::python
 
@@ -23,7 +23,7 @@ NB_MODULE(_lowbit, m) {
   lowbit::python::bind_gemm(m);
   lowbit::python::bind_block_formats(m);
   lowbit::python::bind_attention(m);
-  lowbit::python::bind_kv(m);
+  lowbit::python::bind_kv_cache(m);
   lowbit::python::bind_diagnostics(m);
   m.def("_set_torch_export", &lowbit::python::set_torch_export, "tensor_type"_a, "parameter_type"_a, "to_dlpack"_a,
         "Takes plain torch tensors through torch's C to_dlpack (called by lowbit._backend).");

@@ -71,7 +71,7 @@ def test_variants_and_plain_tuples(rng):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(head_dim=96), r"head_dim: expected 64 or 128, got 96 \[attention.cpp:\d+\]$"),
+    (dict(head_dim=96), r"head_dim: expected 64 or 128, got 96 \[quantized_attention.cpp:\d+\]$"),
     (dict(heads=3), "kv_heads: heads 3 is not a multiple of kv_heads 2"),
     (dict(variant="flash"), "variant: expected naive_sequential"),
     (dict(x_dtype=np.float32), "x: expected dtype f16"),

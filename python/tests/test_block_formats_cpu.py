@@ -221,7 +221,7 @@ def test_strided_input(rng):
 
 @pytest.mark.parametrize("call,message", [
     (lambda: lowbit.block_encode(np.ones((2, 48), np.float32), "nf4"),
-     r"cols: 48 is not a multiple of the nf4 block size 64 \[block_formats.cpp:\d+\]$"),
+     r"cols: 48 is not a multiple of the nf4 block size 64 \[layout.cpp:\d+\]$"),
     (lambda: lowbit.block_encode(np.ones((2, 40), np.float32), "nvfp4"), "not a multiple of the nvfp4 block size 16"),
     (lambda: lowbit.block_encode(np.ones((2, 64), np.int8), "nf4"), "x: expected dtype f32, f16 or bf16"),
     (lambda: lowbit.block_encode(np.ones((2, 64), np.float64), "nf4"), "x: dtype float64 is not one lowbit takes"),

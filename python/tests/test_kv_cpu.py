@@ -177,7 +177,7 @@ def kv_error_cases():
         (lambda: lowbit.LayerKVCache("full", 2, 96, 16), "head_dim = 96, expected 64 or 128"),
         (lambda: lowbit.LayerKVCache("selective", 2, 64, 16, kv_bits=5), "kv_bits = 5, expected 8 or 4"),
         (lambda: lowbit.LayerKVCache("selective", 2, 64, 16, window=0), "window 0 (>= 1)"),
-        (lambda: lowbit.LayerKVCache("full", 0, 64, 16), "kv_heads 0, max_tokens 16 must be positive"),
+        (lambda: lowbit.LayerKVCache("full", 0, 64, 16), "kv_heads = 0, expected 1..1024"),
         (lambda: lowbit.LayerKVCache("full", 2, 64, 16).append(k.astype(np.float32), k),
          "k: expected a contiguous f16 [kv_heads x head_dim] = [2 x 64], got f32"),
         (lambda: lowbit.LayerKVCache("full", 2, 64, 16).append(k, np.zeros((3, 64), np.float16)),
@@ -226,7 +226,10 @@ def test_buffers_are_checked():
     codes = np.zeros(layout["codes"], np.int8)
     assert layout["param_dtype"] == "f16"
     scales = np.zeros(layout["params"], np.float16)
-    _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16, codes, scales, None)
+    with pytest.raises(lowbit.LowbitError, match="buffers k_f16 and v_f16 overlap"):  # K and V must not share storage
+        _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16, codes, scales, None)
+    _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16.copy(), codes.copy(),
+                    scales.copy(), None)
     with pytest.raises(lowbit.LowbitError, match="k_scales: expected 40 contiguous f16 values, got f32"):
         layer = _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales.astype(np.float32), None, f16,
                                 codes, scales, None)

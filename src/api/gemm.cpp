@@ -1,4 +1,4 @@
-// Validation at the boundary of include/lowbit/gemm.h, then dispatch by device.
+// int8_gemm and int4_gemm: validation at the boundary, then dispatch by device.
 #include "lowbit/gemm.h"
 
 #include <cmath>
@@ -7,7 +7,6 @@
 
 #include "core/validate.h"
 #include "cpu/gemm.h"
-#include "cpu/weight_only.h"
 #include "lowbit/error.h"
 
 #if LOWBIT_WITH_CUDA
@@ -16,21 +15,15 @@
 
 namespace lowbit {
 
-const char* b_layout_name(BLayout layout) { return layout == BLayout::k_by_n ? "k_by_n" : "n_by_k"; }
 
 namespace {
 
-using api::check_device_data;
-using api::check_dtype;
-using api::check_matrix;
-using api::check_no_overlap;
-using api::check_same_device;
-
-constexpr std::int64_t kMaxDim = std::numeric_limits<std::int32_t>::max();
-
-void check_dim(std::int64_t value, const char* what) {
-  LOWBIT_CHECK(value >= 1 && value <= kMaxDim, what, ": expected 1 <= ", what, " <= ", kMaxDim, ", got ", value);
-}
+using core::check_device_data;
+using core::check_dtype;
+using core::check_matrix;
+using core::check_no_overlap;
+using core::check_dim;
+using core::check_same_device;
 
 void check_layout(BLayout layout) {
   LOWBIT_CHECK(layout == BLayout::k_by_n || layout == BLayout::n_by_k, "b_layout: unknown value ",
@@ -97,7 +90,7 @@ IntShape check_int_gemm(const TensorView& a, const TensorView& b, BLayout b_layo
                  "), got ", b.shape[1], " (a is ", a.describe(), ", b is ", b.describe(), ")");
     check_matrix(b, "b", n, k_storage);
   }
-  LOWBIT_CHECK(out.dtype == DType::i32 || api::is_float_dtype(out.dtype),
+  LOWBIT_CHECK(out.dtype == DType::i32 || core::is_float_dtype(out.dtype),
                "out: expected dtype i32, f32, f16 or bf16, got ", dtype_name(out.dtype));
   check_matrix(out, "out", m, n);
   check_same_device(a.device, b, "b");
@@ -154,7 +147,7 @@ void int8_gemm(const TensorView& a, const TensorView& b, BLayout b_layout, const
   cuda::int8_gemm(int_gemm_args(a, b, b_layout, out, epilogue, s), stream);
 #else
   (void)s, (void)stream;
-  api::fail_no_cuda("int8_gemm");
+  core::fail_no_cuda("int8_gemm");
 #endif
 }
 
@@ -170,106 +163,7 @@ void int4_gemm(const TensorView& a_packed, const TensorView& b_packed, BLayout b
   cuda::int4_gemm(int_gemm_args(a_packed, b_packed, b_layout, out, epilogue, s), stream);
 #else
   (void)s, (void)stream;
-  api::fail_no_cuda("int4_gemm");
-#endif
-}
-
-// ---- weight-only ----------------------------------------------------------------
-
-namespace {
-
-void check_weight_spec(const WeightOnlySpec& spec, std::int64_t k) {
-  LOWBIT_CHECK(spec.bits == 4 || spec.bits == 8, "spec.bits: expected 4 or 8, got ", spec.bits);
-  LOWBIT_CHECK(spec.group_size == 32 || spec.group_size == 64 || spec.group_size == 128 || spec.group_size == k,
-               "spec.group_size: expected 32, 64, 128 or K (", k, ", one group per output channel), got ",
-               spec.group_size);
-  LOWBIT_CHECK(spec.bits == 4 || !spec.zero_point, "spec.zero_point: only 4-bit weights take a zero point");
-  LOWBIT_CHECK(spec.act_dtype == DType::f16 || spec.act_dtype == DType::bf16,
-               "spec.act_dtype: expected f16 or bf16, got ", dtype_name(spec.act_dtype));
-}
-
-void check_contiguous(const TensorView& view, const char* what, DType dtype, std::int64_t count, Device device) {
-  LOWBIT_CHECK(view.data != nullptr, what, ": data pointer is null");
-  check_dtype(view, what, dtype);
-  LOWBIT_CHECK(view.numel() == count, what, ": expected ", count, " elements, got ", view.numel(), " (",
-               view.describe(), ")");
-  LOWBIT_CHECK(view.is_contiguous(), what, ": expected a contiguous tensor, got ", view.describe());
-  check_same_device(device, view, what);
-  if (device == Device::cuda) check_device_data(view, what);
-}
-
-void check_packed(const PackedWeights& w, Device device) {
-  check_dim(w.n, "w.n");
-  check_dim(w.k, "w.k");
-  check_weight_spec(w.spec, w.k);
-  const PackedWeightSizes sizes = packed_weight_sizes(w.spec, w.n, w.k);
-  check_contiguous(w.codes, "w.codes", DType::u8, sizes.code_bytes, device);
-  check_contiguous(w.scales, "w.scales", w.spec.act_dtype, sizes.scale_count, device);
-  if (w.spec.zero_point) {
-    check_contiguous(w.mins, "w.mins", w.spec.act_dtype, sizes.min_count, device);
-  } else {
-    LOWBIT_CHECK(w.mins.data == nullptr, "w.mins: only zero-point weights have mins; pass an empty view");
-  }
-}
-
-}  // namespace
-
-void pack_weights(const TensorView& codes, const TensorView& scales, const TensorView& mins,
-                  const PackedWeights& out) {
-  check_dim(out.n, "out.n");
-  check_dim(out.k, "out.k");
-  check_weight_spec(out.spec, out.k);
-  const std::int64_t n = out.n, k = out.k;
-  LOWBIT_CHECK(codes.device == Device::cpu, "codes: pack_weights runs on the host; got a ", device_name(codes.device),
-               " view");
-  if (out.spec.bits == 8) {
-    check_dtype(codes, "codes", DType::i8);
-    check_matrix(codes, "codes", n, k);
-  } else {
-    check_dtype(codes, "codes", DType::u8);
-    check_matrix(codes, "codes", n, (k + 1) / 2);
-  }
-  const std::int64_t groups = n * ((k + out.spec.group_size - 1) / out.spec.group_size);
-  check_contiguous(scales, "scales", DType::f32, groups, Device::cpu);
-  if (out.spec.zero_point) {
-    check_contiguous(mins, "mins", DType::f32, groups, Device::cpu);
-  } else {
-    LOWBIT_CHECK(mins.data == nullptr, "mins: only zero-point weights have mins; pass an empty view");
-  }
-  check_packed(out, Device::cpu);
-  for (const TensorView* input : {&codes, &scales, &mins}) {
-    for (const TensorView* output : {&out.codes, &out.scales, &out.mins}) {
-      check_no_overlap(*input, "an input of pack_weights", *output, "an output of pack_weights");
-    }
-  }
-  cpu::pack_weights(codes, scales, mins, out);
-}
-
-void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
-                      cuda_stream_t stream) {
-  LOWBIT_CHECK(x.rank == 2, "x: expected a rank-2 tensor [M, K], got rank ", x.rank);
-  const Device device = x.device;
-  check_packed(w, device);
-  const std::int64_t m = x.shape[0];
-  check_dim(m, "M");
-  check_dtype(x, "x", w.spec.act_dtype);
-  LOWBIT_CHECK(x.shape[1] == w.k, "x: has ", x.shape[1], " columns but the weights have K = ", w.k);
-  check_matrix(x, "x", m, w.k);
-  check_dtype(out, "out", w.spec.act_dtype);
-  check_matrix(out, "out", m, w.n);
-  check_same_device(device, out, "out");
-  if (bias.data) check_contiguous(bias, "bias", w.spec.act_dtype, w.n, device);
-  for (const TensorView* input : {&x, &w.codes, &w.scales, &w.mins, &bias}) {
-    check_no_overlap(*input, "an input", out, "out");
-  }
-  if (device == Device::cpu) return cpu::weight_only_gemm(x, w, bias, out);
-#if LOWBIT_WITH_CUDA
-  check_device_data(x, "x");
-  check_device_data(out, "out");
-  cuda::weight_only_gemm(x, w, bias, out, stream);
-#else
-  (void)stream;
-  api::fail_no_cuda("weight_only_gemm");
+  core::fail_no_cuda("int4_gemm");
 #endif
 }
 

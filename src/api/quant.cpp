@@ -13,76 +13,14 @@
 
 namespace lowbit {
 
-const char* scheme_name(QuantScheme scheme) {
-  switch (scheme) {
-    case QuantScheme::int8_symmetric: return "int8";
-    case QuantScheme::int4_asymmetric: return "int4";
-    case QuantScheme::int8_asymmetric: return "int8_asym";
-    case QuantScheme::int4_symmetric: return "int4_sym";
-  }
-  return "unknown";
-}
-
-int scheme_bits(QuantScheme scheme) {
-  return scheme == QuantScheme::int8_symmetric || scheme == QuantScheme::int8_asymmetric ? 8 : 4;
-}
-
-bool scheme_has_mins(QuantScheme scheme) {
-  return scheme == QuantScheme::int4_asymmetric || scheme == QuantScheme::int8_asymmetric;
-}
-
-DType scheme_code_dtype(QuantScheme scheme) {
-  return scheme == QuantScheme::int8_symmetric ? DType::i8 : DType::u8;
-}
-
-const char* granularity_name(Granularity granularity) {
-  switch (granularity) {
-    case Granularity::per_tensor: return "tensor";
-    case Granularity::per_channel: return "channel";
-    case Granularity::per_token: return "token";
-    case Granularity::per_group: return "group";
-  }
-  return "unknown";
-}
-
-QuantScheme parse_scheme(const char* name) {
-  for (QuantScheme s : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric, QuantScheme::int8_asymmetric,
-                        QuantScheme::int4_symmetric}) {
-    if (std::strcmp(name, scheme_name(s)) == 0) return s;
-  }
-  LOWBIT_FAIL("scheme: expected int8, int4, int8_asym or int4_sym, got '", name, "'");
-}
-
-Granularity parse_granularity(const char* name) {
-  for (Granularity g : {Granularity::per_tensor, Granularity::per_channel, Granularity::per_token,
-                        Granularity::per_group}) {
-    if (std::strcmp(name, granularity_name(g)) == 0) return g;
-  }
-  LOWBIT_FAIL("granularity: expected tensor, channel, token or group, got '", name, "'");
-}
-
-QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
-  QuantLayout layout{};
-  layout.code_cols = scheme_bits(spec.scheme) == 8 ? cols : (cols + 1) / 2;
-  switch (spec.granularity) {
-    case Granularity::per_tensor: layout.scale_rows = 1; layout.scale_cols = 1; break;
-    case Granularity::per_channel: layout.scale_rows = 1; layout.scale_cols = cols; break;
-    case Granularity::per_token: layout.scale_rows = rows; layout.scale_cols = 1; break;
-    case Granularity::per_group:
-      layout.scale_rows = rows;
-      layout.scale_cols = spec.group_size > 0 ? (cols + spec.group_size - 1) / spec.group_size : 0;
-      break;
-  }
-  return layout;
-}
 
 namespace {
 
-using api::check_matrix;
-using api::check_no_overlap;
-using api::check_same_device;
-using api::fail_no_cuda;
-using api::is_float_dtype;
+using core::check_matrix;
+using core::check_no_overlap;
+using core::check_same_device;
+using core::fail_no_cuda;
+using core::is_float_dtype;
 
 void check_spec(const QuantSpec& spec) {
   LOWBIT_CHECK(static_cast<int>(spec.scheme) <= static_cast<int>(QuantScheme::int4_symmetric),
@@ -111,10 +49,10 @@ void check_quantized(const QuantizedView& q, const QuantSpec& spec, std::int64_t
                  scheme_name(spec.scheme), ", got ", dtype_name(q.codes.dtype));
     check_same_device(device, q.codes, "codes");
   }
-  api::check_f32_vector(q.scales, "scales", layout.scale_count());
+  core::check_vector(q.scales, "scales", DType::f32, layout.scale_count());
   check_same_device(device, q.scales, "scales");
   if (scheme_has_mins(spec.scheme)) {
-    api::check_f32_vector(q.mins, "mins", layout.scale_count());
+    core::check_vector(q.mins, "mins", DType::f32, layout.scale_count());
     check_same_device(device, q.mins, "mins");
     check_no_overlap(q.scales, "scales", q.mins, "mins");
   } else {
@@ -133,22 +71,12 @@ Checked check_input(const TensorView& x) {
   return Checked{x.shape[0], x.shape[1], x.device};
 }
 
-[[maybe_unused]] void check_workspace(const Workspace& workspace, std::size_t needed,
-                                      const char* sizer = "quantize_workspace_bytes") {
-  LOWBIT_CHECK(workspace.bytes >= needed, "workspace: expected at least ", needed, " bytes, got ",
-               workspace.bytes, " (see ", sizer, ")");
-  LOWBIT_CHECK(needed == 0 || workspace.data != nullptr, "workspace: data pointer is null");
-#if LOWBIT_WITH_CUDA
-  if (needed) cuda::check_device_pointer(workspace.data, "workspace");
-#endif
-}
-
 #if LOWBIT_WITH_CUDA
 void check_device_pointers(const TensorView& dense, const char* dense_name, const QuantizedView& q, bool codes) {
-  cuda::check_device_pointer(dense.data, dense_name);
-  if (codes) cuda::check_device_pointer(q.codes.data, "codes");
-  cuda::check_device_pointer(q.scales.data, "scales");
-  if (q.mins.data) cuda::check_device_pointer(q.mins.data, "mins");
+  core::check_device_data(dense, dense_name);
+  if (codes) core::check_device_data(q.codes, "codes");
+  core::check_device_data(q.scales, "scales");
+  core::check_device_data(q.mins, "mins");
 }
 
 // `when` tells a late (sticky) report from the call's own.
@@ -169,7 +97,7 @@ void check_status_word(const NonFiniteStatus& status) {
   LOWBIT_CHECK(status.data != nullptr, "status: data pointer is null (see non_finite_status_bytes)");
   LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(status.data) % 8 == 0, "status: expected an 8-byte aligned pointer, got ",
                status.data);
-  cuda::check_device_pointer(status.data, "status");
+  core::check_device_data(status.data, "status");
 }
 #endif
 
@@ -190,7 +118,7 @@ void scales_or_quantize(const TensorView& x, const QuantSpec& spec, const Quanti
     return;
   }
 #if LOWBIT_WITH_CUDA
-  check_workspace(workspace, cuda::quantize_workspace_bytes(spec, c.rows, c.cols, status != nullptr),
+  core::check_workspace(workspace, cuda::quantize_workspace_bytes(spec, c.rows, c.cols, status != nullptr),
                   status ? "quantize_workspace_bytes_without_status" : "quantize_workspace_bytes");
   check_device_pointers(x, "x", out, codes);
   if (status) check_status_word(*status);

@@ -8,10 +8,6 @@
 #include "cuda/qattention/qattention_cuda.h"
 #include "lowbit/error.h"
 
-#if LOWBIT_WITH_CUDA
-#include "cuda/quant/quant_cuda.h"  // check_device_pointer
-#endif
-
 namespace lowbit {
 
 const char* attention_variant_name(AttentionVariant variant) {
@@ -53,10 +49,10 @@ void check_bias(const TensorView& b, const char* what, std::int64_t n, Device de
                  " elements (pass an empty view for no bias)");
     return;
   }
-  api::check_dtype(b, what, DType::f16);
+  core::check_dtype(b, what, DType::f16);
   LOWBIT_CHECK(b.numel() == n && b.is_contiguous(), what, ": expected a contiguous vector of ", n,
                " elements, got ", b.describe());
-  api::check_same_device(device, b, what);
+  core::check_same_device(device, b, what);
 }
 
 void check_weight(const BlockQuantizedView& w, const char* what, BlockFormat format, std::int64_t rows,
@@ -64,17 +60,17 @@ void check_weight(const BlockQuantizedView& w, const char* what, BlockFormat for
   LOWBIT_CHECK(w.codes.data != nullptr, what, ".codes: data pointer is null");
   LOWBIT_CHECK(w.scales.data != nullptr, what, ".scales: data pointer is null");
   const BlockLayout layout = block_layout(format, rows, cols);
-  api::check_dtype(w.codes, what, DType::u8);
-  api::check_matrix(w.codes, what, rows, layout.code_cols);
-  api::check_same_device(device, w.codes, what);
-  api::check_dtype(w.scales, what, layout.scale_dtype);
+  core::check_dtype(w.codes, what, DType::u8);
+  core::check_matrix(w.codes, what, rows, layout.code_cols);
+  core::check_same_device(device, w.codes, what);
+  core::check_dtype(w.scales, what, layout.scale_dtype);
   LOWBIT_CHECK(w.scales.numel() == layout.scale_count && w.scales.is_contiguous(), what, ".scales: expected ",
                layout.scale_count, " contiguous elements, got ", w.scales.describe());
-  api::check_same_device(device, w.scales, what);
+  core::check_same_device(device, w.scales, what);
   if (layout.has_global_scale) {
     LOWBIT_CHECK(w.global_scale.data != nullptr && w.global_scale.dtype == DType::f32 && w.global_scale.numel() == 1,
                  what, ".global_scale: nvfp4 needs one f32 tensor scale");
-    api::check_same_device(device, w.global_scale, what);
+    core::check_same_device(device, w.global_scale, what);
   }
   if (device == Device::cuda) {
     // The fused kernel copies each row's codes of a 64-wide K step as 16-byte chunks.
@@ -85,12 +81,6 @@ void check_weight(const BlockQuantizedView& w, const char* what, BlockFormat for
                  ".scales: the GPU kernels need a 4-byte aligned pointer");
   }
 }
-
-#if LOWBIT_WITH_CUDA
-void check_on_device(const TensorView& v, const char* what) {
-  if (v.data) cuda::check_device_pointer(v.data, what);
-}
-#endif
 
 }  // namespace
 
@@ -111,19 +101,19 @@ void quantized_attention(const TensorView& x, const AttentionWeights& w, const A
   LOWBIT_CHECK(static_cast<int>(variant) <= 3, "variant: unknown value ", static_cast<int>(variant));
   LOWBIT_CHECK(x.data != nullptr, "x: data pointer is null");
   LOWBIT_CHECK(out.data != nullptr, "out: data pointer is null");
-  api::check_dtype(x, "x", DType::f16);
-  api::check_matrix(x, "x", c.seq_len, c.d_model);
-  api::check_dtype(out, "out", DType::f16);
+  core::check_dtype(x, "x", DType::f16);
+  core::check_matrix(x, "x", c.seq_len, c.d_model);
+  core::check_dtype(out, "out", DType::f16);
   const std::int64_t nq = c.heads * c.head_dim, nkv = c.kv_heads * c.head_dim;
-  api::check_matrix(out, "out", c.seq_len, nq);
-  api::check_same_device(x.device, out, "out");
+  core::check_matrix(out, "out", c.seq_len, nq);
+  core::check_same_device(x.device, out, "out");
   check_weight(w.wq, "wq", c.format, nq, c.d_model, x.device);
   check_weight(w.wk, "wk", c.format, nkv, c.d_model, x.device);
   check_weight(w.wv, "wv", c.format, nkv, c.d_model, x.device);
   check_bias(w.bq, "bq", nq, x.device);
   check_bias(w.bk, "bk", nkv, x.device);
   check_bias(w.bv, "bv", nkv, x.device);
-  api::check_no_overlap(x, "x", out, "out");
+  core::check_no_overlap(x, "x", out, "out");
   if (x.device == Device::cpu) return cpu::attention(x, w, c, out);
 #if LOWBIT_WITH_CUDA
   LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && x.row_stride() % 8 == 0,
@@ -137,21 +127,21 @@ void quantized_attention(const TensorView& x, const AttentionWeights& w, const A
                attention_variant_name(variant), ", got ", workspace.bytes, " (see attention_workspace_bytes)");
   LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(workspace.data) % 256 == 0,
                "workspace: expected a 256-byte aligned pointer, got ", workspace.data);
-  check_on_device(x, "x");
-  check_on_device(out, "out");
+  core::check_device_data(x, "x");
+  core::check_device_data(out, "out");
   for (const BlockQuantizedView* q : {&w.wq, &w.wk, &w.wv}) {
-    check_on_device(q->codes, "codes");
-    check_on_device(q->scales, "scales");
-    check_on_device(q->global_scale, "global_scale");
+    core::check_device_data(q->codes, "codes");
+    core::check_device_data(q->scales, "scales");
+    core::check_device_data(q->global_scale, "global_scale");
   }
-  check_on_device(w.bq, "bq");
-  check_on_device(w.bk, "bk");
-  check_on_device(w.bv, "bv");
-  if (workspace.data) cuda::check_device_pointer(workspace.data, "workspace");
+  core::check_device_data(w.bq, "bq");
+  core::check_device_data(w.bk, "bk");
+  core::check_device_data(w.bv, "bv");
+  core::check_device_data(workspace.data, "workspace");
   cuda::attention::run(x, w, c, variant, out, workspace, stream);
 #else
   (void)workspace, (void)stream;
-  api::fail_no_cuda("quantized_attention");
+  core::fail_no_cuda("quantized_attention");
 #endif
 }
 

@@ -1,11 +1,11 @@
+#include "core/device.h"
+
 #include <array>
 #include <atomic>
 
-#include "core/device.h"
-#include "cuda/quant/quant_cuda.h"
 #include "lowbit/cuda_check.h"
 
-namespace lowbit::cuda {
+namespace lowbit::core {
 
 int current_device() {
   int device = 0;
@@ -34,4 +34,4 @@ void check_device_pointer(const void* ptr, const char* what) {
                " is not device memory (allocate it with cudaMalloc, or pass a cpu view)");
 }
 
-}  // namespace lowbit::cuda
+}  // namespace lowbit::core

@@ -7,7 +7,7 @@
 
 #include "lowbit/cuda_check.h"
 
-namespace lowbit::cuda {
+namespace lowbit::core {
 
 class DeviceBuffer {
  public:
@@ -40,4 +40,4 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-}  // namespace lowbit::cuda
+}  // namespace lowbit::core

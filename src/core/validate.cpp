@@ -3,12 +3,22 @@
 #include "lowbit/error.h"
 
 #if LOWBIT_WITH_CUDA
-#include "cuda/quant/quant_cuda.h"
+#include "core/device.h"
 #endif
 
-namespace lowbit::api {
+namespace lowbit::core {
 
 bool is_float_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+
+void check_dim(std::int64_t value, const char* what) {
+  constexpr std::int64_t kMaxDim = 0x7fffffff;
+  LOWBIT_CHECK(value >= 1 && value <= kMaxDim, what, ": expected 1 <= ", what, " <= ", kMaxDim, ", got ", value);
+}
+
+void check_dtype(const TensorView& view, const char* what, DType expected) {
+  LOWBIT_CHECK(view.dtype == expected, what, ": expected dtype ", dtype_name(expected), ", got ",
+               dtype_name(view.dtype));
+}
 
 void check_matrix(const TensorView& view, const char* what, std::int64_t rows, std::int64_t cols) {
   LOWBIT_CHECK(view.rank == 2, what, ": expected a rank-2 tensor, got rank ", view.rank);
@@ -20,17 +30,14 @@ void check_matrix(const TensorView& view, const char* what, std::int64_t rows, s
   LOWBIT_CHECK(view.data != nullptr, what, ": data pointer is null");
 }
 
-void check_dtype(const TensorView& view, const char* what, DType expected) {
-  LOWBIT_CHECK(view.dtype == expected, what, ": expected dtype ", dtype_name(expected), ", got ",
-               dtype_name(view.dtype));
-}
-
-void check_f32_vector(const TensorView& view, const char* what, std::int64_t count) {
+void check_vector(const TensorView& view, const char* what, DType dtype, std::int64_t count) {
   LOWBIT_CHECK(view.data != nullptr, what, ": data pointer is null");
-  check_dtype(view, what, DType::f32);
+  check_dtype(view, what, dtype);
   LOWBIT_CHECK(view.numel() == count, what, ": expected ", count, " elements, got ", view.numel(), " (",
                view.describe(), ")");
   LOWBIT_CHECK(view.is_contiguous(), what, ": expected a contiguous tensor, got ", view.describe());
+  LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(view.data) % dtype_size(view.dtype) == 0, what, ": data pointer ",
+               view.data, " is not aligned to its ", dtype_size(view.dtype), "-byte elements");
 }
 
 bool overlaps(const TensorView& a, const TensorView& b) {
@@ -51,16 +58,25 @@ void check_same_device(Device device, const TensorView& view, const char* what) 
                device_name(device));
 }
 
-void check_device_data(const TensorView& view, const char* what) {
+void check_device_data(const TensorView& view, const char* what) { check_device_data(view.data, what); }
+
+void check_device_data(const void* data, const char* what) {
 #if LOWBIT_WITH_CUDA
-  if (view.data) cuda::check_device_pointer(view.data, what);
+  if (data) check_device_pointer(data, what);
 #else
-  (void)view, (void)what;
+  (void)data, (void)what;
 #endif
+}
+
+void check_workspace(const Workspace& workspace, std::size_t needed, const char* sizer) {
+  LOWBIT_CHECK(workspace.bytes >= needed, "workspace: expected at least ", needed, " bytes, got ", workspace.bytes,
+               " (see ", sizer, ")");
+  LOWBIT_CHECK(needed == 0 || workspace.data != nullptr, "workspace: data pointer is null (see ", sizer, ")");
+  if (needed) check_device_data(workspace.data, "workspace");
 }
 
 void fail_no_cuda(const char* what) {
   LOWBIT_FAIL(what, ": tensors are on cuda but this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
 }
 
-}  // namespace lowbit::api
+}  // namespace lowbit::core

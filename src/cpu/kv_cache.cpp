@@ -1,9 +1,12 @@
 #include "cpu/kv_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "formats/code_scheme.h"
+#include "formats/float16.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cpu {
@@ -98,6 +101,146 @@ void kv_dequantize(int bits, const std::uint8_t* codes, const std::uint16_t* sca
   } else {
     LOWBIT_CHECK(mins != nullptr, "kv dequantize: INT4 needs mins");
     dequantize_typed<formats::Int4Asymmetric>(codes, scales, mins, rows, cols, group, out);
+  }
+}
+
+// ---- the decode cache's twin ----------------------------------------------------------
+
+namespace {
+
+using core::DecodeSpan;
+using core::KvBody;
+using core::KvLayerBuffers;
+using core::KvLayerShape;
+using core::KvPart;
+
+bool all_quantized(const KvLayerShape& s) { return s.body != KvBody::none && s.window == 0; }
+int body_bits(const KvLayerShape& s) { return s.body == KvBody::int8 ? 8 : 4; }
+
+// The body's codes and f16 parameters from body slot b on.
+std::uint8_t* body_codes(const KvLayerShape& s, const KvPart& p, std::int64_t b) {
+  return p.codes + b * s.kv_heads * s.code_bytes();
+}
+std::uint16_t* body_scales(const KvLayerShape& s, const KvPart& p, std::int64_t b) { return p.scales + b * s.kv_heads; }
+std::uint16_t* body_mins(const KvLayerShape& s, const KvPart& p, std::int64_t b) {
+  return s.has_mins() ? p.mins + b * s.kv_heads : nullptr;
+}
+
+// Quantizes x (f16 bits [kv_heads x head_dim], row stride ld) into body slot b, one
+// group per head.
+void quantize_token(const KvLayerShape& s, const KvPart& p, std::int64_t b, const std::uint16_t* x, std::int64_t ld) {
+  const std::int64_t h = s.kv_heads, d = s.head_dim;
+  std::vector<float> in(static_cast<std::size_t>(h * d));
+  for (std::int64_t r = 0; r < h; ++r) {
+    for (std::int64_t c = 0; c < d; ++c) in[static_cast<std::size_t>(r * d + c)] = formats::half_to_float({x[r * ld + c]});
+  }
+  kv_quantize(body_bits(s), in.data(), h, d, d, body_codes(s, p, b), body_scales(s, p, b), body_mins(s, p, b));
+}
+
+void append_part(const KvLayerShape& s, const KvPart& p, std::int64_t pos, const std::uint16_t* x, std::int64_t ld) {
+  if (all_quantized(s)) {  // int8 / int4: quantized on arrival
+    quantize_token(s, p, pos - s.body_base, x, ld);
+    return;
+  }
+  const std::int64_t h = s.kv_heads, d = s.head_dim, head_stride = s.f16_slots() * d;
+  std::uint16_t* slot = p.f16 + s.slot(pos) * d;  // head 0; heads are head_stride apart
+  if (s.body != KvBody::none && pos >= s.sink + s.window) {
+    // pos - window leaves the window; its ring slot is pos's: quantize it before the overwrite.
+    quantize_token(s, p, pos - s.window - s.body_base, slot, head_stride);
+  }
+  for (std::int64_t head = 0; head < h; ++head) {
+    std::memcpy(slot + head * head_stride, x + head * ld, static_cast<std::size_t>(d) * 2);
+  }
+}
+
+// Positions [first, end) of the FP16 slots as f32 [pos][head][d].
+void read_f16(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::int64_t end, float* out) {
+  const std::int64_t h = s.kv_heads, d = s.head_dim;
+  for (std::int64_t pos = first; pos < end; ++pos) {
+    for (std::int64_t head = 0; head < h; ++head) {
+      const std::uint16_t* row = p.f16 + (head * s.f16_slots() + s.slot(pos)) * d;
+      float* o = out + ((pos - first) * h + head) * d;
+      for (std::int64_t c = 0; c < d; ++c) o[c] = formats::half_to_float({row[c]});
+    }
+  }
+}
+
+void read_body(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::int64_t end, float* out) {
+  if (end <= first) return;
+  const std::int64_t b = first - s.body_base;
+  kv_dequantize(body_bits(s), body_codes(s, p, b), body_scales(s, p, b), body_mins(s, p, b), (end - first) * s.kv_heads,
+                s.head_dim, s.head_dim, out);
+}
+
+}  // namespace
+
+void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const std::uint16_t* k,
+               std::int64_t k_ld, const std::uint16_t* v, std::int64_t v_ld) {
+  append_part(shape, layer.k, pos, k, k_ld);
+  append_part(shape, layer.v, pos, v, v_ld);
+}
+
+std::vector<float> kv_visible_values(const KvLayerShape& s, const KvPart& p, std::int64_t length) {
+  const DecodeSpan span = core::decode_span(s, length);
+  const std::int64_t row = s.kv_heads * s.head_dim;
+  std::vector<float> out(static_cast<std::size_t>(span.visible(s) * row));
+  float* o = out.data();
+  if (all_quantized(s)) {
+    read_body(s, p, 0, span.end, o);
+    return out;
+  }
+  read_f16(s, p, 0, span.sink_end, o);
+  o += span.sink_end * row;
+  if (!s.drops()) {
+    if (s.body != KvBody::none) read_body(s, p, span.sink_end, span.recent_begin, o);  // full: an empty range
+    o += (span.recent_begin - span.sink_end) * row;
+  }
+  read_f16(s, p, span.recent_begin, span.end, o);
+  return out;
+}
+
+std::vector<double> kv_attention_f64(const KvLayerShape& s, const KvLayerBuffers& layer, std::int64_t length,
+                                     const std::uint16_t* q, std::int64_t n_heads) {
+  const std::int64_t hkv = s.kv_heads, d = s.head_dim, group = n_heads / hkv;
+  const std::vector<float> k = kv_visible_values(s, layer.k, length);
+  const std::vector<float> v = kv_visible_values(s, layer.v, length);
+  const std::int64_t n = static_cast<std::int64_t>(k.size()) / (hkv * d);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> out(static_cast<std::size_t>(n_heads * d));
+  std::vector<double> p(static_cast<std::size_t>(n)), qd(static_cast<std::size_t>(d));
+  for (std::int64_t h = 0; h < n_heads; ++h) {
+    const std::int64_t kvh = h / group;
+    for (std::int64_t c = 0; c < d; ++c) qd[static_cast<std::size_t>(c)] = formats::half_to_float({q[h * d + c]});
+    double mx = -INFINITY;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float* kr = k.data() + (j * hkv + kvh) * d;
+      double dot = 0.0;
+      for (std::int64_t c = 0; c < d; ++c) dot += qd[static_cast<std::size_t>(c)] * kr[c];
+      p[static_cast<std::size_t>(j)] = dot * scale;
+      mx = std::max(mx, p[static_cast<std::size_t>(j)]);
+    }
+    double total = 0.0;
+    for (double& x : p) total += (x = std::exp(x - mx));
+    double* acc = out.data() + h * d;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float* vr = v.data() + (j * hkv + kvh) * d;
+      for (std::int64_t c = 0; c < d; ++c) acc[c] += p[static_cast<std::size_t>(j)] * vr[c];
+    }
+    for (std::int64_t c = 0; c < d; ++c) acc[c] /= total;
+  }
+  return out;
+}
+
+void kv_attention(const KvLayerShape& s, const KvLayerBuffers& layer, std::int64_t length, const std::uint16_t* q,
+                  std::int64_t n_heads, void* out, DType out_dtype) {
+  const std::vector<double> ref = kv_attention_f64(s, layer, length, q, n_heads);
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const auto value = static_cast<float>(ref[i]);
+    if (out_dtype == DType::f32) {
+      static_cast<float*>(out)[i] = value;
+    } else {
+      static_cast<std::uint16_t*>(out)[i] = formats::float_to_half(value).bits;
+    }
   }
 }
 

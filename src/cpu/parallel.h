@@ -1,4 +1,4 @@
-// When the CPU library's OpenMP regions start a thread team (issue 6). A parallel
+// When the CPU library's OpenMP regions start a thread team. A parallel
 // region costs a fork and a join of the team whatever its size (3-5 us a region seen
 // from Python on the 2-core development VM; more with more threads), so a call on a
 // small tensor, whose work takes well under a microsecond, paid several microseconds
@@ -16,7 +16,7 @@
 // `omp for` loops) was tried and dropped: its captured-by-reference variables made GCC
 // reload them after every byte store and stop vectorizing (per-channel quantize of
 // 262144 values 4x slower single-threaded). A plain call would need each region's body
-// in a function of its own (bench/NOTES.md, "Issue 6, CPU floors").
+// in a function of its own (bench/notes/python_overhead.md, "CPU floors").
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ namespace lowbit::cpu {
 // of P threads saves at most t * (1 - 1/P) of a region's serial time t and costs a fork
 // and a join; on the 2-core development VM the measured crossovers (quantize,
 // dequantize, int8 GEMM called from Python with OMP_NUM_THREADS 1 and 2) lie at about
-// 10 us of serial work. bench/NOTES.md ("Issue 6, CPU floors") has the numbers.
+// 10 us of serial work. bench/notes/python_overhead.md ("CPU floors") has the numbers.
 inline constexpr double kParallelMinNs = 10000.0;
 
 // Whether `items` loop iterations of about `ns_each` nanoseconds each (on one core)

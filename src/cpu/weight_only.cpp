@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/layout.h"
 #include "cpu/parallel.h"
 #include "formats/float16.h"
 #include "formats/weight_pack.h"
@@ -15,15 +16,6 @@
 namespace lowbit {
 namespace {
 
-formats::WeightPackLayout checked_layout(const WeightOnlySpec& spec, std::int64_t n, std::int64_t k) {
-  LOWBIT_CHECK(n >= 1 && k >= 1, "weight-only: expected a weight shape N x K with N, K >= 1, got ", n, " x ", k);
-  LOWBIT_CHECK(spec.bits == 4 || spec.bits == 8, "spec.bits: expected 4 or 8, got ", spec.bits);
-  LOWBIT_CHECK(spec.act_dtype == DType::f16 || spec.act_dtype == DType::bf16,
-               "spec.act_dtype: expected f16 or bf16, got ", dtype_name(spec.act_dtype));
-  LOWBIT_CHECK(formats::weight_group_size_ok(spec.group_size, k), "spec.group_size: expected 32, 64, 128 or K (",
-               k, ") for one scale per output row, got ", spec.group_size);
-  return formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
-}
 
 // Real (unpadded) groups per row in the caller's scale matrix.
 std::int64_t input_groups(const WeightOnlySpec& spec, std::int64_t k) {
@@ -102,7 +94,7 @@ void dequant_row(const PackedWeights& w, const formats::WeightPackLayout& layout
 
 template <class T>
 void gemm_typed(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out) {
-  const formats::WeightPackLayout layout = checked_layout(w.spec, w.n, w.k);
+  const formats::WeightPackLayout layout = core::checked_weight_layout(w.spec, w.n, w.k);
   const std::int64_t m_rows = x.rows();
   const T* bias_data = bias.data ? bias.ptr<const T>() : nullptr;
   const std::int64_t bias_stride = bias.data ? bias.strides[bias.rank - 1] : 0;
@@ -135,21 +127,13 @@ void gemm_typed(const TensorView& x, const PackedWeights& w, const TensorView& b
 
 }  // namespace
 
-PackedWeightSizes packed_weight_sizes(const WeightOnlySpec& spec, std::int64_t n, std::int64_t k) {
-  const formats::WeightPackLayout layout = checked_layout(spec, n, k);
-  PackedWeightSizes sizes;
-  sizes.code_bytes = layout.code_bytes();
-  sizes.scale_count = layout.scale_count();
-  sizes.min_count = layout.zero_point ? layout.scale_count() : 0;
-  return sizes;
-}
 
 namespace cpu {
 
 void pack_weights(const TensorView& codes, const TensorView& scales, const TensorView& mins,
                   const PackedWeights& out) {
   const WeightOnlySpec& spec = out.spec;
-  const formats::WeightPackLayout layout = checked_layout(spec, out.n, out.k);
+  const formats::WeightPackLayout layout = core::checked_weight_layout(spec, out.n, out.k);
   const std::int64_t code_cols = spec.bits == 4 ? (out.k + 1) / 2 : out.k;
   LOWBIT_CHECK(codes.rank == 2 && codes.rows() == out.n && codes.cols() == code_cols && codes.strides[1] == 1,
                "codes: expected [", out.n, " x ", code_cols, "] with unit column stride for a ", spec.bits,

@@ -3,7 +3,7 @@
 // (src/formats/weight_pack.h). Arguments arrive validated by src/api/gemm.cpp.
 #pragma once
 
-#include "lowbit/gemm.h"
+#include "lowbit/weight_only.h"
 
 namespace lowbit::cpu {
 

@@ -7,11 +7,8 @@
 #include "engine/gguf/dequant.h"
 #include "lowbit/cuda_check.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::engine {
 
-using lowbit::engine::GgufFile;
-using lowbit::engine::GgufTensor;
-using lowbit::engine::model_tensor;
 
 namespace {
 
@@ -23,7 +20,7 @@ void* copy_to_device(std::vector<DeviceBuffer>& buffers, const void* data, std::
 
 }  // namespace
 
-PackedWeights GpuModel::upload(lowbit::engine::HostPackedWeights host) {
+PackedWeights GpuModel::upload(HostPackedWeights host) {
   PackedWeights w = host.view();
   for (TensorView* t : {&w.codes, &w.scales, &w.mins}) {
     if (!t->data) continue;
@@ -38,7 +35,7 @@ StackedWeights GpuModel::upload_stacked(std::span<const GgufTensor* const> tenso
   for (std::size_t i = 0; i < tensors.size();) {
     std::size_t j = i + 1;
     while (j < tensors.size() && tensors[j]->type == tensors[i]->type) ++j;
-    StackedWeights::Part part{upload(lowbit::engine::repack_ggml_weights(tensors.subspan(i, j - i))), out.cols};
+    StackedWeights::Part part{upload(repack_ggml_weights(tensors.subspan(i, j - i))), out.cols};
     out.cols += part.weights.n;
     out.parts.push_back(part);
     i = j;
@@ -52,38 +49,32 @@ const float* GpuModel::upload(const std::vector<float>& values) {
 
 GpuModel GpuModel::from_gguf(const GgufFile& file) {
   GpuModel m;
-  m.config_ = lowbit::engine::ModelConfig::from_gguf(file);
-  const lowbit::engine::ModelConfig& c = m.config_;
+  m.config_ = ModelConfig::from_gguf(file);
+  const ModelConfig& c = m.config_;
   const std::int64_t d = c.d_model;
   const GgufTensor& embd = model_tensor(file, "token_embd.weight", {d, c.vocab});
-  m.embedding_ = m.upload(lowbit::engine::dequantize_tensor(embd));
-  m.output_norm_ = m.upload(lowbit::engine::dequantize_tensor(model_tensor(file, "output_norm.weight", {d})));
+  m.embedding_ = m.upload(dequantize_tensor(embd));
+  m.output_norm_ = m.upload(dequantize_tensor(model_tensor(file, "output_norm.weight", {d})));
   const GgufTensor* output = file.find_tensor("output.weight") ? &model_tensor(file, "output.weight", {d, c.vocab})
                                                                : &embd;  // tied
-  m.output_ = m.upload(lowbit::engine::repack_ggml_weight(*output));
+  m.output_ = m.upload(repack_ggml_weight(*output));
   m.layers_.resize(static_cast<std::size_t>(c.n_layers));
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     GpuLayer& g = m.layers_[static_cast<std::size_t>(l)];
-    g.attn_norm = m.upload(lowbit::engine::dequantize_tensor(model_tensor(file, p + "attn_norm.weight", {d})));
-    g.ffn_norm = m.upload(lowbit::engine::dequantize_tensor(model_tensor(file, p + "ffn_norm.weight", {d})));
+    g.attn_norm = m.upload(dequantize_tensor(model_tensor(file, p + "attn_norm.weight", {d})));
+    g.ffn_norm = m.upload(dequantize_tensor(model_tensor(file, p + "ffn_norm.weight", {d})));
     const GgufTensor* qkv[] = {&model_tensor(file, p + "attn_q.weight", {d, c.q_dim()}),
                                &model_tensor(file, p + "attn_k.weight", {d, c.kv_dim()}),
                                &model_tensor(file, p + "attn_v.weight", {d, c.kv_dim()})};
     g.qkv = m.upload_stacked(qkv);
-    g.wo = m.upload(lowbit::engine::repack_ggml_weight(model_tensor(file, p + "attn_output.weight", {c.q_dim(), d})));
+    g.wo = m.upload(repack_ggml_weight(model_tensor(file, p + "attn_output.weight", {c.q_dim(), d})));
     const GgufTensor* gate_up[] = {&model_tensor(file, p + "ffn_gate.weight", {d, c.ffn_dim}),
                                    &model_tensor(file, p + "ffn_up.weight", {d, c.ffn_dim})};
     g.gate_up = m.upload_stacked(gate_up);
-    g.down = m.upload(lowbit::engine::repack_ggml_weight(model_tensor(file, p + "ffn_down.weight", {c.ffn_dim, d})));
+    g.down = m.upload(repack_ggml_weight(model_tensor(file, p + "ffn_down.weight", {c.ffn_dim, d})));
   }
   return m;
 }
 
-std::size_t GpuModel::device_bytes() const {
-  std::size_t n = 0;
-  for (const DeviceBuffer& b : buffers_) n += b.bytes();
-  return n;
-}
-
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::engine

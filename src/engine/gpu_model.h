@@ -13,9 +13,11 @@
 #include "engine/gguf/repack.h"
 #include "engine/gguf/reader.h"
 #include "engine/model.h"
-#include "lowbit/gemm.h"
+#include "lowbit/weight_only.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::engine {
+
+using core::DeviceBuffer;
 
 // Matrices that share the input, stacked along N: one GEMM per run of parts of one
 // GGUF type (all of Q | K | V when they share it), each writing its columns of the
@@ -42,21 +44,20 @@ class GpuModel {
  public:
   // Throws lowbit::Error naming the tensor when one is missing, misshapen, or of a
   // type without a weight-only form (the GPU path takes Q4_1, Q4_0 and Q8_0 matrices).
-  static GpuModel from_gguf(const lowbit::engine::GgufFile& file);
+  static GpuModel from_gguf(const GgufFile& file);
 
-  const lowbit::engine::ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const std::vector<GpuLayer>& layers() const { return layers_; }
   const float* embedding() const { return embedding_; }      // f32 [vocab x d_model]
   const float* output_norm() const { return output_norm_; }  // f32 [d_model]
   const PackedWeights& output() const { return output_; }    // [vocab x d_model]
-  std::size_t device_bytes() const;                          // everything uploaded
 
  private:
-  PackedWeights upload(lowbit::engine::HostPackedWeights host);
-  StackedWeights upload_stacked(std::span<const lowbit::engine::GgufTensor* const> tensors);
+  PackedWeights upload(HostPackedWeights host);
+  StackedWeights upload_stacked(std::span<const GgufTensor* const> tensors);
   const float* upload(const std::vector<float>& values);
 
-  lowbit::engine::ModelConfig config_;
+  ModelConfig config_;
   std::vector<GpuLayer> layers_;
   const float* embedding_ = nullptr;
   const float* output_norm_ = nullptr;
@@ -64,4 +65,4 @@ class GpuModel {
   std::vector<DeviceBuffer> buffers_;
 };
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::engine

@@ -3,20 +3,25 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/kv/kv_cuda.h"
 #include "cuda/model/model_cuda.h"
+#include "cuda/weight_only/weight_only_cuda.h"
 #include "engine/finite_logits.h"
 #include "engine/rope_table.h"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
-namespace lowbit::cuda::engine {
-
-using lowbit::engine::KvCache;
-using lowbit::engine::KvCacheOptions;
-using lowbit::engine::KvShape;
+namespace lowbit::engine {
 
 namespace {
+
+using cuda::kv::AppendRope;
+using cuda::kv::ChunkRows;
+using cuda::model::add_rms_norm;
+using cuda::model::argmax_token;
+using cuda::model::embed_rows;
+using cuda::model::silu_mul;
 
 constexpr std::int64_t kMaxChunk = 512;  // rows of one forward chunk (activation buffers)
 constexpr std::size_t kRowsWorkspaceBudget = std::size_t{64} << 20;  // prefill attention partials
@@ -27,12 +32,16 @@ TensorView f16_matrix(void* data, std::int64_t rows, std::int64_t cols) {
 
 std::uint16_t* f16_at(const DeviceBuffer& b, std::int64_t offset) { return b.as<std::uint16_t>() + offset; }
 
+// out = x W^T on the weight-only kernels (the weights were checked at upload).
+void gemm(const TensorView& x, const PackedWeights& w, const TensorView& out, cudaStream_t stream) {
+  cuda::weight_only::weight_only_gemm(x, w, TensorView{}, out, stream);
+}
+
 // out [n x w.cols] (f16, row stride w.cols) = x W^T, one GEMM per part.
 void stacked_gemm(const TensorView& x, const StackedWeights& w, std::uint16_t* out, cudaStream_t stream) {
   for (const StackedWeights::Part& p : w.parts) {
-    weight_only_gemm(x, p.weights, TensorView{},
-                     TensorView::matrix(out + p.col0, DType::f16, Device::cuda, x.rows(), p.weights.n, w.cols),
-                     stream);
+    gemm(x, p.weights, TensorView::matrix(out + p.col0, DType::f16, Device::cuda, x.rows(), p.weights.n, w.cols),
+         stream);
   }
 }
 
@@ -40,21 +49,21 @@ void stacked_gemm(const TensorView& x, const StackedWeights& w, std::uint16_t* o
 
 GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t max_tokens, bool use_graphs)
     : model_(&model), options_(cache), max_tokens_(max_tokens), use_graphs_(use_graphs) {
-  const lowbit::engine::ModelConfig& c = model.config();
+  const ModelConfig& c = model.config();
   LOWBIT_CHECK(max_tokens >= 1 && max_tokens < (std::int64_t{1} << 30), "gpu session: max_tokens = ", max_tokens);
   LOWBIT_CHECK(cache.kv_group == 0 || cache.kv_group == c.head_dim, "gpu session: --kv-group ", cache.kv_group,
                " is not supported on the GPU (one scale per token per head: 0 or head_dim ", c.head_dim, ")");
-  shape_ = kv_layer_shape(cache.policy, c.n_kv_heads, c.head_dim, cache.sink, cache.window, cache.kv_bits,
-                          max_tokens);
+  shape_ = core::kv_layer_shape(
+      KvCacheSpec{cache.policy, c.n_kv_heads, c.head_dim, cache.sink, cache.window, cache.kv_bits, max_tokens});
   auto alloc = [this](std::size_t bytes) { return cache_buffers_.emplace_back(bytes).data(); };
   layers_.resize(static_cast<std::size_t>(c.n_layers));
-  for (KvLayerDevice& layer : layers_) {
-    for (KvPart* part : {&layer.k, &layer.v}) {
+  for (core::KvLayerBuffers& layer : layers_) {
+    for (core::KvPart* part : {&layer.k, &layer.v}) {
       part->f16 = static_cast<std::uint16_t*>(alloc(shape_.f16_bytes()));
       part->codes = static_cast<std::uint8_t*>(alloc(shape_.code_bytes_total()));
-      part->scales = static_cast<std::uint16_t*>(alloc(shape_.param_count() * KvLayerShape::kParamBytes));
+      part->scales = static_cast<std::uint16_t*>(alloc(shape_.param_count() * core::KvLayerShape::kParamBytes));
       part->mins =
-          shape_.has_mins() ? static_cast<std::uint16_t*>(alloc(shape_.param_count() * KvLayerShape::kParamBytes))
+          shape_.has_mins() ? static_cast<std::uint16_t*>(alloc(shape_.param_count() * core::KvLayerShape::kParamBytes))
                             : nullptr;
     }
   }
@@ -71,19 +80,19 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   gu_ = DeviceBuffer(rows * 2 * f * 2);
   act_ = DeviceBuffer(rows * f * 2);
   logits_ = DeviceBuffer(rows * static_cast<std::size_t>(c.vocab) * 2);
-  attn_ws_bytes_ = decode_attention_workspace_bound(shape_, c.n_heads, max_tokens);
+  attn_ws_bytes_ = cuda::kv::kv_attention_workspace_bound(shape_, c.n_heads, max_tokens);
   graph_attn_ws_ = DeviceBuffer(attn_ws_bytes_);
   // The prefill attention's partials: as many rows a launch as the budget holds.
-  const std::size_t per_row = decode_attention_rows_workspace(shape_, c.n_heads, 1, max_tokens);
+  const std::size_t per_row = cuda::kv::kv_attention_rows_workspace(shape_, c.n_heads, 1, max_tokens);
   const auto rows_a_launch = std::clamp<std::int64_t>(static_cast<std::int64_t>(kRowsWorkspaceBudget / per_row), 1, chunk_);
   rows_ws_ = DeviceBuffer(per_row * static_cast<std::size_t>(rows_a_launch));
-  ring_snapshot_ = DeviceBuffer(ring_snapshot_bytes(shape_));
+  ring_snapshot_ = DeviceBuffer(cuda::kv::ring_snapshot_bytes(shape_));
   LOWBIT_CUDA_CHECK(cudaMemset(graph_attn_ws_.data(), 0, attn_ws_bytes_));
   tokens_ = DeviceBuffer(rows * 4);
   step_ = DeviceBuffer(16);
 
   // The CPU reference's angle table.
-  const lowbit::engine::RopeTable table = lowbit::engine::rope_table(c, max_tokens);
+  const RopeTable table = rope_table(c, max_tokens);
   rope_cos_ = DeviceBuffer(table.cos.size() * 4);
   rope_sin_ = DeviceBuffer(table.sin.size() * 4);
   LOWBIT_CUDA_CHECK(cudaMemcpy(rope_cos_.data(), table.cos.data(), rope_cos_.bytes(), cudaMemcpyHostToDevice));
@@ -95,7 +104,7 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   host_step_ = static_cast<std::int32_t*>(pinned);
   for (cudaEvent_t* e : {&step_begin_, &step_end_, &run_begin_, &run_end_}) LOWBIT_CUDA_CHECK(cudaEventCreate(e));
   for (cudaEvent_t& e : token_ready_) LOWBIT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  ring_backup_ = DeviceBuffer(ring_backup_bytes(shape_) * static_cast<std::size_t>(c.n_layers));
+  ring_backup_ = DeviceBuffer(cuda::kv::ring_backup_bytes(shape_) * static_cast<std::size_t>(c.n_layers));
 }
 
 GpuSession::~GpuSession() {
@@ -108,14 +117,8 @@ GpuSession::~GpuSession() {
 }
 
 std::size_t GpuSession::kv_bytes() const {
-  const lowbit::engine::ModelConfig& c = model_->config();
+  const ModelConfig& c = model_->config();
   return KvCache::bytes_at(KvShape{c.n_layers, c.n_kv_heads, c.head_dim}, options_, position_);
-}
-
-std::size_t GpuSession::cache_device_bytes() const {
-  std::size_t n = 0;
-  for (const DeviceBuffer& b : cache_buffers_) n += b.bytes();
-  return n;
 }
 
 void GpuSession::check_tokens(std::span<const std::int32_t> tokens) const {
@@ -132,8 +135,8 @@ void GpuSession::check_tokens(std::span<const std::int32_t> tokens) const {
 }
 
 void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
-  const lowbit::engine::ModelConfig& c = model_->config();
-  const KvLayerDevice& layer = layers_[static_cast<std::size_t>(l)];
+  const ModelConfig& c = model_->config();
+  const core::KvLayerBuffers& layer = layers_[static_cast<std::size_t>(l)];
   const std::int64_t ld = c.q_dim() + 2 * c.kv_dim();
   if (where.device_pos) {  // one decode step
     std::uint16_t* row = f16_at(qkv_, 0);
@@ -145,45 +148,43 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
     // its own graph launch, or follows a copy and a host sync): the history is complete,
     // so the append and the attention start their work early.
     const bool history_complete = true;
-    void* backup = ring_backup_.bytes() ? ring_backup_.as<std::uint8_t>() + l * ring_backup_bytes(shape_) : nullptr;
-    kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, history_complete, backup);
-    decode_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, att_.data(), DType::f16,
+    void* backup = ring_backup_.bytes() ? ring_backup_.as<std::uint8_t>() + l * cuda::kv::ring_backup_bytes(shape_) : nullptr;
+    cuda::kv::kv_append_at(shape_, layer, where.device_pos, k, v, stream_, &rope, history_complete, backup);
+    cuda::kv::kv_attention_at(shape_, layer, where.device_pos, max_tokens_, row, c.n_heads, att_.data(), DType::f16,
                         graph_attn_ws_.data(), attn_ws_bytes_, stream_, history_complete);
     return;
   }
   // A chunk of rows at pos0..: RoPE, the appends and the attention of every row at once,
-  // each row seeing what it would one at a time (kv_cache_gpu.h, ChunkRows).
+  // each row seeing what it would one at a time (cuda/kv/kv_cuda.h, ChunkRows).
   const ChunkRows chunk{qkv_.data(), n, ld, c.q_dim(), c.q_dim() + c.kv_dim(), where.pos0};
-  rope_rows(shape_, chunk, AppendRope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads},
+  cuda::kv::rope_rows(shape_, chunk, AppendRope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads},
             stream_);
-  kv_append_rows(shape_, layer, chunk, ring_snapshot_.data(), stream_);
-  decode_attention_rows(shape_, layer, chunk, ring_snapshot_.data(), c.n_heads, att_.data(), c.q_dim(),
+  cuda::kv::kv_append_rows(shape_, layer, chunk, ring_snapshot_.data(), stream_);
+  cuda::kv::kv_attention_rows(shape_, layer, chunk, ring_snapshot_.data(), c.n_heads, att_.data(), c.q_dim(),
                         rows_ws_.data(), rows_ws_.bytes(), stream_);
 }
 
 void GpuSession::run_layers(std::int64_t n, Where where, std::int64_t rows) {
-  const lowbit::engine::ModelConfig& c = model_->config();
+  const ModelConfig& c = model_->config();
   const std::int64_t d = c.d_model, f = c.ffn_dim;
   float* x = x_.as<float>();
   std::uint16_t* h = f16_at(h_, 0);
   std::uint16_t* proj = f16_at(proj_, 0);
-  const TensorView none;
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const GpuLayer& w = model_->layers()[static_cast<std::size_t>(l)];
     add_rms_norm(x, l == 0 ? nullptr : proj, w.attn_norm, n, d, c.rms_eps, h, stream_);
     stacked_gemm(f16_matrix(h, n, d), w.qkv, f16_at(qkv_, 0), stream_);
     attention(l, n, where);
-    weight_only_gemm(f16_matrix(att_.data(), n, c.q_dim()), w.wo, none, f16_matrix(proj, n, d), stream_);
+    gemm(f16_matrix(att_.data(), n, c.q_dim()), w.wo, f16_matrix(proj, n, d), stream_);
     add_rms_norm(x, proj, w.ffn_norm, n, d, c.rms_eps, h, stream_);
     stacked_gemm(f16_matrix(h, n, d), w.gate_up, f16_at(gu_, 0), stream_);
     silu_mul(f16_at(gu_, 0), n, f, f16_at(act_, 0), stream_);
-    weight_only_gemm(f16_matrix(act_.data(), n, f), w.down, none, f16_matrix(proj, n, d), stream_);
+    gemm(f16_matrix(act_.data(), n, f), w.down, f16_matrix(proj, n, d), stream_);
   }
   if (rows == 0) return;
   // The last layer's residual and the final norm, for the rows whose logits are wanted.
   add_rms_norm(x + (n - rows) * d, proj + (n - rows) * d, model_->output_norm(), rows, d, c.rms_eps, h, stream_);
-  weight_only_gemm(f16_matrix(h, rows, d), model_->output(), none, f16_matrix(logits_.data(), rows, c.vocab),
-                   stream_);
+  gemm(f16_matrix(h, rows, d), model_->output(), f16_matrix(logits_.data(), rows, c.vocab), stream_);
 }
 
 void GpuSession::logits_to_host(std::int64_t rows, float* out, std::int64_t first_position) {
@@ -197,7 +198,7 @@ void GpuSession::logits_to_host(std::int64_t rows, float* out, std::int64_t firs
 
 std::vector<float> GpuSession::forward(std::span<const std::int32_t> tokens, bool all_logits) {
   check_tokens(tokens);
-  const lowbit::engine::ModelConfig& c = model_->config();
+  const ModelConfig& c = model_->config();
   const auto n = static_cast<std::int64_t>(tokens.size());
   std::vector<float> logits(static_cast<std::size_t>((all_logits ? n : 1) * c.vocab));
   for (std::int64_t start = 0; start < n; start += chunk_) {
@@ -217,7 +218,7 @@ std::vector<float> GpuSession::forward(std::span<const std::int32_t> tokens, boo
 // One decode step from step_[0] (token) and step_[2] (position) to step_[0] (the next
 // token) and step_[2] + 1; step_[1] becomes 1 if the step's logits held a NaN or Inf.
 void GpuSession::run_decode_step() {
-  const lowbit::engine::ModelConfig& c = model_->config();
+  const ModelConfig& c = model_->config();
   std::int32_t* step = step_.as<std::int32_t>();
   // The events bracket the kernels alone (in a graph: external event-record nodes; that
   // flag is for capture only), so that their span excludes the host's submission.
@@ -319,12 +320,12 @@ void GpuSession::set_step_input(std::int32_t token) {
 }
 
 void GpuSession::take_back_step() {
-  const std::size_t bytes = ring_backup_bytes(shape_);
+  const std::size_t bytes = cuda::kv::ring_backup_bytes(shape_);
   if (bytes == 0) return;  // full, window, int8, int4: the next append at position() rewrites all it wrote
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    kv_restore_ring_slot(shape_, layers_[l], position_, ring_backup_.as<std::uint8_t>() + l * bytes, stream_);
+    cuda::kv::kv_restore_ring_slot(shape_, layers_[l], position_, ring_backup_.as<std::uint8_t>() + l * bytes, stream_);
   }
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::engine

@@ -26,20 +26,22 @@
 #include <vector>
 
 #include "core/device_buffer.h"
+#include "core/kv_layout.h"
 #include "engine/gpu_model.h"
-#include "cuda/kv/kv_cuda.h"
 #include "engine/kv_cache.h"
 #include "engine/session.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::engine {
 
-class GpuSession final : public lowbit::engine::Session {
+using core::DeviceBuffer;
+
+class GpuSession final : public Session {
  public:
   // max_tokens: the most positions the sequence may hold (the cache is sized for it).
   // use_graphs = false makes decode_greedy launch kernel by kernel (for comparison).
   // Throws lowbit::Error for a cache option the GPU layout lacks (kv_group other than
   // one scale per token per head) or a head_dim other than 64 / 128.
-  GpuSession(const GpuModel& model, lowbit::engine::KvCacheOptions cache, std::int64_t max_tokens,
+  GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t max_tokens,
              bool use_graphs = true);
   ~GpuSession() override;
   GpuSession(const GpuSession&) = delete;
@@ -56,7 +58,6 @@ class GpuSession final : public lowbit::engine::Session {
   std::size_t kv_bytes() const override;
   double decode_device_seconds() const override { return decode_device_ms_ / 1e3; }
   void reset() override { position_ = 0; }
-  std::size_t cache_device_bytes() const;  // allocated for max_tokens
 
  private:
   // Where a chunk's rows get their position: from the host (pos0) or device memory.
@@ -82,11 +83,11 @@ class GpuSession final : public lowbit::engine::Session {
   void take_back_step();
 
   const GpuModel* model_;
-  lowbit::engine::KvCacheOptions options_;
+  KvCacheOptions options_;
   std::int64_t max_tokens_ = 0, position_ = 0;
   bool use_graphs_ = true;
-  KvLayerShape shape_;
-  std::vector<KvLayerDevice> layers_;
+  core::KvLayerShape shape_;
+  std::vector<core::KvLayerBuffers> layers_;
   std::vector<DeviceBuffer> cache_buffers_;
   std::int64_t chunk_ = 0;  // rows a forward chunk takes at most
   DeviceBuffer x_, h_, qkv_, att_, proj_, gu_, act_, logits_, rope_cos_, rope_sin_, tokens_, step_;
@@ -109,4 +110,4 @@ class GpuSession final : public lowbit::engine::Session {
   double decode_device_ms_ = 0;
 };
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::engine

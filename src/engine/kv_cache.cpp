@@ -79,24 +79,6 @@ std::int64_t quant_count(const KvCacheOptions& o, std::int64_t tokens) {
 
 }  // namespace
 
-const char* kv_policy_name(KvPolicy policy) {
-  switch (policy) {
-    case KvPolicy::full: return "full";
-    case KvPolicy::window: return "window";
-    case KvPolicy::selective: return "selective";
-    case KvPolicy::int8: return "int8";
-    case KvPolicy::int4: return "int4";
-  }
-  return "unknown";
-}
-
-KvPolicy parse_kv_policy(const char* name) {
-  for (KvPolicy p : {KvPolicy::full, KvPolicy::window, KvPolicy::selective, KvPolicy::int8, KvPolicy::int4}) {
-    if (std::strcmp(name, kv_policy_name(p)) == 0) return p;
-  }
-  LOWBIT_FAIL("kv cache policy: expected full, window, selective, int8 or int4, got '", name, "'");
-}
-
 KvCache::KvCache(KvShape shape, KvCacheOptions options, std::int64_t max_tokens)
     : shape_(shape), options_(options), max_tokens_(max_tokens) {
   const Resolved r = resolve(shape, options);

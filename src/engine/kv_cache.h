@@ -1,4 +1,5 @@
-// The KV cache of one sequence, with the policies of issue 5 (seed 002):
+// The KV cache of one sequence as the CPU reference holds it, with the policies of
+// include/lowbit/kv_cache.h:
 //   full       every token in FP16
 //   window     sink tokens + the most recent `window` tokens in FP16, older ones dropped
 //   selective  sink + window in FP16; a token leaving the window is quantized (from its
@@ -26,14 +27,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "lowbit/kv_cache.h"  // KvPolicy
 #include "lowbit/quant.h"
 
 namespace lowbit::engine {
-
-enum class KvPolicy { full, window, selective, int8, int4 };
-
-const char* kv_policy_name(KvPolicy policy);
-KvPolicy parse_kv_policy(const char* name);  // "full" | "window" | "selective" | "int8" | "int4"
 
 struct KvCacheOptions {
   KvPolicy policy = KvPolicy::full;

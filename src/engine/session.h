@@ -1,6 +1,6 @@
 // What generation and perplexity need from a forward pass, on any device: one
 // sequence, its KV cache, tokens in and logits out. CpuSession (forward_cpu.h) is the
-// FP32 oracle; GpuSession (cuda/engine/gpu_session.h) runs lowbit's kernels.
+// FP32 oracle; GpuSession (engine/gpu_session.h) runs lowbit's kernels.
 #pragma once
 
 #include <cstddef>

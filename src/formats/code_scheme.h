@@ -81,12 +81,12 @@ struct CodeScheme {
   LOWBIT_HD static unsigned to_storage(int code) { return static_cast<unsigned>(code) & ((1u << Bits) - 1u); }
 };
 
-// The KV cache's parameters (issue 5): a scheme's f32 scale (and minimum), computed as
+// The KV cache's parameters: a scheme's f32 scale (and minimum), computed as
 // above, rounded to f16 (IEEE half, to nearest even, as llama.cpp's q4_1 and KIVI keep
 // them; finite values past the f16 range saturate at +-65504; a -0 is stored as +0),
 // and the codes encoded WITH the rounded values, so that decode(code) = code * s (+ m)
 // is the value each code was chosen for. One definition for the CPU KvCache, the GPU
-// append (kv_append.cu), decode attention and every twin; lowbit::quantize() keeps f32.
+// append (cuda/kv/append.cu), decode attention and every twin; lowbit::quantize() keeps f32.
 // Round trip: |x - decode(encode(x))| <= s / 2 (float rounding aside) wherever the code
 // does not clamp; a rounded minimum above the domain's min (or a scale rounded down)
 // clamps the extreme codes, adding at most |m - min| + levels |s - scale| (the latter

@@ -73,7 +73,7 @@ class GuardedBuffer {
   }
 
  private:
-  cuda::DeviceBuffer buffer_;
+  core::DeviceBuffer buffer_;
   std::size_t bytes_, offset_;
   std::uint8_t poison_ = 0;
 };

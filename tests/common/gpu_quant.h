@@ -18,7 +18,7 @@ struct DeviceQuantized {
   QuantSpec spec;
   std::int64_t rows, cols;
   QuantLayout layout;
-  cuda::DeviceBuffer x, codes, scales, mins, workspace;
+  core::DeviceBuffer x, codes, scales, mins, workspace;
   TensorView xv;
   QuantizedView q;
   Workspace ws;

@@ -221,7 +221,7 @@ inline std::vector<double> naive_quantized(const std::vector<double>& row, const
 // quantize(FP16 value); int8/int4: quantize(value) for all, the current one included).
 inline std::vector<double> naive_forward(const TinyLlama& m, const std::vector<std::int32_t>& tokens,
                                          const engine::KvCacheOptions& policy = {}) {
-  using engine::KvPolicy;
+  using lowbit::KvPolicy;
   const TinyLlamaSpec& s = m.spec;
   const std::int64_t n = static_cast<std::int64_t>(tokens.size()), d = s.d_model, hd = s.head_dim;
   const std::int64_t qd = s.heads * hd, kvd = s.kv_heads * hd;

@@ -19,7 +19,7 @@ namespace {
 
 using engine::KvCache;
 using engine::KvCacheOptions;
-using engine::KvPolicy;
+using lowbit::KvPolicy;
 using engine::KvShape;
 
 KvCacheOptions make(KvPolicy p, std::int64_t sink = 16, std::int64_t window = 32, int bits = 8,
@@ -248,7 +248,7 @@ TEST(KvCache, EveryPolicyStoresWhatItDefines) {
           make(KvPolicy::selective, 4, 8, 8), make(KvPolicy::selective, 4, 8, 4),
           make(KvPolicy::selective, 4, 8, 4, 16), make(KvPolicy::selective, 2, 3, 8, 64),
           make(KvPolicy::int8), make(KvPolicy::int4), make(KvPolicy::int4, 0, 1, 4, 64)}) {
-      SCOPED_TRACE(std::string(engine::kv_policy_name(o.policy)) + " sink " + std::to_string(o.sink) + " window " +
+      SCOPED_TRACE(std::string(kv_policy_name(o.policy)) + " sink " + std::to_string(o.sink) + " window " +
                    std::to_string(o.window) + " bits " + std::to_string(o.kv_bits) + " group " +
                    std::to_string(o.kv_group) + (single ? " one at a time" : " at once"));
       for (std::int64_t n : {1, 7, 12, 30}) check_policy(o, n, single);
@@ -293,8 +293,8 @@ TEST(KvCache, BadOptionsAndOverflowGetClearErrors) {
   EXPECT_LOWBIT_ERROR(cache.append(1, 1, rows.data(), rows.data()), "layer 1 out of range");
   rows[5] = NAN;
   EXPECT_LOWBIT_ERROR(cache.append(0, 1, rows.data(), rows.data()), "contains nan at row 0, column 5");
-  EXPECT_EQ(engine::parse_kv_policy("selective"), KvPolicy::selective);
-  EXPECT_LOWBIT_ERROR(engine::parse_kv_policy("fp8"), "got 'fp8'");
+  EXPECT_EQ(parse_kv_policy("selective"), KvPolicy::selective);
+  EXPECT_LOWBIT_ERROR(parse_kv_policy("fp8"), "got 'fp8'");
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ namespace {
 using engine::CpuSession;
 using engine::GgufFile;
 using engine::KvCacheOptions;
-using engine::KvPolicy;
+using lowbit::KvPolicy;
 using engine::Model;
 
 Model tiny_model(const TinyLlama& m) { return Model::from_gguf(GgufFile::from_bytes(m.gguf)); }

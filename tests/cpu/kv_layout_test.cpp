@@ -1,24 +1,22 @@
-// Host side of the GPU decode cache (src/cuda/engine/kv_cache_gpu.h): its layout holds
-// exactly KvCache's bytes, its spans are KvCache::visible's, the CPU twin the GPU test
-// uses reads exactly the values the engine's KvCache reads, and the split plan covers
-// the sequence within its bounds.
+// The decode cache's layout (core/kv_layout.h): it holds exactly the engine KvCache's
+// bytes, its spans are KvCache::visible's, the CPU twin reads exactly the values the
+// engine's KvCache reads, and the split plan covers the sequence within its bounds.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "common/decode_kv_twin.h"
+#include "common/kv_twin.h"
 #include "common/random.h"
-#include "cuda/kv/kv_cuda.h"
+#include "core/kv_layout.h"
 #include "engine/kv_cache.h"
 
 namespace lowbit::test {
 namespace {
 
-using cuda::engine::decode_span;
-using cuda::engine::DecodeSplitPlan;
-using cuda::engine::kv_layer_shape;
-using engine::KvPolicy;
+using core::decode_span;
+using core::DecodeSplitPlan;
+using lowbit::KvPolicy;
 
 struct Case {
   KvPolicy policy;
@@ -40,21 +38,21 @@ TEST(DecodeCacheLayout, HoldsExactlyKvCacheBytes) {
   for (const Case& c : kCases) {
     for (std::int64_t d : {64, 128}) {
       const std::int64_t h = 3, tokens = 4096;
-      const KvLayerShape s = kv_layer_shape(c.policy, h, d, 16, 32, c.bits, tokens);
+      const KvLayerShape s = kv_shape(c.policy, h, d, 16, 32, c.bits, tokens);
       // f16 scales (and mins): 2 bytes each
       const std::size_t part = s.f16_bytes() + s.code_bytes_total() + s.param_count() * 2 * (s.has_mins() ? 2 : 1);
       EXPECT_EQ(s.param_bytes_total(), s.param_count() * 2 * (s.has_mins() ? 2 : 1));
       const std::size_t cpu = engine::KvCache::bytes_at({1, h, d}, options(c, 16, 32), tokens);
-      EXPECT_EQ(2 * part, cpu) << engine::kv_policy_name(c.policy) << " bits " << c.bits << " D " << d;
+      EXPECT_EQ(2 * part, cpu) << kv_policy_name(c.policy) << " bits " << c.bits << " D " << d;
     }
   }
 }
 
 TEST(DecodeCacheLayout, SpanIsKvCacheVisible) {
   for (const Case& c : kCases) {
-    const KvLayerShape s = kv_layer_shape(c.policy, 2, 64, 4, 8, c.bits, 100);
+    const KvLayerShape s = kv_shape(c.policy, 2, 64, 4, 8, c.bits, 100);
     for (std::int64_t len = 1; len <= 100; ++len) {
-      const cuda::engine::DecodeSpan span = decode_span(s, len);
+      const core::DecodeSpan span = decode_span(s, len);
       EXPECT_EQ(span.end, len);
       EXPECT_LE(span.sink_end, span.recent_begin);
       if (c.policy == KvPolicy::window) {
@@ -62,7 +60,7 @@ TEST(DecodeCacheLayout, SpanIsKvCacheVisible) {
         EXPECT_EQ(span.recent_begin, std::max(span.sink_end, len - 8));
         EXPECT_EQ(span.visible(s), span.sink_end + len - span.recent_begin);
       } else {
-        EXPECT_EQ(span.visible(s), len) << engine::kv_policy_name(c.policy);
+        EXPECT_EQ(span.visible(s), len) << kv_policy_name(c.policy);
       }
     }
   }
@@ -76,9 +74,9 @@ TEST(DecodeCacheLayout, TwinReadsWhatKvCacheReads) {
   for (const Case& c : kCases) {
     for (std::int64_t d : {64, 128}) {
       for (std::int64_t len : {1, 5, 12, 13, 40, 64}) {
-        SCOPED_TRACE(std::string(engine::kv_policy_name(c.policy)) + " bits " + std::to_string(c.bits) + " D " +
+        SCOPED_TRACE(std::string(kv_policy_name(c.policy)) + " bits " + std::to_string(c.bits) + " D " +
                      std::to_string(d) + " length " + std::to_string(len));
-        const KvLayerShape s = kv_layer_shape(c.policy, h, d, sink, window, c.bits, max_tokens);
+        const KvLayerShape s = kv_shape(c.policy, h, d, sink, window, c.bits, max_tokens);
         const auto k = random_f16(rng, len * h, d, 1.0f), v = random_f16(rng, len * h, d, 1.0f);
         const KvTwin twin = build_kv_twin(s, len, k, v);
         engine::KvCache cache({1, h, d}, options(c, sink, window), max_tokens);
@@ -91,10 +89,11 @@ TEST(DecodeCacheLayout, TwinReadsWhatKvCacheReads) {
         const std::vector<std::int64_t> pos = visible_positions(twin);
         const engine::KvCache::Visible vis = cache.visible(0, len - 1);
         EXPECT_EQ(static_cast<std::int64_t>(pos.size()), vis.sink_end + vis.end - vis.recent_begin);
-        for (std::int64_t p : pos) {
-          EXPECT_EQ(0, std::memcmp(cache.key(0, p), twin.k.decoded.data() + p * h * d, static_cast<std::size_t>(h * d) * 4))
+        for (std::size_t j = 0; j < pos.size(); ++j) {
+          const std::int64_t p = pos[j], at = static_cast<std::int64_t>(j) * h * d;
+          EXPECT_EQ(0, std::memcmp(cache.key(0, p), twin.k.visible.data() + at, static_cast<std::size_t>(h * d) * 4))
               << "key at " << p;
-          EXPECT_EQ(0, std::memcmp(cache.value(0, p), twin.v.decoded.data() + p * h * d, static_cast<std::size_t>(h * d) * 4))
+          EXPECT_EQ(0, std::memcmp(cache.value(0, p), twin.v.visible.data() + at, static_cast<std::size_t>(h * d) * 4))
               << "value at " << p;
         }
       }
@@ -106,7 +105,7 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
   for (std::int64_t visible : {1, 7, 48, 49, 63, 64, 65, 300, 4096, 5000, 100000, 1 << 24}) {
     for (std::int64_t blocks : {1, 3, 8, 32}) {
       for (int sms : {1, 132}) {
-        const DecodeSplitPlan p = cuda::engine::plan_decode_splits(visible, blocks, sms);
+        const DecodeSplitPlan p = core::plan_decode_splits(visible, blocks, sms);
         EXPECT_GE(p.splits * p.split_len, visible);
         EXPECT_LT((p.splits - 1) * p.split_len, visible);  // no empty split
         EXPECT_EQ(p.split_len % DecodeSplitPlan::kAlign, 0);
@@ -116,20 +115,20 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
     }
   }
   // 4096 positions, 3 blocks a split, 132 SMs: ~2 blocks per SM.
-  const DecodeSplitPlan p = cuda::engine::plan_decode_splits(4096, 3, 132);
+  const DecodeSplitPlan p = core::plan_decode_splits(4096, 3, 132);
   EXPECT_GE(p.splits * 3, 132);
-  EXPECT_EQ(cuda::engine::decode_heads_per_block(3), 3);
-  EXPECT_EQ(cuda::engine::decode_heads_per_block(4), 4);
-  EXPECT_EQ(cuda::engine::decode_heads_per_block(8), 4);
-  EXPECT_EQ(cuda::engine::decode_heads_per_block(6), 3);
-  EXPECT_EQ(cuda::engine::decode_heads_per_block(7), 1);
+  EXPECT_EQ(core::decode_heads_per_block(3), 3);
+  EXPECT_EQ(core::decode_heads_per_block(4), 4);
+  EXPECT_EQ(core::decode_heads_per_block(8), 4);
+  EXPECT_EQ(core::decode_heads_per_block(6), 3);
+  EXPECT_EQ(core::decode_heads_per_block(7), 1);
 }
 
 TEST(DecodeCacheLayout, RejectsBadShapes) {
-  EXPECT_THROW(kv_layer_shape(KvPolicy::full, 3, 96, 0, 0, 0, 10), Error);
-  EXPECT_THROW(kv_layer_shape(KvPolicy::selective, 3, 64, 4, 8, 6, 10), Error);
-  EXPECT_THROW(kv_layer_shape(KvPolicy::window, 3, 64, 4, 0, 0, 10), Error);
-  const KvLayerShape s = kv_layer_shape(KvPolicy::full, 3, 64, 0, 0, 0, 10);
+  EXPECT_THROW(kv_shape(KvPolicy::full, 3, 96, 0, 0, 0, 10), Error);
+  EXPECT_THROW(kv_shape(KvPolicy::selective, 3, 64, 4, 8, 6, 10), Error);
+  EXPECT_THROW(kv_shape(KvPolicy::window, 3, 64, 4, 0, 0, 10), Error);
+  const KvLayerShape s = kv_shape(KvPolicy::full, 3, 64, 0, 0, 0, 10);
   EXPECT_THROW(decode_span(s, 0), Error);
 }
 

@@ -9,7 +9,7 @@
 
 #include "eval/rouge.h"
 
-namespace lowbit::engine {
+namespace lowbit::eval {
 namespace {
 
 using Ids = std::vector<std::int32_t>;
@@ -120,4 +120,4 @@ TEST(RougeL, MatchesRougeScorePackage) {
 }
 
 }  // namespace
-}  // namespace lowbit::engine
+}  // namespace lowbit::eval

@@ -13,7 +13,7 @@
 #include "cpu/weight_only.h"
 #include "formats/float16.h"
 #include "formats/weight_pack.h"
-#include "lowbit/gemm.h"
+#include "lowbit/weight_only.h"
 
 namespace lowbit::test {
 namespace {

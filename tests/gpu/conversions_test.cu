@@ -105,7 +105,7 @@ TEST_F(Conversions, DeviceNarrowingAndEncodingEqualHost) {
     if (i % 103 == 0) scale = std::numeric_limits<float>::quiet_NaN();
     params[i] = Params{scale, std::isfinite(values[i]) ? values[i] - 7.0f * scale * unit(rng) : -1.0f};
   }
-  cuda::DeviceBuffer in(values.size() * sizeof(float)), par(params.size() * sizeof(Params)), out(values.size() * sizeof(Converted));
+  core::DeviceBuffer in(values.size() * sizeof(float)), par(params.size() * sizeof(Params)), out(values.size() * sizeof(Converted));
   LOWBIT_CUDA_CHECK(cudaMemcpy(in.data(), values.data(), in.bytes(), cudaMemcpyHostToDevice));
   LOWBIT_CUDA_CHECK(cudaMemcpy(par.data(), params.data(), par.bytes(), cudaMemcpyHostToDevice));
   narrow_kernel<<<(n + 255) / 256, 256>>>(in.as<float>(), par.as<Params>(), out.as<Converted>(), n);
@@ -134,7 +134,7 @@ TEST_F(Conversions, DeviceNarrowingAndEncodingEqualHost) {
 }
 
 TEST_F(Conversions, DeviceWideningEqualsHostForEveryPattern) {
-  cuda::DeviceBuffer from_half(0x10000 * sizeof(float)), from_bf16(0x10000 * sizeof(float));
+  core::DeviceBuffer from_half(0x10000 * sizeof(float)), from_bf16(0x10000 * sizeof(float));
   widen_kernel<<<0x10000 / 256, 256>>>(from_half.as<float>(), from_bf16.as<float>());
   LOWBIT_CUDA_CHECK_LAUNCH();
   const std::vector<float> half = download<float>(from_half.data(), 0x10000);

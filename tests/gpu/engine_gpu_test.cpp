@@ -1,4 +1,4 @@
-// The GPU forward pass (cuda/engine/gpu_session.h) against the CPU reference
+// The GPU forward pass (engine/gpu_session.h) against the CPU reference
 // (CpuSession, itself checked against a naive FP64 forward in engine_model_test) on a
 // tiny random llama with GPU-sized heads, for every KV-cache policy: prefill logits
 // (crossing the 512-row chunk), single-token decode logits, greedy decoding through
@@ -20,12 +20,12 @@
 namespace lowbit::test {
 namespace {
 
-using cuda::engine::GpuModel;
-using cuda::engine::GpuSession;
+using engine::GpuModel;
+using engine::GpuSession;
 using engine::CpuSession;
 using engine::GgufFile;
 using engine::KvCacheOptions;
-using engine::KvPolicy;
+using lowbit::KvPolicy;
 using engine::Model;
 
 // head_dim 64 (d_model / heads), GQA 2:1, V in Q8_0 among Q4_1 matrices (two GEMMs

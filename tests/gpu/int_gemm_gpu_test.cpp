@@ -428,7 +428,7 @@ TEST_F(IntGemmGpu, WgmmaPersistentTiles) {
 // What TMA cannot take is refused with a reason (on any machine: these checks come
 // before the device's), and the public entry still computes it exactly.
 TEST_F(IntGemmGpu, WgmmaRefusesWithReason) {
-  cuda::DeviceBuffer buffer(4096);
+  core::DeviceBuffer buffer(4096);
   auto* base = static_cast<std::uint8_t*>(buffer.data());
   cuda::IntGemmArgs args;
   args.a = base;
@@ -482,7 +482,7 @@ TEST_F(IntGemmGpu, WgmmaRefusesWithReason) {
 }
 
 TEST_F(IntGemmGpu, UnsupportedVariantIsNamed) {
-  cuda::DeviceBuffer buffer(4096);
+  core::DeviceBuffer buffer(4096);
   cuda::IntGemmArgs args;
   args.a = static_cast<char*>(buffer.data()) + 1;  // misaligned
   args.lda = 17;

@@ -1,4 +1,4 @@
-// The GPU decode cache (src/cuda/engine): kv_append writes the CPU twin's buffers bit
+// The GPU decode cache (src/cuda/kv): kv_append writes the CPU twin's buffers bit
 // for bit (FP16 slots, and the codes / f16 scales / mins of cpu::kv_quantize()), and decode
 // attention over the mixed cache matches the twin's attention in double, for every
 // policy, lengths 1 .. 5000 (one to many splits), head_dim 64 / 128, GQA 9/3 and 32/8.
@@ -23,18 +23,19 @@
 #include <utility>
 #include <vector>
 
-#include "common/decode_kv_twin.h"
+#include "common/kv_twin.h"
 #include "common/gpu.h"
 #include "common/poison.h"
 #include "common/random.h"
 #include "core/device_buffer.h"
 #include "cuda/kv/kv_cuda.h"
+#include "lowbit/kv_cache.h"
 
 namespace lowbit::test {
 namespace {
 
-namespace ce = cuda::engine;
-using engine::KvPolicy;
+namespace ce = cuda::kv;
+using lowbit::KvPolicy;
 
 struct Case {
   KvPolicy policy;
@@ -53,17 +54,17 @@ constexpr std::int64_t kSink = 16, kWindow = 32;
 // One layer's device buffers, poisoned as the twin's unwritten slots are.
 struct DeviceLayer {
   struct Part {
-    cuda::DeviceBuffer f16, codes, scales, mins;
+    core::DeviceBuffer f16, codes, scales, mins;
   };
   Part k, v;
-  ce::KvLayerDevice dev;
+  ce::KvLayerBuffers dev;
 
   explicit DeviceLayer(const ce::KvLayerShape& s) {
     for (auto [part, view] : {std::pair{&k, &dev.k}, std::pair{&v, &dev.v}}) {
-      part->f16 = cuda::DeviceBuffer(s.f16_bytes());
-      part->codes = cuda::DeviceBuffer(s.code_bytes_total());
-      part->scales = cuda::DeviceBuffer(s.param_count() * ce::KvLayerShape::kParamBytes);
-      part->mins = cuda::DeviceBuffer(s.has_mins() ? s.param_count() * ce::KvLayerShape::kParamBytes : 0);
+      part->f16 = core::DeviceBuffer(s.f16_bytes());
+      part->codes = core::DeviceBuffer(s.code_bytes_total());
+      part->scales = core::DeviceBuffer(s.param_count() * ce::KvLayerShape::kParamBytes);
+      part->mins = core::DeviceBuffer(s.has_mins() ? s.param_count() * ce::KvLayerShape::kParamBytes : 0);
       view->f16 = part->f16.as<std::uint16_t>();
       view->codes = part->codes.as<std::uint8_t>();
       view->scales = part->scales.as<std::uint16_t>();
@@ -80,7 +81,7 @@ struct DeviceLayer {
   }
   void upload(const KvTwin& t) {
     for (auto [p, h] : {std::pair{&k, &t.k}, std::pair{&v, &t.v}}) {
-      auto up = [](cuda::DeviceBuffer& d, const void* src) {
+      auto up = [](core::DeviceBuffer& d, const void* src) {
         if (d.bytes()) LOWBIT_CUDA_CHECK(cudaMemcpy(d.data(), src, d.bytes(), cudaMemcpyHostToDevice));
       };
       up(p->f16, h->f16.data());
@@ -92,7 +93,7 @@ struct DeviceLayer {
 };
 
 // Index of the first differing byte, or -1.
-long long first_difference(const cuda::DeviceBuffer& d, const void* host) {
+long long first_difference(const core::DeviceBuffer& d, const void* host) {
   const std::vector<std::uint8_t> got = download<std::uint8_t>(d.data(), d.bytes());
   const auto* want = static_cast<const std::uint8_t*>(host);
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -111,19 +112,19 @@ void expect_same_buffers(const DeviceLayer& layer, const KvTwin& twin) {
   }
 }
 
-class DecodeAttentionGpu : public GpuTest {};
+class KvCacheGpu : public GpuTest {};
 
-TEST_F(DecodeAttentionGpu, AppendWritesTheCpuQuantizeBuffers) {
+TEST_F(KvCacheGpu, AppendWritesTheCpuQuantizeBuffers) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t length = 300;
   for (const Case& c : kCases) {
     for (std::int64_t d : {64, 128}) {
       for (std::int64_t hkv : {3, 8}) {
         SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " kv_heads " + std::to_string(hkv));
-        const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
+        const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
         const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
         const KvTwin twin = build_kv_twin(s, length, k, v);
-        cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2);
+        core::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2);
         LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
         LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
         DeviceLayer layer(s);
@@ -139,7 +140,7 @@ TEST_F(DecodeAttentionGpu, AppendWritesTheCpuQuantizeBuffers) {
   }
 }
 
-TEST_F(DecodeAttentionGpu, MatchesTheTwinInDouble) {
+TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
   LOWBIT_TEST_RNG(rng);
   struct Heads {
     std::int64_t h, hkv;
@@ -152,7 +153,7 @@ TEST_F(DecodeAttentionGpu, MatchesTheTwinInDouble) {
             SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
                          std::to_string(hh.hkv) + " length " + std::to_string(length) + " out " +
                          dtype_name(out_dtype));
-            const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
+            const ce::KvLayerShape s = kv_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
             const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
             const auto q = random_f16(rng, hh.h, d, 1.5f);
             const KvTwin twin = build_kv_twin(s, length, k, v);
@@ -160,14 +161,14 @@ TEST_F(DecodeAttentionGpu, MatchesTheTwinInDouble) {
 
             DeviceLayer layer(s);
             layer.upload(twin);
-            cuda::DeviceBuffer qd(q.size() * 2);
+            core::DeviceBuffer qd(q.size() * 2);
             LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
-            const ce::DecodeSplitPlan plan = ce::decode_attention_plan(s, twin.span, hh.h);
-            const std::size_t ws_bytes = ce::decode_workspace_bytes(hh.h, d, plan.splits);
+            const ce::DecodeSplitPlan plan = ce::kv_attention_plan(s, twin.span, hh.h);
+            const std::size_t ws_bytes = core::decode_workspace_bytes(hh.h, d, plan.splits);
             GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(hh.h * d) * dtype_size(out_dtype));
             ws.poison(kFloatPoison);
             out.poison(kFloatPoison);
-            ce::decode_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(), ws_bytes,
+            ce::kv_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(), ws_bytes,
                                  nullptr);
             LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
             EXPECT_TRUE(out.guards_intact("out"));
@@ -212,7 +213,7 @@ TEST_F(DecodeAttentionGpu, MatchesTheTwinInDouble) {
 
 // The engine's fused RoPE: K rotated before it is stored or quantized, Q in place, equal
 // bit for bit to the CPU's f32 rotation rounded to f16; by host and by device position.
-TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
+TEST_F(KvCacheGpu, AppendWithRopeRotatesLikeTheCpu) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t length = 100, hkv = 3, heads = 9;
   for (const Case& c : kCases) {
@@ -236,7 +237,7 @@ TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
           x[at + 2 * i + 1] = formats::float_to_half(a * sn + b * cs).bits;
         }
       };
-      const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
+      const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
       const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
       const auto q = random_f16(rng, length * heads, d, 1.0f);
       auto k_rot = k, q_rot = q;
@@ -245,7 +246,7 @@ TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
         for (std::int64_t h = 0; h < heads; ++h) rotate(q_rot, static_cast<std::size_t>((p * heads + h) * d), p);
       }
       const KvTwin twin = build_kv_twin(s, length, k_rot, v);
-      cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), cd(cos_t.size() * 4),
+      core::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), cd(cos_t.size() * 4),
           sd(sin_t.size() * 4), pos_d(4);
       LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
       LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
@@ -287,7 +288,7 @@ TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
             rows[at + static_cast<std::size_t>(hkv * d)] = want[at + static_cast<std::size_t>(hkv * d)] = v[from];
           }
         }
-        cuda::DeviceBuffer rd(rows.size() * 2);
+        core::DeviceBuffer rd(rows.size() * 2);
         LOWBIT_CUDA_CHECK(cudaMemcpy(rd.data(), rows.data(), rd.bytes(), cudaMemcpyHostToDevice));
         const ce::AppendRope table{cd.as<float>(), sd.as<float>(), rope_dims, nullptr, heads};
         ce::rope_rows(s, ce::ChunkRows{rd.data(), length, ld, q_cols, q_cols + hkv * d, 0}, table, nullptr);
@@ -302,31 +303,31 @@ TEST_F(DecodeAttentionGpu, AppendWithRopeRotatesLikeTheCpu) {
 // into the split kernel): with max_length = length it is the host form bit for bit; with
 // a longer max_length (splits past the end do no work) it agrees within the combine's
 // rounding; called twice, the counters it leaves behind give the same result again.
-TEST_F(DecodeAttentionGpu, GraphFormMatchesTheHostForm) {
+TEST_F(KvCacheGpu, GraphFormMatchesTheHostForm) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t d = 64, heads = 9, hkv = 3, capacity = 6000;
   for (const Case& c : kCases) {
     for (std::int64_t length : {1, 7, 300, 2000}) {
       SCOPED_TRACE(std::string(c.name) + " length " + std::to_string(length));
-      const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+      const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
       const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
       const auto q = random_f16(rng, heads, d, 1.5f);
       const KvTwin twin = build_kv_twin(s, length, k, v);
       DeviceLayer layer(s);
       layer.upload(twin);
-      cuda::DeviceBuffer qd(q.size() * 2), pos_d(4), host_out(heads * d * 4), ws(ce::decode_attention_workspace_bound(s, heads, capacity));
+      core::DeviceBuffer qd(q.size() * 2), pos_d(4), host_out(heads * d * 4), ws(ce::kv_attention_workspace_bound(s, heads, capacity));
       LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
       const auto p32 = static_cast<std::int32_t>(length - 1);
       LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
-      cuda::DeviceBuffer host_ws(ws.bytes());
-      ce::decode_attention(s, layer.dev, ce::decode_span(s, length), qd.data(), heads, host_out.data(), DType::f32,
+      core::DeviceBuffer host_ws(ws.bytes());
+      ce::kv_attention(s, layer.dev, core::decode_span(s, length), qd.data(), heads, host_out.data(), DType::f32,
                            host_ws.data(), host_ws.bytes(), nullptr);
       const std::vector<float> want = download<float>(host_out.data(), heads * d);
       LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws.bytes()));
       for (std::int64_t max_length : {length, capacity, capacity}) {
         GuardedBuffer out(heads * d * 4);
         out.poison(kFloatPoison);
-        ce::decode_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), max_length, qd.data(), heads, out.data(),
+        ce::kv_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), max_length, qd.data(), heads, out.data(),
                                 DType::f32, ws.data(), ws.bytes(), nullptr);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(out.guards_intact("out"));
@@ -348,31 +349,31 @@ TEST_F(DecodeAttentionGpu, GraphFormMatchesTheHostForm) {
   }
 }
 
-// The engine's decode step: kv_append_at and decode_attention_at with history_complete
+// The engine's decode step: kv_append_at and kv_attention_at with history_complete
 // (the append quantizes the token leaving the window and the attention loads the older
 // rows before they wait for their predecessors), in one stream, a sync between steps.
 // Each step's output equals bit for bit that of the same call without early loads, made
 // after the append finished: a row read before the append wrote it (the new token's;
 // selective's token leaving the window) would show. At the end the cache holds the
 // twin's bytes.
-TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
+TEST_F(KvCacheGpu, EarlyLoadsWaitForTheAppendedRows) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t d = 64, heads = 9, hkv = 3, length = 150, capacity = 400;
   cudaStream_t stream = nullptr;
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
-    const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+    const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
     const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
     const auto q = random_f16(rng, length * heads, d, 1.5f);
-    cuda::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), pos_d(4);
+    core::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), pos_d(4);
     LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
     LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
     LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
     DeviceLayer layer(s);
     layer.poison();
-    const std::size_t ws_bytes = ce::decode_attention_workspace_bound(s, heads, capacity);
-    cuda::DeviceBuffer ws(ws_bytes), early(heads * d * 4), late(heads * d * 4);
+    const std::size_t ws_bytes = ce::kv_attention_workspace_bound(s, heads, capacity);
+    core::DeviceBuffer ws(ws_bytes), early(heads * d * 4), late(heads * d * 4);
     LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));
     int mismatched = 0;
     for (std::int64_t pos = 0; pos < length; ++pos) {
@@ -383,7 +384,7 @@ TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
                        vd.as<std::uint16_t>() + pos * hkv * d, stream, nullptr, true);
       for (auto [out, history_complete] : {std::pair{&early, true}, std::pair{&late, false}}) {
         LOWBIT_CUDA_CHECK(cudaMemsetAsync(out->data(), 0xff, out->bytes(), stream));
-        ce::decode_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), capacity, qp, heads, out->data(), DType::f32,
+        ce::kv_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), capacity, qp, heads, out->data(), DType::f32,
                                 ws.data(), ws_bytes, stream, history_complete);
       }
       LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -398,12 +399,12 @@ TEST_F(DecodeAttentionGpu, EarlyLoadsWaitForTheAppendedRows) {
 }
 
 // The rows form (prefill): after a history appended one token at a time, a chunk of
-// rows through kv_append_rows + decode_attention_rows leaves the cache bytes that the
+// rows through kv_append_rows + kv_attention_rows leaves the cache bytes that the
 // rows appended one at a time leave, and gives each row the attention of the host form
 // at its position, within the combine's rounding (the split plans differ) and the f16
 // output's. Chunks start in the sink, at the window's edge and past it, and cross the
 // ring more than once; rows and outputs have padded strides.
-TEST_F(DecodeAttentionGpu, RowsFormMatchesOneAtATime) {
+TEST_F(KvCacheGpu, RowsFormMatchesOneAtATime) {
   LOWBIT_TEST_RNG(rng);
   struct Chunk {
     std::int64_t pos0, rows;
@@ -416,10 +417,10 @@ TEST_F(DecodeAttentionGpu, RowsFormMatchesOneAtATime) {
         const std::int64_t out_ld = q_cols + 8, end = ch.pos0 + ch.rows;
         SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " chunk at " + std::to_string(ch.pos0) +
                      " of " + std::to_string(ch.rows));
-        const ce::KvLayerShape s = ce::kv_layer_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+        const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
         // Every position's q | k | v row; the history's rows are appended from here too.
         const auto rows = random_f16(rng, end, ld, 1.0f);
-        cuda::DeviceBuffer all(rows.size() * 2), chunk_rows(static_cast<std::size_t>(ch.rows * ld * 2));
+        core::DeviceBuffer all(rows.size() * 2), chunk_rows(static_cast<std::size_t>(ch.rows * ld * 2));
         LOWBIT_CUDA_CHECK(cudaMemcpy(all.data(), rows.data(), all.bytes(), cudaMemcpyHostToDevice));
         LOWBIT_CUDA_CHECK(cudaMemcpy(chunk_rows.data(), all.as<std::uint16_t>() + ch.pos0 * ld, chunk_rows.bytes(),
                                      cudaMemcpyDeviceToDevice));
@@ -436,21 +437,21 @@ TEST_F(DecodeAttentionGpu, RowsFormMatchesOneAtATime) {
         GuardedBuffer want(static_cast<std::size_t>(ch.rows * out_ld * 2)), got(want.bytes());
         want.poison(kFloatPoison);
         got.poison(kFloatPoison);
-        cuda::DeviceBuffer ws(ce::decode_attention_workspace_bound(s, heads, capacity));
+        core::DeviceBuffer ws(ce::kv_attention_workspace_bound(s, heads, capacity));
         for (std::int64_t r = 0; r < ch.rows; ++r) {
           const std::int64_t pos = ch.pos0 + r;
           ce::kv_append(s, one.dev, pos, row_at(pos) + q_cols, row_at(pos) + q_cols + hkv * d, nullptr);
-          ce::decode_attention(s, one.dev, ce::decode_span(s, pos + 1), row_at(pos), heads,
+          ce::kv_attention(s, one.dev, core::decode_span(s, pos + 1), row_at(pos), heads,
                                static_cast<std::uint16_t*>(want.data()) + r * out_ld, DType::f16, ws.data(),
                                ws.bytes(), nullptr);
         }
         // The rows form.
         const ce::ChunkRows chunk{chunk_rows.data(), ch.rows, ld, q_cols, q_cols + hkv * d, ch.pos0};
-        cuda::DeviceBuffer snapshot(ce::ring_snapshot_bytes(s));
+        core::DeviceBuffer snapshot(ce::ring_snapshot_bytes(s));
         // A workspace of 5 rows: the rows form then takes several launches.
-        cuda::DeviceBuffer rows_ws(ce::decode_attention_rows_workspace(s, heads, 5, capacity));
+        core::DeviceBuffer rows_ws(ce::kv_attention_rows_workspace(s, heads, 5, capacity));
         ce::kv_append_rows(s, batch.dev, chunk, snapshot.data(), nullptr);
-        ce::decode_attention_rows(s, batch.dev, chunk, snapshot.data(), heads, got.data(), out_ld, rows_ws.data(),
+        ce::kv_attention_rows(s, batch.dev, chunk, snapshot.data(), heads, got.data(), out_ld, rows_ws.data(),
                                   rows_ws.bytes(), nullptr);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(got.guards_intact("out"));
@@ -485,12 +486,94 @@ TEST_F(DecodeAttentionGpu, RowsFormMatchesOneAtATime) {
   }
 }
 
-TEST_F(DecodeAttentionGpu, RejectsASmallWorkspace) {
-  const ce::KvLayerShape s = ce::kv_layer_shape(KvPolicy::full, 3, 64, 0, 0, 0, 1000);
-  const ce::DecodeSpan span = ce::decode_span(s, 1000);
-  cuda::DeviceBuffer q(9 * 64 * 2), out(9 * 64 * 4), ws(16);
+// The public entry points (include/lowbit/kv_cache.h) on CUDA views: appends leave the
+// twin's bytes, kv_read returns exactly the twin's visible values as f16 (every policy,
+// a window that has dropped tokens, INT4 bodies of odd positions), outputs poisoned.
+TEST_F(KvCacheGpu, PublicEntriesAndReadMatchTheTwin) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t hkv = 3, heads = 9, max_tokens = 300;
+  for (const Case& c : kCases) {
+    for (const std::int64_t d : {64, 128}) {
+      for (const std::int64_t length : {1, 33, 131}) {
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " length " + std::to_string(length));
+        const KvCacheSpec spec{c.policy, hkv, d, kSink, kWindow, c.bits, max_tokens};
+        const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, max_tokens);
+        DeviceLayer dev(s);
+        dev.poison();
+        const KvCacheSizes z = kv_cache_sizes(spec);
+        KvLayerViews views;
+        for (auto [p, v] : {std::pair{&dev.dev.k, &views.k}, std::pair{&dev.dev.v, &views.v}}) {
+          if (z.f16) v->f16 = TensorView::vector(p->f16, DType::f16, Device::cuda, z.f16);
+          if (z.codes) v->codes = TensorView::vector(p->codes, z.code_dtype, Device::cuda, z.codes);
+          if (z.scales) v->scales = TensorView::vector(p->scales, DType::f16, Device::cuda, z.scales);
+          if (z.mins) v->mins = TensorView::vector(p->mins, DType::f16, Device::cuda, z.mins);
+        }
+        const KvLayer layer(spec, views);
+        const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
+        core::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+        for (std::int64_t pos = 0; pos < length; ++pos) {
+          kv_append(layer, pos,
+                    TensorView::matrix(kd.as<std::uint16_t>() + pos * hkv * d, DType::f16, Device::cuda, hkv, d),
+                    TensorView::matrix(vd.as<std::uint16_t>() + pos * hkv * d, DType::f16, Device::cuda, hkv, d),
+                    nullptr);
+        }
+        const KvTwin twin = build_kv_twin(s, length, k, v);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        expect_same_buffers(dev, twin);
+
+        const std::int64_t visible = kv_visible_count(spec, length), n = visible * hkv * d;
+        GuardedBuffer k_out(static_cast<std::size_t>(n) * 2), v_out(static_cast<std::size_t>(n) * 2);
+        k_out.poison(kFloatPoison);
+        v_out.poison(kFloatPoison);
+        kv_read(layer, length, TensorView::vector(k_out.data(), DType::f16, Device::cuda, n),
+                TensorView::vector(v_out.data(), DType::f16, Device::cuda, n), nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(k_out.guards_intact("k_out"));
+        EXPECT_TRUE(v_out.guards_intact("v_out"));
+        const auto got_k = download<std::uint16_t>(k_out.data(), static_cast<std::size_t>(n));
+        const auto got_v = download<std::uint16_t>(v_out.data(), static_cast<std::size_t>(n));
+        int bad = 0;
+        for (std::size_t i = 0; i < got_k.size(); ++i) {
+          if (got_k[i] != formats::float_to_half(twin.k.visible[i]).bits && bad++ < 3) ADD_FAILURE() << "k at " << i;
+          if (got_v[i] != formats::float_to_half(twin.v.visible[i]).bits && bad++ < 3) ADD_FAILURE() << "v at " << i;
+        }
+        EXPECT_EQ(bad, 0);
+
+        // Attention through the public entry, against the twin (the tolerance of
+        // MatchesTheTwinInDouble).
+        const auto q = random_f16(rng, heads, d, 1.5f);
+        core::DeviceBuffer qd(q.size() * 2), ws(kv_attention_workspace_bytes(spec, heads, length));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+        GuardedBuffer out(static_cast<std::size_t>(heads * d) * 4);
+        out.poison(kFloatPoison);
+        kv_attention(layer, length, TensorView::matrix(qd.data(), DType::f16, Device::cuda, heads, d),
+                     TensorView::matrix(out.data(), DType::f32, Device::cuda, heads, d), Workspace{ws.data(), ws.bytes()},
+                     nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        const TwinAttention ref = twin_attention(twin, q, heads);
+        const auto got = download<float>(out.data(), static_cast<std::size_t>(heads * d));
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const std::size_t h = i / static_cast<std::size_t>(d);
+          const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) + 1e-7;
+          if (!(std::fabs(got[i] - ref.out[i]) <= tol) && bad++ < 3) {
+            ADD_FAILURE() << "attention at " << i << ": " << got[i] << " vs " << ref.out[i];
+          }
+        }
+        EXPECT_EQ(bad, 0);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_F(KvCacheGpu, RejectsASmallWorkspace) {
+  const ce::KvLayerShape s = kv_shape(KvPolicy::full, 3, 64, 0, 0, 0, 1000);
+  const ce::DecodeSpan span = core::decode_span(s, 1000);
+  core::DeviceBuffer q(9 * 64 * 2), out(9 * 64 * 4), ws(16);
   DeviceLayer layer(s);
-  EXPECT_THROW(ce::decode_attention(s, layer.dev, span, q.data(), 9, out.data(), DType::f32, ws.data(), ws.bytes(),
+  EXPECT_THROW(ce::kv_attention(s, layer.dev, span, q.data(), 9, out.data(), DType::f32, ws.data(), ws.bytes(),
                                     nullptr),
                Error);
 }

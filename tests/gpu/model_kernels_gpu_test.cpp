@@ -1,8 +1,9 @@
-// The engine's greedy argmax kernel (cuda/engine/forward_kernels.h) against a CPU twin of
+// The engine's greedy argmax kernel (cuda/model/model_cuda.h) against a CPU twin of
 // its contract: the largest logit, the lowest id on ties, NaN never wins (all NaN: token
-// 0), then ++*advance, and a NaN or Inf raises the non-finite flag. Fresh random f16 logits of awkward vocabulary sizes (around the
-// 8-wide vector loads and the 1024-thread block), at aligned and unaligned addresses,
-// with planted ties, infinities and NaNs.
+// 0), then ++*advance, and a NaN or Inf raises the non-finite flag. Fresh random f16
+// logits of awkward vocabulary sizes (around the 8-wide vector loads and the
+// 1024-thread block), at aligned and unaligned addresses, with planted ties,
+// infinities and NaNs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,13 +58,13 @@ TEST_F(ForwardKernelsGpu, ArgmaxToken) {
         } else if (pattern == 4) {  // all NaN
           for (auto& l : logits) l = kNaN;
         }
-        cuda::DeviceBuffer d_logits((logits.size() + 256) * 2), d_state(12);
+        core::DeviceBuffer d_logits((logits.size() + 256) * 2), d_state(12);
         std::uint16_t* device_logits = d_logits.as<std::uint16_t>() + 128 + shift;
         LOWBIT_CUDA_CHECK(cudaMemcpy(device_logits, logits.data(), logits.size() * 2, cudaMemcpyHostToDevice));
         const std::int32_t state[3] = {-7, 41, 0};  // token poisoned, position, non-finite flag
         LOWBIT_CUDA_CHECK(cudaMemcpy(d_state.data(), state, 12, cudaMemcpyHostToDevice));
         std::int32_t* token = d_state.as<std::int32_t>();
-        cuda::engine::argmax_token(device_logits, vocab, token, token + 1, token + 2, nullptr);
+        cuda::model::argmax_token(device_logits, vocab, token, token + 1, token + 2, nullptr);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<std::int32_t> got = download<std::int32_t>(d_state.data(), 3);
         EXPECT_EQ(got[0], argmax_twin(logits));

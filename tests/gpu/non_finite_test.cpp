@@ -82,7 +82,7 @@ TEST_F(NonFinite, StickyStatusKeepsTheFirstReport) {
   const std::vector<float> clean = normal_matrix(rng, p.rows, p.cols, p.cols, Fill::constant);
   std::vector<float> dirty = clean;
   dirty[static_cast<std::size_t>(p.row * p.cols + p.col)] = std::numeric_limits<float>::quiet_NaN();
-  cuda::DeviceBuffer word(non_finite_status_bytes());
+  core::DeviceBuffer word(non_finite_status_bytes());
   LOWBIT_CUDA_CHECK(cudaMemset(word.data(), 0, word.bytes()));
   const NonFiniteStatus status{word.data()};
   cudaStream_t other = nullptr;
@@ -127,7 +127,7 @@ TEST_F(NonFinite, StickyStatusArgumentsAreChecked) {
   EXPECT_LOWBIT_ERROR(check_quantize_status(NonFiniteStatus{}, nullptr), "status: data pointer is null");
   const QuantSpec channel{QuantScheme::int8_symmetric, Granularity::per_channel, 0};
   DeviceQuantized c(x, DType::f32, channel, 4, 16);
-  cuda::DeviceBuffer word(non_finite_status_bytes());
+  core::DeviceBuffer word(non_finite_status_bytes());
   LOWBIT_CUDA_CHECK(cudaMemset(word.data(), 0, word.bytes()));
   EXPECT_LOWBIT_ERROR(quantize(c.xv, channel, c.q, Workspace{}, NonFiniteStatus{word.data()}, nullptr),
                       "(see quantize_workspace_bytes_without_status)");

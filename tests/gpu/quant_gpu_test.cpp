@@ -74,7 +74,7 @@ void check_case(const QuantSpec& spec, DType dtype, const Case& k, const std::ve
   x.poison(0);
   x.upload(x_host.data(), x_host.size());
   GuardedBuffer codes(ref.codes.size(), k.misalign_codes ? 1 : 0), scales(n_params * 4), mins(int4 ? n_params * 4 : 0);
-  cuda::DeviceBuffer workspace(quantize_workspace_bytes(spec, rows, cols));
+  core::DeviceBuffer workspace(quantize_workspace_bytes(spec, rows, cols));
   const Workspace ws{workspace.data(), workspace.bytes()};
   const TensorView xv = TensorView::matrix(x.data(), dtype, Device::cuda, rows, cols, ld);
   const QuantizedView q{

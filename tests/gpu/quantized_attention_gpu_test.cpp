@@ -122,7 +122,7 @@ void check_case(Rng& rng, const AttentionConfig& c, bool bias) {
     SCOPED_TRACE(describe(c, v));
     GuardedBuffer out(static_cast<std::size_t>(c.seq_len * n) * 2);
     out.poison(kFloatPoison);
-    cuda::DeviceBuffer ws(attention_workspace_bytes(c, v));
+    core::DeviceBuffer ws(attention_workspace_bytes(c, v));
     if (ws.bytes()) LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0xff, ws.bytes()));  // NaN intermediates if unwritten
     quantized_attention(d.x, d.w, c, v, TensorView::matrix(out.data(), DType::f16, Device::cuda, c.seq_len, n),
                         Workspace{ws.data(), ws.bytes()}, nullptr);
@@ -177,7 +177,7 @@ TEST_F(AttentionGpu, BadDeviceInput) {
   DeviceAttention d(h);
   GuardedBuffer out(8 * 128 * 2);
   const TensorView o = TensorView::matrix(out.data(), DType::f16, Device::cuda, 8, 128);
-  cuda::DeviceBuffer ws(attention_workspace_bytes(c, AttentionVariant::tiled_fused));
+  core::DeviceBuffer ws(attention_workspace_bytes(c, AttentionVariant::tiled_fused));
   EXPECT_LOWBIT_ERROR(quantized_attention(d.x, d.w, c, AttentionVariant::tiled_fused, o, Workspace{ws.data(), 256},
                                           nullptr),
                       "workspace: expected at least");

@@ -25,44 +25,28 @@
 #include "common/random.h"
 #include "cpu/weight_only.h"
 #include "core/device_buffer.h"
-#include "cuda/gemm/gemm_cuda.h"
+#include "cuda/weight_only/weight_only_cuda.h"
 #include "formats/float16.h"
 #include "formats/weight_pack.h"
-#include "lowbit/gemm.h"
-
-// The small-M kernel's tuning hook (src/cuda/gemm/weight_only_launch.cuh, which needs
-// CUDA headers): variant >= 0 picks a kernel shape of the f16 Q4-with-zero-point
-// path, k_slices > 0 forces the K split; {-1, 0, 0, -1} is the production choice.
-namespace lowbit::cuda::weight_only {
-struct GemvTuning {
-  int variant = -1;
-  int k_slices = 0;
-  int rotate = 0;  // 1: each warp starts its K range at a staggered chunk
-  int pdl = -1;    // programmatic dependent launch: 0 off, 1 wait first, 2 prefetch weights
-                   // first, -1 the production choice (2)
-};
-void set_gemv_tuning(const GemvTuning& tuning);
-// The small-matrix kernel (weight_only_gemv_small.cu): -1 where it takes the shape
-// (the production rule), 0 never (the streaming kernel), 1 whenever M and K allow.
-void set_small_gemv_mode(int mode);
-}  // namespace lowbit::cuda::weight_only
+#include "lowbit/weight_only.h"
 
 namespace lowbit::test {
 namespace {
 
-constexpr int kGemvTuningVariants = 16;  // launch_tuning_variant's cases 0..15 (9..15: the staged-activation kernel)
+namespace wo = cuda::weight_only;
 
-// Restores the production choice when a test ends, pass or fail.
-struct TuningScope {
-  ~TuningScope() {
-    cuda::weight_only::set_gemv_tuning({});
-    cuda::weight_only::set_small_gemv_mode(-1);
-  }
-};
+// out = x W^T through `variant` where it takes the arguments, else the production choice.
+void gemm_with(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
+               const wo::Variant* variant) {
+  const wo::Params p = wo::make_params(x, w, bias, out);
+  const wo::Form form = wo::form_of(w.spec);
+  wo::launch(p, w.spec.act_dtype, form, variant && wo::takes(*variant, p, form) ? *variant : wo::pick(p, form),
+             nullptr);
+}
 
 // Both small-M kernels (the small-matrix one, where it takes the shape, and the
 // streaming one), in turn.
-constexpr int kSmallModes[] = {1, 0};
+const wo::Variant kSmallKernels[] = {wo::Variant{wo::Kernel::small_gemv}, wo::Variant{wo::Kernel::gemv}};
 
 using formats::BFloat16;
 using formats::Half;
@@ -83,7 +67,7 @@ struct DeviceWeights {
   std::vector<std::uint8_t> codes;
   std::vector<std::uint16_t> scales, mins;
   PackedWeights host, device;
-  cuda::DeviceBuffer d_codes, d_scales, d_mins;
+  core::DeviceBuffer d_codes, d_scales, d_mins;
   std::vector<double> w;  // [N x K] dequantized
 };
 
@@ -112,15 +96,15 @@ void make_weights(Rng& rng, const WeightOnlySpec& spec, std::int64_t n, std::int
   cpu::pack_weights(TensorView::matrix(codes.data(), spec.bits == 4 ? DType::u8 : DType::i8, Device::cpu, n, code_cols),
                     TensorView::matrix(scales.data(), DType::f32, Device::cpu, n, groups),
                     zp ? TensorView::matrix(mins.data(), DType::f32, Device::cpu, n, groups) : TensorView{}, out.host);
-  out.d_codes = cuda::DeviceBuffer(out.codes.size());
-  out.d_scales = cuda::DeviceBuffer(out.scales.size() * 2);
+  out.d_codes = core::DeviceBuffer(out.codes.size());
+  out.d_scales = core::DeviceBuffer(out.scales.size() * 2);
   LOWBIT_CUDA_CHECK(cudaMemcpy(out.d_codes.data(), out.codes.data(), out.codes.size(), cudaMemcpyHostToDevice));
   LOWBIT_CUDA_CHECK(cudaMemcpy(out.d_scales.data(), out.scales.data(), out.scales.size() * 2, cudaMemcpyHostToDevice));
   out.device = out.host;
   out.device.codes = TensorView::vector(out.d_codes.data(), DType::u8, Device::cuda, sizes.code_bytes);
   out.device.scales = TensorView::vector(out.d_scales.data(), spec.act_dtype, Device::cuda, sizes.scale_count);
   if (zp) {
-    out.d_mins = cuda::DeviceBuffer(out.mins.size() * 2);
+    out.d_mins = core::DeviceBuffer(out.mins.size() * 2);
     LOWBIT_CUDA_CHECK(cudaMemcpy(out.d_mins.data(), out.mins.data(), out.mins.size() * 2, cudaMemcpyHostToDevice));
     out.device.mins = TensorView::vector(out.d_mins.data(), spec.act_dtype, Device::cuda, sizes.min_count);
   }
@@ -142,7 +126,7 @@ void make_weights(Rng& rng, const WeightOnlySpec& spec, std::int64_t n, std::int
 }
 
 void run_case(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std::int64_t m, bool with_bias,
-              bool aligned_rows) {
+              bool aligned_rows, const wo::Variant* variant = nullptr) {
   const std::int64_t n = w.host.n, k = w.host.k;
   const DType dt = spec.act_dtype;
   SCOPED_TRACE(testing::Message() << "bits " << spec.bits << " zero_point " << spec.zero_point << " group "
@@ -160,9 +144,9 @@ void run_case(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std:
   d_bias.poison(kFloatPoison);
   d_bias.upload(bias.data(), bias.size() * 2);
   d_out.poison(kFloatPoison);
-  cuda::weight_only_gemm(TensorView::matrix(d_x.data(), dt, Device::cuda, m, k, ldx), w.device,
-                         with_bias ? TensorView::vector(d_bias.data(), dt, Device::cuda, n) : TensorView{},
-                         TensorView::matrix(d_out.data(), dt, Device::cuda, m, n, ldo), nullptr);
+  gemm_with(TensorView::matrix(d_x.data(), dt, Device::cuda, m, k, ldx), w.device,
+            with_bias ? TensorView::vector(d_bias.data(), dt, Device::cuda, n) : TensorView{},
+            TensorView::matrix(d_out.data(), dt, Device::cuda, m, n, ldo), variant);
   LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<std::uint16_t> got = download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * ldo));
   EXPECT_TRUE(d_out.guards_intact("out"));
@@ -203,14 +187,13 @@ const WeightOnlySpec kForms[] = {
 
 TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
   LOWBIT_TEST_RNG(rng);
-  TuningScope restore;
   struct Shape {
     std::int64_t n, k;
   };
   int round = 0;
-  for (const int small : kSmallModes) {
-    cuda::weight_only::set_small_gemv_mode(small);
-    SCOPED_TRACE(small ? "small-matrix kernel up to M = 16" : "streaming kernel up to M = 16");
+  for (const wo::Variant& small : kSmallKernels) {
+    const bool streaming = small.kernel == wo::Kernel::gemv;
+    SCOPED_TRACE(streaming ? "streaming kernel up to M = 16" : "small-matrix kernel up to M = 16");
     for (const WeightOnlySpec& form : kForms) {
       for (const Shape shape : {Shape{13, 100}, Shape{136, 392}, Shape{300, 1000}}) {
         for (const bool per_channel : {false, true}) {
@@ -220,9 +203,9 @@ TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
           make_weights(rng, spec, shape.n, shape.k, w);
           for (const std::int64_t m : {1, 2, 7, 16, 17, 33, 128, 300}) {
             if (shape.n == 300 && m > 33 && per_channel) continue;  // keep the suite to seconds
-            if (small == 0 && m > 16) continue;                      // the tiled kernel: done once
+            if (streaming && m > 16) continue;                       // the tiled kernel: done once
             ++round;
-            run_case(rng, spec, w, m, /*with_bias=*/round % 2 == 0, /*aligned_rows=*/round % 3 != 0);
+            run_case(rng, spec, w, m, /*with_bias=*/round % 2 == 0, /*aligned_rows=*/round % 3 != 0, &small);
             if (HasFailure()) return;
           }
         }
@@ -235,15 +218,13 @@ TEST_F(WeightOnlyGpu, MatchesTheCpuReference) {
 // M = 8 / 9 on either side of the second row group. Then a wide one for M > 8.
 TEST_F(WeightOnlyGpu, DecodeShape) {
   LOWBIT_TEST_RNG(rng);
-  TuningScope restore;
   for (const DType dt : {DType::f16, DType::bf16}) {
     WeightOnlySpec spec{4, 32, true, dt};
     DeviceWeights w;
     make_weights(rng, spec, 1000, 2048, w);
-    for (const int small : kSmallModes) {
-      cuda::weight_only::set_small_gemv_mode(small);
-      SCOPED_TRACE(small ? "small-matrix kernel" : "streaming kernel");
-      for (const std::int64_t m : {1, 8, 9, 16}) run_case(rng, spec, w, m, true, true);
+    for (const wo::Variant& small : kSmallKernels) {
+      SCOPED_TRACE(small.kernel == wo::Kernel::gemv ? "streaming kernel" : "small-matrix kernel");
+      for (const std::int64_t m : {1, 8, 9, 16}) run_case(rng, spec, w, m, true, true, &small);
     }
   }
   // Wide enough for the staged-activation kernel's production shapes at M > 8 (H100:
@@ -280,20 +261,19 @@ TEST_F(WeightOnlyGpu, TiledSplitK) {
 // and 128, and an unaligned activation row.
 TEST_F(WeightOnlyGpu, GemvVariants) {
   LOWBIT_TEST_RNG(rng);
-  TuningScope restore;
-  cuda::weight_only::set_small_gemv_mode(0);  // the streaming kernel's shapes
   for (const std::int64_t group : {32, 128}) {
     const WeightOnlySpec spec{4, group, true, DType::f16};
     DeviceWeights w;
     make_weights(rng, spec, 1000, 1700, w);
-    for (int variant = 0; variant < kGemvTuningVariants; ++variant) {
+    for (int shape = 0; shape < wo::kGemvShapes; ++shape) {
       for (const int k_slices : {0, 1, 2, 4, 8}) {
-        const int mode = (variant + k_slices) % 4;  // (rotate, pdl): every pair over the variants
-        const int rotate = mode % 2, pdl = mode / 2 == 0 ? 0 : mode == 2 ? 1 : 2;
-        SCOPED_TRACE(testing::Message() << "variant " << variant << " k_slices " << k_slices << " rotate " << rotate
+        const int mode = (shape + k_slices) % 4;  // (rotate, pdl): every pair over the shapes
+        const bool rotate = mode % 2 == 1;
+        const int pdl = mode / 2 == 0 ? 0 : mode == 2 ? 1 : 2;
+        SCOPED_TRACE(testing::Message() << "shape " << shape << " k_slices " << k_slices << " rotate " << rotate
                                         << " pdl " << pdl);
-        cuda::weight_only::set_gemv_tuning({variant, k_slices, rotate, pdl});
-        for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5 && m != 9);
+        const wo::Variant variant{wo::Kernel::gemv, shape, k_slices, rotate, pdl};
+        for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5 && m != 9, &variant);
         if (HasFailure()) return;
       }
     }
@@ -307,7 +287,6 @@ TEST_F(WeightOnlyGpu, GemvVariants) {
 // must equal, bit for bit, the same product launched alone after a synchronization.
 TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
   LOWBIT_TEST_RNG(rng);
-  TuningScope restore;
   const std::int64_t m = 3, k0 = 1000, n1 = 520, n2 = 1000;
   for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{8, 128, false, DType::bf16}}) {
     DeviceWeights w1, w2;
@@ -316,206 +295,36 @@ TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k0));
     for (auto& v : x) v = to_act_bits(spec.act_dtype, value(rng));
-    cuda::DeviceBuffer a(x.size() * 2), b(static_cast<std::size_t>(m * n1) * 2);
+    core::DeviceBuffer a(x.size() * 2), b(static_cast<std::size_t>(m * n1) * 2);
     const DType dt = spec.act_dtype;
     const TensorView av = TensorView::matrix(a.data(), dt, Device::cuda, m, k0);
     const TensorView bv = TensorView::matrix(b.data(), dt, Device::cuda, m, n1);
     for (const int pdl : {3, 2, 1, 0}) {  // 3: the small-matrix kernel (always PDL)
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << (pdl == 3 ? " small-matrix kernel" : " pdl ") << pdl);
-      cuda::weight_only::set_small_gemv_mode(pdl == 3 ? 1 : 0);
-      cuda::weight_only::set_gemv_tuning({-1, 0, 0, pdl == 3 ? -1 : pdl});
+      const wo::Variant variant =
+          pdl == 3 ? wo::Variant{wo::Kernel::small_gemv} : wo::Variant{wo::Kernel::gemv, -1, 0, false, pdl};
       LOWBIT_CUDA_CHECK(cudaMemcpy(a.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
       LOWBIT_CUDA_CHECK(cudaMemset(b.data(), 0xff, static_cast<std::size_t>(m * n1) * 2));  // NaN if read early
       LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
       // a -> b -> a -> b -> a, no synchronization in between.
       constexpr int kRounds = 4;
       for (int i = 0; i < kRounds; ++i) {
-        cuda::weight_only_gemm(i % 2 == 0 ? av : bv, i % 2 == 0 ? w1.device : w2.device, TensorView{},
-                               i % 2 == 0 ? bv : av, nullptr);
+        gemm_with(i % 2 == 0 ? av : bv, i % 2 == 0 ? w1.device : w2.device, TensorView{}, i % 2 == 0 ? bv : av,
+                  &variant);
       }
       LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<std::uint16_t> chained = download<std::uint16_t>(a.data(), x.size());
       // The same chain, one synchronized launch at a time.
       LOWBIT_CUDA_CHECK(cudaMemcpy(a.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
       for (int i = 0; i < kRounds; ++i) {
-        cuda::weight_only_gemm(i % 2 == 0 ? av : bv, i % 2 == 0 ? w1.device : w2.device, TensorView{},
-                               i % 2 == 0 ? bv : av, nullptr);
+        gemm_with(i % 2 == 0 ? av : bv, i % 2 == 0 ? w1.device : w2.device, TensorView{}, i % 2 == 0 ? bv : av,
+                  &variant);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
       }
       const std::vector<std::uint16_t> serial = download<std::uint16_t>(a.data(), x.size());
       int differing = 0;
       for (std::size_t i = 0; i < serial.size(); ++i) differing += chained[i] != serial[i];
       EXPECT_EQ(differing, 0) << "of " << serial.size() << " outputs";
-    }
-  }
-}
-
-// Random packed f16 Q4-with-zero-point weights on the device for the timing sweeps (no
-// reference: bytes, scales in [0.001, 0.051], mins in [-0.5, 0.5]).
-struct SweepWeights {
-  cuda::DeviceBuffer codes, scales, mins;
-  PackedWeights view;
-  double bytes = 0;  // codes + scales + mins
-};
-
-void make_sweep_weights(std::int64_t n, std::int64_t k, std::int64_t group, std::uint64_t& state, SweepWeights& out) {
-  auto next = [&] {
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-    return state;
-  };
-  const WeightOnlySpec spec{4, group, true, DType::f16};
-  const PackedWeightSizes sizes = packed_weight_sizes(spec, n, k);
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(sizes.code_bytes));
-  for (std::size_t i = 0; i < codes.size(); i += 8) {
-    const std::uint64_t v = next();
-    for (std::size_t b = 0; b < 8 && i + b < codes.size(); ++b) codes[i + b] = static_cast<std::uint8_t>(v >> (8 * b));
-  }
-  std::vector<std::uint16_t> scales(static_cast<std::size_t>(sizes.scale_count)), mins(scales.size());
-  for (std::size_t i = 0; i < scales.size(); ++i) {
-    scales[i] = to_act_bits(DType::f16, 0.001f + 0.05f * static_cast<float>(next() % 1000) / 1000.0f);
-    mins[i] = to_act_bits(DType::f16, -0.5f + static_cast<float>(next() % 1000) / 1000.0f);
-  }
-  out.codes = cuda::DeviceBuffer(codes.size());
-  out.scales = cuda::DeviceBuffer(scales.size() * 2);
-  out.mins = cuda::DeviceBuffer(mins.size() * 2);
-  LOWBIT_CUDA_CHECK(cudaMemcpy(out.codes.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice));
-  LOWBIT_CUDA_CHECK(cudaMemcpy(out.scales.data(), scales.data(), scales.size() * 2, cudaMemcpyHostToDevice));
-  LOWBIT_CUDA_CHECK(cudaMemcpy(out.mins.data(), mins.data(), mins.size() * 2, cudaMemcpyHostToDevice));
-  out.view = PackedWeights{spec, n, k, TensorView::vector(out.codes.data(), DType::u8, Device::cuda, sizes.code_bytes),
-                           TensorView::vector(out.scales.data(), DType::f16, Device::cuda, sizes.scale_count),
-                           TensorView::vector(out.mins.data(), DType::f16, Device::cuda, sizes.min_count)};
-  out.bytes = static_cast<double>(codes.size() + 4 * scales.size());
-}
-
-// Best of 5 x 20 back-to-back launches (ms per launch), after 3 warm-up launches.
-float best_launch_ms(const TensorView& xv, const PackedWeights& pw, const TensorView& ov) {
-  cudaEvent_t start, stop;
-  LOWBIT_CUDA_CHECK(cudaEventCreate(&start));
-  LOWBIT_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
-  float best = 1e30f;
-  for (int rep = 0; rep < 5; ++rep) {
-    constexpr int kLaunches = 20;
-    LOWBIT_CUDA_CHECK(cudaEventRecord(start, nullptr));
-    for (int i = 0; i < kLaunches; ++i) cuda::weight_only_gemm(xv, pw, TensorView{}, ov, nullptr);
-    LOWBIT_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-    LOWBIT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    best = std::min(best, ms / kLaunches);
-  }
-  LOWBIT_CUDA_CHECK(cudaEventDestroy(start));
-  LOWBIT_CUDA_CHECK(cudaEventDestroy(stop));
-  return best;
-}
-
-// A device activation buffer of `rows` x k random f16 values in [-1, 1].
-cuda::DeviceBuffer sweep_activations(std::int64_t rows, std::int64_t k, std::uint64_t& state) {
-  std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * k));
-  for (auto& v : x) {
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-    v = to_act_bits(DType::f16, -1.0f + 2.0f * static_cast<float>(state % 1000) / 1000.0f);
-  }
-  cuda::DeviceBuffer d(x.size() * 2);
-  LOWBIT_CUDA_CHECK(cudaMemcpy(d.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-  return d;
-}
-
-// The four decode shapes (f16 Q4 with zero point, groups 32 and 128) for the
-// timing sweeps: fn(n, k, group, weights, x view of m rows, out view of m rows).
-struct SweepCase {
-  std::int64_t n, k, group;
-};
-template <class Fn>
-void for_each_sweep_case(Fn fn) {
-  std::uint64_t state = 0x9e3779b97f4a7c15ull;
-  for (const SweepCase cs : {SweepCase{28672, 8192, 32}, SweepCase{28672, 8192, 128}, SweepCase{8192, 28672, 32},
-                             SweepCase{8192, 28672, 128}}) {
-    SweepWeights sw;
-    make_sweep_weights(cs.n, cs.k, cs.group, state, sw);
-    cuda::DeviceBuffer d_x = sweep_activations(16, cs.k, state), d_out(static_cast<std::size_t>(16 * cs.n) * 2);
-    auto views = [&](std::int64_t m) {
-      return std::make_pair(TensorView::matrix(d_x.data(), DType::f16, Device::cuda, m, cs.k),
-                            TensorView::matrix(d_out.data(), DType::f16, Device::cuda, m, cs.n));
-    };
-    fn(cs, sw, views);
-  }
-}
-
-// Timing sweep of the tunable shapes x K splits on the decode shapes (not a
-// correctness test: random packed bytes, no reference). Run with
-//   lowbit_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='*GemvSweep*'
-TEST_F(WeightOnlyGpu, DISABLED_GemvSweep) {
-  TuningScope restore;
-  for_each_sweep_case([](const SweepCase& cs, const SweepWeights& sw, auto views) {
-    for (const std::int64_t m : {1, 16}) {
-      const auto [xv, ov] = views(m);
-      struct Mode {
-        int rotate, pdl;
-      };
-      for (const int variant : {-1, 0, 3, 6}) {
-        for (const int k_slices : {0, 2, 8}) {
-          for (const Mode mode : {Mode{0, 0}, Mode{1, 0}, Mode{0, 1}, Mode{0, 2}, Mode{1, 2}}) {
-            if (variant < 0 && k_slices > 0) continue;
-            cuda::weight_only::set_gemv_tuning({variant, k_slices, mode.rotate, mode.pdl});
-            const float best = best_launch_ms(xv, sw.view, ov);
-            std::printf("sweep n %lld k %lld g %lld m %lld variant %d k_slices %d rotate %d pdl %d : %.4f ms %.0f GB/s\n",
-                        static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(cs.group),
-                        static_cast<long long>(m), variant, k_slices, mode.rotate, mode.pdl, best,
-                        sw.bytes / (best * 1e6));
-          }
-        }
-      }
-    }
-  });
-}
-
-// The small-M sweep of the staged-activation kernel (variants 9-15) against gemv_kernel
-// (variants 0 and 3) and the production choice (-1), with programmatic dependent launch
-// (the production mode), M = 16, 1, 8. Run with --gtest_filter='*GemvSweepXs*'.
-TEST_F(WeightOnlyGpu, DISABLED_GemvSweepXs) {
-  TuningScope restore;
-  for_each_sweep_case([](const SweepCase& cs, const SweepWeights& sw, auto views) {
-    for (const std::int64_t m : {16, 1, 8}) {
-      const auto [xv, ov] = views(m);
-      for (const int variant : {-1, 0, 3, 9, 10, 12, 13, 14, 15}) {
-        for (const int k_slices : {0, 1, 2, 4, 8}) {
-          if (variant < 0 && k_slices > 0) continue;
-          if (m != 16 && variant >= 0 && variant < 9) continue;  // measured before (gemm-h100-83e2aa8-gemv-sweep.txt)
-          cuda::weight_only::set_gemv_tuning({variant, k_slices, 0, -1});
-          const float best = best_launch_ms(xv, sw.view, ov);
-          std::printf("xsweep n %lld k %lld g %lld m %lld variant %d k_slices %d : %.4f ms %.0f GB/s\n",
-                      static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(cs.group),
-                      static_cast<long long>(m), variant, k_slices, best, sw.bytes / (best * 1e6));
-        }
-      }
-    }
-  });
-}
-
-// Launches for a profiler (ncu --kernel-name regex:gemv): 28672 x 8192 g128, M = 16
-// through gemv_kernel (variant 0), the production choice and the balanced xs block
-// (variant 13), and M = 1 through the production choice, two launches each; then the
-// same at g32. Run with --gtest_filter='*GemvProfile*'.
-TEST_F(WeightOnlyGpu, DISABLED_GemvProfile) {
-  TuningScope restore;
-  std::uint64_t state = 0x9e3779b97f4a7c15ull;
-  for (const std::int64_t group : {128, 32}) {
-    SweepWeights sw;
-    make_sweep_weights(28672, 8192, group, state, sw);
-    cuda::DeviceBuffer d_x = sweep_activations(16, 8192, state), d_out(static_cast<std::size_t>(16 * 28672) * 2);
-    struct Launch {
-      std::int64_t m;
-      int variant;
-    };
-    for (const Launch l : {Launch{16, 0}, Launch{16, -1}, Launch{16, 13}, Launch{1, -1}}) {
-      const TensorView xv = TensorView::matrix(d_x.data(), DType::f16, Device::cuda, l.m, 8192);
-      const TensorView ov = TensorView::matrix(d_out.data(), DType::f16, Device::cuda, l.m, 28672);
-      cuda::weight_only::set_gemv_tuning({l.variant, 0, 0, -1});
-      for (int i = 0; i < 2; ++i) cuda::weight_only_gemm(xv, sw.view, TensorView{}, ov, nullptr);
-      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-      std::printf("profile g %lld m %lld variant %d\n", static_cast<long long>(group), static_cast<long long>(l.m),
-                  l.variant);
     }
   }
 }

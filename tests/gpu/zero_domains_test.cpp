@@ -49,7 +49,7 @@ void check_zeros(const QuantSpec& spec, DType dtype, std::int64_t rows, std::int
 
   const bool zero_domain_is_column = spec.granularity == Granularity::per_channel;
   for (const DType out_dtype : kFloatDTypes) {
-    cuda::DeviceBuffer out(static_cast<std::size_t>(rows * cols) * dtype_size(out_dtype));
+    core::DeviceBuffer out(static_cast<std::size_t>(rows * cols) * dtype_size(out_dtype));
     LOWBIT_CUDA_CHECK(cudaMemset(out.data(), kFloatPoison, out.bytes()));
     dequantize(g.q, spec, TensorView::matrix(out.data(), out_dtype, Device::cuda, rows, cols), nullptr);
     const auto values = download<std::uint8_t>(out.data(), out.bytes());

@@ -18,7 +18,7 @@ namespace lowbit::cli {
 namespace {
 
 struct Uploads {
-  std::vector<cuda::DeviceBuffer> buffers;
+  std::vector<core::DeviceBuffer> buffers;
   void* put(const void* data, std::size_t bytes) {
     buffers.emplace_back(bytes);
     LOWBIT_CUDA_CHECK(cudaMemcpy(buffers.back().data(), data, bytes, cudaMemcpyHostToDevice));
@@ -51,7 +51,7 @@ std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vect
   AttentionWeights w{up.weight(p.wq, c.format), up.weight(p.wk, c.format), up.weight(p.wv, c.format),
                      up.vec(p.bq), up.vec(p.bk), up.vec(p.bv)};
   const std::int64_t n = c.heads * c.head_dim;
-  cuda::DeviceBuffer out(static_cast<std::size_t>(c.seq_len * n) * 2);
+  core::DeviceBuffer out(static_cast<std::size_t>(c.seq_len * n) * 2);
   const TensorView o = TensorView::matrix(out.data(), DType::f16, Device::cuda, c.seq_len, n);
   cudaStream_t stream = nullptr;
   LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -79,7 +79,7 @@ std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vect
       results.push_back(r);
       continue;
     }
-    cuda::DeviceBuffer ws(ws_bytes);
+    core::DeviceBuffer ws(ws_bytes);
     const Workspace workspace{ws.data(), ws.bytes()};
     LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));  // NaN until written
     quantized_attention(x, w, c, v, o, workspace, stream);

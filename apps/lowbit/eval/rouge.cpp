@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-namespace lowbit::engine {
+namespace lowbit::eval {
 
 std::size_t lcs_length(std::span<const std::int32_t> a, std::span<const std::int32_t> b) {
   // One row over the shorter side: memory is O(min(n, m)).
@@ -80,4 +80,4 @@ RougeL rouge_l_words(std::string_view candidate, std::string_view reference) {
   return rouge_l(c, r);
 }
 
-}  // namespace lowbit::engine
+}  // namespace lowbit::eval

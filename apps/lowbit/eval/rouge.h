@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace lowbit::engine {
+namespace lowbit::eval {
 
 struct RougeL {
   double precision = 0.0;  // LCS / candidate length
@@ -28,4 +28,4 @@ std::vector<std::string> rouge_tokenize(std::string_view text);
 
 RougeL rouge_l_words(std::string_view candidate, std::string_view reference);
 
-}  // namespace lowbit::engine
+}  // namespace lowbit::eval

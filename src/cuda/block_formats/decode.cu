@@ -65,7 +65,7 @@ void block_decode(const BlockQuantizedView& in, BlockFormat format, const Tensor
   const std::int64_t rows = out.rows(), cols = out.cols();
   const std::int64_t chunks = rows * (cols / kValues);
   const auto grid = static_cast<unsigned>(
-      std::max<std::int64_t>(1, std::min<std::int64_t>((chunks + kThreads - 1) / kThreads, 16LL * multiprocessor_count())));
+      std::max<std::int64_t>(1, std::min<std::int64_t>((chunks + kThreads - 1) / kThreads, 16LL * core::multiprocessor_count())));
   auto run = [&](auto out_tag) {
     using Out = decltype(out_tag);
     Out* op = out.ptr<Out>();

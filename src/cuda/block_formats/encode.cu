@@ -32,7 +32,7 @@ Shape make_shape(std::int64_t rows, std::int64_t cols) {
 
 unsigned grid_for(const Shape& s) {
   const std::int64_t wanted = (s.chunks_padded + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, 16LL * multiprocessor_count())));
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(wanted, 16LL * core::multiprocessor_count())));
 }
 
 // Records the first non-finite value among this thread's 8 (rare path).

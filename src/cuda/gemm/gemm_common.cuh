@@ -172,7 +172,7 @@ void launch_tiled(const IntGemmArgs& args, bool int4, cudaStream_t stream);  // 
 void launch_vectorized(const IntGemmArgs& args, cudaStream_t stream);
 void launch_wmma(const IntGemmArgs& args, cudaStream_t stream);
 
-// The mma.sync pipeline: int8 operands (int8_production.cu) and packed int4
+// The mma.sync pipeline: int8 operands (int8_mma.cu) and packed int4
 // operands (int4_gemm.cu). Both need 16-byte aligned operand rows.
 bool mma_pipeline_supports(const IntGemmArgs& args, std::string* why_not);
 void launch_production_int8(const IntGemmArgs& args, cudaStream_t stream);

@@ -31,7 +31,7 @@ struct IntGemmArgs {
   bool relu = false;
 };
 
-// The INT8 GEMM kernels, from the seed's progression (seed 003) to production. Each
+// The INT8 GEMM kernels, from a naive loop to production. Each
 // is kept as a benchmark baseline and tested against the CPU reference.
 enum class Int8GemmVariant : std::uint8_t {
   naive,       // one thread per output element
@@ -63,9 +63,5 @@ void int8_gemm(const IntGemmArgs& args, cuda_stream_t stream);
 
 // Signed packed INT4 x INT4 (args.k is the logical K).
 void int4_gemm(const IntGemmArgs& args, cuda_stream_t stream);
-
-// W4A16 / W8A16 (x, bias, out in w.spec.act_dtype; bias may be empty).
-void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
-                      cuda_stream_t stream);
 
 }  // namespace lowbit::cuda

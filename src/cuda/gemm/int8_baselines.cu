@@ -1,4 +1,4 @@
-// The seed's progression of scalar INT8 GEMM kernels (seed 003), kept as benchmark
+// The progression of scalar INT8 GEMM kernels (naive, tiled, vectorized), kept as benchmark
 // baselines and as fallbacks. All three take any shape, either B layout and any
 // alignment; the tiled kernel also takes packed int4 operands (the int4 fallback).
 //

@@ -14,7 +14,7 @@
 // fall in 8 different 16-byte bank groups (no bank conflicts), and cp.async writes
 // stay whole 16-byte chunks.
 //
-// int8_production.cu instantiates it for int8 A and B (both layouts), int4_gemm.cu
+// int8_mma.cu instantiates it for int8 A and B (both layouts), int4_gemm.cu
 // for packed int4 A and B (both layouts).
 #pragma once
 
@@ -405,7 +405,7 @@ void launch_mma_gemm(const IntGemmArgs& args, int a_k_bytes, int b_k_bytes, cuda
   using Traits = MmaKernelTraits<Cfg, kA, kB>;
   auto* kernel = mma_gemm_kernel<Cfg, kA, kB>;
   static std::array<std::atomic<bool>, 64> configured{};
-  auto& flag = configured[static_cast<std::size_t>(current_device()) % configured.size()];
+  auto& flag = configured[static_cast<std::size_t>(core::current_device()) % configured.size()];
   if (!flag.load(std::memory_order_acquire)) {
     LOWBIT_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
@@ -435,7 +435,7 @@ template <Operand kA, Operand kB>
 void launch_mma_gemm_auto(const IntGemmArgs& args, int a_k_bytes, int b_k_bytes, cudaStream_t stream) {
   const long long large_tiles = ((args.m + LargeTiles::kBM - 1) / LargeTiles::kBM) *
                                 ((args.n + LargeTiles::kBN - 1) / LargeTiles::kBN);
-  if (large_tiles >= multiprocessor_count()) {
+  if (large_tiles >= core::multiprocessor_count()) {
     launch_mma_gemm<LargeTiles, kA, kB>(args, a_k_bytes, b_k_bytes, stream);
   } else {
     launch_mma_gemm<SmallTiles, kA, kB>(args, a_k_bytes, b_k_bytes, stream);

@@ -398,7 +398,7 @@ void launch_wgmma_int8(const IntGemmArgs& args, cudaStream_t stream) {
   p.tiles_n = static_cast<int>((args.n + kBN - 1) / kBN);
   p.e = make_epilogue(args);
   const int tiles = p.tiles_m * p.tiles_n;
-  const int grid = tiles < multiprocessor_count() ? tiles : multiprocessor_count();
+  const int grid = tiles < core::multiprocessor_count() ? tiles : core::multiprocessor_count();
   wgmma_int8_kernel<<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, p);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }

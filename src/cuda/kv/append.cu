@@ -1,4 +1,4 @@
-// Appending one token to a layer's decode cache (layout: kv_cache_gpu.h). One warp per
+// Appending one token to a layer's decode cache (layout: core/kv_layout.h). One warp per
 // (KV head, K or V): a lane holds head_dim / 32 consecutive values, the warp reduces the
 // head's statistics with shuffles and encodes from registers with lowbit's formats
 // arithmetic (formats::HalfParams: f16 scale / min, codes encoded with the rounded
@@ -18,12 +18,12 @@
 #include "formats/code_scheme.h"
 #include "lowbit/cuda_check.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::cuda::kv {
 namespace {
 
 struct AppendArgs {
   KvLayerShape shape;
-  KvLayerDevice layer;
+  KvLayerBuffers layer;
   long long pos;
   const std::int32_t* device_pos;  // when set, the position is *device_pos (CUDA graphs)
   const __half* k;
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(32) rope_rows_kernel(ChunkRows c, AppendRope r
 
 struct AppendRowsArgs {
   KvLayerShape shape;
-  KvLayerDevice layer;
+  KvLayerBuffers layer;
   ChunkRows chunk;
   const std::uint16_t* snapshot;  // [2][kv_heads][window][D]
 };
@@ -297,7 +297,7 @@ void run(const AppendArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-void kv_append(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos, const void* k, const void* v,
+void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope) {
   const std::int64_t capacity = kv_positions_held(shape);
   LOWBIT_CHECK(pos >= 0 && pos < capacity, "kv_append: position ", pos, " outside the cache (", capacity,
@@ -327,7 +327,7 @@ std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
   return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2);
 }
 
-void kv_append_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const ChunkRows& chunk, void* snapshot,
+void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
                     cuda_stream_t stream) {
   check_chunk_rows(shape, chunk, "kv_append_rows");
   const std::int64_t d = shape.head_dim;
@@ -361,7 +361,7 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerDevice& layer, const
   }
 }
 
-void kv_append_at(const KvLayerShape& shape, const KvLayerDevice& layer, const std::int32_t* device_pos,
+void kv_append_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
                   const void* k, const void* v, cuda_stream_t stream, const AppendRope* rope, bool history_complete,
                   void* ring_backup) {
   LOWBIT_CHECK(device_pos != nullptr, "kv_append_at: null device position");
@@ -379,7 +379,7 @@ std::size_t ring_backup_bytes(const KvLayerShape& shape) {
 namespace {
 
 // grid (kv_heads, 2), one warp each: the backup of K or V of one head back into its slot.
-__global__ void __launch_bounds__(32) restore_ring_slot_kernel(KvLayerShape s, KvLayerDevice layer, long long pos,
+__global__ void __launch_bounds__(32) restore_ring_slot_kernel(KvLayerShape s, KvLayerBuffers layer, long long pos,
                                                                const std::uint16_t* backup) {
   pdl_trigger();
   pdl_wait();
@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(32) restore_ring_slot_kernel(KvLayerShape s, K
 
 }  // namespace
 
-void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerDevice& layer, std::int64_t pos,
+void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos,
                           const void* ring_backup, cuda_stream_t stream) {
   if (ring_backup_bytes(shape) == 0 || pos < shape.sink + shape.window) return;  // nothing was overwritten
   LOWBIT_CHECK(ring_backup != nullptr && pos < kv_positions_held(shape), "kv_restore_ring_slot: position ", pos,
@@ -403,4 +403,4 @@ void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerDevice& layer,
              static_cast<long long>(pos), static_cast<const std::uint16_t*>(ring_backup));
 }
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::cuda::kv

@@ -1,4 +1,4 @@
-// The small kernels of the GPU forward pass (forward_kernels.h). Each is a few
+// The small kernels of the GPU forward pass (model_cuda.h). Each is a few
 // microseconds at decode sizes; what matters is that they are few (the residual add
 // rides on the norm) and graph-capturable.
 #include <cuda_fp16.h>
@@ -13,7 +13,7 @@
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::cuda::model {
 namespace {
 
 constexpr int kThreads = 256;
@@ -166,4 +166,4 @@ void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t*
   launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance, non_finite);
 }
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::cuda::model

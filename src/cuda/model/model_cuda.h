@@ -1,5 +1,5 @@
 // The small kernels of the GPU forward pass (everything but the weight-only GEMMs and
-// attention; RoPE rides on the KV append, kv_cache_gpu.h): embedding rows, residual
+// attention; RoPE rides on the KV append, cuda/kv/kv_cuda.h): embedding rows, residual
 // add + RMSNorm, SwiGLU, greedy argmax.
 // The residual stream is f32, as in the CPU reference; what the GEMMs read is f16.
 // All run on `stream`.
@@ -9,7 +9,7 @@
 
 #include "lowbit/tensor.h"
 
-namespace lowbit::cuda::engine {
+namespace lowbit::cuda::model {
 
 // x[i] = table[tokens[i]] (f32 [vocab x d]); tokens int32 on the device, checked
 // against vocab on the host by the caller.
@@ -30,4 +30,4 @@ void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
                   std::int32_t* non_finite, cuda_stream_t stream);
 
-}  // namespace lowbit::cuda::engine
+}  // namespace lowbit::cuda::model

@@ -36,7 +36,4 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
 QuantStatus read_status(const void* status, cuda_stream_t stream);  // synchronizes
 void clear_status(void* status, cuda_stream_t stream);
 
-// Throws unless ptr is device (or managed) memory the current device can address.
-void check_device_pointer(const void* ptr, const char* what);
-
 }  // namespace lowbit::cuda

@@ -1,10 +1,9 @@
-// The production GPU quantization path: every granularity, scheme and float type.
+// Quantization on the GPU (scales and codes): every granularity, scheme and float type.
 //
-// Work is split into chunks of consecutive elements of a row (chunk.cuh): 16 when
-// encoding, one 16-byte output vector when decoding. A block of 256 threads is a
-// cx x cy grid of chunks: cx (a power of two, up to 256) chunks along a row, cy =
-// 256 / cx rows, and each thread handles several rows of its column chunk, loading
-// all of them before using any (256 bytes in flight per thread), so that enough
+// Work is split into chunks of 16 consecutive elements of a row (tile.cuh). A block of
+// 256 threads is a cx x cy grid of chunks: cx (a power of two, up to 256) chunks along
+// a row, cy = 256 / cx rows, and each thread handles several rows of its column chunk,
+// loading all of them before using any (256 bytes in flight per thread), so that enough
 // bytes are in flight to keep HBM busy.
 //
 //   per_tensor / per_channel: reduce_columns_kernel (one pass over x, partials
@@ -16,34 +15,24 @@
 //     encoded from registers. Segments wider than a warp can hold (per_token with
 //     more than 512 columns, or group sizes that are not 16 x a power of two up to
 //     512) take encode_rows_kernel: one block per row, reduced in shared memory.
-//   dequantize: decode_tile_kernel, one pass over the codes.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "core/dtype_dispatch.h"
 #include "core/device.h"
+#include "cuda/quant/quant_cuda.h"
+#include "cuda/quant/status.cuh"
 #include "cuda/quant/tile.cuh"
 #include "formats/code_scheme.h"
-#include "cuda/quant/quant_cuda.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kDecodeRows = 4;
 constexpr int kReductionCopies = 16;
 
 // ---------------------------------------------------------------- workspace
-
-struct DeviceStatus {
-  unsigned flag;
-  unsigned unused;
-  long long row;
-  long long col;
-};
-static_assert(sizeof(DeviceStatus) <= kStatusBytes);
 
 // [status | abs_bits[K][n] | hi[K][n] | lo[K][n]], n = cols (per_channel) or 1
 // (per_tensor), K = kReductionCopies: block b of the reduction accumulates into copy
@@ -59,8 +48,6 @@ struct WorkspaceLayout {
   std::int64_t slots() const { return count * kReductionCopies; }
 };
 
-bool spans_rows(Granularity g) { return g == Granularity::per_tensor || g == Granularity::per_channel; }
-
 std::int64_t reduction_slots(const QuantSpec& spec, std::int64_t cols) {
   if (!spans_rows(spec.granularity)) return 0;
   return spec.granularity == Granularity::per_channel ? cols : 1;
@@ -74,84 +61,6 @@ WorkspaceLayout workspace_layout(const Workspace& workspace, const QuantSpec& sp
   const std::int64_t slots = n * kReductionCopies;
   auto* word = static_cast<DeviceStatus*>(status ? status : static_cast<void*>(base));
   return WorkspaceLayout{word, status != nullptr, abs_bits, abs_bits + slots, abs_bits + 2 * slots, n};
-}
-
-__device__ void report_non_finite(DeviceStatus* status, long long row, long long col) {
-  if (atomicCAS(&status->flag, 0u, 1u) == 0u) {
-    status->row = row;
-    status->col = col;
-  }
-}
-
-// ---------------------------------------------------------------- thread layout
-
-struct TileShape {
-  int cx_log2;
-  int cy;
-  long long grid_x;
-};
-
-TileShape tile_shape(std::int64_t cols, int chunk = kChunk) {
-  const std::int64_t chunks = (cols + chunk - 1) / chunk;
-  int cx_log2 = 0;
-  while ((1LL << cx_log2) < chunks && (1 << cx_log2) < kThreads) ++cx_log2;
-  const int cx = 1 << cx_log2;
-  return TileShape{cx_log2, kThreads / cx, (chunks + cx - 1) / cx};
-}
-
-unsigned grid_rows(long long tiles) { return static_cast<unsigned>(std::clamp<long long>(tiles, 1, 65535)); }
-
-// Statistics of the valid values of one chunk.
-struct ChunkStats {
-  unsigned abs_bits;
-  float lo, hi;
-};
-
-__device__ __forceinline__ ChunkStats chunk_stats(const float (&v)[kChunk], int valid) {
-  ChunkStats s{0u, INFINITY, -INFINITY};
-#pragma unroll
-  for (int k = 0; k < kChunk; ++k) {
-    if (k < valid) {
-      s.abs_bits = max(s.abs_bits, formats::abs_bits(v[k]));
-      s.lo = fminf(s.lo, v[k]);
-      s.hi = fmaxf(s.hi, v[k]);
-    }
-  }
-  return s;
-}
-
-__device__ __forceinline__ int first_non_finite(const float (&v)[kChunk], int valid) {
-#pragma unroll
-  for (int k = 0; k < kChunk; ++k) {
-    if (k < valid && !formats::is_finite_bits(formats::abs_bits(v[k]))) return k;
-  }
-  return 0;
-}
-
-// Per-segment quantization parameters: what the encoder multiplies by and subtracts.
-struct Params {
-  float scale, inv, min;
-};
-
-template <class Code>
-__device__ __forceinline__ Params params_from_stats(const ChunkStats& s) {
-  const float scale = Code::scale(__uint_as_float(s.abs_bits), s.lo, s.hi);
-  return Params{scale, formats::inverse_scale(scale), Code::min_value(s.lo)};
-}
-
-template <class Code>
-__device__ __forceinline__ void encode_chunk(void* codes_row, long long c0, int valid, bool vector_ok,
-                                             const float (&v)[kChunk], const float (&inv)[kChunk],
-                                             const float (&lo)[kChunk]) {
-  int code[kChunk];
-#pragma unroll
-  for (int k = 0; k < kChunk; ++k) code[k] = Code::encode(v[k], inv[k], lo[k]);
-  // The stores keep the low 4 or 8 bits of each code: two's complement for signed codes.
-  if constexpr (Code::kBits == 4) {
-    store_int4_codes(static_cast<std::uint8_t*>(codes_row) + c0 / 2, valid, vector_ok, code);
-  } else {
-    store_int8_codes(static_cast<std::int8_t*>(codes_row) + c0, valid, vector_ok, code);
-  }
 }
 
 // ---------------------------------------------------------------- encode, tiled
@@ -452,81 +361,7 @@ __global__ void finalize_columns_kernel(WorkspaceLayout w, float* scales, float*
   if (Code::kAsymmetric) mins[i] = p.min;
 }
 
-// ---------------------------------------------------------------- decode
-
-struct DecodeArgs {
-  const void* codes;
-  long long ldq;
-  void* out;
-  long long ldo;
-  long long rows, cols;
-  const float* scales;
-  const float* mins;
-  bool row_local;          // per_token / per_group
-  bool per_tensor;
-  long long segment_width;
-  long long scale_cols;
-  bool vector_ok;
-  int cx_log2, cy;
-};
-
-template <class Out, class Code>
-__global__ void __launch_bounds__(kThreads) decode_tile_kernel(const DecodeArgs a) {
-  constexpr int kN = kValuesPerVector<Out>;  // values per thread chunk: one 16-byte store
-  const int tx = threadIdx.x & ((1 << a.cx_log2) - 1);
-  const int ty = threadIdx.x >> a.cx_log2;
-  const long long c0 = ((static_cast<long long>(blockIdx.x) << a.cx_log2) + tx) * kN;
-  const int valid = c0 < a.cols ? static_cast<int>(min(static_cast<long long>(kN), a.cols - c0)) : 0;
-  Out* out = static_cast<Out*>(a.out);
-
-  float scale[kN], lo[kN];
-  if (!a.row_local) {
-#pragma unroll
-    for (int k = 0; k < kN; ++k) {
-      const long long index = a.per_tensor ? 0 : c0 + k;
-      scale[k] = k < valid ? a.scales[index] : 0.0f;
-      lo[k] = (Code::kAsymmetric && k < valid) ? a.mins[index] : 0.0f;
-    }
-  }
-  const long long rows_per_tile = static_cast<long long>(a.cy) * kDecodeRows;
-  for (long long tile = blockIdx.y; tile * rows_per_tile < a.rows; tile += gridDim.y) {
-    int code[kDecodeRows][kN];
-#pragma unroll
-    for (int i = 0; i < kDecodeRows; ++i) {
-      const long long r = tile * rows_per_tile + i * a.cy + ty;
-      const int n = r < a.rows ? valid : 0;
-      const char* q_row = static_cast<const char*>(a.codes) + (n ? r * a.ldq : 0);
-      if constexpr (Code::kBits == 4) {
-        load_int4_codes(reinterpret_cast<const std::uint8_t*>(q_row) + (n ? c0 / 2 : 0), n, a.vector_ok, code[i]);
-      } else {
-        load_int8_codes(reinterpret_cast<const std::int8_t*>(q_row) + (n ? c0 : 0), n, a.vector_ok, code[i]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kDecodeRows; ++i) {
-      const long long r = tile * rows_per_tile + i * a.cy + ty;
-      const int n = r < a.rows ? valid : 0;
-      if (!n) continue;
-      if (a.row_local) {
-        const long long index = r * a.scale_cols + c0 / a.segment_width;
-        const float s = a.scales[index];
-        const float m = Code::kAsymmetric ? a.mins[index] : 0.0f;
-#pragma unroll
-        for (int k = 0; k < kN; ++k) scale[k] = s, lo[k] = m;
-      }
-      float v[kN];
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        v[k] = Code::decode(Code::from_storage(static_cast<unsigned>(code[i][k])), scale[k], lo[k]);
-      }
-      store_values(out + r * a.ldo + c0, n, a.vector_ok, v);
-    }
-  }
-}
-
 // ---------------------------------------------------------------- host side
-
-bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 // Whether every full chunk of every row can use 16-byte accesses for the float
 // tensor and the widest code access (16 bytes int8, 8 bytes int4).
@@ -535,10 +370,6 @@ bool vector_ok(const TensorView& values, const TensorView& codes, QuantScheme sc
   const std::size_t code_align = scheme_bits(scheme) == 8 ? 16 : 8;
   return aligned(values.data, 16) && (values.row_stride() * esize) % 16 == 0 && aligned(codes.data, code_align) &&
          static_cast<std::size_t>(codes.row_stride()) % code_align == 0;
-}
-
-long long segment_width(const QuantSpec& spec, std::int64_t cols) {
-  return spec.granularity == Granularity::per_group ? spec.group_size : cols;
 }
 
 bool is_pow2(long long v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -614,7 +445,7 @@ void encode_row_local(const TensorView& x, const QuantSpec& spec, const Quantize
   }
   const std::size_t shared_bytes = static_cast<std::size_t>(a.scale_cols) * 5 * sizeof(unsigned);
   int shared_limit = 0;
-  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
+  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, core::current_device()));
   LOWBIT_CHECK(shared_bytes <= static_cast<std::size_t>(shared_limit), "spec.group_size: ", a.scale_cols,
                " groups per row need ", shared_bytes, " bytes of shared memory, more than the device's ",
                shared_limit, "; use a group size of 16 x a power of two up to 512");
@@ -623,7 +454,7 @@ void encode_row_local(const TensorView& x, const QuantSpec& spec, const Quantize
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared_bytes)));
   }
-  const auto blocks = static_cast<unsigned>(std::min<long long>(x.rows(), 8LL * multiprocessor_count()));
+  const auto blocks = static_cast<unsigned>(std::min<long long>(x.rows(), 8LL * core::multiprocessor_count()));
   kernel<<<blocks, kThreads, shared_bytes, stream>>>(a);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
@@ -645,7 +476,7 @@ void reduce_columns(const TensorView& x, const QuantSpec& spec, const WorkspaceL
   a.lo = w.lo;
   // Enough blocks to fill the GPU a few times over; fewer means fewer atomics.
   const long long row_blocks = (x.rows() + shape.cy - 1) / shape.cy;
-  const long long wanted = std::max<long long>(1, 4LL * multiprocessor_count() / std::max<long long>(1, shape.grid_x));
+  const long long wanted = std::max<long long>(1, 4LL * core::multiprocessor_count() / std::max<long long>(1, shape.grid_x));
   const dim3 grid(static_cast<unsigned>(shape.grid_x), grid_rows(std::min(row_blocks, wanted)));
   reduce_columns_kernel<In, Code><<<grid, kThreads, 0, stream>>>(a);
   LOWBIT_CUDA_CHECK_LAUNCH();
@@ -725,55 +556,6 @@ void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const Quan
       encode_given<decltype(in), decltype(code)>(x, spec, out, stream);
     });
   });
-}
-
-void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView& out, cuda_stream_t stream) {
-  visit_float_dtype(out.dtype, "out", [&](auto out_tag) {
-    visit_code_scheme(spec.scheme, [&](auto code) {
-      using Out = decltype(out_tag);
-      using Code = decltype(code);
-      constexpr int kN = kValuesPerVector<Out>;
-      const TileShape shape = tile_shape(out.cols(), kN);
-      DecodeArgs a{};
-      a.codes = in.codes.data;
-      a.ldq = in.codes.row_stride();
-      a.out = out.data;
-      a.ldo = out.row_stride();
-      a.rows = out.rows();
-      a.cols = out.cols();
-      a.scales = in.scales.ptr<const float>();
-      a.mins = in.mins.ptr<const float>();
-      a.row_local = !spans_rows(spec.granularity);
-      a.per_tensor = spec.granularity == Granularity::per_tensor;
-      a.segment_width = segment_width(spec, out.cols());
-      a.scale_cols = quant_layout(spec, out.rows(), out.cols()).scale_cols;
-      const std::size_t code_bytes = Code::kBits == 4 ? kN / 2 : kN;  // codes of one chunk
-      a.vector_ok = aligned(out.data, 16) && (out.row_stride() * sizeof(Out)) % 16 == 0 &&
-                    aligned(in.codes.data, code_bytes) && static_cast<std::size_t>(in.codes.row_stride()) % code_bytes == 0;
-      a.cx_log2 = shape.cx_log2;
-      a.cy = shape.cy;
-      const long long tiles = (out.rows() + static_cast<long long>(shape.cy) * kDecodeRows - 1) /
-                              (static_cast<long long>(shape.cy) * kDecodeRows);
-      const dim3 grid(static_cast<unsigned>(shape.grid_x), grid_rows(tiles));
-      decode_tile_kernel<Out, Code><<<grid, kThreads, 0, stream>>>(a);
-      LOWBIT_CUDA_CHECK_LAUNCH();
-    });
-  });
-}
-
-QuantStatus read_status(const void* status, cuda_stream_t stream) {
-  DeviceStatus host{};
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(&host, status, sizeof host, cudaMemcpyDeviceToHost, stream));
-  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  QuantStatus seen;
-  seen.non_finite = host.flag != 0;
-  seen.row = host.row;
-  seen.col = host.col;
-  return seen;
-}
-
-void clear_status(void* status, cuda_stream_t stream) {
-  LOWBIT_CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(DeviceStatus), stream));
 }
 
 }  // namespace lowbit::cuda

@@ -10,7 +10,11 @@
 // the partial-sector writes halve the write bandwidth (measured: 56% of copy).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+
+#include "lowbit/quant.h"
 
 #include "formats/float16.h"
 #include "formats/int4.h"
@@ -209,5 +213,88 @@ __device__ __forceinline__ float from_ordered(unsigned ordered) {
 
 constexpr unsigned kOrderedLowest = 0u;            // below every float
 constexpr unsigned kOrderedHighest = 0xffffffffu;  // above every float
+
+// ---- the thread layout of the quantization kernels (host side)
+
+constexpr int kThreads = 256;
+
+// A block is a cx x cy grid of chunks (cx = 2^cx_log2 along a row); grid_x blocks cover a row.
+struct TileShape {
+  int cx_log2;
+  int cy;
+  long long grid_x;
+};
+
+inline TileShape tile_shape(std::int64_t cols, int chunk = kChunk) {
+  const std::int64_t chunks = (cols + chunk - 1) / chunk;
+  int cx_log2 = 0;
+  while ((1LL << cx_log2) < chunks && (1 << cx_log2) < kThreads) ++cx_log2;
+  const int cx = 1 << cx_log2;
+  return TileShape{cx_log2, kThreads / cx, (chunks + cx - 1) / cx};
+}
+
+inline unsigned grid_rows(long long tiles) { return static_cast<unsigned>(std::clamp<long long>(tiles, 1, 65535)); }
+
+// Statistics of the valid values of one chunk.
+struct ChunkStats {
+  unsigned abs_bits;
+  float lo, hi;
+};
+
+__device__ __forceinline__ ChunkStats chunk_stats(const float (&v)[kChunk], int valid) {
+  ChunkStats s{0u, INFINITY, -INFINITY};
+#pragma unroll
+  for (int k = 0; k < kChunk; ++k) {
+    if (k < valid) {
+      s.abs_bits = max(s.abs_bits, formats::abs_bits(v[k]));
+      s.lo = fminf(s.lo, v[k]);
+      s.hi = fmaxf(s.hi, v[k]);
+    }
+  }
+  return s;
+}
+
+__device__ __forceinline__ int first_non_finite(const float (&v)[kChunk], int valid) {
+#pragma unroll
+  for (int k = 0; k < kChunk; ++k) {
+    if (k < valid && !formats::is_finite_bits(formats::abs_bits(v[k]))) return k;
+  }
+  return 0;
+}
+
+// Per-segment quantization parameters: what the encoder multiplies by and subtracts.
+struct Params {
+  float scale, inv, min;
+};
+
+template <class Code>
+__device__ __forceinline__ Params params_from_stats(const ChunkStats& s) {
+  const float scale = Code::scale(__uint_as_float(s.abs_bits), s.lo, s.hi);
+  return Params{scale, formats::inverse_scale(scale), Code::min_value(s.lo)};
+}
+
+template <class Code>
+__device__ __forceinline__ void encode_chunk(void* codes_row, long long c0, int valid, bool vector_ok,
+                                             const float (&v)[kChunk], const float (&inv)[kChunk],
+                                             const float (&lo)[kChunk]) {
+  int code[kChunk];
+#pragma unroll
+  for (int k = 0; k < kChunk; ++k) code[k] = Code::encode(v[k], inv[k], lo[k]);
+  // The stores keep the low 4 or 8 bits of each code: two's complement for signed codes.
+  if constexpr (Code::kBits == 4) {
+    store_int4_codes(static_cast<std::uint8_t*>(codes_row) + c0 / 2, valid, vector_ok, code);
+  } else {
+    store_int8_codes(static_cast<std::int8_t*>(codes_row) + c0, valid, vector_ok, code);
+  }
+}
+
+inline bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+
+inline long long segment_width(const QuantSpec& spec, std::int64_t cols) {
+  return spec.granularity == Granularity::per_group ? spec.group_size : cols;
+}
+
+// per_tensor and per_channel scales span all rows (two passes); the others are row-local.
+inline bool spans_rows(Granularity g) { return g == Granularity::per_tensor || g == Granularity::per_channel; }
 
 }  // namespace lowbit::cuda

@@ -9,27 +9,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/weight_only/weight_only_cuda.h"
 #include "formats/weight_pack.h"
 
 namespace lowbit::cuda::weight_only {
-
-enum class Form : int { q4_zero_point, q4_symmetric, int8 };
-
-struct Params {
-  const void* x = nullptr;  // [M x K] act dtype, row stride ldx
-  std::int64_t ldx = 0;
-  bool x_vec16 = false;     // x and ldx allow 16-byte loads of 8 elements
-  const std::uint8_t* codes = nullptr;
-  const std::uint16_t* scales = nullptr;
-  const std::uint16_t* mins = nullptr;
-  const std::uint16_t* bias = nullptr;  // [N] or null
-  std::int64_t bias_stride = 0;
-  void* out = nullptr;  // [M x N] act dtype, row stride ldo
-  std::int64_t ldo = 0;
-  std::int64_t m = 0, n = 0, k = 0;
-  std::int64_t n_tiles = 0, k_steps = 0, groups = 0;
-  int group_shift = 0, groups_per_step = 0;
-};
 
 // ---- act dtype traits: the magic-number conversion of codes to half2/bf162 ----
 //

@@ -1,19 +1,19 @@
-// cuda::weight_only_gemm: turns the validated views into the kernels' raw arguments
-// and picks the kernel: for M <= 16 (decode) the small-matrix kernel where it takes
-// the shape, else the weight-streaming kernel; the tiled tensor-core kernel above.
-#include <cstdint>
-
-#include "cuda/gemm/gemm_cuda.h"
+// The weight-only family's dispatch: arguments from views, the production choice, and
+// the one switch from run-time (activation type, form, kernel) to a launcher.
 #include "cuda/weight_only/launch.cuh"
 #include "formats/weight_pack.h"
+#include "lowbit/error.h"
 
-namespace lowbit::cuda {
+namespace lowbit::cuda::weight_only {
 
-void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
-                      cuda_stream_t stream) {
+Form form_of(const WeightOnlySpec& spec) {
+  return spec.bits == 8 ? Form::int8 : spec.zero_point ? Form::q4_zero_point : Form::q4_symmetric;
+}
+
+Params make_params(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out) {
   const formats::WeightPackLayout layout =
       formats::make_weight_pack_layout(w.spec.bits, w.spec.zero_point, w.spec.group_size, w.n, w.k);
-  weight_only::Params p;
+  Params p;
   p.x = x.data;
   p.ldx = x.strides[0];
   p.x_vec16 = reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && p.ldx % 8 == 0;
@@ -32,18 +32,61 @@ void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorV
   p.groups = layout.groups;
   p.group_shift = layout.group_shift;
   p.groups_per_step = layout.groups_per_step;
-  const weight_only::Form form = layout.bits == 8      ? weight_only::Form::int8
-                                 : layout.zero_point ? weight_only::Form::q4_zero_point
-                                                     : weight_only::Form::q4_symmetric;
-  const bool bf16 = w.spec.act_dtype == DType::bf16;
-  if (p.m == 0) return;
-  if (weight_only::small_gemv_takes(p, form)) {
-    weight_only::launch_small_gemv(p, bf16, form, stream);
-  } else if (p.m <= weight_only::kGemvMaxRows) {
-    weight_only::launch_gemv(p, bf16, form, stream);
-  } else {
-    weight_only::launch_mma(p, bf16, form, stream);
+  return p;
+}
+
+bool takes(const Variant& v, const Params& p, Form form) {
+  switch (v.kernel) {
+    case Kernel::small_gemv: return small_gemv_takes(p, form);
+    case Kernel::gemv: return p.m <= kGemvMaxRows && (v.shape < 0 || (form == Form::q4_zero_point && v.shape < kGemvShapes));
+    case Kernel::mma: return true;
+  }
+  return false;
+}
+
+Variant pick(const Params& p, Form form) {
+  if (small_gemv_takes(p, form) && small_gemv_pays(p, form)) return Variant{Kernel::small_gemv};
+  return Variant{p.m <= kGemvMaxRows ? Kernel::gemv : Kernel::mma};
+}
+
+namespace {
+
+template <class T, Form F>
+void run(const Params& p, const Variant& v, cudaStream_t stream) {
+  switch (v.kernel) {
+    case Kernel::small_gemv: return run_small_gemv<T, F>(p, v, stream);
+    case Kernel::gemv: return run_gemv<T, F>(p, v, stream);
+    case Kernel::mma: return run_mma<T, F>(p, v, stream);
   }
 }
 
-}  // namespace lowbit::cuda
+template <class T>
+void run_form(const Params& p, Form form, const Variant& v, cudaStream_t stream) {
+  switch (form) {
+    case Form::q4_zero_point: return run<T, Form::q4_zero_point>(p, v, stream);
+    case Form::q4_symmetric: return run<T, Form::q4_symmetric>(p, v, stream);
+    case Form::int8: return run<T, Form::int8>(p, v, stream);
+  }
+}
+
+}  // namespace
+
+void launch(const Params& p, DType act_dtype, Form form, const Variant& v, cuda_stream_t stream) {
+  LOWBIT_CHECK(takes(v, p, form), "weight_only: kernel variant ", static_cast<int>(v.kernel), " shape ", v.shape,
+               " does not take M = ", p.m, ", N = ", p.n, ", K = ", p.k);
+  if (p.m == 0) return;
+  if (act_dtype == DType::bf16) {
+    run_form<__nv_bfloat16>(p, form, v, stream);
+  } else {
+    run_form<__half>(p, form, v, stream);
+  }
+}
+
+void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
+                      cuda_stream_t stream) {
+  const Params p = make_params(x, w, bias, out);
+  const Form form = form_of(w.spec);
+  launch(p, w.spec.act_dtype, form, pick(p, form), stream);
+}
+
+}  // namespace lowbit::cuda::weight_only

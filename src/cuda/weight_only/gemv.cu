@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
 // gemv_kernel's lanes each load their own 64-byte runs of rows r and r + 8: one LDG.128
 // of the warp touches 16 cache lines (8 rows x 2) for 512 useful bytes, and at M = 16
 // each warp does 8 of them per step, which made the L1 data path, not the weight
-// stream, the limit (bench/NOTES.md, gemv-m16). Here the warps of one k-slice (they
+// stream, the limit (bench/notes/weight_only.md). Here the warps of one k-slice (they
 // walk the same steps) copy each step's activations once, 16-byte chunks with cp.async
 // into a shared ring of the weights' depth, in the same commit groups, and read them
 // back with conflict-free LDS.128. One named barrier per step and group makes every
@@ -607,8 +607,6 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
   write_out<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, k_slice, column, tile0);
 }
 
-GemvTuning g_tuning;  // the default: no override
-
 // Programmatic dependent launch by default, weights prefetched before the wait (mode
 // 2): in back-to-back decode launches (H100, 28672 x 8192) the next GEMV fills its
 // rings while the previous one drains: M = 1 Q4_1 g32 0.0585 -> 0.0554 ms, g128 0.0497
@@ -630,7 +628,7 @@ inline std::int64_t blocks_for(const Params& p, int kTN, int k_slices) {
 // beat 1.7 waves by 10% (28672 x 8192: 2 slices, 224 blocks, 86% of copy; 4 slices, 78%).
 template <class PerSm>
 int fill_k_slices(const Params& p, int kTN, PerSm per_sm) {
-  const int sms = multiprocessor_count();
+  const int sms = core::multiprocessor_count();
   int k_slices = 1;
   double best = 0.0;
   for (int slices = 1; slices <= kWarps && (slices == 1 || slices <= p.k_steps); slices *= 2) {
@@ -662,7 +660,7 @@ void launch_pdl(void (*kernel)(Args...), std::int64_t blocks, int smem_bytes, in
 }
 
 template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
-void launch(const Params& p, cudaStream_t stream) {
+void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk>;
   constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
   // Once per instantiation (and device, in practice one): the shared-memory opt-in and
@@ -674,17 +672,17 @@ void launch(const Params& p, cudaStream_t stream) {
     return std::max(blocks, 1);
   }();
   int k_slices = 1;
-  if (g_tuning.k_slices > 0) {
-    k_slices = g_tuning.k_slices;
+  if (v.k_slices > 0) {
+    k_slices = v.k_slices;
   } else if constexpr (F == Form::int8) {
     // INT8 (half the work per byte) streams best with the most slices: 93% of copy
-    // at 28672 x 8192 against 79% with 2 (helper-8's sweep).
+    // at 28672 x 8192 against 79% with 2 (a sweep on the H100).
     while (k_slices < kWarps && 2 * k_slices <= p.k_steps) k_slices *= 2;
   } else {
     k_slices = fill_k_slices(p, kTN, [&](int) { return per_sm; });
   }
-  const int pdl = g_tuning.pdl < 0 ? kDefaultPdl : g_tuning.pdl;
-  launch_pdl(kernel, blocks_for(p, kTN, k_slices), kRingBytes, pdl, stream, kThreads, p, k_slices, g_tuning.rotate,
+  const int pdl = v.pdl < 0 ? kDefaultPdl : v.pdl;
+  launch_pdl(kernel, blocks_for(p, kTN, k_slices), kRingBytes, pdl, stream, kThreads, p, k_slices, v.rotate ? 1 : 0,
              pdl);
 }
 
@@ -695,12 +693,12 @@ void launch(const Params& p, cudaStream_t stream) {
 //   k-slices as many as 16 warps and the shared memory allow, so every SM streams
 //   about the same bytes (28 tiles of 8 rows a SM against 32 or 16).
 template <class T, Form F, int kRowGroups, int kTN, int kStages>
-void launch_xs(const Params& p, cudaStream_t stream, bool balanced) {
+void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool balanced) {
   auto* kernel = gemv_xs_kernel<T, F, kRowGroups, kTN, kStages>;
   auto smem = [](int warps, int slices) { return xs_smem_bytes<F, kRowGroups, kTN, kStages>(warps, slices); };
   static const int optin = [&] {
     int bytes = 0;
-    LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
+    LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, core::current_device()));
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     return bytes;
   }();
@@ -713,11 +711,11 @@ void launch_xs(const Params& p, cudaStream_t stream, bool balanced) {
     }
     return out;
   }();
-  const int pdl = g_tuning.pdl < 0 ? kDefaultPdl : g_tuning.pdl;
+  const int pdl = v.pdl < 0 ? kDefaultPdl : v.pdl;
   if (balanced) {
-    const std::int64_t sms = multiprocessor_count();
+    const std::int64_t sms = core::multiprocessor_count();
     const int columns = static_cast<int>(std::min<std::int64_t>((p.n_tiles + kTN * sms - 1) / (kTN * sms), kXsMaxWarps));
-    int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : std::max(1, kXsMaxWarps / columns);
+    int k_slices = v.k_slices > 0 ? v.k_slices : std::max(1, kXsMaxWarps / columns);
     // Named barriers 1 .. k_slices (0 is __syncthreads'): at most 15 slices.
     k_slices = static_cast<int>(std::min<std::int64_t>({k_slices, kXsMaxWarps - 1, std::max<std::int64_t>(p.k_steps, 1)}));
     while (k_slices > 1 && (columns * k_slices > kXsMaxWarps || smem(columns * k_slices, k_slices) > optin)) --k_slices;
@@ -731,113 +729,98 @@ void launch_xs(const Params& p, cudaStream_t stream, bool balanced) {
   // slices grow the activation ring, and a fuller grid of 1-block SMs lost (28672 x
   // 8192, M = 16: 8 slices, 1 block a SM, 0.114 ms; 2 slices, 2 blocks, 0.059).
   auto kept = [&](int slices) { return per_sm_of(slices) >= per_sm_of(1) ? per_sm_of(slices) : 0; };
-  int k_slices = g_tuning.k_slices > 0 ? g_tuning.k_slices : fill_k_slices(p, kTN, kept);
+  int k_slices = v.k_slices > 0 ? v.k_slices : fill_k_slices(p, kTN, kept);
   while (k_slices > 1 && per_sm_of(k_slices) == 0) k_slices /= 2;  // a forced count whose ring does not fit
   launch_pdl(kernel, blocks_for(p, kTN, k_slices), smem(kWarps, k_slices), pdl, stream, kThreads, p, k_slices, pdl);
 }
 
 template <class T, Form F, int kTN, int kStages, int kChunk>
-void launch_rows(const Params& p, cudaStream_t stream) {
+void launch_rows(const Params& p, const Variant& v, cudaStream_t stream) {
   if (p.m > 8) {
-    launch<T, F, 2, kTN, kStages, kChunk>(p, stream);
+    launch<T, F, 2, kTN, kStages, kChunk>(p, v, stream);
   } else {
-    launch<T, F, 1, kTN, kStages, kChunk>(p, stream);
+    launch<T, F, 1, kTN, kStages, kChunk>(p, v, stream);
   }
 }
 
 template <class T, Form F, int kTN, int kStages>
-void launch_xs_rows(const Params& p, cudaStream_t stream, bool balanced) {
+void launch_xs_rows(const Params& p, const Variant& v, cudaStream_t stream, bool balanced) {
   if (p.m > 8) {
-    launch_xs<T, F, 2, kTN, kStages>(p, stream, balanced);
+    launch_xs<T, F, 2, kTN, kStages>(p, v, stream, balanced);
   } else {
-    launch_xs<T, F, 1, kTN, kStages>(p, stream, balanced);
+    launch_xs<T, F, 1, kTN, kStages>(p, v, stream, balanced);
   }
 }
 
-// The shapes a tuning sweep can pick (f16 Q4 with zero point only): gemv_kernel {kTN,
+// The shapes a variant can name (f16 Q4 with zero point only): gemv_kernel {kTN,
 // kStages, kChunk} (0-8), gemv_xs_kernel {kTN, kStages} (9-15).
 template <class T, Form F>
-bool launch_tuning_variant(const Params& p, int variant, cudaStream_t stream) {
+bool launch_shape(const Params& p, const Variant& v, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, __half> && F == Form::q4_zero_point) {
-    switch (variant) {
-      case 0: launch_rows<T, F, 4, 4, 1>(p, stream); return true;
-      case 1: launch_rows<T, F, 2, 3, 2>(p, stream); return true;
-      case 2: launch_rows<T, F, 2, 4, 2>(p, stream); return true;
-      case 3: launch_rows<T, F, 4, 2, 2>(p, stream); return true;
-      case 4: launch_rows<T, F, 2, 2, 4>(p, stream); return true;
-      case 5: launch_rows<T, F, 4, 3, 2>(p, stream); return true;
-      case 6: launch_rows<T, F, 8, 2, 1>(p, stream); return true;
-      case 7: launch_rows<T, F, 8, 3, 1>(p, stream); return true;
-      case 8: launch_rows<T, F, 2, 6, 1>(p, stream); return true;
+    switch (v.shape) {
+      case 0: launch_rows<T, F, 4, 4, 1>(p, v, stream); return true;
+      case 1: launch_rows<T, F, 2, 3, 2>(p, v, stream); return true;
+      case 2: launch_rows<T, F, 2, 4, 2>(p, v, stream); return true;
+      case 3: launch_rows<T, F, 4, 2, 2>(p, v, stream); return true;
+      case 4: launch_rows<T, F, 2, 2, 4>(p, v, stream); return true;
+      case 5: launch_rows<T, F, 4, 3, 2>(p, v, stream); return true;
+      case 6: launch_rows<T, F, 8, 2, 1>(p, v, stream); return true;
+      case 7: launch_rows<T, F, 8, 3, 1>(p, v, stream); return true;
+      case 8: launch_rows<T, F, 2, 6, 1>(p, v, stream); return true;
       // The xs kernel (activations staged per k-slice group): {kTN, kStages}, 8-warp
       // blocks (9-12) or one balanced block a SM (13-15).
-      case 9: launch_xs_rows<T, F, 4, 4>(p, stream, false); return true;
-      case 10: launch_xs_rows<T, F, 4, 3>(p, stream, false); return true;
-      case 11: launch_xs_rows<T, F, 8, 2>(p, stream, false); return true;
-      case 12: launch_xs_rows<T, F, 8, 3>(p, stream, false); return true;
-      case 13: launch_xs_rows<T, F, 4, 4>(p, stream, true); return true;
-      case 14: launch_xs_rows<T, F, 4, 3>(p, stream, true); return true;
-      case 15: launch_xs_rows<T, F, 8, 2>(p, stream, true); return true;
+      case 9: launch_xs_rows<T, F, 4, 4>(p, v, stream, false); return true;
+      case 10: launch_xs_rows<T, F, 4, 3>(p, v, stream, false); return true;
+      case 11: launch_xs_rows<T, F, 8, 2>(p, v, stream, false); return true;
+      case 12: launch_xs_rows<T, F, 8, 3>(p, v, stream, false); return true;
+      case 13: launch_xs_rows<T, F, 4, 4>(p, v, stream, true); return true;
+      case 14: launch_xs_rows<T, F, 4, 3>(p, v, stream, true); return true;
+      case 15: launch_xs_rows<T, F, 8, 2>(p, v, stream, true); return true;
       default: return false;
     }
   }
   return false;
 }
 
+}  // namespace
+
+// Variant::shape >= 0 runs that entry of the shape table; otherwise the rules below
+// choose the kernel and its shape from M, N and the group size.
 template <class T, Form F>
-void launch_default(const Params& p, cudaStream_t stream) {
-  if (g_tuning.variant >= 0 && launch_tuning_variant<T, F>(p, g_tuning.variant, stream)) return;
+void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
+  if (v.shape >= 0 && launch_shape<T, F>(p, v, stream)) return;
   if constexpr (F == Form::int8) {
     // INT8 streams best from 3 stages (3 blocks per SM at M <= 8).
-    launch_rows<T, F, 2, 3, 1>(p, stream);
+    launch_rows<T, F, 2, 3, 1>(p, v, stream);
   } else {
     // 4 tiles per warp, 4 single-step slots won every group-128 and every M = 16 case
-    // of the sweep (helper-h1, H100); at group 32 and M <= 8, 2 slots of 2 steps (1 KB
+    // of the sweep (H100); at group 32 and M <= 8, 2 slots of 2 steps (1 KB
     // bursts per tile, 64 + 64 B of scales and mins) were 1-4% faster (variant 3).
-    const int sms = multiprocessor_count();
+    const int sms = core::multiprocessor_count();
     const bool wide = blocks_for(p, 4, 2) >= sms;
     if (p.m > 8 && p.groups_per_step == 4 && p.n_tiles > 4 * sms) {  // (2+ columns share x)
       // M = 9..16, group 32: the activations staged once per k-slice group, one
       // balanced block a SM (H100, M = 16: 28672 x 8192 0.0581 ms against 0.0611 for
       // two 8-warp blocks and 0.0635 for gemv_kernel; 8192 x 28672 with 3 stages, 16
-      // warps a block: 0.0591 against 0.0625). bench/NOTES.md, gemv-m16.
+      // warps a block: 0.0591 against 0.0625). bench/notes/weight_only.md.
       if (wide) {
-        launch_xs<T, F, 2, 4, 4>(p, stream, true);
+        launch_xs<T, F, 2, 4, 4>(p, v, stream, true);
       } else {
-        launch_xs<T, F, 2, 4, 3>(p, stream, true);
+        launch_xs<T, F, 2, 4, 3>(p, v, stream, true);
       }
     } else if (p.m > 8 && wide) {
       // M = 9..16, other groups, where two k-slices give every SM a block: 8-warp
       // blocks, two a SM (28672 x 8192 g128: 0.0528 ms against 0.0545 balanced and
       // 0.0619 for gemv_kernel); narrower N keeps gemv_kernel (not measured balanced).
-      launch_xs<T, F, 2, 4, 4>(p, stream, false);
+      launch_xs<T, F, 2, 4, 4>(p, v, stream, false);
     } else if (p.m <= 8 && p.groups_per_step == 4) {
-      launch<T, F, 1, 4, 2, 2>(p, stream);
+      launch<T, F, 1, 4, 2, 2>(p, v, stream);
     } else {
-      launch_rows<T, F, 4, 4, 1>(p, stream);
+      launch_rows<T, F, 4, 4, 1>(p, v, stream);
     }
   }
 }
 
-template <class T>
-void launch_form(const Params& p, Form form, cudaStream_t stream) {
-  switch (form) {
-    case Form::q4_zero_point: return launch_default<T, Form::q4_zero_point>(p, stream);
-    case Form::q4_symmetric: return launch_default<T, Form::q4_symmetric>(p, stream);
-    case Form::int8: return launch_default<T, Form::int8>(p, stream);
-  }
-}
-
-}  // namespace
-
-void set_gemv_tuning(const GemvTuning& tuning) { g_tuning = tuning; }
-
-void launch_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream) {
-  if (bf16) {
-    launch_form<__nv_bfloat16>(p, form, stream);
-  } else {
-    launch_form<__half>(p, form, stream);
-  }
-}
+LOWBIT_WEIGHT_ONLY_PAIRS(run_gemv);
 
 }  // namespace lowbit::cuda::weight_only

@@ -1,6 +1,6 @@
 // Weight-only GEMV for small matrices at small M (the layers of a small model at decode:
 // N and K up to a few thousand, under a few MB of codes), where the streaming kernel
-// (weight_only_gemv.cu) is latency-bound: its ring pipeline is built for matrices that
+// (gemv.cu) is latency-bound: its ring pipeline is built for matrices that
 // take many waves, and a 576 x 576 layer gives each warp less than one step of it.
 //
 // Here one warp owns one tile pair (16 output rows, the A operand of m16n8k16, as in the
@@ -29,8 +29,6 @@ template <Form F>
 constexpr int kMaxSteps = F == Form::int8 ? 2 : 4;  // steps a warp holds: 32 registers of codes
 constexpr int kMaxSplits = 8;                       // warps per block
 constexpr std::int64_t kMaxCodeBytes = 4 << 20;     // above: the streaming kernel
-
-int g_mode = -1;  // set_small_gemv_mode
 
 // The lane's activations of one step: rows r and r + 8, k = 128 step + 32 c .. + 31,
 // zero past K and past M.
@@ -182,40 +180,22 @@ void launch(const Params& p, cudaStream_t stream) {
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace
+
 template <class T, Form F>
-void launch_rows(const Params& p, cudaStream_t stream) {
+void run_small_gemv(const Params& p, const Variant&, cudaStream_t stream) {
   if (p.m > 8) {
     launch<T, F, 2>(p, stream);
   } else {
     launch<T, F, 1>(p, stream);
   }
 }
+LOWBIT_WEIGHT_ONLY_PAIRS(run_small_gemv);
 
-template <class T>
-void launch_form(const Params& p, Form form, cudaStream_t stream) {
-  switch (form) {
-    case Form::q4_zero_point: return launch_rows<T, Form::q4_zero_point>(p, stream);
-    case Form::q4_symmetric: return launch_rows<T, Form::q4_symmetric>(p, stream);
-    case Form::int8: return launch_rows<T, Form::int8>(p, stream);
-  }
-}
+bool small_gemv_takes(const Params& p, Form form) { return p.m <= kGemvMaxRows && splits_for(p, form) <= kMaxSplits; }
 
-}  // namespace
-
-void set_small_gemv_mode(int mode) { g_mode = mode; }
-
-bool small_gemv_takes(const Params& p, Form form) {
-  if (g_mode == 0 || p.m > kGemvMaxRows || splits_for(p, form) > kMaxSplits) return false;
-  const std::int64_t code_bytes = p.n_tiles * p.k_steps * (form == Form::int8 ? 1024 : 512);
-  return g_mode == 1 || code_bytes <= kMaxCodeBytes;
-}
-
-void launch_small_gemv(const Params& p, bool bf16, Form form, cudaStream_t stream) {
-  if (bf16) {
-    launch_form<__nv_bfloat16>(p, form, stream);
-  } else {
-    launch_form<__half>(p, form, stream);
-  }
+bool small_gemv_pays(const Params& p, Form form) {
+  return p.n_tiles * p.k_steps * (form == Form::int8 ? 1024 : 512) <= kMaxCodeBytes;
 }
 
 }  // namespace lowbit::cuda::weight_only

@@ -289,11 +289,11 @@ __global__ void __launch_bounds__(kThreads, 2) mma_kernel(const Params p, int sp
 template <class T, Form F, int kBM>
 void launch(const Params& p, cudaStream_t stream) {
   using L = Layout<F, kBM>;
-  const int sms = multiprocessor_count();
+  const int sms = core::multiprocessor_count();
   const std::int64_t n_blocks = (p.n_tiles + kBlockTiles - 1) / kBlockTiles;
   const std::int64_t m_blocks = (p.m + kBM - 1) / kBM;
   // Split K over a cluster: the split whose grid best fills the resident block slots
-  // (2 per SM), fewest waves on a tie, at least 4 steps per split (helper-8's sweep:
+  // (2 per SM), fewest waves on a tie, at least 4 steps per split (a sweep on the H100:
   // 28672 x 8192 takes 2 at M = 64 and 1 at M = 128; 8192 x 28672 8 and 4 (8 was
   // 19% faster there at M = 128: a tie-break to revisit); 4096 x 4096, 8).
   const std::int64_t slots = 2 * static_cast<std::int64_t>(sms);
@@ -322,32 +322,16 @@ void launch(const Params& p, cudaStream_t stream) {
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace
+
 template <class T, Form F>
-void launch_tile(const Params& p, cudaStream_t stream) {
+void run_mma(const Params& p, const Variant&, cudaStream_t stream) {
   if (p.m <= 32) {
     launch<T, F, 32>(p, stream);
   } else {
     launch<T, F, 64>(p, stream);
   }
 }
-
-template <class T>
-void launch_form(const Params& p, Form form, cudaStream_t stream) {
-  switch (form) {
-    case Form::q4_zero_point: return launch_tile<T, Form::q4_zero_point>(p, stream);
-    case Form::q4_symmetric: return launch_tile<T, Form::q4_symmetric>(p, stream);
-    case Form::int8: return launch_tile<T, Form::int8>(p, stream);
-  }
-}
-
-}  // namespace
-
-void launch_mma(const Params& p, bool bf16, Form form, cudaStream_t stream) {
-  if (bf16) {
-    launch_form<__nv_bfloat16>(p, form, stream);
-  } else {
-    launch_form<__half>(p, form, stream);
-  }
-}
+LOWBIT_WEIGHT_ONLY_PAIRS(run_mma);
 
 }  // namespace lowbit::cuda::weight_only

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/gguf/reader.h"
-#include "lowbit/gemm.h"
+#include "lowbit/weight_only.h"
 
 namespace lowbit::engine {
 

@@ -1,0 +1,153 @@
+// The layout of one layer's decode KV cache (include/lowbit/kv_cache.h), as its CPU
+// twin and its kernels address it: plain pointers and sizes, no ownership; host and
+// device functions (LOWBIT_HD), no CUDA headers, so the CPU tests check the arithmetic.
+//
+// Per layer, K and V each have (H = kv_heads, D = head_dim):
+//   f16    [H][f16_slots][D] FP16 bits. Slots [0, sink) hold positions 0..sink-1;
+//          slots sink + (pos % window) are the window's ring buffer. Per KV head, so
+//          that one head's positions are contiguous for the kernel's 16-byte loads.
+//          full: f16_slots = max_tokens, slot = pos (sink = max_tokens, no ring).
+//   codes  [body_pos][H][code_bytes] quantized body by position (body_pos = pos -
+//          body_base): D bytes (INT8 symmetric, i8) or D/2 (INT4 asymmetric, low
+//          nibble first): the codes of cpu::kv_quantize() over a [H x D] token
+//          matrix (one group per head).
+//   scales [body_pos][H] f16, mins [body_pos][H] f16 (INT4 only): formats::HalfParams,
+//          the f32 scale / min rounded to f16, the codes encoded with the rounded values.
+// Only the default group (one scale (+ min) per token per KV head) is laid out here.
+//
+// A query at the last position sees (DecodeSpan):
+//   [0, sink_end)              FP16, slot = pos
+//   [sink_end, recent_begin)   the quantized body (selective, int8, int4), or dropped
+//                              (window)
+//   [recent_begin, end)        FP16 ring slots (window, selective)
+// full: sink_end = recent_begin = end; int8 / int4: sink_end = 0, recent_begin = end.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "formats/hd.h"
+#include "lowbit/error.h"
+#include "lowbit/kv_cache.h"
+#include "lowbit/tensor.h"
+
+namespace lowbit::core {
+
+enum class KvBody : int { none = 0, int4 = 4, int8 = 8 };
+
+// Sizes of one layer's cache; the same for K and V. (LOWBIT_HD: the kernels use these.)
+struct KvLayerShape {
+  std::int64_t kv_heads = 0, head_dim = 0;
+  std::int64_t sink = 0, window = 0;  // FP16 slots: sink + window (full: sink = max_tokens)
+  KvBody body = KvBody::none;
+  std::int64_t body_base = 0;   // first quantized position (selective: sink)
+  std::int64_t body_slots = 0;  // positions the body holds
+
+  LOWBIT_HD std::int64_t f16_slots() const { return sink + window; }
+  LOWBIT_HD std::int64_t code_bytes() const { return body == KvBody::int4 ? head_dim / 2 : head_dim; }
+  LOWBIT_HD bool has_mins() const { return body == KvBody::int4; }
+  LOWBIT_HD bool drops() const { return body == KvBody::none && window > 0; }  // window policy
+  LOWBIT_HD std::int64_t slot(std::int64_t pos) const { return pos < sink ? pos : sink + pos % window; }
+
+  std::size_t f16_bytes() const { return static_cast<std::size_t>(kv_heads * f16_slots() * head_dim * 2); }
+  std::size_t code_bytes_total() const {
+    return body == KvBody::none ? 0 : static_cast<std::size_t>(body_slots * kv_heads * code_bytes());
+  }
+  std::size_t param_count() const {
+    return body == KvBody::none ? 0 : static_cast<std::size_t>(body_slots * kv_heads);
+  }
+  static constexpr std::size_t kParamBytes = 2;  // f16 scales and mins
+  std::size_t param_bytes_total() const { return param_count() * kParamBytes * (has_mins() ? 2 : 1); }
+};
+
+// One part (K or V) of one layer on the device.
+struct KvPart {
+  std::uint16_t* f16 = nullptr;  // FP16 bits
+  std::uint8_t* codes = nullptr;
+  std::uint16_t* scales = nullptr;  // f16 bits
+  std::uint16_t* mins = nullptr;    // f16 bits, INT4 only
+};
+
+struct KvLayerBuffers {
+  KvPart k, v;
+};
+
+// The positions the newest query (at end - 1) reads, by form.
+struct DecodeSpan {
+  std::int64_t sink_end = 0, recent_begin = 0, end = 0;
+  // Positions the kernel reads: the quantized body counts unless the policy drops it.
+  LOWBIT_HD std::int64_t visible(const KvLayerShape& s) const {
+    return sink_end + (s.drops() ? 0 : recent_begin - sink_end) + (end - recent_begin);
+  }
+};
+
+// The layer shape of a spec; throws lowbit::Error naming the field of a bad one.
+KvLayerShape kv_layer_shape(const KvCacheSpec& spec);
+
+// What the query at the last of `length` (>= 1) positions reads; unchecked, for kernels
+// that read the length from device memory.
+LOWBIT_HD DecodeSpan decode_span_unchecked(const KvLayerShape& s, std::int64_t length) {
+  DecodeSpan span;
+  span.end = length;
+  if (s.window == 0 && s.body == KvBody::none) {  // full
+    span.sink_end = span.recent_begin = length;
+  } else if (s.window == 0) {  // int8 / int4
+    span.sink_end = 0;
+    span.recent_begin = length;
+  } else {  // window / selective: the ring holds the last `window` positions
+    span.sink_end = s.sink < length ? s.sink : length;
+    span.recent_begin = span.sink_end > length - s.window ? span.sink_end : length - s.window;
+  }
+  return span;
+}
+
+// The checked form.
+inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
+  LOWBIT_CHECK(length >= 1, "decode span: length = ", length, ", expected >= 1");
+  return decode_span_unchecked(s, length);
+}
+
+// Flash-decoding split over the visible positions: enough blocks to fill the device
+// (target ~2 per SM), at least kMinSplit positions a split (a block has work to amortize
+// its combine record), at most kMaxSplit (the split's scores live in shared memory).
+struct DecodeSplitPlan {
+  static constexpr std::int64_t kMinSplit = 64, kMaxSplit = 1024, kAlign = 32;
+  std::int64_t splits = 0, split_len = 0;
+};
+
+inline DecodeSplitPlan plan_decode_splits(std::int64_t visible, std::int64_t blocks_per_split, int sm_count) {
+  LOWBIT_CHECK(visible >= 1 && blocks_per_split >= 1 && sm_count >= 1, "decode split plan: visible ", visible,
+               ", blocks_per_split ", blocks_per_split, ", sm_count ", sm_count);
+  using P = DecodeSplitPlan;
+  const std::int64_t want = std::max<std::int64_t>(1, (2 * sm_count + blocks_per_split - 1) / blocks_per_split);
+  std::int64_t len = (visible + want - 1) / want;
+  len = std::clamp<std::int64_t>((len + P::kAlign - 1) / P::kAlign * P::kAlign, P::kMinSplit, P::kMaxSplit);
+  return P{(visible + len - 1) / len, len};
+}
+
+// Query heads per block: the largest of 4, 3, 2, 1 dividing the GQA group, so that a
+// block reads its KV head once for all of them (a group of 8 takes two blocks).
+inline int decode_heads_per_block(std::int64_t group) {
+  for (int g : {4, 3, 2}) {
+    if (group % g == 0) return g;
+  }
+  return 1;
+}
+
+// Scratch floats of the split partials: per query head and split, max, sum and head_dim
+// accumulators.
+inline std::size_t decode_workspace_bytes(std::int64_t n_heads, std::int64_t head_dim, std::int64_t max_splits) {
+  return static_cast<std::size_t>(n_heads * max_splits * (head_dim + 2)) * sizeof(float);
+}
+
+// Positions a cache can be appended at: the window policy's ring never fills (any); every
+// other form holds max_tokens.
+inline std::int64_t kv_positions_held(const KvLayerShape& shape) {
+  if (shape.body == KvBody::none && shape.window > 0) return std::numeric_limits<std::int64_t>::max();
+  return shape.window == 0 && shape.body != KvBody::none ? shape.body_slots
+                                                         : shape.sink + shape.window + shape.body_slots;
+}
+
+}  // namespace lowbit::core

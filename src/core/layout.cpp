@@ -1,0 +1,176 @@
+// The layouts of lowbit's public formats: how many codes, scales and mins a quantized
+// tensor, a block-format tensor or a packed weight matrix holds, and the names of the
+// enums. Every layer sizes its buffers from these.
+#include "core/layout.h"
+
+#include <cstring>
+
+#include "lowbit/block_formats.h"
+#include "lowbit/error.h"
+#include "lowbit/gemm.h"
+#include "lowbit/quant.h"
+#include "lowbit/weight_only.h"
+
+namespace lowbit {
+
+// ---- quantize / dequantize ----------------------------------------------------------
+
+const char* scheme_name(QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::int8_symmetric: return "int8";
+    case QuantScheme::int4_asymmetric: return "int4";
+    case QuantScheme::int8_asymmetric: return "int8_asym";
+    case QuantScheme::int4_symmetric: return "int4_sym";
+  }
+  return "unknown";
+}
+
+int scheme_bits(QuantScheme scheme) {
+  return scheme == QuantScheme::int8_symmetric || scheme == QuantScheme::int8_asymmetric ? 8 : 4;
+}
+
+bool scheme_has_mins(QuantScheme scheme) {
+  return scheme == QuantScheme::int4_asymmetric || scheme == QuantScheme::int8_asymmetric;
+}
+
+DType scheme_code_dtype(QuantScheme scheme) {
+  return scheme == QuantScheme::int8_symmetric ? DType::i8 : DType::u8;
+}
+
+const char* granularity_name(Granularity granularity) {
+  switch (granularity) {
+    case Granularity::per_tensor: return "tensor";
+    case Granularity::per_channel: return "channel";
+    case Granularity::per_token: return "token";
+    case Granularity::per_group: return "group";
+  }
+  return "unknown";
+}
+
+QuantScheme parse_scheme(const char* name) {
+  for (QuantScheme s : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric, QuantScheme::int8_asymmetric,
+                        QuantScheme::int4_symmetric}) {
+    if (std::strcmp(name, scheme_name(s)) == 0) return s;
+  }
+  LOWBIT_FAIL("scheme: expected int8, int4, int8_asym or int4_sym, got '", name, "'");
+}
+
+Granularity parse_granularity(const char* name) {
+  for (Granularity g : {Granularity::per_tensor, Granularity::per_channel, Granularity::per_token,
+                        Granularity::per_group}) {
+    if (std::strcmp(name, granularity_name(g)) == 0) return g;
+  }
+  LOWBIT_FAIL("granularity: expected tensor, channel, token or group, got '", name, "'");
+}
+
+QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
+  QuantLayout layout{};
+  layout.code_cols = scheme_bits(spec.scheme) == 8 ? cols : (cols + 1) / 2;
+  switch (spec.granularity) {
+    case Granularity::per_tensor: layout.scale_rows = 1; layout.scale_cols = 1; break;
+    case Granularity::per_channel: layout.scale_rows = 1; layout.scale_cols = cols; break;
+    case Granularity::per_token: layout.scale_rows = rows; layout.scale_cols = 1; break;
+    case Granularity::per_group:
+      layout.scale_rows = rows;
+      layout.scale_cols = spec.group_size > 0 ? (cols + spec.group_size - 1) / spec.group_size : 0;
+      break;
+  }
+  return layout;
+}
+
+// ---- block formats ------------------------------------------------------------------
+
+const char* block_format_name(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::nf4: return "nf4";
+    case BlockFormat::mxfp4: return "mxfp4";
+    case BlockFormat::nvfp4: return "nvfp4";
+  }
+  return "unknown";
+}
+
+BlockFormat parse_block_format(const char* name) {
+  for (BlockFormat f : {BlockFormat::nf4, BlockFormat::mxfp4, BlockFormat::nvfp4}) {
+    if (name && std::strcmp(name, block_format_name(f)) == 0) return f;
+  }
+  LOWBIT_FAIL("format: expected nf4, mxfp4 or nvfp4, got '", name ? name : "(null)", "'");
+}
+
+namespace core {
+
+void check_block_format(BlockFormat format) {
+  LOWBIT_CHECK(static_cast<int>(format) <= static_cast<int>(BlockFormat::nvfp4), "format: unknown value ",
+               static_cast<int>(format));
+}
+
+}  // namespace core
+
+std::int64_t block_size(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::nf4: return 64;
+    case BlockFormat::mxfp4: return 32;
+    case BlockFormat::nvfp4: return 16;
+  }
+  LOWBIT_FAIL("format: unknown value ", static_cast<int>(format));
+}
+
+std::size_t BlockLayout::code_bytes() const { return static_cast<std::size_t>(rows * code_cols); }
+
+std::size_t BlockLayout::total_bytes() const {
+  return code_bytes() + static_cast<std::size_t>(scale_count) * scale_bytes + (has_global_scale ? sizeof(float) : 0);
+}
+
+BlockLayout block_layout(BlockFormat format, std::int64_t rows, std::int64_t cols) {
+  core::check_block_format(format);
+  LOWBIT_CHECK(rows >= 1, "rows: expected >= 1, got ", rows);
+  LOWBIT_CHECK(cols >= 1, "cols: expected >= 1, got ", cols);
+  const std::int64_t block = block_size(format);
+  LOWBIT_CHECK(cols % block == 0, "cols: ", cols, " is not a multiple of the ", block_format_name(format),
+               " block size ", block);
+  BlockLayout layout;
+  layout.rows = rows;
+  layout.block_size = block;
+  layout.code_cols = cols / 2;
+  layout.blocks_per_row = cols / block;
+  layout.scale_count = rows * layout.blocks_per_row;
+  layout.scale_dtype = format == BlockFormat::nf4 ? DType::f32 : DType::u8;
+  layout.scale_bytes = format == BlockFormat::nf4 ? 4 : 1;
+  layout.has_global_scale = format == BlockFormat::nvfp4;
+  return layout;
+}
+
+std::size_t block_memory_bytes(BlockFormat format, std::int64_t rows, std::int64_t cols) {
+  return block_layout(format, rows, cols).total_bytes();
+}
+
+// ---- integer GEMM ---------------------------------------------------------------------
+
+const char* b_layout_name(BLayout layout) { return layout == BLayout::k_by_n ? "k_by_n" : "n_by_k"; }
+
+
+// ---- weight-only GEMM ---------------------------------------------------------------
+
+namespace core {
+
+formats::WeightPackLayout checked_weight_layout(const WeightOnlySpec& spec, std::int64_t n, std::int64_t k) {
+  LOWBIT_CHECK(n >= 1 && k >= 1, "weight-only: expected a weight shape N x K with N, K >= 1, got ", n, " x ", k);
+  LOWBIT_CHECK(spec.bits == 4 || spec.bits == 8, "spec.bits: expected 4 or 8, got ", spec.bits);
+  LOWBIT_CHECK(spec.act_dtype == DType::f16 || spec.act_dtype == DType::bf16,
+               "spec.act_dtype: expected f16 or bf16, got ", dtype_name(spec.act_dtype));
+  LOWBIT_CHECK(formats::weight_group_size_ok(spec.group_size, k), "spec.group_size: expected 32, 64, 128 or K (",
+               k, ") for one scale per output row, got ", spec.group_size);
+  return formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
+}
+
+}  // namespace core
+
+PackedWeightSizes packed_weight_sizes(const WeightOnlySpec& spec, std::int64_t n, std::int64_t k) {
+  const formats::WeightPackLayout layout = core::checked_weight_layout(spec, n, k);
+  PackedWeightSizes sizes;
+  sizes.code_bytes = layout.code_bytes();
+  sizes.scale_count = layout.scale_count();
+  sizes.min_count = layout.zero_point ? layout.scale_count() : 0;
+  return sizes;
+}
+
+}  // namespace lowbit

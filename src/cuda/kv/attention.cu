@@ -1,0 +1,685 @@
+// Decode attention over the mixed cache of core/kv_layout.h, read in place (flash-decoding).
+//
+// Grid (splits, kv_heads * head groups): a block takes one KV head, GQ of its query
+// heads (so K and V are read once for all of them) and one split of the visible
+// positions. Four warps; a position is read by D/16 lanes, each owning 16 channels (FP16:
+// two 16-byte loads; INT8: one 16-byte load; INT4: one 8-byte load, + the f16 scale/min),
+// so a warp covers 8 (D 64) or 4 (D 128) positions per step. Codes are dequantized in
+// registers with the formats' decode formulas (q * s; fma(q, s, min)), never stored.
+// Prefetch (the engine's decode graph, SplitArgs::prefetch): the rows of the first
+// kPrefetchSteps steps are loaded before griddepcontrol.wait, so that their HBM latency
+// overlaps the kernels before this one; only the rows this step's append writes (the new
+// token, and under selective the token that left the window for the body) wait, and
+// those are read past L1 (__ldcg: a neighbour's early load may have cached their line).
+//   pass 1: scores of the split into shared memory (log2 domain: q is pre-scaled by
+//           log2(e) / sqrt(D)); one warp per head takes the max, p = 2^(s - max), sum.
+//   pass 2: acc += p * v in f32 registers, reduced over the warp's positions by shuffles
+//           and over warps through shared memory, written with (max, sum) per split.
+// The combine kernel rescales the splits' partials by 2^(m_s - M) and divides by the sum.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/device.h"
+#include "cuda/kv/kv_cuda.h"
+#include "core/pdl.cuh"
+#include "formats/float16.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::kv {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChannels = 16;  // per lane
+constexpr int kMaxSplit = static_cast<int>(DecodeSplitPlan::kMaxSplit);
+constexpr int kPrefetchSteps = 2;  // a warp's first steps held in registers (64 positions at D 64)
+
+struct SplitArgs {
+  KvLayerShape shape;
+  KvLayerBuffers layer;
+  int sink_end, recent_begin, end, visible, split_len, splits, group, n_heads;
+  float q_scale;  // log2(e) / sqrt(D)
+  const std::int32_t* device_pos;  // when set, the span is that of *device_pos + 1 positions
+  // Rows other than the append's may be read before griddepcontrol.wait: the caller
+  // guarantees that they were written by work completed before this step's first kernel.
+  bool prefetch;
+  const __half* q;
+  float* acc;      // [n_heads][splits][D]
+  float* max_sum;  // [n_heads][splits][2]
+  // Fused combine (graph form): the last block of each head group to finish combines
+  // the splits into out; counters (one per block row, zero between calls) count them.
+  unsigned* counters;
+  void* out;
+  bool out_f16;
+  // Rows form (prefill; rows_pos0 >= 0, the chunk's first position): blockIdx.z is the
+  // chunk's row row0 + z; q (the chunk's first row here) and out and the partials (this
+  // launch's first) advance by rows; the ring's FP16 positions come from the chunk
+  // (>= rows_pos0) or the snapshot of the ring before it.
+  long long rows_pos0 = -1, row0 = 0;
+  const __half* chunk_k = nullptr;
+  const __half* chunk_v = nullptr;
+  long long chunk_ld = 0, q_ld = 0, out_ld = 0;
+  const std::uint16_t* snap_k = nullptr;  // [kv_heads][window][D]
+  const std::uint16_t* snap_v = nullptr;
+};
+
+// The combine of one query head's splits, shared by the fused form and the combine
+// kernel so that both give the same bits. One warp turns the splits' (max, sum) into
+// weights 2^(m_s - M) in shared memory (`weights`, >= splits floats) and the total
+// L = sum l_s w_s (fixed shuffle order); then each channel is sum_s acc_s w_s / L with
+// its loads unrolled (the splits' partials are independent L2 reads: one at a time, a
+// 33-split combine was ~10 us of round trips). Loads bypass L1: in the fused form other
+// blocks wrote the partials.
+// A lane's first two (max, sum) pairs are loaded at once and kept in registers: one round
+// of L2 loads for up to 64 splits (this runs at the tail of every decode attention).
+__device__ __forceinline__ float combine_weights(const float* max_sum, int splits, int h, float* weights, int lane) {
+  const float2* ms = reinterpret_cast<const float2*>(max_sum) + static_cast<long long>(h) * splits;
+  const float2 none = make_float2(-INFINITY, 0.0f);
+  const float2 e0 = lane < splits ? __ldcg(ms + lane) : none;
+  const float2 e1 = lane + 32 < splits ? __ldcg(ms + lane + 32) : none;
+  float m = fmaxf(e0.x, e1.x);
+  for (int s = lane + 64; s < splits; s += 32) m = fmaxf(m, __ldcg(ms + s).x);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float l = 0.0f;
+  auto weigh = [&](int s, float2 e) {
+    const float w = exp2f(e.x - m);
+    weights[s] = w;
+    l = fmaf(e.y, w, l);
+  };
+  if (lane < splits) weigh(lane, e0);
+  if (lane + 32 < splits) weigh(lane + 32, e1);
+  for (int s = lane + 64; s < splits; s += 32) weigh(s, __ldcg(ms + s));
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  return l;
+}
+
+__device__ __forceinline__ float combine_channel(const float* acc, const float* weights, float total, int splits, int d,
+                                                 int h, int c) {
+  const float* a = acc + static_cast<long long>(h) * splits * d + c;
+  float o = 0.0f;
+#pragma unroll 16
+  for (int s = 0; s < splits; ++s) o = fmaf(__ldcg(a + static_cast<long long>(s) * d), weights[s], o);
+  return o / total;
+}
+
+// Channels c and c + 1 (c even) with 8-byte loads: each channel's sum in combine_channel's
+// order, so the same bits; half the threads, so the fused combine takes one round.
+__device__ __forceinline__ float2 combine_pair(const float* acc, const float* weights, float total, int splits, int d,
+                                               int h, int c) {
+  const float2* a = reinterpret_cast<const float2*>(acc + static_cast<long long>(h) * splits * d + c);
+  float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll 16
+  for (int s = 0; s < splits; ++s) {
+    const float2 v = __ldcg(a + static_cast<long long>(s) * (d / 2));
+    o.x = fmaf(v.x, weights[s], o.x);
+    o.y = fmaf(v.y, weights[s], o.y);
+  }
+  return make_float2(o.x / total, o.y / total);
+}
+
+// Exact small integers to float without I2F (one PRMT or LOP + one FADD): the float
+// 2^23 + b has b in its low mantissa bits. An i8 code q is stored as its two's complement byte;
+// (byte ^ 0x80) as unsigned is q + 128, so q = (2^23 + (byte ^ 0x80)) - (2^23 + 128).
+__device__ __forceinline__ float i8_as_float(std::uint32_t w, int i) {
+  const std::uint32_t flipped = w ^ 0x80808080u;
+  return __uint_as_float(__byte_perm(flipped, 0x4B000000u, 0x7540u | static_cast<unsigned>(i))) - 8388736.0f;
+}
+__device__ __forceinline__ float nibble_as_float(std::uint32_t w, int i) {
+  return __uint_as_float(0x4B000000u | ((w >> (4 * i)) & 0xFu)) - 8388608.0f;
+}
+
+__device__ __forceinline__ void halves(const uint4& u, float* x) {
+  const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+template <int Bits>
+__device__ __forceinline__ bool in_body(const SplitArgs& a, int pos) {
+  return Bits != 0 && pos >= a.sink_end && pos < a.recent_begin;
+}
+
+// The rows this step's append writes: the new token (end - 1) and, under selective, the
+// token that left the window for the body (recent_begin - 1).
+__device__ __forceinline__ bool appended_now(const SplitArgs& a, int pos) {
+  const bool leaves_window = a.shape.body != KvBody::none && a.shape.window > 0 && a.recent_begin > a.sink_end;
+  return pos == a.end - 1 || (leaves_window && pos == a.recent_begin - 1);
+}
+
+template <class T>
+__device__ __forceinline__ T load(const T* p, bool past_l1) {
+  return past_l1 ? __ldcg(p) : __ldg(p);
+}
+
+// A lane's 16 channels [sub * 16, sub * 16 + 16) of one row as stored: FP16 in a and b;
+// body codes in a (INT8: 16 bytes; INT4: a.x, a.y), the f16 scale in b.x, the min in b.y.
+struct RawRow {
+  uint4 a, b;
+};
+
+// Rows: the rows form's kernel (its ring positions are read from the chunk or the
+// snapshot); the decode kernels are compiled without that branch.
+template <int D, int Bits, bool Rows>
+__device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int head, int pos, int sub) {
+  const KvLayerShape& s = a.shape;
+  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  const bool past_l1 = a.prefetch && appended_now(a, pos);
+  RawRow r{};
+  if (!in_body<Bits>(a, pos)) {
+    const std::uint16_t* row;
+    if (Rows && s.window > 0 && pos >= s.sink && pos >= a.rows_pos0) {  // rows form: the chunk's
+      row = reinterpret_cast<const std::uint16_t*>(is_v ? a.chunk_v : a.chunk_k) + (pos - a.rows_pos0) * a.chunk_ld +
+            head * D;
+    } else if (Rows && s.window > 0 && pos >= s.sink) {  // the ring's, before the chunk
+      row = (is_v ? a.snap_v : a.snap_k) + (static_cast<long long>(head) * s.window + pos % s.window) * D;
+    } else {
+      const int slot = pos < s.sink ? pos : static_cast<int>(s.sink) + pos % static_cast<int>(s.window);
+      row = part.f16 + (static_cast<long long>(head) * s.f16_slots() + slot) * D;
+    }
+    const uint4* p = reinterpret_cast<const uint4*>(row + sub * kChannels);
+    r.a = load(p, past_l1);
+    r.b = load(p + 1, past_l1);
+    return r;
+  }
+  if constexpr (Bits != 0) {
+    const long long param = static_cast<long long>(pos - s.body_base) * s.kv_heads + head;
+    r.b.x = load(part.scales + param, past_l1);  // f16 parameters
+    if constexpr (Bits == 8) {
+      r.a = load(reinterpret_cast<const uint4*>(part.codes + param * D + sub * kChannels), past_l1);
+    } else {
+      r.b.y = load(part.mins + param, past_l1);
+      const auto* codes = reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2));
+      const uint2 c = load(codes, past_l1);
+      r.a.x = c.x;
+      r.a.y = c.y;
+    }
+  }
+  return r;
+}
+
+template <int Bits>
+__device__ __forceinline__ void decode_raw(const RawRow& r, bool body, float (&x)[kChannels]) {
+  if (!body) {
+    halves(r.a, x);
+    halves(r.b, x + 8);
+    return;
+  }
+  if constexpr (Bits != 0) {
+    const float scale = formats::half_to_float({static_cast<std::uint16_t>(r.b.x)});
+    if constexpr (Bits == 8) {  // Int8Symmetric::decode: q * s
+      const std::uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale;
+    } else {  // Int4Asymmetric::decode: fma(q, s, min); low nibble first
+      const float min = formats::half_to_float({static_cast<std::uint16_t>(r.b.y)});
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? r.a.x : r.a.y, i % 8), scale, min);
+    }
+  }
+}
+
+// The 16 channels of visible position `pos` of one part, decoded.
+template <int D, int Bits, bool Rows>
+__device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head, int pos, int sub,
+                                         float (&x)[kChannels]) {
+  decode_raw<Bits>(load_raw<D, Bits, Rows>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
+}
+
+// The span fields of a graph launch (length from the position in device memory) or of a
+// row of the rows form.
+__device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
+  const DecodeSpan span = decode_span_unchecked(a.shape, length);
+  a.sink_end = static_cast<int>(span.sink_end);
+  a.recent_begin = static_cast<int>(span.recent_begin);
+  a.end = static_cast<int>(span.end);
+  a.visible = static_cast<int>(span.visible(a.shape));
+}
+
+template <int D, int GQ, int Bits, bool Rows>
+__global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
+  pdl_trigger();
+  SplitArgs a = args;
+  if (!a.prefetch) pdl_wait();
+  if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  if constexpr (Rows) {
+    const long long z = blockIdx.z;
+    resolve_span(a, a.rows_pos0 + a.row0 + z + 1);
+    a.q += (a.row0 + z) * a.q_ld;
+    a.acc += z * a.n_heads * a.splits * D;
+    a.max_sum += z * a.n_heads * a.splits * 2;
+    a.out = a.out_f16 ? static_cast<void*>(static_cast<__half*>(a.out) + z * a.out_ld)
+                      : static_cast<void*>(static_cast<float*>(a.out) + z * a.out_ld);
+  }
+  constexpr int kLanesPerPos = D / kChannels;
+  constexpr int kPosPerWarp = 32 / kLanesPerPos;
+  constexpr int kStep = kWarps * kPosPerWarp;
+  __shared__ float scores[GQ][kMaxSplit];
+  __shared__ float red[kWarps][GQ][D];
+  __shared__ float stats[GQ][2];
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int sub = lane % kLanesPerPos, row = lane / kLanesPerPos;
+  const int groups = a.group / GQ;
+  const int head = static_cast<int>(blockIdx.y) / groups;
+  const int h0 = head * a.group + (static_cast<int>(blockIdx.y) % groups) * GQ;
+  const int split = static_cast<int>(blockIdx.x);
+  const int i0 = split * a.split_len;
+  const int n = min(a.split_len, a.visible - i0);
+  // Visible index -> position: the window policy skips the dropped middle.
+  const int skip = a.shape.drops() ? a.recent_begin - a.sink_end : 0;
+  auto position = [&](int i) { return i < a.sink_end ? i : i + skip; };
+
+  // The rows of the first kPrefetchSteps steps, K and V; under prefetch all but the
+  // append's are loaded before the wait.
+  RawRow kpre[kPrefetchSteps] = {}, vpre[kPrefetchSteps] = {};
+  auto fetch = [&](bool appended) {
+#pragma unroll
+    for (int t = 0; t < kPrefetchSteps; ++t) {
+      const int j = warp * kPosPerWarp + t * kStep + row;
+      if (j >= n) continue;
+      const int p = position(i0 + j);
+      if ((a.prefetch && appended_now(a, p)) != appended) continue;
+      kpre[t] = load_raw<D, Bits, Rows>(a, false, head, p, sub);
+      vpre[t] = load_raw<D, Bits, Rows>(a, true, head, p, sub);
+    }
+  };
+  fetch(false);
+  if (a.prefetch) {
+    pdl_wait();
+    fetch(true);
+  }
+
+  float q[GQ][kChannels];
+#pragma unroll
+  for (int g = 0; g < GQ; ++g) {
+    const uint4* p = reinterpret_cast<const uint4*>(a.q + (h0 + g) * D + sub * kChannels);
+    halves(__ldg(p), q[g]);
+    halves(__ldg(p + 1), q[g] + 8);
+#pragma unroll
+    for (int c = 0; c < kChannels; ++c) q[g][c] *= a.q_scale;
+  }
+
+  // Pass 1: scores. Every lane of a warp runs every step (the shuffles need them all).
+  // The steps past the prefetched ones are unrolled twice so that two steps' loads are
+  // in flight at once: the kernel is latency-bound at decode sizes.
+  auto score = [&](int j, const float (&x)[kChannels]) {
+    float s[GQ];
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
+      s[g] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kChannels; ++c) s[g] = fmaf(q[g][c], x[c], s[g]);
+#pragma unroll
+      for (int o = 1; o < kLanesPerPos; o *= 2) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+    }
+    if (j < n && sub == 0) {
+#pragma unroll
+      for (int g = 0; g < GQ; ++g) scores[g][j] = s[g];
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < kPrefetchSteps; ++t) {
+    const int j = warp * kPosPerWarp + t * kStep + row;
+    float x[kChannels] = {};
+    if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    score(j, x);
+  }
+#pragma unroll 2
+  for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
+    const int j = base + row;
+    float x[kChannels] = {};
+    if (j < n) load_row<D, Bits, Rows>(a, false, head, position(i0 + j), sub, x);
+    score(j, x);
+  }
+  __syncthreads();
+
+  // Softmax of the split, one warp per head (GQ <= kWarps).
+  if (warp < GQ) {
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += 32) m = fmaxf(m, scores[warp][j]);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = exp2f(scores[warp][j] - m);
+      scores[warp][j] = p;
+      l += p;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) stats[warp][0] = m, stats[warp][1] = l;
+  }
+  __syncthreads();
+
+  // Pass 2: p V (no shuffles in these loops).
+  float acc[GQ][kChannels] = {};
+  auto accumulate = [&](int j, const float (&x)[kChannels]) {
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
+      const float p = scores[g][j];
+#pragma unroll
+      for (int c = 0; c < kChannels; ++c) acc[g][c] = fmaf(p, x[c], acc[g][c]);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < kPrefetchSteps; ++t) {
+    const int j = warp * kPosPerWarp + t * kStep + row;
+    if (j >= n) continue;
+    float x[kChannels];
+    decode_raw<Bits>(vpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    accumulate(j, x);
+  }
+#pragma unroll 2
+  for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
+    const int j = base + row;
+    if (j >= n) continue;
+    float x[kChannels];
+    load_row<D, Bits, Rows>(a, true, head, position(i0 + j), sub, x);
+    accumulate(j, x);
+  }
+#pragma unroll
+  for (int g = 0; g < GQ; ++g) {
+#pragma unroll
+    for (int c = 0; c < kChannels; ++c) {
+#pragma unroll
+      for (int o = kLanesPerPos; o < 32; o *= 2) acc[g][c] += __shfl_xor_sync(0xffffffffu, acc[g][c], o);
+    }
+  }
+  if (row == 0) {
+#pragma unroll
+    for (int g = 0; g < GQ; ++g) {
+#pragma unroll
+      for (int c = 0; c < kChannels; ++c) red[warp][g][sub * kChannels + c] = acc[g][c];
+    }
+  }
+  __syncthreads();
+  if (a.splits == 1) {  // nothing to combine: out = acc / l, the combine's value (its weight is 2^0)
+    for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
+      const int g = t / D, d = t % D;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += red[w][g][d];
+      const float v = sum / stats[g][1];
+      if (a.out_f16) {
+        static_cast<__half*>(a.out)[(h0 + g) * D + d] = __float2half_rn(v);
+      } else {
+        static_cast<float*>(a.out)[(h0 + g) * D + d] = v;
+      }
+    }
+    return;
+  }
+  for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
+    const int g = t / D, d = t % D;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += red[w][g][d];
+    a.acc[(static_cast<long long>(h0 + g) * a.splits + split) * D + d] = sum;
+  }
+  if (threadIdx.x < GQ) {
+    float* ms = a.max_sum + (static_cast<long long>(h0 + threadIdx.x) * a.splits + split) * 2;
+    ms[0] = stats[threadIdx.x][0];
+    ms[1] = stats[threadIdx.x][1];
+  }
+  if (!a.counters) return;
+  // Publish the partials, count this block; the last one of the row combines.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1u) == static_cast<unsigned>(a.splits) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // scores[] is free now: it holds the combine weights (splits <= kMaxSplit, checked).
+  __shared__ float totals[GQ];
+  if (warp < GQ) {
+    const float l = combine_weights(a.max_sum, a.splits, h0 + warp, scores[warp], lane);
+    if (lane == 0) totals[warp] = l;
+  }
+  __syncthreads();
+  for (int t = static_cast<int>(threadIdx.x); t < GQ * D / 2; t += kThreads) {
+    const int g = 2 * t / D, h = h0 + g, c = 2 * t % D;
+    const float2 v = combine_pair(a.acc, scores[g], totals[g], a.splits, D, h, c);
+    if (a.out_f16) {
+      static_cast<__half*>(a.out)[h * D + c] = __float2half_rn(v.x);
+      static_cast<__half*>(a.out)[h * D + c + 1] = __float2half_rn(v.y);
+    } else {
+      static_cast<float*>(a.out)[h * D + c] = v.x;
+      static_cast<float*>(a.out)[h * D + c + 1] = v.y;
+    }
+  }
+  if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
+}
+
+// One block per query head (and row of the rows form: blockIdx.y), one thread per channel.
+template <class Out>
+__global__ void decode_combine_kernel(const float* acc, const float* max_sum, int splits, int d, Out* out,
+                                      int n_heads, long long out_ld) {
+  pdl_trigger();
+  pdl_wait();
+  const long long row = blockIdx.y;
+  acc += row * n_heads * splits * d;
+  max_sum += row * n_heads * splits * 2;
+  out += row * out_ld;
+  __shared__ float weights[kMaxSplit];
+  __shared__ float total;
+  const int h = static_cast<int>(blockIdx.x), c = static_cast<int>(threadIdx.x);
+  if (c < 32) {
+    const float l = combine_weights(max_sum, splits, h, weights, c);
+    if (c == 0) total = l;
+  }
+  __syncthreads();
+  const float v = combine_channel(acc, weights, total, splits, d, h, c);
+  if constexpr (sizeof(Out) == 4) {
+    out[h * d + c] = v;
+  } else {
+    out[h * d + c] = __float2half_rn(v);
+  }
+}
+
+template <int D, int GQ, bool Rows>
+void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
+  switch (a.shape.body) {
+    case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0, Rows>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8, Rows>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(decode_split_kernel<D, GQ, 4, Rows>, grid, kThreads, 0, stream, a); break;
+  }
+}
+
+// The rows form takes one query head a block (its kernels: 6 instantiations, not 24).
+template <int D>
+void launch_split(const SplitArgs& a, int gq, dim3 grid, cudaStream_t stream) {
+  if (a.rows_pos0 >= 0) {
+    launch_split<D, 1, true>(a, grid, stream);
+    return;
+  }
+  switch (gq) {
+    case 1: launch_split<D, 1, false>(a, grid, stream); break;
+    case 2: launch_split<D, 2, false>(a, grid, stream); break;
+    case 3: launch_split<D, 3, false>(a, grid, stream); break;
+    default: launch_split<D, 4, false>(a, grid, stream); break;
+  }
+}
+
+}  // namespace
+
+DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads) {
+  LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
+               n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
+  const int gq = decode_heads_per_block(n_heads / shape.kv_heads);
+  return plan_decode_splits(span.visible(shape), n_heads / gq, core::multiprocessor_count());
+}
+
+namespace {
+
+// The rows form's part of a launch: the chunk, the rows [row0, row0 + count) of it that
+// this launch takes, and where the ring's positions before the chunk are.
+struct RowsLaunch {
+  ChunkRows chunk;
+  std::int64_t row0, count;
+  const std::uint16_t* snapshot;
+  std::int64_t out_ld;
+};
+constexpr std::int64_t kRowsSplit = 512;  // positions a split of the rows form
+
+DecodeSplitPlan rows_plan(std::int64_t visible) {
+  return DecodeSplitPlan{(visible + kRowsSplit - 1) / kRowsSplit, kRowsSplit};
+}
+
+// Checks and launches; `span` is the one checked on the host (for a graph launch, that
+// of max_length positions, which also fixes the plan; for the rows form, the last row's).
+void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span,
+                   const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q,
+                   std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                   cudaStream_t stream, const RowsLaunch* rows = nullptr) {
+  const std::int64_t d = shape.head_dim;
+  LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
+  LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "kv_attention: out dtype ",
+               dtype_name(out_dtype), ", expected f32 or f16");
+  LOWBIT_CHECK(0 <= span.sink_end && span.sink_end <= span.recent_begin && span.recent_begin <= span.end &&
+                   span.end >= 1 && span.end < (std::int64_t{1} << 30),
+               "kv_attention: span [", span.sink_end, ", ", span.recent_begin, ", ", span.end, ") is not ordered");
+  LOWBIT_CHECK(span.sink_end <= shape.sink, "kv_attention: sink_end ", span.sink_end, " past the ", shape.sink,
+               " sink slots");
+  // The kernel's vector loads: 16 bytes of FP16, q and INT8 codes, 8 of INT4 codes.
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  LOWBIT_CHECK(aligned(q) && aligned(layer.k.f16) && aligned(layer.v.f16) && aligned(layer.k.codes) &&
+                   aligned(layer.v.codes),
+               "kv_attention: q and the cache's FP16 and code buffers must be 16-byte aligned");
+  LOWBIT_CHECK(span.end - std::max(span.recent_begin, shape.sink) <= shape.window, "kv_attention: ",
+               span.end - span.recent_begin, " recent positions do not fit the window of ", shape.window);
+  if (shape.body != KvBody::none && span.recent_begin > span.sink_end) {
+    LOWBIT_CHECK(span.sink_end >= shape.body_base && span.recent_begin - shape.body_base <= shape.body_slots,
+                 "kv_attention: body positions [", span.sink_end, ", ", span.recent_begin,
+                 ") outside the body's slots");
+  }
+  const DecodeSplitPlan plan = rows ? rows_plan(span.visible(shape)) : kv_attention_plan(shape, span, n_heads);
+  LOWBIT_CHECK(plan.splits <= kMaxSplit, "kv_attention: ", span.visible(shape), " visible positions need ",
+               plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
+  const int group = static_cast<int>(n_heads / shape.kv_heads);
+  const int gq = rows ? 1 : decode_heads_per_block(group);
+  const std::int64_t row_count = rows ? rows->count : 1;
+  const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
+  const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
+  LOWBIT_CHECK(workspace_bytes >= need, "kv_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
+  SplitArgs a{shape,
+              layer,
+              static_cast<int>(span.sink_end),
+              static_cast<int>(span.recent_begin),
+              static_cast<int>(span.end),
+              static_cast<int>(span.visible(shape)),
+              static_cast<int>(plan.split_len),
+              static_cast<int>(plan.splits),
+              group,
+              static_cast<int>(n_heads),
+              1.4426950408889634f / std::sqrt(static_cast<float>(d)),
+              device_pos,
+              prefetch,
+              static_cast<const __half*>(q),
+              static_cast<float*>(workspace),
+              static_cast<float*>(workspace) + row_count * n_heads * plan.splits * d,
+              fused_combine ? reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + partials) : nullptr,
+              out,
+              out_dtype == DType::f16};
+  if (rows) {
+    const ChunkRows& c = rows->chunk;
+    const auto* base = static_cast<const __half*>(c.base);
+    a.rows_pos0 = c.pos0;
+    a.row0 = rows->row0;
+    a.chunk_k = base + c.k_col;
+    a.chunk_v = base + c.v_col;
+    a.chunk_ld = a.q_ld = c.ld;
+    a.out_ld = rows->out_ld;
+    if (rows->snapshot) {
+      a.snap_k = rows->snapshot;
+      a.snap_v = rows->snapshot + shape.kv_heads * shape.window * d;
+    }
+  }
+  const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq),
+                  static_cast<unsigned>(row_count));
+  if (d == 64) {
+    launch_split<64>(a, gq, grid, stream);
+  } else {
+    launch_split<128>(a, gq, grid, stream);
+  }
+  if (fused_combine || plan.splits == 1) return;  // one split: the split kernel wrote out
+  const dim3 heads(static_cast<unsigned>(n_heads), static_cast<unsigned>(row_count));
+  const auto threads = static_cast<unsigned>(d);
+  if (out_dtype == DType::f32) {
+    launch_pdl(decode_combine_kernel<float>, heads, threads, 0, stream, a.acc, a.max_sum, a.splits,
+               static_cast<int>(d), static_cast<float*>(out), static_cast<int>(n_heads), a.out_ld);
+  } else {
+    launch_pdl(decode_combine_kernel<__half>, heads, threads, 0, stream, a.acc, a.max_sum, a.splits,
+               static_cast<int>(d), static_cast<__half*>(out), static_cast<int>(n_heads), a.out_ld);
+  }
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void kv_attention(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span, const void* q,
+                      std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                      cuda_stream_t stream) {
+  launch_decode(shape, layer, span, nullptr, false, false, q, n_heads, out, out_dtype, workspace, workspace_bytes,
+                stream);
+}
+
+void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
+                         std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
+                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete) {
+  LOWBIT_CHECK(device_pos != nullptr, "kv_attention_at: null device position");
+  launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, q, n_heads, out,
+                out_dtype, workspace, workspace_bytes, stream);
+}
+
+std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
+                                            std::int64_t max_length) {
+  LOWBIT_CHECK(rows >= 1 && max_length >= 1, "kv_attention_rows_workspace: rows ", rows, ", max_length ",
+               max_length);
+  const std::int64_t splits = rows_plan(decode_span(shape, max_length).visible(shape)).splits;
+  return decode_workspace_bytes(n_heads, shape.head_dim, splits) * static_cast<std::size_t>(rows);
+}
+
+void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                           const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld,
+                           void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
+  const std::int64_t d = shape.head_dim;
+  check_chunk_rows(shape, chunk, "kv_attention_rows");
+  LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
+               " query columns");
+  LOWBIT_CHECK(out_ld >= n_heads * d, "kv_attention_rows: out_ld ", out_ld, " < ", n_heads * d);
+  LOWBIT_CHECK(shape.window == 0 || chunk.pos0 <= shape.sink || snapshot != nullptr,
+               "kv_attention_rows: the ring's positions before the chunk need its snapshot");
+  // As many rows a launch as the workspace holds (the last row's plan serves them all).
+  const DecodeSpan last = decode_span(shape, chunk.pos0 + chunk.rows);
+  const std::size_t per_row = decode_workspace_bytes(n_heads, d, rows_plan(last.visible(shape)).splits);
+  const auto per_launch = static_cast<std::int64_t>(workspace_bytes / per_row);
+  LOWBIT_CHECK(per_launch >= 1, "kv_attention_rows: workspace of ", workspace_bytes, " bytes, a row needs ",
+               per_row);
+  for (std::int64_t r0 = 0; r0 < chunk.rows; r0 += per_launch) {
+    const RowsLaunch rows{chunk, r0, std::min(per_launch, chunk.rows - r0), static_cast<const std::uint16_t*>(snapshot),
+                          out_ld};
+    launch_decode(shape, layer, last, nullptr, false, false, chunk.base, n_heads,
+                  static_cast<std::uint16_t*>(out) + r0 * out_ld, DType::f16, workspace, workspace_bytes, stream,
+                  &rows);
+  }
+}
+
+std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
+                                             std::int64_t max_length) {
+  // A plan's splits are at most max(target blocks, visible / kMaxSplit) (core/kv_layout.h).
+  const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads);
+  const std::int64_t blocks = n_heads / decode_heads_per_block(n_heads / shape.kv_heads);
+  const std::int64_t want = (2 * core::multiprocessor_count() + blocks - 1) / blocks;
+  const std::int64_t bound = std::max({plan.splits, want, max_length / DecodeSplitPlan::kMaxSplit + 1});
+  return decode_workspace_bytes(n_heads, shape.head_dim, bound) + static_cast<std::size_t>(blocks) * sizeof(unsigned);
+}
+
+}  // namespace lowbit::cuda::kv

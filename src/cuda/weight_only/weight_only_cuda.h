@@ -1,0 +1,80 @@
+// The weight-only GEMM family on the GPU (include/lowbit/weight_only.h): its kernels as
+// a table of variants, the dispatch's choice among them, and the one launch switch over
+// the activation type and weight form. Arguments arrive validated (the public entry, or
+// the engine once at model upload); nothing here allocates or synchronizes. No CUDA
+// headers, so host code and tests include it.
+//
+// Kernels:
+//   small_gemv  M <= 16, small matrices (the layers of small models): every warp holds
+//               its tile pair's codes in registers, loaded before the dependency wait
+//   gemv        M <= 16: weights streamed through a per-warp cp.async ring, mma.sync;
+//               for M > 8 with the activations staged once per k-slice group
+//   mma         any M: a tiled tensor-core kernel, split-K over a thread-block cluster
+#pragma once
+
+#include <cstdint>
+
+#include "lowbit/tensor.h"
+#include "lowbit/weight_only.h"
+
+namespace lowbit::cuda::weight_only {
+
+enum class Form : int { q4_zero_point, q4_symmetric, int8 };
+
+// The raw arguments every kernel takes (formats/weight_pack.h has the packed layout).
+struct Params {
+  const void* x = nullptr;  // [M x K] act dtype, row stride ldx
+  std::int64_t ldx = 0;
+  bool x_vec16 = false;     // x and ldx allow 16-byte loads of 8 elements
+  const std::uint8_t* codes = nullptr;
+  const std::uint16_t* scales = nullptr;
+  const std::uint16_t* mins = nullptr;
+  const std::uint16_t* bias = nullptr;  // [N] or null
+  std::int64_t bias_stride = 0;
+  void* out = nullptr;  // [M x N] act dtype, row stride ldo
+  std::int64_t ldo = 0;
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t n_tiles = 0, k_steps = 0, groups = 0;
+  int group_shift = 0, groups_per_step = 0;
+};
+
+// Rows the GEMV kernels take: one m16 mma tile.
+constexpr std::int64_t kGemvMaxRows = 16;
+
+enum class Kernel : int { small_gemv, gemv, mma };
+
+// A kernel and its tuning: the dispatch's choice (pick) or a benchmark's sweep.
+struct Variant {
+  Kernel kernel = Kernel::gemv;
+  // gemv (f16 weights with zero points only): an entry of its shape table, 0..8 the
+  // streaming kernel's {tiles a warp, ring stages, steps a slot}, 9..15 the staged-
+  // activation kernel's; -1: the rules of gemv.cu.
+  int shape = -1;
+  int k_slices = 0;     // gemv: the K split inside a block; 0: the kernel's rule
+  bool rotate = false;  // gemv: each warp starts its K range at a staggered chunk
+  // gemv: programmatic dependent launch: 0 off, 1 wait first, 2 prefetch the weights
+  // before the wait (the default), -1 the default.
+  int pdl = -1;
+};
+constexpr int kGemvShapes = 16;
+
+Form form_of(const WeightOnlySpec& spec);
+
+// The kernels' arguments from validated views.
+Params make_params(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out);
+
+// Whether a variant takes these arguments (M range, register or shared-memory limits).
+bool takes(const Variant& variant, const Params& p, Form form);
+
+// The production choice: for M <= 16 the small-matrix kernel where it takes the shape,
+// else the streaming GEMV; the tiled tensor-core kernel above.
+Variant pick(const Params& p, Form form);
+
+// Runs `variant` (which must take p) on `stream`.
+void launch(const Params& p, DType act_dtype, Form form, const Variant& variant, cuda_stream_t stream);
+
+// pick + launch: what the public entry and the engine call.
+void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
+                      cuda_stream_t stream);
+
+}  // namespace lowbit::cuda::weight_only
