@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import backend_of, dtype_name
 
 LowbitError = _lowbit.LowbitError
@@ -45,21 +45,28 @@ def block_encode(x, fmt: str = "nf4") -> BlockWeights:
     nf4 64, mxfp4 32, nvfp4 16) into a new BlockWeights of x's library on x's device.
     CUDA work runs on the current stream. Raises LowbitError (the C++ message) on bad
     arguments or NaN/Inf in x."""
-    backend = backend_of(x)
-    _check_rank2(x, "x")
-    if backend.compiling():
-        from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+    try:
+        backend = backend_of(x)
+        _check_rank2(x, "x")
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
 
-        codes, scales, global_scale = backend.torch.ops.lowbit.block_encode(x, fmt)
-        return BlockWeights(codes, scales, global_scale if fmt == "nvfp4" else None, fmt, (x.shape[0], x.shape[1]))
-    codes, scales, global_scale = block_encode_with(backend, x, fmt)
-    return BlockWeights(codes, scales, global_scale, fmt, (int(x.shape[0]), int(x.shape[1])))
+            codes, scales, global_scale = backend.torch.ops.lowbit.block_encode(x, fmt)
+            return BlockWeights(codes, scales, global_scale if fmt == "nvfp4" else None, fmt,
+                                (x.shape[0], x.shape[1]))
+        codes, scales, global_scale = block_encode_with(backend, x, fmt)
+        return BlockWeights(codes, scales, global_scale, fmt, (int(x.shape[0]), int(x.shape[1])))
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"x": x})
+        raise
 
 
 def block_encode_with(backend, x, fmt: str):
     """(codes, scales, global_scale or None) of block_encode for a known backend (the torch
     custom op's implementation)."""
     rows, cols = int(x.shape[0]), int(x.shape[1])
+    if rows * cols >= _checks.LARGE_OUTPUT:
+        _checks.check_inputs((x, "x"))
     code_cols, scale_count, scale_dtype, has_global, _ = _lowbit.block_layout(fmt, rows, cols)
     codes = backend.empty((rows, code_cols), "u8", x)
     scales = backend.empty((scale_count,), scale_dtype, x)
@@ -78,26 +85,38 @@ def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = Non
     """The values of an encoded tensor as a new [rows, cols] array of `dtype` (float32,
     float16 or bfloat16), each decoded value rounded once. Pass a BlockWeights alone, or
     its parts (codes, scales, global_scale, fmt); cols defaults to 2 * codes.shape[1]."""
-    if isinstance(codes, BlockWeights):
-        w = codes
-        codes, scales, global_scale, fmt = w.codes, w.scales, w.global_scale, w.fmt
-        cols = w.shape[1] if cols is None else cols
-    if fmt is None or scales is None:
-        raise LowbitError("block_decode: pass a BlockWeights, or codes, scales, global_scale and fmt")
-    backend = backend_of(codes)
-    _check_rank2(codes, "codes")
-    if cols is None:
-        cols = 2 * codes.shape[1]
-    if backend.compiling():
-        from . import torch_ops  # noqa: F401
+    try:
+        if isinstance(codes, BlockWeights):
+            w = codes
+            codes, scales, global_scale, fmt = w.codes, w.scales, w.global_scale, w.fmt
+            cols = w.shape[1] if cols is None else cols
+        if fmt is None or scales is None:
+            raise LowbitError("block_decode: pass a BlockWeights, or codes, scales, global_scale and fmt")
+        backend = backend_of(codes)
+        _check_rank2(codes, "codes")
+        if cols is None:
+            cols = 2 * codes.shape[1]
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401
 
-        return backend.torch.ops.lowbit.block_decode(codes, scales, global_scale, fmt, cols, dtype_name(dtype))
-    return block_decode_with(backend, codes, scales, global_scale, fmt, int(cols), dtype_name(dtype))
+            return backend.torch.ops.lowbit.block_decode(codes, scales, global_scale, fmt, cols, dtype_name(dtype))
+        return block_decode_with(backend, codes, scales, global_scale, fmt, int(cols), dtype_name(dtype))
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"codes": codes, "scales": scales, "global_scale": global_scale},
+                        ints={"cols": cols})
+        raise
 
 
 def block_decode_with(backend, codes, scales, global_scale, fmt: str, cols: int, out_dtype: str):
     """block_decode for a known backend (the torch custom op's implementation)."""
-    out = backend.empty((int(codes.shape[0]), int(cols)), out_dtype, codes)
+    rows = int(codes.shape[0])
+    if rows * cols >= _checks.LARGE_OUTPUT:  # cols came from the caller: it must fit the codes first
+        _checks.check_inputs((codes, "codes"))
+        code_cols = _lowbit.block_layout(fmt, rows, cols)[0]
+        if code_cols != codes.shape[1]:
+            raise LowbitError(f"cols: {cols} columns take {code_cols} code bytes a row, but codes has "
+                              f"{codes.shape[1]}")
+    out = backend.empty((rows, int(cols)), out_dtype, codes)
     stream = backend.stream(codes)
     _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
     return out

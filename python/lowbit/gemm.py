@@ -2,10 +2,11 @@
 scale + bias + ReLU epilogue."""
 from __future__ import annotations
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import backend_of, dtype_name
 
 LowbitError = _lowbit.LowbitError
+_LARGE_OUTPUT = _checks.LARGE_OUTPUT
 
 
 def _n_of(b, b_layout: str, what: str) -> int:
@@ -60,6 +61,8 @@ def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, ou
 
 def matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, relu, b_layout, out_name):
     """The product for a known backend (the torch custom ops' implementation)."""
+    if a.shape[0] * n >= _LARGE_OUTPUT:
+        _checks.check_inputs((a, "a"), (b, "b"))
     out = backend.empty((a.shape[0], n), out_name, a)
     if scale_a is not None:
         scale_a = _as_scale(backend, scale_a, a)
@@ -82,7 +85,11 @@ def int8_matmul(a, b, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=F
     default, or float16 / bfloat16) = relu?(((acc * scale_a) * scale_b) * scale_c + bias), with
     scale_a a number or float32 [1] / [M], scale_b a number or float32 [1] / [N], bias float32 [N].
     """
-    return _matmul("int8", a, b, 0, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, "a", "b")
+    try:
+        return _matmul("int8", a, b, 0, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, "a", "b")
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+        raise
 
 
 def int4_matmul(a_packed, b_packed, k, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=False,
@@ -91,5 +98,10 @@ def int4_matmul(a_packed, b_packed, k, scale_a=None, scale_b=None, scale_c=1.0, 
     along K, low nibble first: a_packed uint8 [M, ceil(K/2)], b_packed uint8 [ceil(K/2), N]
     ("k_by_n") or [N, ceil(K/2)] ("n_by_k"). K is given because packing hides its parity.
     quantize_tensor(x, "int4_sym", ...) produces this operand form."""
-    return _matmul("int4", a_packed, b_packed, int(k), scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype,
-                   "a_packed", "b_packed")
+    try:
+        return _matmul("int4", a_packed, b_packed, int(k), scale_a, scale_b, scale_c, bias, relu, b_layout,
+                       out_dtype, "a_packed", "b_packed")
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"a_packed": a_packed, "b_packed": b_packed, "scale_a": scale_a,
+                                       "scale_b": scale_b, "bias": bias}, ints={"k": k})
+        raise

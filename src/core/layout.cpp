@@ -65,8 +65,8 @@ Granularity parse_granularity(const char* name) {
 }
 
 QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
-  LOWBIT_CHECK(rows >= 1, "rows: expected >= 1, got ", rows);
-  LOWBIT_CHECK(cols >= 1, "cols: expected >= 1, got ", cols);
+  LOWBIT_CHECK(rows >= 1 && cols >= 1, "quant_layout: expected a non-empty shape (rows, cols >= 1), got ", rows,
+               " x ", cols);
   QuantLayout layout{};
   layout.code_cols = scheme_bits(spec.scheme) == 8 ? cols : cols / 2 + cols % 2;  // ceil(cols / 2), no overflow
   switch (spec.granularity) {

@@ -100,7 +100,7 @@ TEST(SizeOverflow, LayoutHelpersCheckTheirProducts) {
   EXPECT_LOWBIT_ERROR(block_memory_bytes(BlockFormat::mxfp4, k2to33, k2to33), "block layout: code bytes");
   const QuantSpec group{QuantScheme::int4_asymmetric, Granularity::per_group, 16};
   EXPECT_LOWBIT_ERROR(quant_layout(group, k2to62, k2to62), "quant_layout: scale count");
-  EXPECT_LOWBIT_ERROR(quant_layout(kInt8Channel, 0, 4), "rows: expected >= 1, got 0");
+  EXPECT_LOWBIT_ERROR(quant_layout(kInt8Channel, 0, 4), "quant_layout: expected a non-empty shape (rows, cols >= 1), got 0 x 4");
   const WeightOnlySpec w4{4, 32, true, DType::f16};
   EXPECT_LOWBIT_ERROR(packed_weight_sizes(w4, k2to62, 128), "weight-only: N x K = 4611686018427387904 x 128");
   EXPECT_LOWBIT_ERROR(packed_weight_sizes(w4, 128, k2to62), "expected N, K < 2^31");
