@@ -18,21 +18,20 @@ export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 pip_source=()
 [ -d .wheels ] && pip_source=(--no-index --find-links .wheels)
 
-# The build and test dependencies, where missing (import name = package name, with - for _).
+# The build and test dependencies, where missing (import name:package name). gguf is
+# llama.cpp's Python GGUF reader and NumPy dequantizers, which check lowbit's GGUF files;
+# it needs only numpy and pyyaml to import (its other dependencies serve downloads).
 missing=()
-for module in numpy pytest nanobind scikit_build_core; do
-  "$python" -c "import $module" 2>/dev/null || missing+=("${module//_/-}")
+for pair in numpy:numpy pytest:pytest nanobind:nanobind scikit_build_core:scikit-build-core yaml:pyyaml; do
+  "$python" -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "python-test: installing ${missing[*]}"
   "$python" -m pip install -q "${pip_source[@]}" "${missing[@]}"
 fi
-# gguf, for test_hf_cache's default model, where transformers is (which brings gguf's
-# own dependencies): from .wheels/ only, into this interpreter.
-if ls .wheels/gguf-*.whl >/dev/null 2>&1 && "$python" -c "import transformers" 2>/dev/null &&
-  ! "$python" -c "import gguf" 2>/dev/null; then
-  echo "python-test: installing gguf from .wheels"
-  "$python" -m pip install -q --no-index --find-links .wheels --no-deps gguf
+if ! "$python" -c "import gguf" 2>/dev/null; then
+  echo "python-test: installing gguf"
+  "$python" -m pip install -q "${pip_source[@]}" --no-deps gguf
 fi
 
 # No build isolation: the build dependencies installed above are used as they are, so
@@ -40,4 +39,7 @@ fi
 echo "python-test: building and installing lowbit (LOWBIT_CUDA=$LOWBIT_CUDA)"
 "$python" -m pip install -q --no-build-isolation --no-deps "${pip_source[@]}" .
 
+# The CLI the GGUF tests drive, where it is built (scripts/build.sh).
+cli="$PWD/${BUILD_DIR:-build}/bin/lowbit"
+[ -z "${LOWBIT_CLI:-}" ] && [ -x "$cli" ] && export LOWBIT_CLI="$cli"
 "$python" -m pytest python/tests -q -rs "$@"

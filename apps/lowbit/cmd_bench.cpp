@@ -3,9 +3,13 @@
 #include <limits>
 #include <string>
 
+#include "bench/decode/decode_bench.h"
+#include "bench/decode/kv_attention_bench.h"
 #include "bench/gemm/gemm_bench.h"
 #include "bench/kvquant/kvquant_bench.h"
 #include "commands.h"
+#include "engine_setup.h"
+#include "lowbit/error.h"
 #include "options.h"
 
 namespace lowbit::cli {
@@ -57,16 +61,102 @@ int bench_gemm(const Args& args) {
   return bench::run_gemm_bench(options);
 }
 
+// "a,b,c" -> {"a", "b", "c"} (empty items are an error naming the option).
+std::vector<std::string> split_list(const std::string& text, const char* option) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    LOWBIT_CHECK(!items.back().empty(), option, ": empty item in '", text, "'");
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
+// "2048,8192" -> {2048, 8192}: positive lengths up to 2^30.
+std::vector<std::int64_t> parse_lengths(const std::string& text, const char* option) {
+  std::vector<std::int64_t> out;
+  for (const std::string& item : split_list(text, option)) {
+    std::size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    LOWBIT_CHECK(used == item.size() && value >= 1 && value <= (1LL << 30), option,
+                 ": expected positive integers, got '", item, "'");
+    out.push_back(value);
+  }
+  return out;
+}
+
+int bench_decode(const Args& args) {
+  bench::DecodeBenchOptions options;
+  std::string model, contexts = "2048", policies = "full";
+  std::int64_t runs = options.runs;
+  Options cli("lowbit bench decode",
+              "Batch-1 decode on the GPU after a prompt of each context length, per KV-cache policy: tokens/s\n"
+              "(median [min, max] of the runs), device ms a token, bytes a token reads (weights + the cache as\n"
+              "held) against the copy ceiling measured in the same run, prefill tokens/s of the prompt, device\n"
+              "memory in use. Models of real shape without a download: lowbit model synth.");
+  cli.text("--model", &model, "PATH", "a GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("--context", &contexts, "N[,N...]", "prompt lengths (default 2048)");
+  cli.text("--policy", &policies, "P[,P...]", "full, window, selective8, selective4, int8, int4 (default full)");
+  cli.integer("--steps", &options.steps, 1, 1 << 20, "decode steps a run (default 128)");
+  cli.integer("--runs", &runs, 1, 100, "runs a case (default 3)");
+  cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens of window / selective (default 16)");
+  cli.integer("--window", &options.window, 1, 1 << 20, "window tokens of window / selective (default 32)");
+  cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
+  if (const auto status = cli.parse(args)) return *status;
+  options.model_path = resolve_model_path(model);
+  options.runs = static_cast<int>(runs);
+  options.contexts = parse_lengths(contexts, "--context");
+  options.policies = split_list(policies, "--policy");
+  return bench::run_decode_bench(options);
+}
+
+int bench_kv_attention(const Args& args) {
+  bench::KvAttentionBenchOptions options;
+  std::string contexts = "2048,8192,32768,131072", policies = "full,selective8,selective4,int8,int4";
+  Options cli("lowbit bench kv-attention",
+              "The decode attention of one layer (one query token over the KV cache) on the GPU, per context\n"
+              "length, policy and kernel (simt: f32 on the CUDA cores; mma: tensor cores): time, the bytes it\n"
+              "must read (the visible cache as held) and that against the copy ceiling measured in the same run.\n"
+              "The kernels' outputs are compared first.");
+  cli.integer("--heads", &options.n_heads, 1, 4096, "query heads (default 32)");
+  cli.integer("--kv-heads", &options.kv_heads, 1, 1024, "KV heads (default 8)");
+  cli.integer("--head-dim", &options.head_dim, 64, 128, "64 or 128 (default 128)");
+  cli.text("--context", &contexts, "N[,N...]", "cached positions (default 2048,8192,32768,131072)");
+  cli.text("--policy", &policies, "P[,P...]", "full, window, selective8, selective4, int8, int4 (default all but window)");
+  cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens (default 16)");
+  cli.integer("--window", &options.window, 1, 1 << 20, "window tokens (default 32)");
+  cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
+  if (const auto status = cli.parse(args)) return *status;
+  options.contexts = parse_lengths(contexts, "--context");
+  options.policies = split_list(policies, "--policy");
+#if LOWBIT_WITH_CUDA
+  return bench::run_kv_attention_bench(options);
+#else
+  LOWBIT_FAIL("bench kv-attention: this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
+#endif
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    (args.empty() ? std::cerr : std::cout) << "usage: lowbit bench <kvquant|gemm> [options]\n";
+    (args.empty() ? std::cerr : std::cout) << "usage: lowbit bench <kvquant|gemm|decode|kv-attention> [options]\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "kvquant") return bench_kvquant(Args(args.begin() + 1, args.end()));
   if (args[0] == "gemm") return bench_gemm(Args(args.begin() + 1, args.end()));
-  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant, gemm)\n";
+  if (args[0] == "decode") return bench_decode(Args(args.begin() + 1, args.end()));
+  if (args[0] == "kv-attention" || args[0] == "decode-attention") {
+    return bench_kv_attention(Args(args.begin() + 1, args.end()));
+  }
+  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant, gemm, decode, kv-attention)\n";
   return 2;
 }
 

@@ -65,7 +65,7 @@ int cmd_eval_kvcache(const Args& args) {
               "full cache's, decode tokens/s after that prompt and after a --speed-prompt-token prompt,\n"
               "KV-cache bytes (and at --memory-tokens tokens against full), and a PNG of KV-cache bytes\n"
               "against generated tokens, one line per policy.");
-  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("--model", &model_path, "PATH|NAME", k_model_option_help);
   cli.text("--file", &file, "PATH", "perplexity text (default: data/wikitext-2-raw/wiki.test.raw)");
   cli.integer("--context", &context, 2, 1 << 20, "perplexity window (default 512)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "perplexity windows per policy (default 8; 0: all)");

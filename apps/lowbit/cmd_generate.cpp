@@ -21,7 +21,7 @@ int cmd_generate(const Args& args) {
               "Greedy generation with a KV-cache policy, on the GPU (lowbit's kernels) or the CPU reference;\n"
               "the text streams to stdout, the statistics (prefill and decode speed, KV-cache bytes) to stderr.");
   cli.text("--prompt", &prompt, "TEXT", "the prompt (required)");
-  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("--model", &model_path, "PATH|NAME", k_model_option_help);
   cli.integer("--max-new-tokens", &max_new, 1, 1 << 20, "tokens to generate at most (default 200)");
   cli.flag("--chat", &chat, "wrap the prompt in the model's chat template (instruct models)");
   kv.declare(cli, /*with_policy=*/true);

@@ -24,7 +24,7 @@ int cmd_perplexity(const Args& args) {
               "reference: each window of --context tokens is evaluated from an empty KV cache with the policy;\n"
               "the first window scores all its predictions, later ones their last --stride tokens.");
   cli.text("--file", &file, "PATH", "the text (default: data/wikitext-2-raw/wiki.test.raw)");
-  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("--model", &model_path, "PATH|NAME", k_model_option_help);
   cli.integer("--context", &context, 2, 1 << 20, "tokens per window (default 512)");
   cli.integer("--stride", &stride, 0, 1 << 20, "tokens between windows (default: --context)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "stop after N windows (default 0: all)");

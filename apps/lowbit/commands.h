@@ -15,5 +15,6 @@ int cmd_perplexity(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_eval_kvcache(const Args& args);
 int cmd_eval_attention(const Args& args);
+int cmd_model(const Args& args);
 
 }  // namespace lowbit::cli

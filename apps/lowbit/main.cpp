@@ -18,7 +18,10 @@ void usage(std::ostream& out) {
          "  eval kvcache    the seed-002 table: perplexity, ROUGE-L, tokens/s and KV memory per policy, and\n"
          "                  the memory-vs-tokens plot (PNG)\n"
          "  eval attention  the seed-004 table: four quantized-attention pipelines (NF4/MXFP4/NVFP4 weights)\n"
-         "                  timed and checked against an FP64 reference, formats' round trip and memory\n\n"
+         "                  timed and checked against an FP64 reference, formats' round trip and memory\n"
+         "  model synth     writes a GGUF model of a real shape (Llama 3 1B-8B, ...) with random weights\n"
+         "  model dequant   decodes one tensor of a GGUF file to raw f32, as the CPU engine does\n"
+         "  model tokenize  a text's token ids under a model's tokenizer\n\n"
          "Run `lowbit <command> --help` for its options.\n";
 }
 
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
     if (args[0] == "generate") return lowbit::cli::cmd_generate(rest);
     if (args[0] == "perplexity") return lowbit::cli::cmd_perplexity(rest);
     if (args[0] == "eval") return lowbit::cli::cmd_eval(rest);
+    if (args[0] == "model") return lowbit::cli::cmd_model(rest);
     std::cerr << "lowbit: unknown command '" << args[0] << "'\n\n";
     usage(std::cerr);
     return 2;

@@ -1,29 +1,30 @@
-"""The engine tokenizer's expected ids (tests/data/smollm2_tokenizer_cases.tsv, which the
-CPU test holds lowbit's tokenizer to) are Hugging Face's: scripts/hf-tokenizer-ids.py
-rebuilds them with the tokenizer transformers makes from the default model's GGUF.
-Bytes the vocabulary has no token for are dropped by both, never turned into a token."""
-import os
-import subprocess
-import sys
+"""lowbit's tokenizer against Hugging Face's on scripts/check_tokenizer_hf.py's fixed text
+set, for each fetched model (SmolLM2-135M, Qwen2.5-0.5B): transformers reads the same GGUF.
+Skips without transformers (the GPU machine has it), the CLI or the model file."""
+import importlib.util
+import pathlib
 
 import pytest
+from conftest import has_module, lowbit_cli
 
-from conftest import has_module
+pytestmark = pytest.mark.skipif(not (has_module("transformers") and has_module("gguf")),
+                                reason="needs transformers and gguf (to load the tokenizer from the GGUF file)")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def default_model_path():
-    cache = os.environ.get("LOWBIT_CACHE") or os.path.expanduser("~/.cache/lowbit")
-    path = os.environ.get("LOWBIT_MODEL") or os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    return path if os.path.isfile(path) else None
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "check_tokenizer_hf.py"
 
 
-@pytest.mark.skipif(not (has_module("transformers") and has_module("gguf") and has_module("tokenizers")),
-                    reason="needs transformers, tokenizers and gguf")
-@pytest.mark.skipif(default_model_path() is None, reason="needs the default model (scripts/fetch-model.sh)")
-def test_engine_tokenizer_cases_are_hugging_face_ids():
-    script = os.path.join(ROOT, "scripts", "hf-tokenizer-ids.py")
-    run = subprocess.run([sys.executable, script, "--model", default_model_path()], capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "0 differ from Hugging Face" in run.stdout
+def check_module():
+    spec = importlib.util.spec_from_file_location("check_tokenizer_hf", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "qwen2.5-0.5b"])
+def test_ids_equal_hugging_face(model):
+    check = check_module()
+    cli = lowbit_cli()
+    if not check.model_file(model).is_file():
+        pytest.skip(f"{model} is not fetched (scripts/fetch-model.sh {model})")
+    differences = check.compare(cli, model)
+    assert not differences, "\n".join(f"{t!r}: hf {hf} lowbit {ours}" for t, hf, ours in differences)

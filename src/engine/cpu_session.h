@@ -1,6 +1,7 @@
 // The CPU reference forward pass of a llama-family model: FP32 throughout (weights
-// decoded at load), RMSNorm, RoPE (ggml's "normal" rotation of consecutive pairs
-// (2i, 2i + 1), which is what GGUF llama Q/K weights are permuted for), grouped-query
+// decoded at load), RMSNorm, Q/K/V biases where the model has them (qwen2), RoPE
+// (ggml's "normal" rotation of consecutive pairs (2i, 2i + 1), which is what GGUF llama
+// Q/K weights are permuted for, or NEOX's pairs (i, i + rope_dims / 2)), grouped-query
 // attention that reads the KV cache as its policy dictates, SwiGLU, final norm and
 // the (possibly tied) output head.
 #pragma once

@@ -73,20 +73,43 @@ TEST_F(FileIo, FailedWriteLeavesTheOldFileWhole) {
   small.rlim_cur = 4096;
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   EXPECT_LOWBIT_ERROR(write_file_atomically(file, std::string(10000, 'y')),
-                      "writing '" + file + "' failed (10000 bytes; the file is left as it was): File too large");
+                      "output file '" + file + "': write failed after 0 bytes (10000 more to go; the file is left "
+                      "as it was): File too large");
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::signal(SIGXFSZ, old_handler);
   EXPECT_EQ(read_file(file), "complete old results");
   EXPECT_EQ(names(), std::vector<std::string>{"results.json"});
 }
 
+// A streamed file (OutputFile) without overwrite refuses an existing target, and one
+// dropped before its commit leaves nothing behind.
+TEST_F(FileIo, StreamedFileCommitsOrLeavesNothing) {
+  const std::string file = path("model.gguf");
+  {
+    OutputFile out(file, /*overwrite=*/false);
+    const std::uint8_t bytes[3] = {1, 2, 3};
+    out.write(bytes);
+    out.write_zeros(5000);
+    EXPECT_EQ(out.bytes_written(), 5003u);
+  }  // no commit
+  EXPECT_TRUE(names().empty());
+  {
+    OutputFile out(file, /*overwrite=*/false);
+    out.write_zeros(8);
+    out.commit();
+  }
+  EXPECT_EQ(read_file(file), std::string(8, '\0'));
+  EXPECT_LOWBIT_ERROR(OutputFile(file, /*overwrite=*/false), "output file: '" + file + "' exists (refusing");
+  EXPECT_LOWBIT_ERROR(check_output_path(file, false, "--out", "pass --force"), "--out: '" + file + "' exists (pass --force)");
+}
+
 TEST_F(FileIo, ErrorsNameThePath) {
   EXPECT_LOWBIT_ERROR(write_file_atomically("/dev/full", "x"), "writing '/dev/full' failed: No space left on device");
-  EXPECT_LOWBIT_ERROR(write_file_atomically(dir_.string(), "x"), "cannot write '" + dir_.string() + "': it is a directory");
+  EXPECT_LOWBIT_ERROR(write_file_atomically(dir_.string(), "x"), "output file: '" + dir_.string() + "' is a directory");
   EXPECT_LOWBIT_ERROR(write_file_atomically(path("no/such/dir.json"), "x"),
-                      "cannot write '" + path("no/such/dir.json") + "': its directory '" + path("no/such") +
+                      "output file: the directory '" + path("no/such") + "' of '" + path("no/such/dir.json") +
                           "' does not exist");
-  EXPECT_LOWBIT_ERROR(write_file_atomically("", "x"), "cannot write a file with an empty path");
+  EXPECT_LOWBIT_ERROR(write_file_atomically("", "x"), "output file: expected a file path");
   EXPECT_LOWBIT_ERROR(read_file(dir_.string()), "cannot read '" + dir_.string() + "': it is a directory");
   EXPECT_LOWBIT_ERROR(read_file(path("absent.txt")), "cannot read '" + path("absent.txt") + "': No such file");
   EXPECT_TRUE(names().empty());

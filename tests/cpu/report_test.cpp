@@ -209,7 +209,7 @@ TEST(Png, BadArgumentsAndUnwritablePathThrow) {
   EXPECT_LOWBIT_ERROR(encode_png(2, 2, Bytes(11)), "png rgb: expected width * height * 3 = 12 bytes, got 11");
   const std::string path = "/nonexistent_lowbit_dir/sub/plot.png";
   EXPECT_LOWBIT_ERROR(write_png(path, 1, 1, Bytes{0, 0, 0}),
-                      "cannot write '" + path + "': its directory '/nonexistent_lowbit_dir/sub' does not exist");
+                      "output file: the directory '/nonexistent_lowbit_dir/sub' of '" + path + "' does not exist");
   EXPECT_LOWBIT_ERROR(write_png("/dev/full", 1, 1, Bytes{0, 0, 0}), "writing '/dev/full' failed: No space left");
 }
 
@@ -401,7 +401,7 @@ TEST(LinePlot, BadInputsThrowNamingTheProblem) {
   EXPECT_LOWBIT_ERROR(render_line_plot(plot), "plot width: expected 240..8192 pixels, got 10");
   plot.width = 900;
   const std::string path = "/nonexistent_lowbit_dir/plot.png";
-  EXPECT_LOWBIT_ERROR(write_line_plot_png(plot, path), "cannot write '" + path + "'");
+  EXPECT_LOWBIT_ERROR(write_line_plot_png(plot, path), "of '" + path + "' does not exist");
 }
 
 }  // namespace

@@ -163,6 +163,12 @@ TEST(PreTokenizer, Llama3Regex) {
   EXPECT_EQ(split("llama-bpe", "(a)+b;\r\nc"), (Pieces{"(a", ")+", "b", ";\r\n", "c"}));
 }
 
+TEST(PreTokenizer, Qwen2SplitsEveryDigit) {
+  EXPECT_EQ(split("qwen2", "Hello 1234567 I'M\n\n  x"),
+            (Pieces{"Hello", " ", "1", "2", "3", "4", "5", "6", "7", " I", "'M", "\n\n", " ", " x"}));
+  EXPECT_EQ(split("qwen2", "(a)+b;\r\nc 3.5"), (Pieces{"(a", ")+", "b", ";\r\n", "c", " ", "3", ".", "5"}));
+}
+
 TEST(PreTokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
   EXPECT_EQ(split("gpt2", "ab\xFF" "cd\xC3"), (Pieces{"ab", "\xFF", "cd", "\xC3"}));
   // An overlong form, a surrogate and a truncated sequence: one piece per byte.
@@ -171,9 +177,9 @@ TEST(PreTokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
 }
 
 TEST(PreTokenizer, UnknownNameNamesTheSupportedOnes) {
-  EXPECT_LOWBIT_ERROR(PreTokenizer::for_name("qwen2"),
-                      "tokenizer.ggml.pre: unknown pre-tokenizer 'qwen2' (supported: smollm, gpt2, default, llama3, "
-                      "llama-bpe)");
+  EXPECT_LOWBIT_ERROR(PreTokenizer::for_name("falcon"),
+                      "tokenizer.ggml.pre: unknown pre-tokenizer 'falcon' (supported: smollm, gpt2, default, llama3, "
+                      "llama-bpe, qwen2)");
 }
 
 // ---------------------------------------------------------------------------------
@@ -430,8 +436,8 @@ TEST(TokenizerSynthetic, VocabularyThatWouldEncodeTextToControlTokensIsRejected)
 // ---------------------------------------------------------------------------------
 // The real model
 
-std::optional<std::string> model_path() {
-  if (const char* env = std::getenv("LOWBIT_MODEL")) return std::string(env);
+// A model file in scripts/fetch-model.sh's cache, or nothing.
+std::optional<std::string> cached_model(const std::string& file) {
   std::filesystem::path cache;
   if (const char* env = std::getenv("LOWBIT_CACHE")) {
     cache = env;
@@ -440,15 +446,23 @@ std::optional<std::string> model_path() {
   } else {
     return std::nullopt;
   }
-  const auto path = cache / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const auto path = cache / "models" / file;
   if (!std::filesystem::exists(path)) return std::nullopt;
   return path.string();
 }
 
-class SmolLM2Tokenizer : public ::testing::Test {
+std::optional<std::string> model_path() {
+  if (const char* env = std::getenv("LOWBIT_MODEL")) return std::string(env);
+  return cached_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+// A fetched model's tokenizer, loaded once per suite; the suite skips without the file.
+// Model: path() (nothing when absent) and `missing`, the message then.
+template <class Model>
+class FetchedTokenizer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = model_path();
+    path_ = Model::path();
     if (!path_) return;
     try {
       file_ = new GgufFile(GgufFile::open(*path_));
@@ -464,9 +478,7 @@ class SmolLM2Tokenizer : public ::testing::Test {
     file_ = nullptr;
   }
   void SetUp() override {
-    if (!path_) {
-      GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found: run scripts/fetch-model.sh or set LOWBIT_MODEL";
-    }
+    if (!path_) GTEST_SKIP() << Model::missing;
     ASSERT_NE(tokenizer_, nullptr) << *path_ << ": " << load_error_;
   }
   static inline std::optional<std::string> path_;
@@ -474,6 +486,26 @@ class SmolLM2Tokenizer : public ::testing::Test {
   static inline GgufFile* file_ = nullptr;
   static inline Tokenizer* tokenizer_ = nullptr;
 };
+
+struct SmolLM2 {
+  static std::optional<std::string> path() { return model_path(); }
+  static constexpr const char* missing =
+      "SmolLM2-135M-Instruct.Q4_1.gguf not found: run scripts/fetch-model.sh or set LOWBIT_MODEL";
+};
+using SmolLM2Tokenizer = FetchedTokenizer<SmolLM2>;
+
+struct IdCase {
+  std::string text;
+  Ids ids;
+};
+
+// Each text encodes to its ids, which decode back to it.
+void expect_ids(const Tokenizer& tokenizer, const std::vector<IdCase>& cases) {
+  for (const IdCase& c : cases) {
+    EXPECT_EQ(tokenizer.encode(c.text), c.ids) << "text: " << c.text;
+    EXPECT_EQ(tokenizer.decode(c.ids), c.text);
+  }
+}
 
 TEST_F(SmolLM2Tokenizer, Metadata) {
   const Tokenizer& t = *tokenizer_;
@@ -492,10 +524,11 @@ TEST_F(SmolLM2Tokenizer, Metadata) {
 }
 
 // Texts and Hugging Face's ids for them (tests/data/smollm2_tokenizer_cases.tsv:
-// UTF-8 hex, ids; scripts/hf-tokenizer-ids.py checks them against the tokenizer that
-// transformers builds from this GGUF, with the pre-tokenizer of SmolLM2's
-// tokenizer.json, Sequence[Digits(individual_digits), ByteLevel(add_prefix_space=False,
-// use_regex=True)], and writes them: tok.encode(text, add_special_tokens=False).ids).
+// UTF-8 hex, ids): from the tokenizer that transformers builds from this GGUF, with the
+// pre-tokenizer of SmolLM2's tokenizer.json, Sequence[Digits(individual_digits),
+// ByteLevel(add_prefix_space=False, use_regex=True)]: tok.encode(text,
+// add_special_tokens=False).ids. scripts/check_tokenizer_hf.py compares lowbit with HF
+// live on the same texts.
 struct HfCase {
   std::string text;
   Ids ids;
@@ -620,6 +653,72 @@ TEST_F(SmolLM2Tokenizer, WikiText2TestSetRoundTrips) {
   }
   std::printf("[ wikitext ] %zu lines -> %zu tokens line by line\n", lines, line_tokens);
   EXPECT_EQ(line_tokens, 301948u);
+}
+
+// ---------------------------------------------------------------------------------
+// Qwen2.5-Coder-0.5B-Instruct (scripts/fetch-model.sh qwen2.5-0.5b): the qwen2 split
+
+struct Qwen2 {
+  static std::optional<std::string> path() { return cached_model("Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"); }
+  static constexpr const char* missing =
+      "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf not fetched: scripts/fetch-model.sh qwen2.5-0.5b";
+};
+using Qwen2Tokenizer = FetchedTokenizer<Qwen2>;
+
+TEST_F(Qwen2Tokenizer, Metadata) {
+  const Tokenizer& t = *tokenizer_;
+  EXPECT_EQ(t.vocab_size(), 151936);
+  EXPECT_EQ(t.pre_tokenizer_name(), "qwen2");
+  EXPECT_EQ(t.bos_id(), 151643);
+  EXPECT_EQ(t.eos_id(), 151645);
+  EXPECT_FALSE(t.add_bos());
+  EXPECT_TRUE(t.is_end_of_generation(151645));  // <|im_end|>
+  EXPECT_TRUE(t.is_end_of_generation(151643));  // <|endoftext|>
+  EXPECT_FALSE(t.is_end_of_generation(151644));  // <|im_start|>
+}
+
+// Expected ids from Hugging Face `tokenizers` 0.23.3, the tokenizer built from this
+// GGUF as transformers' Qwen2Converter builds it (BPE over tokenizer.ggml.tokens and
+// merges, NFC, Qwen2's split regex isolated, ByteLevel without its regex; control
+// tokens added as special), then encode(text, add_special_tokens=False).ids.
+// scripts/check_tokenizer_hf.py compares against transformers itself where it is installed.
+TEST_F(Qwen2Tokenizer, IdsMatchHuggingFace) {
+  expect_ids(*tokenizer_, {
+      {"Hello world", {9707, 1879}},
+      {"The year 2024 had 365 days; pi is 3.14159.",
+       {785, 1042, 220, 17, 15, 17, 19, 1030, 220, 18, 21, 20, 2849, 26, 8938, 374, 220, 18, 13, 16, 19, 16, 20, 24,
+        13}},
+      {"multiple   spaces    here  ", {35673, 256, 12621, 262, 1588, 256}},
+      {"line one\nline two\n\n\nend\r\n", {1056, 825, 198, 1056, 1378, 1406, 408, 319}},
+      {"I'm sure they'll say it's fine, don't you think? We've seen it. I'D WE'LL",
+       {40, 2776, 2704, 807, 3278, 1977, 432, 594, 6915, 11, 1513, 944, 498, 1744, 30, 1205, 3003, 3884, 432, 13, 358,
+        27705, 19677, 6, 4086}},
+      {"Caf\u00e9 na\u00efve r\u00e9sum\u00e9", {34, 2577, 963, 94880, 586, 9333, 1242, 963}},
+      {"\u4e2d\u6587\u5206\u8bcd\u6d4b\u8bd5", {104811, 17177, 99689, 81705}},
+      {"Emoji: \U0001F600\U0001F44D\U0001F3FD and \u2764\uFE0F",
+       {92731, 25, 90316, 144349, 145375, 323, 70470, 30543}},
+      {"  leading\ttabs\t\tand\u00a0nbsp\u0085nel", {220, 6388, 3244, 3435, 197, 52477, 4102, 5674, 126, 227, 8138}},
+      {"code: def f(x):\n    return x**2  # square",
+       {1851, 25, 707, 282, 2075, 982, 262, 470, 856, 334, 17, 220, 671, 9334}},
+      {"a<|endoftext|>b <|im_start|>user\nHi<|im_end|>", {64, 151643, 65, 220, 151644, 872, 198, 13048, 151645}},
+  });
+}
+
+// The whole WikiText-2 test split, as bytes (its CRLF line ends kept; it is already NFC,
+// so HF's normalizer changes nothing): the count and FNV-1a hash of Hugging Face's ids,
+// built as above.
+TEST_F(Qwen2Tokenizer, WikiText2MatchesHuggingFace) {
+  const char* path = std::getenv("LOWBIT_WIKITEXT");
+  const std::string file = path ? path : LOWBIT_WIKITEXT_DEFAULT;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) GTEST_SKIP() << "WikiText-2 not found at " << file;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const Ids ids = tokenizer_->encode(text);
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (const std::int32_t id : ids) hash = (hash ^ static_cast<std::uint64_t>(id)) * 0x100000001b3ull;
+  EXPECT_EQ(ids.size(), 298938u);
+  EXPECT_EQ(hash, 0x2e2f8eac2898f015ull);
+  EXPECT_EQ(tokenizer_->decode(ids), text);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // libFuzzer target: opens the input as a GGUF file and reads everything a caller
-// could read (every metadata value through every accessor, every tensor's bytes), then
-// builds what the engine builds from a file: the model's config and weights (decoded
-// to f32, as the CPU reference loads them), each weight's GPU form (the weight-only
-// repack, on the host), and the tokenizer, which then encodes and decodes a text.
+// could read (every metadata value through every accessor, every tensor's bytes, and
+// the decoded values of every small tensor of a decodable type: the decoders must stay
+// inside the byte size the reader computed for the type), then builds what the engine
+// builds from a file: the model's config and weights (decoded to f32, as the CPU
+// reference loads them), each weight's GPU form (the weight-only repack, on the host),
+// and the tokenizer, which then encodes and decodes a text.
 // Each step must either return or throw lowbit::Error; anything else (a crash, a
 // sanitizer report, another exception) is a bug.
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "engine/gguf/dequant.h"
 #include "engine/gguf/reader.h"
 #include "engine/gguf/repack.h"
 #include "engine/model.h"
@@ -88,6 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (file.find_tensor(tensor.name) != &tensor) __builtin_trap();
       // First and last byte: ASan flags either if the range were outside the buffer.
       g_sink = g_sink + tensor.data[0] + tensor.data[tensor.byte_size - 1];
+      if (lowbit::engine::can_dequantize(tensor.type) && tensor.element_count <= (1u << 16)) {
+        attempt([&] { g_sink = g_sink + lowbit::engine::dequantize_tensor(tensor).size(); });
+      }
     }
     g_sink = g_sink + file.describe().size();
     build_engine(file);
