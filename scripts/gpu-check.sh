@@ -41,9 +41,10 @@ nvidia-smi >"$results/nvidia-smi.txt" 2>&1 || echo "gpu-check: nvidia-smi failed
 
 # An offline machine without PCRE2's headers: the packages carried in .deps/debs
 # (scripts/offline-deps.sh, run where there is network), unpacked beside the tree.
-if [ ! -f /usr/include/pcre2.h ] && ls .deps/debs/*.deb >/dev/null 2>&1; then
+if { [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/httplib.h ] || [ ! -f /usr/include/nlohmann/json.hpp ]; } &&
+  ls .deps/debs/*.deb >/dev/null 2>&1; then
   export CMAKE_PREFIX_PATH="$(bash scripts/offline-deps.sh unpack)${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  echo "gpu-check: PCRE2 from .deps ($CMAKE_PREFIX_PATH)"
+  echo "gpu-check: PCRE2 / cpp-httplib / nlohmann-json from .deps ($CMAKE_PREFIX_PATH)"
 fi
 
 step() {  # step NAME LOGFILE COMMAND...: runs, tees, records the status
@@ -74,7 +75,7 @@ python_tests() {
   # The package built for this GPU, and its pytest suite (GPU tests included). The
   # build and test dependencies come from .wheels/ (scripts/python-wheels.sh) when
   # the machine has no network.
-  LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a bash scripts/python-test.sh
+  LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a BUILD_DIR="$build_dir" bash scripts/python-test.sh
 }
 benchmarks() {
   # Names: the `lowbit bench` benchmarks (kvquant, gemm) and the evaluations `attention`

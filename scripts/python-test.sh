@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and installs the Python package (`lowbit`, with the CUDA kernels when nvcc is
 # found) and runs its pytest suite (GPU tests skip without a GPU, torch / transformers
-# tests without those packages). Offline machines: run scripts/python-wheels.sh where
+# tests without those packages), then the tests of `lowbit serve` with the `openai`
+# client (tests/serve: the CLI built in ${BUILD_DIR:-build}, skipped without it or the
+# default model). Offline machines: run scripts/python-wheels.sh where
 # there is network first; the wheels in .wheels/ then travel with the repository.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -29,6 +31,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "python-test: installing ${missing[*]}"
   "$python" -m pip install -q "${pip_source[@]}" "${missing[@]}"
 fi
+# openai, the client of the lowbit serve tests; they skip where it cannot be had.
+if ! "$python" -c "import openai" 2>/dev/null; then
+  echo "python-test: installing openai"
+  "$python" -m pip install -q "${pip_source[@]}" openai ||
+    echo "python-test: could not install openai; the lowbit serve tests will skip"
+fi
 if ! "$python" -c "import gguf" 2>/dev/null; then
   echo "python-test: installing gguf"
   "$python" -m pip install -q "${pip_source[@]}" --no-deps gguf
@@ -39,7 +47,14 @@ fi
 echo "python-test: building and installing lowbit (LOWBIT_CUDA=$LOWBIT_CUDA)"
 "$python" -m pip install -q --no-build-isolation --no-deps "${pip_source[@]}" .
 
-# The CLI the GGUF tests drive, where it is built (scripts/build.sh).
+# The CLI the GGUF and lowbit serve tests drive, where it is built (scripts/build.sh).
 cli="$PWD/${BUILD_DIR:-build}/bin/lowbit"
 [ -z "${LOWBIT_CLI:-}" ] && [ -x "$cli" ] && export LOWBIT_CLI="$cli"
-"$python" -m pytest python/tests -q -rs "$@"
+# Two runs: each folder's tests import helpers from their own conftest module, and one
+# pytest process can hold only one module of that name. Arguments go to one run.
+if [ $# -gt 0 ]; then
+  "$python" -m pytest -q -rs "$@"
+else
+  "$python" -m pytest python/tests -q -rs
+  "$python" -m pytest tests/serve -q -rs
+fi

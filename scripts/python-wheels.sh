@@ -18,4 +18,7 @@ mkdir -p .wheels
   --platform any --implementation py --python-version 3.10 --abi none \
   tomli exceptiongroup typing-extensions
 "$python" -m pip download -q --only-binary=:all: --no-deps --dest .wheels gguf pyyaml
+# openai (the lowbit serve tests' client) and its dependencies, some of them compiled
+# for this Python: they serve a machine with the same Python version.
+"$python" -m pip download -q --only-binary=:all: --dest .wheels openai
 ls .wheels

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what lowbit needs on a fresh Debian/Ubuntu machine: a C++20 compiler,
-# CMake, OpenMP (with GCC), GoogleTest, PCRE2, clang with libFuzzer (for the fuzz test),
-# and the default model of the inference engine. The CUDA toolkit (nvcc) is expected to be
+# CMake, OpenMP (with GCC), GoogleTest, PCRE2, cpp-httplib and nlohmann-json (lowbit
+# serve), clang with libFuzzer (for the fuzz test), and the default model of the
+# inference engine. The CUDA toolkit (nvcc) is expected to be
 # installed already (it is not in Debian's main archive); without it, configure
 # with -DLOWBIT_CUDA=OFF. Safe to run again.
 set -euo pipefail
@@ -15,6 +16,9 @@ if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/src/googletest/CMakeLists.
 fi
 # PCRE2 for the tokenizer's pre-tokenizer regexes.
 [ -f /usr/include/pcre2.h ] || need+=(libpcre2-dev)
+# The HTTP server and JSON of lowbit serve (libcpp-httplib-dev brings OpenSSL's headers).
+[ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 # clang with libFuzzer and the sanitizers, for the GGUF reader's fuzz test.
 command -v clang++ >/dev/null || need+=(clang)
 if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then

@@ -1,4 +1,5 @@
-// `lowbit bench kvquant|gemm`: option parsing in front of the benchmark drivers.
+// `lowbit bench kvquant|gemm`: option parsing in front of the benchmark drivers
+// (`batch` and `serve` are in cmd_bench_batch.cpp and cmd_bench_serve.cpp).
 #include <iostream>
 #include <limits>
 #include <string>
@@ -10,6 +11,7 @@
 #include "commands.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
+#include "list_options.h"
 #include "options.h"
 
 namespace lowbit::cli {
@@ -61,37 +63,6 @@ int bench_gemm(const Args& args) {
   return bench::run_gemm_bench(options);
 }
 
-// "a,b,c" -> {"a", "b", "c"} (empty items are an error naming the option).
-std::vector<std::string> split_list(const std::string& text, const char* option) {
-  std::vector<std::string> items;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    LOWBIT_CHECK(!items.back().empty(), option, ": empty item in '", text, "'");
-    if (comma == std::string::npos) return items;
-    start = comma + 1;
-  }
-}
-
-// "2048,8192" -> {2048, 8192}: positive lengths up to 2^30.
-std::vector<std::int64_t> parse_lengths(const std::string& text, const char* option) {
-  std::vector<std::int64_t> out;
-  for (const std::string& item : split_list(text, option)) {
-    std::size_t used = 0;
-    long long value = 0;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    LOWBIT_CHECK(used == item.size() && value >= 1 && value <= (1LL << 30), option,
-                 ": expected positive integers, got '", item, "'");
-    out.push_back(value);
-  }
-  return out;
-}
-
 int bench_decode(const Args& args) {
   bench::DecodeBenchOptions options;
   std::string model, contexts = "2048", policies = "full";
@@ -112,7 +83,7 @@ int bench_decode(const Args& args) {
   if (const auto status = cli.parse(args)) return *status;
   options.model_path = resolve_model_path(model);
   options.runs = static_cast<int>(runs);
-  options.contexts = parse_lengths(contexts, "--context");
+  options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);
   options.policies = split_list(policies, "--policy");
   return bench::run_decode_bench(options);
 }
@@ -134,7 +105,7 @@ int bench_kv_attention(const Args& args) {
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens (default 32)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
-  options.contexts = parse_lengths(contexts, "--context");
+  options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);
   options.policies = split_list(policies, "--policy");
 #if LOWBIT_WITH_CUDA
   return bench::run_kv_attention_bench(options);
@@ -147,7 +118,8 @@ int bench_kv_attention(const Args& args) {
 
 int cmd_bench(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    (args.empty() ? std::cerr : std::cout) << "usage: lowbit bench <kvquant|gemm|decode|kv-attention> [options]\n";
+    (args.empty() ? std::cerr : std::cout)
+        << "usage: lowbit bench <kvquant|gemm|decode|kv-attention|batch|serve> [options]\n";
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "kvquant") return bench_kvquant(Args(args.begin() + 1, args.end()));
@@ -156,7 +128,10 @@ int cmd_bench(const Args& args) {
   if (args[0] == "kv-attention" || args[0] == "decode-attention") {
     return bench_kv_attention(Args(args.begin() + 1, args.end()));
   }
-  std::cerr << "lowbit bench: unknown benchmark '" << args[0] << "' (available: kvquant, gemm, decode, kv-attention)\n";
+  if (args[0] == "batch") return cmd_bench_batch(Args(args.begin() + 1, args.end()));
+  if (args[0] == "serve") return cmd_bench_serve(Args(args.begin() + 1, args.end()));
+  std::cerr << "lowbit bench: unknown benchmark '" << args[0]
+            << "' (available: kvquant, gemm, decode, kv-attention, batch, serve)\n";
   return 2;
 }
 

@@ -10,7 +10,10 @@ namespace lowbit::cli {
 using Args = std::vector<std::string>;
 
 int cmd_bench(const Args& args);
+int cmd_bench_batch(const Args& args);
+int cmd_bench_serve(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_serve(const Args& args);
 int cmd_perplexity(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_eval_kvcache(const Args& args);

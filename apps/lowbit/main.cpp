@@ -13,7 +13,10 @@ void usage(std::ostream& out) {
          "                  GPU kernels and lowbit's production path over the seed's ten T x D cases\n"
          "  bench gemm      quantized GEMMs (INT8, INT4, fused epilogue, W4A16/W8A16) against cuBLASLt and\n"
          "                  cuBLAS in the same run (seeds 001, 003)\n"
-         "  generate        greedy generation with a KV-cache policy (full, window, selective, int8, int4)\n"
+         "  bench batch     offline batched generation throughput at B = 1, 8, 16, ... (like llama-batched-bench)\n"
+         "  bench serve     a load generator against a running lowbit serve (requests/s, tokens/s, latencies)\n"
+         "  generate        generation, greedy or sampled, with a KV-cache policy (full, window, selective, int8, int4)\n"
+         "  serve           an OpenAI-compatible HTTP server with continuous batching\n"
          "  perplexity      perplexity of a text file (default WikiText-2) under a KV-cache policy\n"
          "  eval kvcache    the seed-002 table: perplexity, ROUGE-L, tokens/s and KV memory per policy, and\n"
          "                  the memory-vs-tokens plot (PNG)\n"
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
     const lowbit::cli::Args rest(args.begin() + 1, args.end());
     if (args[0] == "bench") return lowbit::cli::cmd_bench(rest);
     if (args[0] == "generate") return lowbit::cli::cmd_generate(rest);
+    if (args[0] == "serve") return lowbit::cli::cmd_serve(rest);
     if (args[0] == "perplexity") return lowbit::cli::cmd_perplexity(rest);
     if (args[0] == "eval") return lowbit::cli::cmd_eval(rest);
     if (args[0] == "model") return lowbit::cli::cmd_model(rest);

@@ -6,6 +6,7 @@ from typing import Optional
 
 from . import _checks, _lowbit
 from ._backend import backend_of
+from ._ops.attention import quantized_attention_with
 from .block_formats import BlockWeights
 
 LowbitError = _lowbit.LowbitError
@@ -56,21 +57,3 @@ def quantized_attention(x, wq, wk, wv, heads: int, kv_heads: int, head_dim: int,
         _checks.explain(error, arrays={"x": x, "bq": bq, "bk": bk, "bv": bv},
                         ints={"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim})
         raise
-
-
-def quantized_attention_with(backend, x, q, k, v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant):
-    """quantized_attention for a known backend, the weights as (codes, scales, global_scale)
-    (the torch custom op's implementation)."""
-    seq_len, d_model = int(x.shape[0]), int(x.shape[1])
-    # Checks the configuration (heads x head_dim among it) before out is allocated from it.
-    nbytes = _lowbit.attention_workspace_bytes(seq_len, d_model, heads, kv_heads, head_dim, causal, fmt, variant)
-    if seq_len * heads * head_dim >= _checks.LARGE_OUTPUT:
-        _checks.check_inputs((x, "x"))
-    out = backend.empty((seq_len, heads * head_dim), "f16", x)
-    workspace, stream = None, 0
-    if backend.is_cuda(x):
-        stream = backend.stream(x)
-        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-    _lowbit.quantized_attention(x, *q, *k, *v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant, out,
-                                workspace, stream)
-    return out

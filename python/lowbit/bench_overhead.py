@@ -183,7 +183,7 @@ def gpu_cases(torch):
     from lowbit._backend import torch_backend
 
     # The floors' preallocated outputs, workspace and status word, and the current stream
-    # (quantize_tensor passes its outputs and the word by address: _lowbit.quantize_to).
+    # (quantize_tensor passes its outputs and the word to _lowbit.quantize by address).
     stream = torch_backend().stream(x)
     word = torch_backend().status_word(x)
     codes_o, scales_o = torch.empty_like(codes), torch.empty_like(scales)
@@ -200,7 +200,7 @@ def gpu_cases(torch):
     return [  # (name, eager call, capturable equivalent or None, floor or None)
         ("quantize_tensor int8 token 4x64", lambda: lowbit.quantize_tensor(x, "int8", "token"),
          lambda: torch.ops.lowbit.quantize(x, "int8", "token", 0),
-         lambda: _lowbit.quantize_to(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, word_p)),
+         lambda: _lowbit.quantize(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, word_p)),
         ("quantize_tensor check=True (syncs)", lambda: lowbit.quantize_tensor(x, "int8", "token", check=True),
          None, None),
         ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
@@ -227,8 +227,8 @@ def cuda_steps(torch):
     each timed alone: the Python layer's, torch's allocations, the binding call, and in
     C++ loops the library call, an empty launch and an output made through the DLPack
     exchange API (the other way to allocate)."""
-    from lowbit import quant
     from lowbit._backend import backend_of
+    from lowbit._ops import quant
 
     x = torch.randn(4, 64, device="cuda")
     backend = backend_of(x)
@@ -239,18 +239,16 @@ def cuda_steps(torch):
     sync = torch.cuda.synchronize
     rows = [
         ("backend_of + compiling()", host_us(lambda: backend_of(x).compiling(), 2000)),
-        ("quant._LAYOUTS lookup", host_us(lambda: quant._LAYOUTS.get(("int8", "token", 0, 4, 64)), 2000)),
+        ("quant layout cache lookup", host_us(lambda: quant.LAYOUTS.get(("int8", "token", 0, 4, 64)), 2000)),
         ("stream_and_status", host_us(lambda: backend.stream_and_status(x), 2000)),
         ("new_empty 4x64 int8", host_us(lambda: x.new_empty(4, 64, dtype=torch.int8), 2000, sync)),
         ("new_empty 4 float32", host_us(lambda: x.new_empty(4, dtype=torch.float32), 2000, sync)),
         ("data_ptr()", host_us(lambda: codes.data_ptr(), 2000)),
-        ("_lowbit.quantize_to (outputs given)",
-         host_us(lambda: _lowbit.quantize_to(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, status),
+        ("_lowbit.quantize (outputs by address)",
+         host_us(lambda: _lowbit.quantize(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, status),
                  2000, sync)),
     ]
     for name, fn in [("C++ lowbit::quantize", lambda: _lowbit._time_quantize(x, codes, scales, word, stream, 2000)),
-                     ("C++ quantize launch (no checks)",
-                      lambda: _lowbit._time_quantize_unchecked(x, codes, scales, word, stream, 2000)),
                      ("C++ empty kernel launch", lambda: _lowbit._time_launches(stream, 2000)),
                      ("C++ exchange-API output 4x64 f32", lambda: _lowbit._time_exchange_outputs(x, 2000))]:
         try:

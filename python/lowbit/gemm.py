@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from . import _checks, _lowbit
 from ._backend import backend_of, dtype_name
+from ._ops.gemm import as_scale, matmul_with
 
 LowbitError = _lowbit.LowbitError
-_LARGE_OUTPUT = _checks.LARGE_OUTPUT
 
 
 def _n_of(b, b_layout: str, what: str) -> int:
@@ -27,13 +27,6 @@ def _out_dtype(scale_a, scale_b, scale_c, bias, relu, out_dtype) -> str:
     return "f32" if epilogue else "i32"
 
 
-def _as_scale(backend, value, like):
-    # A Python number becomes a one-element f32 array on the output's device.
-    if value is None or hasattr(value, "shape"):
-        return value
-    return backend.scalar(float(value), like)
-
-
 def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, what_a, what_b):
     backend = backend_of(a)
     a_shape, b_shape = a.shape, b.shape
@@ -50,30 +43,13 @@ def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, ou
 
         from . import torch_ops  # noqa: F401
 
-        scale_a, scale_b = _as_scale(backend, scale_a, a), _as_scale(backend, scale_b, a)
+        scale_a, scale_b = as_scale(backend, scale_a, a), as_scale(backend, scale_b, a)
         if kernel == "int8":
             return torch.ops.lowbit.int8_matmul(a, b, scale_a, scale_b, float(scale_c), bias, bool(relu), b_layout,
                                                 out_name)
         return torch.ops.lowbit.int4_matmul(a, b, k, scale_a, scale_b, float(scale_c), bias, bool(relu), b_layout,
                                             out_name)
     return matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, relu, b_layout, out_name)
-
-
-def matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, relu, b_layout, out_name):
-    """The product for a known backend (the torch custom ops' implementation)."""
-    if a.shape[0] * n >= _LARGE_OUTPUT:
-        _checks.check_inputs((a, "a"), (b, "b"))
-    out = backend.empty((a.shape[0], n), out_name, a)
-    if scale_a is not None:
-        scale_a = _as_scale(backend, scale_a, a)
-    if scale_b is not None:
-        scale_b = _as_scale(backend, scale_b, a)
-    stream = backend.stream(a)
-    if kernel == "int8":
-        _lowbit.int8_matmul(a, b, b_layout, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
-    else:
-        _lowbit.int4_matmul(a, b, b_layout, k, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
-    return out
 
 
 def int8_matmul(a, b, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=False, b_layout="k_by_n",

@@ -10,6 +10,7 @@ its f32 scale and min rounded to f16 and the codes encoded with the rounded valu
     for k, v, q in tokens:               # f16 [kv_heads, head_dim], RoPE applied; q [n_heads, head_dim]
         cache.append(k, v)
         out = cache.attention(q)         # f32 [n_heads, head_dim] (out_dtype="float16" for f16)
+    k, v = cache.read()                  # f16 [visible, kv_heads, head_dim]: what that query read
     cache.nbytes                         # bytes of its buffers (FP16 slots, codes, scales, mins)
 
 Policies (the engine's): "full" (every token FP16), "window" (sink + the last `window`
@@ -18,8 +19,8 @@ window is quantized from its FP16 value to INT8 or INT4 and kept), "int8" / "int
 token quantized on arrival). INT8 is symmetric, INT4 asymmetric (scale + min), one f16
 scale (+ f16 min) per token per KV head. head_dim is 64 or 128; n_heads a multiple of kv_heads (GQA).
 
-torch: append and attention are torch custom ops (torch.ops.lowbit.kv_append /
-kv_attention, registered by lowbit.torch_ops) and trace under torch.compile. They take
+torch: append, attention and read are torch custom ops (torch.ops.lowbit.kv_append /
+kv_attention / kv_read, registered by lowbit.torch_ops) and trace under torch.compile. They take
 the position from the host (`length`), so a CUDA graph that captures them replays the
 captured position. For one graph that serves every decode step, keep the position on the
 device and use the `_at` forms (torch.ops.lowbit.kv_append_at / kv_attention_at):
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 from . import _checks, _lowbit
 from ._backend import NUMPY, backend_of, dtype_name, torch_backend
+from ._ops.kv import kv_attention_with, kv_layer, kv_read_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -78,8 +80,7 @@ class LayerKVCache:
         # k_f16, k_codes, k_scales, k_mins, v_f16, ...: parts the policy lacks are empty.
         self.buffers = {f"{kv}_{part}": _zeros(backend, shapes[part], dtypes[part], like)
                         for kv in "kv" for part in _PARTS}
-        self._layer = _lowbit.KvLayer(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
-                                      self.max_tokens, *self.buffers.values())
+        self._layer = kv_layer(policy, self._spec(), self.buffers.values())
         self.length = 0
         # Eager CUDA attention's workspaces by (form, stream, n_heads), sized for any length:
         # one allocation (and, for the _at form, one zeroing) instead of one a call. Reuse
@@ -169,6 +170,22 @@ class LayerKVCache:
             _checks.explain(error, arrays={"q": q, "pos": pos})
             raise
 
+    def read(self):
+        """(k, v): the values the newest query reads, as new f16 [visible, kv_heads, head_dim]
+        arrays of the cache's library on its device, in position order: FP16 tokens as held,
+        quantized ones dequantized (q * scale, or q * scale + min for INT4, rounded once to
+        f16); the window policy skips the dropped middle (visible = sink + window once full).
+        CUDA work runs on the current stream. Needs at least one token."""
+        if self.length < 1:
+            raise LowbitError("kv_read: the cache is empty (length 0); append a token first")
+        like = self.buffers["k_scales"]
+        backend = self._backend
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+
+            return backend.torch.ops.lowbit.kv_read(*self.buffers.values(), self.policy, self._spec(), self.length)
+        return kv_read_with(backend, self._layer, self.policy, self._spec(), self.length, like)
+
     def reset(self) -> None:
         """Forgets every token (the buffers are overwritten by the next appends)."""
         self.length = 0
@@ -183,60 +200,3 @@ def _zeros(backend, shape, dtype, like):
     x = backend.empty(tuple(shape), dtype, like)
     x[...] = 0
     return x
-
-
-def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, max_length=0, workspaces=None):
-    """LayerKVCache.attention (pos None) or attention_at (pos an int32 [1] array) for a known
-    backend (the torch custom ops' implementation). workspaces: the cache's dict of eager
-    CUDA workspaces (None: allocate one for this call)."""
-    shape = q.shape
-    if len(shape) != 2:
-        raise LowbitError(f"q: expected a rank-2 tensor [n_heads, head_dim], got rank {len(shape)}")
-    n_heads = shape[0]
-    out = backend.empty((n_heads, head_dim), out_name, q)
-    if not backend.is_cuda(q):
-        if pos is None:
-            layer.attention(q, out, length, None, 0)
-        else:
-            layer.attention_at(q, out, pos, max_length, None, 0)
-        return out
-    stream = backend.stream(q)
-    workspace = _workspace(backend, layer, q, n_heads, stream, length, pos is not None, max_length, workspaces)
-    if pos is None:
-        layer.attention(q, out, length, workspace, stream)
-    else:
-        layer.attention_at(q, out, pos, max_length, workspace, stream)
-    return out
-
-
-def _workspace(backend, layer, q, n_heads, stream, length, at, max_length, workspaces):
-    """The CUDA workspace of one attention call. Eager calls share the cache's, one per
-    (form, stream, n_heads), sized for any length up to max_length; a call being captured
-    into a CUDA graph gets its own (a captured pointer must not be shared with eager calls
-    on other streams). The _at form's is zeroed when made (its split counters start at
-    zero and each call leaves them so)."""
-    shared = workspaces is not None and (at or length <= max_length) and not backend.capturing()
-    key = (at, stream, n_heads)
-    if shared:
-        workspace = workspaces.get(key)
-        if workspace is not None:
-            return workspace
-    device = _device_index(q)
-    if at or shared:
-        nbytes = layer.workspace_bytes_at(n_heads, max_length, True, device)  # enough for any length
-    else:
-        nbytes = layer.workspace_bytes(length, n_heads, True, device)
-    workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
-    if workspace is not None and at:
-        backend.zero(workspace)  # a fill kernel on the stream
-    if shared:
-        workspaces[key] = workspace
-    return workspace
-
-
-def _device_index(x) -> int:
-    device = x.device
-    index = getattr(device, "index", None)  # torch
-    if index is None:
-        index = getattr(device, "id", 0)  # CuPy
-    return int(index or 0)

@@ -9,7 +9,8 @@ import numpy as np
 
 from . import _checks, _lowbit
 from ._backend import NUMPY, backend_of, dtype_name
-from .quant import quantize_with
+from ._ops.quant import quantize_with
+from ._ops.weights import linear_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -124,20 +125,3 @@ def weight_only_linear(x, packed: PackedWeights, bias=None):
     except _checks.ARGUMENT_ERRORS as error:
         _checks.explain(error, arrays={"x": x, "bias": bias})
         raise
-
-
-_ACT_NAMES = {"float16": "f16", "bfloat16": "bf16"}
-
-
-def linear_with(backend, x, codes, scales, mins, bits, group_size, zero_point, n, k, act_dtype, bias):
-    """weight_only_linear for a known backend (the torch custom op's implementation)."""
-    # The packed scales are raw bytes: x must have the type they were packed in.
-    x_dtype = _ACT_NAMES.get(str(x.dtype).removeprefix("torch."))
-    if x_dtype != act_dtype:
-        raise LowbitError(f"x: expected dtype {act_dtype} (the packed weights' act_dtype), got {x.dtype}")
-    if x.shape[0] * n >= _checks.LARGE_OUTPUT:
-        _checks.check_inputs((x, "x"))
-    out = backend.empty((x.shape[0], n), x_dtype, x)
-    stream = backend.stream(x)
-    _lowbit.weight_only_linear(x, codes, scales, mins, bits, group_size, zero_point, n, k, bias, out, stream)
-    return out

@@ -49,8 +49,7 @@ const char* granularity_name(Granularity granularity) {
 }
 
 QuantScheme parse_scheme(const char* name) {
-  for (QuantScheme s : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric, QuantScheme::int8_asymmetric,
-                        QuantScheme::int4_symmetric}) {
+  for (QuantScheme s : kQuantSchemes) {
     if (std::strcmp(name, scheme_name(s)) == 0) return s;
   }
   LOWBIT_FAIL("scheme: expected int8, int4, int8_asym or int4_sym, got '", name, "'");
@@ -64,21 +63,42 @@ Granularity parse_granularity(const char* name) {
   LOWBIT_FAIL("granularity: expected tensor, channel, token or group, got '", name, "'");
 }
 
+std::int64_t LayoutTerm::of(std::int64_t rows, std::int64_t cols) const {
+  const std::int64_t n = source == LayoutSource::rows ? rows : source == LayoutSource::cols ? cols : 1;
+  return divisor > 0 ? n / divisor + (n % divisor != 0) : 0;  // ceil(n / divisor), without overflow
+}
+
+const char* layout_source_name(LayoutSource source) {
+  switch (source) {
+    case LayoutSource::one: return "one";
+    case LayoutSource::rows: return "rows";
+    case LayoutSource::cols: return "cols";
+  }
+  return "unknown";
+}
+
+QuantLayoutRule quant_layout_rule(const QuantSpec& spec) {
+  using S = LayoutSource;
+  QuantLayoutRule rule;
+  rule.code_cols = {S::cols, 8 / scheme_bits(spec.scheme)};  // codes a byte
+  switch (spec.granularity) {
+    case Granularity::per_tensor: rule.scale_rows = {S::one, 1}; rule.scale_cols = {S::one, 1}; break;
+    case Granularity::per_channel: rule.scale_rows = {S::one, 1}; rule.scale_cols = {S::cols, 1}; break;
+    case Granularity::per_token: rule.scale_rows = {S::rows, 1}; rule.scale_cols = {S::one, 1}; break;
+    case Granularity::per_group:
+      rule.scale_rows = {S::rows, 1};
+      rule.scale_cols = {S::cols, spec.group_size > 0 ? spec.group_size : 0};
+      break;
+  }
+  return rule;
+}
+
 QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
   LOWBIT_CHECK(rows >= 1 && cols >= 1, "quant_layout: expected a non-empty shape (rows, cols >= 1), got ", rows,
                " x ", cols);
-  QuantLayout layout{};
-  layout.code_cols = scheme_bits(spec.scheme) == 8 ? cols : cols / 2 + cols % 2;  // ceil(cols / 2), no overflow
-  switch (spec.granularity) {
-    case Granularity::per_tensor: layout.scale_rows = 1; layout.scale_cols = 1; break;
-    case Granularity::per_channel: layout.scale_rows = 1; layout.scale_cols = cols; break;
-    case Granularity::per_token: layout.scale_rows = rows; layout.scale_cols = 1; break;
-    case Granularity::per_group:
-      LOWBIT_CHECK(spec.group_size > 0, "spec.group_size: expected > 0 for per_group, got ", spec.group_size);
-      layout.scale_rows = rows;
-      layout.scale_cols = cols / spec.group_size + (cols % spec.group_size != 0);
-      break;
-  }
+  const QuantLayoutRule rule = quant_layout_rule(spec);
+  const QuantLayout layout{rule.code_cols.of(rows, cols), rule.scale_rows.of(rows, cols),
+                           rule.scale_cols.of(rows, cols)};
   // scale_count() multiplies these: it must fit too.
   core::checked_mul(layout.scale_rows, layout.scale_cols, "quant_layout: scale count (", rows, " x ", cols, ")");
   return layout;

@@ -305,18 +305,23 @@ bool Tokenizer::is_end_of_generation(std::int32_t id) const {
 }
 
 std::string Tokenizer::apply_chat_template(std::string_view user_message) const {
+  const ChatMessage turn{"user", std::string(user_message)};
+  return apply_chat_template(std::span<const ChatMessage>(&turn, 1));
+}
+
+std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages) const {
   LOWBIT_CHECK(has_chat_template_, "tokenizer.chat_template: absent from the file (expected a ChatML template)");
   const std::string_view tmpl = chat_template_;
   const bool chatml = tmpl.find("<|im_start|>") != std::string_view::npos &&
                       tmpl.find("<|im_end|>") != std::string_view::npos;
   LOWBIT_CHECK(chatml, "tokenizer.chat_template: not a ChatML template (expected <|im_start|> and <|im_end|> in it; "
                "only ChatML is supported), got ", quoted(tmpl.substr(0, 120)), tmpl.size() > 120 ? "..." : "");
+  LOWBIT_CHECK(!messages.empty(), "chat: expected at least one message");
   std::string out;
   const std::string system = default_system_message(tmpl);
-  if (!system.empty()) out += "<|im_start|>system\n" + system + "<|im_end|>\n";
-  out += "<|im_start|>user\n";
-  out += user_message;
-  out += "<|im_end|>\n<|im_start|>assistant\n";
+  if (!system.empty() && messages.front().role != "system") out += "<|im_start|>system\n" + system + "<|im_end|>\n";
+  for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  out += "<|im_start|>assistant\n";
   return out;
 }
 

@@ -37,6 +37,11 @@
 
 namespace lowbit::engine {
 
+// One turn of a conversation: role ("system", "user", "assistant", ...) and text.
+struct ChatMessage {
+  std::string role, content;
+};
+
 enum class TokenType : std::int32_t {
   undefined = 0,
   normal = 1,
@@ -82,6 +87,10 @@ class Tokenizer {
   // message, if it writes one when the conversation has none (SmolLM's does), the user
   // turn, and the assistant generation prompt. Other templates, or none: lowbit::Error.
   std::string apply_chat_template(std::string_view user_message) const;
+  // A conversation: each message as <|im_start|>role\ncontent<|im_end|>\n, after the
+  // template's default system message when the first message is not a system one, then
+  // the assistant generation prompt. Throws as above, or for an empty conversation.
+  std::string apply_chat_template(std::span<const ChatMessage> messages) const;
 
  private:
   Tokenizer(PreTokenizer pre, BpeModel bpe) : pre_(std::move(pre)), bpe_(std::move(bpe)) {}
