@@ -100,9 +100,10 @@ benchmarks() {
 
 # Suites whose kernels use shared memory or barriers (quantize reductions, block-format
 # decode, every GEMM, weight-only GEMV/MMA, attention, the KV cache's decode attention,
-# argmax), for racecheck and synccheck; EngineGpu runs the same kernels on the whole model.
+# argmax and add + RMSNorm, the sampler's radix selection), for racecheck and synccheck;
+# EngineGpu runs the same kernels on the whole model.
 shared_memory_suites="AllSpecs/QuantProduction SeedVariants NonFinite ZeroDomains BlockFormatsGpu IntGemmGpu
-  WeightOnlyGpu AttentionGpu KvCacheGpu ForwardKernelsGpu"
+  WeightOnlyGpu AttentionGpu KvCacheGpu ForwardKernelsGpu SamplingGpu"
 # Tests left out of racecheck and synccheck: the same kernels as their suites' other
 # tests, at shapes too large for the tools (minutes of hazard tracking per launch).
 large_shape_tests="IntGemmGpu.Int8LargeShapes:BlockFormatsGpu.LargeTensorForGridStrideLoops"
