@@ -419,6 +419,10 @@ bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel k
   return fits;
 }
 
+// Blocks a SM that the split plan fills the device with: the mma kernel's occupancy (3 for
+// the quantized bodies at head_dim 128, 2 for FP16), 2 for the SIMT kernel.
+int resident_blocks(const KvLayerShape& shape, bool mma) { return mma ? mma_blocks_per_sm(shape) : 2; }
+
 // Query heads a block of the kernel takes: mma all of a KV head's, simt 1 to 4.
 std::int64_t heads_per_block(std::int64_t n_heads, const KvLayerShape& shape, bool mma) {
   return mma ? n_heads / shape.kv_heads : decode_heads_per_block(n_heads / shape.kv_heads);
@@ -430,8 +434,9 @@ DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& s
                                   AttentionKernel kernel) {
   LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
                n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
-  const std::int64_t per_block = heads_per_block(n_heads, shape, uses_mma(n_heads, shape, kernel));
-  return plan_decode_splits(span.visible(shape), n_heads / per_block, core::multiprocessor_count());
+  const bool mma = uses_mma(n_heads, shape, kernel);
+  return plan_decode_splits(span.visible(shape), n_heads / heads_per_block(n_heads, shape, mma),
+                            core::multiprocessor_count(), resident_blocks(shape, mma));
 }
 
 namespace {
@@ -606,7 +611,8 @@ std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t
     const std::int64_t blocks = n_heads / heads_per_block(n_heads, shape, mma);
     const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads,
                                                    mma ? AttentionKernel::mma : AttentionKernel::simt);
-    bound = std::max({bound, plan.splits, (2 * core::multiprocessor_count() + blocks - 1) / blocks});
+    const std::int64_t target = std::int64_t{resident_blocks(shape, mma)} * core::multiprocessor_count();
+    bound = std::max({bound, plan.splits, (target + blocks - 1) / blocks});
     rows_of_blocks = std::max(rows_of_blocks, blocks);
   }
   return decode_workspace_bytes(n_heads, shape.head_dim, bound) +

@@ -120,5 +120,7 @@ __device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
 // query head of a KV head in one block (group <= kMmaMaxGroup).
 constexpr int kMmaMaxGroup = 16;
 void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream);
+// The blocks a SM the tensor-core kernel of this shape keeps resident.
+int mma_blocks_per_sm(const KvLayerShape& shape);
 
 }  // namespace lowbit::cuda::kv

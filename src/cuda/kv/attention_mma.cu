@@ -22,6 +22,7 @@
 // the SIMT kernel, so the combine (attention_common.cuh) is shared.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/pdl.cuh"
@@ -61,8 +62,11 @@ __device__ __forceinline__ void load_words(const void* p, bool past_l1, std::uin
 }
 
 // Codes -> their values as f16 pairs, in place: `count` codes in the first words become
-// count / 2 words of f16 pairs (the order of the codes kept). INT8 (two's complement):
-// 0x6400 | (b ^ 0x80) is the f16 1024 + b + 128; INT4 (unsigned): 0x6400 | n is 1024 + n.
+// count / 2 words of f16 pairs. INT8 (two's complement): 0x6400 | (b ^ 0x80) is the f16
+// 1024 + b + 128, pairs in channel order. INT4 (unsigned, the even channel in the low
+// nibble): 0x6400 | n is 1024 + n, and each word of 8 channels becomes the pairs (j, j + 4),
+// j = 0..3 (one shift and one lop3 a pair): the kernel's other operands of those channels
+// follow the same order (interleave_quads, channel_of_half).
 template <int Bits, int Count>
 __device__ __forceinline__ void codes_to_halves(std::uint32_t* w) {
   if constexpr (Bits == 8) {
@@ -83,14 +87,35 @@ __device__ __forceinline__ void codes_to_halves(std::uint32_t* w) {
       const std::uint32_t x = w[i];
       const __half2 bias = __float2half2_rn(1024.0f);
 #pragma unroll
-      for (int k = 3; k >= 0; --k) {
-        const std::uint32_t byte = (x >> (8 * k)) & 0xFFu;
-        const std::uint32_t pair = (byte & 0xFu) | ((byte >> 4) << 16) | 0x64006400u;
+      for (int j = 3; j >= 0; --j) {
+        const std::uint32_t pair = ((x >> (4 * j)) & 0x000F000Fu) | 0x64006400u;
         const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&pair), bias);
-        w[4 * i + k] = *reinterpret_cast<const std::uint32_t*>(&v);
+        w[4 * i + j] = *reinterpret_cast<const std::uint32_t*>(&v);
       }
     }
   }
+}
+
+// INT4's channel order for f16 words in channel order (Q, and the FP16 tokens of an INT4
+// cache): each 4 words of channels 0..7 become the pairs (0, 4), (1, 5), (2, 6), (3, 7).
+template <int Bits, int Words>
+__device__ __forceinline__ void interleave_quads(std::uint32_t* w) {
+  if constexpr (Bits == 4) {
+#pragma unroll
+    for (int i = 0; i < Words; i += 4) {
+      const std::uint32_t n0 = w[i], n1 = w[i + 1], n2 = w[i + 2], n3 = w[i + 3];
+      w[i] = __byte_perm(n0, n2, 0x5410u);
+      w[i + 1] = __byte_perm(n0, n2, 0x7632u);
+      w[i + 2] = __byte_perm(n1, n3, 0x5410u);
+      w[i + 3] = __byte_perm(n1, n3, 0x7632u);
+    }
+  }
+}
+
+// The channel (within a lane's group of V channels) of half j of its V words.
+template <int Bits>
+__device__ __forceinline__ constexpr int channel_of_half(int j) {
+  return Bits == 4 ? 8 * (j / 8) + (j / 2) % 4 + 4 * (j % 2) : j;
 }
 
 __device__ __forceinline__ std::uint32_t pack_halves(float a, float b) {
@@ -162,7 +187,7 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
     for (int r = 0; r < 2; ++r) mma_16816<__half>(sacc[r], q.x, q.y, q.z, q.w, x.k[r][2 * k], x.k[r][2 * k + 1]);
   }
   // sacc[r][e]: row (query head) g + 8 (e / 2), column (position) 8 r + 2 c + e % 2.
-  float p[2][4];
+  float p[2][4], alpha[2];
 #pragma unroll
   for (int row = 0; row < 2; ++row) {
     float mx = -INFINITY;
@@ -176,7 +201,7 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(st.m[row], mx);
-    const float alpha = m_new == -INFINITY ? 1.0f : exp2f(st.m[row] - m_new);
+    alpha[row] = m_new == -INFINITY ? 1.0f : exp2f(st.m[row] - m_new);
     float sum = 0.0f, vm_sum = 0.0f;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -185,13 +210,19 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
       vm_sum = fmaf(p[row][u], x.vm[u], vm_sum);
       p[row][u] *= x.vs[u];
     }
-    st.l[row] = fmaf(st.l[row], alpha, sum);
-    st.vmin[row] = fmaf(st.vmin[row], alpha, vm_sum);
+    st.l[row] = fmaf(st.l[row], alpha[row], sum);
+    st.vmin[row] = fmaf(st.vmin[row], alpha[row], vm_sum);
     st.m[row] = m_new;
+  }
+  // The running maximum of a head rarely moves once a few tiles are in: the accumulators
+  // are rescaled only when some lane's did (a warp-uniform branch).
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      st.o[j][2 * row] *= alpha;
-      st.o[j][2 * row + 1] *= alpha;
+      st.o[j][0] *= alpha[0];
+      st.o[j][1] *= alpha[0];
+      st.o[j][2] *= alpha[1];
+      st.o[j][3] *= alpha[1];
     }
   }
   std::uint32_t hi[4], lo[4];
@@ -260,7 +291,7 @@ __device__ __forceinline__ const std::uint16_t* f16_row(const SplitArgs& a, cons
 }
 
 template <int D, int Bits>
-__global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs args) {
+__global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
   using S = Smem<D, Bits>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -290,6 +321,7 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
     }
     const int pos = where<Bits>(a, i0 + j).pos;
     load_words<D / 2>(f16_row<D>(a, a.layer.k, pos, end_slot) + c * (D / 4), past_l1(pos), dst);
+    interleave_quads<Bits, D / 8>(dst);
   };
   // V's rows also set their parameters (1, 0).
   auto load_f16_v = [&](TileRegs<D>& x, int u, int j) {
@@ -302,6 +334,7 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
     }
     const int pos = where<Bits>(a, i0 + j).pos;
     load_words<D / 4>(f16_row<D>(a, a.layer.v, pos, end_slot) + g * (D / 8), past_l1(pos), x.v[u]);
+    interleave_quads<Bits, D / 16>(x.v[u]);
   };
 
   WarpState<D> st;
@@ -338,9 +371,41 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
   // tiles ahead; FP16 tokens among them (sink, ring) are loaded directly when used.
   constexpr int kCodeBytes = S::kCodeBytes;
   constexpr int kChunks = kTile * kCodeBytes / 16;  // 16-byte copies a part a tile
+  constexpr int kRowChunks = kCodeBytes / 16;       // 16-byte copies a row
   std::uint32_t pending_params = 0;                 // the next tile's parameter pair (scale, min) of one (position, part)
+  // A tile of 16 body positions (almost all of them at long contexts) takes the paths
+  // without per-position checks: its rows are consecutive in the cache (a position is
+  // its visible index under the quantized policies, which drop nothing).
+  auto body_tile = [&](int base) {
+    return base + kTile <= n && i0 + base >= a.sink_end && i0 + base + kTile <= a.recent_begin;
+  };
+  // This lane's parameter (row lane % 16 of part lane / 16) of a body tile, less the tile's
+  // first position: scales and mins are [position][kv_head].
+  const long long row_param = static_cast<long long>(lane % kTile - s.body_base) * s.kv_heads + head;
+  const std::uint16_t* lane_scales = lane < kTile ? a.layer.k.scales : a.layer.v.scales;
+  const std::uint16_t* lane_mins = lane < kTile ? a.layer.k.mins : a.layer.v.mins;
   auto issue = [&](int t, int slot, bool with_params) {
-    if (Bits != 0 && t < tiles) {
+    if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
+      typename S::Stage& stage = sm.ring[warp][slot];
+      const long long first = static_cast<long long>(i0 + t * kTile) * s.kv_heads;  // + row_param: this lane's
+      const long long code0 = (first + head - static_cast<long long>(s.body_base) * s.kv_heads) * kCodeBytes;
+#pragma unroll
+      for (int i = 0; i < 2 * kChunks / 32; ++i) {
+        constexpr int kPerPart = kChunks / 32;
+        const int q = lane + 32 * (kPerPart > 0 ? i % kPerPart : 0), row = q / kRowChunks, chunk = q % kRowChunks;
+        const std::uint8_t* codes = i < kPerPart ? a.layer.k.codes : a.layer.v.codes;
+        std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
+        cp_async16(dst, codes + code0 + static_cast<long long>(row) * s.kv_heads * kCodeBytes + chunk * 16, 16);
+      }
+      std::uint32_t pair = __ldcg(lane_scales + first + row_param);
+      if constexpr (Bits == 4) pair |= static_cast<std::uint32_t>(__ldcg(lane_mins + first + row_param)) << 16;
+      if (with_params) {
+        stage.params[lane % kTile][2 * (lane / kTile)] = static_cast<std::uint16_t>(pair);
+        stage.params[lane % kTile][2 * (lane / kTile) + 1] = static_cast<std::uint16_t>(pair >> 16);
+      } else {
+        pending_params = pair;
+      }
+    } else if (Bits != 0 && t < tiles) {
       typename S::Stage& stage = sm.ring[warp][slot];
       const int base = t * kTile;
 #pragma unroll
@@ -431,6 +496,7 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
         const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&rows[r][w]));
         sum_q[r] += f.x + f.y;
       }
+      interleave_quads<Bits, D / 8>(rows[r]);
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 1);
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 2);
     }
@@ -481,10 +547,11 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
       issue(t + 2 * kWarps, ahead, false);
       __syncwarp();
       const typename S::Stage& stage = sm.ring[warp][slot];
+      const bool body = body_tile(base);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int j = base + g + 8 * r;
-        if (j < n && !where<Bits>(a, i0 + j).body) {
+        if (!body && j < n && !where<Bits>(a, i0 + j).body) {
           load_f16_k(x.k[r], j);
         } else {
           load_shared<kCodeBytes / 4>(stage.k[g + 8 * r] + c * (kCodeBytes / 4), x.k[r]);
@@ -494,7 +561,7 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int row = column_of(c, u), j = base + row;
-        if (j < n && !where<Bits>(a, i0 + j).body) {
+        if (!body && j < n && !where<Bits>(a, i0 + j).body) {
           load_f16_v(x, u, j);
         } else {
           load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
@@ -528,11 +595,11 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
   for (int row = 0; row < 2; ++row) {
     const int hq = g + 8 * row;
     if (hq < a.group) {
-      // C column 2c + e of n tile j is dim (2c + e) * kNTiles + j.
+      // C column 2c + e of n tile j is channel (2c + e) * kNTiles + channel_of_half(j).
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
-        after.o[warp][hq][(2 * c) * kNTiles + j] = st.o[j][2 * row] + st.vmin[row];
-        after.o[warp][hq][(2 * c + 1) * kNTiles + j] = st.o[j][2 * row + 1] + st.vmin[row];
+        after.o[warp][hq][(2 * c) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row] + st.vmin[row];
+        after.o[warp][hq][(2 * c + 1) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row + 1] + st.vmin[row];
       }
       if (c == 0) after.ml[warp][hq][0] = st.m[row], after.ml[warp][hq][1] = st.l[row];
     }
@@ -602,35 +669,47 @@ __global__ void __launch_bounds__(kThreads) kv_attention_mma_kernel(SplitArgs ar
   if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
 }
 
+// Once per instantiation (and device, in practice one): the shared-memory opt-in, and the
+// blocks a SM keeps resident (the split plan fills the device with that many).
 template <int D, int Bits>
-void launch_kernel(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
-  auto* kernel = kv_attention_mma_kernel<D, Bits>;
-  constexpr std::size_t bytes = Smem<D, Bits>::bytes();
-  static const bool opted_in = [&] {  // once per instantiation: shared memory past 48 KB
-    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    return true;
+int resident(void (*kernel)(SplitArgs)) {
+  static const int blocks = [&] {
+    constexpr int bytes = static_cast<int>(Smem<D, Bits>::bytes());
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    int per_sm = 0;
+    LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+    return std::max(per_sm, 1);
   }();
-  (void)opted_in;
-  launch_pdl(kernel, grid, kThreads, bytes, stream, a);
+  return blocks;
 }
 
+template <int D, int Bits>
+int launch_kernel(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  auto* kernel = kv_attention_mma_kernel<D, Bits>;
+  const int blocks = resident<D, Bits>(kernel);
+  if (a) launch_pdl(kernel, grid, kThreads, Smem<D, Bits>::bytes(), stream, *a);
+  return blocks;
+}
+
+// Launches when `a` is set; returns the instantiation's resident blocks a SM.
 template <int D>
-void launch_d(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
-  switch (a.shape.body) {
-    case KvBody::none: launch_kernel<D, 0>(a, grid, stream); break;
-    case KvBody::int8: launch_kernel<D, 8>(a, grid, stream); break;
-    case KvBody::int4: launch_kernel<D, 4>(a, grid, stream); break;
+int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  switch (shape.body) {
+    case KvBody::none: return launch_kernel<D, 0>(a, grid, stream);
+    case KvBody::int8: return launch_kernel<D, 8>(a, grid, stream);
+    case KvBody::int4: return launch_kernel<D, 4>(a, grid, stream);
   }
+  return 1;
+}
+
+int launch_or_query(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  return shape.head_dim == 64 ? launch_d<64>(shape, a, grid, stream) : launch_d<128>(shape, a, grid, stream);
 }
 
 }  // namespace
 
-void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
-  if (a.shape.head_dim == 64) {
-    launch_d<64>(a, grid, stream);
-  } else {
-    launch_d<128>(a, grid, stream);
-  }
-}
+void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream) { launch_or_query(a.shape, &a, grid, stream); }
+
+int mma_blocks_per_sm(const KvLayerShape& shape) { return launch_or_query(shape, nullptr, dim3(), nullptr); }
 
 }  // namespace lowbit::cuda::kv
