@@ -16,7 +16,9 @@ import sys
 
 # Plain prose, numbers (Llama 3 groups three digits, Qwen2 and SmolLM2 split each),
 # contractions in both cases, whitespace runs, tabs, CRLF, NBSP and NEL, accents, CJK,
-# emoji, code, and the chat format's control tokens.
+# emoji, code, the chat format's control tokens, and bytes the vocabulary may lack (SmolLM2
+# has no token for 04 06 13 14 16 1D F1 F2: both tokenizers drop them, and the rest of
+# their piece merges without them; plane-5 and plane-9 characters lead with F1 and F2).
 TEXTS = [
     "Hello world",
     "The year 2024 had 365 days; pi is 3.14159.",
@@ -32,6 +34,11 @@ TEXTS = [
     "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
     "a<|endoftext|>b",
     " = Robert Boulter = \n Robert Boulter is an English film , television and theatre actor .",
+    "abc\x04def",
+    "!\x04!",
+    "a\x13b\x14c\x16d\x1de\x06",
+    "x\U00050000y\U00090000z",
+    "<|im_end\x04|>",
 ]
 
 KNOWN = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-0.5b": "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"}

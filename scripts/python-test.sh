@@ -50,4 +50,11 @@ echo "python-test: building and installing lowbit (LOWBIT_CUDA=$LOWBIT_CUDA)"
 # The CLI the GGUF and lowbit serve tests drive, where it is built (scripts/build.sh).
 cli="$PWD/${BUILD_DIR:-build}/bin/lowbit"
 [ -z "${LOWBIT_CLI:-}" ] && [ -x "$cli" ] && export LOWBIT_CLI="$cli"
-"$python" -m pytest python/tests tests/serve -q -rs "$@"
+# Two runs: each folder's tests import helpers from their own conftest module, and one
+# pytest process can hold only one module of that name. Arguments go to one run.
+if [ $# -gt 0 ]; then
+  "$python" -m pytest -q -rs "$@"
+else
+  "$python" -m pytest python/tests -q -rs
+  "$python" -m pytest tests/serve -q -rs
+fi

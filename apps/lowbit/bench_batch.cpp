@@ -9,7 +9,6 @@
 #include "bench/common/run_info.h"
 #include "engine/cpu_batch_engine.h"
 #include "lowbit/error.h"
-#include "write_file.h"
 
 namespace lowbit::cli {
 namespace {
@@ -89,7 +88,7 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, const Batc
       results.push(j);
     }
     out.set("results", results);
-    write_whole_file("--json", options.json_path, out.dump() + "\n");
+    out.write_file(options.json_path);
   }
   return rows;
 }

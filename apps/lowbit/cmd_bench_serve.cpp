@@ -7,7 +7,6 @@
 #include "commands.h"
 #include "options.h"
 #include "serve/load_generator.h"
-#include "write_file.h"
 
 namespace lowbit::cli {
 
@@ -65,7 +64,7 @@ int cmd_bench_serve(const Args& args) {
       levels.push(j);
     }
     out.set("results", levels);
-    write_whole_file("--json", json_path, out.dump() + "\n");
+    out.write_file(json_path);
   }
   return status;
 }

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -271,9 +270,7 @@ int cmd_eval_attention(const Args& args) {
   if (!gpu) std::printf("\nNo GPU here: the GPU pipelines were not run (build with CUDA and run on a GPU machine).\n");
   root.set("cases", std::move(cases_json));
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

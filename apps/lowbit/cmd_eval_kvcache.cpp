@@ -4,13 +4,13 @@
 // the memory curve (the seed's Figure 2) drawn as a PNG.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
 #include "commands.h"
 #include "engine/generate.h"
+#include "engine/model_checks.h"
 #include "engine/perplexity.h"
 #include "eval/rouge.h"
 #include "engine_session.h"
@@ -88,7 +88,9 @@ int cmd_eval_kvcache(const Args& args) {
   const auto loaded = load_model(resolve_model_path(model_path));
   const engine::Model& model = loaded->model;
   const engine::Tokenizer& tok = loaded->tokenizer;
-  const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos());
+  engine::check_within_context_length(context, model.config(), "--context " + std::to_string(context));
+  // The text is plain text: a control token's spelling in it is not the control token.
+  const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos(), /*parse_special=*/false);
   const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, tok.add_bos());
   LOWBIT_CHECK(!prompt_ids.empty(), "--prompt: the prompt encodes to no tokens");
   LOWBIT_CHECK(speed_prompt <= static_cast<std::int64_t>(text_ids.size()), "--speed-prompt: ", speed_prompt,
@@ -205,9 +207,7 @@ int cmd_eval_kvcache(const Args& args) {
       rows.push(std::move(row));
     }
     root.set("rows", std::move(rows));
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "engine/generate.h"
+#include "engine/model_checks.h"
 #include "engine/text_stream.h"
 #include "engine_session.h"
 #include "engine_setup.h"
@@ -41,9 +42,9 @@ int cmd_generate(const Args& args) {
   const std::vector<std::int32_t> ids = tok.encode(text, tok.add_bos());
   LOWBIT_CHECK(!ids.empty(), "--prompt: the prompt encodes to no tokens");
   const std::int64_t capacity = static_cast<std::int64_t>(ids.size()) + max_new;
-  const std::int64_t trained = loaded->model.config().context_length;
-  LOWBIT_CHECK(trained == 0 || capacity <= trained, "prompt (", ids.size(), " tokens) + --max-new-tokens (", max_new,
-               ") exceeds the model's context length ", trained);
+  engine::check_within_context_length(
+      capacity, loaded->model.config(),
+      "prompt (" + std::to_string(ids.size()) + " tokens) + --max-new-tokens " + std::to_string(max_new));
 
   SessionMaker maker(*loaded, device, !no_graphs);
   const std::unique_ptr<engine::Session> session = maker.make(kv.options(), capacity);

@@ -14,7 +14,7 @@
 
 #include "commands.h"
 #include "engine/gguf/dequant.h"
-#include "engine/gguf/output_file.h"
+#include "core/file_io.h"
 #include "engine/gguf/reader.h"
 #include "engine/synth/synth_model.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -50,7 +50,7 @@ int model_synth(const Args& args) {
   LOWBIT_CHECK(!type_name.empty(), "--type: required (one of the types in --help)");
   LOWBIT_CHECK(!out.empty(), "--out: required");
   // Every check before any work: the output path, then the tokenizer's file.
-  engine::check_output_path(out, force, "--out", "pass --force to overwrite it");
+  check_output_path(out, force, "--out", "pass --force to overwrite it");
   if (tokenizer_from.empty()) {
     tokenizer_from = default_model_path();
     LOWBIT_CHECK(std::filesystem::is_regular_file(tokenizer_from), "lowbit model synth: the tokenizer is copied ",
@@ -95,11 +95,11 @@ int model_dequant(const Args& args) {
   LOWBIT_CHECK(!path.empty(), "--model: required");
   LOWBIT_CHECK(!tensor_name.empty(), "--tensor: required");
   LOWBIT_CHECK(!out.empty(), "--out: required");
-  engine::check_output_path(out, force, "--out", "pass --force to overwrite it");
+  check_output_path(out, force, "--out", "pass --force to overwrite it");
   const engine::GgufFile file = engine::GgufFile::open(resolve_model_path(path));
   const engine::GgufTensor& tensor = file.tensor(tensor_name);
   const std::vector<float> values = engine::dequantize_tensor(tensor);
-  engine::OutputFile output(out, force);
+  OutputFile output(out, force);
   output.write({reinterpret_cast<const std::uint8_t*>(values.data()), values.size() * sizeof(float)});
   output.commit();
   std::fprintf(stderr, "[model dequant] %s (%s, %zu values) -> %s\n", tensor_name.c_str(),

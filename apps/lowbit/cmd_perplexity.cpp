@@ -2,12 +2,12 @@
 // windows of --context tokens every --stride tokens (llama.cpp's perplexity tool).
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
 #include "commands.h"
+#include "engine/model_checks.h"
 #include "engine/perplexity.h"
 #include "engine_session.h"
 #include "engine_setup.h"
@@ -33,8 +33,11 @@ int cmd_perplexity(const Args& args) {
   SessionMaker::declare(cli, &device);
   if (const auto status = cli.parse(args)) return *status;
 
+  const std::string text = read_file(file);  // before the model: a bad path fails at once
   const auto loaded = load_model(resolve_model_path(model_path));
-  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(read_file(file), loaded->tokenizer.add_bos());
+  engine::check_within_context_length(context, loaded->model.config(), "--context " + std::to_string(context));
+  // The text is plain text: a control token's spelling in it is not the control token.
+  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(text, loaded->tokenizer.add_bos(), false);
   engine::PerplexityOptions options;
   options.context = context;
   options.stride = stride;
@@ -74,9 +77,7 @@ int cmd_perplexity(const Args& args) {
         .set("tokens_scored", r.tokens_scored)
         .set("windows", r.windows)
         .set("seconds", seconds);
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

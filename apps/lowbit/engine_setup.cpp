@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string_view>
 
+#include "engine/model_checks.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cli {
@@ -72,20 +72,13 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path) {
   engine::GgufFile file = engine::GgufFile::open(path);
   engine::Model model = engine::Model::from_gguf(file);
   engine::Tokenizer tokenizer = engine::Tokenizer::from_gguf(file);
+  engine::check_tokenizer_fits_model(tokenizer, model.config());
   return std::make_unique<LoadedModel>(LoadedModel{std::move(file), std::move(model), std::move(tokenizer)});
 }
 
 std::string default_text_path() {
   const std::string from_env = env("LOWBIT_WIKITEXT");
   return from_env.empty() ? std::string(LOWBIT_SOURCE_DIR) + "/data/wikitext-2-raw/wiki.test.raw" : from_env;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOWBIT_CHECK(in.good(), "cannot read '", path, "'");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
 }
 
 void KvCacheFlags::declare(Options& options, bool with_policy) {

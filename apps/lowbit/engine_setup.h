@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/file_io.h"  // read_file, for the texts the commands read
 #include "engine/gguf/reader.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -37,7 +38,6 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path);
 
 // The WikiText-2 test split shipped in data/ (or $LOWBIT_WIKITEXT).
 std::string default_text_path();
-std::string read_file(const std::string& path);  // throws naming the path
 
 // --kv-cache, --sink, --window, --kv-bits, --kv-group, parsed into KvCacheOptions.
 struct KvCacheFlags {

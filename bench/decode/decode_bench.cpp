@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 
@@ -182,9 +181,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     Json doc = run_info_json("decode", info);
     doc.set("model", o.model_path).set("config", config.describe()).set("gpu_copy_gbps", copy_gbps);
     doc.set("steps", o.steps).set("runs", o.runs).set("rows", results);
-    std::ofstream out(o.json_path);
-    out << doc.dump() << "\n";
-    LOWBIT_CHECK(out.good(), "--json: could not write '", o.json_path, "'");
+    doc.write_file(o.json_path);
   }
   return 0;
 #else

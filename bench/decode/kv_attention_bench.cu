@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
 #include "bench/common/device_fill.h"
 #include "bench/common/json.h"
@@ -151,9 +150,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
     Json doc = run_info_json("kv_attention", info);
     doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim);
     doc.set("gpu_copy_gbps", copy_gbps).set("rows", rows);
-    std::ofstream file(o.json_path);
-    file << doc.dump() << "\n";
-    LOWBIT_CHECK(file.good(), "--json: could not write '", o.json_path, "'");
+    doc.write_file(o.json_path);
   }
   return 0;
 }

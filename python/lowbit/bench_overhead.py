@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -39,6 +40,26 @@ import numpy as np
 import lowbit
 from lowbit import _lowbit
 
+
+def write_json(path, value) -> None:
+    """`value` as JSON in `path`, whole or not at all: written to a temporary file beside
+    it, flushed to disk, then renamed over it. A path that is not a regular file (a
+    device such as /dev/stdout, a pipe) is written in place: a rename would replace it."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "w") as f:
+            json.dump(value, f, indent=1)
+        return
+    temp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(temp, "w") as f:
+            json.dump(value, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
 
 def host_us(fn, calls: int, sync=None, repeats: int = 7) -> float:
     for _ in range(min(calls, 100)):
@@ -275,8 +296,7 @@ def over_processes(args, passed) -> int:
         print(f"{row['device']:6} {row['call']:42} {row['host_min_us']:8.2f} {row['host_median_us']:8.2f} "
               f"{fmt(kernel):>9} {fmt(floor):>8} {fmt(row['over_us']):>8}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"calls": args.calls, "processes": args.processes, "rows": rows}, f, indent=1)
+        write_json(args.json, {"calls": args.calls, "processes": args.processes, "rows": rows})
     return 0
 
 
@@ -333,8 +353,7 @@ def main(argv=None) -> int:
             report("step", name, us)
         print(f"device: {torch.cuda.get_device_name()}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"calls": args.calls, "rows": rows}, f, indent=1)
+        write_json(args.json, {"calls": args.calls, "rows": rows})
     return 0
 
 

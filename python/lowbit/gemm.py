@@ -2,7 +2,7 @@
 scale + bias + ReLU epilogue."""
 from __future__ import annotations
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import backend_of, dtype_name
 from ._ops.gemm import as_scale, matmul_with
 
@@ -61,7 +61,11 @@ def int8_matmul(a, b, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=F
     default, or float16 / bfloat16) = relu?(((acc * scale_a) * scale_b) * scale_c + bias), with
     scale_a a number or float32 [1] / [M], scale_b a number or float32 [1] / [N], bias float32 [N].
     """
-    return _matmul("int8", a, b, 0, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, "a", "b")
+    try:
+        return _matmul("int8", a, b, 0, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, "a", "b")
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+        raise
 
 
 def int4_matmul(a_packed, b_packed, k, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=False,
@@ -70,5 +74,10 @@ def int4_matmul(a_packed, b_packed, k, scale_a=None, scale_b=None, scale_c=1.0, 
     along K, low nibble first: a_packed uint8 [M, ceil(K/2)], b_packed uint8 [ceil(K/2), N]
     ("k_by_n") or [N, ceil(K/2)] ("n_by_k"). K is given because packing hides its parity.
     quantize_tensor(x, "int4_sym", ...) produces this operand form."""
-    return _matmul("int4", a_packed, b_packed, int(k), scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype,
-                   "a_packed", "b_packed")
+    try:
+        return _matmul("int4", a_packed, b_packed, int(k), scale_a, scale_b, scale_c, bias, relu, b_layout,
+                       out_dtype, "a_packed", "b_packed")
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"a_packed": a_packed, "b_packed": b_packed, "scale_a": scale_a,
+                                       "scale_b": scale_b, "bias": bias}, ints={"k": k})
+        raise

@@ -34,7 +34,7 @@ device and use the `_at` forms (torch.ops.lowbit.kv_append_at / kv_attention_at)
 """
 from __future__ import annotations
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import NUMPY, backend_of, dtype_name, torch_backend
 from ._ops.kv import kv_attention_with, kv_layer, kv_read_with
 
@@ -55,10 +55,15 @@ class LayerKVCache:
     def __init__(self, policy: str = "selective", kv_heads: int = 1, head_dim: int = 128, max_tokens: int = 4096,
                  sink: int = 16, window: int = 32, kv_bits: int = 8, device=None):
         self.policy = policy
-        self.kv_heads, self.head_dim, self.max_tokens = int(kv_heads), int(head_dim), int(max_tokens)
-        self.sink, self.window, self.kv_bits = int(sink), int(window), int(kv_bits)
-        layout = _lowbit.kv_layout(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
-                                   self.max_tokens)
+        try:
+            self.kv_heads, self.head_dim, self.max_tokens = int(kv_heads), int(head_dim), int(max_tokens)
+            self.sink, self.window, self.kv_bits = int(sink), int(window), int(kv_bits)
+            layout = _lowbit.kv_layout(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
+                                       self.max_tokens)
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, ints={"kv_heads": kv_heads, "head_dim": head_dim, "max_tokens": max_tokens,
+                                         "sink": sink, "window": window, "kv_bits": kv_bits})
+            raise
         self.layout = layout
         self.capacity = layout["capacity"]  # -1: the window policy's ring takes any number of tokens
         self.nbytes = layout["nbytes"]
@@ -95,28 +100,36 @@ class LayerKVCache:
         if self.capacity >= 0 and self.length >= self.capacity:
             raise LowbitError(f"kv_append: the cache is full ({self.capacity} tokens); reset() it or make "
                               f"max_tokens larger")
-        backend = backend_of(k)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+        try:
+            backend = backend_of(k)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
 
-            backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
-                                               self.length)
-        else:
-            self._layer.append(k, v, self.length, backend.stream(k))
+                backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
+                                                   self.length)
+            else:
+                self._layer.append(k, v, self.length, backend.stream(k))
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"k": k, "v": v})
+            raise
         self.length += 1
 
     def attention(self, q, out_dtype="float32"):
         """softmax(q K^T / sqrt(head_dim)) V over what the newest token's query sees, as a new
         [n_heads, head_dim] array of out_dtype (float32 or float16); q f16 [n_heads, head_dim]."""
-        backend = backend_of(q)
-        out_name = dtype_name(out_dtype)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401
+        try:
+            backend = backend_of(q)
+            out_name = dtype_name(out_dtype)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401
 
-            return backend.torch.ops.lowbit.kv_attention(*self.buffers.values(), q, self.policy, self._spec(),
-                                                         self.length, out_name)
-        return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim,
-                                 workspaces=self._workspaces, max_length=self.max_length)
+                return backend.torch.ops.lowbit.kv_attention(*self.buffers.values(), q, self.policy, self._spec(),
+                                                             self.length, out_name)
+            return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim,
+                                     workspaces=self._workspaces, max_length=self.max_length)
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"q": q})
+            raise
 
     @property
     def max_length(self) -> int:
@@ -128,26 +141,34 @@ class LayerKVCache:
         read when the work runs, so that a CUDA graph can replay it at every step. The caller
         owns the position (keeping pos < max_length, which the GPU cannot check); `length`
         is left alone."""
-        backend = backend_of(k)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401
+        try:
+            backend = backend_of(k)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401
 
-            backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
-        else:
-            self._layer.append_at(k, v, pos, backend.stream(k))
+                backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
+            else:
+                self._layer.append_at(k, v, pos, backend.stream(k))
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"k": k, "v": v, "pos": pos})
+            raise
 
     def attention_at(self, q, pos, out_dtype="float32"):
         """attention() of the query at the position held by pos (int32 [1] on the cache's
         device): over positions 0..*pos, in the forms the policy keeps then."""
-        backend = backend_of(q)
-        out_name = dtype_name(out_dtype)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401
+        try:
+            backend = backend_of(q)
+            out_name = dtype_name(out_dtype)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401
 
-            return backend.torch.ops.lowbit.kv_attention_at(*self.buffers.values(), q, pos, self.policy, self._spec(),
-                                                            out_name)
-        return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length,
-                                 self._workspaces)
+                return backend.torch.ops.lowbit.kv_attention_at(*self.buffers.values(), q, pos, self.policy,
+                                                                self._spec(), out_name)
+            return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length,
+                                     self._workspaces)
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"q": q, "pos": pos})
+            raise
 
     def read(self):
         """(k, v): the values the newest query reads, as new f16 [visible, kv_heads, head_dim]

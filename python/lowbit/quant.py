@@ -17,7 +17,7 @@ NaN or Inf in quantize_tensor's input:
 """
 from __future__ import annotations
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import _DTYPE_ALIASES, backend_of, dtype_name, gpu_backends, torch_backend
 from ._ops.quant import SCHEMES, check_rank2, default_cols, dequantize_with, quantize_with, scheme_info
 
@@ -36,18 +36,22 @@ def quantize_tensor(x, scheme: str = "int8", granularity: str = "channel", group
     the CPU and with check=True; else (CUDA) by check_quantize_status() (see the module's
     docstring).
     """
-    backend = backend_of(x)
-    if backend.compiling():
-        import torch
+    try:
+        backend = backend_of(x)
+        if backend.compiling():
+            import torch
 
-        from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
 
-        if check:
-            raise LowbitError("quantize_tensor: check=True synchronizes, which torch.compile cannot trace; "
-                              "call lowbit.check_quantize_status() after the compiled function")
-        codes, scales, mins = torch.ops.lowbit.quantize(x, scheme, granularity, group_size)
-        return codes, scales, (mins if scheme_info(scheme)[1] else None)
-    return quantize_with(backend, x, scheme, granularity, group_size, check)
+            if check:
+                raise LowbitError("quantize_tensor: check=True synchronizes, which torch.compile cannot trace; "
+                                  "call lowbit.check_quantize_status() after the compiled function")
+            codes, scales, mins = torch.ops.lowbit.quantize(x, scheme, granularity, group_size)
+            return codes, scales, (mins if scheme_info(scheme)[1] else None)
+        return quantize_with(backend, x, scheme, granularity, group_size, check)
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"x": x}, ints={"group_size": group_size})
+        raise
 
 
 def check_quantize_status(device=None) -> None:
@@ -68,17 +72,22 @@ def dequantize_tensor(codes, scales, mins=None, scheme: str = "int8", granularit
                       group_size: int = 0, dtype="float32", cols=None):
     """Decodes (codes, scales, mins) from quantize_tensor into a new [T, D] tensor of `dtype`
     (float32, float16 or bfloat16). For 4-bit codes of an odd D, pass cols=D."""
-    backend = backend_of(codes)
-    shape = codes.shape
-    if len(shape) != 2:
-        check_rank2(codes, "codes")
-    if cols is None:
-        cols = shape[1] if SCHEMES.get(scheme, (0,))[0] == 8 else default_cols(codes, scales, scheme, granularity)
-    out_dtype = _DTYPE_ALIASES.get(dtype) or dtype_name(dtype)
-    if backend.compiling():
-        import torch
+    try:
+        backend = backend_of(codes)
+        shape = codes.shape
+        if len(shape) != 2:
+            check_rank2(codes, "codes")
+        if cols is None:
+            cols = shape[1] if SCHEMES.get(scheme, (0,))[0] == 8 else default_cols(codes, scales, scheme, granularity)
+        out_dtype = _DTYPE_ALIASES.get(dtype) or dtype_name(dtype)
+        if backend.compiling():
+            import torch
 
-        from . import torch_ops  # noqa: F401
+            from . import torch_ops  # noqa: F401
 
-        return torch.ops.lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, cols, out_dtype)
-    return dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols)
+            return torch.ops.lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, cols, out_dtype)
+        return dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols)
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"codes": codes, "scales": scales, "mins": mins},
+                        ints={"group_size": group_size, "cols": cols})
+        raise

@@ -253,7 +253,7 @@ def test_buffers_are_checked():
     codes = np.zeros(layout["codes"], np.int8)
     assert layout["param_dtype"] == "f16"
     scales = np.zeros(layout["params"], np.float16)
-    with pytest.raises(lowbit.LowbitError, match="buffers k_f16 and v_f16 overlap"):  # K and V must not share storage
+    with pytest.raises(lowbit.LowbitError, match="v_f16: overlaps k_f16 in memory; outputs must not share bytes"):  # K and V must not share storage
         _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16, codes, scales, None)
     _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16.copy(), codes.copy(),
                     scales.copy(), None)

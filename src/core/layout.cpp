@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/checked.h"
 #include "lowbit/block_formats.h"
 #include "lowbit/error.h"
 #include "lowbit/gemm.h"
@@ -64,7 +65,7 @@ Granularity parse_granularity(const char* name) {
 
 std::int64_t LayoutTerm::of(std::int64_t rows, std::int64_t cols) const {
   const std::int64_t n = source == LayoutSource::rows ? rows : source == LayoutSource::cols ? cols : 1;
-  return divisor > 0 ? (n + divisor - 1) / divisor : 0;
+  return divisor > 0 ? n / divisor + (n % divisor != 0) : 0;  // ceil(n / divisor), without overflow
 }
 
 const char* layout_source_name(LayoutSource source) {
@@ -93,8 +94,14 @@ QuantLayoutRule quant_layout_rule(const QuantSpec& spec) {
 }
 
 QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
+  LOWBIT_CHECK(rows >= 1 && cols >= 1, "quant_layout: expected a non-empty shape (rows, cols >= 1), got ", rows,
+               " x ", cols);
   const QuantLayoutRule rule = quant_layout_rule(spec);
-  return QuantLayout{rule.code_cols.of(rows, cols), rule.scale_rows.of(rows, cols), rule.scale_cols.of(rows, cols)};
+  const QuantLayout layout{rule.code_cols.of(rows, cols), rule.scale_rows.of(rows, cols),
+                           rule.scale_cols.of(rows, cols)};
+  // scale_count() multiplies these: it must fit too.
+  core::checked_mul(layout.scale_rows, layout.scale_cols, "quant_layout: scale count (", rows, " x ", cols, ")");
+  return layout;
 }
 
 // ---- block formats ------------------------------------------------------------------
@@ -133,10 +140,18 @@ std::int64_t block_size(BlockFormat format) {
   LOWBIT_FAIL("format: unknown value ", static_cast<int>(format));
 }
 
-std::size_t BlockLayout::code_bytes() const { return static_cast<std::size_t>(rows * code_cols); }
+// Checked: a BlockLayout built by hand (not by block_layout) may not fit.
+std::size_t BlockLayout::code_bytes() const {
+  return static_cast<std::size_t>(core::checked_mul(rows, code_cols, "block layout: code bytes"));
+}
 
 std::size_t BlockLayout::total_bytes() const {
-  return code_bytes() + static_cast<std::size_t>(scale_count) * scale_bytes + (has_global_scale ? sizeof(float) : 0);
+  const std::int64_t scales =
+      core::checked_mul(scale_count, static_cast<std::int64_t>(scale_bytes), "block layout: scale bytes");
+  const std::int64_t codes_and_scales =
+      core::checked_add(static_cast<std::int64_t>(code_bytes()), scales, "block layout: total bytes");
+  return static_cast<std::size_t>(core::checked_add(codes_and_scales, has_global_scale ? 4 : 0,
+                                                    "block layout: total bytes"));
 }
 
 BlockLayout block_layout(BlockFormat format, std::int64_t rows, std::int64_t cols) {
@@ -151,10 +166,12 @@ BlockLayout block_layout(BlockFormat format, std::int64_t rows, std::int64_t col
   layout.block_size = block;
   layout.code_cols = cols / 2;
   layout.blocks_per_row = cols / block;
-  layout.scale_count = rows * layout.blocks_per_row;
+  layout.scale_count = core::checked_mul(rows, layout.blocks_per_row, "block_layout: scale count (", rows, " x ",
+                                         cols, ")");
   layout.scale_dtype = format == BlockFormat::nf4 ? DType::f32 : DType::u8;
   layout.scale_bytes = format == BlockFormat::nf4 ? 4 : 1;
   layout.has_global_scale = format == BlockFormat::nvfp4;
+  (void)layout.total_bytes();  // every size of the layout fits, or this throws
   return layout;
 }
 
@@ -178,7 +195,16 @@ formats::WeightPackLayout checked_weight_layout(const WeightOnlySpec& spec, std:
                "spec.act_dtype: expected f16 or bf16, got ", dtype_name(spec.act_dtype));
   LOWBIT_CHECK(formats::weight_group_size_ok(spec.group_size, k), "spec.group_size: expected 32, 64, 128 or K (",
                k, ") for one scale per output row, got ", spec.group_size);
-  return formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
+  // The kernels index rows and k with 32-bit integers; the padded sizes below must fit.
+  LOWBIT_CHECK(n < (std::int64_t{1} << 31) && k < (std::int64_t{1} << 31), "weight-only: N x K = ", n, " x ", k,
+               ", expected N, K < 2^31");
+  const formats::WeightPackLayout layout =
+      formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
+  core::checked_mul(core::checked_mul(layout.n_tiles, layout.k_steps, "weight-only: units of ", n, " x ", k),
+                    layout.unit_bytes(), "weight-only: code bytes of ", n, " x ", k);
+  core::checked_mul(core::checked_mul(layout.n_tiles, layout.groups, "weight-only: scale groups of ", n, " x ", k),
+                    formats::kPackTileN, "weight-only: scale count of ", n, " x ", k);
+  return layout;
 }
 
 }  // namespace core

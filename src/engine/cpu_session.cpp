@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/cpu_kernels.h"
+#include "engine/finite_logits.h"
 #include "engine/rope_table.h"
 #include "lowbit/error.h"
 
@@ -167,6 +168,7 @@ std::vector<float> CpuSession::forward(std::span<const std::int32_t> tokens, boo
   rms_norm(last, model_->output_norm().data(), rows, d, c.rms_eps, h.data());
   std::vector<float> logits(static_cast<std::size_t>(rows * c.vocab));
   matmul_nt(h.data(), rows, d, model_->output().data(), c.vocab, logits.data());
+  check_finite_logits(logits, c.vocab, position_ - rows);
   return logits;
 }
 

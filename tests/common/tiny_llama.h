@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/tokenizer/bpe.h"
 #include "cpu/kv_cache.h"
 #include "formats/float16.h"
 #include "common/gguf_writer.h"
@@ -29,6 +30,11 @@ struct TinyLlamaSpec {
   std::string architecture = "llama";
   double rope_linear_factor = 0.0;  // > 0: rope.scaling.type linear with this factor
   bool rope_freqs = false;          // a rope_freqs.weight tensor: frequency i divided by 1 + 0.4 i
+  // A byte-level BPE tokenizer of `vocab` tokens in the metadata (needs vocab >= 260):
+  // <|endoftext|>, <|im_start|>, <|im_end|> (control), <tool> (user-defined), the 256
+  // bytes in GPT-2's alphabet but 0x04 (a byte without a token, as in SmolLM2), then
+  // merged pairs of letters.
+  bool with_tokenizer = false;
 };
 
 struct TinyLlama {
@@ -45,6 +51,31 @@ struct TinyLlama {
 };
 
 namespace tiny_detail {
+
+inline void add_tokenizer(GgufWriter& w, std::int64_t vocab) {
+  std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool>"};
+  std::vector<std::int32_t> types = {3, 3, 3, 4};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(b == 0x04 ? "<unused04>" : engine::byte_level_encode(std::string(1, static_cast<char>(b))));
+    types.push_back(1);
+  }
+  std::vector<std::string> merges;
+  for (int i = 0; static_cast<std::int64_t>(tokens.size()) < vocab; ++i) {
+    const std::string left(1, static_cast<char>('a' + i / 26 % 26)), right(1, static_cast<char>('a' + i % 26));
+    merges.push_back(left + " " + right);
+    tokens.push_back(left + right);
+    types.push_back(1);
+  }
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "smollm");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_array<std::int32_t>("tokenizer.ggml.token_type", gguf_type::i32, types);
+  w.add_string_array("tokenizer.ggml.merges", merges);
+  w.add("tokenizer.ggml.eos_token_id", gguf_type::u32, std::uint32_t{2});
+  w.add("tokenizer.ggml.unknown_token_id", gguf_type::u32, std::uint32_t{0});
+  w.add_string("tokenizer.chat_template", "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                                          "'<|im_end|>'}}");
+}
 
 inline void put_f16(std::vector<std::uint8_t>& out, float v) {
   const std::uint16_t bits = formats::float_to_half(v).bits;
@@ -113,6 +144,7 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
     w.add_string(a + "rope.scaling.type", "linear");
     w.add(a + "rope.scaling.factor", gguf_type::f32, static_cast<float>(spec.rope_linear_factor));
   }
+  if (spec.with_tokenizer) tiny_detail::add_tokenizer(w, spec.vocab);
 
   auto random = [&](std::int64_t count, float stddev, float mean = 0.0f) {
     std::vector<float> v(static_cast<std::size_t>(count));

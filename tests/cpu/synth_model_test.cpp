@@ -101,7 +101,8 @@ TEST(SynthModel, TheSameSeedGivesTheSameBytesAtAnyThreadCount) {
   const SynthModel b(tiny(), GgmlType::q4_1, 8, source);
   const std::vector<std::uint8_t> other_seed = b.to_bytes();
   ASSERT_EQ(other_seed.size(), one_thread.size());
-  const GgufTensor& t = GgufFile::from_bytes(one_thread).tensor("blk.0.ffn_up.weight");
+  const GgufFile file = GgufFile::from_bytes(one_thread);  // alive while t is used
+  const GgufTensor& t = file.tensor("blk.0.ffn_up.weight");
   EXPECT_FALSE(std::equal(other_seed.begin() + static_cast<std::ptrdiff_t>(t.file_offset),
                           other_seed.begin() + static_cast<std::ptrdiff_t>(t.file_offset + t.byte_size),
                           one_thread.begin() + static_cast<std::ptrdiff_t>(t.file_offset)));

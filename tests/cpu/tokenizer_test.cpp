@@ -14,6 +14,7 @@
 #include <iterator>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@ const std::vector<std::pair<std::string, std::string>> k_merges = {
     {"l", "d"},        //
     {"\xC4\xA0wor", "ld"},
     {"1", "2"},        // only reachable when digits are not split one by one
+    {"!", "!"},        //
 };
 
 std::vector<std::string> synthetic_tokens() {
@@ -76,6 +78,7 @@ struct Synthetic {
   std::optional<std::string> chat_template;
   bool with_merges = true, with_tokens = true, with_bos = true, add_bos = false;
   std::int32_t bos = k_im_start;
+  std::optional<std::int32_t> unknown;
 
   Synthetic() {
     for (const auto& [left, right] : k_merges) merges.push_back(left + " " + right);
@@ -94,6 +97,7 @@ struct Synthetic {
     if (with_merges) w.add_string_array("tokenizer.ggml.merges", merges);
     if (with_bos) w.add<std::uint32_t>("tokenizer.ggml.bos_token_id", vt::u32, static_cast<std::uint32_t>(bos));
     w.add<std::uint32_t>("tokenizer.ggml.eos_token_id", vt::u32, k_im_end);
+    if (unknown) w.add<std::uint32_t>("tokenizer.ggml.unknown_token_id", vt::u32, static_cast<std::uint32_t>(*unknown));
     w.add<bool>("tokenizer.ggml.add_bos_token", vt::boolean, add_bos);
     if (chat_template) w.add_string("tokenizer.chat_template", *chat_template);
     return GgufFile::from_bytes(w.bytes());
@@ -347,10 +351,16 @@ TEST(TokenizerSynthetic, BadMerges) {
 TEST(TokenizerSynthetic, BadIdsAndTypes) {
   Synthetic s;
   s.bos = 100000;
-  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.bos_token_id: expected a token id in [0, 274), got 100000");
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.bos_token_id: expected a token id in [0, 275), got 100000");
+  s = Synthetic();
+  s.types[byte_id('z')] = 7;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type[" + std::to_string(byte_id('z')) +
+                                         "] (token \"z\") = 7: expected 0..6 (undefined, normal");
+  s.types[byte_id('z')] = -1;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "] (token \"z\") = -1: expected 0..6");
   s = Synthetic();
   s.types.pop_back();
-  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type: expected 274 entries (one per token), got 273");
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type: expected 275 entries (one per token), got 274");
   s = Synthetic();
   s.with_bos = false;
   s.add_bos = true;
@@ -360,10 +370,67 @@ TEST(TokenizerSynthetic, BadIdsAndTypes) {
   EXPECT_LOWBIT_ERROR(s.tokenizer().encode("x", true), "encode: add_bos is true, but the file has no");
 }
 
-TEST(TokenizerSynthetic, MissingByteTokenWithoutUnknown) {
+// The bytes of `text` that `t` has a token for: what decode(encode(text)) gives back.
+std::string kept_bytes(const Tokenizer& t, std::string_view text) {
+  std::string kept;
+  for (const char c : text) {
+    if (t.has_byte_token(static_cast<std::uint8_t>(c))) kept += c;
+  }
+  return kept;
+}
+
+bool has_control_token(const Tokenizer& t, const Ids& ids) {
+  return std::any_of(ids.begin(), ids.end(), [&](std::int32_t id) { return t.token_type(id) == TokenType::control; });
+}
+
+TEST(TokenizerSynthetic, ByteWithoutTokenIsDropped) {
   Synthetic s;
   s.tokens[byte_id(0x07)] = "unused";
-  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.tokens: no token for byte 0x07 (spelled \"\xC4\x87\")");
+  const Tokenizer t = s.tokenizer();
+  EXPECT_FALSE(t.has_byte_token(0x07));
+  EXPECT_TRUE(t.has_byte_token(0x08));
+  EXPECT_EQ(t.encode("\x07"), Ids{});
+  EXPECT_EQ(t.encode("x\x07y", false, false), bytes_of("xy"));
+  // The rest of its piece merges as if the byte were absent ("!" "!" is a merge).
+  EXPECT_EQ(t.encode("!\x07!"), (Ids{merged_id(13)}));
+  EXPECT_EQ(t.encode("h\x07" "e"), bytes_of("he"));  // three pieces: letters, punctuation, letters
+  EXPECT_EQ(t.decode(t.encode("a\x07\x07" "b\x07")), "ab");
+}
+
+TEST(TokenizerSynthetic, ByteWithoutTokenNeverBecomesTheUnknownToken) {
+  Synthetic s;
+  s.tokens[byte_id(0x04)] = "unused";
+  s.unknown = k_eot;  // <|endoftext|>, a control token, as in SmolLM2
+  const Tokenizer t = s.tokenizer();
+  EXPECT_EQ(t.unknown_id(), k_eot);
+  const Ids ids = t.encode("abc\x04" "def", false, /*parse_special=*/false);
+  Ids expected = t.encode("abc");
+  for (const std::int32_t id : t.encode("def")) expected.push_back(id);
+  EXPECT_EQ(ids, expected);
+  EXPECT_FALSE(has_control_token(t, ids));
+}
+
+TEST(TokenizerSynthetic, ByteFallbackTokenKeepsTheByte) {
+  Synthetic s;
+  s.tokens[byte_id(0x07)] = "<0x07>";
+  s.types[byte_id(0x07)] = 6;  // byte
+  const Tokenizer t = s.tokenizer();
+  EXPECT_TRUE(t.has_byte_token(0x07));
+  EXPECT_EQ(t.encode("a\x07"), (Ids{byte_id('a'), byte_id(0x07)}));
+  EXPECT_EQ(t.decode(t.encode("a\x07" "b")), "a\x07" "b");
+  // A "<0x07>" that is not typed byte is an ordinary word, not the byte.
+  s.types[byte_id(0x07)] = 1;
+  EXPECT_FALSE(s.tokenizer().has_byte_token(0x07));
+}
+
+TEST(TokenizerSynthetic, VocabularyThatWouldEncodeTextToControlTokensIsRejected) {
+  Synthetic s;
+  s.types[byte_id('q')] = 3;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.tokens[" + std::to_string(byte_id('q')) +
+                                         "] \"q\": the token of byte 113 is a control token");
+  s = Synthetic();
+  s.types[merged_id(6)] = 3;  // "hello", the result of merge 6
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.merges[6] \"hell o\": the merged \"hello\" is a control token");
 }
 
 // ---------------------------------------------------------------------------------
@@ -456,34 +523,78 @@ TEST_F(SmolLM2Tokenizer, Metadata) {
   EXPECT_FALSE(t.is_end_of_generation(198));
 }
 
-// Expected ids from Hugging Face `tokenizers` 0.23 (transformers 5.2x): the vocabulary
-// and merges read from this GGUF by transformers' GGUF tokenizer converter
-// (integrations/gguf/gguf_tokenizer_mapping.convert_gguf_tokenizer), with the
-// pre-tokenizer of SmolLM2's tokenizer.json set on it (Sequence[Digits(individual_digits),
-// ByteLevel(add_prefix_space=False, use_regex=True)]), then
-// tok.encode(text, add_special_tokens=False).ids; decode(ids) gave back each text.
+// Texts and Hugging Face's ids for them (tests/data/smollm2_tokenizer_cases.tsv:
+// UTF-8 hex, ids): from the tokenizer that transformers builds from this GGUF, with the
+// pre-tokenizer of SmolLM2's tokenizer.json, Sequence[Digits(individual_digits),
+// ByteLevel(add_prefix_space=False, use_regex=True)]: tok.encode(text,
+// add_special_tokens=False).ids. scripts/check_tokenizer_hf.py compares lowbit with HF
+// live on the same texts.
+struct HfCase {
+  std::string text;
+  Ids ids;
+};
+
+std::vector<HfCase> read_hf_cases() {
+  std::ifstream in(LOWBIT_TOKENIZER_CASES);
+  EXPECT_TRUE(in) << "cannot read " << LOWBIT_TOKENIZER_CASES;
+  std::vector<HfCase> cases;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string hex, ids;
+    std::getline(fields, hex, '\t');
+    std::getline(fields, ids, '\t');
+    HfCase c;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+      c.text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    std::istringstream id_list(ids);
+    for (std::int32_t id; id_list >> id;) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 TEST_F(SmolLM2Tokenizer, IdsMatchHuggingFace) {
-  expect_ids(*tokenizer_, {
-      {"Hello world", {19556, 905}},
-      {"The year 2024 had 365 days; pi is 3.14159.",
-       {504, 713, 216, 34, 32, 34, 36, 761, 216, 35, 38, 37, 2009, 43, 16916, 314, 216, 35, 30, 33, 36, 33, 37, 41,
-        30}},
-      {"multiple   spaces    here  ", {30404, 256, 5600, 333, 1535, 256}},
-      {"line one\nline two\n\n\nend\r\n", {1311, 582, 198, 1311, 827, 1116, 198, 486, 2738}},
-      {"I'm sure they'll say it's fine, don't you think? We've seen it. I'D",
-       {57, 5248, 2090, 502, 3060, 1643, 357, 506, 4979, 28, 1326, 982, 346, 1510, 47, 1046, 3543, 2269, 357, 30,
-        339, 23, 52}},
-      {"Caf\u00e9 na\u00efve r\u00e9sum\u00e9", {51, 1939, 2756, 15486, 46494, 412, 2756, 5422, 2756}},
-      {"\u4e2d\u6587\u5206\u8bcd\u6d4b\u8bd5", {28589, 29184, 37349, 16313, 231, 43222, 229, 16313, 239}},
-      {"Emoji: \U0001F600\U0001F44D\U0001F3FD and \u2764\uFE0F",
-       {10809, 33777, 42, 40303, 218, 10813, 235, 231, 10813, 233, 138, 284, 4636, 247, 114, 31752}},
-      {"  leading\ttabs\t\tand\u00a0nbsp\u0085nel",
-       {216, 2899, 197, 100, 7366, 197, 197, 397, 15442, 94, 32093, 141, 223, 5824}},
-      {"code: def f(x):\n    return x**2  # square",
-       {4635, 42, 753, 275, 24, 104, 727, 472, 1003, 1792, 828, 34, 216, 907, 5222}},
-      {"a<|endoftext|>b <reponame>c<|im_start|>user\nHi<|im_end|>", {81, 0, 82, 216, 4, 83, 1, 4093, 198, 26843, 2}},
-      {"12345678901234567890", {33, 34, 35, 36, 37, 38, 39, 40, 41, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 32}},
-  });
+  const std::vector<HfCase> cases = read_hf_cases();
+  ASSERT_GE(cases.size(), 19u);
+  for (const HfCase& c : cases) {
+    EXPECT_EQ(tokenizer_->encode(c.text), c.ids) << "text: " << c.text;
+    EXPECT_EQ(tokenizer_->decode(c.ids), kept_bytes(*tokenizer_, c.text));
+  }
+}
+
+// The bytes the vocabulary has no token for (what Hugging Face drops too, above).
+TEST_F(SmolLM2Tokenizer, ExactlyTheBytesWithoutTokenAreDropped) {
+  const std::vector<int> missing = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5,
+                                    0xF6, 0xF7, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE, 0xFF};
+  for (int b = 0; b < 256; ++b) {
+    const bool dropped = std::find(missing.begin(), missing.end(), b) != missing.end();
+    EXPECT_EQ(tokenizer_->has_byte_token(static_cast<std::uint8_t>(b)), !dropped) << "byte " << b;
+    const std::string text = "ab" + std::string(1, static_cast<char>(b)) + "cd";
+    const Ids ids = tokenizer_->encode(text, false, /*parse_special=*/false);
+    EXPECT_FALSE(has_control_token(*tokenizer_, ids)) << "byte " << b;
+    EXPECT_EQ(tokenizer_->decode(ids), dropped ? "abcd" : text) << "byte " << b;
+  }
+}
+
+// Plain text (special tokens not parsed) never reaches the model as a control token,
+// and comes back whole but for the bytes without a token.
+TEST_F(SmolLM2Tokenizer, PlainTextNeverEncodesToAControlToken) {
+  LOWBIT_TEST_RNG(rng);
+  const std::vector<std::string> fragments = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "hello", " world",
+                                              "\x04", "\xF1\x90\x80\x80", "\xFF", "\n", "12"};
+  std::uniform_int_distribution<int> byte(0, 255), length(0, 24), choice(0, 2);
+  std::uniform_int_distribution<std::size_t> fragment(0, fragments.size() - 1);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    for (int i = length(rng); i > 0; --i) {
+      text += choice(rng) == 0 ? fragments[fragment(rng)] : std::string(1, static_cast<char>(byte(rng)));
+    }
+    const Ids ids = tokenizer_->encode(text, false, /*parse_special=*/false);
+    ASSERT_FALSE(has_control_token(*tokenizer_, ids)) << "trial " << trial;
+    ASSERT_EQ(tokenizer_->decode(ids), kept_bytes(*tokenizer_, text)) << "trial " << trial;
+  }
 }
 
 // The reference string came from rendering the GGUF's tokenizer.chat_template with

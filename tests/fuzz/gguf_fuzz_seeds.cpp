@@ -1,6 +1,7 @@
 // Writes small valid GGUF files into a directory, as seeds for gguf_fuzz: every
 // metadata type, nested arrays, tensors of several types (every K-quant the engine
-// decodes among them), two alignments.
+// decodes among them), two alignments, and whole tiny models with their tokenizer
+// (tests/common/tiny_llama.h), tied and untied.
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "common/gguf_writer.h"
+#include "common/tiny_llama.h"
 
 namespace {
 
@@ -61,6 +63,13 @@ GgufWriter tensors(std::uint32_t alignment) {
   return w;
 }
 
+std::vector<std::uint8_t> tiny_model(bool tied) {
+  lowbit::test::TinyLlamaSpec spec;
+  spec.layers = 1, spec.d_model = 32, spec.heads = 2, spec.kv_heads = 1, spec.head_dim = 16, spec.ffn = 32;
+  spec.vocab = 280, spec.tied = tied, spec.with_tokenizer = true;
+  return lowbit::test::make_tiny_llama(spec).gguf;
+}
+
 // One tensor of each type a Q4_K_M / Q5_K_M file holds, several blocks each.
 GgufWriter k_quants() {
   GgufWriter w;
@@ -82,15 +91,13 @@ int main(int argc, char** argv) {
     std::cerr << "usage: gguf_fuzz_seeds DIRECTORY\n";
     return 2;
   }
-  const std::vector<std::pair<std::string, GgufWriter>> seeds = {
-      {"scalars.gguf", scalars()},
-      {"tokenizer.gguf", tokenizer()},
-      {"tensors32.gguf", tensors(32)},
-      {"tensors8.gguf", tensors(8)},
-      {"k_quants.gguf", k_quants()},
+  const std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds = {
+      {"scalars.gguf", scalars().bytes()},       {"tokenizer.gguf", tokenizer().bytes()},
+      {"tensors32.gguf", tensors(32).bytes()},   {"tensors8.gguf", tensors(8).bytes()},
+      {"k_quants.gguf", k_quants().bytes()},     {"model_tied.gguf", tiny_model(true)},
+      {"model_untied.gguf", tiny_model(false)},
   };
-  for (const auto& [name, writer] : seeds) {
-    const std::vector<std::uint8_t> bytes = writer.bytes();
+  for (const auto& [name, bytes] : seeds) {
     const std::string path = std::string(argv[1]) + "/" + name;
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));

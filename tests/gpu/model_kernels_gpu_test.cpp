@@ -1,8 +1,9 @@
 // The engine's small kernels (cuda/model/model_cuda.h) against CPU twins:
 // - greedy argmax: the largest logit, the lowest id on ties, NaN never wins (all NaN:
-//   token 0), then ++*advance. Fresh random f16 logits of awkward vocabulary sizes (around
-//   the 8-wide vector loads and the 1024-thread block), at aligned and unaligned
-//   addresses, with planted ties, infinities and NaNs.
+//   token 0), then ++*advance, and a NaN or Inf raises the non-finite flag. Fresh random
+//   f16 logits of awkward vocabulary sizes (around the 8-wide vector loads and the
+//   1024-thread block), at aligned and unaligned addresses, with planted ties,
+//   infinities and NaNs.
 // - add + RMSNorm: x += delta exactly (f32 + f16), h = x / rms(x) * w within one f16 ulp
 //   of the FP64 value; widths on both kernels (the register one: multiples of 4 up to
 //   16384; the loop one: the rest).
@@ -61,17 +62,18 @@ TEST_F(ForwardKernelsGpu, ArgmaxToken) {
         } else if (pattern == 4) {  // all NaN
           for (auto& l : logits) l = kNaN;
         }
-        core::DeviceBuffer d_logits((logits.size() + 256) * 2), d_state(8);
+        core::DeviceBuffer d_logits((logits.size() + 256) * 2), d_state(12);
         std::uint16_t* device_logits = d_logits.as<std::uint16_t>() + 128 + shift;
         LOWBIT_CUDA_CHECK(cudaMemcpy(device_logits, logits.data(), logits.size() * 2, cudaMemcpyHostToDevice));
-        const std::int32_t state[2] = {-7, 41};  // token poisoned, position
-        LOWBIT_CUDA_CHECK(cudaMemcpy(d_state.data(), state, 8, cudaMemcpyHostToDevice));
+        const std::int32_t state[3] = {-7, 41, 0};  // token poisoned, position, non-finite flag
+        LOWBIT_CUDA_CHECK(cudaMemcpy(d_state.data(), state, 12, cudaMemcpyHostToDevice));
         std::int32_t* token = d_state.as<std::int32_t>();
-        cuda::model::argmax_token(device_logits, vocab, token, token + 1, nullptr);
+        cuda::model::argmax_token(device_logits, vocab, token, token + 1, token + 2, nullptr);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<std::int32_t> got = download<std::int32_t>(d_state.data(), 2);
+        const std::vector<std::int32_t> got = download<std::int32_t>(d_state.data(), 3);
         EXPECT_EQ(got[0], argmax_twin(logits));
         EXPECT_EQ(got[1], 42) << "the position did not advance once";
+        EXPECT_EQ(got[2], pattern >= 2 ? 1 : 0) << "the non-finite flag";
       }
     }
   }

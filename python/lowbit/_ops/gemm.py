@@ -1,7 +1,7 @@
 """int8 / int4 matmul for a known backend."""
 from __future__ import annotations
 
-from .. import _lowbit
+from .. import _checks, _lowbit
 
 
 def as_scale(backend, value, like):
@@ -13,6 +13,8 @@ def as_scale(backend, value, like):
 
 def matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, relu, b_layout, out_name):
     """The product for a known backend (also the torch custom ops' implementation)."""
+    if a.shape[0] * n >= _checks.LARGE_OUTPUT:
+        _checks.check_inputs((a, "a"), (b, "b"))
     out = backend.empty((a.shape[0], n), out_name, a)
     if scale_a is not None:
         scale_a = as_scale(backend, scale_a, a)

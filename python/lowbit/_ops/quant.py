@@ -1,9 +1,10 @@
 """quantize / dequantize for a known backend, and the quantized layout they allocate from."""
 from __future__ import annotations
 
-from .. import _lowbit
+from .. import _checks, _lowbit
 
 LowbitError = _lowbit.LowbitError
+_LARGE_OUTPUT = _checks.LARGE_OUTPUT
 
 
 # The C++ scheme table, read once: (bits, has_mins, code dtype name) by scheme name. A
@@ -87,6 +88,8 @@ def quantize_with(backend, x, scheme, granularity, group_size, check=False):
     if found is None:
         found = layout(scheme, granularity, group_size, rows, cols)
     code_cols, scales_shape, has_mins, code_dtype, nbytes, sticky_bytes = found
+    if rows * cols >= _LARGE_OUTPUT:
+        _checks.check_inputs((x, "x"))
     cuda = backend.is_cuda(x)
     if not cuda:
         stream, status = 0, 0
@@ -129,6 +132,13 @@ def default_cols(codes, scales, scheme: str, granularity: str) -> int:
 
 def dequantize_with(backend, codes, scales, mins, scheme, granularity, group_size, out_dtype, cols):
     """dequantize_tensor for a known backend and output dtype (also the torch custom op's implementation)."""
-    out = backend.empty((codes.shape[0], cols), out_dtype, codes)
+    rows = codes.shape[0]
+    if rows * cols >= _LARGE_OUTPUT:  # cols came from the caller: it must fit the codes first
+        _checks.check_inputs((codes, "codes"))
+        code_cols = _lowbit.quant_layout(scheme, granularity, group_size, rows, cols)[0]
+        if code_cols != codes.shape[1]:
+            raise LowbitError(f"cols: {cols} columns take {code_cols} code columns, but codes has "
+                              f"{codes.shape[1]}")
+    out = backend.empty((rows, cols), out_dtype, codes)
     _lowbit.dequantize(codes, scales, mins, scheme, granularity, group_size, out, backend.stream(codes))
     return out

@@ -143,11 +143,12 @@ __device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
 }
 
 __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logits, int vocab, std::int32_t* token,
-                                                      std::int32_t* advance) {
+                                                      std::int32_t* advance, std::int32_t* non_finite) {
   pdl_trigger();
   pdl_wait();
   float best = -INFINITY;
   int best_i = INT_MAX;
+  bool all_finite = true;
   // 8 logits per 16-byte load, 8 loads in flight per thread (49152 logits: 6 a thread);
   // a scalar tail past the last whole vector (or everything, when unaligned).
   const bool vec = reinterpret_cast<std::uintptr_t>(logits) % 16 == 0;
@@ -169,12 +170,14 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logit
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const float x = half_bits_to_float(static_cast<std::uint16_t>(w[e / 2] >> (16 * (e % 2))));
+        all_finite &= isfinite(x);
         if (better(x, i0 + e, best, best_i)) best = x, best_i = i0 + e;
       }
     }
   }
   for (int i = vectors * 8 + static_cast<int>(threadIdx.x); i < vocab; i += blockDim.x) {
     const float v = half_bits_to_float(logits[i]);
+    all_finite &= isfinite(v);
     if (better(v, i, best, best_i)) best = v, best_i = i;
   }
   for (int o = 16; o > 0; o /= 2) {
@@ -186,13 +189,14 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logit
   __shared__ int indices[32];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (lane == 0) values[warp] = best, indices[warp] = best_i;
-  __syncthreads();
+  const bool any_non_finite = __syncthreads_or(!all_finite);  // also the barrier for values / indices
   if (threadIdx.x == 0) {
     for (int w = 1; w < static_cast<int>(blockDim.x) / 32; ++w) {
       if (better(values[w], indices[w], best, best_i)) best = values[w], best_i = indices[w];
     }
     *token = best_i == INT_MAX ? 0 : best_i;  // all NaN: token 0
     if (advance) ++*advance;
+    if (non_finite && any_non_finite) *non_finite = 1;  // sticky: only the caller clears it
   }
 }
 
@@ -231,9 +235,9 @@ void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint
 }
 
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
-                  cuda_stream_t stream) {
+                  std::int32_t* non_finite, cuda_stream_t stream) {
   LOWBIT_CHECK(vocab >= 1 && vocab < INT_MAX, "argmax_token: vocab = ", vocab);
-  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance);
+  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance, non_finite);
 }
 
 }  // namespace lowbit::cuda::model

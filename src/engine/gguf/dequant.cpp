@@ -6,6 +6,7 @@
 
 #include "engine/gguf/k_scales.h"
 #include "formats/float16.h"
+#include "engine/gguf/finite_values.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
@@ -267,12 +268,21 @@ std::vector<float> dequantize_tensor(const GgufTensor& tensor) {
   const std::int64_t blocks = count / info.block_elements;
   const std::int64_t chunk_blocks = 4096;
   const std::int64_t chunks = (blocks + chunk_blocks - 1) / chunk_blocks;
-#pragma omp parallel for schedule(static)
+  // Each chunk is checked for NaN and Inf while it is still in cache.
+  std::int64_t bad = count;
+#pragma omp parallel for schedule(static) reduction(min : bad)
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t b0 = c * chunk_blocks;
     const std::int64_t nb = std::min(chunk_blocks, blocks - b0);
-    dequantize_row(tensor.type, tensor.data + b0 * info.block_bytes, out.data() + b0 * info.block_elements,
-                   nb * info.block_elements, what);
+    float* chunk = out.data() + b0 * info.block_elements;
+    dequantize_row(tensor.type, tensor.data + b0 * info.block_bytes, chunk, nb * info.block_elements, what);
+    const std::int64_t first = first_non_finite(std::span<const float>(chunk, nb * info.block_elements));
+    if (first < nb * info.block_elements) bad = std::min(bad, b0 * info.block_elements + first);
+  }
+  if (bad < count) {
+    const auto cols = static_cast<std::int64_t>(tensor.dims[0]);
+    LOWBIT_FAIL(what, ": element ", bad, " (row ", bad / cols, ", column ", bad % cols, ") is ",
+                out[static_cast<std::size_t>(bad)], "; the weights must be finite");
   }
   return out;
 }

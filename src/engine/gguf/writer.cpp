@@ -5,7 +5,7 @@
 #include <future>
 #include <limits>
 
-#include "engine/gguf/output_file.h"
+#include "core/file_io.h"
 #include "lowbit/error.h"
 
 static_assert(std::endian::native == std::endian::little, "the GGUF writer stores values in native byte order");
