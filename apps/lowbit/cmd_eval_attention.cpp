@@ -124,7 +124,7 @@ std::string describe(const AttentionConfig& c) {
   return text;
 }
 
-double attention_flops(const AttentionConfig& c) {  // Q K^T and P V, halved by the causal mask
+[[maybe_unused]] double attention_flops(const AttentionConfig& c) {  // Q K^T and P V, halved by the causal mask (GPU rows only)
   const double full = 4.0 * static_cast<double>(c.seq_len) * c.seq_len * c.head_dim * c.heads;
   return c.causal ? full / 2 : full;
 }

@@ -86,7 +86,8 @@ int model_dequant(const Args& args) {
   bool force = false;
   Options cli("lowbit model dequant",
               "Decodes one tensor of a GGUF file to f32 (little-endian, dims[0] fastest) as the CPU engine does,\n"
-              "and writes the values to --out.");
+              "and writes the values to --out, NaN and Inf included where ggml's decoder gives them (loading the\n"
+              "file as a model refuses those).");
   cli.text("--model", &path, "PATH|NAME", std::string(k_model_option_help) + " (required)");
   cli.text("--tensor", &tensor_name, "NAME", "the tensor's name (required)");
   cli.text("--out", &out, "FILE", "where the f32 values go (required; written whole or not at all)");
@@ -98,7 +99,7 @@ int model_dequant(const Args& args) {
   check_output_path(out, force, "--out", "pass --force to overwrite it");
   const engine::GgufFile file = engine::GgufFile::open(resolve_model_path(path));
   const engine::GgufTensor& tensor = file.tensor(tensor_name);
-  const std::vector<float> values = engine::dequantize_tensor(tensor);
+  const std::vector<float> values = engine::dequantize_tensor(tensor, engine::NonFinite::keep);
   OutputFile output(out, force);
   output.write({reinterpret_cast<const std::uint8_t*>(values.data()), values.size() * sizeof(float)});
   output.commit();

@@ -255,7 +255,7 @@ void dequantize_row(GgmlType type, const std::uint8_t* src, float* dst, std::int
   LOWBIT_FAIL(what, ": unreachable type");
 }
 
-std::vector<float> dequantize_tensor(const GgufTensor& tensor) {
+std::vector<float> dequantize_tensor(const GgufTensor& tensor, NonFinite non_finite) {
   const std::string what = "tensor '" + std::string(tensor.name) + "'";
   LOWBIT_CHECK(can_dequantize(tensor.type), what, ": type ", ggml_type_name(tensor.type),
                " is not supported (", k_supported, ")");
@@ -276,6 +276,7 @@ std::vector<float> dequantize_tensor(const GgufTensor& tensor) {
     const std::int64_t nb = std::min(chunk_blocks, blocks - b0);
     float* chunk = out.data() + b0 * info.block_elements;
     dequantize_row(tensor.type, tensor.data + b0 * info.block_bytes, chunk, nb * info.block_elements, what);
+    if (non_finite == NonFinite::keep) continue;
     const std::int64_t first = first_non_finite(std::span<const float>(chunk, nb * info.block_elements));
     if (first < nb * info.block_elements) bad = std::min(bad, b0 * info.block_elements + first);
   }

@@ -24,8 +24,14 @@ const char* dequantizable_types();
 void dequantize_row(GgmlType type, const std::uint8_t* src, float* dst, std::int64_t count,
                     std::string_view what = "tensor");
 
+// What dequantize_tensor() does with a NaN or Inf among the decoded values: a model's
+// weights must be finite (reject: the error names the element); an inspection of the
+// file's bytes wants ggml's values as they are (keep).
+enum class NonFinite { reject, keep };
+
 // The whole tensor, dims[0] fastest, as f32. Throws lowbit::Error naming the tensor
-// and its type when the type is not decodable.
-std::vector<float> dequantize_tensor(const GgufTensor& tensor);
+// and its type when the type is not decodable, or the first non-finite element under
+// NonFinite::reject.
+std::vector<float> dequantize_tensor(const GgufTensor& tensor, NonFinite non_finite = NonFinite::reject);
 
 }  // namespace lowbit::engine
