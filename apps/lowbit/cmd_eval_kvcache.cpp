@@ -5,7 +5,6 @@
 // (KV-cache bytes against generated tokens) drawn as a PNG.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "bench/common/json.h"
@@ -13,6 +12,7 @@
 #include "commands.h"
 #include "dispatch.h"
 #include "engine/generate.h"
+#include "engine/model_checks.h"
 #include "engine/perplexity.h"
 #include "eval/rouge.h"
 #include "engine_session.h"
@@ -69,7 +69,7 @@ int cmd_eval_kvcache(const Args& args) {
               "full cache's, decode tokens/s after that prompt and after a --speed-prompt-token prompt,\n"
               "KV-cache bytes (and at --memory-tokens tokens against full), and a PNG of KV-cache bytes\n"
               "against generated tokens, one line per policy.");
-  cli.text("-m, --model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("-m, --model", &model_path, "PATH|NAME", k_model_option_help);
   cli.input_file("-f, --file", &file, "perplexity text (default: data/wikitext-2-raw/wiki.test.raw)");
   cli.integer("-c, --context", &context, 2, 1 << 20, "perplexity window (default 512)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "perplexity windows per policy (default 8; 0: all)");
@@ -105,7 +105,9 @@ int cmd_eval_kvcache(const Args& args) {
   const auto loaded = load_model(resolve_model_path(model_path), engine::parse_weight_form(cpu_weights.c_str()));
   const engine::Model& model = loaded->model;
   const engine::Tokenizer& tok = loaded->tokenizer;
-  const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos());
+  engine::check_within_context_length(context, model.config(), "--context " + std::to_string(context));
+  // The text is plain text: a control token's spelling in it is not the control token.
+  const std::vector<std::int32_t> text_ids = tok.encode(read_file(file), tok.add_bos(), /*parse_special=*/false);
   const std::vector<std::int32_t> prompt_ids = tok.encode(prompt, tok.add_bos());
   LOWBIT_CHECK(!prompt_ids.empty(), "--prompt: the prompt encodes to no tokens");
   LOWBIT_CHECK(speed_prompt <= static_cast<std::int64_t>(text_ids.size()), "--speed-prompt: ", speed_prompt,
@@ -278,9 +280,7 @@ int cmd_eval_kvcache(const Args& args) {
       rows.push(std::move(row));
     }
     root.set("rows", std::move(rows));
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

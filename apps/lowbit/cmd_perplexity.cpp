@@ -2,12 +2,12 @@
 // windows of --context tokens every --stride tokens (llama.cpp's perplexity tool).
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
 #include "commands.h"
+#include "engine/model_checks.h"
 #include "engine/perplexity.h"
 #include "engine_session.h"
 #include "engine_setup.h"
@@ -29,7 +29,7 @@ int cmd_perplexity(const Args& args) {
               "standard error, as llama-perplexity does.");
   ThreadsFlag threads;
   cli.input_file("-f, --file", &file, "the text (default: data/wikitext-2-raw/wiki.test.raw)");
-  cli.text("-m, --model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.text("-m, --model", &model_path, "PATH|NAME", k_model_option_help);
   cli.integer("-c, --context", &context, 2, 1 << 20, "tokens per window (default 512)");
   cli.integer("--stride", &stride, 0, 1 << 20, "tokens between windows (default: --context)");
   cli.integer("--max-windows", &max_windows, 0, 1LL << 40, "stop after N windows (default 0: all)");
@@ -49,7 +49,9 @@ int cmd_perplexity(const Args& args) {
   threads.apply();
 
   const auto loaded = load_model(resolve_model_path(model_path), engine::parse_weight_form(cpu_weights.c_str()));
-  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(read_file(file), loaded->tokenizer.add_bos());
+  engine::check_within_context_length(context, loaded->model.config(), "--context " + std::to_string(context));
+  // The text is plain text: a control token's spelling in it is not the control token.
+  const std::vector<std::int32_t> ids = loaded->tokenizer.encode(read_file(file), loaded->tokenizer.add_bos(), false);
   engine::PerplexityOptions options;
   options.context = context;
   options.stride = stride;
@@ -97,9 +99,7 @@ int cmd_perplexity(const Args& args) {
         .set("tokens_scored", r.tokens_scored)
         .set("windows", r.windows)
         .set("seconds", seconds);
-    std::ofstream out(json_path);
-    LOWBIT_CHECK(out.good(), "--json: cannot write '", json_path, "'");
-    out << root.dump() << "\n";
+    root.write_file(json_path);
   }
   return 0;
 }

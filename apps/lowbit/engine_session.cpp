@@ -8,6 +8,7 @@
 #if LOWBIT_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "engine/gguf/repack.h"
 #include "engine/gpu_model.h"
 #include "engine/gpu_session.h"
 #endif
@@ -27,6 +28,21 @@ bool cuda_device_present() {
   (void)cudaGetLastError();
   return ok;
 }
+
+// What the GPU session cannot run yet ("" when it can run the model): Q/K/V biases,
+// NEOX RoPE (qwen2), matrices without a weight-only form (the K-quants, Q5_0, ...).
+std::string gpu_gap(const LoadedModel& loaded) {
+  const engine::ModelConfig& c = loaded.model.config();
+  if (c.qkv_bias) return "the Q/K/V biases of " + c.architecture;
+  if (c.rope_style == engine::RopeStyle::neox) return "the NEOX RoPE of " + c.architecture;
+  for (const engine::GgufTensor& t : loaded.file.tensors()) {
+    const bool matrix = t.n_dims == 2 && (t.name != "token_embd.weight" || loaded.model.tied_output());
+    if (matrix && !engine::has_weight_only_form(t.type)) {
+      return "tensor '" + std::string(t.name) + "' in " + std::string(engine::ggml_type_name(t.type));
+    }
+  }
+  return "";
+}
 }  // namespace
 #else
 struct SessionMaker::GpuState {};
@@ -39,7 +55,11 @@ SessionMaker::SessionMaker(const LoadedModel& model, const std::string& device, 
 #if LOWBIT_WITH_CUDA
   const bool present = device != "cpu" && cuda_device_present();
   LOWBIT_CHECK(device != "gpu" || present, "--device gpu: no CUDA device is visible");
-  gpu_ = present;
+  // auto runs what the GPU session cannot on the CPU reference.
+  const std::string gap = present ? gpu_gap(model) : "";
+  LOWBIT_CHECK(device != "gpu" || gap.empty(), "--device gpu: the GPU session does not run ", gap,
+               " yet (use --device cpu)");
+  gpu_ = present && gap.empty();
 #else
   LOWBIT_CHECK(device != "gpu", "--device gpu: this lowbit was built without CUDA (LOWBIT_CUDA=OFF)");
 #endif
@@ -48,6 +68,10 @@ SessionMaker::SessionMaker(const LoadedModel& model, const std::string& device, 
 SessionMaker::~SessionMaker() = default;
 
 std::unique_ptr<engine::Session> SessionMaker::make(const engine::KvCacheOptions& cache, std::int64_t max_tokens) {
+  const std::int64_t window = model_->model.config().sliding_window;
+  LOWBIT_CHECK(window == 0 || max_tokens <= window, "the model attends over a sliding window of ", window,
+               " tokens, which lowbit's full attention equals only up to that length: ", max_tokens,
+               " tokens exceed it");
 #if LOWBIT_WITH_CUDA
   if (gpu_) {
     if (!gpu_state_) {

@@ -16,8 +16,9 @@ namespace lowbit::cli {
 
 class SessionMaker {
  public:
-  // device: "cpu", "gpu" or "auto" (the GPU when this build has CUDA and a device is
-  // present). Throws lowbit::Error for "gpu" without either.
+  // device: "cpu", "gpu" or "auto" (the GPU when this build has CUDA, a device is
+  // present and the GPU session runs the model; else the CPU reference). Throws
+  // lowbit::Error for "gpu" without any of them, naming what is missing.
   SessionMaker(const LoadedModel& model, const std::string& device, bool cuda_graphs = true);
   ~SessionMaker();
   SessionMaker(const SessionMaker&) = delete;

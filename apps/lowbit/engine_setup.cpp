@@ -5,59 +5,80 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
+#include <string_view>
 
+#include "engine/model_checks.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cli {
 namespace {
 
-constexpr const char* kModelFile = "SmolLM2-135M-Instruct.Q4_1.gguf";
+// The models scripts/fetch-model.sh fetches, by the short name it and --model take; the
+// first is the default.
+struct KnownModel {
+  std::string_view name, file;
+};
+constexpr KnownModel k_known_models[] = {
+    {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"},
+    {"qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"},
+};
 
 std::string env(const char* name) {
   const char* value = std::getenv(name);
   return value ? value : "";
 }
 
+std::string cached_model_path(const KnownModel& model) {
+  const std::string cache = env("LOWBIT_CACHE").empty() ? env("HOME") + "/.cache/lowbit" : env("LOWBIT_CACHE");
+  return cache + "/models/" + std::string(model.file);
+}
+
+std::string known_names() {
+  std::string names;
+  for (const KnownModel& m : k_known_models) names += (names.empty() ? "" : ", ") + std::string(m.name);
+  return names;
+}
+
 }  // namespace
 
 std::string resolve_model_path(const std::string& model_option) {
   if (!model_option.empty()) {
-    LOWBIT_CHECK(std::filesystem::is_regular_file(model_option), "--model: no file at '", model_option, "'");
-    return model_option;
+    if (std::filesystem::is_regular_file(model_option)) return model_option;
+    for (const KnownModel& m : k_known_models) {
+      if (m.name != model_option) continue;
+      const std::string cached = cached_model_path(m);
+      LOWBIT_CHECK(std::filesystem::is_regular_file(cached), "--model ", m.name, ": not fetched (no file at '", cached,
+                   "'): run scripts/fetch-model.sh ", m.name);
+      return cached;
+    }
+    LOWBIT_FAIL("--model: no file at '", model_option, "' and no known model of that name (", known_names(), ")");
   }
   const std::string from_env = env("LOWBIT_MODEL");
   if (!from_env.empty()) {
     LOWBIT_CHECK(std::filesystem::is_regular_file(from_env), "LOWBIT_MODEL: no file at '", from_env, "'");
     return from_env;
   }
-  const std::string cache = env("LOWBIT_CACHE").empty() ? env("HOME") + "/.cache/lowbit" : env("LOWBIT_CACHE");
-  const std::string cached = cache + "/models/" + kModelFile;
+  const std::string cached = default_model_path();
   LOWBIT_CHECK(std::filesystem::is_regular_file(cached), "no model: pass --model PATH, set LOWBIT_MODEL, or run ",
                "scripts/fetch-model.sh to put the default model at '", cached, "'");
   return cached;
 }
 
+std::string default_model_path() { return cached_model_path(k_known_models[0]); }
+
 std::unique_ptr<LoadedModel> load_model(const std::string& path, engine::WeightForm form) {
   engine::GgufFile file = engine::GgufFile::open(path);
   engine::Model model = engine::Model::from_gguf(file, form);
   engine::Tokenizer tokenizer = engine::Tokenizer::from_gguf(file);
+  engine::check_tokenizer_fits_model(tokenizer, model.config());
   return std::make_unique<LoadedModel>(LoadedModel{std::move(file), std::move(model), std::move(tokenizer)});
 }
 
 std::string default_text_path() {
   const std::string from_env = env("LOWBIT_WIKITEXT");
   return from_env.empty() ? std::string(LOWBIT_SOURCE_DIR) + "/data/wikitext-2-raw/wiki.test.raw" : from_env;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOWBIT_CHECK(in.good(), "cannot read '", path, "'");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
 }
 
 void KvCacheFlags::declare(Options& options, bool with_policy) {

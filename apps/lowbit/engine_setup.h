@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/file_io.h"  // read_file, for the texts the commands read
 #include "engine/gguf/reader.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -22,16 +23,23 @@ struct LoadedModel {
   engine::Tokenizer tokenizer;
 };
 
-// --model PATH, else $LOWBIT_MODEL, else the cache of scripts/fetch-model.sh; a clear
-// error naming all three when none is a file.
+// --model: a GGUF file, or the short name of a model scripts/fetch-model.sh fetches
+// (smollm2-135m, the default, or qwen2.5-0.5b); absent, $LOWBIT_MODEL, else the default
+// model. A clear error naming what was looked for (and the fetch command) when none is a file.
 std::string resolve_model_path(const std::string& model_option);
+// The help line of --model.
+inline constexpr const char* k_model_option_help =
+    "a llama-family or qwen2 GGUF file, or a fetched model's short name: smollm2-135m (default: "
+    "SmolLM2-135M-Instruct Q4_1), qwen2.5-0.5b (Qwen2.5-Coder-0.5B-Instruct Q4_K_M)";
+// Where scripts/fetch-model.sh puts the default model ($LOWBIT_CACHE/models/..., default
+// ~/.cache/lowbit), whether or not it is there.
+std::string default_model_path();
 // The CPU forward's weights in `form`: the file's blocks (fast) or the FP32 reference.
 std::unique_ptr<LoadedModel> load_model(const std::string& path,
                                         engine::WeightForm form = engine::WeightForm::blocks);
 
 // The WikiText-2 test split shipped in data/ (or $LOWBIT_WIKITEXT).
 std::string default_text_path();
-std::string read_file(const std::string& path);  // throws naming the path
 
 // --kv-cache, --sink, --window, --kv-bits, --kv-group, parsed into KvCacheOptions.
 struct KvCacheFlags {

@@ -20,16 +20,22 @@ int version(const Args&) {
 
 const std::vector<lowbit::cli::Subcommand>& commands() {
   static const std::vector<lowbit::cli::Subcommand> table = {
-      {"generate", "generate text from a prompt, with a KV-cache policy (full, window, selective, int8, int4)",
+      {"generate", "generate text from a prompt, greedy or sampled, with a KV-cache policy (full, window,\n"
+                   "selective, int8, int4)",
        lowbit::cli::cmd_generate},
+      {"serve", "an OpenAI-compatible HTTP server with continuous batching", lowbit::cli::cmd_serve},
       {"perplexity", "perplexity of a text file (default WikiText-2) under a KV-cache policy, with its +/-",
        lowbit::cli::cmd_perplexity},
       {"eval", "kvcache: the KV-cache policies compared (perplexity, ROUGE-L, tokens/s, memory, plot)\n"
                "attention: quantized-weight attention (NF4 / MXFP4 / NVFP4) pipelines timed and checked",
        lowbit::cli::cmd_eval},
       {"bench", "kvquant: KV-cache quantization kernels (GB/s against a copy, exactness)\n"
-                "gemm: quantized GEMMs (INT8, INT4, W4A16 / W8A16) against cuBLAS in the same run",
+                "gemm: quantized GEMMs (INT8, INT4, W4A16 / W8A16) against cuBLAS in the same run\n"
+                "speed, decode, kv-attention, batch, serve: the engine's tokens/s and its attention's GB/s",
        lowbit::cli::cmd_bench},
+      {"model", "synth: a GGUF model of a real shape with random weights; dequant: one tensor to f32;\n"
+                "tokenize: a text's token ids",
+       lowbit::cli::cmd_model},
       {"help", "help COMMAND [SUBCOMMAND]: that command's options", help},
       {"version", "lowbit's version and build (also --version)", version},
   };

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/file_io.h"
 #include "lowbit/error.h"
 
 namespace lowbit::bench {
@@ -103,5 +104,7 @@ std::string Json::dump(int indent) const {
   out += '\n';
   return out;
 }
+
+void Json::write_file(const std::string& path) const { write_file_atomically(path, dump() + "\n"); }
 
 }  // namespace lowbit::bench

@@ -36,6 +36,8 @@ class Json {
   Json& push(Json value);                         // on arrays
 
   std::string dump(int indent = 2) const;
+  // dump() and a newline into `path`, complete or not at all (write_file_atomically).
+  void write_file(const std::string& path) const;
 
  private:
   void dump_to(std::string& out, int indent, int depth) const;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <vector>
@@ -152,9 +151,7 @@ int run_gemm_bench(const GemmBenchOptions& options) {
     run_gemm_cpu(rows);
   }
   if (!options.json_path.empty()) {
-    std::ofstream file(options.json_path);
-    LOWBIT_CHECK(file.good(), "--json: cannot write '", options.json_path, "'");
-    file << rows_json(info, rows, copy_gbps).dump();
+    rows_json(info, rows, copy_gbps).write_file(options.json_path);
     std::cout << "wrote " << options.json_path << "\n";
   }
   bool ok = true;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bench/common/timing.h"
-#include "bench/gemm/device_fill.h"
+#include "bench/common/device_fill.h"
 #include "bench/gemm/gemm_bench.h"
 #include "bench/gemm/peers.h"
 #include "bench/gemm/weight_inputs.h"
@@ -360,10 +360,17 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
 void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t stream, double copy_gbps,
                                   std::vector<GemmRow>& rows) {
   namespace wo = cuda::weight_only;
-  const std::int64_t nk[][2] = {{28672, 8192}, {8192, 28672}};
+  // The issue's large shapes, and the decode GEMVs of Llama-3-8B (QKV, O, gate | up, down)
+  // and Llama-3.2-1B at GGUF Q4_1's group 32.
+  struct Case {
+    std::int64_t n, k, group;
+  };
+  const Case cases[] = {{28672, 8192, 32}, {28672, 8192, 128}, {8192, 28672, 32}, {8192, 28672, 128},
+                        {6144, 4096, 32},  {4096, 4096, 32},   {28672, 4096, 32}, {4096, 14336, 32},
+                        {3072, 2048, 32},  {2048, 2048, 32},   {16384, 2048, 32}, {2048, 8192, 32}};
   const std::size_t first = rows.size();
-  for (const auto& [n, k] : nk) {
-    for (const std::int64_t group : {32, 128}) {
+  for (const auto& [n, k, group] : cases) {
+    {
       const WeightOnlySpec spec{4, group, true, DType::f16};
       const HostWeights host = make_weights(spec, n, k, static_cast<std::uint64_t>(n + k + group));
       DeviceWeights dev = upload(host, spec, n, k);

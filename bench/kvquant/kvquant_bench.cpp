@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "bench/common/json.h"
@@ -118,9 +117,7 @@ int run_kvquant_bench(const KvBenchOptions& options) {
   print_summary(std::cout, rows, use_gpu);
 
   if (!options.json_path.empty()) {
-    std::ofstream file(options.json_path);
-    LOWBIT_CHECK(file.good(), "--json: cannot write '", options.json_path, "'");
-    file << results_json(info, rows, copy_gbps, host_copy_gbps, max_elements, skipped).dump();
+    results_json(info, rows, copy_gbps, host_copy_gbps, max_elements, skipped).write_file(options.json_path);
     std::cout << "wrote " << options.json_path << "\n";
   }
   bool all_exact = true;

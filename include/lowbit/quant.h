@@ -23,6 +23,10 @@ enum class QuantScheme : std::uint8_t {
                     // (s = absmax / 7; the operand form of int4_gemm); scales only
 };
 
+// Every scheme, in declaration order.
+inline constexpr QuantScheme kQuantSchemes[] = {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric,
+                                                QuantScheme::int8_asymmetric, QuantScheme::int4_symmetric};
+
 int scheme_bits(QuantScheme scheme);         // 8 or 4
 bool scheme_has_mins(QuantScheme scheme);    // the asymmetric schemes
 DType scheme_code_dtype(QuantScheme scheme); // i8 for int8_symmetric, else u8
@@ -53,6 +57,22 @@ struct QuantLayout {
   std::int64_t scale_count() const { return scale_rows * scale_cols; }
 };
 QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols);
+
+// quant_layout as a rule on the input's sizes, for callers that hold the sizes
+// symbolically (the Python torch ops' shape functions): each field is
+// ceil(source / divisor), the source being 1, rows or cols; a divisor of 0 (an invalid
+// spec, which the ops' checks name) gives 0. quant_layout() evaluates this rule.
+enum class LayoutSource : std::uint8_t { one, rows, cols };
+struct LayoutTerm {
+  LayoutSource source = LayoutSource::one;
+  std::int64_t divisor = 0;
+  std::int64_t of(std::int64_t rows, std::int64_t cols) const;
+};
+struct QuantLayoutRule {
+  LayoutTerm code_cols, scale_rows, scale_cols;
+};
+QuantLayoutRule quant_layout_rule(const QuantSpec& spec);
+const char* layout_source_name(LayoutSource source);  // "one" | "rows" | "cols"
 
 // The quantized tensor: codes plus its parameters. `mins` is used by the asymmetric
 // schemes only (leave it empty for the symmetric ones). scales and mins are contiguous f32 with

@@ -14,8 +14,8 @@ calls the Python-level Tensor.__dlpack__ (3-4 us). None of the paths synchronize
 refuses, nanobind's own import decides. TorchBackend also names torch.nn.Parameter to
 the binding (it inherits the exchange API) and the types whose outputs may take it.
 quantize_tensor on torch tensors and CuPy arrays hands its outputs (allocated here, so
-contiguous and of known shapes) and the status word to _lowbit.quantize_to by address
-(`address`). Outputs are allocated here with torch (new_empty), not through the
+contiguous and of known shapes) and the status word to _lowbit.quantize by address
+(`address`; NumPy passes the arrays). Outputs are allocated here with torch (new_empty), not through the
 exchange API's allocator: that costs the same (~2.3 us a CUDA output on the H100
 host) and returns tensors wrapped around a DLPack deleter, whose record_stream does
 nothing.

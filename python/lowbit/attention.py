@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import backend_of
+from ._ops.attention import quantized_attention_with
 from .block_formats import BlockWeights
 
 LowbitError = _lowbit.LowbitError
@@ -37,33 +38,22 @@ def quantized_attention(x, wq, wk, wv, heads: int, kv_heads: int, head_dim: int,
     (naive_sequential, tiled_sequential, tiled_fused, fused_two_kernel); CPU inputs run the
     CPU reference whatever it is. CUDA work runs on the current stream.
     """
-    backend = backend_of(x)
-    if len(x.shape) != 2:
-        raise LowbitError(f"x: expected a rank-2 tensor [L, d_model], got rank {len(x.shape)}")
-    q = _parts(wq, "wq", fmt)
-    k = _parts(wk, "wk", q[3])
-    v = _parts(wv, "wv", q[3])
-    fmt = q[3]
-    if backend.compiling():
-        from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+    try:
+        backend = backend_of(x)
+        if len(x.shape) != 2:
+            raise LowbitError(f"x: expected a rank-2 tensor [L, d_model], got rank {len(x.shape)}")
+        q = _parts(wq, "wq", fmt)
+        k = _parts(wk, "wk", q[3])
+        v = _parts(wv, "wv", q[3])
+        fmt = q[3]
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
 
-        return backend.torch.ops.lowbit.quantized_attention(x, *q[:3], *k[:3], *v[:3], bq, bk, bv, heads, kv_heads,
-                                                            head_dim, causal, fmt, variant)
-    return quantized_attention_with(backend, x, q[:3], k[:3], v[:3], bq, bk, bv, heads, kv_heads, head_dim, causal,
-                                    fmt, variant)
-
-
-def quantized_attention_with(backend, x, q, k, v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant):
-    """quantized_attention for a known backend, the weights as (codes, scales, global_scale)
-    (the torch custom op's implementation)."""
-    seq_len, d_model = int(x.shape[0]), int(x.shape[1])
-    out = backend.empty((seq_len, heads * head_dim), "f16", x)
-    workspace, stream = None, 0
-    if backend.is_cuda(x):
-        stream = backend.stream(x)
-        nbytes = _lowbit.attention_workspace_bytes(seq_len, d_model, heads, kv_heads, head_dim, causal, fmt,
-                                                   variant)
-        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-    _lowbit.quantized_attention(x, *q, *k, *v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant, out,
-                                workspace, stream)
-    return out
+            return backend.torch.ops.lowbit.quantized_attention(x, *q[:3], *k[:3], *v[:3], bq, bk, bv, heads, kv_heads,
+                                                                head_dim, causal, fmt, variant)
+        return quantized_attention_with(backend, x, q[:3], k[:3], v[:3], bq, bk, bv, heads, kv_heads, head_dim, causal,
+                                        fmt, variant)
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"x": x, "bq": bq, "bk": bk, "bv": bv},
+                        ints={"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim})
+        raise

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -39,6 +40,26 @@ import numpy as np
 import lowbit
 from lowbit import _lowbit
 
+
+def write_json(path, value) -> None:
+    """`value` as JSON in `path`, whole or not at all: written to a temporary file beside
+    it, flushed to disk, then renamed over it. A path that is not a regular file (a
+    device such as /dev/stdout, a pipe) is written in place: a rename would replace it."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "w") as f:
+            json.dump(value, f, indent=1)
+        return
+    temp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(temp, "w") as f:
+            json.dump(value, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
 
 def host_us(fn, calls: int, sync=None, repeats: int = 7) -> float:
     for _ in range(min(calls, 100)):
@@ -162,7 +183,7 @@ def gpu_cases(torch):
     from lowbit._backend import torch_backend
 
     # The floors' preallocated outputs, workspace and status word, and the current stream
-    # (quantize_tensor passes its outputs and the word by address: _lowbit.quantize_to).
+    # (quantize_tensor passes its outputs and the word to _lowbit.quantize by address).
     stream = torch_backend().stream(x)
     word = torch_backend().status_word(x)
     codes_o, scales_o = torch.empty_like(codes), torch.empty_like(scales)
@@ -179,7 +200,7 @@ def gpu_cases(torch):
     return [  # (name, eager call, capturable equivalent or None, floor or None)
         ("quantize_tensor int8 token 4x64", lambda: lowbit.quantize_tensor(x, "int8", "token"),
          lambda: torch.ops.lowbit.quantize(x, "int8", "token", 0),
-         lambda: _lowbit.quantize_to(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, word_p)),
+         lambda: _lowbit.quantize(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, word_p)),
         ("quantize_tensor check=True (syncs)", lambda: lowbit.quantize_tensor(x, "int8", "token", check=True),
          None, None),
         ("dequantize_tensor int8 token 4x64", lambda: lowbit.dequantize_tensor(codes, scales, None, "int8", "token"),
@@ -206,8 +227,8 @@ def cuda_steps(torch):
     each timed alone: the Python layer's, torch's allocations, the binding call, and in
     C++ loops the library call, an empty launch and an output made through the DLPack
     exchange API (the other way to allocate)."""
-    from lowbit import quant
     from lowbit._backend import backend_of
+    from lowbit._ops import quant
 
     x = torch.randn(4, 64, device="cuda")
     backend = backend_of(x)
@@ -218,18 +239,16 @@ def cuda_steps(torch):
     sync = torch.cuda.synchronize
     rows = [
         ("backend_of + compiling()", host_us(lambda: backend_of(x).compiling(), 2000)),
-        ("quant._LAYOUTS lookup", host_us(lambda: quant._LAYOUTS.get(("int8", "token", 0, 4, 64)), 2000)),
+        ("quant layout cache lookup", host_us(lambda: quant.LAYOUTS.get(("int8", "token", 0, 4, 64)), 2000)),
         ("stream_and_status", host_us(lambda: backend.stream_and_status(x), 2000)),
         ("new_empty 4x64 int8", host_us(lambda: x.new_empty(4, 64, dtype=torch.int8), 2000, sync)),
         ("new_empty 4 float32", host_us(lambda: x.new_empty(4, dtype=torch.float32), 2000, sync)),
         ("data_ptr()", host_us(lambda: codes.data_ptr(), 2000)),
-        ("_lowbit.quantize_to (outputs given)",
-         host_us(lambda: _lowbit.quantize_to(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, status),
+        ("_lowbit.quantize (outputs by address)",
+         host_us(lambda: _lowbit.quantize(x, codes_p, scales_p, 0, "int8", "token", 0, None, stream, True, status),
                  2000, sync)),
     ]
     for name, fn in [("C++ lowbit::quantize", lambda: _lowbit._time_quantize(x, codes, scales, word, stream, 2000)),
-                     ("C++ quantize launch (no checks)",
-                      lambda: _lowbit._time_quantize_unchecked(x, codes, scales, word, stream, 2000)),
                      ("C++ empty kernel launch", lambda: _lowbit._time_launches(stream, 2000)),
                      ("C++ exchange-API output 4x64 f32", lambda: _lowbit._time_exchange_outputs(x, 2000))]:
         try:
@@ -277,8 +296,7 @@ def over_processes(args, passed) -> int:
         print(f"{row['device']:6} {row['call']:42} {row['host_min_us']:8.2f} {row['host_median_us']:8.2f} "
               f"{fmt(kernel):>9} {fmt(floor):>8} {fmt(row['over_us']):>8}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"calls": args.calls, "processes": args.processes, "rows": rows}, f, indent=1)
+        write_json(args.json, {"calls": args.calls, "processes": args.processes, "rows": rows})
     return 0
 
 
@@ -335,8 +353,7 @@ def main(argv=None) -> int:
             report("step", name, us)
         print(f"device: {torch.cuda.get_device_name()}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"calls": args.calls, "rows": rows}, f, indent=1)
+        write_json(args.json, {"calls": args.calls, "rows": rows})
     return 0
 
 

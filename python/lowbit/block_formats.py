@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import backend_of, dtype_name
+from ._ops.block_formats import block_decode_with, block_encode_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -45,59 +46,42 @@ def block_encode(x, fmt: str = "nf4") -> BlockWeights:
     nf4 64, mxfp4 32, nvfp4 16) into a new BlockWeights of x's library on x's device.
     CUDA work runs on the current stream. Raises LowbitError (the C++ message) on bad
     arguments or NaN/Inf in x."""
-    backend = backend_of(x)
-    _check_rank2(x, "x")
-    if backend.compiling():
-        from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+    try:
+        backend = backend_of(x)
+        _check_rank2(x, "x")
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
 
-        codes, scales, global_scale = backend.torch.ops.lowbit.block_encode(x, fmt)
-        return BlockWeights(codes, scales, global_scale if fmt == "nvfp4" else None, fmt, (x.shape[0], x.shape[1]))
-    codes, scales, global_scale = block_encode_with(backend, x, fmt)
-    return BlockWeights(codes, scales, global_scale, fmt, (int(x.shape[0]), int(x.shape[1])))
-
-
-def block_encode_with(backend, x, fmt: str):
-    """(codes, scales, global_scale or None) of block_encode for a known backend (the torch
-    custom op's implementation)."""
-    rows, cols = int(x.shape[0]), int(x.shape[1])
-    code_cols, scale_count, scale_dtype, has_global, _ = _lowbit.block_layout(fmt, rows, cols)
-    codes = backend.empty((rows, code_cols), "u8", x)
-    scales = backend.empty((scale_count,), scale_dtype, x)
-    global_scale = backend.empty((1,), "f32", x) if has_global else None
-    workspace, stream, deferred = None, 0, False
-    if backend.is_cuda(x):
-        stream = backend.stream(x)
-        nbytes = _lowbit.block_encode_workspace_bytes(fmt, rows, cols)
-        workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
-        deferred = backend.capturing()  # a CUDA graph cannot capture the NaN/Inf check's synchronization
-    _lowbit.block_encode(x, codes, scales, global_scale, fmt, workspace, stream, deferred)
-    return codes, scales, global_scale
+            codes, scales, global_scale = backend.torch.ops.lowbit.block_encode(x, fmt)
+            return BlockWeights(codes, scales, global_scale if fmt == "nvfp4" else None, fmt, (x.shape[0], x.shape[1]))
+        codes, scales, global_scale = block_encode_with(backend, x, fmt)
+        return BlockWeights(codes, scales, global_scale, fmt, (int(x.shape[0]), int(x.shape[1])))
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"x": x})
+        raise
 
 
 def block_decode(codes, scales=None, global_scale=None, fmt: Optional[str] = None, dtype="float32", cols=None):
     """The values of an encoded tensor as a new [rows, cols] array of `dtype` (float32,
     float16 or bfloat16), each decoded value rounded once. Pass a BlockWeights alone, or
     its parts (codes, scales, global_scale, fmt); cols defaults to 2 * codes.shape[1]."""
-    if isinstance(codes, BlockWeights):
-        w = codes
-        codes, scales, global_scale, fmt = w.codes, w.scales, w.global_scale, w.fmt
-        cols = w.shape[1] if cols is None else cols
-    if fmt is None or scales is None:
-        raise LowbitError("block_decode: pass a BlockWeights, or codes, scales, global_scale and fmt")
-    backend = backend_of(codes)
-    _check_rank2(codes, "codes")
-    if cols is None:
-        cols = 2 * codes.shape[1]
-    if backend.compiling():
-        from . import torch_ops  # noqa: F401
+    try:
+        if isinstance(codes, BlockWeights):
+            w = codes
+            codes, scales, global_scale, fmt = w.codes, w.scales, w.global_scale, w.fmt
+            cols = w.shape[1] if cols is None else cols
+        if fmt is None or scales is None:
+            raise LowbitError("block_decode: pass a BlockWeights, or codes, scales, global_scale and fmt")
+        backend = backend_of(codes)
+        _check_rank2(codes, "codes")
+        if cols is None:
+            cols = 2 * codes.shape[1]
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401
 
-        return backend.torch.ops.lowbit.block_decode(codes, scales, global_scale, fmt, cols, dtype_name(dtype))
-    return block_decode_with(backend, codes, scales, global_scale, fmt, int(cols), dtype_name(dtype))
-
-
-def block_decode_with(backend, codes, scales, global_scale, fmt: str, cols: int, out_dtype: str):
-    """block_decode for a known backend (the torch custom op's implementation)."""
-    out = backend.empty((int(codes.shape[0]), int(cols)), out_dtype, codes)
-    stream = backend.stream(codes)
-    _lowbit.block_decode(codes, scales, global_scale, fmt, out, stream)
-    return out
+            return backend.torch.ops.lowbit.block_decode(codes, scales, global_scale, fmt, cols, dtype_name(dtype))
+        return block_decode_with(backend, codes, scales, global_scale, fmt, int(cols), dtype_name(dtype))
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"codes": codes, "scales": scales, "global_scale": global_scale},
+                        ints={"cols": cols})
+        raise

@@ -2,8 +2,9 @@
 scale + bias + ReLU epilogue."""
 from __future__ import annotations
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import backend_of, dtype_name
+from ._ops.gemm import as_scale, matmul_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -26,13 +27,6 @@ def _out_dtype(scale_a, scale_b, scale_c, bias, relu, out_dtype) -> str:
     return "f32" if epilogue else "i32"
 
 
-def _as_scale(backend, value, like):
-    # A Python number becomes a one-element f32 array on the output's device.
-    if value is None or hasattr(value, "shape"):
-        return value
-    return backend.scalar(float(value), like)
-
-
 def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, what_a, what_b):
     backend = backend_of(a)
     a_shape, b_shape = a.shape, b.shape
@@ -49,28 +43,13 @@ def _matmul(kernel, a, b, k, scale_a, scale_b, scale_c, bias, relu, b_layout, ou
 
         from . import torch_ops  # noqa: F401
 
-        scale_a, scale_b = _as_scale(backend, scale_a, a), _as_scale(backend, scale_b, a)
+        scale_a, scale_b = as_scale(backend, scale_a, a), as_scale(backend, scale_b, a)
         if kernel == "int8":
             return torch.ops.lowbit.int8_matmul(a, b, scale_a, scale_b, float(scale_c), bias, bool(relu), b_layout,
                                                 out_name)
         return torch.ops.lowbit.int4_matmul(a, b, k, scale_a, scale_b, float(scale_c), bias, bool(relu), b_layout,
                                             out_name)
     return matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, relu, b_layout, out_name)
-
-
-def matmul_with(backend, kernel, a, b, k, n, scale_a, scale_b, scale_c, bias, relu, b_layout, out_name):
-    """The product for a known backend (the torch custom ops' implementation)."""
-    out = backend.empty((a.shape[0], n), out_name, a)
-    if scale_a is not None:
-        scale_a = _as_scale(backend, scale_a, a)
-    if scale_b is not None:
-        scale_b = _as_scale(backend, scale_b, a)
-    stream = backend.stream(a)
-    if kernel == "int8":
-        _lowbit.int8_matmul(a, b, b_layout, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
-    else:
-        _lowbit.int4_matmul(a, b, b_layout, k, out, scale_a, scale_b, float(scale_c), bias, bool(relu), stream)
-    return out
 
 
 def int8_matmul(a, b, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=False, b_layout="k_by_n",
@@ -82,7 +61,11 @@ def int8_matmul(a, b, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=F
     default, or float16 / bfloat16) = relu?(((acc * scale_a) * scale_b) * scale_c + bias), with
     scale_a a number or float32 [1] / [M], scale_b a number or float32 [1] / [N], bias float32 [N].
     """
-    return _matmul("int8", a, b, 0, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, "a", "b")
+    try:
+        return _matmul("int8", a, b, 0, scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype, "a", "b")
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+        raise
 
 
 def int4_matmul(a_packed, b_packed, k, scale_a=None, scale_b=None, scale_c=1.0, bias=None, relu=False,
@@ -91,5 +74,10 @@ def int4_matmul(a_packed, b_packed, k, scale_a=None, scale_b=None, scale_c=1.0, 
     along K, low nibble first: a_packed uint8 [M, ceil(K/2)], b_packed uint8 [ceil(K/2), N]
     ("k_by_n") or [N, ceil(K/2)] ("n_by_k"). K is given because packing hides its parity.
     quantize_tensor(x, "int4_sym", ...) produces this operand form."""
-    return _matmul("int4", a_packed, b_packed, int(k), scale_a, scale_b, scale_c, bias, relu, b_layout, out_dtype,
-                   "a_packed", "b_packed")
+    try:
+        return _matmul("int4", a_packed, b_packed, int(k), scale_a, scale_b, scale_c, bias, relu, b_layout,
+                       out_dtype, "a_packed", "b_packed")
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"a_packed": a_packed, "b_packed": b_packed, "scale_a": scale_a,
+                                       "scale_b": scale_b, "bias": bias}, ints={"k": k})
+        raise

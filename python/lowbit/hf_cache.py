@@ -1,136 +1,107 @@
-"""A Hugging Face transformers cache that keeps keys and values in lowbit's formats:
-the first `sink` tokens and the last `window` tokens in full precision, the tokens in
-between quantized (the engine's `selective` policy), dequantized on read.
+"""A Hugging Face transformers cache over lowbit's decode KV cache op: one
+lowbit.LayerKVCache with the `selective` policy per decoder layer and batch row. The
+first `sink` tokens and the last `window` tokens stay in FP16; a token leaving the window
+is quantized (INT8, or INT4 with a min) and kept; attention gets back what
+LayerKVCache.read() gives, the values the engine's decode attention reads.
 
     cache = LowbitQuantizedCache(model.config, sink=4, window=32, scheme="int8")
     model.generate(input_ids, past_key_values=cache, max_new_tokens=64)
-    cache.kv_bytes()   # bytes held, scales and mins included
+    cache.kv_bytes()   # bytes of the op's buffers that hold the tokens
 
-Granularity "token" quantizes each token as it leaves the window (one scale per token
-and head). Granularity "channel" (keys, as KIVI does) waits until `window` more tokens
-have left and quantizes them as one block with a scale per channel and head.
-Needs transformers (>= 4.56: the layered Cache API) and torch. On CUDA the quantization
-does not synchronize: NaN/Inf in keys or values is raised by lowbit.check_quantize_status().
+What an update returns: a one-token update (decode) gets exactly what that token's query
+reads from the op. An update of several tokens (prefill) gets the tokens cached before it
+as its first query reads them, and its own tokens rounded to FP16 as their slots hold
+them: no query sees a token in a coarser form than one-at-a-time decoding would give it
+(HF attends with one set of keys for all the update's queries).
+
+What the op keeps, and so what this cache offers:
+- scheme "int8" (symmetric) or "int4" (asymmetric: scale and min), one f16 scale (and
+  min) per token and KV head. Other schemes ("int8_asym", "int4_sym") raise ValueError.
+- granularity "token" only: key_granularity / value_granularity "channel" (one scale per
+  channel over a block of tokens) has no form in the op and raises ValueError naming it.
+- head_dim 64 or 128 (the op's kernels; another raises LowbitError at the first update).
+- keys and values are held in FP16 whatever the model's dtype (bfloat16 values beyond
+  FP16's range become inf) and handed back in the model's dtype.
+- max_tokens positions per layer and row, allocated at the first update: by default the
+  model's max_position_embeddings (4096 without a config).
+CUDA tensors run the op's kernels on the current stream (no synchronization), CPU
+tensors its CPU twin. Needs transformers (>= 4.56: the layered Cache API) and torch.
 """
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from .quant import dequantize_tensor, quantize_tensor, scheme_info
+from .kv import LayerKVCache
+
+SCHEME_BITS = {"int8": 8, "int4": 4}  # the op's INT8 symmetric and INT4 asymmetric bodies
+DEFAULT_MAX_TOKENS = 4096
 
 
-class _QuantizedRun:
-    """The quantized tokens of one tensor ([batch, heads, tokens, dim]) of a layer."""
-
-    def __init__(self, scheme: str, granularity: str):
-        if granularity not in ("token", "channel"):
-            raise ValueError(f"granularity: expected 'token' or 'channel', got {granularity!r}")
-        scheme_info(scheme)  # raises LowbitError for an unknown scheme
-        self.scheme, self.granularity = scheme, granularity
-        self.blocks = []  # channel: one (codes, scales, mins, shape) per block
-        self.codes = self.scales = self.mins = None  # token: [B, H, T, code_cols], [B, H, T]
-        self.tokens = 0
-
-    def append(self, x: torch.Tensor) -> None:
-        b, h, t, d = x.shape
-        if self.granularity == "token":
-            codes, scales, mins = quantize_tensor(x.reshape(b * h * t, d).contiguous(), self.scheme, "token")
-            codes, scales = codes.view(b, h, t, -1), scales.view(b, h, t)
-            mins = None if mins is None else mins.view(b, h, t)
-            if self.codes is None:
-                self.codes, self.scales, self.mins = codes, scales, mins
-            else:
-                self.codes = torch.cat([self.codes, codes], dim=2)
-                self.scales = torch.cat([self.scales, scales], dim=2)
-                self.mins = None if mins is None else torch.cat([self.mins, mins], dim=2)
-        else:
-            # Tokens are rows, (batch, head, dim) the channels: one scale per channel over the block.
-            rows = x.permute(2, 0, 1, 3).reshape(t, b * h * d).contiguous()
-            codes, scales, mins = quantize_tensor(rows, self.scheme, "channel")
-            self.blocks.append((codes, scales, mins, (b, h, t, d)))
-        self.tokens += t
-
-    def read(self, dtype: torch.dtype, dim: int) -> torch.Tensor | None:
-        if self.tokens == 0:
-            return None
-        if self.granularity == "token":
-            b, h, t = self.scales.shape
-            flat = dequantize_tensor(self.codes.reshape(b * h * t, -1), self.scales.reshape(-1),
-                                     None if self.mins is None else self.mins.reshape(-1), self.scheme, "token",
-                                     dtype=dtype, cols=dim)
-            return flat.view(b, h, t, dim)
-        parts = []
-        for codes, scales, mins, (b, h, t, d) in self.blocks:
-            rows = dequantize_tensor(codes, scales, mins, self.scheme, "channel", dtype=dtype)
-            parts.append(rows.view(t, b, h, d).permute(1, 2, 0, 3))
-        return torch.cat(parts, dim=2)
-
-    def nbytes(self) -> int:
-        tensors = [self.codes, self.scales, self.mins] + [x for blk in self.blocks for x in blk[:3]]
-        return sum(x.numel() * x.element_size() for x in tensors if x is not None)
-
-
-def _nbytes(x: torch.Tensor | None) -> int:
-    return 0 if x is None else x.numel() * x.element_size()
+def _check_options(sink, window, scheme, key_granularity, value_granularity):
+    if sink < 0 or window < 1:
+        raise ValueError(f"sink must be >= 0 and window >= 1, got sink={sink}, window={window}")
+    if scheme not in SCHEME_BITS:
+        raise ValueError(f"scheme: expected 'int8' or 'int4' (the KV cache op's INT8 symmetric and INT4 asymmetric "
+                         f"forms), got {scheme!r}")
+    for name, granularity in (("key_granularity", key_granularity), ("value_granularity", value_granularity)):
+        if granularity != "token":
+            raise ValueError(f"{name}: expected 'token', got {granularity!r}: lowbit's KV cache op keeps one scale "
+                             f"(and min) per token and KV head, and has no per-channel form")
 
 
 class LowbitQuantizedLayer(DynamicLayer):
-    """One decoder layer's cache: sink and window in full precision (self.keys / self.values hold the
-    window), the body quantized."""
+    """One decoder layer's cache: a LayerKVCache("selective") per batch row, made at the
+    first update. self.keys / self.values stay empty [batch, kv_heads, 0, head_dim]
+    tensors (the tokens live in the op's buffers)."""
 
     def __init__(self, sink: int = 4, window: int = 32, scheme: str = "int8", key_granularity: str = "token",
-                 value_granularity: str = "token"):
+                 value_granularity: str = "token", max_tokens: int = DEFAULT_MAX_TOKENS):
         super().__init__()
-        if sink < 0 or window < 1:
-            raise ValueError(f"sink must be >= 0 and window >= 1, got sink={sink}, window={window}")
+        _check_options(sink, window, scheme, key_granularity, value_granularity)
         self.sink, self.window, self.scheme = sink, window, scheme
         self.key_granularity, self.value_granularity = key_granularity, value_granularity
+        self.max_tokens = int(max_tokens)
         self.cumulative_length = 0
-        self._reset_storage()
-
-    def _reset_storage(self):
-        self.sink_keys = self.sink_values = None
-        self.body_keys = _QuantizedRun(self.scheme, self.key_granularity)
-        self.body_values = _QuantizedRun(self.scheme, self.value_granularity)
+        self.rows: list[LayerKVCache] = []
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None, *args,
                             **kwargs) -> None:
-        value_states = key_states if value_states is None else value_states
+        batch, kv_heads, _, head_dim = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
-        self.keys = key_states.new_empty((*key_states.shape[:-2], 0, key_states.shape[-1]))
-        self.values = value_states.new_empty((*value_states.shape[:-2], 0, value_states.shape[-1]))
-        self.sink_keys, self.sink_values = self.keys, self.values
+        self.keys = key_states.new_empty((batch, kv_heads, 0, head_dim))
+        self.values = self.keys.clone()
+        self.rows = [LayerKVCache("selective", kv_heads, head_dim, self.max_tokens, self.sink, self.window,
+                                  SCHEME_BITS[self.scheme], device=key_states.device) for _ in range(batch)]
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Appends the new tokens ([batch, kv_heads, tokens, head_dim]) and returns the keys
+        and values attention reads, [batch, kv_heads, all tokens, head_dim] in the model's
+        dtype (see the module's docstring)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        self.cumulative_length += key_states.shape[-2]
-
-        # What attention reads: sink, dequantized body, window, new tokens (in sequence order).
-        body_k = self.body_keys.read(key_states.dtype, key_states.shape[-1])
-        body_v = self.body_values.read(value_states.dtype, value_states.shape[-1])
-        keys = torch.cat([t for t in (self.sink_keys, body_k, self.keys, key_states) if t is not None], dim=-2)
-        values = torch.cat([t for t in (self.sink_values, body_v, self.values, value_states) if t is not None], dim=-2)
-
-        # New tokens fill the sink first, then the window; what leaves the window is quantized.
-        pending_k = torch.cat([self.keys, key_states], dim=-2)
-        pending_v = torch.cat([self.values, value_states], dim=-2)
-        need = self.sink - self.sink_keys.shape[-2]
-        if need > 0:
-            self.sink_keys = torch.cat([self.sink_keys, pending_k[..., :need, :]], dim=-2)
-            self.sink_values = torch.cat([self.sink_values, pending_v[..., :need, :]], dim=-2)
-            pending_k, pending_v = pending_k[..., need:, :], pending_v[..., need:, :]
-        leaving = pending_k.shape[-2] - self.window
-        if "channel" in (self.key_granularity, self.value_granularity):
-            leaving = (leaving // self.window) * self.window if leaving >= self.window else 0
-        if leaving > 0:
-            self.body_keys.append(pending_k[..., :leaving, :])
-            self.body_values.append(pending_v[..., :leaving, :])
-            pending_k, pending_v = pending_k[..., leaving:, :], pending_v[..., leaving:, :]
-        # Own the window's memory (a slice would keep the whole concatenation alive).
-        self.keys, self.values = pending_k.clone(), pending_v.clone()
+        batch, _, tokens, _ = key_states.shape
+        if batch != len(self.rows):
+            raise ValueError(f"key_states: batch {batch}, but this cache holds {len(self.rows)} rows; reset() it "
+                             f"for a new batch")
+        if self.cumulative_length + tokens > self.max_tokens:
+            raise ValueError(f"LowbitQuantizedCache: {self.cumulative_length + tokens} tokens exceed max_tokens="
+                             f"{self.max_tokens}; pass a larger max_tokens")
+        # [batch, tokens, kv_heads, head_dim] in FP16: each [b, t] is one token as the op takes it.
+        new_k = key_states.transpose(1, 2).to(torch.float16).contiguous()
+        new_v = value_states.transpose(1, 2).to(torch.float16).contiguous()
+        keys, values = [], []
+        for row, k, v in zip(self.rows, new_k, new_v):
+            row.append(k[0], v[0])
+            held_k, held_v = row.read()  # what the first new token's query reads
+            for t in range(1, tokens):
+                row.append(k[t], v[t])
+            keys.append(torch.cat([held_k, k[1:]]))
+            values.append(torch.cat([held_v, v[1:]]))
+        self.cumulative_length += tokens
+        keys = torch.stack(keys).transpose(1, 2).to(key_states.dtype)
+        values = torch.stack(values).transpose(1, 2).to(value_states.dtype)
         return keys, values
 
     def get_seq_length(self) -> int:
@@ -139,30 +110,49 @@ class LowbitQuantizedLayer(DynamicLayer):
     def get_max_cache_shape(self) -> int:
         return -1
 
+    def _held_tokens(self):
+        """(FP16 tokens, quantized tokens) of each row: the selective policy keeps every
+        token, those beyond its FP16 slots (sink + window) quantized."""
+        f16_slots = self.rows[0].layout["f16"][1] if self.rows else 0
+        f16 = min(self.cumulative_length, f16_slots)
+        return f16, self.cumulative_length - f16
+
     def quantized_tokens(self) -> int:
-        return self.body_keys.tokens
+        return self._held_tokens()[1]
 
     def kv_bytes(self) -> int:
-        """Bytes held: full-precision sink and window, quantized codes, scales and mins."""
-        if not self.is_initialized:
+        """Bytes of the op's buffers that hold this layer's tokens, K and V, every row: the
+        FP16 slots in use, and the codes, scales and mins of the quantized tokens."""
+        if not self.rows:
             return 0
-        full = sum(_nbytes(t) for t in (self.sink_keys, self.sink_values, self.keys, self.values))
-        return full + self.body_keys.nbytes() + self.body_values.nbytes()
+        f16, quantized = self._held_tokens()
+        buffers = self.rows[0].buffers
+        held = 0
+        for part in "kv":
+            slots = buffers[f"{part}_f16"]
+            body = [buffers[f"{part}_{name}"] for name in ("codes", "scales", "mins")]
+            held += f16 * slots.nbytes // slots.shape[1]
+            if quantized:
+                held += quantized * sum(b.nbytes for b in body) // body[0].shape[0]
+        return held * len(self.rows)
+
+    def allocated_bytes(self) -> int:
+        """Bytes of the op's buffers allocated for max_tokens, every row."""
+        return sum(row.nbytes for row in self.rows)
 
     def full_precision_bytes(self) -> int:
-        """What a full-precision cache of the same tokens would hold."""
+        """What a cache of the same tokens in the model's dtype would hold."""
         if not self.is_initialized:
             return 0
-        per_token = (self.keys[..., :1, :].numel() + self.values[..., :1, :].numel()) * self.keys.element_size()
-        return self.cumulative_length * per_token
+        batch, kv_heads, _, head_dim = self.keys.shape
+        return 2 * self.cumulative_length * batch * kv_heads * head_dim * self.keys.element_size()
 
     def reset(self) -> None:
+        """Forgets every token and the batch: the next update makes the rows anew."""
         self.cumulative_length = 0
-        if self.is_initialized:
-            self.keys, self.values = self.keys[..., :0, :], self.values[..., :0, :]
-        self._reset_storage()
-        if self.is_initialized:
-            self.sink_keys, self.sink_values = self.keys, self.values
+        self.rows = []
+        self.keys = self.values = None
+        self.is_initialized = False
 
     def _unsupported(self, *args, **kwargs):
         raise NotImplementedError("LowbitQuantizedLayer supports generation (greedy or sampled, batch as given); "
@@ -173,25 +163,36 @@ class LowbitQuantizedLayer(DynamicLayer):
 
 
 class LowbitQuantizedCache(Cache):
-    """transformers Cache with one LowbitQuantizedLayer per decoder layer."""
+    """transformers Cache with one LowbitQuantizedLayer per decoder layer (see the module's
+    docstring). max_tokens: positions each layer holds per batch row (default: the config's
+    max_position_embeddings, else 4096)."""
 
     def __init__(self, config=None, num_layers: int | None = None, sink: int = 4, window: int = 32,
-                 scheme: str = "int8", key_granularity: str = "token", value_granularity: str = "token"):
-        if num_layers is None:
-            if config is None:
-                raise ValueError("pass the model's config (or num_layers)")
+                 scheme: str = "int8", key_granularity: str = "token", value_granularity: str = "token",
+                 max_tokens: int | None = None):
+        text = None
+        if config is not None:
             text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        if num_layers is None:
+            if text is None:
+                raise ValueError("pass the model's config (or num_layers)")
             num_layers = text.num_hidden_layers
-        layers = [LowbitQuantizedLayer(sink, window, scheme, key_granularity, value_granularity)
+        if max_tokens is None:
+            max_tokens = getattr(text, "max_position_embeddings", None) or DEFAULT_MAX_TOKENS
+        layers = [LowbitQuantizedLayer(sink, window, scheme, key_granularity, value_granularity, max_tokens)
                   for _ in range(num_layers)]
         super().__init__(layers=layers)
 
     def kv_bytes(self) -> int:
-        """Bytes of keys and values held over all layers (scales and mins included)."""
+        """Bytes of the op's buffers that hold the tokens, over all layers (scales and mins included)."""
         return sum(layer.kv_bytes() for layer in self.layers)
 
+    def allocated_bytes(self) -> int:
+        """Bytes of the op's buffers allocated (max_tokens positions per layer and row)."""
+        return sum(layer.allocated_bytes() for layer in self.layers)
+
     def full_precision_bytes(self) -> int:
-        """Bytes a full-precision cache of the same tokens would hold."""
+        """Bytes a cache of the same tokens in the model's dtype would hold."""
         return sum(layer.full_precision_bytes() for layer in self.layers)
 
     def quantized_tokens(self, layer_idx: int = 0) -> int:

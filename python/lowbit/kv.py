@@ -10,6 +10,7 @@ its f32 scale and min rounded to f16 and the codes encoded with the rounded valu
     for k, v, q in tokens:               # f16 [kv_heads, head_dim], RoPE applied; q [n_heads, head_dim]
         cache.append(k, v)
         out = cache.attention(q)         # f32 [n_heads, head_dim] (out_dtype="float16" for f16)
+    k, v = cache.read()                  # f16 [visible, kv_heads, head_dim]: what that query read
     cache.nbytes                         # bytes of its buffers (FP16 slots, codes, scales, mins)
 
 Policies (the engine's): "full" (every token FP16), "window" (sink + the last `window`
@@ -18,8 +19,8 @@ window is quantized from its FP16 value to INT8 or INT4 and kept), "int8" / "int
 token quantized on arrival). INT8 is symmetric, INT4 asymmetric (scale + min), one f16
 scale (+ f16 min) per token per KV head. head_dim is 64 or 128; n_heads a multiple of kv_heads (GQA).
 
-torch: append and attention are torch custom ops (torch.ops.lowbit.kv_append /
-kv_attention, registered by lowbit.torch_ops) and trace under torch.compile. They take
+torch: append, attention and read are torch custom ops (torch.ops.lowbit.kv_append /
+kv_attention / kv_read, registered by lowbit.torch_ops) and trace under torch.compile. They take
 the position from the host (`length`), so a CUDA graph that captures them replays the
 captured position. For one graph that serves every decode step, keep the position on the
 device and use the `_at` forms (torch.ops.lowbit.kv_append_at / kv_attention_at):
@@ -33,8 +34,9 @@ device and use the `_at` forms (torch.ops.lowbit.kv_append_at / kv_attention_at)
 """
 from __future__ import annotations
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import NUMPY, backend_of, dtype_name, torch_backend
+from ._ops.kv import kv_attention_with, kv_layer, kv_read_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -53,10 +55,15 @@ class LayerKVCache:
     def __init__(self, policy: str = "selective", kv_heads: int = 1, head_dim: int = 128, max_tokens: int = 4096,
                  sink: int = 16, window: int = 32, kv_bits: int = 8, device=None):
         self.policy = policy
-        self.kv_heads, self.head_dim, self.max_tokens = int(kv_heads), int(head_dim), int(max_tokens)
-        self.sink, self.window, self.kv_bits = int(sink), int(window), int(kv_bits)
-        layout = _lowbit.kv_layout(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
-                                   self.max_tokens)
+        try:
+            self.kv_heads, self.head_dim, self.max_tokens = int(kv_heads), int(head_dim), int(max_tokens)
+            self.sink, self.window, self.kv_bits = int(sink), int(window), int(kv_bits)
+            layout = _lowbit.kv_layout(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
+                                       self.max_tokens)
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, ints={"kv_heads": kv_heads, "head_dim": head_dim, "max_tokens": max_tokens,
+                                         "sink": sink, "window": window, "kv_bits": kv_bits})
+            raise
         self.layout = layout
         self.capacity = layout["capacity"]  # -1: the window policy's ring takes any number of tokens
         self.nbytes = layout["nbytes"]
@@ -73,8 +80,7 @@ class LayerKVCache:
         # k_f16, k_codes, k_scales, k_mins, v_f16, ...: parts the policy lacks are empty.
         self.buffers = {f"{kv}_{part}": _zeros(backend, shapes[part], dtypes[part], like)
                         for kv in "kv" for part in _PARTS}
-        self._layer = _lowbit.KvLayer(policy, self.kv_heads, self.head_dim, self.sink, self.window, self.kv_bits,
-                                      self.max_tokens, *self.buffers.values())
+        self._layer = kv_layer(policy, self._spec(), self.buffers.values())
         self.length = 0
         # Eager CUDA attention's workspaces by (form, stream, n_heads), sized for any length:
         # one allocation (and, for the _at form, one zeroing) instead of one a call. Reuse
@@ -94,28 +100,36 @@ class LayerKVCache:
         if self.capacity >= 0 and self.length >= self.capacity:
             raise LowbitError(f"kv_append: the cache is full ({self.capacity} tokens); reset() it or make "
                               f"max_tokens larger")
-        backend = backend_of(k)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+        try:
+            backend = backend_of(k)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
 
-            backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
-                                               self.length)
-        else:
-            self._layer.append(k, v, self.length, backend.stream(k))
+                backend.torch.ops.lowbit.kv_append(*self.buffers.values(), k, v, self.policy, self._spec(),
+                                                   self.length)
+            else:
+                self._layer.append(k, v, self.length, backend.stream(k))
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"k": k, "v": v})
+            raise
         self.length += 1
 
     def attention(self, q, out_dtype="float32"):
         """softmax(q K^T / sqrt(head_dim)) V over what the newest token's query sees, as a new
         [n_heads, head_dim] array of out_dtype (float32 or float16); q f16 [n_heads, head_dim]."""
-        backend = backend_of(q)
-        out_name = dtype_name(out_dtype)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401
+        try:
+            backend = backend_of(q)
+            out_name = dtype_name(out_dtype)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401
 
-            return backend.torch.ops.lowbit.kv_attention(*self.buffers.values(), q, self.policy, self._spec(),
-                                                         self.length, out_name)
-        return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim,
-                                 workspaces=self._workspaces, max_length=self.max_length)
+                return backend.torch.ops.lowbit.kv_attention(*self.buffers.values(), q, self.policy, self._spec(),
+                                                             self.length, out_name)
+            return kv_attention_with(backend, self._layer, q, self.length, out_name, self.head_dim,
+                                     workspaces=self._workspaces, max_length=self.max_length)
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"q": q})
+            raise
 
     @property
     def max_length(self) -> int:
@@ -127,26 +141,50 @@ class LayerKVCache:
         read when the work runs, so that a CUDA graph can replay it at every step. The caller
         owns the position (keeping pos < max_length, which the GPU cannot check); `length`
         is left alone."""
-        backend = backend_of(k)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401
+        try:
+            backend = backend_of(k)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401
 
-            backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
-        else:
-            self._layer.append_at(k, v, pos, backend.stream(k))
+                backend.torch.ops.lowbit.kv_append_at(*self.buffers.values(), k, v, pos, self.policy, self._spec())
+            else:
+                self._layer.append_at(k, v, pos, backend.stream(k))
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"k": k, "v": v, "pos": pos})
+            raise
 
     def attention_at(self, q, pos, out_dtype="float32"):
         """attention() of the query at the position held by pos (int32 [1] on the cache's
         device): over positions 0..*pos, in the forms the policy keeps then."""
-        backend = backend_of(q)
-        out_name = dtype_name(out_dtype)
-        if backend.compiling():
-            from . import torch_ops  # noqa: F401
+        try:
+            backend = backend_of(q)
+            out_name = dtype_name(out_dtype)
+            if backend.compiling():
+                from . import torch_ops  # noqa: F401
 
-            return backend.torch.ops.lowbit.kv_attention_at(*self.buffers.values(), q, pos, self.policy, self._spec(),
-                                                            out_name)
-        return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length,
-                                 self._workspaces)
+                return backend.torch.ops.lowbit.kv_attention_at(*self.buffers.values(), q, pos, self.policy,
+                                                                self._spec(), out_name)
+            return kv_attention_with(backend, self._layer, q, None, out_name, self.head_dim, pos, self.max_length,
+                                     self._workspaces)
+        except _checks.ARGUMENT_ERRORS as error:
+            _checks.explain(error, arrays={"q": q, "pos": pos})
+            raise
+
+    def read(self):
+        """(k, v): the values the newest query reads, as new f16 [visible, kv_heads, head_dim]
+        arrays of the cache's library on its device, in position order: FP16 tokens as held,
+        quantized ones dequantized (q * scale, or q * scale + min for INT4, rounded once to
+        f16); the window policy skips the dropped middle (visible = sink + window once full).
+        CUDA work runs on the current stream. Needs at least one token."""
+        if self.length < 1:
+            raise LowbitError("kv_read: the cache is empty (length 0); append a token first")
+        like = self.buffers["k_scales"]
+        backend = self._backend
+        if backend.compiling():
+            from . import torch_ops  # noqa: F401  (registers torch.ops.lowbit)
+
+            return backend.torch.ops.lowbit.kv_read(*self.buffers.values(), self.policy, self._spec(), self.length)
+        return kv_read_with(backend, self._layer, self.policy, self._spec(), self.length, like)
 
     def reset(self) -> None:
         """Forgets every token (the buffers are overwritten by the next appends)."""
@@ -162,60 +200,3 @@ def _zeros(backend, shape, dtype, like):
     x = backend.empty(tuple(shape), dtype, like)
     x[...] = 0
     return x
-
-
-def kv_attention_with(backend, layer, q, length, out_name, head_dim, pos=None, max_length=0, workspaces=None):
-    """LayerKVCache.attention (pos None) or attention_at (pos an int32 [1] array) for a known
-    backend (the torch custom ops' implementation). workspaces: the cache's dict of eager
-    CUDA workspaces (None: allocate one for this call)."""
-    shape = q.shape
-    if len(shape) != 2:
-        raise LowbitError(f"q: expected a rank-2 tensor [n_heads, head_dim], got rank {len(shape)}")
-    n_heads = shape[0]
-    out = backend.empty((n_heads, head_dim), out_name, q)
-    if not backend.is_cuda(q):
-        if pos is None:
-            layer.attention(q, out, length, None, 0)
-        else:
-            layer.attention_at(q, out, pos, max_length, None, 0)
-        return out
-    stream = backend.stream(q)
-    workspace = _workspace(backend, layer, q, n_heads, stream, length, pos is not None, max_length, workspaces)
-    if pos is None:
-        layer.attention(q, out, length, workspace, stream)
-    else:
-        layer.attention_at(q, out, pos, max_length, workspace, stream)
-    return out
-
-
-def _workspace(backend, layer, q, n_heads, stream, length, at, max_length, workspaces):
-    """The CUDA workspace of one attention call. Eager calls share the cache's, one per
-    (form, stream, n_heads), sized for any length up to max_length; a call being captured
-    into a CUDA graph gets its own (a captured pointer must not be shared with eager calls
-    on other streams). The _at form's is zeroed when made (its split counters start at
-    zero and each call leaves them so)."""
-    shared = workspaces is not None and (at or length <= max_length) and not backend.capturing()
-    key = (at, stream, n_heads)
-    if shared:
-        workspace = workspaces.get(key)
-        if workspace is not None:
-            return workspace
-    device = _device_index(q)
-    if at or shared:
-        nbytes = layer.workspace_bytes_at(n_heads, max_length, True, device)  # enough for any length
-    else:
-        nbytes = layer.workspace_bytes(length, n_heads, True, device)
-    workspace = backend.empty((nbytes,), "u8", q) if nbytes else None
-    if workspace is not None and at:
-        backend.zero(workspace)  # a fill kernel on the stream
-    if shared:
-        workspaces[key] = workspace
-    return workspace
-
-
-def _device_index(x) -> int:
-    device = x.device
-    index = getattr(device, "index", None)  # torch
-    if index is None:
-        index = getattr(device, "id", 0)  # CuPy
-    return int(index or 0)

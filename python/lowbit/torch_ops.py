@@ -17,14 +17,15 @@ import torch
 
 from . import _lowbit
 from ._backend import torch_backend
-from .attention import quantized_attention_with
-from .block_formats import block_decode_with, block_encode_with
-from .gemm import matmul_with
-from .kv import kv_attention_with
-from .quant import dequantize_with, quantize_with, scheme_info
-from .weights import linear_with
+from ._ops.attention import quantized_attention_with
+from ._ops.block_formats import block_decode_with, block_encode_with
+from ._ops.gemm import matmul_with
+from ._ops.kv import kv_attention_with, kv_layer, kv_read_with
+from ._ops.quant import dequantize_with, quant_shapes, quantize_with, scheme_info
+from ._ops.weights import linear_with
 
-_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32}
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i32": torch.int32,
+           "i8": torch.int8, "u8": torch.uint8}
 
 _LIB = torch.library.Library("lowbit", "FRAGMENT")  # kept alive: the registrations live with it
 
@@ -46,21 +47,6 @@ class _Op:
         return self._op(*args)
 
 
-def _layout(scheme: str, granularity: str, group_size: int, rows, cols):
-    # quant_layout in Python, so that it also works on symbolic sizes.
-    bits = scheme_info(scheme)[0]
-    code_cols = cols if bits == 8 else (cols + 1) // 2
-    if granularity == "tensor":
-        return code_cols, (1,)
-    if granularity == "channel":
-        return code_cols, (cols,)
-    if granularity == "token":
-        return code_cols, (rows,)
-    if granularity == "group" and group_size > 0:
-        return code_cols, (rows, (cols + group_size - 1) // group_size)
-    raise ValueError(f"granularity {granularity!r} with group_size {group_size} is not valid")
-
-
 @_Op
 def quantize(x: torch.Tensor, scheme: str, granularity: str, group_size: int) -> tuple[torch.Tensor, torch.Tensor,
                                                                                        torch.Tensor]:
@@ -71,8 +57,8 @@ def quantize(x: torch.Tensor, scheme: str, granularity: str, group_size: int) ->
 @quantize.register_fake
 def _(x, scheme, granularity, group_size):
     _, has_mins, code_dtype = scheme_info(scheme)
-    code_cols, scale_shape = _layout(scheme, granularity, group_size, x.shape[0], x.shape[1])
-    codes = x.new_empty((x.shape[0], code_cols), dtype=torch.int8 if code_dtype == "i8" else torch.uint8)
+    code_cols, scale_shape = quant_shapes(scheme, granularity, group_size, x.shape[0], x.shape[1])
+    codes = x.new_empty((x.shape[0], code_cols), dtype=_DTYPES[code_dtype])
     scales = x.new_empty(scale_shape, dtype=torch.float32)
     mins = x.new_empty(scale_shape if has_mins else (0,), dtype=torch.float32)
     return codes, scales, mins
@@ -196,15 +182,11 @@ def _(x, wq_codes, wq_scales, wq_global, wk_codes, wk_scales, wk_global, wv_code
 _KV_BUFFERS = ("k_f16", "k_codes", "k_scales", "k_mins", "v_f16", "v_codes", "v_scales", "v_mins")
 
 
-def _kv_layer(policy, spec, buffers):
-    return _lowbit.KvLayer(policy, *spec, *buffers)
-
-
 @torch.library.custom_op("lowbit::kv_append", mutates_args=_KV_BUFFERS)
 def kv_append(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
               v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
               k: torch.Tensor, v: torch.Tensor, policy: str, spec: list[int], pos: int) -> None:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     backend = torch_backend()
     layer.append(k, v, pos, backend.stream(k))
 
@@ -218,7 +200,7 @@ def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, k, v, 
 def kv_attention(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                  v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                  q: torch.Tensor, policy: str, spec: list[int], length: int, out_dtype: str) -> torch.Tensor:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     return kv_attention_with(torch_backend(), layer, q, length, out_dtype, spec[1])
 
 
@@ -227,13 +209,27 @@ def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, q, pol
     return q.new_empty((q.shape[0], spec[1]), dtype=_DTYPES[out_dtype])
 
 
+@_Op
+def kv_read(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
+            v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor, policy: str,
+            spec: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    return kv_read_with(torch_backend(), layer, policy, spec, length, k_scales)
+
+
+@kv_read.register_fake
+def _(k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins, policy, spec, length):
+    shape = (_lowbit.kv_visible_count(policy, *spec, length), spec[0], spec[1])
+    return k_scales.new_empty(shape, dtype=torch.float16), k_scales.new_empty(shape, dtype=torch.float16)
+
+
 # The device-position forms (one CUDA graph for every decode step): pos is an int32 [1]
 # tensor on the cache's device.
 @torch.library.custom_op("lowbit::kv_append_at", mutates_args=_KV_BUFFERS)
 def kv_append_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                  v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                  k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int]) -> None:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     backend = torch_backend()
     layer.append_at(k, v, pos, backend.stream(k))
 
@@ -252,7 +248,7 @@ def _max_length(policy: str, spec) -> int:
 def kv_attention_at(k_f16: torch.Tensor, k_codes: torch.Tensor, k_scales: torch.Tensor, k_mins: torch.Tensor,
                     v_f16: torch.Tensor, v_codes: torch.Tensor, v_scales: torch.Tensor, v_mins: torch.Tensor,
                     q: torch.Tensor, pos: torch.Tensor, policy: str, spec: list[int], out_dtype: str) -> torch.Tensor:
-    layer = _kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
+    layer = kv_layer(policy, spec, (k_f16, k_codes, k_scales, k_mins, v_f16, v_codes, v_scales, v_mins))
     return kv_attention_with(torch_backend(), layer, q, None, out_dtype, spec[1], pos, _max_length(policy, spec))
 
 

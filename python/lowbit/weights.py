@@ -7,9 +7,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _lowbit
+from . import _checks, _lowbit
 from ._backend import NUMPY, backend_of, dtype_name
-from .quant import quantize_with
+from ._ops.quant import quantize_with
+from ._ops.weights import linear_with
 
 LowbitError = _lowbit.LowbitError
 
@@ -41,7 +42,11 @@ class PackedWeights:
 
 def packed_weight_sizes(n, k, bits=4, group_size=128, zero_point=True, act_dtype="f16"):
     """(code bytes, scale count, min count) of the packed form of an n x k weight."""
-    return _lowbit.packed_weight_sizes(bits, group_size, zero_point, dtype_name(act_dtype), n, k)
+    try:
+        return _lowbit.packed_weight_sizes(bits, group_size, zero_point, dtype_name(act_dtype), n, k)
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, ints={"n": n, "k": k, "bits": bits, "group_size": group_size})
+        raise
 
 
 def pack_weights(codes, scales, mins, n, k, bits=4, group_size=128, zero_point=True, act_dtype="f16"):
@@ -50,17 +55,24 @@ def pack_weights(codes, scales, mins, n, k, bits=4, group_size=128, zero_point=T
     codes: int8 [n, k] for bits 8, or uint8 [n, ceil(k/2)] (two 4-bit codes a byte, low nibble
     first: quantize_tensor's "int4" layout); scales, mins: float32 [n, ceil(k/G)] (mins with
     zero_point only). Returns PackedWeights with buffers of the codes' library, on the host."""
-    backend = backend_of(codes)
-    act = dtype_name(act_dtype)
-    code_bytes, scale_count, min_count = _lowbit.packed_weight_sizes(bits, group_size, zero_point, act, n, k)
-    size = 2  # act_dtype is f16 or bf16 (checked by packed_weight_sizes' caller, pack_weights)
-    out_codes = backend.empty((code_bytes,), "u8", codes)
-    out_scales = backend.empty((scale_count * size,), "u8", codes)
-    out_mins = backend.empty((min_count * size,), "u8", codes) if zero_point else None
-    _lowbit.pack_weights(codes, scales, mins, bits, group_size, zero_point, act, n, k, out_codes, out_scales,
-                         out_mins)
-    return PackedWeights(out_codes, out_scales, out_mins, int(n), int(k), int(bits), int(group_size),
-                         bool(zero_point), act)
+    try:
+        backend = backend_of(codes)
+        act = dtype_name(act_dtype)
+        code_bytes, scale_count, min_count = _lowbit.packed_weight_sizes(bits, group_size, zero_point, act, n, k)
+        if code_bytes >= _checks.LARGE_OUTPUT:
+            _checks.check_inputs((codes, "codes"))
+        size = 2  # act_dtype is f16 or bf16 (checked by packed_weight_sizes' caller, pack_weights)
+        out_codes = backend.empty((code_bytes,), "u8", codes)
+        out_scales = backend.empty((scale_count * size,), "u8", codes)
+        out_mins = backend.empty((min_count * size,), "u8", codes) if zero_point else None
+        _lowbit.pack_weights(codes, scales, mins, bits, group_size, zero_point, act, n, k, out_codes, out_scales,
+                             out_mins)
+        return PackedWeights(out_codes, out_scales, out_mins, int(n), int(k), int(bits), int(group_size),
+                             bool(zero_point), act)
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"codes": codes, "scales": scales, "mins": mins},
+                        ints={"n": n, "k": k, "bits": bits, "group_size": group_size})
+        raise
 
 
 def _host_float32(w):
@@ -96,31 +108,20 @@ def quantize_weights(w, bits=4, group_size=128, zero_point=True, act_dtype="f16"
 def weight_only_linear(x, packed: PackedWeights, bias=None):
     """out [M, N] = x [M, K] @ W^T (+ bias [N]), x, bias and out in packed.act_dtype (float16 or
     bfloat16), the weights dequantized in registers. x and packed on the same device."""
-    backend = backend_of(x)
-    if len(x.shape) != 2:
-        raise LowbitError(f"x: expected a rank-2 tensor [M, K], got rank {len(x.shape)}")
-    if backend.compiling():
-        import torch
+    try:
+        backend = backend_of(x)
+        if len(x.shape) != 2:
+            raise LowbitError(f"x: expected a rank-2 tensor [M, K], got rank {len(x.shape)}")
+        if backend.compiling():
+            import torch
 
-        from . import torch_ops  # noqa: F401
+            from . import torch_ops  # noqa: F401
 
-        return torch.ops.lowbit.weight_only_linear(x, packed.codes, packed.scales, packed.mins, packed.bits,
-                                                   packed.group_size, packed.zero_point, packed.n, packed.k,
-                                                   packed.act_dtype, bias)
-    return linear_with(backend, x, packed.codes, packed.scales, packed.mins, packed.bits, packed.group_size,
-                       packed.zero_point, packed.n, packed.k, packed.act_dtype, bias)
-
-
-_ACT_NAMES = {"float16": "f16", "bfloat16": "bf16"}
-
-
-def linear_with(backend, x, codes, scales, mins, bits, group_size, zero_point, n, k, act_dtype, bias):
-    """weight_only_linear for a known backend (the torch custom op's implementation)."""
-    # The packed scales are raw bytes: x must have the type they were packed in.
-    x_dtype = _ACT_NAMES.get(str(x.dtype).removeprefix("torch."))
-    if x_dtype != act_dtype:
-        raise LowbitError(f"x: expected dtype {act_dtype} (the packed weights' act_dtype), got {x.dtype}")
-    out = backend.empty((x.shape[0], n), x_dtype, x)
-    stream = backend.stream(x)
-    _lowbit.weight_only_linear(x, codes, scales, mins, bits, group_size, zero_point, n, k, bias, out, stream)
-    return out
+            return torch.ops.lowbit.weight_only_linear(x, packed.codes, packed.scales, packed.mins, packed.bits,
+                                                       packed.group_size, packed.zero_point, packed.n, packed.k,
+                                                       packed.act_dtype, bias)
+        return linear_with(backend, x, packed.codes, packed.scales, packed.mins, packed.bits, packed.group_size,
+                           packed.zero_point, packed.n, packed.k, packed.act_dtype, bias)
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"x": x, "bias": bias})
+        raise

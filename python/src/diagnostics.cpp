@@ -8,7 +8,6 @@
 
 #if LOWBIT_WITH_CUDA
 #include "core/device.h"
-#include "cuda/quant/quant_cuda.h"  // the unchecked launch the overhead benchmark times
 #endif
 
 namespace lowbit::python {
@@ -50,21 +49,6 @@ double time_quantize(const In& x, const Out& codes, const Out& scales, const Out
   DeviceGuard guard(xv, x.device_id());
   return microseconds_each(
       count, [&] { lowbit::quantize(xv, spec, q, Workspace{}, NonFiniteStatus{word.data}, stream_of(stream)); });
-}
-
-// time_quantize without the argument checks: the launch of the quantize kernel itself.
-double time_quantize_unchecked(const In& x, const Out& codes, const Out& scales, const Out& status,
-                               std::uintptr_t stream, int count) {
-#if LOWBIT_WITH_CUDA
-  const TensorView xv = view_of(x, "x"), word = view_of(status, "status");
-  const QuantizedView q{view_of(codes, "codes"), view_of(scales, "scales"), TensorView{}};
-  const QuantSpec spec{QuantScheme::int8_symmetric, Granularity::per_token, 0};
-  DeviceGuard guard(xv, x.device_id());
-  return microseconds_each(count, [&] { cuda::quantize(xv, spec, q, Workspace{}, word.data, stream_of(stream)); });
-#else
-  (void)x, (void)codes, (void)scales, (void)status, (void)stream, (void)count;
-  LOWBIT_FAIL("time_quantize_unchecked: this build of lowbit has no CUDA support");
-#endif
 }
 
 // One launch of an empty kernel on `stream` (cudaLaunchKernel's host cost here).
@@ -124,8 +108,6 @@ void bind_diagnostics(nb::module_& m) {
         "Microseconds one CUDA pointer check of the C++ argument checks takes (bench_overhead).");
   m.def("_time_quantize", &time_quantize, "x"_a, "codes"_a, "scales"_a, "status"_a, "stream"_a, "count"_a,
         "Microseconds one lowbit::quantize call (int8 per token) takes from C++ (bench_overhead).");
-  m.def("_time_quantize_unchecked", &time_quantize_unchecked, "x"_a, "codes"_a, "scales"_a, "status"_a, "stream"_a,
-        "count"_a, "_time_quantize without the argument checks (bench_overhead).");
   m.def("_time_launches", &time_launches, "stream"_a, "count"_a,
         "Microseconds one empty kernel launch takes from C++ (bench_overhead).");
   m.def("_import_path", &import_path, "array"_a,

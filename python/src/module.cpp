@@ -25,6 +25,8 @@ NB_MODULE(_lowbit, m) {
   lowbit::python::bind_attention(m);
   lowbit::python::bind_kv_cache(m);
   lowbit::python::bind_diagnostics(m);
+  m.def("check_matrix", &lowbit::python::check_matrix_arg, "x"_a, "what"_a,
+        "The checks every op makes of a matrix input, alone (before large outputs are allocated).");
   m.def("_set_torch_export", &lowbit::python::set_torch_export, "tensor_type"_a, "parameter_type"_a, "to_dlpack"_a,
         "Takes plain torch tensors through torch's C to_dlpack (called by lowbit._backend).");
   m.attr("cuda") = static_cast<bool>(LOWBIT_WITH_CUDA);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/validate.h"
 #include "lowbit/error.h"
 
 #if LOWBIT_WITH_CUDA
@@ -206,6 +207,14 @@ template bool exchange_import(nb::handle, ArrayArg<nb::ndarray<nb::ro>>&) noexce
 template bool exchange_import(nb::handle, ArrayArg<nb::ndarray<>>&) noexcept;
 template void describe_import(ArrayArg<nb::ndarray<nb::ro>>&) noexcept;
 template void describe_import(ArrayArg<nb::ndarray<>>&) noexcept;
+
+void check_matrix_arg(const In& array, const char* what) {
+  const TensorView view = view_of(array, what);
+  LOWBIT_CHECK(view.rank == 2, what, ": expected a rank-2 tensor, got rank ", view.rank);
+  LOWBIT_CHECK(view.shape[0] > 0 && view.shape[1] > 0, what, ": expected a non-empty shape, got [", view.shape[0],
+               ", ", view.shape[1], "]");
+  core::check_matrix(view, what, view.shape[0], view.shape[1]);
+}
 
 TensorView view_of(const In& array, const char* what) { return make_view(array, what); }
 TensorView view_of(const Out& array, const char* what) { return make_view(array, what); }

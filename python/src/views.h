@@ -76,6 +76,11 @@ TensorView view_of(const Out& array, const char* what);
 TensorView view_of(const OptIn& array, const char* what);   // empty view for None
 TensorView view_of(const OptOut& array, const char* what);  // empty view for None
 
+// The checks every op makes of a matrix input (dtype lowbit takes, rank 2, non-empty,
+// unit column stride, rows apart, a byte span that fits), without the op: the Python
+// layer runs them before it allocates large outputs.
+void check_matrix_arg(const In& array, const char* what);
+
 // `array`, which must be a contiguous byte buffer, re-typed as a vector of `dtype`
 // (the packed weights are opaque bytes on the Python side).
 TensorView bytes_as(const In& array, const char* what, DType dtype);

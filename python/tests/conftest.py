@@ -28,3 +28,17 @@ def awkward_matrix(rng, rows, cols, dtype=np.float32):
     if rows > 2:
         x[2, :] = 1.5  # a constant row: scale 0 for asymmetric per-token domains
     return x.astype(dtype)
+
+
+def lowbit_cli() -> str:
+    """The built `lowbit` CLI from $LOWBIT_CLI (scripts/python-test.sh sets it to
+    build/bin/lowbit when that exists); the calling test skips, saying why, without it."""
+    import os
+
+    path = os.environ.get("LOWBIT_CLI", "")
+    if not path:
+        pytest.skip("LOWBIT_CLI is not set (the path of the built lowbit CLI, e.g. build/bin/lowbit; "
+                    "scripts/python-test.sh sets it when build/bin/lowbit exists)")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"LOWBIT_CLI={path} is not an executable file (build the CLI: scripts/build.sh)")
+    return path

@@ -17,3 +17,15 @@ def test_rows_over_processes(tmp_path):
         assert row["host_min_us"] == min(row["host_us_each"]) <= row["host_median_us"]
         if row["floor_us"] is not None:
             assert row["over_us"] == row["host_min_us"] - row["floor_us"]
+
+
+def test_json_is_written_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "rows.json"
+    bench_overhead.write_json(str(out), {"rows": [1, 2]})
+    assert json.loads(out.read_text()) == {"rows": [1, 2]}
+    try:
+        bench_overhead.write_json(str(out), {"rows": [object()]})  # fails part way through
+    except TypeError:
+        pass
+    assert json.loads(out.read_text()) == {"rows": [1, 2]}, "the old file was damaged"
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.json"], "a temporary file was left"

@@ -1,6 +1,6 @@
-"""CuPy arrays on the GPU: quantize_tensor (outputs and status word by address,
-_lowbit.quantize_to) and dequantize_tensor give the bits the NumPy path gives, and a
-NaN is reported by check_quantize_status."""
+"""CuPy arrays on the GPU: quantize_tensor (outputs and status word to _lowbit.quantize
+by address) and dequantize_tensor give the bits the NumPy path gives, and a NaN is
+reported by check_quantize_status."""
 import numpy as np
 import pytest
 from conftest import cuda_available, has_module

@@ -1,7 +1,7 @@
 """lowbit.kv.LayerKVCache on NumPy arrays (the CPU twin of the engine's decode cache):
 its buffers hold quantize_tensor's per-token scales and mins rounded to f16 and the codes
-those rounded values give, and its attention
-equals an FP64 NumPy attention over the values those give; bad input raises LowbitError
+those rounded values give, its attention equals an FP64 NumPy attention over the values
+those give, and read() returns those values rounded to f16; bad input raises LowbitError
 with the C++ message."""
 import numpy as np
 import pytest
@@ -32,14 +32,14 @@ def quantized_form(x, bits):
         mins = None
         q = np.clip(np.rint(xf * inv), -128, 127)
         codes = q.astype(np.int8)
-        values = (q.astype(np.float64) * s).astype(np.float32)
+        values = (codes.astype(np.float64) * s).astype(np.float32)  # integer codes: 0, never -0
     else:
         mins = mins32.astype(np.float16)
         m = mins.astype(np.float32)[:, None]
         q = np.clip(np.rint((xf - m) * inv), 0, 15)
         qi = q.astype(np.uint8)
         codes = qi[:, 0::2] | (qi[:, 1::2] << 4)
-        values = (q.astype(np.float64) * s + m).astype(np.float32)
+        values = (qi.astype(np.float64) * s + m).astype(np.float32)
     return codes, scales, mins, values
 
 
@@ -110,6 +110,12 @@ def test_kv_cache_equals_reference(policy, kv_bits, kv_heads, n_heads, head_dim)
         half = cache.attention(queries[length - 1], out_dtype="float16")
         assert half.dtype == np.float16
         np.testing.assert_array_equal(half, got.astype(np.float16))  # one rounding of the f32 result
+        # read(): the values that query read, each rounded once to f16
+        k_read, v_read = cache.read()
+        assert k_read.dtype == v_read.dtype == np.float16
+        assert k_read.shape == v_read.shape == (len(seen), kv_heads, head_dim)
+        np.testing.assert_array_equal(bits(k_read), bits(k_ref.astype(np.float16)))
+        np.testing.assert_array_equal(bits(v_read), bits(v_ref.astype(np.float16)))
         # The buffers: quantized positions hold those codes and f16 scales and mins.
         for p, f in seen:
             if f != "q":
@@ -140,6 +146,27 @@ def test_window_policy_takes_any_number_of_tokens():
     seen = [p for p, _ in visible("window", 30, 2, 4)]
     want = reference_attention(q, toks[seen].astype(np.float32), toks[seen].astype(np.float32), 1)
     np.testing.assert_allclose(cache.attention(q), want, rtol=1e-5, atol=1e-6)
+    k, v = cache.read()  # the sink and the window: the dropped middle is not read
+    assert k.shape == (6, 1, 64)
+    np.testing.assert_array_equal(bits(k), bits(toks[seen]))
+    np.testing.assert_array_equal(bits(v), bits(toks[seen]))
+
+
+def test_read_errors():
+    cache = lowbit.LayerKVCache("selective", 1, 64, 8, sink=1, window=2)
+    with pytest.raises(lowbit.LowbitError, match=r"kv_read: the cache is empty \(length 0\); append a token first"):
+        cache.read()
+    t = np.ones((1, 64), np.float16)
+    cache.append(t, t)
+    k, v = cache.read()
+    assert k.shape == (1, 1, 64) and np.all(k == 1) and np.all(v == 1)
+    # below the Python layer: the outputs must hold the visible values
+    with pytest.raises(lowbit.LowbitError, match=r"k_out: expected a contiguous f16 \[1 x 1 x 64\]"):
+        cache._layer.read(np.zeros((2, 1, 64), np.float16), np.zeros((1, 1, 64), np.float16), 1, 0)
+    with pytest.raises(lowbit.LowbitError, match="v_out: expected a contiguous f16"):
+        cache._layer.read(np.zeros((1, 1, 64), np.float16), np.zeros((1, 1, 64), np.float32), 1, 0)
+    with pytest.raises(lowbit.LowbitError, match=r"kv_read: length 9, expected 1\.\.8"):
+        cache._layer.read(np.zeros((9, 1, 64), np.float16), np.zeros((9, 1, 64), np.float16), 9, 0)
 
 
 @pytest.mark.parametrize("policy,kv_bits", [("full", 8), ("window", 8), ("selective", 8), ("selective", 4),
@@ -226,7 +253,7 @@ def test_buffers_are_checked():
     codes = np.zeros(layout["codes"], np.int8)
     assert layout["param_dtype"] == "f16"
     scales = np.zeros(layout["params"], np.float16)
-    with pytest.raises(lowbit.LowbitError, match="buffers k_f16 and v_f16 overlap"):  # K and V must not share storage
+    with pytest.raises(lowbit.LowbitError, match="v_f16: overlaps k_f16 in memory; outputs must not share bytes"):  # K and V must not share storage
         _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16, codes, scales, None)
     _lowbit.KvLayer("selective", 2, 64, 4, 8, 8, 32, f16, codes, scales, None, f16.copy(), codes.copy(),
                     scales.copy(), None)

@@ -1,6 +1,7 @@
-"""lowbit.kv.LayerKVCache on CUDA tensors (the engine's kv_append and decode_attention
-kernels) against its CPU path: the same buffer bytes after every append, attention equal
-within float32 accumulation; on the current stream; inside a CUDA graph."""
+"""lowbit.kv.LayerKVCache on CUDA tensors (the engine's kv_append, decode_attention and
+kv_read kernels) against its CPU path: the same buffer bytes after every append, attention
+equal within float32 accumulation, read() bit for bit; on the current stream; inside a
+CUDA graph."""
 import numpy as np
 import pytest
 from conftest import cuda_available
@@ -61,6 +62,29 @@ def test_gpu_equals_cpu(policy, kv_bits, kv_heads, n_heads, head_dim, n, max_tok
             np.testing.assert_allclose(half.float().cpu().numpy(), want, rtol=4e-3, atol=4e-3 * vmax)
             for name, buf in gpu.buffers.items():
                 same_bytes(buf, cpu.buffers[name])
+            # read(): the kernel gives the CPU twin's values, bit for bit
+            for got, want in zip(gpu.read(), cpu.read()):
+                assert got.is_cuda and got.dtype == torch.float16 and got.shape == want.shape
+                same_bytes(got, want)
+
+
+def test_read_runs_on_current_stream():
+    k = torch.randn(300, 2, 64, device="cuda").half()
+    cache = lowbit.LayerKVCache("selective", 2, 64, 512, 4, 16, 4, device="cuda")
+    cpu = lowbit.LayerKVCache("selective", 2, 64, 512, 4, 16, 4)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for t in range(300):
+            cache.append(k[t], k[t])
+        keys, values = cache.read()
+    s.synchronize()
+    kc = k.cpu().numpy()
+    for t in range(300):
+        cpu.append(kc[t], kc[t])
+    want_k, want_v = cpu.read()
+    same_bytes(keys, want_k)
+    same_bytes(values, want_v)
 
 
 def test_runs_on_current_stream():

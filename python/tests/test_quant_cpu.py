@@ -95,14 +95,39 @@ def test_roundtrip_error_is_bounded(rng):
     assert np.all(np.abs(y - x) <= scales[:, None] / 2 * 1.0001)
 
 
-def test_python_scheme_table_matches_the_extension():
-    """quant.scheme_info answers from a Python copy (so that torch.compile can trace it):
-    it must say what the C++ table says, and unknown names still get the C++ error."""
+def test_python_scheme_table_is_the_extensions():
+    """_ops.quant.SCHEMES (read by torch.compile as a constant) is the C++ table, read at
+    import: every scheme, each as _lowbit.scheme_info says; unknown names get the C++ error."""
     from lowbit import _lowbit
-    from lowbit.quant import _SCHEMES, scheme_info
+    from lowbit._ops.quant import SCHEMES
+    from lowbit.quant import scheme_info
 
-    for name in ("int8", "int4", "int8_asym", "int4_sym"):
-        assert scheme_info(name) == tuple(_lowbit.scheme_info(name))
-    assert set(_SCHEMES) == {"int8", "int4", "int8_asym", "int4_sym"}
+    assert set(SCHEMES) == {"int8", "int4", "int8_asym", "int4_sym"}
+    for name in SCHEMES:
+        assert scheme_info(name) == SCHEMES[name] == tuple(_lowbit.scheme_info(name))
+    assert SCHEMES["int8"] == (8, False, "i8") and SCHEMES["int4"] == (4, True, "u8")
     with pytest.raises(lowbit.LowbitError, match="scheme: expected int8, int4, int8_asym or int4_sym, got 'int9'"):
         scheme_info("int9")
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4", "int8_asym", "int4_sym"])
+@pytest.mark.parametrize("granularity,group", [("tensor", 0), ("channel", 0), ("token", 0), ("group", 16),
+                                               ("group", 48), ("group", 0)])
+def test_layout_rule_gives_quant_layout(scheme, granularity, group):
+    """The C++ layout rule evaluated in Python (what the torch ops' shape functions do on
+    symbolic sizes) gives the C++ quant_layout's shapes, which the outputs have."""
+    from lowbit import _lowbit
+    from lowbit._ops.quant import quant_shapes, scale_shape
+
+    for rows, cols in [(1, 1), (3, 16), (7, 33), (5, 97), (2, 130)]:
+        code_cols, scale_rows, scale_cols = _lowbit.quant_layout(scheme, granularity, group, rows, cols)
+        assert quant_shapes(scheme, granularity, group, rows, cols) == (
+            code_cols, scale_shape(granularity, scale_rows, scale_cols)), (rows, cols)
+        if granularity == "group" and group == 0:
+            assert scale_cols == 0  # no such spec: the op's checks name it
+            continue
+        x = np.ones((rows, cols), np.float32)
+        codes, scales, mins = lowbit.quantize_tensor(x, scheme, granularity, group)
+        assert codes.shape == (rows, code_cols) and scales.shape == scale_shape(granularity, scale_rows, scale_cols)
+    with pytest.raises(lowbit.LowbitError, match="granularity: expected tensor, channel, token or group, got 'row'"):
+        quant_shapes(scheme, "row", 0, 2, 2)

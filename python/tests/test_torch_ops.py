@@ -43,6 +43,36 @@ def test_block_format_table_matches_cpp(fmt):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_quantize_ops_under_compile_on_symbolic_sizes(device):
+    """quantize_tensor / dequantize_tensor trace under torch.compile with symbolic sizes
+    (dynamic=True: the shape functions evaluate the C++ layout rule on SymInts), one graph
+    for every size, giving the eager bits; opcheck's schema and fake-tensor tests."""
+    g = torch.Generator().manual_seed(7)
+
+    def f(x):
+        codes, scales, mins = lowbit.quantize_tensor(x, "int4", "group", 32)
+        y = lowbit.dequantize_tensor(codes, scales, mins, "int4", "group", 32, dtype=torch.float16, cols=x.shape[1])
+        c8, s8, none = lowbit.quantize_tensor(x, "int8", "channel")
+        assert none is None
+        return codes, scales, mins, y * 2, c8, s8, lowbit.dequantize_tensor(c8, s8, None, "int8", "channel") + 1
+
+    torch._dynamo.reset()
+    fn = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=True)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for rows, cols in [(5, 64), (9, 96), (3, 33)]:
+            x = torch.randn(rows, cols, generator=g).to(device)
+            got, want = fn(x), f(x)
+            assert got[1].shape == (rows, (cols + 31) // 32) and got[0].shape == (rows, (cols + 1) // 2)
+            for a, b in zip(got, want):
+                bits_equal(a, b)
+    x = torch.randn(6, 40, generator=g).to(device)
+    torch.library.opcheck(torch.ops.lowbit.quantize, (x, "int8", "token", 0))
+    torch.library.opcheck(torch.ops.lowbit.quantize, (x, "int4", "group", 16))
+    codes, scales, mins = torch.ops.lowbit.quantize(x, "int4_sym", "channel", 0)
+    torch.library.opcheck(torch.ops.lowbit.dequantize, (codes, scales, mins, "int4_sym", "channel", 0, 40, "bf16"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_block_ops_under_compile(device):
     g = torch.Generator().manual_seed(0)
     w = torch.randn(32, 128, generator=g).to(device)
@@ -90,8 +120,8 @@ def kv_tokens(device, n, kv_heads, n_heads, head_dim, seed):
 @pytest.mark.parametrize("granularity,group", [("tensor", 0), ("channel", 0), ("token", 0), ("group", 16)])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_quantize_torch_cpu_equals_numpy(scheme, granularity, group, dtype):
-    """torch tensors' outputs go to _lowbit.quantize_to by address, NumPy's as arrays to
-    _lowbit.quantize: the same bits (bfloat16 against its float32 widening, which is exact)."""
+    """torch tensors' outputs go to _lowbit.quantize by address, NumPy's as arrays: the
+    same bits (bfloat16 against its float32 widening, which is exact)."""
     x = torch.randn(7, 37, dtype=getattr(torch, dtype))
     got = lowbit.quantize_tensor(x, scheme, granularity, group)
     want = lowbit.quantize_tensor(x.float().numpy() if dtype == "bfloat16" else x.numpy(), scheme, granularity, group)
@@ -112,12 +142,18 @@ def test_quantize_torch_cpu_errors():
         lowbit.quantize_tensor(torch.ones(2, 3, dtype=torch.float64))
     with pytest.raises(lowbit.LowbitError, match="group_size"):
         lowbit.quantize_tensor(torch.ones(2, 40), "int8", "group", 24)
-    # The address form checks what it is given like the array form.
+    # Outputs by address meet the checks arrays meet.
     x = torch.ones(2, 3)
     with pytest.raises(lowbit.LowbitError, match="codes"):
-        _lowbit.quantize_to(x, 0, torch.empty(2).data_ptr(), 0, "int8", "token", 0, None, 0, False, 0)
+        _lowbit.quantize(x, 0, torch.empty(2).data_ptr(), 0, "int8", "token", 0, None, 0, False, 0)
     with pytest.raises(lowbit.LowbitError, match="rank-2"):
-        _lowbit.quantize_to(torch.ones(6), 0, 0, 0, "int8", "token", 0, None, 0, False, 0)
+        _lowbit.quantize(torch.ones(6), torch.empty(2).data_ptr(), torch.empty(2).data_ptr(), 0, "int8", "token", 0,
+                         None, 0, False, 0)
+    with pytest.raises(lowbit.LowbitError, match="mins: int8 \\(symmetric\\) has no mins"):
+        _lowbit.quantize(x, torch.empty(2, 3, dtype=torch.int8).data_ptr(), torch.empty(2).data_ptr(),
+                         torch.empty(2).data_ptr(), "int8", "token", 0, None, 0, False, 0)
+    with pytest.raises(TypeError):  # a negative number is no address
+        _lowbit.quantize(x, -1, torch.empty(2).data_ptr(), 0, "int8", "token", 0, None, 0, False, 0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -210,6 +246,9 @@ def test_kv_cache_torch_cpu_equals_numpy():
         ours.append(k[t], v[t])
         ref.append(k[t].numpy(), v[t].numpy())
         np.testing.assert_array_equal(ours.attention(q[t]).numpy(), ref.attention(q[t].numpy()))
+        for got, want in zip(ours.read(), ref.read()):
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.float16
+            np.testing.assert_array_equal(got.numpy().view(np.uint16), want.view(np.uint16))
     for name, buf in ours.buffers.items():
         assert isinstance(buf, torch.Tensor)
         np.testing.assert_array_equal(buf.numpy().view(np.uint8), ref.buffers[name].view(np.uint8))
@@ -225,7 +264,8 @@ def test_kv_cache_under_compile(device, policy):
 
     def step(cache, k, v, q):
         cache.append(k, v)
-        return cache.attention(q, out_dtype=torch.float16).float() + 1
+        keys, values = cache.read()
+        return cache.attention(q, out_dtype=torch.float16).float() + 1, keys * 2, values
 
     for t in range(9):  # eager steps up to the last three
         step(eager, k[t], v[t], q[t])
@@ -236,7 +276,11 @@ def test_kv_cache_under_compile(device, policy):
     for t in range(6, 9):  # one graph per length (the length is a constant of the graph)
         got = fn(compiled, k[t], v[t], q[t])
     assert compiled.length == eager.length == 9
-    bits_equal(got, eager.attention(q[8], out_dtype=torch.float16).float() + 1)
+    bits_equal(got[0], eager.attention(q[8], out_dtype=torch.float16).float() + 1)
+    keys, values = eager.read()
+    assert keys.shape == (9, kv_heads, head_dim)
+    bits_equal(got[1], keys * 2)
+    bits_equal(got[2], values)
     for name in eager.buffers:
         bits_equal(compiled.buffers[name], eager.buffers[name])
 
@@ -251,6 +295,7 @@ def test_kv_ops_opcheck(device):
     spec = cache._spec()
     torch.library.opcheck(torch.ops.lowbit.kv_attention, (*cache.buffers.values(), q[4], "selective", spec, 5, "f32"))
     torch.library.opcheck(torch.ops.lowbit.kv_append, (*cache.buffers.values(), k[5], v[5], "selective", spec, 5))
+    torch.library.opcheck(torch.ops.lowbit.kv_read, (*cache.buffers.values(), "selective", spec, 5))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -21,7 +21,6 @@ namespace {
 using core::check_device_data;
 using core::check_dtype;
 using core::check_matrix;
-using core::check_no_overlap;
 using core::check_dim;
 using core::check_same_device;
 
@@ -56,9 +55,6 @@ void check_epilogue(const GemmEpilogue& e, const TensorView& out, std::int64_t m
   check_epilogue_vector(e.scale_a, "epilogue.scale_a", m, true, out.device);
   check_epilogue_vector(e.scale_b, "epilogue.scale_b", n, true, out.device);
   check_epilogue_vector(e.bias, "epilogue.bias", n, false, out.device);
-  check_no_overlap(e.scale_a, "epilogue.scale_a", out, "out");
-  check_no_overlap(e.scale_b, "epilogue.scale_b", out, "out");
-  check_no_overlap(e.bias, "epilogue.bias", out, "out");
 }
 
 struct IntShape {
@@ -96,8 +92,11 @@ IntShape check_int_gemm(const TensorView& a, const TensorView& b, BLayout b_layo
   check_same_device(a.device, b, "b");
   check_same_device(a.device, out, "out");
   check_epilogue(epilogue, out, m, n);
-  check_no_overlap(a, "a", out, "out");
-  check_no_overlap(b, "b", out, "out");
+  core::check_no_aliasing({{out, "out"}}, {{a, "a"},
+                                           {b, "b"},
+                                           {epilogue.scale_a, "epilogue.scale_a"},
+                                           {epilogue.scale_b, "epilogue.scale_b"},
+                                           {epilogue.bias, "epilogue.bias"}});
   if (a.device == Device::cuda) {
     check_device_data(a, "a");
     check_device_data(b, "b");

@@ -37,6 +37,25 @@ void check_buffer(const TensorView& view, const char* what, DType dtype, std::in
 constexpr const char* kKNames[4] = {"k_f16", "k_codes", "k_scales", "k_mins"};
 constexpr const char* kVNames[4] = {"v_f16", "v_codes", "v_scales", "v_mins"};
 
+// The cache's eight buffers, named (appends write them, attention and reads read them).
+std::vector<core::NamedView> cache_views(const KvLayerViews& layer) {
+  std::vector<core::NamedView> views;
+  for (const auto& [part, names] : {std::pair{&layer.k, kKNames}, std::pair{&layer.v, kVNames}}) {
+    views.push_back({part->f16, names[0]});
+    views.push_back({part->codes, names[1]});
+    views.push_back({part->scales, names[2]});
+    views.push_back({part->mins, names[3]});
+  }
+  return views;
+}
+
+// The views an op reads besides the cache, after the cache's buffers.
+std::vector<core::NamedView> cache_and(const KvLayerViews& layer, std::initializer_list<core::NamedView> more) {
+  std::vector<core::NamedView> views = cache_views(layer);
+  views.insert(views.end(), more.begin(), more.end());
+  return views;
+}
+
 void check_part(const KvCacheSizes& z, const KvPartViews& p, const char* const names[4], Device device) {
   check_buffer(p.f16, names[0], DType::f16, z.f16, device);
   check_buffer(p.codes, names[1], z.code_dtype, z.codes, device);
@@ -49,14 +68,7 @@ void check_buffers(const KvCacheSpec& spec, const KvLayerViews& layer, Device de
   const KvCacheSizes z = kv_cache_sizes(spec);
   check_part(z, layer.k, kKNames, device);
   check_part(z, layer.v, kVNames, device);
-  const TensorView* all[] = {&layer.k.f16, &layer.k.codes, &layer.k.scales, &layer.k.mins,
-                             &layer.v.f16, &layer.v.codes, &layer.v.scales, &layer.v.mins};
-  for (std::size_t i = 0; i < 8; ++i) {
-    for (std::size_t j = i + 1; j < 8; ++j) {
-      LOWBIT_CHECK(!core::overlaps(*all[i], *all[j]), "kv cache: buffers ", i < 4 ? kKNames[i] : kVNames[i - 4],
-                   " and ", j < 4 ? kKNames[j] : kVNames[j - 4], " overlap");
-    }
-  }
+  core::check_no_aliasing(cache_views(layer), {});
 }
 
 // The device of the first buffer the spec has (the f16 slots, or the codes).
@@ -78,28 +90,22 @@ void check_rows(const TensorView& x, const char* what, std::int64_t rows, std::i
                x.describe());
 }
 
-// Any view touched by an op must stay clear of the cache's buffers.
-void check_clear_of(const KvLayerViews& layer, const TensorView& x, const char* what) {
-  for (const TensorView* b : {&layer.k.f16, &layer.k.codes, &layer.k.scales, &layer.k.mins, &layer.v.f16,
-                              &layer.v.codes, &layer.v.scales, &layer.v.mins}) {
-    LOWBIT_CHECK(!core::overlaps(*b, x), what, ": overlaps the cache's buffers");
-  }
-}
-
 void check_device(const KvLayer& layer, const TensorView& x, const char* what) {
   LOWBIT_CHECK(x.device == layer.device(), what, ": on ", device_name(x.device), ", but the cache is on ",
                device_name(layer.device()));
 }
 
-KvLayerShape check_append(const KvLayer& kv, const TensorView& k, const TensorView& v) {
+// pos: the position array of the graph form (an input too), else empty.
+KvLayerShape check_append(const KvLayer& kv, const TensorView& k, const TensorView& v, const TensorView& pos) {
   const KvLayerShape s = core::kv_layer_shape(kv.spec());
   const KvLayerViews& layer = kv.buffers();
   check_device(kv, k, "k");
   check_rows(k, "k", s.kv_heads, s.head_dim, "kv_heads");
   check_rows(v, "v", s.kv_heads, s.head_dim, "kv_heads");
   LOWBIT_CHECK(v.device == k.device, "v: on ", device_name(v.device), ", but k is on ", device_name(k.device));
-  check_clear_of(layer, k, "k");
-  check_clear_of(layer, v, "v");
+  const std::vector<core::NamedView> cache = cache_views(layer);
+  const core::NamedView inputs[] = {{k, "k"}, {v, "v"}, {pos, "pos"}};
+  core::check_no_aliasing(cache, inputs);
   if (k.device == Device::cuda) {
     core::check_device_data(k, "k");
     core::check_device_data(v, "v");
@@ -107,7 +113,9 @@ KvLayerShape check_append(const KvLayer& kv, const TensorView& k, const TensorVi
   return s;
 }
 
-KvLayerShape check_attention(const KvLayer& kv, const TensorView& q, const TensorView& out) {
+// pos as in check_append; ws: the workspace's bytes on the device, else empty.
+KvLayerShape check_attention(const KvLayer& kv, const TensorView& q, const TensorView& out, const TensorView& pos,
+                             const TensorView& ws) {
   const KvLayerShape s = core::kv_layer_shape(kv.spec());
   const KvLayerViews& layer = kv.buffers();
   check_device(kv, q, "q");
@@ -120,8 +128,8 @@ KvLayerShape check_attention(const KvLayer& kv, const TensorView& q, const Tenso
                    out.shape[0] == n_heads && out.shape[1] == s.head_dim && out.is_contiguous(),
                "out: expected a contiguous f32 or f16 [", n_heads, " x ", s.head_dim, "], got ", out.describe());
   LOWBIT_CHECK(out.device == q.device, "out: on ", device_name(out.device), ", but q is on ", device_name(q.device));
-  core::check_no_overlap(q, "q", out, "out");
-  check_clear_of(layer, out, "out");
+  const core::NamedView outputs[] = {{out, "out"}, {ws, "workspace"}};
+  core::check_no_aliasing(outputs, cache_and(layer, {{q, "q"}, {pos, "pos"}}));
   if (q.device == Device::cuda) {
     core::check_device_data(q, "q");
     core::check_device_data(out, "out");
@@ -148,6 +156,11 @@ std::int64_t check_position_array(const TensorView& pos, Device device) {
   LOWBIT_CHECK(pos.device == device, "pos: on ", device_name(pos.device), ", but the token is on ", device_name(device));
   if (device == Device::cuda) core::check_device_data(pos, "pos");
   return device == Device::cpu ? *static_cast<const std::int32_t*>(pos.data) : 0;
+}
+
+// A device workspace's bytes (an output of the kernels); nothing on the CPU, which takes none.
+TensorView workspace_bytes_of(const Workspace& workspace, Device device) {
+  return device == Device::cuda ? core::byte_view(workspace.data, workspace.bytes) : TensorView{};
 }
 
 void check_heads(const KvLayerShape& s, std::int64_t n_heads) {
@@ -179,7 +192,7 @@ KvLayer::KvLayer(const KvCacheSpec& spec, const KvLayerViews& buffers) : spec_(s
 }
 
 void kv_append(const KvLayer& kv, std::int64_t pos, const TensorView& k, const TensorView& v, cuda_stream_t stream) {
-  const KvLayerShape s = check_append(kv, k, v);
+  const KvLayerShape s = check_append(kv, k, v, TensorView{});
   const KvLayerViews& layer = kv.buffers();
   check_position(s, pos, "kv_append");
   if (k.device == Device::cpu) return append_on_cpu(s, layer, pos, k, v);
@@ -205,7 +218,7 @@ std::size_t kv_attention_workspace_bytes(const KvCacheSpec& spec, std::int64_t n
 
 void kv_attention(const KvLayer& kv, std::int64_t length, const TensorView& q, const TensorView& out,
                   const Workspace& workspace, cuda_stream_t stream) {
-  const KvLayerShape s = check_attention(kv, q, out);
+  const KvLayerShape s = check_attention(kv, q, out, TensorView{}, workspace_bytes_of(workspace, q.device));
   const KvLayerViews& layer = kv.buffers();
   check_length(s, length, "kv_attention");
   if (q.device == Device::cpu) {
@@ -224,9 +237,9 @@ void kv_attention(const KvLayer& kv, std::int64_t length, const TensorView& q, c
 
 void kv_append_at(const KvLayer& kv, const TensorView& pos, const TensorView& k, const TensorView& v,
                   cuda_stream_t stream) {
-  const KvLayerShape s = check_append(kv, k, v);
-  const KvLayerViews& layer = kv.buffers();
   const std::int64_t host_pos = check_position_array(pos, k.device);
+  const KvLayerShape s = check_append(kv, k, v, pos);
+  const KvLayerViews& layer = kv.buffers();
   if (k.device == Device::cpu) {
     check_position(s, host_pos, "kv_append_at");
     return append_on_cpu(s, layer, host_pos, k, v);
@@ -252,9 +265,9 @@ std::size_t kv_attention_at_workspace_bytes(const KvCacheSpec& spec, std::int64_
 
 void kv_attention_at(const KvLayer& kv, const TensorView& pos, std::int64_t max_length, const TensorView& q,
                      const TensorView& out, const Workspace& workspace, cuda_stream_t stream) {
-  const KvLayerShape s = check_attention(kv, q, out);
-  const KvLayerViews& layer = kv.buffers();
   const std::int64_t host_pos = check_position_array(pos, q.device);
+  const KvLayerShape s = check_attention(kv, q, out, pos, workspace_bytes_of(workspace, q.device));
+  const KvLayerViews& layer = kv.buffers();
   check_length(s, max_length, "kv_attention_at", "max_length");
   if (q.device == Device::cpu) {
     LOWBIT_CHECK(host_pos >= 0 && host_pos < max_length, "kv_attention_at: position ", host_pos,
@@ -288,10 +301,10 @@ void kv_read(const KvLayer& kv, std::int64_t length, const TensorView& k_out, co
                  out->describe());
     LOWBIT_CHECK(out->device == k_out.device, name, ": on ", device_name(out->device), ", but k_out is on ",
                  device_name(k_out.device));
-    check_clear_of(layer, *out, name);
     if (out->device == Device::cuda) core::check_device_data(*out, name);
   }
-  core::check_no_overlap(k_out, "k_out", v_out, "v_out");
+  const core::NamedView outputs[] = {{k_out, "k_out"}, {v_out, "v_out"}};
+  core::check_no_aliasing(outputs, cache_views(layer));
   if (k_out.device == Device::cpu) {
     const KvLayerBuffers b = buffers_of(layer);
     for (const auto& [part, out] : {std::pair{&b.k, &k_out}, std::pair{&b.v, &v_out}}) {

@@ -17,7 +17,7 @@ namespace lowbit {
 namespace {
 
 using core::check_matrix;
-using core::check_no_overlap;
+using core::check_no_aliasing;
 using core::check_same_device;
 using core::fail_no_cuda;
 using core::is_float_dtype;
@@ -54,12 +54,9 @@ void check_quantized(const QuantizedView& q, const QuantSpec& spec, std::int64_t
   if (scheme_has_mins(spec.scheme)) {
     core::check_vector(q.mins, "mins", DType::f32, layout.scale_count());
     check_same_device(device, q.mins, "mins");
-    check_no_overlap(q.scales, "scales", q.mins, "mins");
   } else {
     LOWBIT_CHECK(q.mins.data == nullptr, "mins: ", scheme_name(spec.scheme), " (symmetric) has no mins; pass an empty view");
   }
-  if (need_codes) check_no_overlap(q.scales, "scales", q.codes, "codes");
-  if (need_codes && q.mins.data) check_no_overlap(q.mins, "mins", q.codes, "codes");
 }
 
 Checked check_input(const TensorView& x) {
@@ -109,9 +106,12 @@ void scales_or_quantize(const TensorView& x, const QuantSpec& spec, const Quanti
   check_spec(spec);
   const Checked c = check_input(x);
   check_quantized(out, spec, c.rows, c.cols, c.device, /*need_codes=*/codes);
-  if (codes) check_no_overlap(x, "x", out.codes, "codes");
-  check_no_overlap(x, "x", out.scales, "scales");
-  if (out.mins.data) check_no_overlap(x, "x", out.mins, "mins");
+  const TensorView ws = c.device == Device::cuda ? core::byte_view(workspace.data, workspace.bytes) : TensorView{};
+  const TensorView status_word =
+      status != nullptr ? core::byte_view(status->data, non_finite_status_bytes()) : TensorView{};
+  check_no_aliasing({{out.scales, "scales"}, {out.mins, "mins"}, {codes ? out.codes : TensorView{}, "codes"},
+                     {ws, "workspace"}, {status_word, "status"}},
+                    {{x, "x"}});
   if (c.device == Device::cpu) {
     cpu::compute_scales(x, spec, out);
     if (codes) cpu::quantize_with_scales(x, spec, out);
@@ -188,7 +188,7 @@ void quantize_with_scales(const TensorView& x, const QuantSpec& spec, const Quan
   check_spec(spec);
   const Checked c = check_input(x);
   check_quantized(out, spec, c.rows, c.cols, c.device, /*need_codes=*/true);
-  check_no_overlap(x, "x", out.codes, "codes");
+  check_no_aliasing({{out.codes, "codes"}}, {{x, "x"}, {out.scales, "scales"}, {out.mins, "mins"}});
   if (c.device == Device::cpu) return cpu::quantize_with_scales(x, spec, out);
 #if LOWBIT_WITH_CUDA
   check_device_pointers(x, "x", out, true);
@@ -207,9 +207,7 @@ void dequantize(const QuantizedView& in, const QuantSpec& spec, const TensorView
   LOWBIT_CHECK(is_float_dtype(out.dtype), "out: expected dtype f32, f16 or bf16, got ", dtype_name(out.dtype));
   check_matrix(out, "out", out.shape[0], out.shape[1]);
   check_quantized(in, spec, out.shape[0], out.shape[1], out.device, /*need_codes=*/true);
-  check_no_overlap(in.codes, "codes", out, "out");
-  check_no_overlap(in.scales, "scales", out, "out");
-  if (in.mins.data) check_no_overlap(in.mins, "mins", out, "out");
+  check_no_aliasing({{out, "out"}}, {{in.codes, "codes"}, {in.scales, "scales"}, {in.mins, "mins"}});
   if (out.device == Device::cpu) return cpu::dequantize(in, spec, out);
 #if LOWBIT_WITH_CUDA
   check_device_pointers(out, "out", in, true);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "core/checked.h"
 #include "core/validate.h"
 #include "cpu/quantized_attention.h"
 #include "cuda/qattention/qattention_cuda.h"
@@ -35,10 +36,16 @@ void check_attention_config(const AttentionConfig& c) {
                block_format_name(c.format), " block size ", block, " (blocks run along the weights' rows)");
   LOWBIT_CHECK(c.d_model % 64 == 0, "d_model: expected a multiple of 64 (the kernels step K by 64), got ",
                c.d_model);
-  LOWBIT_CHECK(c.d_model <= 65536 && c.heads * c.head_dim <= 65536, "d_model and heads * head_dim: expected <= 65536");
+  const std::int64_t q_cols = core::checked_mul(c.heads, c.head_dim, "heads x head_dim");
+  LOWBIT_CHECK(c.d_model <= 65536 && q_cols <= 65536, "d_model and heads * head_dim: expected <= 65536, got ",
+               c.d_model, " and ", c.heads, " x ", c.head_dim, " = ", q_cols);
 }
 
-std::int64_t attention_qkv_cols(const AttentionConfig& c) { return (c.heads + 2 * c.kv_heads) * c.head_dim; }
+std::int64_t attention_qkv_cols(const AttentionConfig& c) {
+  const std::int64_t heads = core::checked_add(c.heads, core::checked_mul(2, c.kv_heads, "2 x kv_heads"),
+                                               "heads + 2 x kv_heads");
+  return core::checked_mul(heads, c.head_dim, "(heads + 2 x kv_heads) x head_dim");
+}
 
 namespace {
 
@@ -113,7 +120,21 @@ void quantized_attention(const TensorView& x, const AttentionWeights& w, const A
   check_bias(w.bq, "bq", nq, x.device);
   check_bias(w.bk, "bk", nkv, x.device);
   check_bias(w.bv, "bv", nkv, x.device);
-  core::check_no_overlap(x, "x", out, "out");
+  const TensorView ws = x.device == Device::cuda ? core::byte_view(workspace.data, workspace.bytes) : TensorView{};
+  core::check_no_aliasing({{out, "out"}, {ws, "workspace"}},
+                          {{x, "x"},
+                           {w.wq.codes, "wq.codes"},
+                           {w.wq.scales, "wq.scales"},
+                           {w.wq.global_scale, "wq.global_scale"},
+                           {w.wk.codes, "wk.codes"},
+                           {w.wk.scales, "wk.scales"},
+                           {w.wk.global_scale, "wk.global_scale"},
+                           {w.wv.codes, "wv.codes"},
+                           {w.wv.scales, "wv.scales"},
+                           {w.wv.global_scale, "wv.global_scale"},
+                           {w.bq, "bq"},
+                           {w.bk, "bk"},
+                           {w.bv, "bv"}});
   if (x.device == Device::cpu) return cpu::attention(x, w, c, out);
 #if LOWBIT_WITH_CUDA
   LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && x.row_stride() % 8 == 0,

@@ -17,7 +17,6 @@ using core::check_device_data;
 using core::check_dim;
 using core::check_dtype;
 using core::check_matrix;
-using core::check_no_overlap;
 using core::check_same_device;
 
 namespace {
@@ -77,11 +76,8 @@ void pack_weights(const TensorView& codes, const TensorView& scales, const Tenso
     LOWBIT_CHECK(mins.data == nullptr, "mins: only zero-point weights have mins; pass an empty view");
   }
   check_packed(out, Device::cpu);
-  for (const TensorView* input : {&codes, &scales, &mins}) {
-    for (const TensorView* output : {&out.codes, &out.scales, &out.mins}) {
-      check_no_overlap(*input, "an input of pack_weights", *output, "an output of pack_weights");
-    }
-  }
+  core::check_no_aliasing({{out.codes, "out.codes"}, {out.scales, "out.scales"}, {out.mins, "out.mins"}},
+                          {{codes, "codes"}, {scales, "scales"}, {mins, "mins"}});
   cpu::pack_weights(codes, scales, mins, out);
 }
 
@@ -99,9 +95,8 @@ void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorV
   check_matrix(out, "out", m, w.n);
   check_same_device(device, out, "out");
   if (bias.data) check_contiguous(bias, "bias", w.spec.act_dtype, w.n, device);
-  for (const TensorView* input : {&x, &w.codes, &w.scales, &w.mins, &bias}) {
-    check_no_overlap(*input, "an input", out, "out");
-  }
+  core::check_no_aliasing({{out, "out"}},
+                          {{x, "x"}, {w.codes, "w.codes"}, {w.scales, "w.scales"}, {w.mins, "w.mins"}, {bias, "bias"}});
   if (device == Device::cpu) return cpu::weight_only_gemm(x, w, bias, out);
 #if LOWBIT_WITH_CUDA
   check_device_data(x, "x");

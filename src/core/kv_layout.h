@@ -110,18 +110,21 @@ inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
 }
 
 // Flash-decoding split over the visible positions: enough blocks to fill the device
-// (target ~2 per SM), at least kMinSplit positions a split (a block has work to amortize
-// its combine record), at most kMaxSplit (the split's scores live in shared memory).
+// (target `per_sm` a SM: as many as the kernel keeps resident), at least kMinSplit
+// positions a split (a block has work to amortize its combine record), at most kMaxSplit
+// (the split's scores live in shared memory).
 struct DecodeSplitPlan {
   static constexpr std::int64_t kMinSplit = 64, kMaxSplit = 1024, kAlign = 32;
   std::int64_t splits = 0, split_len = 0;
 };
 
-inline DecodeSplitPlan plan_decode_splits(std::int64_t visible, std::int64_t blocks_per_split, int sm_count) {
-  LOWBIT_CHECK(visible >= 1 && blocks_per_split >= 1 && sm_count >= 1, "decode split plan: visible ", visible,
-               ", blocks_per_split ", blocks_per_split, ", sm_count ", sm_count);
+inline DecodeSplitPlan plan_decode_splits(std::int64_t visible, std::int64_t blocks_per_split, int sm_count,
+                                          int per_sm = 2) {
+  LOWBIT_CHECK(visible >= 1 && blocks_per_split >= 1 && sm_count >= 1 && per_sm >= 1, "decode split plan: visible ",
+               visible, ", blocks_per_split ", blocks_per_split, ", sm_count ", sm_count, ", per_sm ", per_sm);
   using P = DecodeSplitPlan;
-  const std::int64_t want = std::max<std::int64_t>(1, (2 * sm_count + blocks_per_split - 1) / blocks_per_split);
+  const std::int64_t target = static_cast<std::int64_t>(per_sm) * sm_count;
+  const std::int64_t want = std::max<std::int64_t>(1, (target + blocks_per_split - 1) / blocks_per_split);
   std::int64_t len = (visible + want - 1) / want;
   len = std::clamp<std::int64_t>((len + P::kAlign - 1) / P::kAlign * P::kAlign, P::kMinSplit, P::kMaxSplit);
   return P{(visible + len - 1) / len, len};

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/checked.h"
 #include "lowbit/block_formats.h"
 #include "lowbit/error.h"
 #include "lowbit/gemm.h"
@@ -48,8 +49,7 @@ const char* granularity_name(Granularity granularity) {
 }
 
 QuantScheme parse_scheme(const char* name) {
-  for (QuantScheme s : {QuantScheme::int8_symmetric, QuantScheme::int4_asymmetric, QuantScheme::int8_asymmetric,
-                        QuantScheme::int4_symmetric}) {
+  for (QuantScheme s : kQuantSchemes) {
     if (std::strcmp(name, scheme_name(s)) == 0) return s;
   }
   LOWBIT_FAIL("scheme: expected int8, int4, int8_asym or int4_sym, got '", name, "'");
@@ -63,18 +63,44 @@ Granularity parse_granularity(const char* name) {
   LOWBIT_FAIL("granularity: expected tensor, channel, token or group, got '", name, "'");
 }
 
-QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
-  QuantLayout layout{};
-  layout.code_cols = scheme_bits(spec.scheme) == 8 ? cols : (cols + 1) / 2;
+std::int64_t LayoutTerm::of(std::int64_t rows, std::int64_t cols) const {
+  const std::int64_t n = source == LayoutSource::rows ? rows : source == LayoutSource::cols ? cols : 1;
+  return divisor > 0 ? n / divisor + (n % divisor != 0) : 0;  // ceil(n / divisor), without overflow
+}
+
+const char* layout_source_name(LayoutSource source) {
+  switch (source) {
+    case LayoutSource::one: return "one";
+    case LayoutSource::rows: return "rows";
+    case LayoutSource::cols: return "cols";
+  }
+  return "unknown";
+}
+
+QuantLayoutRule quant_layout_rule(const QuantSpec& spec) {
+  using S = LayoutSource;
+  QuantLayoutRule rule;
+  rule.code_cols = {S::cols, 8 / scheme_bits(spec.scheme)};  // codes a byte
   switch (spec.granularity) {
-    case Granularity::per_tensor: layout.scale_rows = 1; layout.scale_cols = 1; break;
-    case Granularity::per_channel: layout.scale_rows = 1; layout.scale_cols = cols; break;
-    case Granularity::per_token: layout.scale_rows = rows; layout.scale_cols = 1; break;
+    case Granularity::per_tensor: rule.scale_rows = {S::one, 1}; rule.scale_cols = {S::one, 1}; break;
+    case Granularity::per_channel: rule.scale_rows = {S::one, 1}; rule.scale_cols = {S::cols, 1}; break;
+    case Granularity::per_token: rule.scale_rows = {S::rows, 1}; rule.scale_cols = {S::one, 1}; break;
     case Granularity::per_group:
-      layout.scale_rows = rows;
-      layout.scale_cols = spec.group_size > 0 ? (cols + spec.group_size - 1) / spec.group_size : 0;
+      rule.scale_rows = {S::rows, 1};
+      rule.scale_cols = {S::cols, spec.group_size > 0 ? spec.group_size : 0};
       break;
   }
+  return rule;
+}
+
+QuantLayout quant_layout(const QuantSpec& spec, std::int64_t rows, std::int64_t cols) {
+  LOWBIT_CHECK(rows >= 1 && cols >= 1, "quant_layout: expected a non-empty shape (rows, cols >= 1), got ", rows,
+               " x ", cols);
+  const QuantLayoutRule rule = quant_layout_rule(spec);
+  const QuantLayout layout{rule.code_cols.of(rows, cols), rule.scale_rows.of(rows, cols),
+                           rule.scale_cols.of(rows, cols)};
+  // scale_count() multiplies these: it must fit too.
+  core::checked_mul(layout.scale_rows, layout.scale_cols, "quant_layout: scale count (", rows, " x ", cols, ")");
   return layout;
 }
 
@@ -114,10 +140,18 @@ std::int64_t block_size(BlockFormat format) {
   LOWBIT_FAIL("format: unknown value ", static_cast<int>(format));
 }
 
-std::size_t BlockLayout::code_bytes() const { return static_cast<std::size_t>(rows * code_cols); }
+// Checked: a BlockLayout built by hand (not by block_layout) may not fit.
+std::size_t BlockLayout::code_bytes() const {
+  return static_cast<std::size_t>(core::checked_mul(rows, code_cols, "block layout: code bytes"));
+}
 
 std::size_t BlockLayout::total_bytes() const {
-  return code_bytes() + static_cast<std::size_t>(scale_count) * scale_bytes + (has_global_scale ? sizeof(float) : 0);
+  const std::int64_t scales =
+      core::checked_mul(scale_count, static_cast<std::int64_t>(scale_bytes), "block layout: scale bytes");
+  const std::int64_t codes_and_scales =
+      core::checked_add(static_cast<std::int64_t>(code_bytes()), scales, "block layout: total bytes");
+  return static_cast<std::size_t>(core::checked_add(codes_and_scales, has_global_scale ? 4 : 0,
+                                                    "block layout: total bytes"));
 }
 
 BlockLayout block_layout(BlockFormat format, std::int64_t rows, std::int64_t cols) {
@@ -132,10 +166,12 @@ BlockLayout block_layout(BlockFormat format, std::int64_t rows, std::int64_t col
   layout.block_size = block;
   layout.code_cols = cols / 2;
   layout.blocks_per_row = cols / block;
-  layout.scale_count = rows * layout.blocks_per_row;
+  layout.scale_count = core::checked_mul(rows, layout.blocks_per_row, "block_layout: scale count (", rows, " x ",
+                                         cols, ")");
   layout.scale_dtype = format == BlockFormat::nf4 ? DType::f32 : DType::u8;
   layout.scale_bytes = format == BlockFormat::nf4 ? 4 : 1;
   layout.has_global_scale = format == BlockFormat::nvfp4;
+  (void)layout.total_bytes();  // every size of the layout fits, or this throws
   return layout;
 }
 
@@ -159,7 +195,16 @@ formats::WeightPackLayout checked_weight_layout(const WeightOnlySpec& spec, std:
                "spec.act_dtype: expected f16 or bf16, got ", dtype_name(spec.act_dtype));
   LOWBIT_CHECK(formats::weight_group_size_ok(spec.group_size, k), "spec.group_size: expected 32, 64, 128 or K (",
                k, ") for one scale per output row, got ", spec.group_size);
-  return formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
+  // The kernels index rows and k with 32-bit integers; the padded sizes below must fit.
+  LOWBIT_CHECK(n < (std::int64_t{1} << 31) && k < (std::int64_t{1} << 31), "weight-only: N x K = ", n, " x ", k,
+               ", expected N, K < 2^31");
+  const formats::WeightPackLayout layout =
+      formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
+  core::checked_mul(core::checked_mul(layout.n_tiles, layout.k_steps, "weight-only: units of ", n, " x ", k),
+                    layout.unit_bytes(), "weight-only: code bytes of ", n, " x ", k);
+  core::checked_mul(core::checked_mul(layout.n_tiles, layout.groups, "weight-only: scale groups of ", n, " x ", k),
+                    formats::kPackTileN, "weight-only: scale count of ", n, " x ", k);
+  return layout;
 }
 
 }  // namespace core

@@ -1,6 +1,7 @@
 #include "lowbit/tensor.h"
 
-
+#include "core/checked.h"
+#include "core/validate.h"
 #include "lowbit/error.h"
 
 namespace lowbit {
@@ -39,7 +40,9 @@ TensorView TensorView::matrix(void* data, DType dtype, Device device, std::int64
   view.device = device;
   view.rank = 2;
   view.shape = {rows, cols, 1, 1};
-  view.strides = {row_stride < 0 ? cols : row_stride, 1, 1, 1};
+  LOWBIT_CHECK(row_stride >= -1, "row_stride: expected >= 0, or -1 (the default) for contiguous rows, got ",
+               row_stride);
+  view.strides = {row_stride == -1 ? cols : row_stride, 1, 1, 1};
   return view;
 }
 
@@ -54,29 +57,22 @@ TensorView TensorView::vector(void* data, DType dtype, Device device, std::int64
   return view;
 }
 
-std::int64_t TensorView::numel() const {
-  std::int64_t count = 1;
-  for (int i = 0; i < rank; ++i) count *= shape[i];
-  return count;
-}
+std::int64_t TensorView::numel() const { return core::element_count(*this, "tensor"); }
 
 bool TensorView::is_contiguous() const {
+  (void)numel();  // throws for an invalid rank, a negative size or a count past 64 bits
   std::int64_t expected = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] != 1 && strides[i] != expected) return false;
-    expected *= shape[i];
+    expected *= shape[i];  // a factor of numel(): cannot overflow
   }
   return true;
 }
 
-std::size_t TensorView::span_bytes() const {
-  if (numel() == 0) return 0;
-  std::int64_t last = 0;
-  for (int i = 0; i < rank; ++i) last += (shape[i] - 1) * strides[i];
-  return static_cast<std::size_t>(last + 1) * dtype_size(dtype);
-}
+std::size_t TensorView::span_bytes() const { return static_cast<std::size_t>(core::span_bytes(*this, "tensor")); }
 
 std::string TensorView::describe() const {
+  if (rank < 0 || rank > kMaxRank) return detail::concat(dtype_name(dtype), " tensor of invalid rank ", rank);
   std::string out = detail::concat(dtype_name(dtype), '[');
   for (int i = 0; i < rank; ++i) out += detail::concat(i ? "x" : "", shape[i]);
   out += ']';

@@ -61,8 +61,7 @@ void pack_typed(const TensorView& codes, const TensorView& scales, const TensorV
     for (std::int64_t n = tile * 8; n < n_end; ++n) {
       const auto* row = codes.ptr<const std::uint8_t>() + n * codes.strides[0];
       for (std::int64_t k = 0; k < layout.k; ++k) {
-        int shift = 0;
-        const std::int64_t byte = layout.code_byte(n, k, &shift);
+        const auto [byte, shift] = layout.code_place(n, k);
         if (layout.bits == 8) {
           packed[byte] = static_cast<std::uint8_t>(row[k] ^ 0x80u);  // q + 128
         } else {
@@ -84,8 +83,8 @@ void dequant_row(const PackedWeights& w, const formats::WeightPackLayout& layout
   const T* scales = w.scales.ptr<const T>();
   const T* mins = layout.zero_point ? w.mins.ptr<const T>() : nullptr;
   for (std::int64_t k = 0; k < layout.k; ++k) {
-    int shift = 0;
-    const int stored = (codes[layout.code_byte(n, k, &shift)] >> shift) & (layout.bits == 8 ? 0xff : 0xf);
+    const formats::WeightPackLayout::CodePlace place = layout.code_place(n, k);
+    const int stored = (codes[place.byte] >> place.shift) & (layout.bits == 8 ? 0xff : 0xf);
     const int q = formats::weight_code_value(layout, stored);
     const std::int64_t s = layout.scale_index(n, layout.group_of(k));
     const T value = mins ? formats::dequant_weight<T>(q, scales[s], mins[s]) : formats::dequant_weight<T>(q, scales[s]);

@@ -6,6 +6,7 @@
 #include "cpu/thread_pool.h"
 #include "engine/cpu_kernels.h"
 #include "engine/cpu_matmul.h"
+#include "engine/finite_logits.h"
 #include "engine/rope_table.h"
 #include "lowbit/error.h"
 
@@ -13,6 +14,22 @@ namespace lowbit::engine {
 
 using cpu_kernels::dot;
 using cpu_kernels::rms_norm;
+
+namespace {
+
+// Q, K and V of n rows plus their projections' biases (qwen2).
+void add_qkv_biases(const LayerWeights& w, std::int64_t n, std::int64_t qd, std::int64_t kvd, float* q, float* k,
+                    float* v) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < qd; ++j) q[i * qd + j] += w.bq[static_cast<std::size_t>(j)];
+    for (std::int64_t j = 0; j < kvd; ++j) {
+      k[i * kvd + j] += w.bk[static_cast<std::size_t>(j)];
+      v[i * kvd + j] += w.bv[static_cast<std::size_t>(j)];
+    }
+  }
+}
+
+}  // namespace
 
 CpuSession::CpuSession(const Model& model, KvCacheOptions cache, std::int64_t max_tokens)
     : model_(&model),
@@ -27,19 +44,22 @@ void CpuSession::reset() {
   position_ = 0;
 }
 
-// Rotates pairs (2i, 2i + 1) of the first rope_dims channels of every head.
+// Rotates pairs of the first rope_dims channels of every head: (2i, 2i + 1), or
+// (i, i + rope_dims / 2) for RopeStyle::neox.
 void CpuSession::rope(float* x, std::int64_t n, std::int64_t heads, std::int64_t pos0) const {
   const ModelConfig& c = model_->config();
   const std::int64_t half = c.rope_dims / 2;
+  const bool neox = c.rope_style == RopeStyle::neox;
+  const std::int64_t step = neox ? 1 : 2, partner = neox ? half : 1;
   for (std::int64_t t = 0; t < n; ++t) {
     const float* cs = rope_cos_.data() + (pos0 + t) * half;
     const float* sn = rope_sin_.data() + (pos0 + t) * half;
     for (std::int64_t h = 0; h < heads; ++h) {
       float* v = x + (t * heads + h) * c.head_dim;
       for (std::int64_t i = 0; i < half; ++i) {
-        const float a = v[2 * i], b = v[2 * i + 1];
-        v[2 * i] = a * cs[i] - b * sn[i];
-        v[2 * i + 1] = a * sn[i] + b * cs[i];
+        const float a = v[step * i], b = v[step * i + partner];
+        v[step * i] = a * cs[i] - b * sn[i];
+        v[step * i + partner] = a * sn[i] + b * cs[i];
       }
     }
   }
@@ -127,6 +147,7 @@ std::vector<float> CpuSession::forward(std::span<const std::int32_t> tokens, boo
     const LayerWeights& w = model_->layers()[static_cast<std::size_t>(l)];
     rms_norm(x.data(), w.attn_norm.data(), n, d, c.rms_eps, h.data());
     matmul(h.data(), n, d, {{&w.wq, q.data()}, {&w.wk, k.data()}, {&w.wv, v.data()}}, activations_);
+    if (c.qkv_bias) add_qkv_biases(w, n, qd, kvd, q.data(), k.data(), v.data());
     rope(q.data(), n, c.n_heads, p0);
     rope(k.data(), n, c.n_kv_heads, p0);
     // The whole batch goes into the cache first; each query then reads every older
@@ -158,6 +179,7 @@ std::vector<float> CpuSession::forward(std::span<const std::int32_t> tokens, boo
   rms_norm(last, model_->output_norm().data(), rows, d, c.rms_eps, h.data());
   std::vector<float> logits(static_cast<std::size_t>(rows * c.vocab));
   matmul(h.data(), rows, d, {{&model_->output(), logits.data()}}, activations_);
+  check_finite_logits(logits, c.vocab, position_ - rows);
   return logits;
 }
 

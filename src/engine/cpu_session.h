@@ -1,10 +1,11 @@
 // The CPU forward pass of a llama-family model, on the model's weights in the form it
 // was loaded with (weight_matrix.h): the FP32 reference (every matrix decoded at load),
 // or the file's Q4_0 / Q4_1 / Q8_0 blocks with 8-bit activations; everything else in
-// f32 either way. Its threads are the engine pool's (cpu/thread_pool.h). RMSNorm,
-// RoPE (ggml's "normal" rotation of consecutive pairs (2i, 2i + 1), which is what
-// GGUF llama Q/K weights are permuted for), grouped-query attention that reads the KV
-// cache as its policy dictates, SwiGLU, final norm and the (possibly tied) output head.
+// f32 either way. Its threads are the engine pool's (cpu/thread_pool.h). RMSNorm, Q/K/V
+// biases where the model has them (qwen2), RoPE (ggml's "normal" rotation of
+// consecutive pairs (2i, 2i + 1), which is what GGUF llama Q/K weights are permuted
+// for, or NEOX's pairs (i, i + rope_dims / 2)), grouped-query attention that reads the
+// KV cache as its policy dictates, SwiGLU, final norm and the (possibly tied) output head.
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,16 @@ double seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void check_generation(const Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new) {
+  LOWBIT_CHECK(!prompt.empty(), "prompt: expected at least one token");
+  LOWBIT_CHECK(max_new >= 0, "max_new: expected >= 0, got ", max_new);
+  LOWBIT_CHECK(session.position() == 0, "session: expected an empty session, it holds ", session.position(),
+               " tokens");
+  LOWBIT_CHECK(static_cast<std::int64_t>(prompt.size()) + max_new <= session.max_tokens(), "prompt (",
+               prompt.size(), " tokens) + max_new (", max_new, ") exceeds the session's ", session.max_tokens(),
+               " tokens");
+}
+
 }  // namespace
 
 std::int32_t argmax(std::span<const float> logits) {
@@ -35,16 +45,11 @@ std::int64_t Session::decode_greedy_run(std::int32_t token, std::int64_t steps,
   return steps;
 }
 
+
 GenerationResult generate_greedy(Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
                                  const std::function<bool(std::int32_t)>& is_stop,
                                  const std::function<void(std::int32_t)>& on_token) {
-  LOWBIT_CHECK(!prompt.empty(), "prompt: expected at least one token");
-  LOWBIT_CHECK(max_new >= 0, "max_new: expected >= 0, got ", max_new);
-  LOWBIT_CHECK(session.position() == 0, "session: expected an empty session, it holds ", session.position(),
-               " tokens");
-  LOWBIT_CHECK(static_cast<std::int64_t>(prompt.size()) + max_new <= session.max_tokens(), "prompt (",
-               prompt.size(), " tokens) + max_new (", max_new, ") exceeds the session's ", session.max_tokens(),
-               " tokens");
+  check_generation(session, prompt, max_new);
   GenerationResult result;
   auto start = std::chrono::steady_clock::now();
   std::int32_t next = argmax(session.forward(prompt, /*all_logits=*/false));
@@ -71,6 +76,40 @@ GenerationResult generate_greedy(Session& session, std::span<const std::int32_t>
   }
   result.decode_seconds = seconds(start);
   result.decode_device_seconds = session.decode_device_seconds() - device_before;
+  return result;
+}
+
+GenerationResult generate(Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
+                          const SamplingParams& sampling, const std::function<bool(std::int32_t)>& is_stop,
+                          const std::function<void(std::int32_t)>& on_token) {
+  if (sampling.greedy() && !sampling.penalized()) return generate_greedy(session, prompt, max_new, is_stop, on_token);
+  check_generation(session, prompt, max_new);
+  GenerationResult result;
+  PenaltyWindow window(sampling.penalty_last_n);
+  auto draw = [&](const std::vector<float>& logits) {
+    const std::vector<TokenCount> counts = window.counts();
+    return sample_token(logits, sampling.row(result.tokens.size()), counts);
+  };
+  auto start = std::chrono::steady_clock::now();
+  const std::vector<float> first = session.forward(prompt, /*all_logits=*/false);
+  std::int32_t next = max_new > 0 ? draw(first) : -1;
+  result.prefill_seconds = seconds(start);
+  result.kv_bytes.push_back(session.kv_bytes());
+  start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < max_new; ++i) {
+    if (is_stop && is_stop(next)) {
+      result.stopped = true;
+      break;
+    }
+    result.tokens.push_back(next);
+    window.accept(next);
+    if (on_token) on_token(next);
+    if (i + 1 == max_new) break;
+    next = draw(session.forward(std::span<const std::int32_t>(&next, 1), /*all_logits=*/false));
+    ++result.decode_steps;
+    result.kv_bytes.push_back(session.kv_bytes());
+  }
+  result.decode_seconds = seconds(start);
   return result;
 }
 

@@ -1,7 +1,8 @@
-// Greedy generation on a Session (CPU or GPU): the prompt as one prefill, then one decode step
-// per token (argmax of the logits, lowest id on ties), stopping at max_new tokens or
-// at an end-of-generation token. Times the two phases and records the KV-cache bytes
-// after every step (the seed's Figure 2: memory against generated tokens).
+// Generation on a Session (CPU or GPU): the prompt as one prefill, then one decode step
+// per token, stopping at max_new tokens or where is_stop says. Greedy takes the argmax
+// of the logits (lowest id on ties); sampled generation draws through sampling.h.
+// Times the two phases and records the KV-cache bytes after every step (the seed's
+// Figure 2: memory against generated tokens).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/sampling.h"
 #include "engine/session.h"
 
 namespace lowbit::engine {
@@ -31,5 +33,13 @@ struct GenerationResult {
 GenerationResult generate_greedy(Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
                                  const std::function<bool(std::int32_t)>& is_stop,
                                  const std::function<void(std::int32_t)>& on_token);
+
+// Generation through the sampler. Greedy without penalties is generate_greedy (on a GPU
+// session, its run-ahead decode); otherwise each step's logits come to the host and the
+// i-th generated token is draw i of the request's random stream (penalties over the
+// tokens generated so far). `sampling` must be valid (SamplingParams::validate).
+GenerationResult generate(Session& session, std::span<const std::int32_t> prompt, std::int64_t max_new,
+                          const SamplingParams& sampling, const std::function<bool(std::int32_t)>& is_stop,
+                          const std::function<void(std::int32_t)>& on_token);
 
 }  // namespace lowbit::engine

@@ -77,4 +77,28 @@ GpuModel GpuModel::from_gguf(const GgufFile& file) {
   return m;
 }
 
+namespace {
+
+std::size_t packed_bytes(const PackedWeights& w) {
+  return w.codes.span_bytes() + w.scales.span_bytes() + (w.mins.data ? w.mins.span_bytes() : 0);
+}
+
+std::size_t packed_bytes(const StackedWeights& w) {
+  std::size_t n = 0;
+  for (const StackedWeights::Part& p : w.parts) n += packed_bytes(p.weights);
+  return n;
+}
+
+}  // namespace
+
+std::size_t GpuModel::decode_bytes() const {
+  const auto d = static_cast<std::size_t>(config_.d_model);
+  std::size_t n = packed_bytes(output_) + d * sizeof(float) * 2;  // output head, final norm, embedding row
+  for (const GpuLayer& l : layers_) {
+    n += packed_bytes(l.qkv) + packed_bytes(l.wo) + packed_bytes(l.gate_up) + packed_bytes(l.down) +
+         2 * d * sizeof(float);
+  }
+  return n;
+}
+
 }  // namespace lowbit::engine

@@ -51,6 +51,9 @@ class GpuModel {
   const float* embedding() const { return embedding_; }      // f32 [vocab x d_model]
   const float* output_norm() const { return output_norm_; }  // f32 [d_model]
   const PackedWeights& output() const { return output_; }    // [vocab x d_model]
+  // Bytes of weights one decode step reads: every layer's matrices (codes, scales, mins)
+  // and norms, the output head and one row of the embedding.
+  std::size_t decode_bytes() const;
 
  private:
   PackedWeights upload(HostPackedWeights host);

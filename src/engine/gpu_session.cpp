@@ -6,6 +6,7 @@
 #include "cuda/kv/kv_cuda.h"
 #include "cuda/model/model_cuda.h"
 #include "cuda/weight_only/weight_only_cuda.h"
+#include "engine/finite_logits.h"
 #include "engine/rope_table.h"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
@@ -99,7 +100,7 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
 
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   void* pinned = nullptr;
-  LOWBIT_CUDA_CHECK(cudaMallocHost(&pinned, 16));
+  LOWBIT_CUDA_CHECK(cudaMallocHost(&pinned, kHostStepInts * sizeof(std::int32_t)));
   host_step_ = static_cast<std::int32_t*>(pinned);
   for (cudaEvent_t* e : {&step_begin_, &step_end_, &run_begin_, &run_end_}) LOWBIT_CUDA_CHECK(cudaEventCreate(e));
   for (cudaEvent_t& e : token_ready_) LOWBIT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -186,12 +187,13 @@ void GpuSession::run_layers(std::int64_t n, Where where, std::int64_t rows) {
   gemm(f16_matrix(h, rows, d), model_->output(), f16_matrix(logits_.data(), rows, c.vocab), stream_);
 }
 
-void GpuSession::logits_to_host(std::int64_t rows, float* out) {
+void GpuSession::logits_to_host(std::int64_t rows, float* out, std::int64_t first_position) {
   const auto count = static_cast<std::size_t>(rows * model_->config().vocab);
   std::vector<std::uint16_t> bits(count);
   LOWBIT_CUDA_CHECK(cudaMemcpyAsync(bits.data(), logits_.data(), count * 2, cudaMemcpyDeviceToHost, stream_));
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (std::size_t i = 0; i < count; ++i) out[i] = formats::half_to_float(formats::Half{bits[i]});
+  lowbit::engine::check_finite_logits(std::span<const float>(out, count), model_->config().vocab, first_position);
 }
 
 std::vector<float> GpuSession::forward(std::span<const std::int32_t> tokens, bool all_logits) {
@@ -206,15 +208,15 @@ std::vector<float> GpuSession::forward(std::span<const std::int32_t> tokens, boo
                                       cudaMemcpyHostToDevice, stream_));
     embed_rows(model_->embedding(), tokens_.as<std::int32_t>(), m, c.d_model, x_.as<float>(), stream_);
     run_layers(m, Where{position_, nullptr}, rows);
-    if (rows > 0) logits_to_host(rows, logits.data() + (all_logits ? start * c.vocab : 0));
+    if (rows > 0) logits_to_host(rows, logits.data() + (all_logits ? start * c.vocab : 0), position_ + m - rows);
     position_ += m;
   }
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return logits;
 }
 
-// One decode step from step_[0] (token) and step_[1] (position) to step_[0] (the next
-// token) and step_[1] + 1.
+// One decode step from step_[0] (token) and step_[2] (position) to step_[0] (the next
+// token) and step_[2] + 1; step_[1] becomes 1 if the step's logits held a NaN or Inf.
 void GpuSession::run_decode_step() {
   const ModelConfig& c = model_->config();
   std::int32_t* step = step_.as<std::int32_t>();
@@ -223,8 +225,8 @@ void GpuSession::run_decode_step() {
   auto enqueue = [&](unsigned record_flags) {
     LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_begin_, stream_, record_flags));
     embed_rows(model_->embedding(), step, 1, c.d_model, x_.as<float>(), stream_);
-    run_layers(1, Where{0, step + 1}, 1);
-    argmax_token(f16_at(logits_, 0), c.vocab, step, step + 1, stream_);  // the next step's input
+    run_layers(1, Where{0, step + 2}, 1);
+    argmax_token(f16_at(logits_, 0), c.vocab, step, step + 2, step + 1, stream_);  // the next step's input
     LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_end_, stream_, record_flags));
   };
   if (!use_graphs_) {
@@ -251,17 +253,16 @@ void GpuSession::run_decode_step() {
 
 std::int32_t GpuSession::decode_greedy(std::int32_t token) {
   check_tokens(std::span<const std::int32_t>(&token, 1));
-  host_step_[0] = token;
-  host_step_[1] = static_cast<std::int32_t>(position_);
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(step_.data(), host_step_, 8, cudaMemcpyHostToDevice, stream_));
+  set_step_input(token);
   run_decode_step();
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + 2, step_.data(), 4, cudaMemcpyDeviceToHost, stream_));
+  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + kStepOut, step_.data(), 8, cudaMemcpyDeviceToHost, stream_));
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   float ms = 0;
   LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
   decode_device_ms_ += ms;
   ++position_;
-  return host_step_[2];
+  if (host_step_[kStepOut + 1] != 0) lowbit::engine::fail_non_finite_logits(position_ - 1);
+  return host_step_[kStepOut];
 }
 
 std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t steps,
@@ -270,15 +271,15 @@ std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t step
   check_tokens(std::span<const std::int32_t>(&token, 1));
   LOWBIT_CHECK(steps <= max_tokens_ - position_, "decode: ", steps, " steps at position ", position_,
                " exceed the context the session was sized for (max_tokens = ", max_tokens_, ")");
-  host_step_[0] = token;
-  host_step_[1] = static_cast<std::int32_t>(position_);
   LOWBIT_CUDA_CHECK(cudaEventRecord(run_begin_, stream_));
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(step_.data(), host_step_, 8, cudaMemcpyHostToDevice, stream_));
-  // Step k leaves its token in step_[0] (the next step's input) and in host_step_[2 + k % 2].
+  set_step_input(token);
+  // Step k leaves its token in step_[0] (the next step's input) and, with the
+  // non-finite flag, in host_step_[kStepOut + 2 * (k % 2)].
   auto enqueue = [&](std::int64_t k) {
     run_decode_step();
     const auto slot = static_cast<std::size_t>(k % 2);
-    LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + 2 + slot, step_.data(), 4, cudaMemcpyDeviceToHost, stream_));
+    LOWBIT_CUDA_CHECK(
+        cudaMemcpyAsync(host_step_ + kStepOut + 2 * slot, step_.data(), 8, cudaMemcpyDeviceToHost, stream_));
     LOWBIT_CUDA_CHECK(cudaEventRecord(token_ready_[slot], stream_));
   };
   auto finish = [&](bool ahead) {
@@ -295,9 +296,11 @@ std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t step
     if (ahead) enqueue(k + 1);  // runs while the host reads step k's token
     LOWBIT_CUDA_CHECK(cudaEventSynchronize(token_ready_[k % 2]));
     ++position_;
+    const std::int32_t* out = host_step_ + kStepOut + 2 * (k % 2);
     bool more = false;
     try {
-      more = keep(host_step_[2 + k % 2]);
+      if (out[1] != 0) lowbit::engine::fail_non_finite_logits(position_ - 1);
+      more = keep(out[0]);
     } catch (...) {
       finish(ahead);
       throw;
@@ -307,6 +310,13 @@ std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t step
       return k + 1;
     }
   }
+}
+
+void GpuSession::set_step_input(std::int32_t token) {
+  host_step_[0] = token;
+  host_step_[1] = 0;  // no non-finite logit yet
+  host_step_[2] = static_cast<std::int32_t>(position_);
+  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(step_.data(), host_step_, 12, cudaMemcpyHostToDevice, stream_));
 }
 
 void GpuSession::take_back_step() {

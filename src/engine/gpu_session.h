@@ -70,10 +70,14 @@ class GpuSession final : public Session {
   // last `rows` rows in h_ (at row 0).
   void run_layers(std::int64_t n, Where where, std::int64_t rows);
   void attention(std::int64_t layer, std::int64_t n, Where where);
-  void logits_to_host(std::int64_t rows, float* out);
-  // Enqueues one decode step (step_: token, position -> the next token in step_[0],
-  // position + 1), replaying the captured graph when graphs are on.
+  // Copies the logits of `rows` rows (positions first_position..) and checks them.
+  void logits_to_host(std::int64_t rows, float* out, std::int64_t first_position);
+  // Enqueues one decode step (step_: token, non-finite flag, position -> the next token
+  // in step_[0], the flag set if a logit was NaN or Inf, position + 1), replaying the
+  // captured graph when graphs are on.
   void run_decode_step();
+  // Puts token, a cleared flag and position() into step_ (through host_step_).
+  void set_step_input(std::int32_t token);
   // Takes back the step at position() that ran ahead and was not wanted (its
   // appends: selective restores the ring slots they overwrote).
   void take_back_step();
@@ -94,7 +98,10 @@ class GpuSession final : public Session {
   std::size_t attn_ws_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;
-  std::int32_t* host_step_ = nullptr;  // pinned: {token, position, next tokens (2 in flight)}
+  // Pinned: {token, flag, position} going in; from kStepOut, {next token, flag} of the
+  // two steps in flight.
+  static constexpr std::size_t kStepOut = 4, kHostStepInts = kStepOut + 4;
+  std::int32_t* host_step_ = nullptr;
   // Around the kernels of each decode_greedy step (event-record nodes of its graph),
   // around a decode_greedy_run, and the tokens of decode_greedy_run's two steps in flight.
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr, run_begin_ = nullptr, run_end_ = nullptr;

@@ -18,7 +18,8 @@ class Session {
   // Appends `tokens` at position() and returns f32 logits: [n x vocab] for every
   // appended position (all_logits) or [vocab] for the last one. Throws lowbit::Error
   // for an empty batch, an id outside the vocabulary, or more tokens than max_tokens()
-  // allows (the session is unchanged then).
+  // allows (the session is unchanged then), and for a NaN or Inf logit
+  // (finite_logits.h; decode_greedy and decode_greedy_run too).
   virtual std::vector<float> forward(std::span<const std::int32_t> tokens, bool all_logits) = 0;
 
   // One greedy decode step: appends `token` and returns the argmax of the next logits

@@ -77,20 +77,25 @@ struct WeightPackLayout {
     return ((nn / kPackTileN) * groups + group) * kPackTileN + nn % kPackTileN;
   }
 
-  // Byte holding the code of (n, k); for INT4 *nibble_shift is 0 or 4.
-  LOWBIT_HD std::int64_t code_byte(std::int64_t nn, std::int64_t kk, int* nibble_shift) const {
+  // Where the code of (n, k) lives: its byte, and the shift of its nibble in it (INT4:
+  // 0 or 4; INT8: 0). A value, not an out-parameter: `codes[place(&s)] >> s` would
+  // depend on the shift's operands being evaluated left first, which C++17 requires
+  // but GCC's -fsanitize=shift does not do (see docs/DESIGN.md, Sanitizers).
+  struct CodePlace {
+    std::int64_t byte;
+    int shift;
+  };
+  LOWBIT_HD CodePlace code_place(std::int64_t nn, std::int64_t kk) const {
     const std::int64_t unit = (nn / kPackTileN) * k_steps + kk / kPackStepK;
     const int lane = static_cast<int>(nn % kPackTileN) * 4 + static_cast<int>((kk % kPackStepK) / 32);
     const int j = static_cast<int>(kk % 32);  // the lane's k index, 0..31
     if (bits == 4) {
       const int word = j / 8, e = j % 8;
       const int nibble = e / 2 + 4 * (e % 2);
-      *nibble_shift = 4 * (nibble % 2);
-      return unit * 512 + lane * 16 + word * 4 + nibble / 2;
+      return {unit * 512 + lane * 16 + word * 4 + nibble / 2, 4 * (nibble % 2)};
     }
-    *nibble_shift = 0;
     const int h = j / 16, b = j % 16;
-    return unit * 1024 + (h * kPackLanes + lane) * 16 + b;
+    return {unit * 1024 + (h * kPackLanes + lane) * 16 + b, 0};
   }
 };
 

@@ -22,7 +22,8 @@ constexpr std::uint32_t u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 
 
 // ggml tensor type ids used by the tests.
 namespace ggml_id {
-constexpr std::uint32_t f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q8_0 = 8, q6_k = 14, bf16 = 30;
+constexpr std::uint32_t f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11,
+                        q4_k = 12, q5_k = 13, q6_k = 14, bf16 = 30;
 }
 
 // Little-endian encoder.

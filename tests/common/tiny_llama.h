@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/tokenizer/bpe.h"
 #include "cpu/kv_cache.h"
 #include "formats/float16.h"
 #include "common/gguf_writer.h"
@@ -25,6 +26,15 @@ struct TinyLlamaSpec {
   double rope_base = 10000.0;
   float eps = 1e-5f;
   bool tied = true;  // no output.weight: the Q8_0 token embedding is the head; else an F16 output.weight
+  // "qwen2": F32 biases on Q, K and V, and RoPE on pairs (i, i + head_dim / 2).
+  std::string architecture = "llama";
+  double rope_linear_factor = 0.0;  // > 0: rope.scaling.type linear with this factor
+  bool rope_freqs = false;          // a rope_freqs.weight tensor: frequency i divided by 1 + 0.4 i
+  // A byte-level BPE tokenizer of `vocab` tokens in the metadata (needs vocab >= 260):
+  // <|endoftext|>, <|im_start|>, <|im_end|> (control), <tool> (user-defined), the 256
+  // bytes in GPT-2's alphabet but 0x04 (a byte without a token, as in SmolLM2), then
+  // merged pairs of letters.
+  bool with_tokenizer = false;
 };
 
 struct TinyLlama {
@@ -33,12 +43,39 @@ struct TinyLlama {
   // Decoded weights (what the file holds), [out x in] row-major.
   struct Layer {
     std::vector<double> attn_norm, wq, wk, wv, wo, ffn_norm, gate, up, down;
+    std::vector<double> bq, bk, bv;  // qwen2 only
   };
   std::vector<double> embd, output_norm, output;  // output == embd when tied
+  std::vector<double> rope_factors;               // empty: all 1
   std::vector<Layer> layers;
 };
 
 namespace tiny_detail {
+
+inline void add_tokenizer(GgufWriter& w, std::int64_t vocab) {
+  std::vector<std::string> tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool>"};
+  std::vector<std::int32_t> types = {3, 3, 3, 4};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(b == 0x04 ? "<unused04>" : engine::byte_level_encode(std::string(1, static_cast<char>(b))));
+    types.push_back(1);
+  }
+  std::vector<std::string> merges;
+  for (int i = 0; static_cast<std::int64_t>(tokens.size()) < vocab; ++i) {
+    const std::string left(1, static_cast<char>('a' + i / 26 % 26)), right(1, static_cast<char>('a' + i % 26));
+    merges.push_back(left + " " + right);
+    tokens.push_back(left + right);
+    types.push_back(1);
+  }
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "smollm");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_array<std::int32_t>("tokenizer.ggml.token_type", gguf_type::i32, types);
+  w.add_string_array("tokenizer.ggml.merges", merges);
+  w.add("tokenizer.ggml.eos_token_id", gguf_type::u32, std::uint32_t{2});
+  w.add("tokenizer.ggml.unknown_token_id", gguf_type::u32, std::uint32_t{0});
+  w.add_string("tokenizer.chat_template", "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                                          "'<|im_end|>'}}");
+}
 
 inline void put_f16(std::vector<std::uint8_t>& out, float v) {
   const std::uint16_t bits = formats::float_to_half(v).bits;
@@ -90,18 +127,24 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
   TinyLlama m;
   m.spec = spec;
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  const std::string a = spec.architecture + ".";
+  w.add_string("general.architecture", spec.architecture);
   w.add_string("general.name", "tiny-random-llama");
   auto u32 = [&](const std::string& key, std::int64_t v) { w.add(key, gguf_type::u32, static_cast<std::uint32_t>(v)); };
-  u32("llama.block_count", spec.layers);
-  u32("llama.context_length", 256);
-  u32("llama.embedding_length", spec.d_model);
-  u32("llama.feed_forward_length", spec.ffn);
-  u32("llama.attention.head_count", spec.heads);
-  u32("llama.attention.head_count_kv", spec.kv_heads);
-  u32("llama.rope.dimension_count", spec.head_dim);
-  w.add("llama.rope.freq_base", gguf_type::f32, static_cast<float>(spec.rope_base));
-  w.add("llama.attention.layer_norm_rms_epsilon", gguf_type::f32, spec.eps);
+  u32(a + "block_count", spec.layers);
+  u32(a + "context_length", 256);
+  u32(a + "embedding_length", spec.d_model);
+  u32(a + "feed_forward_length", spec.ffn);
+  u32(a + "attention.head_count", spec.heads);
+  u32(a + "attention.head_count_kv", spec.kv_heads);
+  u32(a + "rope.dimension_count", spec.head_dim);
+  w.add(a + "rope.freq_base", gguf_type::f32, static_cast<float>(spec.rope_base));
+  w.add(a + "attention.layer_norm_rms_epsilon", gguf_type::f32, spec.eps);
+  if (spec.rope_linear_factor > 0.0) {
+    w.add_string(a + "rope.scaling.type", "linear");
+    w.add(a + "rope.scaling.factor", gguf_type::f32, static_cast<float>(spec.rope_linear_factor));
+  }
+  if (spec.with_tokenizer) tiny_detail::add_tokenizer(w, spec.vocab);
 
   auto random = [&](std::int64_t count, float stddev, float mean = 0.0f) {
     std::vector<float> v(static_cast<std::size_t>(count));
@@ -116,8 +159,8 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
     w.add_tensor(name, {static_cast<std::uint64_t>(in), static_cast<std::uint64_t>(out)},
                  q8 ? ggml_id::q8_0 : ggml_id::q4_1, bytes);
   };
-  auto norm = [&](const std::string& name, std::int64_t n, std::vector<double>& dec) {
-    const std::vector<float> x = random(n, 0.1f, 1.0f);
+  auto norm = [&](const std::string& name, std::int64_t n, std::vector<double>& dec, float mean = 1.0f) {
+    const std::vector<float> x = random(n, 0.1f, mean);
     std::vector<std::uint8_t> bytes(x.size() * 4);
     std::memcpy(bytes.data(), x.data(), bytes.size());
     dec.assign(x.begin(), x.end());
@@ -141,6 +184,11 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
     matrix(p + "attn_q.weight", spec.d_model, qd, false, L.wq);
     matrix(p + "attn_k.weight", spec.d_model, kvd, false, L.wk);
     matrix(p + "attn_v.weight", spec.d_model, kvd, true, L.wv);  // one Q8_0 matrix among the Q4_1
+    if (spec.architecture == "qwen2") {  // biases: F32 vectors of mean 0
+      norm(p + "attn_q.bias", qd, L.bq, 0.0f);
+      norm(p + "attn_k.bias", kvd, L.bk, 0.0f);
+      norm(p + "attn_v.bias", kvd, L.bv, 0.0f);
+    }
     matrix(p + "attn_output.weight", qd, spec.d_model, false, L.wo);
     norm(p + "ffn_norm.weight", spec.d_model, L.ffn_norm);
     matrix(p + "ffn_gate.weight", spec.d_model, spec.ffn, false, L.gate);
@@ -148,6 +196,14 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
     matrix(p + "ffn_down.weight", spec.ffn, spec.d_model, false, L.down);
   }
   norm("output_norm.weight", spec.d_model, m.output_norm);
+  if (spec.rope_freqs) {
+    std::vector<float> factors;
+    for (std::int64_t i = 0; i < spec.head_dim / 2; ++i) factors.push_back(1.0f + 0.4f * static_cast<float>(i));
+    std::vector<std::uint8_t> bytes(factors.size() * 4);
+    std::memcpy(bytes.data(), factors.data(), bytes.size());
+    m.rope_factors.assign(factors.begin(), factors.end());
+    w.add_tensor("rope_freqs.weight", {static_cast<std::uint64_t>(factors.size())}, ggml_id::f32, bytes);
+  }
   if (spec.tied) {
     m.output = m.embd;
   } else {
@@ -208,12 +264,17 @@ inline std::vector<double> naive_forward(const TinyLlama& m, const std::vector<s
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
     return y;
   };
+  // Pairs (2i, 2i + 1), or (i, i + hd / 2) for qwen2; angles scaled as the spec says.
+  const bool neox = s.architecture == "qwen2";
+  const double position_scale = s.rope_linear_factor > 0.0 ? 1.0 / s.rope_linear_factor : 1.0;
   auto rope = [&](std::vector<double>& v, std::int64_t heads, std::int64_t pos) {
     for (std::int64_t h = 0; h < heads; ++h)
       for (std::int64_t i = 0; i < hd / 2; ++i) {
-        const double angle = static_cast<double>(pos) * std::pow(s.rope_base, -2.0 * i / static_cast<double>(hd));
-        double& a = v[h * hd + 2 * i];
-        double& b = v[h * hd + 2 * i + 1];
+        const double factor = m.rope_factors.empty() ? 1.0 : m.rope_factors[static_cast<std::size_t>(i)];
+        const double angle = static_cast<double>(pos) * position_scale *
+                             std::pow(s.rope_base, -2.0 * i / static_cast<double>(hd)) / factor;
+        double& a = v[h * hd + (neox ? i : 2 * i)];
+        double& b = v[h * hd + (neox ? i + hd / 2 : 2 * i + 1)];
         const double ra = a * std::cos(angle) - b * std::sin(angle), rb = a * std::sin(angle) + b * std::cos(angle);
         a = ra, b = rb;
       }
@@ -234,6 +295,8 @@ inline std::vector<double> naive_forward(const TinyLlama& m, const std::vector<s
       const std::vector<double> h = rmsnorm(x[t], L.attn_norm);
       q[t] = matvec(L.wq, h, qd);
       std::vector<double> k = matvec(L.wk, h, kvd), v = matvec(L.wv, h, kvd);
+      for (std::size_t i = 0; i < L.bq.size(); ++i) q[t][i] += L.bq[i];
+      for (std::size_t i = 0; i < L.bk.size(); ++i) k[i] += L.bk[i], v[i] += L.bv[i];
       rope(q[t], s.heads, t);
       rope(k, s.kv_heads, t);
       k16[t] = f16_row(k), v16[t] = f16_row(v);

@@ -223,8 +223,13 @@ TEST(BadInput, Overlaps) {
   TensorView out = a.outv();
   out.data = a.q8.codes.data();
   EXPECT_LOWBIT_ERROR(dequantize(a.q8.view(), kInt8Channel, out, nullptr), "out: overlaps codes");
-  out.data = a.q8.scales.data();
-  EXPECT_LOWBIT_ERROR(dequantize(a.q8.view(), kInt8Channel, out, nullptr), "out: overlaps scales");
+  // The scales in a buffer of their own that out then covers (touching no other input).
+  std::vector<float> scales_and_out(kRows * kCols + kCols);
+  q = a.q8.view();
+  std::copy(a.q8.scales.begin(), a.q8.scales.end(), scales_and_out.begin());
+  q.scales.data = scales_and_out.data();
+  out.data = scales_and_out.data();
+  EXPECT_LOWBIT_ERROR(dequantize(q, kInt8Channel, out, nullptr), "out: overlaps scales");
   // Adjacent, not overlapping: fine.
   std::vector<std::uint8_t> both(kRows * kCols * 5);
   q = a.q8.view();

@@ -620,7 +620,7 @@ TEST(BlockFormatsCpu, BadInput) {
     // aliasing
     q = e.view;
     q.scales.data = e.codes.data();
-    EXPECT_LOWBIT_ERROR(block_encode(xv, format, q, Workspace{}, nullptr), "scales: overlaps codes");
+    EXPECT_LOWBIT_ERROR(block_encode(xv, format, q, Workspace{}, nullptr), "codes: overlaps scales");
     EXPECT_LOWBIT_ERROR(block_decode(e.view, format, TensorView::matrix(e.codes.data(), DType::f32, Device::cpu, 4, 64),
                                      nullptr),
                         "out: overlaps codes");

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "common/tiny_llama.h"
 #include "engine/cpu_matmul.h"
 #include "engine/cpu_session.h"
+#include "engine/gguf/writer.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/perplexity.h"
@@ -340,6 +343,123 @@ TEST(EngineModel, UnsupportedTensorTypeIsNamed) {
   }
   EXPECT_LOWBIT_ERROR(Model::from_gguf(GgufFile::from_bytes(w.bytes())),
                       "tensor 'blk.0.attn_q.weight': type Q8_1 is not supported");
+}
+
+// ---- Architectures and RoPE scaling ----
+
+TEST(EngineModel, Qwen2BiasesAndNeoxRopeMatchNaive) {
+  TinyLlamaSpec spec;
+  spec.architecture = "qwen2";
+  const TinyLlama m = make_tiny_llama(spec, 5);
+  const Model model = tiny_model(m);
+  EXPECT_EQ(model.config().rope_style, engine::RopeStyle::neox);
+  EXPECT_TRUE(model.config().qkv_bias);
+  EXPECT_EQ(model.layers()[1].bk.size(), 32u);
+  const std::vector<std::int32_t> tokens = tiny_tokens(12, spec.vocab);
+  CpuSession session(model, {}, 16);
+  EXPECT_LE(relative_error(session.forward(tokens, true), naive_forward(m, tokens)), 1e-4);
+}
+
+TEST(EngineModel, MistralRunsAsLlama) {
+  TinyLlamaSpec spec;
+  spec.architecture = "mistral";
+  const TinyLlama m = make_tiny_llama(spec, 8);
+  const Model model = tiny_model(m);
+  EXPECT_EQ(model.config().rope_style, engine::RopeStyle::normal);
+  EXPECT_FALSE(model.config().qkv_bias);
+  const std::vector<std::int32_t> tokens = tiny_tokens(10, spec.vocab);
+  CpuSession session(model, {}, 16);
+  EXPECT_LE(relative_error(session.forward(tokens, true), naive_forward(m, tokens)), 1e-4);
+}
+
+TEST(EngineModel, RopeScalingMatchesNaive) {
+  for (const bool freqs : {false, true}) {
+    TinyLlamaSpec spec;
+    spec.rope_linear_factor = freqs ? 0.0 : 4.0;
+    spec.rope_freqs = freqs;
+    const TinyLlama m = make_tiny_llama(spec, 6);
+    const Model model = tiny_model(m);
+    EXPECT_EQ(model.config().rope_position_scale, freqs ? 1.0 : 0.25);
+    EXPECT_EQ(model.config().rope_freq_factors.size(), freqs ? 8u : 0u);
+    const std::vector<std::int32_t> tokens = tiny_tokens(20, spec.vocab);
+    CpuSession session(model, {}, 24);
+    const std::vector<float> logits = session.forward(tokens, true);
+    EXPECT_LE(relative_error(logits, naive_forward(m, tokens)), 1e-4) << (freqs ? "rope_freqs" : "linear");
+    // The scaling is applied: the unscaled model's logits differ.
+    TinyLlamaSpec plain = spec;
+    plain.rope_linear_factor = 0.0, plain.rope_freqs = false;
+    EXPECT_GT(relative_error(logits, naive_forward(make_tiny_llama(plain, 6), tokens)), 1e-3);
+  }
+}
+
+// Llama 3.1's smoothing (factor 8, low 1, high 4, original context 8192, base 500000,
+// 128 dims): 1 for short wavelengths, 8 for long ones, in between values worked out
+// with Hugging Face's formula (in double).
+TEST(EngineModel, Llama3RopeFactors) {
+  const std::vector<float> f = engine::llama3_rope_factors(500000.0, 128, 8.0, 1.0, 4.0, 8192.0);
+  ASSERT_EQ(f.size(), 64u);
+  const std::pair<int, double> expected[] = {{0, 1.0},
+                                             {28, 1.0},
+                                             {29, 1.207483871283662},
+                                             {31, 2.0263132059050557},
+                                             {34, 5.257326588708467},
+                                             {35, 8.0},
+                                             {63, 8.0}};
+  for (const auto& [i, want] : expected) EXPECT_FLOAT_EQ(f[static_cast<std::size_t>(i)], static_cast<float>(want)) << i;
+  EXPECT_LOWBIT_ERROR(engine::llama3_rope_factors(500000.0, 128, 8.0, 4.0, 1.0, 8192.0), "expected 0 < low < high");
+}
+
+// The tiny model's file with extra metadata (and without the tensor `drop`).
+std::vector<std::uint8_t> tiny_plus(const std::function<void(engine::GgufWriter&)>& extra,
+                                    const TinyLlamaSpec& spec = {}, const std::string& drop = "") {
+  const TinyLlama m = make_tiny_llama(spec);
+  const GgufFile good = GgufFile::from_bytes(m.gguf);
+  engine::GgufWriter w;
+  for (const engine::GgufValue& v : good.metadata()) w.copy(v);
+  extra(w);
+  std::vector<const engine::GgufTensor*> kept;
+  for (const engine::GgufTensor& t : good.tensors()) {
+    if (t.name == drop) continue;
+    w.add_tensor(std::string(t.name), t.type, std::vector<std::uint64_t>(t.dims.begin(), t.dims.begin() + t.n_dims));
+    kept.push_back(&t);
+  }
+  return w.to_bytes([&](std::size_t i, std::span<std::uint8_t> out) { std::memcpy(out.data(), kept[i]->data, out.size()); });
+}
+
+TEST(EngineModel, ArchitectureAndScalingErrorsNameTheValue) {
+  using V = engine::GgufMetadataValue;
+  auto load = [](const std::vector<std::uint8_t>& bytes) { return Model::from_gguf(GgufFile::from_bytes(bytes)); };
+  TinyLlamaSpec gptj;
+  gptj.architecture = "gptj";
+  EXPECT_LOWBIT_ERROR(load(tiny_plus([](auto&) {}, gptj)),
+                      "architecture 'gptj' is not supported (general.architecture; supported: llama, mistral, qwen2)");
+  EXPECT_LOWBIT_ERROR(load(tiny_plus([](auto& w) { w.add("llama.rope.scaling.type", V::string("yarn")); })),
+                      "llama.rope.scaling.type = 'yarn' is not supported (supported: none, linear, llama3)");
+  EXPECT_LOWBIT_ERROR(load(tiny_plus([](auto& w) { w.add("llama.rope.scaling.type", V::string("linear")); })),
+                      "missing key 'llama.rope.scaling.factor' (rope.scaling.type is linear)");
+  EXPECT_LOWBIT_ERROR(load(tiny_plus([](auto& w) {
+                        w.add("llama.rope.scaling.type", V::string("llama3"));
+                        w.add("llama.rope.scaling.factor", V::f32(8.0f));
+                      })),
+                      "missing key 'llama.rope.scaling.original_context_length'");
+  EXPECT_NO_THROW(load(tiny_plus([](auto& w) { w.add("llama.rope.scaling.type", V::string("none")); })));
+  TinyLlamaSpec qwen;
+  qwen.architecture = "qwen2";
+  EXPECT_LOWBIT_ERROR(load(tiny_plus([](auto&) {}, qwen, "blk.1.attn_v.bias")), "missing tensor 'blk.1.attn_v.bias'");
+}
+
+TEST(EngineModel, Llama3ScalingFromMetadataAndSlidingWindow) {
+  using V = engine::GgufMetadataValue;
+  const Model model = Model::from_gguf(GgufFile::from_bytes(tiny_plus([](auto& w) {
+    w.add("llama.rope.scaling.type", V::string("llama3"));
+    w.add("llama.rope.scaling.factor", V::f32(8.0f));
+    w.add("llama.rope.scaling.original_context_length", V::u32(64));
+    w.add("llama.attention.sliding_window", V::u32(100));
+  })));
+  const engine::ModelConfig& c = model.config();
+  EXPECT_EQ(c.rope_freq_factors, engine::llama3_rope_factors(10000.0, 16, 8.0, 1.0, 4.0, 64.0));
+  EXPECT_EQ(c.sliding_window, 100);
+  EXPECT_EQ(c.context_length, 100);  // capped from 256
 }
 
 TEST(EngineModel, PerplexityWindowsAndNll) {

@@ -1,4 +1,6 @@
-// ggml block decoding, checked against blocks whose values are worked out by hand.
+// ggml block decoding, checked against blocks whose values are worked out by hand
+// (python/tests/test_gguf_dequant.py checks every type bit for bit against gguf's
+// NumPy decoders on random blocks).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,6 +9,7 @@
 #include "common/expect_error.h"
 #include "common/gguf_writer.h"
 #include "engine/gguf/dequant.h"
+#include "engine/gguf/k_scales.h"
 #include "engine/gguf/reader.h"
 
 namespace lowbit::test {
@@ -67,6 +70,93 @@ TEST(GgmlDequant, Q4_0) {
   }
 }
 
+TEST(GgmlDequant, Q5_0AndQ5_1TakeTheFifthBitFromTheWord) {
+  // qh = 0xaaaaaaaa: odd elements have bit 4 set; byte j holds j (low) and 15 - j (high).
+  std::vector<std::uint8_t> q5_0, q5_1;
+  put16(q5_0, 0x4000);  // d = 2
+  put16(q5_1, 0x3800);  // d = 0.5
+  put16(q5_1, 0xbc00);  // m = -1
+  for (std::vector<std::uint8_t>* b : {&q5_0, &q5_1}) {
+    for (int k = 0; k < 4; ++k) b->push_back(0xaa);
+    for (int j = 0; j < 16; ++j) b->push_back(static_cast<std::uint8_t>(j | ((15 - j) << 4)));
+  }
+  std::vector<float> a(32), b(32);
+  dequantize_row(GgmlType::q5_0, q5_0.data(), a.data(), 32);
+  dequantize_row(GgmlType::q5_1, q5_1.data(), b.data(), 32);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j + (j % 2) * 16, hi = (15 - j) + ((j + 16) % 2) * 16;
+    EXPECT_EQ(a[j], (lo - 16) * 2.0f) << j;
+    EXPECT_EQ(a[j + 16], (hi - 16) * 2.0f) << j;
+    EXPECT_EQ(b[j], lo * 0.5f - 1.0f) << j;
+    EXPECT_EQ(b[j + 16], hi * 0.5f - 1.0f) << j;
+  }
+}
+
+// The packed 6-bit scales: literal bytes for sub-blocks 0 and 4, and a round trip of
+// every value through the writer's packing.
+TEST(GgmlDequant, KQuantScalesAndMins) {
+  std::uint8_t packed[12] = {};
+  packed[0] = 0x41;  // sub-block 0 scale 1; top bits 01: sub-block 4's scale high bits
+  packed[4] = 0xc7;  // sub-block 0 min 7; top bits 11: sub-block 4's min high bits
+  packed[8] = 0x52;  // sub-block 4: scale low 2, min low 5
+  EXPECT_EQ(engine::unpack_k_scale_min(packed, 0).scale, 1);
+  EXPECT_EQ(engine::unpack_k_scale_min(packed, 0).min, 7);
+  EXPECT_EQ(engine::unpack_k_scale_min(packed, 4).scale, 2 + 16);
+  EXPECT_EQ(engine::unpack_k_scale_min(packed, 4).min, 5 + 48);
+  for (int v = 0; v < 64; ++v) {
+    engine::KScaleMin values[8];
+    for (int j = 0; j < 8; ++j) {
+      values[j] = {static_cast<std::uint8_t>((v + 7 * j) % 64), static_cast<std::uint8_t>((63 - v + 5 * j) % 64)};
+    }
+    std::uint8_t bytes[12];
+    engine::pack_k_scale_mins(values, bytes);
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_EQ(engine::unpack_k_scale_min(bytes, j).scale, values[j].scale);
+      EXPECT_EQ(engine::unpack_k_scale_min(bytes, j).min, values[j].min);
+    }
+  }
+}
+
+TEST(GgmlDequant, Q4_KSubBlocksAndNibbles) {
+  // d = 1, dmin = 0.5; sub-block s has scale s + 1 and min 2 s (s < 4); sub-blocks 4-7
+  // scale 16 + (s - 4), min 0. Byte l of each 32-byte run: low nibble l % 16, high 15 - l % 16.
+  std::vector<std::uint8_t> b;
+  put16(b, 0x3c00);
+  put16(b, 0x3800);
+  engine::KScaleMin values[8];
+  for (int s = 0; s < 8; ++s) {
+    values[s] = s < 4 ? engine::KScaleMin{static_cast<std::uint8_t>(s + 1), static_cast<std::uint8_t>(2 * s)}
+                      : engine::KScaleMin{static_cast<std::uint8_t>(16 + s - 4), 0};
+  }
+  b.resize(16);
+  engine::pack_k_scale_mins(values, b.data() + 4);
+  for (int l = 0; l < 128; ++l) b.push_back(static_cast<std::uint8_t>((l % 16) | ((15 - l % 16) << 4)));
+  std::vector<float> out(256);
+  dequantize_row(GgmlType::q4_k, b.data(), out.data(), 256);
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32, l = e % 32;
+    const int q = s % 2 == 0 ? l % 16 : 15 - l % 16;
+    EXPECT_EQ(out[e], static_cast<float>(values[s].scale) * q - 0.5f * values[s].min) << e;
+  }
+}
+
+TEST(GgmlDequant, Q6_KSignedScalesAndSixBitCodes) {
+  // d = 0.25; scale of sub-block s is s - 8 (negative for the first half's); ql = 0x5a
+  // and qh = 0b11100100 everywhere: the k-th 32 elements of each half take nibble
+  // (k < 2: 0xa, else 0x5) and 2 bits (k-th pair of qh: 0, 1, 2, 3), minus 32.
+  std::vector<std::uint8_t> b(128, 0x5a);
+  b.resize(192, 0xe4);
+  for (int s = 0; s < 16; ++s) b.push_back(static_cast<std::uint8_t>(static_cast<std::int8_t>(s - 8)));
+  put16(b, 0x3400);
+  std::vector<float> out(256);
+  dequantize_row(GgmlType::q6_k, b.data(), out.data(), 256);
+  for (int e = 0; e < 256; ++e) {
+    const int k = (e % 128) / 32, sub = e / 16;
+    const int q = ((k < 2 ? 0xa : 0x5) | (k << 4)) - 32;
+    EXPECT_EQ(out[e], 0.25f * static_cast<float>(sub - 8) * static_cast<float>(q)) << e;
+  }
+}
+
 TEST(GgmlDequant, PlainFloats) {
   std::vector<std::uint8_t> h;
   for (std::uint16_t v : {0x3c00, 0xc100, 0x7bff, 0x0001}) put16(h, v);  // 1, -2.5, 65504, 2^-24
@@ -88,19 +178,20 @@ TEST(GgmlDequant, PlainFloats) {
 TEST(GgmlDequant, UnsupportedTypesAndPartialBlocksAreNamed) {
   std::vector<std::uint8_t> b(256);
   std::vector<float> out(256);
-  EXPECT_LOWBIT_ERROR(dequantize_row(GgmlType::q6_k, b.data(), out.data(), 256, "tensor 'w'"),
-                      "tensor 'w': type Q6_K is not supported");
+  EXPECT_LOWBIT_ERROR(dequantize_row(GgmlType::iq2_xxs, b.data(), out.data(), 256, "tensor 'w'"),
+                      "tensor 'w': type IQ2_XXS is not supported");
   EXPECT_LOWBIT_ERROR(dequantize_row(GgmlType::q4_1, b.data(), out.data(), 20, "tensor 'w'"),
                       "tensor 'w': 20 elements is not a whole number of Q4_1 blocks of 32");
-  EXPECT_FALSE(engine::can_dequantize(GgmlType::q5_0));
+  EXPECT_FALSE(engine::can_dequantize(GgmlType::q8_k));
+  EXPECT_TRUE(engine::can_dequantize(GgmlType::q5_0));
   EXPECT_TRUE(engine::can_dequantize(GgmlType::bf16));
 }
 
 TEST(GgmlDequant, WholeTensorFromAFile) {
-  // A Q6_K tensor in a valid file: the error names the tensor and its type; a Q8_0
+  // An IQ2_XXS tensor in a valid file: the error names the tensor and its type; a Q8_0
   // tensor of several rows decodes row after row (dims[0] contiguous).
   GgufWriter w;
-  w.add_tensor("odd.weight", {256}, ggml_id::q6_k, std::vector<std::uint8_t>(210));
+  w.add_tensor("odd.weight", {256}, 16, std::vector<std::uint8_t>(66));
   std::vector<std::uint8_t> q8;
   for (int row = 0; row < 3; ++row) {
     put16(q8, 0x3c00);  // d = 1
@@ -109,7 +200,7 @@ TEST(GgmlDequant, WholeTensorFromAFile) {
   w.add_tensor("rows.weight", {32, 3}, ggml_id::q8_0, q8);
   const engine::GgufFile file = engine::GgufFile::from_bytes(w.bytes());
   EXPECT_LOWBIT_ERROR(engine::dequantize_tensor(file.tensor("odd.weight")),
-                      "tensor 'odd.weight': type Q6_K is not supported");
+                      "tensor 'odd.weight': type IQ2_XXS is not supported");
   const std::vector<float> rows = engine::dequantize_tensor(file.tensor("rows.weight"));
   ASSERT_EQ(rows.size(), 96u);
   for (int i = 0; i < 96; ++i) EXPECT_EQ(rows[i], static_cast<float>(i)) << i;

@@ -85,9 +85,9 @@ TEST(GgmlRepack, EveryCodeScaleAndMinLandsWhereTheLayoutSays) {
       for (std::int64_t r = 0; r < n; ++r) {
         for (std::int64_t j = 0; j < k; ++j) {
           const GgmlElement want = ggml_element(bytes, c, k / 32, r, j);
-          int shift = 0;
-          const std::uint8_t byte = packed.codes[static_cast<std::size_t>(layout.code_byte(r, j, &shift))];
-          const int stored = packed.spec.bits == 8 ? byte : (byte >> shift) & 15;
+          const formats::WeightPackLayout::CodePlace place = layout.code_place(r, j);
+          const std::uint8_t byte = packed.codes[static_cast<std::size_t>(place.byte)];
+          const int stored = packed.spec.bits == 8 ? byte : (byte >> place.shift) & 15;
           const int q = formats::weight_code_value(layout, stored);
           ASSERT_EQ(q, c.type == gt::q4_0 ? want.q - 8 : want.q) << "row " << r << " k " << j;
           const auto s = static_cast<std::size_t>(layout.scale_index(r, layout.group_of(j)));

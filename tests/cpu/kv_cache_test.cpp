@@ -123,8 +123,13 @@ TEST(KvCacheApi, BadArgumentsAreNamed) {
   EXPECT_LOWBIT_ERROR(kv_append(layer, 0, t, host.views.k.f16, nullptr), "v: expected a contiguous f16");
   // The token must not live in the cache's buffers.
   const TensorView inside = TensorView::matrix(host.k.f16.data(), DType::f16, Device::cpu, hkv, d);
-  EXPECT_LOWBIT_ERROR(kv_append(layer, 0, inside, t, nullptr), "k: overlaps the cache's buffers");
+  EXPECT_LOWBIT_ERROR(kv_append(layer, 0, inside, t, nullptr), "k_f16: overlaps k in memory; an output must not alias an input");
   kv_append(layer, 0, t, t, nullptr);
+  // kv_read's outputs must not cover the cache it reads.
+  std::vector<std::uint16_t> v_read(static_cast<std::size_t>(hkv * d));
+  EXPECT_LOWBIT_ERROR(kv_read(layer, 1, TensorView::vector(host.v.f16.data(), DType::f16, Device::cpu, hkv * d),
+                              TensorView::vector(v_read.data(), DType::f16, Device::cpu, hkv * d), nullptr),
+                      "k_out: overlaps v_f16");
   std::vector<std::uint16_t> q(static_cast<std::size_t>(3 * d), 0);
   std::vector<float> out(static_cast<std::size_t>(3 * d));
   EXPECT_LOWBIT_ERROR(kv_attention(layer, 1, rows_view(q, 0, 3, d),

@@ -117,6 +117,10 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
   // 4096 positions, 3 blocks a split, 132 SMs: ~2 blocks per SM.
   const DecodeSplitPlan p = core::plan_decode_splits(4096, 3, 132);
   EXPECT_GE(p.splits * 3, 132);
+  // A kernel that keeps 3 blocks a SM resident: 32768 positions of 8 KV heads fill 3 x 132.
+  const DecodeSplitPlan three = core::plan_decode_splits(32768, 8, 132, 3);
+  EXPECT_NEAR(static_cast<double>(three.splits * 8), 3 * 132, 0.1 * 3 * 132);  // splits' lengths are rounded up to 32
+  EXPECT_THROW(core::plan_decode_splits(32768, 8, 132, 0), lowbit::Error);
   EXPECT_EQ(core::decode_heads_per_block(3), 3);
   EXPECT_EQ(core::decode_heads_per_block(4), 4);
   EXPECT_EQ(core::decode_heads_per_block(8), 4);

@@ -188,6 +188,24 @@ TEST_F(AttentionBadInput, Config) {
   EXPECT_LOWBIT_ERROR(attention_workspace_bytes(c, AttentionVariant::tiled_fused), "d_model: expected a multiple of 64");
 }
 
+// out must not alias any input: the weights' codes and scales, the biases, x.
+TEST_F(AttentionBadInput, OutputAliasingAnyInputIsRejected) {
+  const AttentionConfig c = h.config;
+  const std::vector<std::uint8_t> codes_before = h.wq.codes;
+  const auto over = [&](void* data) { return TensorView::matrix(data, DType::f16, Device::cpu, 4, 128); };
+  EXPECT_LOWBIT_ERROR(call(h.x_view(), h.weights(), c, over(h.wq.codes.data())),
+                      "out: overlaps wq.codes in memory; an output must not alias an input");
+  EXPECT_EQ(h.wq.codes, codes_before) << "the weights were written";
+  EXPECT_LOWBIT_ERROR(call(h.x_view(), h.weights(), c, over(h.wv.codes.data() + 64)), "out: overlaps wv.codes");
+  EXPECT_LOWBIT_ERROR(call(h.x_view(), h.weights(), c, over(h.wk.scales.data())), "out: overlaps wk.scales");
+  // A bias at the end of out's span (out reaches into it).
+  std::vector<formats::Half> shared(4 * 128 + 64);
+  AttentionWeights w = h.weights();
+  w.bk = TensorView::vector(shared.data() + 4 * 128 - 1, DType::f16, Device::cpu, 64);
+  EXPECT_LOWBIT_ERROR(call(h.x_view(), w, c, over(shared.data())), "out: overlaps bk");
+  EXPECT_LOWBIT_ERROR(call(h.x_view(), h.weights(), c, over(h.x.data())), "out: overlaps x");
+}
+
 TEST_F(AttentionBadInput, Tensors) {
   const AttentionConfig c = h.config;
   TensorView x = h.x_view();

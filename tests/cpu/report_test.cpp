@@ -208,7 +208,9 @@ TEST(Png, BadArgumentsAndUnwritablePathThrow) {
   EXPECT_LOWBIT_ERROR(encode_png(2, -1, Bytes{}), "png height: expected 1..");
   EXPECT_LOWBIT_ERROR(encode_png(2, 2, Bytes(11)), "png rgb: expected width * height * 3 = 12 bytes, got 11");
   const std::string path = "/nonexistent_lowbit_dir/sub/plot.png";
-  EXPECT_LOWBIT_ERROR(write_png(path, 1, 1, Bytes{0, 0, 0}), "png path '" + path + "': cannot open for writing");
+  EXPECT_LOWBIT_ERROR(write_png(path, 1, 1, Bytes{0, 0, 0}),
+                      "output file: the directory '/nonexistent_lowbit_dir/sub' of '" + path + "' does not exist");
+  EXPECT_LOWBIT_ERROR(write_png("/dev/full", 1, 1, Bytes{0, 0, 0}), "writing '/dev/full' failed: No space left");
 }
 
 // ---- canvas ---------------------------------------------------------------------
@@ -399,7 +401,7 @@ TEST(LinePlot, BadInputsThrowNamingTheProblem) {
   EXPECT_LOWBIT_ERROR(render_line_plot(plot), "plot width: expected 240..8192 pixels, got 10");
   plot.width = 900;
   const std::string path = "/nonexistent_lowbit_dir/plot.png";
-  EXPECT_LOWBIT_ERROR(write_line_plot_png(plot, path), "png path '" + path + "'");
+  EXPECT_LOWBIT_ERROR(write_line_plot_png(plot, path), "of '" + path + "' does not exist");
 }
 
 }  // namespace

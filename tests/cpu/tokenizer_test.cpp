@@ -14,6 +14,7 @@
 #include <iterator>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@ const std::vector<std::pair<std::string, std::string>> k_merges = {
     {"l", "d"},        //
     {"\xC4\xA0wor", "ld"},
     {"1", "2"},        // only reachable when digits are not split one by one
+    {"!", "!"},        //
 };
 
 std::vector<std::string> synthetic_tokens() {
@@ -76,6 +78,7 @@ struct Synthetic {
   std::optional<std::string> chat_template;
   bool with_merges = true, with_tokens = true, with_bos = true, add_bos = false;
   std::int32_t bos = k_im_start;
+  std::optional<std::int32_t> unknown;
 
   Synthetic() {
     for (const auto& [left, right] : k_merges) merges.push_back(left + " " + right);
@@ -94,6 +97,7 @@ struct Synthetic {
     if (with_merges) w.add_string_array("tokenizer.ggml.merges", merges);
     if (with_bos) w.add<std::uint32_t>("tokenizer.ggml.bos_token_id", vt::u32, static_cast<std::uint32_t>(bos));
     w.add<std::uint32_t>("tokenizer.ggml.eos_token_id", vt::u32, k_im_end);
+    if (unknown) w.add<std::uint32_t>("tokenizer.ggml.unknown_token_id", vt::u32, static_cast<std::uint32_t>(*unknown));
     w.add<bool>("tokenizer.ggml.add_bos_token", vt::boolean, add_bos);
     if (chat_template) w.add_string("tokenizer.chat_template", *chat_template);
     return GgufFile::from_bytes(w.bytes());
@@ -159,6 +163,12 @@ TEST(PreTokenizer, Llama3Regex) {
   EXPECT_EQ(split("llama-bpe", "(a)+b;\r\nc"), (Pieces{"(a", ")+", "b", ";\r\n", "c"}));
 }
 
+TEST(PreTokenizer, Qwen2SplitsEveryDigit) {
+  EXPECT_EQ(split("qwen2", "Hello 1234567 I'M\n\n  x"),
+            (Pieces{"Hello", " ", "1", "2", "3", "4", "5", "6", "7", " I", "'M", "\n\n", " ", " x"}));
+  EXPECT_EQ(split("qwen2", "(a)+b;\r\nc 3.5"), (Pieces{"(a", ")+", "b", ";\r\n", "c", " ", "3", ".", "5"}));
+}
+
 TEST(PreTokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
   EXPECT_EQ(split("gpt2", "ab\xFF" "cd\xC3"), (Pieces{"ab", "\xFF", "cd", "\xC3"}));
   // An overlong form, a surrogate and a truncated sequence: one piece per byte.
@@ -167,9 +177,9 @@ TEST(PreTokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
 }
 
 TEST(PreTokenizer, UnknownNameNamesTheSupportedOnes) {
-  EXPECT_LOWBIT_ERROR(PreTokenizer::for_name("qwen2"),
-                      "tokenizer.ggml.pre: unknown pre-tokenizer 'qwen2' (supported: smollm, gpt2, default, llama3, "
-                      "llama-bpe)");
+  EXPECT_LOWBIT_ERROR(PreTokenizer::for_name("falcon"),
+                      "tokenizer.ggml.pre: unknown pre-tokenizer 'falcon' (supported: smollm, gpt2, default, llama3, "
+                      "llama-bpe, qwen2)");
 }
 
 // ---------------------------------------------------------------------------------
@@ -341,10 +351,16 @@ TEST(TokenizerSynthetic, BadMerges) {
 TEST(TokenizerSynthetic, BadIdsAndTypes) {
   Synthetic s;
   s.bos = 100000;
-  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.bos_token_id: expected a token id in [0, 274), got 100000");
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.bos_token_id: expected a token id in [0, 275), got 100000");
+  s = Synthetic();
+  s.types[byte_id('z')] = 7;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type[" + std::to_string(byte_id('z')) +
+                                         "] (token \"z\") = 7: expected 0..6 (undefined, normal");
+  s.types[byte_id('z')] = -1;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "] (token \"z\") = -1: expected 0..6");
   s = Synthetic();
   s.types.pop_back();
-  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type: expected 274 entries (one per token), got 273");
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.token_type: expected 275 entries (one per token), got 274");
   s = Synthetic();
   s.with_bos = false;
   s.add_bos = true;
@@ -354,17 +370,74 @@ TEST(TokenizerSynthetic, BadIdsAndTypes) {
   EXPECT_LOWBIT_ERROR(s.tokenizer().encode("x", true), "encode: add_bos is true, but the file has no");
 }
 
-TEST(TokenizerSynthetic, MissingByteTokenWithoutUnknown) {
+// The bytes of `text` that `t` has a token for: what decode(encode(text)) gives back.
+std::string kept_bytes(const Tokenizer& t, std::string_view text) {
+  std::string kept;
+  for (const char c : text) {
+    if (t.has_byte_token(static_cast<std::uint8_t>(c))) kept += c;
+  }
+  return kept;
+}
+
+bool has_control_token(const Tokenizer& t, const Ids& ids) {
+  return std::any_of(ids.begin(), ids.end(), [&](std::int32_t id) { return t.token_type(id) == TokenType::control; });
+}
+
+TEST(TokenizerSynthetic, ByteWithoutTokenIsDropped) {
   Synthetic s;
   s.tokens[byte_id(0x07)] = "unused";
-  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.tokens: no token for byte 0x07 (spelled \"\xC4\x87\")");
+  const Tokenizer t = s.tokenizer();
+  EXPECT_FALSE(t.has_byte_token(0x07));
+  EXPECT_TRUE(t.has_byte_token(0x08));
+  EXPECT_EQ(t.encode("\x07"), Ids{});
+  EXPECT_EQ(t.encode("x\x07y", false, false), bytes_of("xy"));
+  // The rest of its piece merges as if the byte were absent ("!" "!" is a merge).
+  EXPECT_EQ(t.encode("!\x07!"), (Ids{merged_id(13)}));
+  EXPECT_EQ(t.encode("h\x07" "e"), bytes_of("he"));  // three pieces: letters, punctuation, letters
+  EXPECT_EQ(t.decode(t.encode("a\x07\x07" "b\x07")), "ab");
+}
+
+TEST(TokenizerSynthetic, ByteWithoutTokenNeverBecomesTheUnknownToken) {
+  Synthetic s;
+  s.tokens[byte_id(0x04)] = "unused";
+  s.unknown = k_eot;  // <|endoftext|>, a control token, as in SmolLM2
+  const Tokenizer t = s.tokenizer();
+  EXPECT_EQ(t.unknown_id(), k_eot);
+  const Ids ids = t.encode("abc\x04" "def", false, /*parse_special=*/false);
+  Ids expected = t.encode("abc");
+  for (const std::int32_t id : t.encode("def")) expected.push_back(id);
+  EXPECT_EQ(ids, expected);
+  EXPECT_FALSE(has_control_token(t, ids));
+}
+
+TEST(TokenizerSynthetic, ByteFallbackTokenKeepsTheByte) {
+  Synthetic s;
+  s.tokens[byte_id(0x07)] = "<0x07>";
+  s.types[byte_id(0x07)] = 6;  // byte
+  const Tokenizer t = s.tokenizer();
+  EXPECT_TRUE(t.has_byte_token(0x07));
+  EXPECT_EQ(t.encode("a\x07"), (Ids{byte_id('a'), byte_id(0x07)}));
+  EXPECT_EQ(t.decode(t.encode("a\x07" "b")), "a\x07" "b");
+  // A "<0x07>" that is not typed byte is an ordinary word, not the byte.
+  s.types[byte_id(0x07)] = 1;
+  EXPECT_FALSE(s.tokenizer().has_byte_token(0x07));
+}
+
+TEST(TokenizerSynthetic, VocabularyThatWouldEncodeTextToControlTokensIsRejected) {
+  Synthetic s;
+  s.types[byte_id('q')] = 3;
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.tokens[" + std::to_string(byte_id('q')) +
+                                         "] \"q\": the token of byte 113 is a control token");
+  s = Synthetic();
+  s.types[merged_id(6)] = 3;  // "hello", the result of merge 6
+  EXPECT_LOWBIT_ERROR(s.tokenizer(), "tokenizer.ggml.merges[6] \"hell o\": the merged \"hello\" is a control token");
 }
 
 // ---------------------------------------------------------------------------------
 // The real model
 
-std::optional<std::string> model_path() {
-  if (const char* env = std::getenv("LOWBIT_MODEL")) return std::string(env);
+// A model file in scripts/fetch-model.sh's cache, or nothing.
+std::optional<std::string> cached_model(const std::string& file) {
   std::filesystem::path cache;
   if (const char* env = std::getenv("LOWBIT_CACHE")) {
     cache = env;
@@ -373,15 +446,23 @@ std::optional<std::string> model_path() {
   } else {
     return std::nullopt;
   }
-  const auto path = cache / "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const auto path = cache / "models" / file;
   if (!std::filesystem::exists(path)) return std::nullopt;
   return path.string();
 }
 
-class SmolLM2Tokenizer : public ::testing::Test {
+std::optional<std::string> model_path() {
+  if (const char* env = std::getenv("LOWBIT_MODEL")) return std::string(env);
+  return cached_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+// A fetched model's tokenizer, loaded once per suite; the suite skips without the file.
+// Model: path() (nothing when absent) and `missing`, the message then.
+template <class Model>
+class FetchedTokenizer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = model_path();
+    path_ = Model::path();
     if (!path_) return;
     try {
       file_ = new GgufFile(GgufFile::open(*path_));
@@ -397,9 +478,7 @@ class SmolLM2Tokenizer : public ::testing::Test {
     file_ = nullptr;
   }
   void SetUp() override {
-    if (!path_) {
-      GTEST_SKIP() << "SmolLM2-135M-Instruct.Q4_1.gguf not found: run scripts/fetch-model.sh or set LOWBIT_MODEL";
-    }
+    if (!path_) GTEST_SKIP() << Model::missing;
     ASSERT_NE(tokenizer_, nullptr) << *path_ << ": " << load_error_;
   }
   static inline std::optional<std::string> path_;
@@ -407,6 +486,26 @@ class SmolLM2Tokenizer : public ::testing::Test {
   static inline GgufFile* file_ = nullptr;
   static inline Tokenizer* tokenizer_ = nullptr;
 };
+
+struct SmolLM2 {
+  static std::optional<std::string> path() { return model_path(); }
+  static constexpr const char* missing =
+      "SmolLM2-135M-Instruct.Q4_1.gguf not found: run scripts/fetch-model.sh or set LOWBIT_MODEL";
+};
+using SmolLM2Tokenizer = FetchedTokenizer<SmolLM2>;
+
+struct IdCase {
+  std::string text;
+  Ids ids;
+};
+
+// Each text encodes to its ids, which decode back to it.
+void expect_ids(const Tokenizer& tokenizer, const std::vector<IdCase>& cases) {
+  for (const IdCase& c : cases) {
+    EXPECT_EQ(tokenizer.encode(c.text), c.ids) << "text: " << c.text;
+    EXPECT_EQ(tokenizer.decode(c.ids), c.text);
+  }
+}
 
 TEST_F(SmolLM2Tokenizer, Metadata) {
   const Tokenizer& t = *tokenizer_;
@@ -424,41 +523,77 @@ TEST_F(SmolLM2Tokenizer, Metadata) {
   EXPECT_FALSE(t.is_end_of_generation(198));
 }
 
-// Expected ids from Hugging Face `tokenizers` 0.23 (transformers 5.2x): the vocabulary
-// and merges read from this GGUF by transformers' GGUF tokenizer converter
-// (integrations/gguf/gguf_tokenizer_mapping.convert_gguf_tokenizer), with the
-// pre-tokenizer of SmolLM2's tokenizer.json set on it (Sequence[Digits(individual_digits),
-// ByteLevel(add_prefix_space=False, use_regex=True)]), then
-// tok.encode(text, add_special_tokens=False).ids; decode(ids) gave back each text.
+// Texts and Hugging Face's ids for them (tests/data/smollm2_tokenizer_cases.tsv:
+// UTF-8 hex, ids): from the tokenizer that transformers builds from this GGUF, with the
+// pre-tokenizer of SmolLM2's tokenizer.json, Sequence[Digits(individual_digits),
+// ByteLevel(add_prefix_space=False, use_regex=True)]: tok.encode(text,
+// add_special_tokens=False).ids. scripts/check_tokenizer_hf.py compares lowbit with HF
+// live on the same texts.
+struct HfCase {
+  std::string text;
+  Ids ids;
+};
+
+std::vector<HfCase> read_hf_cases() {
+  std::ifstream in(LOWBIT_TOKENIZER_CASES);
+  EXPECT_TRUE(in) << "cannot read " << LOWBIT_TOKENIZER_CASES;
+  std::vector<HfCase> cases;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string hex, ids;
+    std::getline(fields, hex, '\t');
+    std::getline(fields, ids, '\t');
+    HfCase c;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+      c.text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    std::istringstream id_list(ids);
+    for (std::int32_t id; id_list >> id;) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 TEST_F(SmolLM2Tokenizer, IdsMatchHuggingFace) {
-  struct Case {
-    std::string text;
-    Ids ids;
-  };
-  const std::vector<Case> cases = {
-      {"Hello world", {19556, 905}},
-      {"The year 2024 had 365 days; pi is 3.14159.",
-       {504, 713, 216, 34, 32, 34, 36, 761, 216, 35, 38, 37, 2009, 43, 16916, 314, 216, 35, 30, 33, 36, 33, 37, 41,
-        30}},
-      {"multiple   spaces    here  ", {30404, 256, 5600, 333, 1535, 256}},
-      {"line one\nline two\n\n\nend\r\n", {1311, 582, 198, 1311, 827, 1116, 198, 486, 2738}},
-      {"I'm sure they'll say it's fine, don't you think? We've seen it. I'D",
-       {57, 5248, 2090, 502, 3060, 1643, 357, 506, 4979, 28, 1326, 982, 346, 1510, 47, 1046, 3543, 2269, 357, 30,
-        339, 23, 52}},
-      {"Caf\u00e9 na\u00efve r\u00e9sum\u00e9", {51, 1939, 2756, 15486, 46494, 412, 2756, 5422, 2756}},
-      {"\u4e2d\u6587\u5206\u8bcd\u6d4b\u8bd5", {28589, 29184, 37349, 16313, 231, 43222, 229, 16313, 239}},
-      {"Emoji: \U0001F600\U0001F44D\U0001F3FD and \u2764\uFE0F",
-       {10809, 33777, 42, 40303, 218, 10813, 235, 231, 10813, 233, 138, 284, 4636, 247, 114, 31752}},
-      {"  leading\ttabs\t\tand\u00a0nbsp\u0085nel",
-       {216, 2899, 197, 100, 7366, 197, 197, 397, 15442, 94, 32093, 141, 223, 5824}},
-      {"code: def f(x):\n    return x**2  # square",
-       {4635, 42, 753, 275, 24, 104, 727, 472, 1003, 1792, 828, 34, 216, 907, 5222}},
-      {"a<|endoftext|>b <reponame>c<|im_start|>user\nHi<|im_end|>", {81, 0, 82, 216, 4, 83, 1, 4093, 198, 26843, 2}},
-      {"12345678901234567890", {33, 34, 35, 36, 37, 38, 39, 40, 41, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 32}},
-  };
-  for (const Case& c : cases) {
+  const std::vector<HfCase> cases = read_hf_cases();
+  ASSERT_GE(cases.size(), 19u);
+  for (const HfCase& c : cases) {
     EXPECT_EQ(tokenizer_->encode(c.text), c.ids) << "text: " << c.text;
-    EXPECT_EQ(tokenizer_->decode(c.ids), c.text);
+    EXPECT_EQ(tokenizer_->decode(c.ids), kept_bytes(*tokenizer_, c.text));
+  }
+}
+
+// The bytes the vocabulary has no token for (what Hugging Face drops too, above).
+TEST_F(SmolLM2Tokenizer, ExactlyTheBytesWithoutTokenAreDropped) {
+  const std::vector<int> missing = {0x04, 0x06, 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2, 0xF5,
+                                    0xF6, 0xF7, 0xF8, 0xF9, 0xFA, 0xFB, 0xFC, 0xFD, 0xFE, 0xFF};
+  for (int b = 0; b < 256; ++b) {
+    const bool dropped = std::find(missing.begin(), missing.end(), b) != missing.end();
+    EXPECT_EQ(tokenizer_->has_byte_token(static_cast<std::uint8_t>(b)), !dropped) << "byte " << b;
+    const std::string text = "ab" + std::string(1, static_cast<char>(b)) + "cd";
+    const Ids ids = tokenizer_->encode(text, false, /*parse_special=*/false);
+    EXPECT_FALSE(has_control_token(*tokenizer_, ids)) << "byte " << b;
+    EXPECT_EQ(tokenizer_->decode(ids), dropped ? "abcd" : text) << "byte " << b;
+  }
+}
+
+// Plain text (special tokens not parsed) never reaches the model as a control token,
+// and comes back whole but for the bytes without a token.
+TEST_F(SmolLM2Tokenizer, PlainTextNeverEncodesToAControlToken) {
+  LOWBIT_TEST_RNG(rng);
+  const std::vector<std::string> fragments = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "hello", " world",
+                                              "\x04", "\xF1\x90\x80\x80", "\xFF", "\n", "12"};
+  std::uniform_int_distribution<int> byte(0, 255), length(0, 24), choice(0, 2);
+  std::uniform_int_distribution<std::size_t> fragment(0, fragments.size() - 1);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    for (int i = length(rng); i > 0; --i) {
+      text += choice(rng) == 0 ? fragments[fragment(rng)] : std::string(1, static_cast<char>(byte(rng)));
+    }
+    const Ids ids = tokenizer_->encode(text, false, /*parse_special=*/false);
+    ASSERT_FALSE(has_control_token(*tokenizer_, ids)) << "trial " << trial;
+    ASSERT_EQ(tokenizer_->decode(ids), kept_bytes(*tokenizer_, text)) << "trial " << trial;
   }
 }
 
@@ -518,6 +653,72 @@ TEST_F(SmolLM2Tokenizer, WikiText2TestSetRoundTrips) {
   }
   std::printf("[ wikitext ] %zu lines -> %zu tokens line by line\n", lines, line_tokens);
   EXPECT_EQ(line_tokens, 301948u);
+}
+
+// ---------------------------------------------------------------------------------
+// Qwen2.5-Coder-0.5B-Instruct (scripts/fetch-model.sh qwen2.5-0.5b): the qwen2 split
+
+struct Qwen2 {
+  static std::optional<std::string> path() { return cached_model("Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"); }
+  static constexpr const char* missing =
+      "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf not fetched: scripts/fetch-model.sh qwen2.5-0.5b";
+};
+using Qwen2Tokenizer = FetchedTokenizer<Qwen2>;
+
+TEST_F(Qwen2Tokenizer, Metadata) {
+  const Tokenizer& t = *tokenizer_;
+  EXPECT_EQ(t.vocab_size(), 151936);
+  EXPECT_EQ(t.pre_tokenizer_name(), "qwen2");
+  EXPECT_EQ(t.bos_id(), 151643);
+  EXPECT_EQ(t.eos_id(), 151645);
+  EXPECT_FALSE(t.add_bos());
+  EXPECT_TRUE(t.is_end_of_generation(151645));  // <|im_end|>
+  EXPECT_TRUE(t.is_end_of_generation(151643));  // <|endoftext|>
+  EXPECT_FALSE(t.is_end_of_generation(151644));  // <|im_start|>
+}
+
+// Expected ids from Hugging Face `tokenizers` 0.23.3, the tokenizer built from this
+// GGUF as transformers' Qwen2Converter builds it (BPE over tokenizer.ggml.tokens and
+// merges, NFC, Qwen2's split regex isolated, ByteLevel without its regex; control
+// tokens added as special), then encode(text, add_special_tokens=False).ids.
+// scripts/check_tokenizer_hf.py compares against transformers itself where it is installed.
+TEST_F(Qwen2Tokenizer, IdsMatchHuggingFace) {
+  expect_ids(*tokenizer_, {
+      {"Hello world", {9707, 1879}},
+      {"The year 2024 had 365 days; pi is 3.14159.",
+       {785, 1042, 220, 17, 15, 17, 19, 1030, 220, 18, 21, 20, 2849, 26, 8938, 374, 220, 18, 13, 16, 19, 16, 20, 24,
+        13}},
+      {"multiple   spaces    here  ", {35673, 256, 12621, 262, 1588, 256}},
+      {"line one\nline two\n\n\nend\r\n", {1056, 825, 198, 1056, 1378, 1406, 408, 319}},
+      {"I'm sure they'll say it's fine, don't you think? We've seen it. I'D WE'LL",
+       {40, 2776, 2704, 807, 3278, 1977, 432, 594, 6915, 11, 1513, 944, 498, 1744, 30, 1205, 3003, 3884, 432, 13, 358,
+        27705, 19677, 6, 4086}},
+      {"Caf\u00e9 na\u00efve r\u00e9sum\u00e9", {34, 2577, 963, 94880, 586, 9333, 1242, 963}},
+      {"\u4e2d\u6587\u5206\u8bcd\u6d4b\u8bd5", {104811, 17177, 99689, 81705}},
+      {"Emoji: \U0001F600\U0001F44D\U0001F3FD and \u2764\uFE0F",
+       {92731, 25, 90316, 144349, 145375, 323, 70470, 30543}},
+      {"  leading\ttabs\t\tand\u00a0nbsp\u0085nel", {220, 6388, 3244, 3435, 197, 52477, 4102, 5674, 126, 227, 8138}},
+      {"code: def f(x):\n    return x**2  # square",
+       {1851, 25, 707, 282, 2075, 982, 262, 470, 856, 334, 17, 220, 671, 9334}},
+      {"a<|endoftext|>b <|im_start|>user\nHi<|im_end|>", {64, 151643, 65, 220, 151644, 872, 198, 13048, 151645}},
+  });
+}
+
+// The whole WikiText-2 test split, as bytes (its CRLF line ends kept; it is already NFC,
+// so HF's normalizer changes nothing): the count and FNV-1a hash of Hugging Face's ids,
+// built as above.
+TEST_F(Qwen2Tokenizer, WikiText2MatchesHuggingFace) {
+  const char* path = std::getenv("LOWBIT_WIKITEXT");
+  const std::string file = path ? path : LOWBIT_WIKITEXT_DEFAULT;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) GTEST_SKIP() << "WikiText-2 not found at " << file;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const Ids ids = tokenizer_->encode(text);
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (const std::int32_t id : ids) hash = (hash ^ static_cast<std::uint64_t>(id)) * 0x100000001b3ull;
+  EXPECT_EQ(ids.size(), 298938u);
+  EXPECT_EQ(hash, 0x2e2f8eac2898f015ull);
+  EXPECT_EQ(tokenizer_->decode(ids), text);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Writes small valid GGUF files into a directory, as seeds for gguf_fuzz: every
-// metadata type, nested arrays, tensors of several types, two alignments.
+// metadata type, nested arrays, tensors of several types (every K-quant the engine
+// decodes among them), two alignments, and whole tiny models with their tokenizer
+// (tests/common/tiny_llama.h), tied and untied.
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "common/gguf_writer.h"
+#include "common/tiny_llama.h"
 
 namespace {
 
@@ -60,6 +63,27 @@ GgufWriter tensors(std::uint32_t alignment) {
   return w;
 }
 
+std::vector<std::uint8_t> tiny_model(bool tied) {
+  lowbit::test::TinyLlamaSpec spec;
+  spec.layers = 1, spec.d_model = 32, spec.heads = 2, spec.kv_heads = 1, spec.head_dim = 16, spec.ffn = 32;
+  spec.vocab = 280, spec.tied = tied, spec.with_tokenizer = true;
+  return lowbit::test::make_tiny_llama(spec).gguf;
+}
+
+// One tensor of each type a Q4_K_M / Q5_K_M file holds, several blocks each.
+GgufWriter k_quants() {
+  GgufWriter w;
+  w.add_string("general.architecture", "qwen2");
+  w.add_tensor("q5_0", {64, 2}, gt::q5_0, filled(4 * 22));
+  w.add_tensor("q5_1", {32, 3}, gt::q5_1, filled(3 * 24));
+  w.add_tensor("q2_k", {256}, gt::q2_k, filled(84));
+  w.add_tensor("q3_k", {256, 2}, gt::q3_k, filled(2 * 110));
+  w.add_tensor("q4_k", {512}, gt::q4_k, filled(2 * 144));
+  w.add_tensor("q5_k", {256, 1, 2}, gt::q5_k, filled(2 * 176));
+  w.add_tensor("q6_k", {256, 3}, gt::q6_k, filled(3 * 210));
+  return w;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,14 +91,13 @@ int main(int argc, char** argv) {
     std::cerr << "usage: gguf_fuzz_seeds DIRECTORY\n";
     return 2;
   }
-  const std::vector<std::pair<std::string, GgufWriter>> seeds = {
-      {"scalars.gguf", scalars()},
-      {"tokenizer.gguf", tokenizer()},
-      {"tensors32.gguf", tensors(32)},
-      {"tensors8.gguf", tensors(8)},
+  const std::vector<std::pair<std::string, std::vector<std::uint8_t>>> seeds = {
+      {"scalars.gguf", scalars().bytes()},       {"tokenizer.gguf", tokenizer().bytes()},
+      {"tensors32.gguf", tensors(32).bytes()},   {"tensors8.gguf", tensors(8).bytes()},
+      {"k_quants.gguf", k_quants().bytes()},     {"model_tied.gguf", tiny_model(true)},
+      {"model_untied.gguf", tiny_model(false)},
   };
-  for (const auto& [name, writer] : seeds) {
-    const std::vector<std::uint8_t> bytes = writer.bytes();
+  for (const auto& [name, bytes] : seeds) {
     const std::string path = std::string(argv[1]) + "/" + name;
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));

@@ -140,72 +140,97 @@ TEST_F(KvCacheGpu, AppendWritesTheCpuQuantizeBuffers) {
   }
 }
 
+// Each kernel (simt, mma) against the twin: every policy, head_dim 64 and 128, lengths from
+// one token to several splits (4097: a last split of one position), GQA groups 3 and 4
+// everywhere and every group from 1 to 8 at two lengths, f32 and f16 outputs.
+struct Heads {
+  std::int64_t h, hkv;
+};
+
+struct AttentionCase {
+  ce::AttentionKernel kernel;
+  std::int64_t d;
+  Heads heads;
+  std::int64_t length;
+};
+
+std::vector<AttentionCase> attention_cases() {
+  std::vector<AttentionCase> out;
+  for (const auto kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
+    for (const std::int64_t d : {64, 128}) {
+      for (const Heads hh : {Heads{9, 3}, Heads{32, 8}}) {
+        for (const std::int64_t length : {1, 7, 31, 33, 48, 49, 300, 4097, 5000}) out.push_back({kernel, d, hh, length});
+      }
+    }
+    for (std::int64_t ratio = 1; ratio <= 8; ++ratio) {
+      for (const std::int64_t length : {65, 2049}) out.push_back({kernel, 128, Heads{2 * ratio, 2}, length});
+    }
+  }
+  return out;
+}
+
 TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
   LOWBIT_TEST_RNG(rng);
-  struct Heads {
-    std::int64_t h, hkv;
-  };
   for (const Case& c : kCases) {
-    for (std::int64_t d : {64, 128}) {
-      for (Heads hh : {Heads{9, 3}, Heads{32, 8}}) {
-        for (std::int64_t length : {1, 7, 48, 49, 300, 5000}) {
-          for (DType out_dtype : {DType::f32, DType::f16}) {
-            SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
-                         std::to_string(hh.hkv) + " length " + std::to_string(length) + " out " +
-                         dtype_name(out_dtype));
-            const ce::KvLayerShape s = kv_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
-            const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
-            const auto q = random_f16(rng, hh.h, d, 1.5f);
-            const KvTwin twin = build_kv_twin(s, length, k, v);
-            const TwinAttention ref = twin_attention(twin, q, hh.h);
+    for (const AttentionCase& ac : attention_cases()) {
+      const std::int64_t d = ac.d, length = ac.length;
+      const Heads hh = ac.heads;
+      for (DType out_dtype : {DType::f32, DType::f16}) {
+        SCOPED_TRACE(std::string(c.name) + (ac.kernel == ce::AttentionKernel::mma ? " mma" : " simt") + " D " +
+                     std::to_string(d) + " H " + std::to_string(hh.h) + "/" + std::to_string(hh.hkv) +
+                     " length " + std::to_string(length) + " out " + dtype_name(out_dtype));
+        const ce::KvLayerShape s = kv_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
+        const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
+        const auto q = random_f16(rng, hh.h, d, 1.5f);
+        const KvTwin twin = build_kv_twin(s, length, k, v);
+        const TwinAttention ref = twin_attention(twin, q, hh.h);
 
-            DeviceLayer layer(s);
-            layer.upload(twin);
-            core::DeviceBuffer qd(q.size() * 2);
-            LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
-            const ce::DecodeSplitPlan plan = ce::kv_attention_plan(s, twin.span, hh.h);
-            const std::size_t ws_bytes = core::decode_workspace_bytes(hh.h, d, plan.splits);
-            GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(hh.h * d) * dtype_size(out_dtype));
-            ws.poison(kFloatPoison);
-            out.poison(kFloatPoison);
-            ce::kv_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(), ws_bytes,
-                                 nullptr);
-            LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-            EXPECT_TRUE(out.guards_intact("out"));
-            EXPECT_TRUE(ws.guards_intact("workspace"));
+        DeviceLayer layer(s);
+        layer.upload(twin);
+        core::DeviceBuffer qd(q.size() * 2);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+        const ce::DecodeSplitPlan plan = ce::kv_attention_plan(s, twin.span, hh.h, ac.kernel);
+        const std::size_t ws_bytes = core::decode_workspace_bytes(hh.h, d, plan.splits);
+        GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(hh.h * d) * dtype_size(out_dtype));
+        ws.poison(kFloatPoison);
+        out.poison(kFloatPoison);
+        ce::kv_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(), ws_bytes,
+                         nullptr, ac.kernel);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(out.guards_intact("out"));
+        EXPECT_TRUE(ws.guards_intact("workspace"));
 
-            const std::vector<std::uint8_t> raw = out.download_bytes();
-            int bad = 0;
-            double worst = 0.0;
-            for (std::int64_t i = 0; i < hh.h * d; ++i) {
-              const auto e = static_cast<std::size_t>(i);
-              const std::size_t h = e / static_cast<std::size_t>(d);
-              float got;
-              if (out_dtype == DType::f32) {
-                std::memcpy(&got, raw.data() + 4 * e, 4);
-              } else {
-                std::uint16_t bits;
-                std::memcpy(&bits, raw.data() + 2 * e, 2);
-                got = formats::half_to_float({bits});
-              }
-              const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) +
-                                 (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
-              const double err = std::fabs(static_cast<double>(got) - ref.out[e]);
-              if (!(err <= tol)) {
-                if (bad++ < 5) ADD_FAILURE() << "head " << h << " channel " << i % d << ": got " << got << ", want "
-                                             << ref.out[e] << " (tolerance " << tol << ")";
-              }
-              if (err == err) worst = std::max(worst, err / tol);
-            }
-            EXPECT_EQ(bad, 0) << "elements out of tolerance; splits " << plan.splits << " of " << plan.split_len;
-            if (length == 5000 && out_dtype == DType::f32) {
-              std::printf("%s D %lld H %lld/%lld length 5000: %lld splits of %lld, worst error %.3f of tolerance\n",
-                          c.name, static_cast<long long>(d), static_cast<long long>(hh.h),
-                          static_cast<long long>(hh.hkv), static_cast<long long>(plan.splits),
-                          static_cast<long long>(plan.split_len), worst);
-            }
+        const std::vector<std::uint8_t> raw = out.download_bytes();
+        int bad = 0;
+        double worst = 0.0;
+        for (std::int64_t i = 0; i < hh.h * d; ++i) {
+          const auto e = static_cast<std::size_t>(i);
+          const std::size_t h = e / static_cast<std::size_t>(d);
+          float got;
+          if (out_dtype == DType::f32) {
+            std::memcpy(&got, raw.data() + 4 * e, 4);
+          } else {
+            std::uint16_t bits;
+            std::memcpy(&bits, raw.data() + 2 * e, 2);
+            got = formats::half_to_float({bits});
           }
+          const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) +
+                             (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
+          const double err = std::fabs(static_cast<double>(got) - ref.out[e]);
+          if (!(err <= tol)) {
+            if (bad++ < 5) ADD_FAILURE() << "head " << h << " channel " << i % d << ": got " << got << ", want "
+                                         << ref.out[e] << " (tolerance " << tol << ")";
+          }
+          if (err == err) worst = std::max(worst, err / tol);
         }
+        EXPECT_EQ(bad, 0) << "elements out of tolerance; splits " << plan.splits << " of " << plan.split_len;
+        if (length == 5000 && out_dtype == DType::f32) {
+          std::printf("%s %s D %lld H %lld/%lld length 5000: %lld splits of %lld, worst error %.3f of tolerance\n",
+                      c.name, ac.kernel == ce::AttentionKernel::mma ? "mma" : "simt", static_cast<long long>(d),
+                      static_cast<long long>(hh.h), static_cast<long long>(hh.hkv),
+                      static_cast<long long>(plan.splits), static_cast<long long>(plan.split_len), worst);
+        }
+        if (HasFailure()) return;
       }
     }
   }

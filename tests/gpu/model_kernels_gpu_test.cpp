@@ -1,10 +1,15 @@
-// The engine's greedy argmax kernel (cuda/model/model_cuda.h) against a CPU twin of
-// its contract: the largest logit, the lowest id on ties, NaN never wins (all NaN: token
-// 0), then ++*advance. Fresh random f16 logits of awkward vocabulary sizes (around the
-// 8-wide vector loads and the 1024-thread block), at aligned and unaligned addresses,
-// with planted ties, infinities and NaNs.
+// The engine's small kernels (cuda/model/model_cuda.h) against CPU twins:
+// - greedy argmax: the largest logit, the lowest id on ties, NaN never wins (all NaN:
+//   token 0), then ++*advance, and a NaN or Inf raises the non-finite flag. Fresh random
+//   f16 logits of awkward vocabulary sizes (around the 8-wide vector loads and the
+//   1024-thread block), at aligned and unaligned addresses, with planted ties,
+//   infinities and NaNs.
+// - add + RMSNorm: x += delta exactly (f32 + f16), h = x / rms(x) * w within one f16 ulp
+//   of the FP64 value; widths on both kernels (the register one: multiples of 4 up to
+//   16384; the loop one: the rest).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -57,17 +62,67 @@ TEST_F(ForwardKernelsGpu, ArgmaxToken) {
         } else if (pattern == 4) {  // all NaN
           for (auto& l : logits) l = kNaN;
         }
-        core::DeviceBuffer d_logits((logits.size() + 256) * 2), d_state(8);
+        core::DeviceBuffer d_logits((logits.size() + 256) * 2), d_state(12);
         std::uint16_t* device_logits = d_logits.as<std::uint16_t>() + 128 + shift;
         LOWBIT_CUDA_CHECK(cudaMemcpy(device_logits, logits.data(), logits.size() * 2, cudaMemcpyHostToDevice));
-        const std::int32_t state[2] = {-7, 41};  // token poisoned, position
-        LOWBIT_CUDA_CHECK(cudaMemcpy(d_state.data(), state, 8, cudaMemcpyHostToDevice));
+        const std::int32_t state[3] = {-7, 41, 0};  // token poisoned, position, non-finite flag
+        LOWBIT_CUDA_CHECK(cudaMemcpy(d_state.data(), state, 12, cudaMemcpyHostToDevice));
         std::int32_t* token = d_state.as<std::int32_t>();
-        cuda::model::argmax_token(device_logits, vocab, token, token + 1, nullptr);
+        cuda::model::argmax_token(device_logits, vocab, token, token + 1, token + 2, nullptr);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<std::int32_t> got = download<std::int32_t>(d_state.data(), 2);
+        const std::vector<std::int32_t> got = download<std::int32_t>(d_state.data(), 3);
         EXPECT_EQ(got[0], argmax_twin(logits));
         EXPECT_EQ(got[1], 42) << "the position did not advance once";
+        EXPECT_EQ(got[2], pattern >= 2 ? 1 : 0) << "the non-finite flag";
+      }
+    }
+  }
+}
+
+TEST_F(ForwardKernelsGpu, AddRmsNorm) {
+  LOWBIT_TEST_RNG(rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const std::int64_t d : {4, 64, 576, 2048, 2052, 4096, 16384, 577, 16388}) {
+    for (const std::int64_t rows : {1, 3}) {
+      for (const bool with_delta : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "d " << d << " rows " << rows << " delta " << with_delta);
+        const auto count = static_cast<std::size_t>(rows * d);
+        std::vector<float> x(count), w(static_cast<std::size_t>(d));
+        std::vector<std::uint16_t> delta(count);
+        for (float& v : x) v = 3.0f * normal(rng);
+        for (float& v : w) v = 1.0f + 0.1f * normal(rng);
+        for (auto& v : delta) v = formats::from_float<formats::Half>(normal(rng)).bits;
+        core::DeviceBuffer dx(count * 4), dw(w.size() * 4), dd(count * 2), dh(count * 2);
+        LOWBIT_CUDA_CHECK(cudaMemcpy(dx.data(), x.data(), dx.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(dw.data(), w.data(), dw.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemcpy(dd.data(), delta.data(), dd.bytes(), cudaMemcpyHostToDevice));
+        LOWBIT_CUDA_CHECK(cudaMemset(dh.data(), 0xff, dh.bytes()));  // NaN where not written
+        cuda::model::add_rms_norm(dx.as<float>(), with_delta ? dd.as<std::uint16_t>() : nullptr, dw.as<float>(), rows,
+                                  d, 1e-5f, dh.as<std::uint16_t>(), nullptr);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto gx = download<float>(dx.data(), count);
+        const auto gh = download<std::uint16_t>(dh.data(), count);
+        int bad = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          double ss = 0.0;
+          std::vector<float> want_x(static_cast<std::size_t>(d));
+          for (std::int64_t i = 0; i < d; ++i) {
+            const auto e = static_cast<std::size_t>(r * d + i);
+            want_x[static_cast<std::size_t>(i)] =
+                with_delta ? x[e] + formats::half_to_float(formats::Half{delta[e]}) : x[e];
+            ss += static_cast<double>(want_x[static_cast<std::size_t>(i)]) * want_x[static_cast<std::size_t>(i)];
+          }
+          const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + 1e-5);
+          for (std::int64_t i = 0; i < d; ++i) {
+            const auto e = static_cast<std::size_t>(r * d + i);
+            if (gx[e] != want_x[static_cast<std::size_t>(i)] && bad++ < 3) ADD_FAILURE() << "x at " << e;
+            const double want = want_x[static_cast<std::size_t>(i)] * inv * w[static_cast<std::size_t>(i)];
+            const double got = formats::half_to_float(formats::Half{gh[e]});
+            const double ulp = std::ldexp(1.0, std::max(std::ilogb(std::max(std::fabs(want), 1e-7)), -14) - 10);
+            if (!(std::fabs(got - want) <= ulp) && bad++ < 3) ADD_FAILURE() << "h at " << e << ": " << got << " vs " << want;
+          }
+        }
+        EXPECT_EQ(bad, 0);
       }
     }
   }

@@ -114,8 +114,8 @@ void make_weights(Rng& rng, const WeightOnlySpec& spec, std::int64_t n, std::int
   out.w.resize(static_cast<std::size_t>(n * k));
   for (std::int64_t r = 0; r < n; ++r) {
     for (std::int64_t c = 0; c < k; ++c) {
-      int shift = 0;
-      const int stored = (out.codes[layout.code_byte(r, c, &shift)] >> shift) & (spec.bits == 8 ? 0xff : 0xf);
+      const formats::WeightPackLayout::CodePlace place = layout.code_place(r, c);
+      const int stored = (out.codes[place.byte] >> place.shift) & (spec.bits == 8 ? 0xff : 0xf);
       const int q = formats::weight_code_value(layout, stored);
       const std::int64_t s = layout.scale_index(r, layout.group_of(c));
       const double sv = act_value(spec.act_dtype, out.scales[s]);

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 
+#include "core/file_io.h"
 #include "lowbit/error.h"
 
 namespace lowbit::report {
@@ -120,11 +118,7 @@ std::vector<std::uint8_t> encode_png(int width, int height, std::span<const std:
 
 void write_png(const std::string& path, int width, int height, std::span<const std::uint8_t> rgb) {
   const std::vector<std::uint8_t> bytes = encode_png(width, height, rgb);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  LOWBIT_CHECK(out.is_open(), "png path '", path, "': cannot open for writing (", std::strerror(errno), ")");
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  LOWBIT_CHECK(!out.fail(), "png path '", path, "': writing ", bytes.size(), " bytes failed");
+  write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace lowbit::report

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "cuda/async_copy.cuh"
 #include "cuda/gemm/gemm_common.cuh"
 #include "lowbit/cuda_check.h"
 
@@ -32,19 +33,11 @@ namespace lowbit::cuda::gemm {
 
 // ---------------------------------------------------------------- PTX wrappers
 
-__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1; bytes past src_bytes (0..16) are zero-filled
-// and never read.
+using cuda::cp_async_commit;  // cp.async helpers (cuda/async_copy.cuh)
+using cuda::cp_async_wait;
+using cuda::smem_address;
 __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+  cuda::cp_async16(dst, src, src_bytes);
 }
 
 // Four 8x8 matrices of 16-bit elements = four 8-row x 16-byte int8 blocks.
@@ -292,7 +285,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) mma_gemm_kerne
   extern __shared__ __align__(128) std::uint8_t smem[];
   std::uint8_t* const a_compute = smem + kStages * Traits::kStageBytes;
   std::uint8_t* const b_compute = a_compute + TA::kComputeBytes;
-  const std::uint32_t smem_base = shared_address(smem);
+  const std::uint32_t smem_base = smem_address(smem);
 
   // Grouped rasterization of the 1-D grid.
   const int span = Cfg::kGroupM * p.tiles_n;
@@ -361,11 +354,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) mma_gemm_kerne
     if constexpr (!TA::kDirect || !TB::kDirect) {
       if constexpr (!TA::kDirect) {
         TA::template transform<true>(smem + stage_offset, a_compute, kt, p.k, tid);
-        a_src = shared_address(a_compute);
+        a_src = smem_address(a_compute);
       }
       if constexpr (!TB::kDirect) {
         TB::template transform<false>(smem + stage_offset + TA::kStageBytes, b_compute, kt, p.k, tid);
-        b_src = shared_address(b_compute);
+        b_src = smem_address(b_compute);
       }
       __syncthreads();
     }

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "cuda/kv/attention_common.cuh"
 #include "cuda/kv/kv_cuda.h"
 #include "core/pdl.cuh"
 #include "formats/float16.h"
@@ -33,93 +34,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChannels = 16;  // per lane
-constexpr int kMaxSplit = static_cast<int>(DecodeSplitPlan::kMaxSplit);
 constexpr int kPrefetchSteps = 2;  // a warp's first steps held in registers (64 positions at D 64)
-
-struct SplitArgs {
-  KvLayerShape shape;
-  KvLayerBuffers layer;
-  int sink_end, recent_begin, end, visible, split_len, splits, group, n_heads;
-  float q_scale;  // log2(e) / sqrt(D)
-  const std::int32_t* device_pos;  // when set, the span is that of *device_pos + 1 positions
-  // Rows other than the append's may be read before griddepcontrol.wait: the caller
-  // guarantees that they were written by work completed before this step's first kernel.
-  bool prefetch;
-  const __half* q;
-  float* acc;      // [n_heads][splits][D]
-  float* max_sum;  // [n_heads][splits][2]
-  // Fused combine (graph form): the last block of each head group to finish combines
-  // the splits into out; counters (one per block row, zero between calls) count them.
-  unsigned* counters;
-  void* out;
-  bool out_f16;
-  // Rows form (prefill; rows_pos0 >= 0, the chunk's first position): blockIdx.z is the
-  // chunk's row row0 + z; q (the chunk's first row here) and out and the partials (this
-  // launch's first) advance by rows; the ring's FP16 positions come from the chunk
-  // (>= rows_pos0) or the snapshot of the ring before it.
-  long long rows_pos0 = -1, row0 = 0;
-  const __half* chunk_k = nullptr;
-  const __half* chunk_v = nullptr;
-  long long chunk_ld = 0, q_ld = 0, out_ld = 0;
-  const std::uint16_t* snap_k = nullptr;  // [kv_heads][window][D]
-  const std::uint16_t* snap_v = nullptr;
-};
-
-// The combine of one query head's splits, shared by the fused form and the combine
-// kernel so that both give the same bits. One warp turns the splits' (max, sum) into
-// weights 2^(m_s - M) in shared memory (`weights`, >= splits floats) and the total
-// L = sum l_s w_s (fixed shuffle order); then each channel is sum_s acc_s w_s / L with
-// its loads unrolled (the splits' partials are independent L2 reads: one at a time, a
-// 33-split combine was ~10 us of round trips). Loads bypass L1: in the fused form other
-// blocks wrote the partials.
-// A lane's first two (max, sum) pairs are loaded at once and kept in registers: one round
-// of L2 loads for up to 64 splits (this runs at the tail of every decode attention).
-__device__ __forceinline__ float combine_weights(const float* max_sum, int splits, int h, float* weights, int lane) {
-  const float2* ms = reinterpret_cast<const float2*>(max_sum) + static_cast<long long>(h) * splits;
-  const float2 none = make_float2(-INFINITY, 0.0f);
-  const float2 e0 = lane < splits ? __ldcg(ms + lane) : none;
-  const float2 e1 = lane + 32 < splits ? __ldcg(ms + lane + 32) : none;
-  float m = fmaxf(e0.x, e1.x);
-  for (int s = lane + 64; s < splits; s += 32) m = fmaxf(m, __ldcg(ms + s).x);
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float l = 0.0f;
-  auto weigh = [&](int s, float2 e) {
-    const float w = exp2f(e.x - m);
-    weights[s] = w;
-    l = fmaf(e.y, w, l);
-  };
-  if (lane < splits) weigh(lane, e0);
-  if (lane + 32 < splits) weigh(lane + 32, e1);
-  for (int s = lane + 64; s < splits; s += 32) weigh(s, __ldcg(ms + s));
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-  return l;
-}
-
-__device__ __forceinline__ float combine_channel(const float* acc, const float* weights, float total, int splits, int d,
-                                                 int h, int c) {
-  const float* a = acc + static_cast<long long>(h) * splits * d + c;
-  float o = 0.0f;
-#pragma unroll 16
-  for (int s = 0; s < splits; ++s) o = fmaf(__ldcg(a + static_cast<long long>(s) * d), weights[s], o);
-  return o / total;
-}
-
-// Channels c and c + 1 (c even) with 8-byte loads: each channel's sum in combine_channel's
-// order, so the same bits; half the threads, so the fused combine takes one round.
-__device__ __forceinline__ float2 combine_pair(const float* acc, const float* weights, float total, int splits, int d,
-                                               int h, int c) {
-  const float2* a = reinterpret_cast<const float2*>(acc + static_cast<long long>(h) * splits * d + c);
-  float2 o = make_float2(0.0f, 0.0f);
-#pragma unroll 16
-  for (int s = 0; s < splits; ++s) {
-    const float2 v = __ldcg(a + static_cast<long long>(s) * (d / 2));
-    o.x = fmaf(v.x, weights[s], o.x);
-    o.y = fmaf(v.y, weights[s], o.y);
-  }
-  return make_float2(o.x / total, o.y / total);
-}
 
 // Exact small integers to float without I2F (one PRMT or LOP + one FADD): the float
 // 2^23 + b has b in its low mantissa bits. An i8 code q is stored as its two's complement byte;
@@ -145,13 +60,6 @@ __device__ __forceinline__ void halves(const uint4& u, float* x) {
 template <int Bits>
 __device__ __forceinline__ bool in_body(const SplitArgs& a, int pos) {
   return Bits != 0 && pos >= a.sink_end && pos < a.recent_begin;
-}
-
-// The rows this step's append writes: the new token (end - 1) and, under selective, the
-// token that left the window for the body (recent_begin - 1).
-__device__ __forceinline__ bool appended_now(const SplitArgs& a, int pos) {
-  const bool leaves_window = a.shape.body != KvBody::none && a.shape.window > 0 && a.recent_begin > a.sink_end;
-  return pos == a.end - 1 || (leaves_window && pos == a.recent_begin - 1);
 }
 
 template <class T>
@@ -231,16 +139,6 @@ template <int D, int Bits, bool Rows>
 __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head, int pos, int sub,
                                          float (&x)[kChannels]) {
   decode_raw<Bits>(load_raw<D, Bits, Rows>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
-}
-
-// The span fields of a graph launch (length from the position in device memory) or of a
-// row of the rows form.
-__device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
-  const DecodeSpan span = decode_span_unchecked(a.shape, length);
-  a.sink_end = static_cast<int>(span.sink_end);
-  a.recent_begin = static_cast<int>(span.recent_begin);
-  a.end = static_cast<int>(span.end);
-  a.visible = static_cast<int>(span.visible(a.shape));
 }
 
 template <int D, int GQ, int Bits, bool Rows>
@@ -510,11 +408,35 @@ void launch_split(const SplitArgs& a, int gq, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads) {
+namespace {
+
+// Whether the decode forms run on the tensor-core kernel.
+bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::simt) return false;
+  const bool fits = n_heads / shape.kv_heads <= kMmaMaxGroup;
+  LOWBIT_CHECK(fits || kernel == AttentionKernel::automatic, "kv_attention: the mma kernel takes GQA groups of up to ",
+               kMmaMaxGroup, " query heads, got ", n_heads / shape.kv_heads);
+  return fits;
+}
+
+// Blocks a SM that the split plan fills the device with: the mma kernel's occupancy (3 for
+// the quantized bodies at head_dim 128, 2 for FP16), 2 for the SIMT kernel.
+int resident_blocks(const KvLayerShape& shape, bool mma) { return mma ? mma_blocks_per_sm(shape) : 2; }
+
+// Query heads a block of the kernel takes: mma all of a KV head's, simt 1 to 4.
+std::int64_t heads_per_block(std::int64_t n_heads, const KvLayerShape& shape, bool mma) {
+  return mma ? n_heads / shape.kv_heads : decode_heads_per_block(n_heads / shape.kv_heads);
+}
+
+}  // namespace
+
+DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
+                                  AttentionKernel kernel) {
   LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
                n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
-  const int gq = decode_heads_per_block(n_heads / shape.kv_heads);
-  return plan_decode_splits(span.visible(shape), n_heads / gq, core::multiprocessor_count());
+  const bool mma = uses_mma(n_heads, shape, kernel);
+  return plan_decode_splits(span.visible(shape), n_heads / heads_per_block(n_heads, shape, mma),
+                            core::multiprocessor_count(), resident_blocks(shape, mma));
 }
 
 namespace {
@@ -538,7 +460,7 @@ DecodeSplitPlan rows_plan(std::int64_t visible) {
 void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span,
                    const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q,
                    std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
-                   cudaStream_t stream, const RowsLaunch* rows = nullptr) {
+                   cudaStream_t stream, AttentionKernel kernel, const RowsLaunch* rows = nullptr) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "kv_attention: out dtype ",
@@ -560,11 +482,14 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                  "kv_attention: body positions [", span.sink_end, ", ", span.recent_begin,
                  ") outside the body's slots");
   }
-  const DecodeSplitPlan plan = rows ? rows_plan(span.visible(shape)) : kv_attention_plan(shape, span, n_heads);
+  const bool mma = !rows && uses_mma(n_heads, shape, kernel);
+  const DecodeSplitPlan plan =
+      rows ? rows_plan(span.visible(shape)) : kv_attention_plan(shape, span, n_heads, mma ? AttentionKernel::mma
+                                                                                           : AttentionKernel::simt);
   LOWBIT_CHECK(plan.splits <= kMaxSplit, "kv_attention: ", span.visible(shape), " visible positions need ",
                plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
   const int group = static_cast<int>(n_heads / shape.kv_heads);
-  const int gq = rows ? 1 : decode_heads_per_block(group);
+  const int gq = rows ? 1 : static_cast<int>(heads_per_block(n_heads, shape, mma));
   const std::int64_t row_count = rows ? rows->count : 1;
   const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
   const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
@@ -604,7 +529,9 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
   }
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq),
                   static_cast<unsigned>(row_count));
-  if (d == 64) {
+  if (mma) {
+    launch_split_mma(a, grid, stream);
+  } else if (d == 64) {
     launch_split<64>(a, gq, grid, stream);
   } else {
     launch_split<128>(a, gq, grid, stream);
@@ -625,18 +552,19 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
 }  // namespace
 
 void kv_attention(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span, const void* q,
-                      std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
-                      cuda_stream_t stream) {
+                  std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                  cuda_stream_t stream, AttentionKernel kernel) {
   launch_decode(shape, layer, span, nullptr, false, false, q, n_heads, out, out_dtype, workspace, workspace_bytes,
-                stream);
+                stream, kernel);
 }
 
 void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
-                         std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
-                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete) {
+                     std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
+                     void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete,
+                     AttentionKernel kernel) {
   LOWBIT_CHECK(device_pos != nullptr, "kv_attention_at: null device position");
   launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, q, n_heads, out,
-                out_dtype, workspace, workspace_bytes, stream);
+                out_dtype, workspace, workspace_bytes, stream, kernel);
 }
 
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
@@ -668,18 +596,27 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                           out_ld};
     launch_decode(shape, layer, last, nullptr, false, false, chunk.base, n_heads,
                   static_cast<std::uint16_t*>(out) + r0 * out_ld, DType::f16, workspace, workspace_bytes, stream,
-                  &rows);
+                  AttentionKernel::simt, &rows);
   }
 }
 
 std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
                                              std::int64_t max_length) {
-  // A plan's splits are at most max(target blocks, visible / kMaxSplit) (core/kv_layout.h).
-  const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads);
-  const std::int64_t blocks = n_heads / decode_heads_per_block(n_heads / shape.kv_heads);
-  const std::int64_t want = (2 * core::multiprocessor_count() + blocks - 1) / blocks;
-  const std::int64_t bound = std::max({plan.splits, want, max_length / DecodeSplitPlan::kMaxSplit + 1});
-  return decode_workspace_bytes(n_heads, shape.head_dim, bound) + static_cast<std::size_t>(blocks) * sizeof(unsigned);
+  // A plan's splits are at most max(target blocks, visible / kMaxSplit) (core/kv_layout.h),
+  // for either kernel (the mma kernel's blocks take more heads: fewer blocks a split, more
+  // splits); the counters of the fused combine are one a block row.
+  std::int64_t bound = max_length / DecodeSplitPlan::kMaxSplit + 1, rows_of_blocks = 0;
+  for (const bool mma : {false, true}) {
+    if (mma && !uses_mma(n_heads, shape, AttentionKernel::automatic)) continue;
+    const std::int64_t blocks = n_heads / heads_per_block(n_heads, shape, mma);
+    const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads,
+                                                   mma ? AttentionKernel::mma : AttentionKernel::simt);
+    const std::int64_t target = std::int64_t{resident_blocks(shape, mma)} * core::multiprocessor_count();
+    bound = std::max({bound, plan.splits, (target + blocks - 1) / blocks});
+    rows_of_blocks = std::max(rows_of_blocks, blocks);
+  }
+  return decode_workspace_bytes(n_heads, shape.head_dim, bound) +
+         static_cast<std::size_t>(rows_of_blocks) * sizeof(unsigned);
 }
 
 }  // namespace lowbit::cuda::kv

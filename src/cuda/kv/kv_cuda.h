@@ -44,15 +44,21 @@ struct AppendRope {
 void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope = nullptr);
 
+// The decode attention's kernels: simt (f32 on the CUDA cores; every form, and the one
+// the rows form runs), mma (tensor cores, attention_mma.cu: the decode forms, GQA groups
+// of up to 16 query heads); automatic picks mma where it takes the shape.
+enum class AttentionKernel : int { automatic, simt, mma };
+
 // out[h] = softmax(q[h] . K^T / sqrt(D)) V over the span's positions of KV head
 // h / (n_heads / kv_heads). q: f16 [n_heads x D]; out: [n_heads x D] f32 or f16.
 // workspace: decode_workspace_bytes(n_heads, D, splits of the plan) or more. q and the
 // FP16 / code buffers 16-byte aligned. Two launches (splits, then combine); no sync.
 void kv_attention(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span, const void* q,
-                      std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
-                      cuda_stream_t stream);
-// The plan kv_attention uses on the current device.
-DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads);
+                  std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
+                  cuda_stream_t stream, AttentionKernel kernel = AttentionKernel::automatic);
+// The plan kv_attention uses on the current device (for `kernel`).
+DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
+                                  AttentionKernel kernel = AttentionKernel::automatic);
 
 // The CUDA-graph forms of the two calls above: the new token's position is read from
 // device memory (*device_pos, int32) when the kernels run, so that one captured graph
@@ -82,9 +88,9 @@ std::size_t ring_backup_bytes(const KvLayerShape& shape);
 void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos,
                           const void* ring_backup, cuda_stream_t stream);
 void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
-                         std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
-                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream,
-                         bool history_complete = false);
+                     std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
+                     void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete = false,
+                     AttentionKernel kernel = AttentionKernel::automatic);
 // Prefill: a chunk of tokens at positions pos0 .. pos0 + rows - 1 in four launches and a
 // copy (rope_rows; kv_append_rows, which snapshots the window's ring first;
 // kv_attention_rows: split and combine), with the results of `rows` one-at-a-time

@@ -63,6 +63,69 @@ __global__ void add_rms_norm_kernel(float* x, const std::uint16_t* delta, const 
   }
 }
 
+// The same with every value in registers: a thread holds kGroups groups of 4 consecutive
+// values (16-byte loads of x, 8-byte loads of delta, loaded at once), so the row costs one
+// round of loads instead of one per loop iteration; the norm weights are loaded before the
+// dependency wait. d a multiple of 4, at most 4 kGroups blockDim.x.
+template <int kGroups>
+__global__ void add_rms_norm_vec_kernel(float* __restrict__ x, const std::uint16_t* __restrict__ delta,
+                                        const float* __restrict__ weight, int d, float eps,
+                                        std::uint16_t* __restrict__ h) {
+  pdl_trigger();
+  const int groups = d / 4, tid = static_cast<int>(threadIdx.x), stride = static_cast<int>(blockDim.x);
+  const long long row = blockIdx.x;
+  float4 w[kGroups];
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int i = tid + k * stride;
+    if (i < groups) w[k] = reinterpret_cast<const float4*>(weight)[i];
+  }
+  pdl_wait();
+  float4* xr = reinterpret_cast<float4*>(x + row * d);
+  float4 v[kGroups];
+  uint2 dv[kGroups];
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int i = tid + k * stride;
+    if (i >= groups) continue;
+    v[k] = xr[i];
+    if (delta) dv[k] = reinterpret_cast<const uint2*>(delta + row * d)[i];
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int i = tid + k * stride;
+    if (i >= groups) continue;
+    if (delta) {
+      const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&dv[k].x));
+      const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&dv[k].y));
+      v[k].x += lo.x, v[k].y += lo.y, v[k].z += hi.x, v[k].w += hi.y;
+      xr[i] = v[k];
+    }
+    ss = fmaf(v[k].x, v[k].x, ss);
+    ss = fmaf(v[k].y, v[k].y, ss);
+    ss = fmaf(v[k].z, v[k].z, ss);
+    ss = fmaf(v[k].w, v[k].w, ss);
+  }
+  // Block sum (any whole number of warps).
+  __shared__ float partial[32];
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (tid % 32 == 0) partial[tid / 32] = ss;
+  __syncthreads();
+  float total = 0.0f;
+  for (int k = 0; k < stride / 32; ++k) total += partial[k];
+  const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+  uint2* hr = reinterpret_cast<uint2*>(h + row * d);
+#pragma unroll
+  for (int k = 0; k < kGroups; ++k) {
+    const int i = tid + k * stride;
+    if (i >= groups) continue;
+    const __half2 lo = __floats2half2_rn(v[k].x * inv * w[k].x, v[k].y * inv * w[k].y);
+    const __half2 hi = __floats2half2_rn(v[k].z * inv * w[k].z, v[k].w * inv * w[k].w);
+    hr[i] = make_uint2(*reinterpret_cast<const std::uint32_t*>(&lo), *reinterpret_cast<const std::uint32_t*>(&hi));
+  }
+}
+
 __global__ void silu_mul_kernel(const std::uint16_t* gu, long long f, long long total, std::uint16_t* out) {
   pdl_trigger();
   pdl_wait();
@@ -80,11 +143,12 @@ __device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
 }
 
 __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logits, int vocab, std::int32_t* token,
-                                                      std::int32_t* advance) {
+                                                      std::int32_t* advance, std::int32_t* non_finite) {
   pdl_trigger();
   pdl_wait();
   float best = -INFINITY;
   int best_i = INT_MAX;
+  bool all_finite = true;
   // 8 logits per 16-byte load, 8 loads in flight per thread (49152 logits: 6 a thread);
   // a scalar tail past the last whole vector (or everything, when unaligned).
   const bool vec = reinterpret_cast<std::uintptr_t>(logits) % 16 == 0;
@@ -106,12 +170,14 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logit
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const float x = half_bits_to_float(static_cast<std::uint16_t>(w[e / 2] >> (16 * (e % 2))));
+        all_finite &= isfinite(x);
         if (better(x, i0 + e, best, best_i)) best = x, best_i = i0 + e;
       }
     }
   }
   for (int i = vectors * 8 + static_cast<int>(threadIdx.x); i < vocab; i += blockDim.x) {
     const float v = half_bits_to_float(logits[i]);
+    all_finite &= isfinite(v);
     if (better(v, i, best, best_i)) best = v, best_i = i;
   }
   for (int o = 16; o > 0; o /= 2) {
@@ -123,13 +189,14 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logit
   __shared__ int indices[32];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (lane == 0) values[warp] = best, indices[warp] = best_i;
-  __syncthreads();
+  const bool any_non_finite = __syncthreads_or(!all_finite);  // also the barrier for values / indices
   if (threadIdx.x == 0) {
     for (int w = 1; w < static_cast<int>(blockDim.x) / 32; ++w) {
       if (better(values[w], indices[w], best, best_i)) best = values[w], best_i = indices[w];
     }
     *token = best_i == INT_MAX ? 0 : best_i;  // all NaN: token 0
     if (advance) ++*advance;
+    if (non_finite && any_non_finite) *non_finite = 1;  // sticky: only the caller clears it
   }
 }
 
@@ -147,6 +214,17 @@ void embed_rows(const float* table, const std::int32_t* tokens, std::int64_t n, 
 
 void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std::int64_t n, std::int64_t d,
                   float eps, std::uint16_t* h, cuda_stream_t stream) {
+  constexpr int kGroups = 4;
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  if (d % 4 == 0 && d <= 4 * kGroups * 1024 && aligned(x) && aligned(weight) && aligned(h) &&
+      (!delta || aligned(delta))) {
+    // Enough threads that each holds at most kGroups groups of 4, in whole warps.
+    const std::int64_t groups = d / 4;
+    const auto threads = static_cast<unsigned>((((groups + kGroups - 1) / kGroups) + 31) / 32 * 32);
+    launch_pdl(add_rms_norm_vec_kernel<kGroups>, grid_of(n), threads, 0, stream, x, delta, weight,
+               static_cast<int>(d), eps, h);
+    return;
+  }
   launch_pdl(add_rms_norm_kernel, grid_of(n), kThreads, 0, stream, x, delta, weight, static_cast<int>(d), eps, h);
 }
 
@@ -157,9 +235,9 @@ void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint
 }
 
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
-                  cuda_stream_t stream) {
+                  std::int32_t* non_finite, cuda_stream_t stream) {
   LOWBIT_CHECK(vocab >= 1 && vocab < INT_MAX, "argmax_token: vocab = ", vocab);
-  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance);
+  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance, non_finite);
 }
 
 }  // namespace lowbit::cuda::model

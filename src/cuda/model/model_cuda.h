@@ -25,8 +25,9 @@ void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std
 void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream);
 
 // *token = argmax of logits (f16 [vocab]), lowest id on ties (NaN never wins); then,
-// if advance is set, ++*advance (the next step's position).
+// if advance is set, ++*advance (the next step's position); if non_finite is set and a
+// logit is NaN or +-Inf, *non_finite = 1 (never cleared here: it holds across steps).
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
-                  cuda_stream_t stream);
+                  std::int32_t* non_finite, cuda_stream_t stream);
 
 }  // namespace lowbit::cuda::model

@@ -1,21 +1,23 @@
 // Shared pieces of the attention kernels: the arguments every attention-stage
 // kernel takes (Q, K, V as column blocks of one Q|K|V matrix) and the warp-level
-// tensor-core helpers (ldmatrix; mma.sync and cp.async come from the GEMM's helpers).
+// tensor-core helpers (ldmatrix here; mma.sync and cp.async from cuda/).
 #pragma once
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "cuda/weight_only/common.cuh"
+#include "cuda/async_copy.cuh"
+#include "cuda/mma.cuh"
 #include "lowbit/quantized_attention.h"
 
 namespace lowbit::cuda::attention {
 
-using weight_only::cp_async16;
-using weight_only::cp_async_commit;
-using weight_only::cp_async_wait;
-using weight_only::smem_address;
+using cuda::cp_async16;
+using cuda::cp_async_commit;
+using cuda::cp_async_wait;
+using cuda::mma_16816;
+using cuda::smem_address;
 
 // Q|K|V is [L x (H + 2 Hkv) hd]: query head h at column h hd, kv head g's K at
 // (H + g) hd and V at (H + Hkv + g) hd.
@@ -52,7 +54,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
 }
 
 __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  weight_only::mma_16816<__half>(d, a[0], a[1], a[2], a[3], b0, b1);
+  mma_16816<__half>(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 __device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {

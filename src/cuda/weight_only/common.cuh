@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/async_copy.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/weight_only/weight_only_cuda.h"
 #include "formats/weight_pack.h"
 
@@ -126,38 +128,12 @@ __device__ __forceinline__ void dequant_int8_word<__nv_bfloat16>(std::uint32_t w
   b[1] = as_u32(__hmul2(__floats2bfloat162_rn(q[2], q[3]), sc.s));
 }
 
-// D += A (16x16, row) * B (16x8, col), FP32 accumulators.
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                          std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
+using cuda::mma_16816;  // D += A (16x16, row) * B (16x8, col), FP32 accumulators
 
-// cp.async: 16-byte copies global -> shared that bypass L1 and registers; a
-// src_bytes of 0 fills the destination with zeros.
-__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
+using cuda::cp_async16;  // cp.async helpers (cuda/async_copy.cuh)
+using cuda::cp_async_commit;
+using cuda::cp_async_wait;
+using cuda::smem_address;
 
 // Output element: FP32 accumulator + bias, one rounding to the act dtype.
 template <class T>

@@ -813,6 +813,13 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
       // blocks, two a SM (28672 x 8192 g128: 0.0528 ms against 0.0545 balanced and
       // 0.0619 for gemv_kernel); narrower N keeps gemv_kernel (not measured balanced).
       launch_xs<T, F, 2, 4, 4>(p, v, stream, false);
+    } else if (p.m <= 8 && p.groups_per_step == 4 && p.n_tiles <= 4 * sms) {
+      // Narrow N (under ~4 tiles a SM: the 1B layers, the 8B O and down projections):
+      // 2 tiles a warp, 2 slots of 4 steps, which keeps more bytes in flight a block when
+      // the grid is short (M = 1, H100: 4096 x 4096 0.0066 ms against 0.0083, 4096 x
+      // 14336 0.0170 against 0.0217, 2048 x 8192 0.0082 against 0.0124; variant 4 in
+      // bench/notes/weight_only.md).
+      launch<T, F, 1, 2, 2, 4>(p, v, stream);
     } else if (p.m <= 8 && p.groups_per_step == 4) {
       launch<T, F, 1, 4, 2, 2>(p, v, stream);
     } else {

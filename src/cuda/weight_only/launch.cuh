@@ -19,7 +19,7 @@ template <class T, Form F>
 void run_mma(const Params& p, const Variant& v, cudaStream_t stream);
 
 // The small-matrix kernel's limits (its registers hold a warp's codes), and whether it
-// beats the streaming kernel (small matrices: under 4 MB of codes).
+// beats the streaming kernel (small matrices: under 1 MB of codes).
 bool small_gemv_takes(const Params& p, Form form);
 bool small_gemv_pays(const Params& p, Form form);
 

@@ -4,11 +4,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/gguf/k_scales.h"
 #include "formats/float16.h"
+#include "engine/gguf/finite_values.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
 namespace {
+
+constexpr const char* k_supported =
+    "expected F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K";
 
 float f16_at(const std::uint8_t* p) {
   std::uint16_t bits;
@@ -49,7 +54,153 @@ void q4_1(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   }
 }
 
+// Q5_0 / Q5_1: as Q4_0 / Q4_1 with a fifth bit per element in a 32-bit word after the
+// scale (and min): bit j belongs to element j. Q5_1 is q * d + m in two roundings, as
+// ggml's reference and gguf's NumPy decoder compute it.
+std::uint32_t high_bits(const std::uint8_t* p) {
+  std::uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  return bits;
+}
+
+void q5_0(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  for (std::int64_t b = 0; b < blocks; ++b, src += 22, dst += 32) {
+    const float d = f16_at(src);
+    const std::uint32_t qh = high_bits(src + 2);
+    const std::uint8_t* qs = src + 6;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 15) | static_cast<int>(((qh >> j) & 1) << 4);
+      const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+      dst[j] = static_cast<float>(lo - 16) * d;
+      dst[j + 16] = static_cast<float>(hi - 16) * d;
+    }
+  }
+}
+
+void q5_1(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  for (std::int64_t b = 0; b < blocks; ++b, src += 24, dst += 32) {
+    const float d = f16_at(src);
+    const float m = f16_at(src + 2);
+    const std::uint32_t qh = high_bits(src + 4);
+    const std::uint8_t* qs = src + 8;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (qs[j] & 15) | static_cast<int>(((qh >> j) & 1) << 4);
+      const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+      dst[j] = static_cast<float>(lo) * d + m;
+      dst[j + 16] = static_cast<float>(hi) * d + m;
+    }
+  }
+}
+
+// The K-quants: super-blocks of 256 in sub-blocks of 16 or 32, each sub-block's scale
+// (and min) a small integer times the super-block's f16 d (and dmin). Each value is
+// computed as ggml's reference decoder does, one f32 rounding per operation in its
+// order: (d * scale) * q, minus (dmin * min).
+//
+// Q2_K: scales[16] (low nibble: scale, high: min), qs[64], d, dmin. Each 128-element
+// half reads 32 bytes of qs four times, 2 bits at a time (shift 0, 2, 4, 6); each pass
+// covers two sub-blocks of 16 (bytes 0-15, then 16-31).
+void q2_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  for (std::int64_t b = 0; b < blocks; ++b, src += 84) {
+    const std::uint8_t* scales = src;
+    const float d = f16_at(src + 80);
+    const float dmin = f16_at(src + 82);
+    int sub = 0;
+    for (int half = 0; half < 2; ++half) {
+      const std::uint8_t* q = src + 16 + 32 * half;
+      for (int shift = 0; shift < 8; shift += 2) {
+        for (int part = 0; part < 2; ++part, ++sub) {
+          const float dl = d * static_cast<float>(scales[sub] & 15);
+          const float ml = dmin * static_cast<float>(scales[sub] >> 4);
+          for (int l = 0; l < 16; ++l) *dst++ = dl * static_cast<float>((q[16 * part + l] >> shift) & 3) - ml;
+        }
+      }
+    }
+  }
+}
+
+// Q3_K: hmask[32], qs[64], scales[12], d. Sixteen 6-bit signed scales (minus 32): the
+// low 4 bits of scale i in byte i % 8 (low nibble for i < 8, high for i >= 8), the top
+// 2 bits in byte 8 + i % 4 at bit 2 * (i / 4). The low 2 bits of each value as in Q2_K;
+// the third bit is bit (pass) of hmask[l], the pass counting 0..7 over both halves, and
+// a clear bit subtracts 4.
+void q3_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  for (std::int64_t b = 0; b < blocks; ++b, src += 110) {
+    const std::uint8_t* hmask = src;
+    const std::uint8_t* packed = src + 96;
+    const float d = f16_at(src + 108);
+    int sub = 0, pass = 0;
+    for (int half = 0; half < 2; ++half) {
+      const std::uint8_t* q = src + 32 + 32 * half;
+      for (int shift = 0; shift < 8; shift += 2, ++pass) {
+        for (int part = 0; part < 2; ++part, ++sub) {
+          const int low = (packed[sub % 8] >> (sub < 8 ? 0 : 4)) & 15;
+          const int high = (packed[8 + sub % 4] >> (2 * (sub / 4))) & 3;
+          const float dl = d * static_cast<float>((low | (high << 4)) - 32);
+          for (int l = 0; l < 16; ++l) {
+            const int i = 16 * part + l;
+            const int value = ((q[i] >> shift) & 3) - (((hmask[i] >> pass) & 1) != 0 ? 0 : 4);
+            *dst++ = dl * static_cast<float>(value);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q4_K: d, dmin, scales[12] (k_scales.h), qs[128]. Each 64 elements read 32 bytes:
+// the low nibbles are sub-block 2i, the high nibbles sub-block 2i + 1. Q5_K: the same
+// with qh[32] before qs, the fifth bit of element l of sub-block s being bit s of qh[l].
+template <bool five_bits>
+void q4_k_or_q5_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  constexpr int block_bytes = five_bits ? 176 : 144;
+  for (std::int64_t b = 0; b < blocks; ++b, src += block_bytes) {
+    const float d = f16_at(src);
+    const float dmin = f16_at(src + 2);
+    const std::uint8_t* packed = src + 4;
+    const std::uint8_t* qh = src + 16;
+    const std::uint8_t* q = src + (five_bits ? 48 : 16);
+    for (int pair = 0; pair < 4; ++pair, q += 32) {
+      for (int nibble = 0; nibble < 2; ++nibble) {
+        const int sub = 2 * pair + nibble;
+        const KScaleMin sm = unpack_k_scale_min(packed, sub);
+        const float dl = d * static_cast<float>(sm.scale);
+        const float ml = dmin * static_cast<float>(sm.min);
+        for (int l = 0; l < 32; ++l) {
+          const int high = five_bits ? ((qh[l] >> sub) & 1) << 4 : 0;
+          *dst++ = dl * static_cast<float>(((q[l] >> (4 * nibble)) & 15) | high) - ml;
+        }
+      }
+    }
+  }
+}
+
+// Q6_K: ql[128], qh[64], scales[16] (int8), d. Each 128-element half reads 64 bytes
+// of ql and 32 of qh: element 32 * k + l (k = 0..3, l < 32) takes the low (k < 2) or
+// high (k >= 2) nibble of ql[l + 32 * (k % 2)] and bits 2k, 2k + 1 of qh[l], minus 32;
+// its sub-block of 16 is 2k + l / 16 within the half.
+void q6_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  for (std::int64_t b = 0; b < blocks; ++b, src += 210) {
+    const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);
+    const float d = f16_at(src + 208);
+    for (int half = 0; half < 2; ++half, dst += 128) {
+      const std::uint8_t* ql = src + 64 * half;
+      const std::uint8_t* qh = src + 128 + 32 * half;
+      const std::int8_t* sc = scales + 8 * half;
+      for (int k = 0; k < 4; ++k) {
+        for (int l = 0; l < 32; ++l) {
+          const int low = (ql[l + 32 * (k % 2)] >> (k < 2 ? 0 : 4)) & 15;
+          const int value = (low | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+          dst[32 * k + l] = d * static_cast<float>(sc[2 * k + l / 16]) * static_cast<float>(value);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+const char* dequantizable_types() { return k_supported; }
 
 bool can_dequantize(GgmlType type) {
   switch (type) {
@@ -58,14 +209,21 @@ bool can_dequantize(GgmlType type) {
     case GgmlType::bf16:
     case GgmlType::q8_0:
     case GgmlType::q4_0:
-    case GgmlType::q4_1: return true;
+    case GgmlType::q4_1:
+    case GgmlType::q5_0:
+    case GgmlType::q5_1:
+    case GgmlType::q2_k:
+    case GgmlType::q3_k:
+    case GgmlType::q4_k:
+    case GgmlType::q5_k:
+    case GgmlType::q6_k: return true;
     default: return false;
   }
 }
 
 void dequantize_row(GgmlType type, const std::uint8_t* src, float* dst, std::int64_t count, std::string_view what) {
   LOWBIT_CHECK(can_dequantize(type), what, ": type ", ggml_type_id_name(static_cast<std::uint32_t>(type)),
-               " is not supported (expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1)");
+               " is not supported (", k_supported, ")");
   const GgmlTypeInfo& info = ggml_type_info(type);
   LOWBIT_CHECK(count >= 0 && count % info.block_elements == 0, what, ": ", count,
                " elements is not a whole number of ", info.name, " blocks of ", info.block_elements);
@@ -85,15 +243,22 @@ void dequantize_row(GgmlType type, const std::uint8_t* src, float* dst, std::int
     case GgmlType::q8_0: q8_0(src, dst, blocks); return;
     case GgmlType::q4_0: q4_0(src, dst, blocks); return;
     case GgmlType::q4_1: q4_1(src, dst, blocks); return;
+    case GgmlType::q5_0: q5_0(src, dst, blocks); return;
+    case GgmlType::q5_1: q5_1(src, dst, blocks); return;
+    case GgmlType::q2_k: q2_k(src, dst, blocks); return;
+    case GgmlType::q3_k: q3_k(src, dst, blocks); return;
+    case GgmlType::q4_k: q4_k_or_q5_k<false>(src, dst, blocks); return;
+    case GgmlType::q5_k: q4_k_or_q5_k<true>(src, dst, blocks); return;
+    case GgmlType::q6_k: q6_k(src, dst, blocks); return;
     default: break;
   }
   LOWBIT_FAIL(what, ": unreachable type");
 }
 
-std::vector<float> dequantize_tensor(const GgufTensor& tensor) {
+std::vector<float> dequantize_tensor(const GgufTensor& tensor, NonFinite non_finite) {
   const std::string what = "tensor '" + std::string(tensor.name) + "'";
   LOWBIT_CHECK(can_dequantize(tensor.type), what, ": type ", ggml_type_name(tensor.type),
-               " is not supported (expected F32, F16, BF16, Q8_0, Q4_0 or Q4_1)");
+               " is not supported (", k_supported, ")");
   std::vector<float> out(static_cast<std::size_t>(tensor.element_count));
   const GgmlTypeInfo& info = ggml_type_info(tensor.type);
   const auto count = static_cast<std::int64_t>(tensor.element_count);
@@ -103,12 +268,22 @@ std::vector<float> dequantize_tensor(const GgufTensor& tensor) {
   const std::int64_t blocks = count / info.block_elements;
   const std::int64_t chunk_blocks = 4096;
   const std::int64_t chunks = (blocks + chunk_blocks - 1) / chunk_blocks;
-#pragma omp parallel for schedule(static)
+  // Each chunk is checked for NaN and Inf while it is still in cache.
+  std::int64_t bad = count;
+#pragma omp parallel for schedule(static) reduction(min : bad)
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t b0 = c * chunk_blocks;
     const std::int64_t nb = std::min(chunk_blocks, blocks - b0);
-    dequantize_row(tensor.type, tensor.data + b0 * info.block_bytes, out.data() + b0 * info.block_elements,
-                   nb * info.block_elements, what);
+    float* chunk = out.data() + b0 * info.block_elements;
+    dequantize_row(tensor.type, tensor.data + b0 * info.block_bytes, chunk, nb * info.block_elements, what);
+    if (non_finite == NonFinite::keep) continue;
+    const std::int64_t first = first_non_finite(std::span<const float>(chunk, nb * info.block_elements));
+    if (first < nb * info.block_elements) bad = std::min(bad, b0 * info.block_elements + first);
+  }
+  if (bad < count) {
+    const auto cols = static_cast<std::int64_t>(tensor.dims[0]);
+    LOWBIT_FAIL(what, ": element ", bad, " (row ", bad / cols, ", column ", bad % cols, ") is ",
+                out[static_cast<std::size_t>(bad)], "; the weights must be finite");
   }
   return out;
 }

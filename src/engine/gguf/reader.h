@@ -73,6 +73,10 @@ class GgufValue {
   // The elements of any array, nested arrays included, as values of their own.
   std::vector<GgufValue> array_items() const;
 
+  // The value's bytes as stored: a scalar's bytes, a string's characters (after its
+  // length), an array's elements (after its element type and count).
+  std::span<const std::uint8_t> payload() const { return payload_; }
+
  private:
   friend class GgufParser;
   GgufValue() = default;  // only the parser makes values, so every payload is validated
@@ -86,8 +90,6 @@ class GgufValue {
   GgufValueType array_type_ = GgufValueType::u8;
   std::uint64_t array_size_ = 0;
   std::uint64_t file_offset_ = 0;
-  // The payload: a scalar's bytes, a string's characters (after the length), or an
-  // array's elements (after the element type and count).
   std::span<const std::uint8_t> payload_;
 };
 

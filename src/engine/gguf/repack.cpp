@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "formats/float16.h"
+#include "engine/gguf/finite_values.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
@@ -108,6 +109,15 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
       } else {
         unpack_q8_row(row, blocks, reinterpret_cast<std::int8_t*>(row_codes), row_scales);
       }
+    }
+    // Codes are integers: only a block's f16 scale or min can be NaN or Inf.
+    for (const std::vector<float>* params : {&scales, &mins}) {
+      if (params->empty()) continue;
+      const std::span<const float> part(params->data() + row0 * blocks, static_cast<std::size_t>(rows * blocks));
+      const std::int64_t bad = first_non_finite(part);
+      LOWBIT_CHECK(bad == static_cast<std::int64_t>(part.size()), "tensor '", t->name, "': the ",
+                   params == &scales ? "scale" : "min", " of block ", bad % blocks, " of row ", bad / blocks, " is ",
+                   part[static_cast<std::size_t>(bad)], "; the weights must be finite");
     }
     row0 += rows;
   }

@@ -131,12 +131,6 @@ void BpeModel::encode(std::string_view piece, std::vector<std::int32_t>& out) co
 }
 
 void BpeModel::merge_uncached(std::string_view piece, std::vector<std::int32_t>& out) const {
-  const std::size_t n = piece.size();
-  if (n == 0) return;
-  if (n == 1) {
-    out.push_back(byte_tokens_[static_cast<std::uint8_t>(piece[0])]);
-    return;
-  }
   // Symbols in a linked list (merged-away ones get id -1), and a min-heap of candidate
   // pairs by (rank, position of the left symbol). A popped candidate is still good when
   // both symbols still hold the ids it was made from: then the pair exists as ranked.
@@ -147,10 +141,19 @@ void BpeModel::merge_uncached(std::string_view piece, std::vector<std::int32_t>&
     std::int32_t rank, pos, left, right, result;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  std::vector<Symbol> symbols(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    symbols[i] = {byte_tokens_[static_cast<std::uint8_t>(piece[i])], static_cast<std::int32_t>(i) - 1,
-                  i + 1 < n ? static_cast<std::int32_t>(i + 1) : -1};
+  std::vector<Symbol> symbols;
+  symbols.reserve(piece.size());
+  for (const char c : piece) {
+    const std::int32_t id = byte_tokens_[static_cast<std::uint8_t>(c)];
+    if (id < 0) continue;  // no token for this byte: left out
+    const auto at = static_cast<std::int32_t>(symbols.size());
+    if (at > 0) symbols.back().next = at;
+    symbols.push_back({id, at - 1, -1});
+  }
+  const std::size_t n = symbols.size();
+  if (n <= 1) {
+    if (n == 1) out.push_back(symbols[0].id);
+    return;
   }
   std::vector<Candidate> heap;
   const auto consider = [&](std::int32_t pos) {

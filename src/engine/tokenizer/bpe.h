@@ -34,16 +34,19 @@ class BpeModel {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
   }
 
-  // byte_tokens[b]: the token of the single byte b (every byte needs one).
+  // byte_tokens[b]: the token of the single byte b, or -1 where the vocabulary has
+  // none: encode drops such a byte, and the rest of its piece merges without it.
   BpeModel(const std::array<std::int32_t, 256>& byte_tokens, std::unordered_map<std::uint64_t, Merge> merges);
   BpeModel(BpeModel&&) noexcept;
   BpeModel& operator=(BpeModel&&) noexcept;
   ~BpeModel();
 
-  // Appends the ids of one piece: its bytes as byte tokens, then, repeatedly, the
+  // Appends the ids of one piece: its bytes as byte tokens (bytes without one left
+  // out, as HF tokenizers' BPE without an unknown token does), then, repeatedly, the
   // adjacent pair of lowest rank merged (leftmost first among equal ranks), as HF
   // tokenizers and llama.cpp do. Results are cached per piece (thread-safe).
   void encode(std::string_view piece, std::vector<std::int32_t>& out) const;
+  std::int32_t byte_token(std::uint8_t byte) const { return byte_tokens_[byte]; }  // -1: none
 
  private:
   void merge_uncached(std::string_view piece, std::vector<std::int32_t>& out) const;

@@ -23,25 +23,32 @@ constexpr std::string_view k_gpt2 =
 // Every digit a piece of its own: HF's Digits(individual_digits = true), llama.cpp's
 // "\p{N}" stage for LLAMA_VOCAB_PRE_TYPE_SMOLLM (and STARCODER, REFACT, ...).
 constexpr std::string_view k_digits = R"(\p{N})";
-// Llama 3's split (its tokenizer.json / tiktoken pattern). The case-insensitive
+// Llama 3's split (its tokenizer.json / tiktoken pattern), and Qwen2's (llama.cpp's
+// LLAMA_VOCAB_PRE_TYPE_QWEN2), which differs only in its numbers: runs of up to three
+// digits for Llama 3, every digit on its own for Qwen2. The case-insensitive
 // contractions are spelled out as llama.cpp does: PCRE2's (?i) would also fold the
 // long s (U+017F) and the Kelvin sign into 's' and 'k'.
-constexpr std::string_view k_llama3 =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
-    R"(| ?[^\s\x{85}\p{L}\p{N}]+[\r\n]*|[\s\x{85}]*[\r\n]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+std::string tiktoken_style(std::string_view numbers) {
+  std::string pattern = R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)";
+  pattern += numbers;
+  pattern += R"(| ?[^\s\x{85}\p{L}\p{N}]+[\r\n]*|[\s\x{85}]*[\r\n]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+  return pattern;
+}
 
 struct Preset {
   std::string_view name;
   std::vector<std::string_view> stages;
 };
 
-const std::array<Preset, 5>& presets() {
-  static const std::array<Preset, 5> table{{
+const std::array<Preset, 6>& presets() {
+  static const std::string llama3 = tiktoken_style(R"(\p{N}{1,3})"), qwen2 = tiktoken_style(k_digits);
+  static const std::array<Preset, 6> table{{
       {"smollm", {k_digits, k_gpt2}},
       {"gpt2", {k_gpt2}},
       {"default", {k_gpt2}},
-      {"llama3", {k_llama3}},
-      {"llama-bpe", {k_llama3}},
+      {"llama3", {llama3}},
+      {"llama-bpe", {llama3}},
+      {"qwen2", {qwen2}},
   }};
   return table;
 }

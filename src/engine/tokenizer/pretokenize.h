@@ -13,7 +13,7 @@ namespace lowbit::engine {
 
 class PreTokenizer {
  public:
-  // "smollm", "gpt2" / "default", "llama3" / "llama-bpe". Any other name throws
+  // "smollm", "gpt2" / "default", "llama3" / "llama-bpe", "qwen2". Any other name throws
   // lowbit::Error naming it and the supported ones.
   static PreTokenizer for_name(std::string_view name);
   static const std::vector<std::string_view>& supported_names();

@@ -111,6 +111,12 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
     types = value->as_i32_array();
     LOWBIT_CHECK(types.size() == tokens.size(), k_token_type, ": expected ", tokens.size(),
                  " entries (one per token), got ", types.size());
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      LOWBIT_CHECK(types[i] >= static_cast<std::int32_t>(TokenType::undefined) &&
+                       types[i] <= static_cast<std::int32_t>(TokenType::byte),
+                   k_token_type, "[", i, "] (token ", quoted(tokens[i]), ") = ", types[i],
+                   ": expected 0..6 (undefined, normal, unknown, control, user-defined, unused, byte)");
+    }
   }
   const GgufValue* pre_value = file.find_metadata("tokenizer.ggml.pre");
   // Files without the key predate it; llama.cpp reads them with its default split.
@@ -126,19 +132,26 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
   };
 
   const std::int32_t unknown = optional_id(file, "tokenizer.ggml.unknown_token_id", tokens.size());
+  // The token of each byte: its byte-level spelling, else a "<0xNN>" byte token (byte
+  // fallback), else none: encode then drops the byte, as HF tokenizers' byte-level BPE
+  // (no unknown token) and llama.cpp do. The unknown token never stands in: in GPT-2
+  // style vocabularies it is a control token (<|endoftext|>).
   std::array<std::int32_t, 256> byte_tokens{};
   for (int b = 0; b < 256; ++b) {
-    const std::string text = byte_level_encode(std::string(1, static_cast<char>(b)));
-    byte_tokens[b] = find_id(text);
+    byte_tokens[b] = find_id(byte_level_encode(std::string(1, static_cast<char>(b))));
     if (byte_tokens[b] < 0) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", b);
-      LOWBIT_CHECK(unknown >= 0, k_tokens, ": no token for byte ", hex, " (spelled ", quoted(text),
-                   ") and no tokenizer.ggml.unknown_token_id to stand for it");
-      byte_tokens[b] = unknown;
+      char spelled[8];
+      std::snprintf(spelled, sizeof spelled, "<0x%02X>", b);
+      const std::int32_t fallback = find_id(spelled);
+      if (fallback >= 0 && types[fallback] == static_cast<std::int32_t>(TokenType::byte)) byte_tokens[b] = fallback;
+    }
+    if (byte_tokens[b] >= 0) {
+      const std::int32_t id = byte_tokens[b];
+      LOWBIT_CHECK(types[id] != static_cast<std::int32_t>(TokenType::control), k_tokens, "[", id, "] ",
+                   quoted(tokens[id]), ": the token of byte ", b, " is a control token (", k_token_type,
+                   " 3); plain text must never encode to one");
     }
   }
-
   const std::vector<std::string_view> merges =
       required(file, k_merges, "an array of \"left right\" strings").as_string_array();
   LOWBIT_CHECK(merges.size() < static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()), k_merges,
@@ -159,6 +172,9 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
     LOWBIT_CHECK(right_id >= 0, k_merges, "[", i, "] ", quoted(merge), ": ", quoted(right), " is not a token");
     LOWBIT_CHECK(result >= 0, k_merges, "[", i, "] ", quoted(merge), ": the merged ", quoted(joined),
                  " is not a token");
+    LOWBIT_CHECK(types[result] != static_cast<std::int32_t>(TokenType::control), k_merges, "[", i, "] ",
+                 quoted(merge), ": the merged ", quoted(joined), " is a control token (", k_token_type,
+                 " 3); plain text must never encode to one");
     merge_table.try_emplace(BpeModel::pair_key(left_id, right_id),
                             BpeModel::Merge{static_cast<std::int32_t>(i), result});  // a repeat keeps its first rank
   }
@@ -243,6 +259,8 @@ void Tokenizer::encode_plain(std::string_view text, std::vector<std::int32_t>& i
   for (std::string_view piece : pieces) bpe_.encode(piece, ids);
 }
 
+bool Tokenizer::has_byte_token(std::uint8_t byte) const { return bpe_.byte_token(byte) >= 0; }
+
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<std::int32_t> ids;
   ids.reserve(text.size() / 3 + 2);
@@ -287,18 +305,23 @@ bool Tokenizer::is_end_of_generation(std::int32_t id) const {
 }
 
 std::string Tokenizer::apply_chat_template(std::string_view user_message) const {
+  const ChatMessage turn{"user", std::string(user_message)};
+  return apply_chat_template(std::span<const ChatMessage>(&turn, 1));
+}
+
+std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages) const {
   LOWBIT_CHECK(has_chat_template_, "tokenizer.chat_template: absent from the file (expected a ChatML template)");
   const std::string_view tmpl = chat_template_;
   const bool chatml = tmpl.find("<|im_start|>") != std::string_view::npos &&
                       tmpl.find("<|im_end|>") != std::string_view::npos;
   LOWBIT_CHECK(chatml, "tokenizer.chat_template: not a ChatML template (expected <|im_start|> and <|im_end|> in it; "
                "only ChatML is supported), got ", quoted(tmpl.substr(0, 120)), tmpl.size() > 120 ? "..." : "");
+  LOWBIT_CHECK(!messages.empty(), "chat: expected at least one message");
   std::string out;
   const std::string system = default_system_message(tmpl);
-  if (!system.empty()) out += "<|im_start|>system\n" + system + "<|im_end|>\n";
-  out += "<|im_start|>user\n";
-  out += user_message;
-  out += "<|im_end|>\n<|im_start|>assistant\n";
+  if (!system.empty() && messages.front().role != "system") out += "<|im_start|>system\n" + system + "<|im_end|>\n";
+  for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  out += "<|im_start|>assistant\n";
   return out;
 }
 

@@ -9,9 +9,20 @@
 //
 // encode: control and user-defined tokens are found in the text first (leftmost,
 // then longest, as HF tokenizers' added-token matcher does), the text between them is
-// pre-tokenized, and each piece is merged by BPE. Any bytes can be encoded: bytes that
-// are not valid UTF-8 become pieces of their own (one byte each), so decode(encode(x))
-// == x for every byte string x.
+// pre-tokenized, and each piece is merged by BPE. Bytes that are not valid UTF-8
+// become pieces of their own (one byte each), so decode(encode(x)) == x for every byte
+// string x whose bytes all have a token.
+//
+// The exception: a byte that the vocabulary has no token for (neither its byte-level
+// character nor a "<0xNN>" byte token) is dropped, and the rest of its piece merges as
+// if it were absent. This is what Hugging Face tokenizers (a byte-level BPE has no
+// unknown token) and llama.cpp do. SmolLM2's vocabulary lacks 21 bytes: 04 06 13 14 16
+// 1D C0 C1 F1 F2 F5..FF (C0, C1, F5..FF never occur in UTF-8). has_byte_token() says
+// which bytes survive. The unknown token never stands in for a byte: in GPT-2 style
+// vocabularies it is a control token (<|endoftext|>).
+//
+// With parse_special = false, encode never yields a control token: from_gguf rejects a
+// vocabulary whose byte tokens or merge results are control tokens.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +36,11 @@
 #include "engine/tokenizer/pretokenize.h"
 
 namespace lowbit::engine {
+
+// One turn of a conversation: role ("system", "user", "assistant", ...) and text.
+struct ChatMessage {
+  std::string role, content;
+};
 
 enum class TokenType : std::int32_t {
   undefined = 0,
@@ -50,6 +66,8 @@ class Tokenizer {
   std::string decode(std::span<const std::int32_t> ids) const;
   // One token's bytes; may be part of a UTF-8 sequence (stream decoders buffer them).
   std::string token_bytes(std::int32_t id) const;
+  // Whether encode keeps `byte` (false: the vocabulary has no token for it).
+  bool has_byte_token(std::uint8_t byte) const;
 
   std::int32_t bos_id() const { return bos_id_; }          // -1 when the file has none
   std::int32_t eos_id() const { return eos_id_; }          // -1 when the file has none
@@ -69,6 +87,10 @@ class Tokenizer {
   // message, if it writes one when the conversation has none (SmolLM's does), the user
   // turn, and the assistant generation prompt. Other templates, or none: lowbit::Error.
   std::string apply_chat_template(std::string_view user_message) const;
+  // A conversation: each message as <|im_start|>role\ncontent<|im_end|>\n, after the
+  // template's default system message when the first message is not a system one, then
+  // the assistant generation prompt. Throws as above, or for an empty conversation.
+  std::string apply_chat_template(std::span<const ChatMessage> messages) const;
 
  private:
   Tokenizer(PreTokenizer pre, BpeModel bpe) : pre_(std::move(pre)), bpe_(std::move(bpe)) {}

@@ -1,4 +1,4 @@
-// Device-side input generation and checks for the GEMM benchmark: inputs of
+// Device-side input generation and checks for the GPU benchmarks: inputs of
 // hundreds of MB are made where they are used, from a counter-based hash, so that
 // nothing is timed or checked on zeros and nothing waits on the host.
 #pragma once

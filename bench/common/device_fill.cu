@@ -1,4 +1,4 @@
-#include "bench/gemm/device_fill.h"
+#include "bench/common/device_fill.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

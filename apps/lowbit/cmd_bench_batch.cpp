@@ -1,0 +1,56 @@
+// `lowbit bench batch`: option parsing in front of bench_batch.h.
+#include <iostream>
+
+#include "bench_batch.h"
+#include "commands.h"
+#include "list_options.h"
+#include "lowbit/error.h"
+#include "options.h"
+
+namespace lowbit::cli {
+
+int cmd_bench_batch(const Args& args) {
+  std::string model_path, device = "cpu", npp = "128", ntg = "32", npl = "1,8,16";
+  std::vector<std::string> policies;
+  KvCacheFlags kv;
+  BatchBenchOptions options;
+  Options cli("lowbit bench batch",
+              "Offline batched generation, as llama-batched-bench measures it: for each KV-cache policy, prompt\n"
+              "length PP, generation length TG and batch size B, B sequences of random prompts prefill in one\n"
+              "step, then TG decode steps of B rows (greedy); prompt and generation throughput (t/s) and the KV\n"
+              "bytes held. Runs on the BatchEngine interface (the CPU batch engine; the GPU one comes later).");
+  cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
+  cli.choice("--device", &device, {"cpu", "gpu"}, "the batch engine (default cpu; the GPU batch engine is not built yet)");
+  cli.choices("--kv-cache", &policies, {"full", "window", "selective8", "selective4", "int8", "int4"},
+              "a policy to measure (default: full, selective8, selective4)");
+  kv.declare(cli, /*with_policy=*/false);
+  cli.text("--npp", &npp, "LIST", "prompt lengths PP, comma-separated (default 128)");
+  cli.text("--ntg", &ntg, "LIST", "generation lengths TG (default 32)");
+  cli.text("--npl", &npl, "LIST", "batch sizes B (default 1,8,16)");
+  cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
+  if (const auto status = cli.parse(args)) return *status;
+  LOWBIT_CHECK(device == "cpu", "--device gpu: lowbit bench batch has no GPU batch engine yet; use --device cpu");
+  options.prompt_tokens = parse_positive_integers(npp, "--npp", 1 << 24);
+  options.generated_tokens = parse_positive_integers(ntg, "--ntg", 1 << 24);
+  options.batch_sizes = parse_positive_integers(npl, "--npl", 1 << 16);
+  if (policies.empty()) policies = {"full", "selective8", "selective4"};
+  for (const std::string& p : policies) {
+    const bool selective = p.rfind("selective", 0) == 0;
+    const KvPolicy policy = parse_kv_policy(selective ? "selective" : p.c_str());
+    const int bits = p == "int4" || p == "selective4" ? 4 : 8;
+    options.policies.push_back({p, kv.options_for(policy, bits)});
+  }
+  const auto loaded = load_model(resolve_model_path(model_path));
+  const std::int64_t trained = loaded->model.config().context_length;
+  for (const std::int64_t pp : options.prompt_tokens) {
+    for (const std::int64_t tg : options.generated_tokens) {
+      LOWBIT_CHECK(trained == 0 || pp + tg <= trained, "--npp ", pp, " + --ntg ", tg,
+                   " exceeds the model's context length ", trained);
+    }
+  }
+  std::cout << "lowbit bench batch: " << loaded->model.config().describe() << ", CPU batch engine\n\n";
+  run_bench_batch(*loaded, options);
+  return 0;
+}
+
+}  // namespace lowbit::cli

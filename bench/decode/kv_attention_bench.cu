@@ -1,0 +1,158 @@
+#include "bench/decode/kv_attention_bench.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "bench/common/device_fill.h"
+#include "bench/common/json.h"
+#include "bench/common/run_info.h"
+#include "bench/common/timing.h"
+#include "core/device_buffer.h"
+#include "core/kv_layout.h"
+#include "cuda/kv/kv_cuda.h"
+#include "lowbit/cuda_check.h"
+#include "lowbit/error.h"
+
+namespace lowbit::bench {
+namespace {
+
+using core::DeviceBuffer;
+
+KvCacheSpec spec_of(const std::string& policy, const KvAttentionBenchOptions& o, std::int64_t max_tokens) {
+  KvCacheSpec s{KvPolicy::full, o.kv_heads, o.head_dim, o.sink, o.window, 8, max_tokens};
+  if (policy == "full") return s;
+  if (policy == "window") {
+    s.policy = KvPolicy::window;
+  } else if (policy == "selective8" || policy == "selective4") {
+    s.policy = KvPolicy::selective;
+    s.kv_bits = policy == "selective8" ? 8 : 4;
+  } else if (policy == "int8" || policy == "int4") {
+    s.policy = policy == "int8" ? KvPolicy::int8 : KvPolicy::int4;
+    s.kv_bits = policy == "int8" ? 8 : 4;
+  } else {
+    LOWBIT_FAIL("--policy: unknown value '", policy, "' (full, window, selective8, selective4, int8, int4)");
+  }
+  return s;
+}
+
+// One layer's buffers filled with random values a cache could hold (FP16 values in
+// [-1, 1], codes, f16 scales of ~0.01 and minimums of ~0.5).
+struct Layer {
+  DeviceBuffer k_f16, v_f16, k_codes, v_codes, k_scales, v_scales, k_mins, v_mins;
+  core::KvLayerBuffers buffers;
+
+  Layer(const core::KvLayerShape& s, std::uint64_t seed, cudaStream_t stream)
+      : k_f16(s.f16_bytes()), v_f16(s.f16_bytes()), k_codes(s.code_bytes_total()), v_codes(s.code_bytes_total()),
+        k_scales(s.param_count() * 2), v_scales(s.param_count() * 2),
+        k_mins(s.has_mins() ? s.param_count() * 2 : 0), v_mins(s.has_mins() ? s.param_count() * 2 : 0) {
+    auto halves = [&](DeviceBuffer& b, float amplitude) {
+      if (b.bytes()) fill_random_float16(b.data(), b.bytes() / 2, DType::f16, amplitude, seed++, stream);
+    };
+    halves(k_f16, 1.0f), halves(v_f16, 1.0f), halves(k_scales, 0.01f), halves(v_scales, 0.01f);
+    halves(k_mins, 0.5f), halves(v_mins, 0.5f);
+    for (DeviceBuffer* b : {&k_codes, &v_codes}) {
+      if (b->bytes()) fill_random_bytes(b->data(), b->bytes(), seed++, stream);
+    }
+    buffers.k = core::KvPart{k_f16.as<std::uint16_t>(), k_codes.as<std::uint8_t>(), k_scales.as<std::uint16_t>(),
+                             k_mins.bytes() ? k_mins.as<std::uint16_t>() : nullptr};
+    buffers.v = core::KvPart{v_f16.as<std::uint16_t>(), v_codes.as<std::uint8_t>(), v_scales.as<std::uint16_t>(),
+                             v_mins.bytes() ? v_mins.as<std::uint16_t>() : nullptr};
+  }
+};
+
+// Bytes the attention must read of the cache at `length` (the visible positions as held),
+// plus q and the f32 output.
+double bytes_read(const core::KvLayerShape& s, std::int64_t length, std::int64_t n_heads) {
+  const core::DecodeSpan span = core::decode_span(s, length);
+  const double row = static_cast<double>(s.kv_heads);
+  const double fp16 = static_cast<double>(span.visible(s) - (s.drops() ? 0 : span.recent_begin - span.sink_end));
+  const double body = s.body == core::KvBody::none || s.drops() ? 0.0 : static_cast<double>(span.recent_begin - span.sink_end);
+  const double code = static_cast<double>(s.code_bytes()) + (s.has_mins() ? 4.0 : 2.0);
+  return 2.0 * row * (fp16 * static_cast<double>(s.head_dim) * 2.0 + body * code) +
+         static_cast<double>(n_heads * s.head_dim) * 6.0;
+}
+
+const char* kernel_name(cuda::kv::AttentionKernel k) { return k == cuda::kv::AttentionKernel::mma ? "mma" : "simt"; }
+
+}  // namespace
+
+int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
+  LOWBIT_CHECK(gpu_available(), "bench kv-attention: needs a CUDA GPU (none found)");
+  LOWBIT_CHECK(o.kv_heads >= 1 && o.n_heads % o.kv_heads == 0, "--heads: ", o.n_heads, " query heads are not a multiple of ",
+               o.kv_heads, " KV heads");
+  for (const std::string& p : o.policies) (void)spec_of(p, o, 1);
+  const RunInfo info = collect_run_info();
+  cudaStream_t stream{};
+  LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
+  const double copy_gbps = measure_copy_gbps(std::size_t{1} << 30, stream);
+  std::printf("# lowbit bench kv-attention\n\ncommit %s, %s\ngpu: %s, driver %s\n\n", info.commit.c_str(),
+              info.date.c_str(), info.gpu.c_str(), info.driver.c_str());
+  std::printf("one query token, %lld query heads over %lld KV heads of %lld; sink %lld, window %lld\n",
+              static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
+              static_cast<long long>(o.sink), static_cast<long long>(o.window));
+  std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n\n", copy_gbps);
+  std::printf("| context | policy | kernel | ms | MB read | GB/s | %% of copy ceiling | vs simt |\n"
+              "|---:|---|---|---:|---:|---:|---:|---|\n");
+  Json rows = Json::array();
+  for (const std::int64_t context : o.contexts) {
+    for (const std::string& policy : o.policies) {
+      const KvCacheSpec spec = spec_of(policy, o, context);
+      const core::KvLayerShape s = core::kv_layer_shape(spec);
+      const double bytes = bytes_read(s, context, o.n_heads);
+      // Enough layers that rotating through them defeats the 50 MB L2.
+      const int copies = static_cast<int>(std::clamp<double>(256e6 / bytes + 1, 1, 16));
+      std::vector<std::unique_ptr<Layer>> layers;
+      for (int i = 0; i < copies; ++i) layers.push_back(std::make_unique<Layer>(s, 1000u * i + 7, stream));
+      DeviceBuffer q(static_cast<std::size_t>(o.n_heads * o.head_dim) * 2);
+      fill_random_float16(q.data(), static_cast<std::size_t>(o.n_heads * o.head_dim), DType::f16, 1.0f, 99, stream);
+      const core::DecodeSpan span = core::decode_span(s, context);
+      DeviceBuffer ref(static_cast<std::size_t>(o.n_heads * o.head_dim) * 4), out(ref.bytes());
+      std::vector<float> ref_host(static_cast<std::size_t>(o.n_heads * o.head_dim)), out_host(ref_host.size());
+      for (const auto kernel : {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma}) {
+        const std::size_t ws_bytes = core::decode_workspace_bytes(
+            o.n_heads, o.head_dim, cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel).splits);
+        DeviceBuffer ws(ws_bytes);
+        auto launch = [&](int i, void* dst) {
+          cuda::kv::kv_attention(s, layers[static_cast<std::size_t>(i % copies)]->buffers, span, q.data(), o.n_heads,
+                                 dst, DType::f32, ws.data(), ws_bytes, stream, kernel);
+        };
+        launch(0, kernel == cuda::kv::AttentionKernel::simt ? ref.data() : out.data());
+        LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::string check = "reference";
+        if (kernel == cuda::kv::AttentionKernel::mma) {
+          LOWBIT_CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
+          LOWBIT_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+          double num = 0, den = 0;
+          for (std::size_t i = 0; i < ref_host.size(); ++i) {
+            num += (out_host[i] - ref_host[i]) * (out_host[i] - ref_host[i]);
+            den += ref_host[i] * ref_host[i];
+          }
+          char text[48];
+          std::snprintf(text, sizeof text, "rel %.1e", std::sqrt(num / std::max(den, 1e-30)));
+          check = text;
+        }
+        const double ms = gpu_median_ms([&](int i) { launch(i, out.data()); }, stream);
+        const double gbps = bytes / (ms * 1e6);
+        std::printf("| %lld | %s | %s | %.4f | %.1f | %.0f | %.0f%% | %s |\n", static_cast<long long>(context),
+                    policy.c_str(), kernel_name(kernel), ms, bytes / 1e6, gbps, 100.0 * gbps / copy_gbps, check.c_str());
+        Json row = Json::object();
+        row.set("context", context).set("policy", policy).set("kernel", kernel_name(kernel)).set("ms", ms);
+        row.set("bytes", bytes).set("gbps", gbps).set("pct_copy", 100.0 * gbps / copy_gbps).set("check", check);
+        rows.push(row);
+      }
+    }
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::printf("\nMB read: the visible cache as held (FP16 rows, codes with their f16 scales and minimums) + q + out.\n");
+  if (!o.json_path.empty()) {
+    Json doc = run_info_json("kv_attention", info);
+    doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim);
+    doc.set("gpu_copy_gbps", copy_gbps).set("rows", rows);
+    doc.write_file(o.json_path);
+  }
+  return 0;
+}
+
+}  // namespace lowbit::bench

@@ -1,0 +1,23 @@
+// `lowbit bench kv-attention`: the decode attention of one layer (one query token over
+// a cache of `context` positions) per policy and kernel (simt, mma): time, the bytes it
+// must read (the visible cache as held, q and the output), and that against the copy
+// ceiling measured in the same run. The two kernels' outputs are compared first.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lowbit::bench {
+
+struct KvAttentionBenchOptions {
+  std::int64_t n_heads = 32, kv_heads = 8, head_dim = 128;
+  std::vector<std::int64_t> contexts{2048, 8192, 32768, 131072};
+  std::vector<std::string> policies{"full", "selective8", "selective4", "int8", "int4"};
+  std::int64_t sink = 16, window = 32;
+  std::string json_path;
+};
+
+int run_kv_attention_bench(const KvAttentionBenchOptions& options);
+
+}  // namespace lowbit::bench

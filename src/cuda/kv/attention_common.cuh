@@ -1,0 +1,126 @@
+// What the two decode-attention kernels share (attention.cu: SIMT, every form; 
+// attention_mma.cu: tensor cores, the decode forms): their arguments, the span of a
+// graph launch, which rows this step's append writes, and the combine of the splits.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/kv/kv_cuda.h"
+
+namespace lowbit::cuda::kv {
+
+constexpr int kMaxSplit = static_cast<int>(DecodeSplitPlan::kMaxSplit);
+
+struct SplitArgs {
+  KvLayerShape shape;
+  KvLayerBuffers layer;
+  int sink_end, recent_begin, end, visible, split_len, splits, group, n_heads;
+  float q_scale;  // log2(e) / sqrt(D)
+  const std::int32_t* device_pos;  // when set, the span is that of *device_pos + 1 positions
+  // Rows other than the append's may be read before griddepcontrol.wait: the caller
+  // guarantees that they were written by work completed before this step's first kernel.
+  bool prefetch;
+  const __half* q;
+  float* acc;      // [n_heads][splits][D]
+  float* max_sum;  // [n_heads][splits][2]
+  // Fused combine (graph form): the last block of each head group to finish combines
+  // the splits into out; counters (one per block row, zero between calls) count them.
+  unsigned* counters;
+  void* out;
+  bool out_f16;
+  // Rows form (prefill; rows_pos0 >= 0, the chunk's first position): blockIdx.z is the
+  // chunk's row row0 + z; q (the chunk's first row here) and out and the partials (this
+  // launch's first) advance by rows; the ring's FP16 positions come from the chunk
+  // (>= rows_pos0) or the snapshot of the ring before it.
+  long long rows_pos0 = -1, row0 = 0;
+  const __half* chunk_k = nullptr;
+  const __half* chunk_v = nullptr;
+  long long chunk_ld = 0, q_ld = 0, out_ld = 0;
+  const std::uint16_t* snap_k = nullptr;  // [kv_heads][window][D]
+  const std::uint16_t* snap_v = nullptr;
+};
+
+// The combine of one query head's splits, shared by the fused form and the combine
+// kernel so that both give the same bits. One warp turns the splits' (max, sum) into
+// weights 2^(m_s - M) in shared memory (`weights`, >= splits floats) and the total
+// L = sum l_s w_s (fixed shuffle order); then each channel is sum_s acc_s w_s / L with
+// its loads unrolled (the splits' partials are independent L2 reads: one at a time, a
+// 33-split combine was ~10 us of round trips). Loads bypass L1: in the fused form other
+// blocks wrote the partials.
+// A lane's first two (max, sum) pairs are loaded at once and kept in registers: one round
+// of L2 loads for up to 64 splits (this runs at the tail of every decode attention).
+__device__ __forceinline__ float combine_weights(const float* max_sum, int splits, int h, float* weights, int lane) {
+  const float2* ms = reinterpret_cast<const float2*>(max_sum) + static_cast<long long>(h) * splits;
+  const float2 none = make_float2(-INFINITY, 0.0f);
+  const float2 e0 = lane < splits ? __ldcg(ms + lane) : none;
+  const float2 e1 = lane + 32 < splits ? __ldcg(ms + lane + 32) : none;
+  float m = fmaxf(e0.x, e1.x);
+  for (int s = lane + 64; s < splits; s += 32) m = fmaxf(m, __ldcg(ms + s).x);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float l = 0.0f;
+  auto weigh = [&](int s, float2 e) {
+    const float w = exp2f(e.x - m);
+    weights[s] = w;
+    l = fmaf(e.y, w, l);
+  };
+  if (lane < splits) weigh(lane, e0);
+  if (lane + 32 < splits) weigh(lane + 32, e1);
+  for (int s = lane + 64; s < splits; s += 32) weigh(s, __ldcg(ms + s));
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  return l;
+}
+
+__device__ __forceinline__ float combine_channel(const float* acc, const float* weights, float total, int splits, int d,
+                                                 int h, int c) {
+  const float* a = acc + static_cast<long long>(h) * splits * d + c;
+  float o = 0.0f;
+#pragma unroll 16
+  for (int s = 0; s < splits; ++s) o = fmaf(__ldcg(a + static_cast<long long>(s) * d), weights[s], o);
+  return o / total;
+}
+
+// Channels c and c + 1 (c even) with 8-byte loads: each channel's sum in combine_channel's
+// order, so the same bits; half the threads, so the fused combine takes one round.
+__device__ __forceinline__ float2 combine_pair(const float* acc, const float* weights, float total, int splits, int d,
+                                               int h, int c) {
+  const float2* a = reinterpret_cast<const float2*>(acc + static_cast<long long>(h) * splits * d + c);
+  float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll 16
+  for (int s = 0; s < splits; ++s) {
+    const float2 v = __ldcg(a + static_cast<long long>(s) * (d / 2));
+    o.x = fmaf(v.x, weights[s], o.x);
+    o.y = fmaf(v.y, weights[s], o.y);
+  }
+  return make_float2(o.x / total, o.y / total);
+}
+
+// The rows this step's append writes: the new token (end - 1) and, under selective, the
+// token that left the window for the body (recent_begin - 1).
+__device__ __forceinline__ bool appended_now(const SplitArgs& a, int pos) {
+  const bool leaves_window = a.shape.body != KvBody::none && a.shape.window > 0 && a.recent_begin > a.sink_end;
+  return pos == a.end - 1 || (leaves_window && pos == a.recent_begin - 1);
+}
+
+// The span fields of a graph launch (length from the position in device memory) or of a
+// row of the rows form.
+__device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
+  const DecodeSpan span = decode_span_unchecked(a.shape, length);
+  a.sink_end = static_cast<int>(span.sink_end);
+  a.recent_begin = static_cast<int>(span.recent_begin);
+  a.end = static_cast<int>(span.end);
+  a.visible = static_cast<int>(span.visible(a.shape));
+}
+
+// The tensor-core kernel's launch (attention_mma.cu): grid (splits, kv_heads); every
+// query head of a KV head in one block (group <= kMmaMaxGroup).
+constexpr int kMmaMaxGroup = 16;
+void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream);
+// The blocks a SM the tensor-core kernel of this shape keeps resident.
+int mma_blocks_per_sm(const KvLayerShape& shape);
+
+}  // namespace lowbit::cuda::kv

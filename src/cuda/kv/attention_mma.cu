@@ -1,0 +1,715 @@
+// Decode attention over the mixed cache on tensor cores (flash-decoding): for each
+// split of the visible positions and each KV head, one block of 4 warps computes the
+// attention of all G query heads of that KV head (G <= 16: the rows of an m16n8k16 mma).
+//
+// A warp takes tiles of 16 positions (tiles warp, warp + 4, ... of its split) and keeps
+// an online softmax per query head in registers:
+//   S = Q K^T   16 x 16, two m16n8 tiles; Q's row h holds query head h (rows >= G zero).
+//               The reduction over head_dim runs inside the mma: its k index is permuted
+//               so that lane (g, c) (g = lane / 4, c = lane % 4) reads the contiguous
+//               quarter c of K row g (and of row g + 8): 16-byte loads straight from the
+//               cache, no shuffles, no shared memory.
+//   O += P V    P (16 x 16 positions) is the S accumulator as an A fragment; V's columns
+//               are permuted so that lane (g, c) reads the contiguous eighth g of the V
+//               rows 2c, 2c + 1, 2c + 8, 2c + 9: again 16-byte loads. P is split into
+//               f16 hi + lo parts (two mma), which keeps it to ~22 bits: the result is as
+//               close to the FP64 twin as the SIMT kernel's f32 arithmetic.
+// Quantized tokens enter the mma as their integer codes (exact in f16) and their f16
+// parameters are applied outside it, in f32: a key's score is s (q . codes) (+ m sum(q)
+// for INT4's minimum), a value's weight p s (and p m into a per-head sum). Every
+// position of a tile may take another form (sink, quantized body, window ring).
+// The partials (max, sum, unnormalized output per query head and split) are those of
+// the SIMT kernel, so the combine (attention_common.cuh) is shared.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/pdl.cuh"
+#include "cuda/async_copy.cuh"
+#include "cuda/kv/attention_common.cuh"
+#include "cuda/kv/kv_cuda.h"
+#include "cuda/mma.cuh"
+#include "formats/float16.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::kv {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTile = 16;  // positions a warp takes at a time (the k of the P V mma)
+
+// N bytes from p into words (N a multiple of 4), 16 / 8 / 4 bytes at a time; past L1
+// when the row may have been cached there before its writer finished.
+template <int N>
+__device__ __forceinline__ void load_words(const void* p, bool past_l1, std::uint32_t* w) {
+  if constexpr (N >= 16) {
+#pragma unroll
+    for (int i = 0; i < N / 16; ++i) {
+      const uint4* q = static_cast<const uint4*>(p) + i;
+      const uint4 v = past_l1 ? __ldcg(q) : __ldg(q);
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (N == 8) {
+    const uint2* q = static_cast<const uint2*>(p);
+    const uint2 v = past_l1 ? __ldcg(q) : __ldg(q);
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    const auto* q = static_cast<const std::uint32_t*>(p);
+    w[0] = past_l1 ? __ldcg(q) : __ldg(q);
+  }
+}
+
+// Codes -> their values as f16 pairs, in place: `count` codes in the first words become
+// count / 2 words of f16 pairs. INT8 (two's complement): 0x6400 | (b ^ 0x80) is the f16
+// 1024 + b + 128, pairs in channel order. INT4 (unsigned, the even channel in the low
+// nibble): 0x6400 | n is 1024 + n, and each word of 8 channels becomes the pairs (j, j + 4),
+// j = 0..3 (one shift and one lop3 a pair): the kernel's other operands of those channels
+// follow the same order (interleave_quads, channel_of_half).
+template <int Bits, int Count>
+__device__ __forceinline__ void codes_to_halves(std::uint32_t* w) {
+  if constexpr (Bits == 8) {
+#pragma unroll
+    for (int i = Count / 4 - 1; i >= 0; --i) {  // descending: word i feeds words 2i, 2i + 1
+      const std::uint32_t flipped = w[i] ^ 0x80808080u;
+      const __half2 bias = __float2half2_rn(1152.0f);
+      const std::uint32_t lo = __byte_perm(flipped, 0x64646464u, 0x4140u);
+      const std::uint32_t hi = __byte_perm(flipped, 0x64646464u, 0x4342u);
+      const __half2 a = __hsub2(*reinterpret_cast<const __half2*>(&lo), bias);
+      const __half2 b = __hsub2(*reinterpret_cast<const __half2*>(&hi), bias);
+      w[2 * i] = *reinterpret_cast<const std::uint32_t*>(&a);
+      w[2 * i + 1] = *reinterpret_cast<const std::uint32_t*>(&b);
+    }
+  } else if constexpr (Bits == 4) {
+#pragma unroll
+    for (int i = Count / 8 - 1; i >= 0; --i) {  // word i feeds words 4i .. 4i + 3
+      const std::uint32_t x = w[i];
+      const __half2 bias = __float2half2_rn(1024.0f);
+#pragma unroll
+      for (int j = 3; j >= 0; --j) {
+        const std::uint32_t pair = ((x >> (4 * j)) & 0x000F000Fu) | 0x64006400u;
+        const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&pair), bias);
+        w[4 * i + j] = *reinterpret_cast<const std::uint32_t*>(&v);
+      }
+    }
+  }
+}
+
+// INT4's channel order for f16 words in channel order (Q, and the FP16 tokens of an INT4
+// cache): each 4 words of channels 0..7 become the pairs (0, 4), (1, 5), (2, 6), (3, 7).
+template <int Bits, int Words>
+__device__ __forceinline__ void interleave_quads(std::uint32_t* w) {
+  if constexpr (Bits == 4) {
+#pragma unroll
+    for (int i = 0; i < Words; i += 4) {
+      const std::uint32_t n0 = w[i], n1 = w[i + 1], n2 = w[i + 2], n3 = w[i + 3];
+      w[i] = __byte_perm(n0, n2, 0x5410u);
+      w[i + 1] = __byte_perm(n0, n2, 0x7632u);
+      w[i + 2] = __byte_perm(n1, n3, 0x5410u);
+      w[i + 3] = __byte_perm(n1, n3, 0x7632u);
+    }
+  }
+}
+
+// The channel (within a lane's group of V channels) of half j of its V words.
+template <int Bits>
+__device__ __forceinline__ constexpr int channel_of_half(int j) {
+  return Bits == 4 ? 8 * (j / 8) + (j / 2) % 4 + 4 * (j % 2) : j;
+}
+
+__device__ __forceinline__ std::uint32_t pack_halves(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+// a (hi) + the remainder (lo), each an f16 pair: a + b exact to ~22 bits.
+__device__ __forceinline__ void split_halves(float a, float b, std::uint32_t& hi, std::uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 back = __half22float2(h);
+  hi = *reinterpret_cast<const std::uint32_t*>(&h);
+  lo = pack_halves(a - back.x, b - back.y);
+}
+
+// Where visible index i of the split lives, and in which form.
+struct Where {
+  int pos;
+  bool body;
+};
+
+// The FP16 slot of a visible FP16 position: the sink's own, or the window ring's. A ring
+// position is one of the last `window` (pos > end - 1 - window), so its slot follows from
+// end_slot = (end - 1) % window without a division per position.
+__device__ __forceinline__ int f16_slot(const KvLayerShape& s, int pos, int end, int end_slot) {
+  if (pos < s.sink) return pos;
+  const int back = end - 1 - pos, window = static_cast<int>(s.window);
+  return static_cast<int>(s.sink) + (end_slot >= back ? end_slot - back : end_slot - back + window);
+}
+
+template <int Bits>
+__device__ __forceinline__ Where where(const SplitArgs& a, int i) {
+  const int skip = a.shape.drops() ? a.recent_begin - a.sink_end : 0;
+  const int pos = i < a.sink_end ? i : i + skip;
+  return Where{pos, Bits != 0 && pos >= a.sink_end && pos < a.recent_begin};
+}
+
+// A warp's tile in registers, ready for the math: K rows g and g + 8 (quarter c) and V
+// rows 2c, 2c + 1, 2c + 8, 2c + 9 (eighth g) as f16 pairs (codes as their integer
+// values), and the parameters of the four S columns / V rows (1 and 0 for FP16 tokens).
+template <int D>
+struct TileRegs {
+  std::uint32_t k[2][D / 8];
+  std::uint32_t v[4][D / 16];
+  float ks[4], km[4], vs[4], vm[4];
+};
+
+// A warp's online softmax over its tiles, for query heads g and g + 8.
+template <int D>
+struct WarpState {
+  float o[D / 8][4];
+  float m[2], l[2], vmin[2];
+};
+
+// Tile-local index of S column / V row u of lane (g, c).
+__device__ __forceinline__ int column_of(int c, int u) { return 2 * c + (u & 1) + 8 * (u >> 1); }
+
+// One tile: S = Q K^T (scaled, masked past `valid` positions), the online softmax, O += P V.
+template <int D>
+__device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const uint4 (*qf)[32], int lane,
+                                          float q_scale, const float (&sum_q)[2], WarpState<D>& st) {
+  constexpr int kKSteps = D / 16, kNTiles = D / 8;
+  const int c = lane % 4;
+  float sacc[2][4] = {};
+#pragma unroll
+  for (int k = 0; k < kKSteps; ++k) {
+    const uint4 q = qf[k][lane];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mma_16816<__half>(sacc[r], q.x, q.y, q.z, q.w, x.k[r][2 * k], x.k[r][2 * k + 1]);
+  }
+  // sacc[r][e]: row (query head) g + 8 (e / 2), column (position) 8 r + 2 c + e % 2.
+  float p[2][4], alpha[2];
+#pragma unroll
+  for (int row = 0; row < 2; ++row) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float raw = sacc[u >> 1][2 * row + (u & 1)];
+      const float score = fmaf(raw, x.ks[u], x.km[u] * sum_q[row]) * q_scale;
+      p[row][u] = column_of(c, u) < valid ? score : -INFINITY;
+      mx = fmaxf(mx, p[row][u]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.m[row], mx);
+    alpha[row] = m_new == -INFINITY ? 1.0f : exp2f(st.m[row] - m_new);
+    float sum = 0.0f, vm_sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      p[row][u] = m_new == -INFINITY ? 0.0f : exp2f(p[row][u] - m_new);
+      sum += p[row][u];
+      vm_sum = fmaf(p[row][u], x.vm[u], vm_sum);
+      p[row][u] *= x.vs[u];
+    }
+    st.l[row] = fmaf(st.l[row], alpha[row], sum);
+    st.vmin[row] = fmaf(st.vmin[row], alpha[row], vm_sum);
+    st.m[row] = m_new;
+  }
+  // The running maximum of a head rarely moves once a few tiles are in: the accumulators
+  // are rescaled only when some lane's did (a warp-uniform branch).
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      st.o[j][0] *= alpha[0];
+      st.o[j][1] *= alpha[0];
+      st.o[j][2] *= alpha[1];
+      st.o[j][3] *= alpha[1];
+    }
+  }
+  std::uint32_t hi[4], lo[4];
+  split_halves(p[0][0], p[0][1], hi[0], lo[0]);
+  split_halves(p[1][0], p[1][1], hi[1], lo[1]);
+  split_halves(p[0][2], p[0][3], hi[2], lo[2]);
+  split_halves(p[1][2], p[1][3], hi[3], lo[3]);
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+    // B: rows (positions) 2c, 2c + 1 | 2c + 8, 2c + 9 of column g: dim g * kNTiles + j.
+    const std::uint32_t sel = j % 2 ? 0x7632u : 0x5410u;
+    const std::uint32_t b0 = __byte_perm(x.v[0][j / 2], x.v[1][j / 2], sel);
+    const std::uint32_t b1 = __byte_perm(x.v[2][j / 2], x.v[3][j / 2], sel);
+    mma_16816<__half>(st.o[j], hi[0], hi[1], hi[2], hi[3], b0, b1);
+    mma_16816<__half>(st.o[j], lo[0], lo[1], lo[2], lo[3], b0, b1);
+  }
+}
+
+// The shared memory of a block: Q's fragments for the whole loop; then either the
+// quantized kernels' cp.async rings (during the loop) or the warps' results and the
+// combine's weights (after it).
+template <int D, int Bits>
+struct Smem {
+  static constexpr int kStages = Bits == 0 ? 1 : 3;  // FP16 caches use no ring
+  static constexpr int kCodeBytes = Bits == 0 ? 16 : D * Bits / 8;
+  static constexpr int kPitch = kCodeBytes + 16;  // padded rows: 16-byte reads without bank conflicts
+  struct alignas(16) Stage {
+    std::uint8_t k[kTile][kPitch], v[kTile][kPitch];
+    std::uint16_t params[kTile][4];  // f16 bits: K scale, K min, V scale, V min
+  };
+  struct After {
+    float o[kWarps][kMmaMaxGroup][D];
+    float ml[kWarps][kMmaMaxGroup][2];
+    float weights[kMaxSplit];
+    float totals[kMmaMaxGroup];
+  };
+  uint4 qf[D / 16][32];
+  union {
+    Stage ring[kWarps][kStages];
+    After after;
+  };
+  static constexpr std::size_t bytes() { return sizeof(Smem); }
+};
+
+// Loads of one FP16 token's rows for a lane: quarter c of its K row, eighth g of its V row.
+// N bytes of shared memory (16 / 8 / 4 at a time) into words.
+template <int N>
+__device__ __forceinline__ void load_shared(const std::uint8_t* p, std::uint32_t* w) {
+  if constexpr (N >= 16) {
+#pragma unroll
+    for (int i = 0; i < N / 16; ++i) {
+      const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (N == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    w[0] = *reinterpret_cast<const std::uint32_t*>(p);
+  }
+}
+
+template <int D>
+__device__ __forceinline__ const std::uint16_t* f16_row(const SplitArgs& a, const KvPart& part, int pos, int end_slot) {
+  return part.f16 + (static_cast<long long>(blockIdx.y) * a.shape.f16_slots() + f16_slot(a.shape, pos, a.end, end_slot)) * D;
+}
+
+template <int D, int Bits>
+__global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
+  constexpr int kKSteps = D / 16, kNTiles = D / 8;
+  using S = Smem<D, Bits>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  S& sm = *reinterpret_cast<S*>(smem_raw);
+  pdl_trigger();
+  SplitArgs a = args;
+  if (!a.prefetch) pdl_wait();
+  if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  const KvLayerShape& s = a.shape;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int head = static_cast<int>(blockIdx.y), h0 = head * a.group;
+  const int split = static_cast<int>(blockIdx.x);
+  const int i0 = split * a.split_len;
+  const int n = min(a.split_len, a.visible - i0);
+  const int tiles = (n + kTile - 1) / kTile;
+  const int end_slot = s.window > 0 ? (a.end - 1) % static_cast<int>(s.window) : 0;
+  auto past_l1 = [&](int pos) { return a.prefetch && appended_now(a, pos); };
+
+  // Direct loads of FP16 tokens (every token under full and window; the sink and the
+  // window's ring under selective), zeros past the split.
+  auto load_f16_k = [&](std::uint32_t (&dst)[D / 8], int j) {
+    if (j >= n) {
+#pragma unroll
+      for (int w = 0; w < D / 8; ++w) dst[w] = 0;
+      return;
+    }
+    const int pos = where<Bits>(a, i0 + j).pos;
+    load_words<D / 2>(f16_row<D>(a, a.layer.k, pos, end_slot) + c * (D / 4), past_l1(pos), dst);
+    interleave_quads<Bits, D / 8>(dst);
+  };
+  // V's rows also set their parameters (1, 0).
+  auto load_f16_v = [&](TileRegs<D>& x, int u, int j) {
+    x.ks[u] = x.vs[u] = 1.0f;
+    x.km[u] = x.vm[u] = 0.0f;
+    if (j >= n) {
+#pragma unroll
+      for (int w = 0; w < D / 16; ++w) x.v[u][w] = 0;
+      return;
+    }
+    const int pos = where<Bits>(a, i0 + j).pos;
+    load_words<D / 4>(f16_row<D>(a, a.layer.v, pos, end_slot) + g * (D / 8), past_l1(pos), x.v[u]);
+    interleave_quads<Bits, D / 16>(x.v[u]);
+  };
+
+  WarpState<D> st;
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) st.o[j][0] = st.o[j][1] = st.o[j][2] = st.o[j][3] = 0.0f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
+  float sum_q[2] = {0.0f, 0.0f};
+  const int first = warp;
+
+  // FP16 caches: each tile's loads straight into registers at the top of its iteration
+  // (a tile of FP16 rows is 256 bytes a lane in flight).
+  TileRegs<D> head_tile;
+  if constexpr (Bits == 0) {
+    if (first < tiles) {
+      const int base = first * kTile;
+      if (a.prefetch) {  // rows other than the new token's before the wait
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int j = base + g + 8 * r;
+          if (j >= n || !appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_k(head_tile.k[r], j);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int j = base + column_of(c, u);
+          if (j >= n || !appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_v(head_tile, u, j);
+        }
+      }
+    }
+  }
+
+  // Quantized caches: a ring of kStages tiles a warp in shared memory filled by cp.async
+  // (codes) and plain loads (f16 parameters, stored one iteration later), kStages - 1
+  // tiles ahead; FP16 tokens among them (sink, ring) are loaded directly when used.
+  constexpr int kCodeBytes = S::kCodeBytes;
+  constexpr int kChunks = kTile * kCodeBytes / 16;  // 16-byte copies a part a tile
+  constexpr int kRowChunks = kCodeBytes / 16;       // 16-byte copies a row
+  std::uint32_t pending_params = 0;                 // the next tile's parameter pair (scale, min) of one (position, part)
+  // A tile of 16 body positions (almost all of them at long contexts) takes the paths
+  // without per-position checks: its rows are consecutive in the cache (a position is
+  // its visible index under the quantized policies, which drop nothing).
+  auto body_tile = [&](int base) {
+    return base + kTile <= n && i0 + base >= a.sink_end && i0 + base + kTile <= a.recent_begin;
+  };
+  // This lane's parameter (row lane % 16 of part lane / 16) of a body tile, less the tile's
+  // first position: scales and mins are [position][kv_head].
+  const long long row_param = static_cast<long long>(lane % kTile - s.body_base) * s.kv_heads + head;
+  const std::uint16_t* lane_scales = lane < kTile ? a.layer.k.scales : a.layer.v.scales;
+  const std::uint16_t* lane_mins = lane < kTile ? a.layer.k.mins : a.layer.v.mins;
+  auto issue = [&](int t, int slot, bool with_params) {
+    if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
+      typename S::Stage& stage = sm.ring[warp][slot];
+      const long long first = static_cast<long long>(i0 + t * kTile) * s.kv_heads;  // + row_param: this lane's
+      const long long code0 = (first + head - static_cast<long long>(s.body_base) * s.kv_heads) * kCodeBytes;
+#pragma unroll
+      for (int i = 0; i < 2 * kChunks / 32; ++i) {
+        constexpr int kPerPart = kChunks / 32;
+        const int q = lane + 32 * (kPerPart > 0 ? i % kPerPart : 0), row = q / kRowChunks, chunk = q % kRowChunks;
+        const std::uint8_t* codes = i < kPerPart ? a.layer.k.codes : a.layer.v.codes;
+        std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
+        cp_async16(dst, codes + code0 + static_cast<long long>(row) * s.kv_heads * kCodeBytes + chunk * 16, 16);
+      }
+      std::uint32_t pair = __ldcg(lane_scales + first + row_param);
+      if constexpr (Bits == 4) pair |= static_cast<std::uint32_t>(__ldcg(lane_mins + first + row_param)) << 16;
+      if (with_params) {
+        stage.params[lane % kTile][2 * (lane / kTile)] = static_cast<std::uint16_t>(pair);
+        stage.params[lane % kTile][2 * (lane / kTile) + 1] = static_cast<std::uint16_t>(pair >> 16);
+      } else {
+        pending_params = pair;
+      }
+    } else if (Bits != 0 && t < tiles) {
+      typename S::Stage& stage = sm.ring[warp][slot];
+      const int base = t * kTile;
+#pragma unroll
+      for (int q = lane; q < 2 * kChunks; q += 32) {
+        const int part = q / kChunks, row = (q % kChunks) / (kCodeBytes / 16), chunk = q % (kCodeBytes / 16);
+        const int j = base + row;
+        std::uint8_t* dst = (part == 0 ? stage.k[row] : stage.v[row]) + chunk * 16;
+        const Where at = j < n ? where<Bits>(a, i0 + j) : Where{0, false};
+        const std::uint8_t* codes = part == 0 ? a.layer.k.codes : a.layer.v.codes;
+        if (j < n && at.body) {
+          const long long param = static_cast<long long>(at.pos - s.body_base) * s.kv_heads + head;
+          cp_async16(dst, codes + param * kCodeBytes + chunk * 16, 16);
+        } else {
+          cp_async16(dst, codes, 0);  // zeros: an FP16 token's or one past the split
+        }
+      }
+      // Lane l: the scale and min of position l % 16 of part l / 16 (K, then V).
+      const int row = lane % kTile, part = lane / kTile, j = base + row;
+      std::uint32_t pair = 0x00003c00u;  // scale 1, min 0: an FP16 token's
+      if (j < n) {
+        const Where at = where<Bits>(a, i0 + j);
+        if (at.body) {
+          // Pointers selected, not a reference into `a`: that would put `a` in local memory.
+          const std::uint16_t* scales = part == 0 ? a.layer.k.scales : a.layer.v.scales;
+          const long long param = static_cast<long long>(at.pos - s.body_base) * s.kv_heads + head;
+          pair = __ldcg(scales + param);
+          if constexpr (Bits == 4) {
+            const std::uint16_t* mins = part == 0 ? a.layer.k.mins : a.layer.v.mins;
+            pair |= static_cast<std::uint32_t>(__ldcg(mins + param)) << 16;
+          }
+        }
+      }
+      if (with_params) {
+        stage.params[row][2 * part] = static_cast<std::uint16_t>(pair);
+        stage.params[row][2 * part + 1] = static_cast<std::uint16_t>(pair >> 16);
+      } else {
+        pending_params = pair;
+      }
+    }
+    cp_async_commit();
+  };
+  auto store_pending = [&](int slot) {
+    if constexpr (Bits != 0) {
+      typename S::Stage& stage = sm.ring[warp][slot];
+      const int row = lane % kTile, part = lane / kTile;
+      stage.params[row][2 * part] = static_cast<std::uint16_t>(pending_params);
+      stage.params[row][2 * part + 1] = static_cast<std::uint16_t>(pending_params >> 16);
+    }
+  };
+  // Under prefetch, a warp whose first tiles hold a body token this step's append wrote
+  // (int8 / int4: the new one; selective: the one that left the window) issues them
+  // after the wait. Quantized policies drop nothing: a position is its visible index.
+  auto holds_appended = [&](int t) {
+    if (!a.prefetch || t >= tiles) return false;
+    auto in_tile = [&](int pos) {
+      return pos >= 0 && appended_now(a, pos) && where<Bits>(a, pos).body && pos >= i0 + t * kTile &&
+             pos < i0 + (t + 1) * kTile;
+    };
+    return in_tile(a.end - 1) || in_tile(a.recent_begin - 1);
+  };
+  const bool early = Bits != 0 && !(holds_appended(first) || holds_appended(first + kWarps));
+  if (early) {
+    issue(first, 0, true);
+    issue(first + kWarps, 1, false);
+  }
+  if (a.prefetch) pdl_wait();
+  if (Bits != 0 && !early) {
+    issue(first, 0, true);
+    issue(first + kWarps, 1, false);
+  }
+
+  // Q as A fragments (rows g and g + 8; quarter c of head_dim), and sum(q) per row for
+  // INT4 keys' minimums. The fragments are the same for every warp: kept in shared memory
+  // (a lane reads its own 16 bytes a k step), which leaves registers to the loads.
+  {
+    std::uint32_t rows[2][D / 8];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int hq = g + 8 * r;
+      if (hq < a.group) {
+        load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), false, rows[r]);
+      } else {
+#pragma unroll
+        for (int w = 0; w < D / 8; ++w) rows[r][w] = 0;
+      }
+#pragma unroll
+      for (int w = 0; w < D / 8; ++w) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&rows[r][w]));
+        sum_q[r] += f.x + f.y;
+      }
+      interleave_quads<Bits, D / 8>(rows[r]);
+      sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 1);
+      sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 2);
+    }
+    if (warp == 0) {
+#pragma unroll
+      for (int k = 0; k < kKSteps; ++k) {
+        sm.qf[k][lane] = make_uint4(rows[0][2 * k], rows[1][2 * k], rows[0][2 * k + 1], rows[1][2 * k + 1]);
+      }
+    }
+  }
+  __syncthreads();
+
+  int slot = 0;
+  for (int t = first; t < tiles; t += kWarps) {
+    const int base = t * kTile;
+    TileRegs<D> x;
+    if constexpr (Bits == 0) {
+      if (t == first) {
+        x = head_tile;
+        if (a.prefetch) {  // the new token's rows, after the wait
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int j = base + g + 8 * r;
+            if (j < n && appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_k(x.k[r], j);
+          }
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int j = base + column_of(c, u);
+            if (j < n && appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_v(x, u, j);
+          }
+        } else {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) load_f16_k(x.k[r], base + g + 8 * r);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) load_f16_v(x, u, base + column_of(c, u));
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) load_f16_k(x.k[r], base + g + 8 * r);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) load_f16_v(x, u, base + column_of(c, u));
+      }
+    } else {
+      cp_async_wait<S::kStages - 2>();  // this lane's copies of tile t have landed ...
+      __syncwarp();                     // ... and every lane's; the slot read last iteration is free
+      const int ahead = slot + 2 >= S::kStages ? slot + 2 - S::kStages : slot + 2;
+      store_pending(slot + 1 >= S::kStages ? 0 : slot + 1);  // tile t + kWarps's parameters
+      issue(t + 2 * kWarps, ahead, false);
+      __syncwarp();
+      const typename S::Stage& stage = sm.ring[warp][slot];
+      const bool body = body_tile(base);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = base + g + 8 * r;
+        if (!body && j < n && !where<Bits>(a, i0 + j).body) {
+          load_f16_k(x.k[r], j);
+        } else {
+          load_shared<kCodeBytes / 4>(stage.k[g + 8 * r] + c * (kCodeBytes / 4), x.k[r]);
+          codes_to_halves<Bits, D / 4>(x.k[r]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int row = column_of(c, u), j = base + row;
+        if (!body && j < n && !where<Bits>(a, i0 + j).body) {
+          load_f16_v(x, u, j);
+        } else {
+          load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
+          codes_to_halves<Bits, D / 8>(x.v[u]);
+          x.ks[u] = formats::half_to_float({stage.params[row][0]});
+          x.km[u] = Bits == 4 ? formats::half_to_float({stage.params[row][1]}) : 0.0f;
+          x.vs[u] = formats::half_to_float({stage.params[row][2]});
+          x.vm[u] = Bits == 4 ? formats::half_to_float({stage.params[row][3]}) : 0.0f;
+        }
+      }
+      slot = slot + 1 == S::kStages ? 0 : slot + 1;
+    }
+    tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
+  }
+  if constexpr (Bits != 0) cp_async_wait<0>();
+
+  // A row's sum and minimum term over its four lanes; the minimums join every channel.
+#pragma unroll
+  for (int row = 0; row < 2; ++row) {
+    st.l[row] += __shfl_xor_sync(0xffffffffu, st.l[row], 1);
+    st.l[row] += __shfl_xor_sync(0xffffffffu, st.l[row], 2);
+    st.vmin[row] += __shfl_xor_sync(0xffffffffu, st.vmin[row], 1);
+    st.vmin[row] += __shfl_xor_sync(0xffffffffu, st.vmin[row], 2);
+  }
+
+  // The block's four warps into one (max, sum, output) per query head, in shared memory
+  // (the rings' bytes: every warp is past its loop).
+  __syncthreads();
+  auto& after = sm.after;
+#pragma unroll
+  for (int row = 0; row < 2; ++row) {
+    const int hq = g + 8 * row;
+    if (hq < a.group) {
+      // C column 2c + e of n tile j is channel (2c + e) * kNTiles + channel_of_half(j).
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        after.o[warp][hq][(2 * c) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row] + st.vmin[row];
+        after.o[warp][hq][(2 * c + 1) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row + 1] + st.vmin[row];
+      }
+      if (c == 0) after.ml[warp][hq][0] = st.m[row], after.ml[warp][hq][1] = st.l[row];
+    }
+  }
+  __syncthreads();
+  for (int idx = static_cast<int>(threadIdx.x); idx < a.group * D; idx += kThreads) {
+    const int hq = idx / D, d = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, after.ml[w][hq][0]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float weight = mx == -INFINITY ? 0.0f : exp2f(after.ml[w][hq][0] - mx);
+      sum = fmaf(after.ml[w][hq][1], weight, sum);
+      acc = fmaf(after.o[w][hq][d], weight, acc);
+    }
+    const int hg = h0 + hq;
+    if (a.splits == 1) {  // nothing to combine: out = acc / l
+      const float v = acc / sum;
+      if (a.out_f16) {
+        static_cast<__half*>(a.out)[hg * D + d] = __float2half_rn(v);
+      } else {
+        static_cast<float*>(a.out)[hg * D + d] = v;
+      }
+      continue;
+    }
+    a.acc[(static_cast<long long>(hg) * a.splits + split) * D + d] = acc;
+    if (d == 0) {
+      float* ms = a.max_sum + (static_cast<long long>(hg) * a.splits + split) * 2;
+      ms[0] = mx;
+      ms[1] = sum;
+    }
+  }
+  if (a.splits == 1 || !a.counters) return;
+  // Publish the partials, count this block; the last one of its KV head combines.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1u) == static_cast<unsigned>(a.splits) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // The heads' combine weights side by side when they fit (a warp a head at a time),
+  // else one head after another.
+  const int heads_at_once = max(1, min(a.group, kMaxSplit / a.splits));
+  for (int first_head = 0; first_head < a.group; first_head += heads_at_once) {
+    const int count = min(heads_at_once, a.group - first_head);
+    for (int hq = warp; hq < count; hq += kWarps) {
+      const float t = combine_weights(a.max_sum, a.splits, h0 + first_head + hq, after.weights + hq * a.splits, lane);
+      if (lane == 0) after.totals[hq] = t;
+    }
+    __syncthreads();
+    for (int idx = static_cast<int>(threadIdx.x); idx < count * D / 2; idx += kThreads) {
+      const int hq = idx / (D / 2), ch = 2 * (idx % (D / 2)), hg = h0 + first_head + hq;
+      const float2 v = combine_pair(a.acc, after.weights + hq * a.splits, after.totals[hq], a.splits, D, hg, ch);
+      if (a.out_f16) {
+        static_cast<__half*>(a.out)[hg * D + ch] = __float2half_rn(v.x);
+        static_cast<__half*>(a.out)[hg * D + ch + 1] = __float2half_rn(v.y);
+      } else {
+        static_cast<float*>(a.out)[hg * D + ch] = v.x;
+        static_cast<float*>(a.out)[hg * D + ch + 1] = v.y;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
+}
+
+// Once per instantiation (and device, in practice one): the shared-memory opt-in, and the
+// blocks a SM keeps resident (the split plan fills the device with that many).
+template <int D, int Bits>
+int resident(void (*kernel)(SplitArgs)) {
+  static const int blocks = [&] {
+    constexpr int bytes = static_cast<int>(Smem<D, Bits>::bytes());
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    int per_sm = 0;
+    LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+    return std::max(per_sm, 1);
+  }();
+  return blocks;
+}
+
+template <int D, int Bits>
+int launch_kernel(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  auto* kernel = kv_attention_mma_kernel<D, Bits>;
+  const int blocks = resident<D, Bits>(kernel);
+  if (a) launch_pdl(kernel, grid, kThreads, Smem<D, Bits>::bytes(), stream, *a);
+  return blocks;
+}
+
+// Launches when `a` is set; returns the instantiation's resident blocks a SM.
+template <int D>
+int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  switch (shape.body) {
+    case KvBody::none: return launch_kernel<D, 0>(a, grid, stream);
+    case KvBody::int8: return launch_kernel<D, 8>(a, grid, stream);
+    case KvBody::int4: return launch_kernel<D, 4>(a, grid, stream);
+  }
+  return 1;
+}
+
+int launch_or_query(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  return shape.head_dim == 64 ? launch_d<64>(shape, a, grid, stream) : launch_d<128>(shape, a, grid, stream);
+}
+
+}  // namespace
+
+void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream) { launch_or_query(a.shape, &a, grid, stream); }
+
+int mma_blocks_per_sm(const KvLayerShape& shape) { return launch_or_query(shape, nullptr, dim3(), nullptr); }
+
+}  // namespace lowbit::cuda::kv
