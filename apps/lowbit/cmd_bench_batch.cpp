@@ -35,10 +35,8 @@ int cmd_bench_batch(const Args& args) {
   options.batch_sizes = parse_positive_integers(npl, "--npl", 1 << 16);
   if (policies.empty()) policies = {"full", "selective8", "selective4"};
   for (const std::string& p : policies) {
-    const bool selective = p.rfind("selective", 0) == 0;
-    const KvPolicy policy = parse_kv_policy(selective ? "selective" : p.c_str());
-    const int bits = p == "int4" || p == "selective4" ? 4 : 8;
-    options.policies.push_back({p, kv.options_for(policy, bits)});
+    const KvPolicyBits choice = parse_kv_policy_bits(p.c_str());
+    options.policies.push_back({p, kv.options_for(choice.policy, choice.bits)});
   }
   const auto loaded = load_model(resolve_model_path(model_path));
   const std::int64_t trained = loaded->model.config().context_length;

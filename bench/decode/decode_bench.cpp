@@ -24,6 +24,8 @@
 namespace lowbit::bench {
 namespace {
 
+#if LOWBIT_WITH_CUDA
+
 struct Stats {
   double median = 0, min = 0, max = 0;
 };
@@ -39,8 +41,6 @@ std::string fmt(const char* format, double value) {
   return buffer;
 }
 
-#if LOWBIT_WITH_CUDA
-
 constexpr std::int64_t kWarmup = 4;  // decode steps before the timed runs (the decode graph is captured there)
 
 // The cache options of a policy name of this benchmark.
@@ -48,19 +48,9 @@ engine::KvCacheOptions cache_options(const std::string& policy, const DecodeBenc
   engine::KvCacheOptions c;
   c.sink = o.sink;
   c.window = o.window;
-  if (policy == "full") {
-    c.policy = KvPolicy::full;
-  } else if (policy == "window") {
-    c.policy = KvPolicy::window;
-  } else if (policy == "selective8" || policy == "selective4") {
-    c.policy = KvPolicy::selective;
-    c.kv_bits = policy == "selective8" ? 8 : 4;
-  } else if (policy == "int8" || policy == "int4") {
-    c.policy = policy == "int8" ? KvPolicy::int8 : KvPolicy::int4;
-    c.kv_bits = policy == "int8" ? 8 : 4;
-  } else {
-    LOWBIT_FAIL("--policy: unknown value '", policy, "' (full, window, selective8, selective4, int8, int4)");
-  }
+  const KvPolicyBits choice = parse_kv_policy_bits(policy.c_str());
+  c.policy = choice.policy;
+  c.kv_bits = choice.bits;
   return c;
 }
 

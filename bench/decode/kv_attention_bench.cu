@@ -22,18 +22,9 @@ using core::DeviceBuffer;
 
 KvCacheSpec spec_of(const std::string& policy, const KvAttentionBenchOptions& o, std::int64_t max_tokens) {
   KvCacheSpec s{KvPolicy::full, o.kv_heads, o.head_dim, o.sink, o.window, 8, max_tokens};
-  if (policy == "full") return s;
-  if (policy == "window") {
-    s.policy = KvPolicy::window;
-  } else if (policy == "selective8" || policy == "selective4") {
-    s.policy = KvPolicy::selective;
-    s.kv_bits = policy == "selective8" ? 8 : 4;
-  } else if (policy == "int8" || policy == "int4") {
-    s.policy = policy == "int8" ? KvPolicy::int8 : KvPolicy::int4;
-    s.kv_bits = policy == "int8" ? 8 : 4;
-  } else {
-    LOWBIT_FAIL("--policy: unknown value '", policy, "' (full, window, selective8, selective4, int8, int4)");
-  }
+  const KvPolicyBits choice = parse_kv_policy_bits(policy.c_str());
+  s.policy = choice.policy;
+  s.kv_bits = choice.bits;
   return s;
 }
 

@@ -40,6 +40,14 @@ enum class KvPolicy : std::uint8_t { full, window, selective, int8, int4 };
 const char* kv_policy_name(KvPolicy policy);
 KvPolicy parse_kv_policy(const char* name);  // "full" | "window" | "selective" | "int8" | "int4"
 
+// A policy with its bits in one name, as the benchmarks list them: full, window,
+// selective8, selective4, int8, int4 (bits 8 where the policy quantizes nothing).
+struct KvPolicyBits {
+  KvPolicy policy = KvPolicy::full;
+  int bits = 8;
+};
+KvPolicyBits parse_kv_policy_bits(const char* name);  // throws naming the six names
+
 struct KvCacheSpec {
   KvPolicy policy = KvPolicy::full;
   std::int64_t kv_heads = 0;

@@ -3,6 +3,7 @@
 #include "core/kv_layout.h"
 
 #include <cstring>
+#include <string_view>
 
 namespace lowbit {
 
@@ -22,6 +23,17 @@ KvPolicy parse_kv_policy(const char* name) {
     if (name && std::strcmp(name, kv_policy_name(p)) == 0) return p;
   }
   LOWBIT_FAIL("kv cache policy: expected full, window, selective, int8 or int4, got '", name ? name : "(null)", "'");
+}
+
+KvPolicyBits parse_kv_policy_bits(const char* name) {
+  const std::string_view n = name ? name : "";
+  if (n == "selective8") return {KvPolicy::selective, 8};
+  if (n == "selective4") return {KvPolicy::selective, 4};
+  if (n == "full" || n == "window" || n == "int8" || n == "int4") {
+    const KvPolicy policy = parse_kv_policy(name);
+    return {policy, policy == KvPolicy::int4 ? 4 : 8};
+  }
+  LOWBIT_FAIL("kv cache policy: expected full, window, selective8, selective4, int8 or int4, got '", n, "'");
 }
 
 namespace core {

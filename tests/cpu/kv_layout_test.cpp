@@ -136,5 +136,20 @@ TEST(DecodeCacheLayout, RejectsBadShapes) {
   EXPECT_THROW(decode_span(s, 0), Error);
 }
 
+TEST(KvPolicyNames, PolicyWithBitsInOneName) {
+  const std::vector<std::pair<const char*, KvPolicyBits>> cases = {
+      {"full", {KvPolicy::full, 8}},        {"window", {KvPolicy::window, 8}}, {"selective8", {KvPolicy::selective, 8}},
+      {"selective4", {KvPolicy::selective, 4}}, {"int8", {KvPolicy::int8, 8}},     {"int4", {KvPolicy::int4, 4}}};
+  for (const auto& [name, want] : cases) {
+    const KvPolicyBits got = parse_kv_policy_bits(name);
+    EXPECT_EQ(got.policy, want.policy) << name;
+    EXPECT_EQ(got.bits, want.bits) << name;
+  }
+  for (const char* bad : {"selective", "selective5", "int2", "", "FULL"}) {
+    EXPECT_THROW(parse_kv_policy_bits(bad), lowbit::Error) << bad;
+  }
+  EXPECT_THROW(parse_kv_policy_bits(nullptr), lowbit::Error);
+}
+
 }  // namespace
 }  // namespace lowbit::test
