@@ -27,18 +27,26 @@ namespace {
 
 using Type = WeightBlockType;
 
-// Where a block's parts lie (bytes from its start).
+// How a block's codes are stored, and what its parameters are.
+enum class Codes { nibbles, unsigned_bytes, signed_bytes };
+enum class Offset { none, minus_8_d, stored };  // q4_0's -8 d; q4_1's m
 struct BlockLayout {
-  int bytes, codes_at;
-  bool has_min;
+  int bytes, codes_at;  // bytes from the block's start
+  Codes codes;
+  bool f32_params;  // f32 (else f16) scale(s) and offset, from the block's start
+  Offset offset;
+  bool two_scales;  // one scale for values 0-15, another for 16-31
 };
 constexpr BlockLayout layout(Type type) {
   switch (type) {
-    case Type::q4_0: return {18, 2, false};
-    case Type::q4_1: return {20, 4, true};
-    case Type::q8_0: return {34, 2, false};
+    case Type::q4_0: return {18, 2, Codes::nibbles, false, Offset::minus_8_d, false};
+    case Type::q4_1: return {20, 4, Codes::nibbles, false, Offset::stored, false};
+    case Type::q8_0: return {34, 2, Codes::signed_bytes, false, Offset::none, false};
+    case Type::q4_f32: return {24, 8, Codes::nibbles, true, Offset::stored, false};
+    case Type::q5_f32: return {40, 8, Codes::unsigned_bytes, true, Offset::stored, false};
+    case Type::q6_f32x2: return {40, 8, Codes::signed_bytes, true, Offset::none, true};
   }
-  return {0, 0, false};
+  return {0, 0, Codes::nibbles, false, Offset::none, false};
 }
 
 float f16_at(const std::uint8_t* p) {
@@ -47,21 +55,44 @@ float f16_at(const std::uint8_t* p) {
   return formats::half_to_float(formats::Half{bits});
 }
 
-// One block's codes as 32 weights in value order: the 4-bit types hold value j in
-// the low nibble of byte j and value j + 16 in its high nibble.
-template <Type T>
-int scalar_block_dot(const std::uint8_t* codes, const std::int8_t* xq) {
-  int sum = 0;
-  if constexpr (T == Type::q8_0) {
+float f32_at(const std::uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// A block's scale for values 0-15 and 16-31 (the same one unless two_scales) and the
+// coefficient of the activations' d_x * sum(q_x) (the offset term; 0 without one).
+struct BlockParams {
+  float d0, d1, offset;
+};
+template <Type T, typename F16>
+inline BlockParams block_params(const std::uint8_t* blk, F16 f16) {
+  constexpr BlockLayout L = layout(T);
+  BlockParams p{};
+  p.d0 = L.f32_params ? f32_at(blk) : f16(blk);
+  p.d1 = L.two_scales ? f32_at(blk + 4) : p.d0;
+  if constexpr (L.offset == Offset::minus_8_d) p.offset = -8.0f * p.d0;
+  if constexpr (L.offset == Offset::stored) p.offset = L.f32_params ? f32_at(blk + 4) : f16(blk + 2);
+  return p;
+}
+
+// The integer dot products of one block's codes with 32 activation codes, over values
+// 0-15 and 16-31.
+template <Codes C>
+void scalar_half_dots(const std::uint8_t* codes, const std::int8_t* xq, int (&dot)[2]) {
+  dot[0] = dot[1] = 0;
+  if constexpr (C == Codes::signed_bytes) {
     // Read as int8 through the pointer: GCC 12 at -O2 -march=native vectorizes
     // static_cast<int8_t>(byte) * int8 into vpdpbusd (an unsigned x signed product),
     // which gives wrong sums for negative weights.
     const auto* w = reinterpret_cast<const std::int8_t*>(codes);
-    for (int j = 0; j < 32; ++j) sum += w[j] * xq[j];
+    for (int j = 0; j < 32; ++j) dot[j / 16] += w[j] * xq[j];
+  } else if constexpr (C == Codes::unsigned_bytes) {
+    for (int j = 0; j < 32; ++j) dot[j / 16] += codes[j] * xq[j];
   } else {
-    for (int j = 0; j < 16; ++j) sum += (codes[j] & 15) * xq[j] + (codes[j] >> 4) * xq[j + 16];
+    for (int j = 0; j < 16; ++j) dot[0] += (codes[j] & 15) * xq[j], dot[1] += (codes[j] >> 4) * xq[j + 16];
   }
-  return sum;
 }
 
 template <Type T>
@@ -78,11 +109,15 @@ void scalar_matmul(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t r
       float acc = 0.0f, corr = 0.0f;
       for (std::int64_t b = 0; b < blocks; ++b) {
         const std::uint8_t* blk = row + b * L.bytes;
-        const float dw = f16_at(blk);
-        const int dot = scalar_block_dot<T>(blk + L.codes_at, xq + b * kValuesPerBlock);
-        acc += static_cast<float>(dot) * (dw * dx[b]);
-        if constexpr (T == Type::q4_0) corr += -8.0f * dw * xs[b];
-        if constexpr (T == Type::q4_1) corr += f16_at(blk + 2) * xs[b];
+        const BlockParams p = block_params<T>(blk, f16_at);
+        int dot[2];
+        scalar_half_dots<L.codes>(blk + L.codes_at, xq + b * kValuesPerBlock, dot);
+        if constexpr (L.two_scales) {
+          acc += static_cast<float>(dot[0]) * (p.d0 * dx[b]) + static_cast<float>(dot[1]) * (p.d1 * dx[b]);
+        } else {
+          acc += static_cast<float>(dot[0] + dot[1]) * (p.d0 * dx[b]);
+        }
+        if constexpr (L.offset != Offset::none) corr += p.offset * xs[b];
       }
       y[t * ldy + r] = acc + corr;
     }
@@ -98,7 +133,8 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
 #elif defined(__AVXVNNI__)
   return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
 #else
-  // u <= 15 (Q4) or |w| <= 128 (Q8), |s| <= 127: the i16 pair sums cannot saturate.
+  // u <= 31 (nibbles, q5_f32's bytes) or |w| <= 128 (signed bytes), |s| <= 127: the i16
+  // pair sums cannot saturate.
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
 }
@@ -115,22 +151,22 @@ inline float f16_fast(const std::uint8_t* p) {
   return _cvtsh_ss(bits);
 }
 
-// The 32 codes of a block as bytes in value order (unsigned nibbles for Q4, the raw
-// signed bytes for Q8).
-template <Type T>
+// The 32 codes of a block as bytes in value order: values 0-15 in the low 128 bits,
+// whose dot products fill i32 lanes 0-3, values 16-31 in the high ones (lanes 4-7).
+template <Codes C>
 inline __m256i load_codes(const std::uint8_t* codes) {
-  if constexpr (T == Type::q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
-  } else {
+  if constexpr (C == Codes::nibbles) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
     const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  } else {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
   }
 }
 
-template <Type T>
+template <Codes C>
 inline __m256i block_dot(__m256i w, __m256i xq) {
-  if constexpr (T == Type::q8_0) {
+  if constexpr (C == Codes::signed_bytes) {
     // s8 x s8 through the u8 x s8 product: |w| times x with w's sign.
     return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
   } else {
@@ -163,15 +199,15 @@ void tile(const std::uint8_t* w, std::int64_t row_bytes, const QuantizedActivati
     }
     for (int r = 0; r < RT; ++r) {
       const std::uint8_t* blk = w + r * row_bytes + b * L.bytes;
-      const float dw = f16_fast(blk);
-      const __m256i codes = load_codes<T>(blk + L.codes_at);
-      float coef = 0.0f;
-      if constexpr (T == Type::q4_0) coef = -8.0f * dw;
-      if constexpr (T == Type::q4_1) coef = f16_fast(blk + 2);
+      const BlockParams p = block_params<T>(blk, f16_fast);
+      const __m256i codes = load_codes<L.codes>(blk + L.codes_at);
+      // Two scales: a vector of d0 in lanes 0-3 (values 0-15) and d1 in lanes 4-7.
+      const __m256 dw = _mm256_set_m128(_mm_set1_ps(p.d1), _mm_set1_ps(p.d0));
       for (int t = 0; t < TT; ++t) {
-        const __m256 dot = _mm256_cvtepi32_ps(block_dot<T>(codes, xq[t]));
-        acc[r][t] = _mm256_fmadd_ps(dot, _mm256_set1_ps(dw * dx[t]), acc[r][t]);
-        if constexpr (T != Type::q8_0) corr[r][t] = std::fma(coef, xs[t], corr[r][t]);
+        const __m256 dot = _mm256_cvtepi32_ps(block_dot<L.codes>(codes, xq[t]));
+        const __m256 scale = L.two_scales ? _mm256_mul_ps(dw, _mm256_set1_ps(dx[t])) : _mm256_set1_ps(p.d0 * dx[t]);
+        acc[r][t] = _mm256_fmadd_ps(dot, scale, acc[r][t]);
+        if constexpr (L.offset != Offset::none) corr[r][t] = std::fma(p.offset, xs[t], corr[r][t]);
       }
     }
   }
@@ -217,8 +253,6 @@ void check_activations(const QuantizedActivations& x) {
 }
 
 }  // namespace
-
-std::int64_t weight_block_bytes(WeightBlockType type) { return layout(type).bytes; }
 
 const char* block_matmul_isa() { return LOWBIT_BLOCK_DOT_ISA; }
 
@@ -281,6 +315,9 @@ void block_matmul(WeightBlockType type, const std::uint8_t* w, std::int64_t row_
     case Type::q4_0: return simd_matmul<Type::q4_0>(w, row_bytes, rows, x, y, ldy);
     case Type::q4_1: return simd_matmul<Type::q4_1>(w, row_bytes, rows, x, y, ldy);
     case Type::q8_0: return simd_matmul<Type::q8_0>(w, row_bytes, rows, x, y, ldy);
+    case Type::q4_f32: return simd_matmul<Type::q4_f32>(w, row_bytes, rows, x, y, ldy);
+    case Type::q5_f32: return simd_matmul<Type::q5_f32>(w, row_bytes, rows, x, y, ldy);
+    case Type::q6_f32x2: return simd_matmul<Type::q6_f32x2>(w, row_bytes, rows, x, y, ldy);
   }
 #else
   block_matmul_scalar(type, w, row_bytes, rows, x, y, ldy);
@@ -294,6 +331,9 @@ void block_matmul_scalar(WeightBlockType type, const std::uint8_t* w, std::int64
     case Type::q4_0: return scalar_matmul<Type::q4_0>(w, row_bytes, rows, x, y, ldy);
     case Type::q4_1: return scalar_matmul<Type::q4_1>(w, row_bytes, rows, x, y, ldy);
     case Type::q8_0: return scalar_matmul<Type::q8_0>(w, row_bytes, rows, x, y, ldy);
+    case Type::q4_f32: return scalar_matmul<Type::q4_f32>(w, row_bytes, rows, x, y, ldy);
+    case Type::q5_f32: return scalar_matmul<Type::q5_f32>(w, row_bytes, rows, x, y, ldy);
+    case Type::q6_f32x2: return scalar_matmul<Type::q6_f32x2>(w, row_bytes, rows, x, y, ldy);
   }
 }
 

@@ -1,12 +1,16 @@
-// Matrix products on ggml's quantized weight blocks as a GGUF file stores them (Q4_0,
-// Q4_1, Q8_0: 32 values a block), with the activations quantized per block of 32 to
-// 8 bits, the way llama.cpp's CPU backend computes them: the integer dot product of a
-// weight block and an activation block is exact, and each block's scales (and the
-// Q4 zero point or minimum) are applied to it in f32.
+// Matrix products on weight blocks of 32 values (cpu/weight_blocks.h: ggml's Q4_0,
+// Q4_1, Q8_0 as a GGUF file stores them, and the blocks that hold the other ggml types
+// exactly) with the activations quantized per block of 32 to 8 bits, the way
+// llama.cpp's CPU backend computes them: the integer dot product of a weight block and
+// an activation block is exact, and each block's scale(s) and offset are applied to it
+// in f32.
 //
-//   Q4_0: d_w * d_x * sum(q_w * q_x) - 8 * d_w * (d_x * sum(q_x))     q_w in 0..15
-//   Q4_1: d_w * d_x * sum(q_w * q_x) + m_w * (d_x * sum(q_x))         q_w in 0..15
-//   Q8_0: d_w * d_x * sum(q_w * q_x)                                   q_w in -128..127
+//   q4_0      d_w * d_x * sum(q_w * q_x) - 8 * d_w * (d_x * sum(q_x))     q_w in 0..15
+//   q4_1      d_w * d_x * sum(q_w * q_x) + m_w * (d_x * sum(q_x))         q_w in 0..15
+//   q8_0      d_w * d_x * sum(q_w * q_x)                                   q_w in -128..127
+//   q4_f32    as q4_1 (f32 d_w and m_w)
+//   q5_f32    as q4_1, q_w in 0..31
+//   q6_f32x2  d0_w * d_x * sum over values 0-15 + d1_w * d_x * sum over 16-31, q_w in -32..31
 //
 // Activations: d_x = max|x| / 127 over the block, q_x = round-to-nearest-even(x / d_x)
 // (as x * (1 / d_x)), in -127..127; a block of zeros has d_x = 0 and codes 0.
@@ -19,12 +23,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/weight_blocks.h"
+
 namespace lowbit::cpu {
-
-enum class WeightBlockType { q4_0, q4_1, q8_0 };
-
-inline constexpr std::int64_t kValuesPerBlock = 32;
-std::int64_t weight_block_bytes(WeightBlockType type);  // 18, 20, 34
 
 // `rows` rows of k values (k a multiple of 32), quantized per block of 32.
 struct QuantizedActivations {

@@ -1,8 +1,10 @@
 // One weight matrix of the CPU forward pass, [rows x cols] with a row per output
 // (each row contiguous over cols, as GGUF stores it), held in one of two forms:
 //   f32     decoded once at load: the FP32 reference (any type gguf/dequant.h decodes)
-//   blocks  the file's Q4_0 / Q4_1 / Q8_0 blocks as they are, multiplied with 8-bit
-//           activations (cpu/block_dot.h); other types are decoded to f32 as above
+//   blocks  blocks of 32 (cpu/weight_blocks.h) multiplied with 8-bit activations
+//           (cpu/block_dot.h): the file's Q4_0 / Q4_1 / Q8_0 blocks as they are, the
+//           K-quants and Q5 types repacked exactly (engine/cpu_block_repack.h); the
+//           types without a block form (Q2_K, F16, BF16, F32) are decoded to f32 as above
 #pragma once
 
 #include <cstddef>
@@ -23,7 +25,7 @@ class WeightMatrix {
  public:
   WeightMatrix() = default;
   // A 1-D tensor is one row. Throws lowbit::Error naming the tensor for a type
-  // neither form reads.
+  // neither form reads, or weights that are not finite.
   static WeightMatrix load(const GgufTensor& tensor, WeightForm form);
 
   std::int64_t rows() const { return rows_; }

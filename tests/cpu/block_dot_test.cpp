@@ -24,7 +24,20 @@ using cpu::WeightBlockType;
 std::uint16_t half_bits(float v) { return formats::float_to_half(v).bits; }
 float half_value(std::uint16_t bits) { return formats::half_to_float(formats::Half{bits}); }
 
-// Random rows of blocks; each block's scale (and min) an f16 of a few magnitudes.
+bool f32_params(WeightBlockType type) {
+  return type == WeightBlockType::q4_f32 || type == WeightBlockType::q5_f32 || type == WeightBlockType::q6_f32x2;
+}
+int codes_at(WeightBlockType type) {
+  return f32_params(type) ? 8 : type == WeightBlockType::q4_1 ? 4 : 2;
+}
+float f32_at(const std::uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Random rows of blocks; each block's scale(s) and offset of a few magnitudes, codes
+// over their type's whole range (q5_f32: 0..31, q6_f32x2: -32..31).
 std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows, std::int64_t k, Rng& rng) {
   const std::int64_t bytes = cpu::weight_block_bytes(type), blocks = rows * (k / 32);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(blocks * bytes));
@@ -33,25 +46,62 @@ std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows,
   for (std::int64_t b = 0; b < blocks; ++b) {
     std::uint8_t* blk = out.data() + b * bytes;
     for (std::int64_t i = 0; i < bytes; ++i) blk[i] = static_cast<std::uint8_t>(byte(rng));
-    const std::uint16_t d = half_bits(scale(rng)), m = half_bits(scale(rng) * 8);
-    std::memcpy(blk, &d, 2);
-    if (type == WeightBlockType::q4_1) std::memcpy(blk + 2, &m, 2);
+    if (f32_params(type)) {
+      const float p[2] = {scale(rng), type == WeightBlockType::q6_f32x2 ? scale(rng) : scale(rng) * 8};
+      std::memcpy(blk, p, 8);
+    } else {
+      const std::uint16_t d = half_bits(scale(rng)), m = half_bits(scale(rng) * 8);
+      std::memcpy(blk, &d, 2);
+      if (type == WeightBlockType::q4_1) std::memcpy(blk + 2, &m, 2);
+    }
+    for (int j = 0; j < 32; ++j) {
+      std::uint8_t& c = blk[8 + j];
+      if (type == WeightBlockType::q5_f32) c &= 31;
+      if (type == WeightBlockType::q6_f32x2) c = static_cast<std::uint8_t>(static_cast<int>(c % 64) - 32);
+    }
   }
   return out;
 }
 
-// Weight value j of a block, from the definition of the type.
+// Weight value j of a block, from the definition of the type, in double (exact).
 double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
+  const std::uint8_t* codes = blk + codes_at(type);
+  const int nibble = j < 16 ? (codes[j] & 15) : (codes[j - 16] >> 4);
+  switch (type) {
+    case WeightBlockType::q4_f32: return static_cast<double>(f32_at(blk)) * nibble + f32_at(blk + 4);
+    case WeightBlockType::q5_f32: return static_cast<double>(f32_at(blk)) * codes[j] + f32_at(blk + 4);
+    case WeightBlockType::q6_f32x2:
+      return static_cast<double>(f32_at(blk + 4 * (j / 16))) * static_cast<std::int8_t>(codes[j]);
+    default: break;
+  }
   std::uint16_t d_bits;
   std::memcpy(&d_bits, blk, 2);
   const double d = half_value(d_bits);
-  if (type == WeightBlockType::q8_0) return d * static_cast<std::int8_t>(blk[2 + j]);
-  const std::uint8_t* qs = blk + (type == WeightBlockType::q4_1 ? 4 : 2);
-  const int q = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
-  if (type == WeightBlockType::q4_0) return d * (q - 8);
+  if (type == WeightBlockType::q8_0) return d * static_cast<std::int8_t>(codes[j]);
+  if (type == WeightBlockType::q4_0) return d * (nibble - 8);
   std::uint16_t m_bits;
   std::memcpy(&m_bits, blk + 2, 2);
-  return d * q + half_value(m_bits);
+  return d * nibble + half_value(m_bits);
+}
+
+constexpr WeightBlockType k_types[] = {WeightBlockType::q4_0,   WeightBlockType::q4_1,   WeightBlockType::q8_0,
+                                       WeightBlockType::q4_f32, WeightBlockType::q5_f32, WeightBlockType::q6_f32x2};
+
+// Decoding gives the definition's values, each one f32 rounding (two for the f32
+// types' d * q + m, as ggml's K-quant decoders: checked bit for bit against them in
+// cpu_block_repack_test.cpp).
+TEST(BlockDot, BlocksDecodeToTheirDefinition) {
+  LOWBIT_TEST_RNG(rng);
+  for (WeightBlockType type : k_types) {
+    SCOPED_TRACE(cpu::weight_block_name(type));
+    const std::vector<std::uint8_t> w = random_blocks(type, 3, 96, rng);
+    std::vector<float> got(3 * 96);
+    cpu::decode_weight_blocks(type, w.data(), 3 * 96, got.data());
+    for (int i = 0; i < 3 * 96; ++i) {
+      const double exact = weight_value(type, w.data() + (i / 32) * cpu::weight_block_bytes(type), i % 32);
+      EXPECT_NEAR(got[i], exact, 2.5e-7 * (std::fabs(exact) + 0.5)) << "value " << i;
+    }
+  }
 }
 
 TEST(BlockDot, ActivationsQuantizePerBlockOf32) {
@@ -88,11 +138,18 @@ TEST(BlockDot, KernelsMatchScalarAndTheExactSum) {
   LOWBIT_TEST_RNG(rng);
   std::normal_distribution<float> value(0.0f, 1.0f);
   SCOPED_TRACE(std::string("kernels: ") + cpu::block_matmul_isa());
-  for (WeightBlockType type : {WeightBlockType::q4_0, WeightBlockType::q4_1, WeightBlockType::q8_0}) {
-    // Rows and tokens around the tile sizes (4 x 4), k from one block up.
-    for (const auto& [rows, n, k] : std::vector<std::array<std::int64_t, 3>>{
-             {1, 1, 32}, {4, 4, 64}, {7, 5, 96}, {13, 9, 576}, {5, 1, 1536}, {9, 3, 160}}) {
-      SCOPED_TRACE("type " + std::to_string(static_cast<int>(type)) + ", rows " + std::to_string(rows) + ", n " +
+  for (WeightBlockType type : k_types) {
+    // Rows and tokens around the tile sizes (4 x 4): 1, 3, 5, 7 tokens and more, rows
+    // not a multiple of 4; k from one block up.
+    for (const auto& [rows, n, k] : std::vector<std::array<std::int64_t, 3>>{{1, 1, 32},
+                                                                              {4, 4, 64},
+                                                                              {7, 5, 96},
+                                                                              {13, 9, 576},
+                                                                              {5, 1, 1536},
+                                                                              {9, 3, 160},
+                                                                              {6, 7, 256},
+                                                                              {3, 3, 512}}) {
+      SCOPED_TRACE(std::string(cpu::weight_block_name(type)) + ", rows " + std::to_string(rows) + ", n " +
                    std::to_string(n) + ", k " + std::to_string(k));
       const std::vector<std::uint8_t> w = random_blocks(type, rows, k, rng);
       const std::int64_t row_bytes = k / 32 * cpu::weight_block_bytes(type);

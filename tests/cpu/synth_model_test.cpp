@@ -11,6 +11,7 @@
 
 #include "common/expect_error.h"
 #include "common/gguf_writer.h"
+#include "common/tokenizer_source.h"
 #include "engine/cpu_session.h"
 #include "engine/gguf/dequant.h"
 #include "engine/gguf/reader.h"
@@ -23,25 +24,7 @@ namespace {
 
 constexpr std::int64_t k_vocab = 320;
 
-// A tokenizer-only GGUF file (the test writer's), standing in for the default model.
-GgufFile tokenizer_source() {
-  test::GgufWriter w;
-  w.add_string("general.architecture", "llama");
-  w.add<std::uint32_t>("llama.block_count", test::gguf_type::u32, 30);  // not copied: not tokenizer.*
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "smollm");
-  std::vector<std::string> tokens;
-  std::vector<std::int32_t> types;
-  for (std::int64_t i = 0; i < k_vocab; ++i) {
-    tokens.push_back(std::to_string(i));
-    types.push_back(1);
-  }
-  w.add_string_array("tokenizer.ggml.tokens", tokens);
-  w.add_array<std::int32_t>("tokenizer.ggml.token_type", test::gguf_type::i32, types);
-  w.add_string_array("tokenizer.ggml.merges", {"1 2"});
-  w.add<std::uint32_t>("tokenizer.ggml.bos_token_id", test::gguf_type::u32, 1);
-  return GgufFile::from_bytes(w.bytes());
-}
+GgufFile tokenizer_source() { return test::tokenizer_source(k_vocab); }
 
 const SynthPreset& tiny() { return find_synth_preset("tiny"); }
 

@@ -1,0 +1,42 @@
+// The weight blocks of the CPU engine's matrix products (cpu/block_dot.h): 32 values a
+// block, one code per value and the block's scale(s) and offset. Three are ggml's own,
+// as a GGUF file stores them:
+//
+//   q4_0      f16 d, 16 bytes of nibbles            w = (q - 8) * d         q in 0..15
+//   q4_1      f16 d, f16 m, 16 bytes of nibbles     w = fma(q, d, m)        q in 0..15
+//   q8_0      f16 d, 32 signed bytes                w = q * d               q in -128..127
+//
+// (q4_1 in one rounding: lowbit's definition, gguf/dequant.h.) The other three hold
+// ggml's other types exactly, the same f32 values ggml's reference decoder gives,
+// repacked at load (engine/cpu_block_repack.h):
+//
+//   q4_f32    f32 d, f32 m, 16 bytes of nibbles     w = d * q + m           q in 0..15     (Q4_K)
+//   q5_f32    f32 d, f32 m, 32 unsigned bytes       w = d * q + m           q in 0..31     (Q5_K, Q5_1)
+//   q6_f32x2  f32 d0, f32 d1, 32 signed bytes       w = d0 * q (values 0-15), d1 * q (16-31)
+//                                                                           q in -32..31   (Q6_K, Q3_K)
+//
+// (q4_f32 and q5_f32 in two roundings, product then sum, as ggml's K-quant decoders.)
+// Nibbles: byte j holds value j in its low nibble and value j + 16 in its high one.
+#pragma once
+
+#include <cstdint>
+
+namespace lowbit::cpu {
+
+enum class WeightBlockType { q4_0, q4_1, q8_0, q4_f32, q5_f32, q6_f32x2 };
+
+inline constexpr std::int64_t kValuesPerBlock = 32;
+
+std::int64_t weight_block_bytes(WeightBlockType type);  // 18, 20, 34, 24, 40, 40
+const char* weight_block_name(WeightBlockType type);    // "q4_0", ..., "q6_f32x2"
+
+// count values (a multiple of 32: count / 32 blocks at `blocks`) as f32, each by its
+// type's formula above. Throws for a count that is not a whole number of blocks.
+void decode_weight_blocks(WeightBlockType type, const std::uint8_t* blocks, std::int64_t count, float* out);
+
+// The index of the first of count / 32 blocks with a NaN or Inf scale or offset, or
+// count / 32 when there is none. Finite parameters mean finite values: the scales are
+// f16 values times integers of at most 128 in magnitude, and so are the codes.
+std::int64_t first_non_finite_block(WeightBlockType type, const std::uint8_t* blocks, std::int64_t count);
+
+}  // namespace lowbit::cpu
