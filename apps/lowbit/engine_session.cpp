@@ -92,7 +92,7 @@ std::string SessionMaker::describe() const {
 #endif
   const std::string threads = std::to_string(cpu::engine_pool().threads()) + " threads";
   if (model_->model.weight_form() == engine::WeightForm::f32) return "CPU, FP32 reference, " + threads;
-  return std::string("CPU, the file's Q4/Q8 blocks (") + cpu::block_matmul_isa() + "), " + threads;
+  return std::string("CPU, the file's quantized blocks (") + cpu::block_matmul_isa() + "), " + threads;
 }
 
 void SessionMaker::declare(Options& cli, std::string* device, bool* no_graphs, std::string* cpu_weights) {
@@ -101,8 +101,8 @@ void SessionMaker::declare(Options& cli, std::string* device, bool* no_graphs, s
   if (no_graphs) cli.flag("--no-cuda-graphs", no_graphs, "GPU decode launches kernel by kernel (for comparison)");
   if (cpu_weights) {
     cli.choice("--cpu-weights", cpu_weights, {"blocks", "f32"},
-               "CPU weights: the file's Q4/Q8 blocks with 8-bit activations (default), or every matrix "
-               "decoded to f32 (the FP32 reference)");
+               "CPU weights: the file's quantized blocks (K-quants and Q5 repacked exactly) with 8-bit "
+               "activations (default), or every matrix decoded to f32 (the FP32 reference)");
   }
 }
 

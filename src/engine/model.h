@@ -1,8 +1,9 @@
 // A llama-family model for the CPU forward pass: its configuration from the GGUF
 // metadata and its weights, validated by name, shape and type, in the form asked for
 // (weight_matrix.h): decoded to f32 once at load (every type gguf/dequant.h decodes),
-// the plain FP32 oracle, or the file's Q4_0 / Q4_1 / Q8_0 blocks as they are (other
-// types decoded to f32). The GPU path repacks the quantized blocks instead (gguf/repack.h).
+// the plain FP32 oracle, or blocks (the file's Q4_0 / Q4_1 / Q8_0 blocks as they are,
+// the K-quants and Q5 types repacked exactly: cpu_block_repack.h; Q2_K and float types
+// decoded to f32). The GPU path repacks the quantized blocks instead (gguf/repack.h).
 //
 // Architectures (general.architecture): llama and mistral (RoPE on consecutive pairs,
 // for which llama.cpp's converter permutes Q and K), qwen2 (RoPE on pairs half the
