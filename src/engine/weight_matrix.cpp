@@ -12,7 +12,9 @@ namespace lowbit::engine {
 namespace {
 
 // Rows per parallel chunk of a repack: ~64K values each.
-std::int64_t rows_per_chunk(std::int64_t cols) { return std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(cols, 1)); }
+std::int64_t rows_per_chunk(std::int64_t cols) {
+  return std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(cols, 1));
+}
 
 }  // namespace
 
@@ -44,6 +46,8 @@ WeightMatrix WeightMatrix::load(const GgufTensor& tensor, WeightForm form) {
     const std::int64_t src_row_bytes = m.cols_ / info.block_elements * info.block_bytes;
     const std::int64_t chunk = rows_per_chunk(m.cols_), chunks = (m.rows_ + chunk - 1) / chunk;
     std::int64_t bad_row = m.rows_, bad_block = 0;
+    // Nothing below throws (an exception cannot leave the region): the type has a block
+    // form and every chunk is whole blocks, both checked above.
 #pragma omp parallel for schedule(static)
     for (std::int64_t c = 0; c < chunks; ++c) {
       const std::int64_t r0 = c * chunk, rows = std::min(chunk, m.rows_ - r0);

@@ -151,7 +151,8 @@ TEST(CpuBlockRepack, WeightMatrixInBlocksDecodesAsTheF32Form) {
       const auto f32 = engine::WeightMatrix::load(t, engine::WeightForm::f32);
       ASSERT_TRUE(blocks.holds_blocks());
       EXPECT_EQ(blocks.block_type(), *engine::cpu_block_type(type));
-      EXPECT_EQ(blocks.bytes(), static_cast<std::size_t>(rows * cols / 32 * cpu::weight_block_bytes(blocks.block_type())));
+      EXPECT_EQ(blocks.bytes(),
+                static_cast<std::size_t>(rows * cols / 32 * cpu::weight_block_bytes(blocks.block_type())));
       std::vector<float> row(static_cast<std::size_t>(cols));
       for (std::int64_t r = 0; r < rows; ++r) {
         blocks.decode_row(r, row.data());
