@@ -91,12 +91,21 @@ void KvCacheFlags::declare(Options& options, bool with_policy) {
   options.integer_of("--kv-bits", &kv_bits, {8, 4}, "bits of the quantized body for selective (default 8)");
   options.integer("--kv-group", &kv_group, 0, 1 << 20,
                   "channels per quantization scale (and min) (default 0: head_dim, one per token per head)");
+  options.choice("--kv-rotate", &kv_rotate, {"off", "k", "kv"},
+                 "rotate keys (k) or keys and values (kv) by a Walsh-Hadamard transform along head_dim before "
+                 "they are quantized (default off)");
+  options.choice("--kv-symmetric", &kv_symmetric, {"off", "on"},
+                 "INT4 codes symmetric (scale only) instead of asymmetric (scale + min) (default off)");
 }
 
 void KvCacheFlags::warn_ignored(const Options& options) const {
   const std::string why = "with --kv-cache " + policy;
-  if (policy == "full") options.warn_ignored({"--sink", "--window", "--kv-bits", "--kv-group"}, why);
-  if (policy == "window") options.warn_ignored({"--kv-bits", "--kv-group"}, why + " (nothing is quantized)");
+  if (policy == "full") {
+    options.warn_ignored({"--sink", "--window", "--kv-bits", "--kv-group", "--kv-rotate", "--kv-symmetric"}, why);
+  }
+  if (policy == "window") {
+    options.warn_ignored({"--kv-bits", "--kv-group", "--kv-rotate", "--kv-symmetric"}, why + " (nothing is quantized)");
+  }
   if (policy == "int8" || policy == "int4") {
     options.warn_ignored({"--sink", "--window"}, why + " (every token is quantized)");
     options.warn_ignored({"--kv-bits"}, why + " (the policy names its bits)");
@@ -115,6 +124,8 @@ engine::KvCacheOptions KvCacheFlags::options_for(KvPolicy kv_policy, int bits) c
   o.window = window;
   o.kv_bits = bits;
   o.kv_group = kv_group;
+  o.kv_rotate = engine::parse_kv_rotate(kv_rotate.c_str());
+  o.kv_symmetric = kv_symmetric == "on";
   return o;
 }
 

@@ -2,12 +2,32 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "cpu/kv_cache.h"
 #include "formats/float16.h"
+#include "formats/hadamard.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
+
+const char* kv_rotate_name(KvRotate rotate) {
+  switch (rotate) {
+    case KvRotate::off: return "off";
+    case KvRotate::k: return "k";
+    case KvRotate::kv: return "kv";
+  }
+  return "?";
+}
+
+KvRotate parse_kv_rotate(const char* name) {
+  const std::string n = name ? name : "";
+  if (n == "off") return KvRotate::off;
+  if (n == "k") return KvRotate::k;
+  if (n == "kv") return KvRotate::kv;
+  LOWBIT_FAIL("kv cache: kv_rotate '", n, "', expected off, k or kv");
+}
+
 namespace {
 
 struct Resolved {
@@ -35,8 +55,12 @@ Resolved resolve(const KvShape& shape, const KvCacheOptions& o) {
     LOWBIT_CHECK(o.kv_bits == 8 || o.kv_bits == 4, "kv cache: kv_bits = ", o.kv_bits, ", expected 8 or 4");
     bits = o.kv_bits;
   }
+  const auto rot = static_cast<int>(o.kv_rotate);
+  LOWBIT_CHECK(rot >= 0 && rot <= static_cast<int>(KvRotate::kv), "kv cache: unknown kv_rotate ", rot);
   if (bits == 0) return r;
   r.quantizes = true;
+  LOWBIT_CHECK(o.kv_rotate == KvRotate::off || formats::hadamard_size_ok(shape.head_dim), "kv cache: kv_rotate ",
+               kv_rotate_name(o.kv_rotate), " needs head_dim a power of two, got ", shape.head_dim);
   const std::int64_t d = shape.head_dim, kv = shape.kv_dim();
   // Default: one scale (and min) per token per head, for INT8 and INT4 alike.
   const std::int64_t group = o.kv_group != 0 ? o.kv_group : d;
@@ -50,7 +74,9 @@ Resolved resolve(const KvShape& shape, const KvCacheOptions& o) {
   // within a head (per_token = one scale per head), [1 x kv_dim] for whole heads.
   r.cols = within_head ? d : kv;
   r.rows_per_token = within_head ? shape.kv_heads : 1;
-  r.spec.scheme = bits == 8 ? QuantScheme::int8_symmetric : QuantScheme::int4_asymmetric;
+  r.spec.scheme = bits == 8          ? QuantScheme::int8_symmetric
+                  : o.kv_symmetric ? QuantScheme::int4_symmetric
+                                   : QuantScheme::int4_asymmetric;
   r.spec.granularity = group == r.cols ? Granularity::per_token : Granularity::per_group;
   r.spec.group_size = group == r.cols ? 0 : group;
   const QuantLayout layout = quant_layout(r.spec, 1, r.cols);
@@ -109,6 +135,12 @@ KvCache::KvCache(KvShape shape, KvCacheOptions options, std::int64_t max_tokens)
   }
   length_.assign(static_cast<std::size_t>(shape.layers), 0);
   scratch_.resize(kv);
+  rotate_k_ = r.quantizes && options.kv_rotate != KvRotate::off;
+  rotate_v_ = r.quantizes && options.kv_rotate == KvRotate::kv;
+}
+
+void KvCache::rotate_heads(float* x, std::int64_t n) const {
+  for (std::int64_t i = 0; i < n * shape_.kv_heads; ++i) formats::hadamard_rotate(x + i * shape_.head_dim, shape_.head_dim);
 }
 
 void KvCache::reset() { std::fill(length_.begin(), length_.end(), 0); }
@@ -120,19 +152,26 @@ std::int64_t KvCache::f16_slot(std::int64_t pos) const {
 
 // Codes, f16 scales (mins) of n tokens into quantized slots [slot, slot + n), and their
 // decoded values into `decoded` (n x kv_dim), both through the KV cache's quantization
-// (cpu/kv_cache.h: the GPU append's arithmetic).
-void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded) {
+// (cpu/kv_cache.h: the GPU append's arithmetic). x is rotated already when `rotated`;
+// the decoded values are then rotated back, so that readers see the part's own space.
+void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded,
+                            bool rotated) {
   const std::int64_t rows = n * rows_per_token_;
   const int bits = scheme_bits(spec_.scheme);
   const std::int64_t group = spec_.group_size != 0 ? spec_.group_size : quant_cols_;
   std::uint8_t* codes = part.codes.data() + slot * code_bytes_;
   std::uint16_t* scales = part.scales.data() + slot * params_per_token_;
   std::uint16_t* mins = part.mins.empty() ? nullptr : part.mins.data() + slot * params_per_token_;
-  cpu::kv_quantize(bits, x, rows, quant_cols_, group, codes, scales, mins);
-  cpu::kv_dequantize(bits, codes, scales, mins, rows, quant_cols_, group, decoded);
+  const bool symmetric4 = spec_.scheme == QuantScheme::int4_symmetric;
+  cpu::kv_quantize(bits, x, rows, quant_cols_, group, codes, scales, mins, symmetric4);
+  cpu::kv_dequantize(bits, codes, scales, mins, rows, quant_cols_, group, decoded, symmetric4);
+  if (rotated) rotate_heads(decoded, n);
 }
 
-void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x) {
+// x: the token's f32 row in its own space; `rotated`: the policy rotates this part, so
+// the FP16 slot holds the rotated values (which selective quantizes when they leave the
+// window) and the decoded mirror their rotation back.
+void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x, bool rotated) {
   const std::int64_t kv = shape_.kv_dim();
   float* decoded = part.decoded16.data() + pos * kv;
   if (options_.policy == KvPolicy::selective && pos >= options_.sink + options_.window) {
@@ -141,13 +180,19 @@ void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x) {
     const std::int64_t evicted = pos - options_.window;
     const std::uint16_t* old = part.f16.data() + f16_slot(evicted) * kv;
     for (std::int64_t i = 0; i < kv; ++i) scratch_[static_cast<std::size_t>(i)] = formats::half_to_float({old[i]});
-    quantize_into(part, evicted - options_.sink, 1, scratch_.data(), part.decodedq.data() + evicted * kv);
+    quantize_into(part, evicted - options_.sink, 1, scratch_.data(), part.decodedq.data() + evicted * kv, rotated);
+  }
+  if (rotated) {
+    std::copy(x, x + kv, scratch_.begin());
+    rotate_heads(scratch_.data(), 1);
+    x = scratch_.data();
   }
   std::uint16_t* slot = part.f16.data() + f16_slot(pos) * kv;
   for (std::int64_t i = 0; i < kv; ++i) {
     slot[i] = formats::float_to_half(x[i]).bits;
     decoded[i] = formats::half_to_float({slot[i]});
   }
+  if (rotated) rotate_heads(decoded, 1);
 }
 
 void KvCache::append(std::int64_t layer, std::int64_t n, const float* k, const float* v) {
@@ -159,12 +204,20 @@ void KvCache::append(std::int64_t layer, std::int64_t n, const float* k, const f
   Part& vp = values_[static_cast<std::size_t>(layer)];
   const std::int64_t kv = shape_.kv_dim();
   if (options_.policy == KvPolicy::int8 || options_.policy == KvPolicy::int4) {
-    quantize_into(kp, len, n, k, kp.decodedq.data() + len * kv);
-    quantize_into(vp, len, n, v, vp.decodedq.data() + len * kv);
+    auto quantize_part = [&](Part& part, const float* x, bool rotated) {
+      if (rotated) {  // the f32 rows rotated, then quantized
+        rotated_.assign(x, x + n * kv);
+        rotate_heads(rotated_.data(), n);
+        x = rotated_.data();
+      }
+      quantize_into(part, len, n, x, part.decodedq.data() + len * kv, rotated);
+    };
+    quantize_part(kp, k, rotate_k_);
+    quantize_part(vp, v, rotate_v_);
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
-      append_one_part(kp, len + i, k + i * kv);
-      append_one_part(vp, len + i, v + i * kv);
+      append_one_part(kp, len + i, k + i * kv, rotate_k_);
+      append_one_part(vp, len + i, v + i * kv, rotate_v_);
     }
   }
   len += n;
