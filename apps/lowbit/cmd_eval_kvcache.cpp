@@ -100,6 +100,7 @@ int cmd_eval_kvcache(const Args& args) {
   check_input_file("--file", file,
                    cli.given("--file") ? "" : " (the default text; pass --file PATH or set LOWBIT_WIKITEXT)");
   cli.warn_ignored({"--kv-bits"}, "(eval kvcache runs selective at 8 bits and at 4)");
+  kv.validate();
   threads.apply();
 
   const auto loaded = load_model(resolve_model_path(model_path), engine::parse_weight_form(cpu_weights.c_str()));

@@ -58,6 +58,8 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   // no GPU layout yet.
   LOWBIT_CHECK(cache.kv_rotate != KvRotate::kv, "gpu session: --kv-rotate kv is not supported on the GPU (k or off)");
   LOWBIT_CHECK(!cache.kv_symmetric, "gpu session: --kv-symmetric on is not supported on the GPU");
+  LOWBIT_CHECK(cache.kv_key_block == 0, "gpu session: --kv-key-block ", cache.kv_key_block,
+               " is not supported on the GPU (keys per token: 0)");
   hadamard_ = cache.kv_rotate == KvRotate::k && cache.policy != KvPolicy::full && cache.policy != KvPolicy::window;
   LOWBIT_CHECK(!hadamard_ || c.head_dim == 64 || c.head_dim == 128, "gpu session: --kv-rotate k needs head_dim 64 or 128, got ",
                c.head_dim);

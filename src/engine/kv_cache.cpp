@@ -57,6 +57,8 @@ Resolved resolve(const KvShape& shape, const KvCacheOptions& o) {
   }
   const auto rot = static_cast<int>(o.kv_rotate);
   LOWBIT_CHECK(rot >= 0 && rot <= static_cast<int>(KvRotate::kv), "kv cache: unknown kv_rotate ", rot);
+  LOWBIT_CHECK(o.kv_key_block == 0 || (o.kv_key_block >= 2 && o.kv_key_block <= 1024), "kv cache: kv_key_block = ",
+               o.kv_key_block, ", expected 0 (off) or 2..1024");
   if (bits == 0) return r;
   r.quantizes = true;
   LOWBIT_CHECK(o.kv_rotate == KvRotate::off || formats::hadamard_size_ok(shape.head_dim), "kv cache: kv_rotate ",
@@ -133,6 +135,17 @@ KvCache::KvCache(KvShape shape, KvCacheOptions options, std::int64_t max_tokens)
       if (r.quantizes) part.decodedq.resize(static_cast<std::size_t>(max_tokens) * kv);
     }
   }
+  if (r.quantizes && options.kv_key_block > 0) {
+    const auto block = static_cast<std::size_t>(options.kv_key_block);
+    for (Part& part : keys_) {
+      part.block = options.kv_key_block;
+      part.staged.resize(block * kv);
+      part.decoded16.resize(static_cast<std::size_t>(max_tokens) * kv);
+      part.codes.resize((q_slots / block) * block * static_cast<std::size_t>(code_bytes_));
+      part.scales.assign((q_slots / block) * kv, 0);
+      if (mins) part.mins.resize(part.scales.size());
+    }
+  }
   length_.assign(static_cast<std::size_t>(shape.layers), 0);
   scratch_.resize(kv);
   rotate_k_ = r.quantizes && options.kv_rotate != KvRotate::off;
@@ -144,6 +157,41 @@ void KvCache::rotate_heads(float* x, std::int64_t n) const {
 }
 
 void KvCache::reset() { std::fill(length_.begin(), length_.end(), 0); }
+
+std::int64_t KvCache::block_done(std::int64_t pos) const {
+  const std::int64_t b = options_.kv_key_block;
+  if (options_.policy != KvPolicy::selective) return (pos / b + 1) * b - 1;
+  const std::int64_t j = pos - options_.sink;  // body index
+  return options_.sink + (j / b + 1) * b - 1 + options_.window;
+}
+
+void KvCache::stage_key(Part& part, std::int64_t pos, std::int64_t index, const std::uint16_t* f16, bool rotated) {
+  const std::int64_t kv = shape_.kv_dim(), b = part.block;
+  std::copy(f16, f16 + kv, part.staged.begin() + (index % b) * kv);
+  if (index % b != b - 1) return;
+  // The block is full: tokens pos - b + 1 .. pos, quantized as a [kv_dim x b] matrix
+  // (one group per channel), the codes kept channel-major within the block.
+  const int bits = scheme_bits(spec_.scheme);
+  const bool symmetric4 = spec_.scheme == QuantScheme::int4_symmetric;
+  const std::int64_t block_index = index / b;
+  std::vector<float> t(static_cast<std::size_t>(kv * b)), back(t.size());
+  for (std::int64_t i = 0; i < b; ++i) {
+    for (std::int64_t c = 0; c < kv; ++c) {
+      t[static_cast<std::size_t>(c * b + i)] = formats::half_to_float({part.staged[static_cast<std::size_t>(i * kv + c)]});
+    }
+  }
+  const std::int64_t code_bytes = bits == 8 ? kv * b : kv * b / 2;
+  std::uint8_t* codes = part.codes.data() + block_index * code_bytes;
+  std::uint16_t* scales = part.scales.data() + block_index * kv;
+  std::uint16_t* mins = part.mins.empty() ? nullptr : part.mins.data() + block_index * kv;
+  cpu::kv_quantize(bits, t.data(), kv, b, b, codes, scales, mins, symmetric4);
+  cpu::kv_dequantize(bits, codes, scales, mins, kv, b, b, back.data(), symmetric4);
+  for (std::int64_t i = 0; i < b; ++i) {
+    float* out = part.decodedq.data() + (pos - b + 1 + i) * kv;
+    for (std::int64_t c = 0; c < kv; ++c) out[c] = back[static_cast<std::size_t>(c * b + i)];
+    if (rotated) rotate_heads(out, 1);
+  }
+}
 
 std::int64_t KvCache::f16_slot(std::int64_t pos) const {
   if (options_.policy == KvPolicy::full || pos < options_.sink) return pos;
@@ -179,8 +227,14 @@ void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x, bool
     // cache keeps) into its quantized slot; its ring slot is pos's.
     const std::int64_t evicted = pos - options_.window;
     const std::uint16_t* old = part.f16.data() + f16_slot(evicted) * kv;
-    for (std::int64_t i = 0; i < kv; ++i) scratch_[static_cast<std::size_t>(i)] = formats::half_to_float({old[i]});
-    quantize_into(part, evicted - options_.sink, 1, scratch_.data(), part.decodedq.data() + evicted * kv, rotated);
+    if (part.block > 0) {
+      // Staged in FP16 (the mirror stays) until its block of the body (index
+      // position - sink) is full.
+      stage_key(part, evicted, evicted - options_.sink, old, rotated);
+    } else {
+      for (std::int64_t i = 0; i < kv; ++i) scratch_[static_cast<std::size_t>(i)] = formats::half_to_float({old[i]});
+      quantize_into(part, evicted - options_.sink, 1, scratch_.data(), part.decodedq.data() + evicted * kv, rotated);
+    }
   }
   if (rotated) {
     std::copy(x, x + kv, scratch_.begin());
@@ -212,7 +266,23 @@ void KvCache::append(std::int64_t layer, std::int64_t n, const float* k, const f
       }
       quantize_into(part, len, n, x, part.decodedq.data() + len * kv, rotated);
     };
-    quantize_part(kp, k, rotate_k_);
+    if (kp.block > 0) {  // keys staged in FP16 one at a time, quantized by blocks
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t pos = len + i;
+        std::copy(k + i * kv, k + (i + 1) * kv, scratch_.begin());
+        if (rotate_k_) rotate_heads(scratch_.data(), 1);
+        std::vector<std::uint16_t> f16(static_cast<std::size_t>(kv));
+        float* mirror = kp.decoded16.data() + pos * kv;
+        for (std::int64_t c = 0; c < kv; ++c) {
+          f16[static_cast<std::size_t>(c)] = formats::float_to_half(scratch_[static_cast<std::size_t>(c)]).bits;
+          mirror[c] = formats::half_to_float({f16[static_cast<std::size_t>(c)]});
+        }
+        if (rotate_k_) rotate_heads(mirror, 1);
+        stage_key(kp, pos, pos, f16.data(), rotate_k_);
+      }
+    } else {
+      quantize_part(kp, k, rotate_k_);
+    }
     quantize_part(vp, v, rotate_v_);
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
@@ -232,6 +302,10 @@ KvCache::Visible KvCache::visible(std::int64_t layer, std::int64_t t) const {
 
 const float* KvCache::read(const Part& part, std::int64_t pos, std::int64_t t) const {
   const std::int64_t kv = shape_.kv_dim();
+  if (part.block > 0) {  // blocked keys: FP16 (window, sink, or staged) until the block is done
+    const bool body = options_.policy != KvPolicy::selective || (pos >= options_.sink && pos <= t - options_.window);
+    return (body && t >= block_done(pos) ? part.decodedq.data() : part.decoded16.data()) + pos * kv;
+  }
   switch (options_.policy) {
     case KvPolicy::int8:
     case KvPolicy::int4: return part.decodedq.data() + pos * kv;
@@ -257,7 +331,16 @@ std::size_t KvCache::bytes_at(const KvShape& shape, const KvCacheOptions& option
   const std::int64_t mins = r.quantizes && scheme_has_mins(r.spec.scheme) ? 2 : 1;
   const std::int64_t q_bytes = r.code_bytes + r.params * 2 * mins;  // f16 scales (and mins)
   const std::int64_t per_part = fp16_capacity(options, tokens) * f16_bytes + quant_count(options, tokens) * q_bytes;
-  return static_cast<std::size_t>(per_part * 2 * shape.layers);  // K and V
+  if (!r.quantizes || options.kv_key_block == 0) {
+    return static_cast<std::size_t>(per_part * 2 * shape.layers);  // K and V
+  }
+  // Blocked keys: complete blocks as codes + one f16 scale (and min) per channel each,
+  // the open block's tokens in FP16.
+  const std::int64_t b = options.kv_key_block, nq = quant_count(options, tokens);
+  const std::int64_t blocks = nq / b, staged = nq - blocks * b;
+  const std::int64_t keys = fp16_capacity(options, tokens) * f16_bytes + blocks * b * r.code_bytes +
+                            blocks * shape.kv_dim() * 2 * mins + staged * f16_bytes;
+  return static_cast<std::size_t>((per_part + keys) * shape.layers);
 }
 
 }  // namespace lowbit::engine

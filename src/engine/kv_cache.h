@@ -57,6 +57,13 @@ struct KvCacheOptions {
   // INT4 codes: asymmetric (scale + min, the default) or symmetric (scale only, codes
   // -8..7). INT8 is always symmetric.
   bool kv_symmetric = false;
+  // Keys per channel over blocks of kv_key_block tokens (KIVI): 0 = off (keys per token,
+  // as values). A block is quantized once all its tokens are there (int8 / int4: when
+  // its last token arrives; selective: when its last token leaves the FP16 window), from
+  // their FP16 values, one f16 scale (+ min) per channel per block; until then its
+  // tokens stay FP16 in a staging area of kv_key_block slots (counted in bytes()).
+  // CPU only (the GPU session refuses it). 2..1024.
+  std::int64_t kv_key_block = 0;
 };
 
 struct KvShape {
@@ -117,7 +124,14 @@ class KvCache {
     std::vector<std::uint16_t> scales, mins;  // f16 bits, params_per_token each
     std::vector<float> decoded16;     // [max_tokens x kv_dim]: FP16 forms, decoded
     std::vector<float> decodedq;      // [max_tokens x kv_dim]: quantized forms, decoded
+    std::int64_t block = 0;           // keys with kv_key_block: tokens a block (0: per token)
+    std::vector<std::uint16_t> staged;  // [block x kv_dim] FP16 bits of the open block
   };
+  // kv_key_block: token pos's FP16 value (rotated if the part is) into the open block
+  // (slot `index` % block of the block's order); quantizes the block when it is full.
+  void stage_key(Part& part, std::int64_t pos, std::int64_t index, const std::uint16_t* f16, bool rotated);
+  // The time from which the query reads a blocked key at pos quantized.
+  std::int64_t block_done(std::int64_t pos) const;
   const float* read(const Part& part, std::int64_t pos, std::int64_t t) const;
 
   void append_one_part(Part& part, std::int64_t pos, const float* x, bool rotated);

@@ -229,8 +229,11 @@ TEST(KvCache, RotatedAndSymmetricFormsHoldTheirDefinition) {
   }
 }
 
-// The lever itself: with an outlier channel, rotating the keys before per-token INT4
-// brings the keys' error (and the q . k error) down several-fold.
+// The lever itself: with an outlier channel (a constant offset of 40 against unit noise),
+// rotating the keys before per-token INT4 spreads it as +-5 over the head, so the range,
+// the step and the keys' squared error shrink about threefold (measured 2.9x; unrotated
+// ~50, rotated ~17). (Smaller keys' error is not always a better perplexity: on
+// Qwen2.5 it was not; bench/notes/kv_accuracy.md.)
 TEST(KvCache, RotationShrinksTheInt4ErrorOfKeysWithAnOutlierChannel) {
   LOWBIT_TEST_RNG(rng);
   const KvShape shape{1, 1, 64};
@@ -247,7 +250,7 @@ TEST(KvCache, RotationShrinksTheInt4ErrorOfKeysWithAnOutlierChannel) {
     }
     return std::sqrt(err);
   };
-  EXPECT_LT(error(KvRotate::k), error(KvRotate::off) / 3.0);
+  EXPECT_LT(error(KvRotate::k), error(KvRotate::off) / 2.0);
 }
 
 TEST(KvCache, RotationAndSymmetricBadOptionsAndBytes) {
@@ -266,6 +269,74 @@ TEST(KvCache, RotationAndSymmetricBadOptionsAndBytes) {
   EXPECT_EQ(KvCache::bytes_at(smol, options(KvPolicy::int4, KvRotate::k, true), 100), 100u * 102 * 60);
   EXPECT_EQ(KvCache::bytes_at(smol, options(KvPolicy::int4, KvRotate::kv, false, 32), 100), 100u * 120 * 60);
   EXPECT_EQ(KvCache::bytes_at(smol, options(KvPolicy::int4, KvRotate::off, true, 32), 100), 100u * 108 * 60);
+}
+
+// KIVI's keys: per channel over blocks of B tokens, from their FP16 values, one f16
+// scale + min per channel per block; a block's tokens stay FP16 until it is complete
+// (int4: its last token arrived; selective: its last token left the window).
+// Checked against a plain loop: each quantized key is a level q * s + m (q in 0..15) of
+// the channel's plain f16 parameters over the block, within half a step of its FP16
+// value.
+TEST(KvCache, KeyBlocksArePerChannelOverTheirTokens) {
+  LOWBIT_TEST_RNG(rng);
+  const KvShape shape{1, 2, 32};
+  const std::int64_t kv = shape.kv_dim(), b = 4, n = 23;
+  std::vector<float> k = normal_vector(rng, static_cast<std::size_t>(n * kv), 2.0f);
+  for (std::int64_t t = 0; t < n; ++t) k[t * kv + 3] += 50.0f;  // a channel offset (Qwen's key bias)
+  const std::vector<float> v = normal_vector(rng, static_cast<std::size_t>(n * kv));
+  auto f16 = [](float x) { return formats::half_to_float(formats::float_to_half(x)); };
+  for (KvPolicy p : {KvPolicy::int4, KvPolicy::selective}) {
+    SCOPED_TRACE(kv_policy_name(p));
+    KvCacheOptions o = options(p, KvRotate::off);
+    o.kv_key_block = b;
+    KvCache cache(shape, o, n);
+    for (std::int64_t t = 0; t < n; ++t) cache.append(0, 1, k.data() + t * kv, v.data() + t * kv);
+    EXPECT_EQ(cache.bytes(), KvCache::bytes_at(shape, o, n));
+    int quantized_seen = 0;
+    for (std::int64_t now = 0; now < n; ++now) {
+      for (std::int64_t pos = 0; pos <= now; ++pos) {
+        // The block of pos (in body order for selective) and when it is complete.
+        const bool selective = p == KvPolicy::selective;
+        const bool in_window = selective && (pos < o.sink || pos > now - o.window);
+        const std::int64_t base = selective ? o.sink : 0, j = pos - base, first = base + j / b * b;
+        const std::int64_t done = first + b - 1 + (selective ? o.window : 0);
+        const float* got = cache.key(0, pos, now);
+        if (in_window || now < done) {
+          for (std::int64_t c = 0; c < kv; ++c) ASSERT_EQ(got[c], f16(k[pos * kv + c])) << pos << " at " << now;
+          continue;
+        }
+        ++quantized_seen;
+        for (std::int64_t c = 0; c < kv; ++c) {
+          float lo = INFINITY, hi = -INFINITY;
+          for (std::int64_t i = first; i < first + b; ++i) {
+            lo = std::fmin(lo, f16(k[i * kv + c]));
+            hi = std::fmax(hi, f16(k[i * kv + c]));
+          }
+          const float s = f16((hi - lo) / 15.0f), m = f16(lo);
+          const float x = f16(k[pos * kv + c]);
+          const float q = s > 0.0f ? std::nearbyint((got[c] - m) / s) : 0.0f;
+          ASSERT_TRUE(q >= 0.0f && q <= 15.0f) << "position " << pos << " channel " << c;
+          ASSERT_EQ(got[c], std::fmaf(q, s, m)) << "position " << pos << " channel " << c << ": not a level";
+          ASSERT_LE(std::fabs(got[c] - x), 0.5f * s * 1.01f + std::fabs(m - lo)) << "position " << pos << " channel " << c;
+        }
+      }
+    }
+    EXPECT_GT(quantized_seen, 20);
+    // Values stay per token: what the cache without blocked keys holds.
+    KvCache plain(shape, options(p, KvRotate::off), n);
+    for (std::int64_t t = 0; t < n; ++t) plain.append(0, 1, k.data() + t * kv, v.data() + t * kv);
+    for (std::int64_t pos = 0; pos < n; ++pos) {
+      for (std::int64_t c = 0; c < kv; ++c) ASSERT_EQ(cache.value(0, pos)[c], plain.value(0, pos)[c]);
+    }
+  }
+  // Bytes, 3 heads of 64, INT4, 100 tokens, blocks of 32: keys 3 blocks x (32 tokens x 96
+  // code bytes + 192 channels x 4 bytes of f16 scale and min) + 4 open tokens x 384 FP16;
+  // values per token 3 x (32 + 4).
+  KvCacheOptions blocked = options(KvPolicy::int4, KvRotate::off);
+  blocked.kv_key_block = 32;
+  EXPECT_EQ(KvCache::bytes_at({30, 3, 64}, blocked, 100), (3u * (32 * 96 + 192 * 4) + 4 * 384 + 100 * 108) * 30);
+  blocked.kv_key_block = 1;
+  EXPECT_LOWBIT_ERROR(KvCache({1, 2, 64}, blocked, 8), "kv_key_block = 1, expected 0 (off) or 2..1024");
 }
 
 }  // namespace
