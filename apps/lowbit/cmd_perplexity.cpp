@@ -94,6 +94,7 @@ int cmd_perplexity(const Args& args) {
         .set("kv_group", kv.kv_group)
         .set("kv_rotate", kv.kv_rotate)
         .set("kv_symmetric", kv.kv_symmetric)
+        .set("kv_key_block", kv.kv_key_block)
         .set("scoring", score_all ? "all" : "second_half")
         .set("ppl", r.ppl)
         .set("ppl_error", r.ppl_error)
