@@ -61,8 +61,8 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   LOWBIT_CHECK(cache.kv_key_block == 0, "gpu session: --kv-key-block ", cache.kv_key_block,
                " is not supported on the GPU (keys per token: 0)");
   hadamard_ = cache.kv_rotate == KvRotate::k && cache.policy != KvPolicy::full && cache.policy != KvPolicy::window;
-  LOWBIT_CHECK(!hadamard_ || c.head_dim == 64 || c.head_dim == 128, "gpu session: --kv-rotate k needs head_dim 64 or 128, got ",
-               c.head_dim);
+  LOWBIT_CHECK(!hadamard_ || c.head_dim == 64 || c.head_dim == 128,
+               "gpu session: --kv-rotate k needs head_dim 64 or 128, got ", c.head_dim);
   shape_ = core::kv_layer_shape(
       KvCacheSpec{cache.policy, c.n_kv_heads, c.head_dim, cache.sink, cache.window, cache.kv_bits, max_tokens});
   auto alloc = [this](std::size_t bytes) { return cache_buffers_.emplace_back(bytes).data(); };

@@ -153,7 +153,8 @@ KvCache::KvCache(KvShape shape, KvCacheOptions options, std::int64_t max_tokens)
 }
 
 void KvCache::rotate_heads(float* x, std::int64_t n) const {
-  for (std::int64_t i = 0; i < n * shape_.kv_heads; ++i) formats::hadamard_rotate(x + i * shape_.head_dim, shape_.head_dim);
+  const std::int64_t d = shape_.head_dim;
+  for (std::int64_t i = 0; i < n * shape_.kv_heads; ++i) formats::hadamard_rotate(x + i * d, d);
 }
 
 void KvCache::reset() { std::fill(length_.begin(), length_.end(), 0); }
@@ -177,7 +178,8 @@ void KvCache::stage_key(Part& part, std::int64_t pos, std::int64_t index, const 
   std::vector<float> t(static_cast<std::size_t>(kv * b)), back(t.size());
   for (std::int64_t i = 0; i < b; ++i) {
     for (std::int64_t c = 0; c < kv; ++c) {
-      t[static_cast<std::size_t>(c * b + i)] = formats::half_to_float({part.staged[static_cast<std::size_t>(i * kv + c)]});
+      const std::uint16_t bits = part.staged[static_cast<std::size_t>(i * kv + c)];
+      t[static_cast<std::size_t>(c * b + i)] = formats::half_to_float({bits});
     }
   }
   const std::int64_t code_bytes = bits == 8 ? kv * b : kv * b / 2;

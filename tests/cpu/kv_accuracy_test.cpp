@@ -133,7 +133,9 @@ TEST(KvQuant, SymmetricInt4MatchesAPlainLoop) {
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t g = 0; g < groups; ++g) {
         float absmax = 0.0f;
-        for (std::int64_t c = g * group; c < (g + 1) * group; ++c) absmax = std::fmax(absmax, std::fabs(x[r * cols + c]));
+        for (std::int64_t c = g * group; c < (g + 1) * group; ++c) {
+          absmax = std::fmax(absmax, std::fabs(x[r * cols + c]));
+        }
         const float s = formats::half_to_float(formats::float_to_half(absmax / 7.0f));
         ASSERT_EQ(scales[r * groups + g], formats::float_to_half(absmax / 7.0f).bits) << "row " << r << " group " << g;
         for (std::int64_t c = g * group; c < (g + 1) * group; ++c) {
@@ -218,7 +220,8 @@ TEST(KvCache, RotatedAndSymmetricFormsHoldTheirDefinition) {
                 const std::vector<float> want = expected_row(x, shape, o, rotated, via_f16, quantized);
                 const float* got = part ? cache.value(1, t, now) : cache.key(1, t, now);
                 for (std::int64_t i = 0; i < kv; ++i) {
-                  ASSERT_EQ(got[i], want[i]) << "position " << t << " at " << now << " part " << part << " channel " << i;
+                  ASSERT_EQ(got[i], want[i])
+                      << "position " << t << " at " << now << " part " << part << " channel " << i;
                 }
               }
             }
@@ -317,7 +320,8 @@ TEST(KvCache, KeyBlocksArePerChannelOverTheirTokens) {
           const float q = s > 0.0f ? std::nearbyint((got[c] - m) / s) : 0.0f;
           ASSERT_TRUE(q >= 0.0f && q <= 15.0f) << "position " << pos << " channel " << c;
           ASSERT_EQ(got[c], std::fmaf(q, s, m)) << "position " << pos << " channel " << c << ": not a level";
-          ASSERT_LE(std::fabs(got[c] - x), 0.5f * s * 1.01f + std::fabs(m - lo)) << "position " << pos << " channel " << c;
+          ASSERT_LE(std::fabs(got[c] - x), 0.5f * s * 1.01f + std::fabs(m - lo))
+              << "position " << pos << " channel " << c;
         }
       }
     }

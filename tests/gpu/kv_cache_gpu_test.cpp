@@ -262,7 +262,8 @@ TEST_F(KvCacheGpu, AppendWithRopeRotatesLikeTheCpu) {
         auto rotate = [&](std::vector<std::uint16_t>& x, std::size_t at, std::int64_t p) {
           for (std::int64_t i = 0; i < half; ++i) {
             const float a = formats::half_to_float({x[at + 2 * i]}), b = formats::half_to_float({x[at + 2 * i + 1]});
-            const float cs = cos_t[static_cast<std::size_t>(p * half + i)], sn = sin_t[static_cast<std::size_t>(p * half + i)];
+            const float cs = cos_t[static_cast<std::size_t>(p * half + i)];
+            const float sn = sin_t[static_cast<std::size_t>(p * half + i)];
             x[at + 2 * i] = formats::float_to_half(a * cs - b * sn).bits;
             x[at + 2 * i + 1] = formats::float_to_half(a * sn + b * cs).bits;
           }
@@ -270,7 +271,9 @@ TEST_F(KvCacheGpu, AppendWithRopeRotatesLikeTheCpu) {
           std::vector<float> head(static_cast<std::size_t>(d));
           for (std::int64_t i = 0; i < d; ++i) head[static_cast<std::size_t>(i)] = formats::half_to_float({x[at + i]});
           formats::hadamard_rotate(head.data(), d);
-          for (std::int64_t i = 0; i < d; ++i) x[at + i] = formats::float_to_half(head[static_cast<std::size_t>(i)]).bits;
+          for (std::int64_t i = 0; i < d; ++i) {
+            x[at + i] = formats::float_to_half(head[static_cast<std::size_t>(i)]).bits;
+          }
         };
         const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
         const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
@@ -317,7 +320,8 @@ TEST_F(KvCacheGpu, AppendWithRopeRotatesLikeTheCpu) {
               want[at] = q_rot[from];
             }
             for (std::int64_t i = 0; i < hkv * d; ++i) {
-              const auto at = static_cast<std::size_t>(p * ld + q_cols + i), from = static_cast<std::size_t>(p * hkv * d + i);
+              const auto at = static_cast<std::size_t>(p * ld + q_cols + i);
+              const auto from = static_cast<std::size_t>(p * hkv * d + i);
               rows[at] = k[from];
               want[at] = k_rot[from];
               rows[at + static_cast<std::size_t>(hkv * d)] = want[at + static_cast<std::size_t>(hkv * d)] = v[from];

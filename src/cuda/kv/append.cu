@@ -317,7 +317,8 @@ void launch(const AppendArgs& a, cudaStream_t stream) {
 void run(const AppendArgs& a, cudaStream_t stream) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
-  LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos, "kv_append: the Hadamard rotation rides on the fused rope (set its tables and q)");
+  LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos,
+               "kv_append: the Hadamard rotation rides on the fused rope (set its tables and q)");
   if (a.rope.cos) {
     LOWBIT_CHECK(a.rope.sin && a.rope.q && a.rope.rope_dims > 0 && a.rope.rope_dims % 2 == 0 &&
                      a.rope.rope_dims <= a.shape.head_dim && a.rope.n_heads > 0 &&
