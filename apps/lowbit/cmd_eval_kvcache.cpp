@@ -100,6 +100,7 @@ int cmd_eval_kvcache(const Args& args) {
   check_input_file("--file", file,
                    cli.given("--file") ? "" : " (the default text; pass --file PATH or set LOWBIT_WIKITEXT)");
   cli.warn_ignored({"--kv-bits"}, "(eval kvcache runs selective at 8 bits and at 4)");
+  kv.validate();
   threads.apply();
 
   const auto loaded = load_model(resolve_model_path(model_path), engine::parse_weight_form(cpu_weights.c_str()));
@@ -186,6 +187,12 @@ int cmd_eval_kvcache(const Args& args) {
               scoring == "all" ? "every position of each window (as earlier eval kvcache results; lowbit perplexity "
                                  "scores the second half, as llama-perplexity)"
                                : "the second half of each window (as lowbit perplexity and llama-perplexity)");
+  const std::string key_blocks =
+      kv.kv_key_block == 0 ? "per token" : "per channel over blocks of " + std::to_string(kv.kv_key_block) + " tokens";
+  std::printf("- quantized forms: rotated: %s; INT4 codes %s; channels per scale: %s; keys %s\n",
+              kv.kv_rotate == "off" ? "no" : kv.kv_rotate == "k" ? "keys (Walsh-Hadamard)" : "keys and values (Walsh-Hadamard)",
+              kv.kv_symmetric == "on" ? "symmetric" : "asymmetric",
+              kv.kv_group == 0 ? "head_dim" : std::to_string(kv.kv_group).c_str(), key_blocks.c_str());
   std::printf("- ROUGE-L: F1 of the words of a %lld-token greedy generation against the full cache's (1 = the same "
               "text)\n",
               static_cast<long long>(max_new));
@@ -257,6 +264,8 @@ int cmd_eval_kvcache(const Args& args) {
     root.set("speed_prompt_tokens", speed_prompt).set("speed_new_tokens", speed_new);
     root.set("max_new_tokens", max_new).set("memory_tokens", memory_tokens).set("prompt", prompt);
     root.set("ppl_scoring", scoring == "all" ? "all" : "second_half").set("speed_repeats", speed_repeats);
+    root.set("kv_rotate", kv.kv_rotate).set("kv_symmetric", kv.kv_symmetric).set("kv_group", kv.kv_group);
+    root.set("kv_key_block", kv.kv_key_block);
     bench::Json rows = bench::Json::array();
     for (const PolicyResult& r : results) {
       bench::Json row = bench::Json::object();

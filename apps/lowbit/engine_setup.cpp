@@ -91,12 +91,30 @@ void KvCacheFlags::declare(Options& options, bool with_policy) {
   options.integer_of("--kv-bits", &kv_bits, {8, 4}, "bits of the quantized body for selective (default 8)");
   options.integer("--kv-group", &kv_group, 0, 1 << 20,
                   "channels per quantization scale (and min) (default 0: head_dim, one per token per head)");
+  options.choice("--kv-rotate", &kv_rotate, {"off", "k", "kv"},
+                 "rotate keys (k) or keys and values (kv) by a Walsh-Hadamard transform along head_dim before "
+                 "they are quantized (default off)");
+  options.integer("--kv-key-block", &kv_key_block, 0, 1024,
+                  "keys quantized per channel over blocks of N tokens, KIVI's form (CPU only; default 0: per token)");
+  options.choice("--kv-symmetric", &kv_symmetric, {"off", "on"},
+                 "INT4 codes symmetric (scale only) instead of asymmetric (scale + min) (default off)");
+}
+
+void KvCacheFlags::validate() const {
+  usage_check(kv_key_block == 0 || kv_key_block >= 2, "--kv-key-block: expected 0 (off) or 2..1024, got ",
+              kv_key_block);
 }
 
 void KvCacheFlags::warn_ignored(const Options& options) const {
+  validate();
   const std::string why = "with --kv-cache " + policy;
-  if (policy == "full") options.warn_ignored({"--sink", "--window", "--kv-bits", "--kv-group"}, why);
-  if (policy == "window") options.warn_ignored({"--kv-bits", "--kv-group"}, why + " (nothing is quantized)");
+  if (policy == "full") {
+    options.warn_ignored({"--sink", "--window", "--kv-bits", "--kv-group", "--kv-rotate", "--kv-symmetric", "--kv-key-block"}, why);
+  }
+  if (policy == "window") {
+    options.warn_ignored({"--kv-bits", "--kv-group", "--kv-rotate", "--kv-symmetric", "--kv-key-block"},
+                         why + " (nothing is quantized)");
+  }
   if (policy == "int8" || policy == "int4") {
     options.warn_ignored({"--sink", "--window"}, why + " (every token is quantized)");
     options.warn_ignored({"--kv-bits"}, why + " (the policy names its bits)");
@@ -109,12 +127,17 @@ engine::KvCacheOptions KvCacheFlags::options() const {
 
 engine::KvCacheOptions KvCacheFlags::options_for(KvPolicy kv_policy, int bits) const {
   LOWBIT_CHECK(bits == 4 || bits == 8, "--kv-bits: expected 4 or 8, got ", bits);
+  LOWBIT_CHECK(kv_key_block == 0 || kv_key_block >= 2, "--kv-key-block: expected 0 (off) or 2..1024, got ",
+               kv_key_block);
   engine::KvCacheOptions o;
   o.policy = kv_policy;
   o.sink = sink;
   o.window = window;
   o.kv_bits = bits;
   o.kv_group = kv_group;
+  o.kv_rotate = engine::parse_kv_rotate(kv_rotate.c_str());
+  o.kv_symmetric = kv_symmetric == "on";
+  o.kv_key_block = kv_key_block;
   return o;
 }
 

@@ -41,12 +41,16 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path,
 // The WikiText-2 test split shipped in data/ (or $LOWBIT_WIKITEXT).
 std::string default_text_path();
 
-// --kv-cache, --sink, --window, --kv-bits, --kv-group, parsed into KvCacheOptions.
+// --kv-cache, --sink, --window, --kv-bits, --kv-group, --kv-rotate, --kv-symmetric,
+// parsed into KvCacheOptions.
 struct KvCacheFlags {
   std::string policy = "full";
-  std::int64_t sink = 16, window = 32, kv_bits = 8, kv_group = 0;
+  std::int64_t sink = 16, window = 32, kv_bits = 8, kv_group = 0, kv_key_block = 0;
+  std::string kv_rotate = "off", kv_symmetric = "off";
   void declare(Options& options, bool with_policy);
-  // Warns for each option the user gave that --kv-cache `policy` does not use.
+  // Usage errors the option ranges cannot express (--kv-key-block 1).
+  void validate() const;
+  // validate(), then warns for each option the user gave that --kv-cache `policy` does not use.
   void warn_ignored(const Options& options) const;
   engine::KvCacheOptions options() const;  // validated: names the flag at fault
   engine::KvCacheOptions options_for(KvPolicy policy, int kv_bits) const;

@@ -83,10 +83,12 @@ void dequantize_typed(const std::uint8_t* codes, const std::uint16_t* scales, co
 }  // namespace
 
 void kv_quantize(int bits, const float* x, std::int64_t rows, std::int64_t cols, std::int64_t group,
-                 std::uint8_t* codes, std::uint16_t* scales, std::uint16_t* mins) {
+                 std::uint8_t* codes, std::uint16_t* scales, std::uint16_t* mins, bool int4_symmetric) {
   check_args(bits, rows, cols, group);
   if (bits == 8) {
     quantize_typed<formats::Int8Symmetric>(x, rows, cols, group, codes, scales, mins);
+  } else if (int4_symmetric) {
+    quantize_typed<formats::Int4Symmetric>(x, rows, cols, group, codes, scales, nullptr);
   } else {
     LOWBIT_CHECK(mins != nullptr, "kv quantize: INT4 needs mins");
     quantize_typed<formats::Int4Asymmetric>(x, rows, cols, group, codes, scales, mins);
@@ -94,10 +96,12 @@ void kv_quantize(int bits, const float* x, std::int64_t rows, std::int64_t cols,
 }
 
 void kv_dequantize(int bits, const std::uint8_t* codes, const std::uint16_t* scales, const std::uint16_t* mins,
-                   std::int64_t rows, std::int64_t cols, std::int64_t group, float* out) {
+                   std::int64_t rows, std::int64_t cols, std::int64_t group, float* out, bool int4_symmetric) {
   check_args(bits, rows, cols, group);
   if (bits == 8) {
     dequantize_typed<formats::Int8Symmetric>(codes, scales, mins, rows, cols, group, out);
+  } else if (int4_symmetric) {
+    dequantize_typed<formats::Int4Symmetric>(codes, scales, nullptr, rows, cols, group, out);
   } else {
     LOWBIT_CHECK(mins != nullptr, "kv dequantize: INT4 needs mins");
     dequantize_typed<formats::Int4Asymmetric>(codes, scales, mins, rows, cols, group, out);

@@ -21,14 +21,16 @@ namespace lowbit::cpu {
 // quant_layout's: INT8 one byte a code (i8), INT4 two a byte, low nibble first (u8),
 // rows x (cols or cols / 2); scales and mins are f16 bits, rows x (cols / group).
 
-// bits: 8 or 4; group divides cols (even for INT4). mins: INT4 only (null for INT8).
+// bits: 8 or 4; group divides cols (even for INT4). mins: asymmetric INT4 only (null for
+// INT8 and for symmetric INT4, int4_symmetric: two's complement nibbles -8..7, s =
+// absmax / 7, the int4_symmetric code scheme with an f16 scale).
 // Throws lowbit::Error naming the row and column of a NaN or Inf.
 void kv_quantize(int bits, const float* x, std::int64_t rows, std::int64_t cols, std::int64_t group,
-                 std::uint8_t* codes, std::uint16_t* scales, std::uint16_t* mins);
+                 std::uint8_t* codes, std::uint16_t* scales, std::uint16_t* mins, bool int4_symmetric = false);
 
 // The values those codes and parameters stand for (HalfParams::decode), rows x cols f32.
 void kv_dequantize(int bits, const std::uint8_t* codes, const std::uint16_t* scales, const std::uint16_t* mins,
-                   std::int64_t rows, std::int64_t cols, std::int64_t group, float* out);
+                   std::int64_t rows, std::int64_t cols, std::int64_t group, float* out, bool int4_symmetric = false);
 
 // Appends the token at `pos` to host buffers: k and v are f16 bits [kv_heads x head_dim]
 // with row strides k_ld, v_ld (elements). What kv_append does on the GPU, byte for byte.

@@ -53,6 +53,16 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   LOWBIT_CHECK(max_tokens >= 1 && max_tokens < (std::int64_t{1} << 30), "gpu session: max_tokens = ", max_tokens);
   LOWBIT_CHECK(cache.kv_group == 0 || cache.kv_group == c.head_dim, "gpu session: --kv-group ", cache.kv_group,
                " is not supported on the GPU (one scale per token per head: 0 or head_dim ", c.head_dim, ")");
+  // The GPU cache reads rotated keys as they are (the query is rotated with them, after
+  // RoPE); values rotated (kv) would need the output rotated back, and symmetric INT4 has
+  // no GPU layout yet.
+  LOWBIT_CHECK(cache.kv_rotate != KvRotate::kv, "gpu session: --kv-rotate kv is not supported on the GPU (k or off)");
+  LOWBIT_CHECK(!cache.kv_symmetric, "gpu session: --kv-symmetric on is not supported on the GPU");
+  LOWBIT_CHECK(cache.kv_key_block == 0, "gpu session: --kv-key-block ", cache.kv_key_block,
+               " is not supported on the GPU (keys per token: 0)");
+  hadamard_ = cache.kv_rotate == KvRotate::k && cache.policy != KvPolicy::full && cache.policy != KvPolicy::window;
+  LOWBIT_CHECK(!hadamard_ || c.head_dim == 64 || c.head_dim == 128,
+               "gpu session: --kv-rotate k needs head_dim 64 or 128, got ", c.head_dim);
   shape_ = core::kv_layer_shape(
       KvCacheSpec{cache.policy, c.n_kv_heads, c.head_dim, cache.sink, cache.window, cache.kv_bits, max_tokens});
   auto alloc = [this](std::size_t bytes) { return cache_buffers_.emplace_back(bytes).data(); };
@@ -143,7 +153,8 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
     const std::uint16_t* k = row + c.q_dim();
     const std::uint16_t* v = k + c.kv_dim();
     // RoPE rides on the append: K rotated as it is stored, Q in place.
-    const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads};
+    // With --kv-rotate k, K and Q are then rotated by the Hadamard transform.
+    const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads, hadamard_};
     // A decode step's first kernel starts after the previous step finished (each step is
     // its own graph launch, or follows a copy and a host sync): the history is complete,
     // so the append and the attention start their work early.
@@ -157,8 +168,8 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
   // A chunk of rows at pos0..: RoPE, the appends and the attention of every row at once,
   // each row seeing what it would one at a time (cuda/kv/kv_cuda.h, ChunkRows).
   const ChunkRows chunk{qkv_.data(), n, ld, c.q_dim(), c.q_dim() + c.kv_dim(), where.pos0};
-  cuda::kv::rope_rows(shape_, chunk, AppendRope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads},
-            stream_);
+  const AppendRope table{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads, hadamard_};
+  cuda::kv::rope_rows(shape_, chunk, table, stream_);
   cuda::kv::kv_append_rows(shape_, layer, chunk, ring_snapshot_.data(), stream_);
   cuda::kv::kv_attention_rows(shape_, layer, chunk, ring_snapshot_.data(), c.n_heads, att_.data(), c.q_dim(),
                         rows_ws_.data(), rows_ws_.bytes(), stream_);

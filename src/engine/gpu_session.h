@@ -40,7 +40,8 @@ class GpuSession final : public Session {
   // max_tokens: the most positions the sequence may hold (the cache is sized for it).
   // use_graphs = false makes decode_greedy launch kernel by kernel (for comparison).
   // Throws lowbit::Error for a cache option the GPU layout lacks (kv_group other than
-  // one scale per token per head) or a head_dim other than 64 / 128.
+  // one scale per token per head, --kv-rotate kv, --kv-symmetric on) or a head_dim other
+  // than 64 / 128. --kv-rotate k rotates K and Q after RoPE (cuda/kv/kv_cuda.h, AppendRope).
   GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t max_tokens,
              bool use_graphs = true);
   ~GpuSession() override;
@@ -84,6 +85,7 @@ class GpuSession final : public Session {
 
   const GpuModel* model_;
   KvCacheOptions options_;
+  bool hadamard_ = false;  // keys (and queries) rotated after RoPE: --kv-rotate k on a quantizing policy
   std::int64_t max_tokens_ = 0, position_ = 0;
   bool use_graphs_ = true;
   core::KvLayerShape shape_;

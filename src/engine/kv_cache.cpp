@@ -2,12 +2,32 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "cpu/kv_cache.h"
 #include "formats/float16.h"
+#include "formats/hadamard.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
+
+const char* kv_rotate_name(KvRotate rotate) {
+  switch (rotate) {
+    case KvRotate::off: return "off";
+    case KvRotate::k: return "k";
+    case KvRotate::kv: return "kv";
+  }
+  return "?";
+}
+
+KvRotate parse_kv_rotate(const char* name) {
+  const std::string n = name ? name : "";
+  if (n == "off") return KvRotate::off;
+  if (n == "k") return KvRotate::k;
+  if (n == "kv") return KvRotate::kv;
+  LOWBIT_FAIL("kv cache: kv_rotate '", n, "', expected off, k or kv");
+}
+
 namespace {
 
 struct Resolved {
@@ -35,8 +55,14 @@ Resolved resolve(const KvShape& shape, const KvCacheOptions& o) {
     LOWBIT_CHECK(o.kv_bits == 8 || o.kv_bits == 4, "kv cache: kv_bits = ", o.kv_bits, ", expected 8 or 4");
     bits = o.kv_bits;
   }
+  const auto rot = static_cast<int>(o.kv_rotate);
+  LOWBIT_CHECK(rot >= 0 && rot <= static_cast<int>(KvRotate::kv), "kv cache: unknown kv_rotate ", rot);
+  LOWBIT_CHECK(o.kv_key_block == 0 || (o.kv_key_block >= 2 && o.kv_key_block <= 1024), "kv cache: kv_key_block = ",
+               o.kv_key_block, ", expected 0 (off) or 2..1024");
   if (bits == 0) return r;
   r.quantizes = true;
+  LOWBIT_CHECK(o.kv_rotate == KvRotate::off || formats::hadamard_size_ok(shape.head_dim), "kv cache: kv_rotate ",
+               kv_rotate_name(o.kv_rotate), " needs head_dim a power of two, got ", shape.head_dim);
   const std::int64_t d = shape.head_dim, kv = shape.kv_dim();
   // Default: one scale (and min) per token per head, for INT8 and INT4 alike.
   const std::int64_t group = o.kv_group != 0 ? o.kv_group : d;
@@ -50,7 +76,9 @@ Resolved resolve(const KvShape& shape, const KvCacheOptions& o) {
   // within a head (per_token = one scale per head), [1 x kv_dim] for whole heads.
   r.cols = within_head ? d : kv;
   r.rows_per_token = within_head ? shape.kv_heads : 1;
-  r.spec.scheme = bits == 8 ? QuantScheme::int8_symmetric : QuantScheme::int4_asymmetric;
+  r.spec.scheme = bits == 8          ? QuantScheme::int8_symmetric
+                  : o.kv_symmetric ? QuantScheme::int4_symmetric
+                                   : QuantScheme::int4_asymmetric;
   r.spec.granularity = group == r.cols ? Granularity::per_token : Granularity::per_group;
   r.spec.group_size = group == r.cols ? 0 : group;
   const QuantLayout layout = quant_layout(r.spec, 1, r.cols);
@@ -107,11 +135,65 @@ KvCache::KvCache(KvShape shape, KvCacheOptions options, std::int64_t max_tokens)
       if (r.quantizes) part.decodedq.resize(static_cast<std::size_t>(max_tokens) * kv);
     }
   }
+  if (r.quantizes && options.kv_key_block > 0) {
+    const auto block = static_cast<std::size_t>(options.kv_key_block);
+    for (Part& part : keys_) {
+      part.block = options.kv_key_block;
+      part.staged.resize(block * kv);
+      part.decoded16.resize(static_cast<std::size_t>(max_tokens) * kv);
+      part.codes.resize((q_slots / block) * block * static_cast<std::size_t>(code_bytes_));
+      part.scales.assign((q_slots / block) * kv, 0);
+      if (mins) part.mins.resize(part.scales.size());
+    }
+  }
   length_.assign(static_cast<std::size_t>(shape.layers), 0);
   scratch_.resize(kv);
+  rotate_k_ = r.quantizes && options.kv_rotate != KvRotate::off;
+  rotate_v_ = r.quantizes && options.kv_rotate == KvRotate::kv;
+}
+
+void KvCache::rotate_heads(float* x, std::int64_t n) const {
+  const std::int64_t d = shape_.head_dim;
+  for (std::int64_t i = 0; i < n * shape_.kv_heads; ++i) formats::hadamard_rotate(x + i * d, d);
 }
 
 void KvCache::reset() { std::fill(length_.begin(), length_.end(), 0); }
+
+std::int64_t KvCache::block_done(std::int64_t pos) const {
+  const std::int64_t b = options_.kv_key_block;
+  if (options_.policy != KvPolicy::selective) return (pos / b + 1) * b - 1;
+  const std::int64_t j = pos - options_.sink;  // body index
+  return options_.sink + (j / b + 1) * b - 1 + options_.window;
+}
+
+void KvCache::stage_key(Part& part, std::int64_t pos, std::int64_t index, const std::uint16_t* f16, bool rotated) {
+  const std::int64_t kv = shape_.kv_dim(), b = part.block;
+  std::copy(f16, f16 + kv, part.staged.begin() + (index % b) * kv);
+  if (index % b != b - 1) return;
+  // The block is full: tokens pos - b + 1 .. pos, quantized as a [kv_dim x b] matrix
+  // (one group per channel), the codes kept channel-major within the block.
+  const int bits = scheme_bits(spec_.scheme);
+  const bool symmetric4 = spec_.scheme == QuantScheme::int4_symmetric;
+  const std::int64_t block_index = index / b;
+  std::vector<float> t(static_cast<std::size_t>(kv * b)), back(t.size());
+  for (std::int64_t i = 0; i < b; ++i) {
+    for (std::int64_t c = 0; c < kv; ++c) {
+      const std::uint16_t bits = part.staged[static_cast<std::size_t>(i * kv + c)];
+      t[static_cast<std::size_t>(c * b + i)] = formats::half_to_float({bits});
+    }
+  }
+  const std::int64_t code_bytes = bits == 8 ? kv * b : kv * b / 2;
+  std::uint8_t* codes = part.codes.data() + block_index * code_bytes;
+  std::uint16_t* scales = part.scales.data() + block_index * kv;
+  std::uint16_t* mins = part.mins.empty() ? nullptr : part.mins.data() + block_index * kv;
+  cpu::kv_quantize(bits, t.data(), kv, b, b, codes, scales, mins, symmetric4);
+  cpu::kv_dequantize(bits, codes, scales, mins, kv, b, b, back.data(), symmetric4);
+  for (std::int64_t i = 0; i < b; ++i) {
+    float* out = part.decodedq.data() + (pos - b + 1 + i) * kv;
+    for (std::int64_t c = 0; c < kv; ++c) out[c] = back[static_cast<std::size_t>(c * b + i)];
+    if (rotated) rotate_heads(out, 1);
+  }
+}
 
 std::int64_t KvCache::f16_slot(std::int64_t pos) const {
   if (options_.policy == KvPolicy::full || pos < options_.sink) return pos;
@@ -120,19 +202,26 @@ std::int64_t KvCache::f16_slot(std::int64_t pos) const {
 
 // Codes, f16 scales (mins) of n tokens into quantized slots [slot, slot + n), and their
 // decoded values into `decoded` (n x kv_dim), both through the KV cache's quantization
-// (cpu/kv_cache.h: the GPU append's arithmetic).
-void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded) {
+// (cpu/kv_cache.h: the GPU append's arithmetic). x is rotated already when `rotated`;
+// the decoded values are then rotated back, so that readers see the part's own space.
+void KvCache::quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded,
+                            bool rotated) {
   const std::int64_t rows = n * rows_per_token_;
   const int bits = scheme_bits(spec_.scheme);
   const std::int64_t group = spec_.group_size != 0 ? spec_.group_size : quant_cols_;
   std::uint8_t* codes = part.codes.data() + slot * code_bytes_;
   std::uint16_t* scales = part.scales.data() + slot * params_per_token_;
   std::uint16_t* mins = part.mins.empty() ? nullptr : part.mins.data() + slot * params_per_token_;
-  cpu::kv_quantize(bits, x, rows, quant_cols_, group, codes, scales, mins);
-  cpu::kv_dequantize(bits, codes, scales, mins, rows, quant_cols_, group, decoded);
+  const bool symmetric4 = spec_.scheme == QuantScheme::int4_symmetric;
+  cpu::kv_quantize(bits, x, rows, quant_cols_, group, codes, scales, mins, symmetric4);
+  cpu::kv_dequantize(bits, codes, scales, mins, rows, quant_cols_, group, decoded, symmetric4);
+  if (rotated) rotate_heads(decoded, n);
 }
 
-void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x) {
+// x: the token's f32 row in its own space; `rotated`: the policy rotates this part, so
+// the FP16 slot holds the rotated values (which selective quantizes when they leave the
+// window) and the decoded mirror their rotation back.
+void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x, bool rotated) {
   const std::int64_t kv = shape_.kv_dim();
   float* decoded = part.decoded16.data() + pos * kv;
   if (options_.policy == KvPolicy::selective && pos >= options_.sink + options_.window) {
@@ -140,14 +229,26 @@ void KvCache::append_one_part(Part& part, std::int64_t pos, const float* x) {
     // cache keeps) into its quantized slot; its ring slot is pos's.
     const std::int64_t evicted = pos - options_.window;
     const std::uint16_t* old = part.f16.data() + f16_slot(evicted) * kv;
-    for (std::int64_t i = 0; i < kv; ++i) scratch_[static_cast<std::size_t>(i)] = formats::half_to_float({old[i]});
-    quantize_into(part, evicted - options_.sink, 1, scratch_.data(), part.decodedq.data() + evicted * kv);
+    if (part.block > 0) {
+      // Staged in FP16 (the mirror stays) until its block of the body (index
+      // position - sink) is full.
+      stage_key(part, evicted, evicted - options_.sink, old, rotated);
+    } else {
+      for (std::int64_t i = 0; i < kv; ++i) scratch_[static_cast<std::size_t>(i)] = formats::half_to_float({old[i]});
+      quantize_into(part, evicted - options_.sink, 1, scratch_.data(), part.decodedq.data() + evicted * kv, rotated);
+    }
+  }
+  if (rotated) {
+    std::copy(x, x + kv, scratch_.begin());
+    rotate_heads(scratch_.data(), 1);
+    x = scratch_.data();
   }
   std::uint16_t* slot = part.f16.data() + f16_slot(pos) * kv;
   for (std::int64_t i = 0; i < kv; ++i) {
     slot[i] = formats::float_to_half(x[i]).bits;
     decoded[i] = formats::half_to_float({slot[i]});
   }
+  if (rotated) rotate_heads(decoded, 1);
 }
 
 void KvCache::append(std::int64_t layer, std::int64_t n, const float* k, const float* v) {
@@ -159,12 +260,36 @@ void KvCache::append(std::int64_t layer, std::int64_t n, const float* k, const f
   Part& vp = values_[static_cast<std::size_t>(layer)];
   const std::int64_t kv = shape_.kv_dim();
   if (options_.policy == KvPolicy::int8 || options_.policy == KvPolicy::int4) {
-    quantize_into(kp, len, n, k, kp.decodedq.data() + len * kv);
-    quantize_into(vp, len, n, v, vp.decodedq.data() + len * kv);
+    auto quantize_part = [&](Part& part, const float* x, bool rotated) {
+      if (rotated) {  // the f32 rows rotated, then quantized
+        rotated_.assign(x, x + n * kv);
+        rotate_heads(rotated_.data(), n);
+        x = rotated_.data();
+      }
+      quantize_into(part, len, n, x, part.decodedq.data() + len * kv, rotated);
+    };
+    if (kp.block > 0) {  // keys staged in FP16 one at a time, quantized by blocks
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t pos = len + i;
+        std::copy(k + i * kv, k + (i + 1) * kv, scratch_.begin());
+        if (rotate_k_) rotate_heads(scratch_.data(), 1);
+        std::vector<std::uint16_t> f16(static_cast<std::size_t>(kv));
+        float* mirror = kp.decoded16.data() + pos * kv;
+        for (std::int64_t c = 0; c < kv; ++c) {
+          f16[static_cast<std::size_t>(c)] = formats::float_to_half(scratch_[static_cast<std::size_t>(c)]).bits;
+          mirror[c] = formats::half_to_float({f16[static_cast<std::size_t>(c)]});
+        }
+        if (rotate_k_) rotate_heads(mirror, 1);
+        stage_key(kp, pos, pos, f16.data(), rotate_k_);
+      }
+    } else {
+      quantize_part(kp, k, rotate_k_);
+    }
+    quantize_part(vp, v, rotate_v_);
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
-      append_one_part(kp, len + i, k + i * kv);
-      append_one_part(vp, len + i, v + i * kv);
+      append_one_part(kp, len + i, k + i * kv, rotate_k_);
+      append_one_part(vp, len + i, v + i * kv, rotate_v_);
     }
   }
   len += n;
@@ -179,6 +304,10 @@ KvCache::Visible KvCache::visible(std::int64_t layer, std::int64_t t) const {
 
 const float* KvCache::read(const Part& part, std::int64_t pos, std::int64_t t) const {
   const std::int64_t kv = shape_.kv_dim();
+  if (part.block > 0) {  // blocked keys: FP16 (window, sink, or staged) until the block is done
+    const bool body = options_.policy != KvPolicy::selective || (pos >= options_.sink && pos <= t - options_.window);
+    return (body && t >= block_done(pos) ? part.decodedq.data() : part.decoded16.data()) + pos * kv;
+  }
   switch (options_.policy) {
     case KvPolicy::int8:
     case KvPolicy::int4: return part.decodedq.data() + pos * kv;
@@ -204,7 +333,16 @@ std::size_t KvCache::bytes_at(const KvShape& shape, const KvCacheOptions& option
   const std::int64_t mins = r.quantizes && scheme_has_mins(r.spec.scheme) ? 2 : 1;
   const std::int64_t q_bytes = r.code_bytes + r.params * 2 * mins;  // f16 scales (and mins)
   const std::int64_t per_part = fp16_capacity(options, tokens) * f16_bytes + quant_count(options, tokens) * q_bytes;
-  return static_cast<std::size_t>(per_part * 2 * shape.layers);  // K and V
+  if (!r.quantizes || options.kv_key_block == 0) {
+    return static_cast<std::size_t>(per_part * 2 * shape.layers);  // K and V
+  }
+  // Blocked keys: complete blocks as codes + one f16 scale (and min) per channel each,
+  // the open block's tokens in FP16.
+  const std::int64_t b = options.kv_key_block, nq = quant_count(options, tokens);
+  const std::int64_t blocks = nq / b, staged = nq - blocks * b;
+  const std::int64_t keys = fp16_capacity(options, tokens) * f16_bytes + blocks * b * r.code_bytes +
+                            blocks * shape.kv_dim() * 2 * mins + staged * f16_bytes;
+  return static_cast<std::size_t>((per_part + keys) * shape.layers);
 }
 
 }  // namespace lowbit::engine

@@ -32,6 +32,15 @@
 
 namespace lowbit::engine {
 
+// The key / value rotation before quantization (formats/hadamard.h, QuaRot's lever):
+// off; k: every head of K rotated by the normalized Walsh-Hadamard transform (after
+// RoPE), which leaves q . k unchanged when the query is rotated alike; kv: V too (the
+// attention output is then rotated back). Only quantizing policies rotate: their FP16
+// window holds the rotated FP16 values, which are quantized when they leave it.
+enum class KvRotate : std::uint8_t { off, k, kv };
+const char* kv_rotate_name(KvRotate rotate);
+KvRotate parse_kv_rotate(const char* name);  // "off" | "k" | "kv"; throws naming it
+
 struct KvCacheOptions {
   KvPolicy policy = KvPolicy::full;
   std::int64_t sink = 16;    // window / selective
@@ -44,6 +53,17 @@ struct KvCacheOptions {
   // head_dim 64 costs 0.2897x of FP16 at 4096 tokens (sink 16, window 32), INT8 0.5213x
   // (kv_cache_test; f32 parameters were 0.3206x and 0.5367x).
   std::int64_t kv_group = 0;
+  KvRotate kv_rotate = KvRotate::off;
+  // INT4 codes: asymmetric (scale + min, the default) or symmetric (scale only, codes
+  // -8..7). INT8 is always symmetric.
+  bool kv_symmetric = false;
+  // Keys per channel over blocks of kv_key_block tokens (KIVI): 0 = off (keys per token,
+  // as values). A block is quantized once all its tokens are there (int8 / int4: when
+  // its last token arrives; selective: when its last token leaves the FP16 window), from
+  // their FP16 values, one f16 scale (+ min) per channel per block; until then its
+  // tokens stay FP16 in a staging area of kv_key_block slots (counted in bytes()).
+  // CPU only (the GPU session refuses it). 2..1024.
+  std::int64_t kv_key_block = 0;
 };
 
 struct KvShape {
@@ -104,11 +124,20 @@ class KvCache {
     std::vector<std::uint16_t> scales, mins;  // f16 bits, params_per_token each
     std::vector<float> decoded16;     // [max_tokens x kv_dim]: FP16 forms, decoded
     std::vector<float> decodedq;      // [max_tokens x kv_dim]: quantized forms, decoded
+    std::int64_t block = 0;           // keys with kv_key_block: tokens a block (0: per token)
+    std::vector<std::uint16_t> staged;  // [block x kv_dim] FP16 bits of the open block
   };
+  // kv_key_block: token pos's FP16 value (rotated if the part is) into the open block
+  // (slot `index` % block of the block's order); quantizes the block when it is full.
+  void stage_key(Part& part, std::int64_t pos, std::int64_t index, const std::uint16_t* f16, bool rotated);
+  // The time from which the query reads a blocked key at pos quantized.
+  std::int64_t block_done(std::int64_t pos) const;
   const float* read(const Part& part, std::int64_t pos, std::int64_t t) const;
 
-  void append_one_part(Part& part, std::int64_t pos, const float* x);
-  void quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded);
+  void append_one_part(Part& part, std::int64_t pos, const float* x, bool rotated);
+  void quantize_into(Part& part, std::int64_t slot, std::int64_t n, const float* x, float* decoded, bool rotated);
+  // Rotates (or rotates back: the transform is its own inverse) every head of n rows.
+  void rotate_heads(float* x, std::int64_t n) const;
   std::int64_t f16_slot(std::int64_t pos) const;
 
   KvShape shape_;
@@ -121,7 +150,8 @@ class KvCache {
   std::int64_t rows_per_token_ = 0, quant_cols_ = 0;
   std::vector<Part> keys_, values_;
   std::vector<std::int64_t> length_;
-  std::vector<float> scratch_;
+  std::vector<float> scratch_, rotated_;
+  bool rotate_k_ = false, rotate_v_ = false;
 };
 
 }  // namespace lowbit::engine

@@ -71,10 +71,25 @@ struct PolicyCase {
   KvCacheOptions options;
 };
 
+KvCacheOptions rotated(KvCacheOptions o, engine::KvRotate r) {
+  o.kv_rotate = r;
+  return o;
+}
+
 std::vector<PolicyCase> policy_cases() {
-  return {{"full", policy(KvPolicy::full)},          {"window", policy(KvPolicy::window)},
-          {"selective_int8", policy(KvPolicy::selective, 8)}, {"selective_int4", policy(KvPolicy::selective, 4)},
-          {"int8", policy(KvPolicy::int8)},          {"int4", policy(KvPolicy::int4)}};
+  using engine::KvRotate;
+  return {{"full", rotated(policy(KvPolicy::full), KvRotate::off)},
+          {"window", rotated(policy(KvPolicy::window), KvRotate::off)},
+          {"selective_int8", rotated(policy(KvPolicy::selective, 8), KvRotate::off)},
+          {"selective_int4", rotated(policy(KvPolicy::selective, 4), KvRotate::off)},
+          {"int8", rotated(policy(KvPolicy::int8), KvRotate::off)},
+          {"int4", rotated(policy(KvPolicy::int4), KvRotate::off)},
+          // Keys (and queries) rotated after RoPE on the GPU, keys rotated and the decoded
+          // mirror rotated back on the CPU: the same attention up to rounding.
+          {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)},
+          {"int4_rotate_k", rotated(policy(KvPolicy::int4), KvRotate::k)},
+          {"int8_rotate_k", rotated(policy(KvPolicy::int8), KvRotate::k)},
+          {"full_rotate_k", rotated(policy(KvPolicy::full), KvRotate::k)}};  // nothing quantized: not rotated
 }
 
 // The GPU rounds every GEMM input and output to f16 (W4A16) where the CPU keeps f32:
@@ -218,6 +233,11 @@ TEST_F(EngineGpu, BadInputGetsClearErrors) {
   KvCacheOptions grouped = policy(KvPolicy::selective, 4);
   grouped.kv_group = 32;
   EXPECT_LOWBIT_ERROR(GpuSession s(f.gpu, grouped, 16), "--kv-group 32");
+  EXPECT_LOWBIT_ERROR(GpuSession s(f.gpu, rotated(policy(KvPolicy::int4), engine::KvRotate::kv), 16),
+                      "--kv-rotate kv is not supported on the GPU");
+  KvCacheOptions symmetric = policy(KvPolicy::int4);
+  symmetric.kv_symmetric = true;
+  EXPECT_LOWBIT_ERROR(GpuSession s(f.gpu, symmetric, 16), "--kv-symmetric on is not supported on the GPU");
 
   TinyLlamaSpec untied = gpu_spec();
   untied.tied = false;  // an F16 output.weight: no weight-only form

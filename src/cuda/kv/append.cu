@@ -16,6 +16,7 @@
 #include "cuda/kv/kv_cuda.h"
 #include "core/pdl.cuh"
 #include "formats/code_scheme.h"
+#include "formats/hadamard.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda::kv {
@@ -71,6 +72,38 @@ __device__ __forceinline__ void rotate(const LaneAngles<E>& t, float (&x)[E]) {
   }
 }
 
+// The normalized Walsh-Hadamard transform of a warp's head (D = 32 E values, E
+// consecutive ones a lane), rounded to f16: formats::hadamard_rotate's butterflies in its
+// order, stages below E within the lane, the others with the lane lane ^ (h / E). Every
+// lane of the warp must call it.
+template <int E>
+__device__ __forceinline__ void hadamard_head(float (&x)[E]) {
+  const int lane = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int h = 1; h < E; h *= 2) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      if (i & h) continue;
+      const float lo = x[i], hi = x[i + h];
+      x[i] = formats::hadamard_butterfly(lo, hi, false);
+      x[i + h] = formats::hadamard_butterfly(hi, lo, true);
+    }
+  }
+#pragma unroll
+  for (int h = E; h < 32 * E; h *= 2) {
+    const int mask = h / E;
+    const bool upper = (lane & mask) != 0;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const float other = __shfl_xor_sync(0xffffffffu, x[i], mask);
+      x[i] = formats::hadamard_butterfly(x[i], other, upper);
+    }
+  }
+  const float scale = formats::hadamard_scale(32 * E);
+#pragma unroll
+  for (int i = 0; i < E; ++i) x[i] = __half2float(__float2half_rn(formats::hadamard_normalize(x[i], scale)));
+}
+
 // E f16 values (as __half or as their bits) to float.
 template <int E, class H>
 __device__ __forceinline__ void load_halves(const H* p, float (&x)[E]) {
@@ -84,12 +117,14 @@ __device__ __forceinline__ void load_halves(const H* p, float (&x)[E]) {
   }
 }
 
-// Rotates E f16 values in place (a lane's share of a query or key head).
+// Rotates E f16 values in place (a lane's share of a query or key head), then applies
+// the Hadamard transform to the head when asked (the whole warp calls this).
 template <int E>
-__device__ __forceinline__ void rotate_in_place(const LaneAngles<E>& t, __half* p) {
+__device__ __forceinline__ void rotate_in_place(const LaneAngles<E>& t, __half* p, bool hadamard) {
   float x[E];
   load_halves(p, x);
   rotate<E>(t, x);
+  if (hadamard) hadamard_head<E>(x);
 #pragma unroll
   for (int i = 0; i < E; ++i) p[i] = __float2half_rn(x[i]);
 }
@@ -176,13 +211,14 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   if (blockIdx.y == 2) {  // the query heads of this KV head's group, rotated in place
     const int group = static_cast<int>(a.rope.n_heads / s.kv_heads);
     for (int h = head * group; h < (head + 1) * group; ++h) {
-      rotate_in_place(angles, static_cast<__half*>(a.rope.q) + h * D + c0);
+      rotate_in_place(angles, static_cast<__half*>(a.rope.q) + h * D + c0, a.rope.hadamard);
     }
     return;
   }
   float x[E];
   load_halves((is_v ? a.v : a.k) + head * D + c0, x);
   if (!is_v) rotate<E>(angles, x);
+  if (!is_v && a.rope.hadamard) hadamard_head<E>(x);  // the warp's branch is uniform (blockIdx.y)
 
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
@@ -209,7 +245,7 @@ __global__ void __launch_bounds__(32) rope_rows_kernel(ChunkRows c, AppendRope r
   const int group = static_cast<int>(rope.n_heads / kv_heads);
   const int first = blockIdx.y == 0 ? 0 : head * group, last = blockIdx.y == 0 ? 1 : (head + 1) * group;
   for (int h = first; h < last; ++h) {
-    rotate_in_place(angles, blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0);
+    rotate_in_place(angles, blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0, rope.hadamard);
   }
 }
 
@@ -281,6 +317,8 @@ void launch(const AppendArgs& a, cudaStream_t stream) {
 void run(const AppendArgs& a, cudaStream_t stream) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
+  LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos,
+               "kv_append: the Hadamard rotation rides on the fused rope (set its tables and q)");
   if (a.rope.cos) {
     LOWBIT_CHECK(a.rope.sin && a.rope.q && a.rope.rope_dims > 0 && a.rope.rope_dims % 2 == 0 &&
                      a.rope.rope_dims <= a.shape.head_dim && a.rope.n_heads > 0 &&

@@ -34,12 +34,18 @@ using core::plan_decode_splits;
 // With `rope`, the engine's decode step fuses RoPE into the append: k is rotated (pairs
 // (2i, 2i + 1), i < rope_dims / 2, by the angles of its position, rounded to f16) before
 // it is stored or quantized, and the n_heads query heads at rope.q are rotated in place.
+// With `hadamard` (the engine's --kv-rotate k), each K head and each query head is then
+// rotated by the normalized Walsh-Hadamard transform (formats/hadamard.h: the same
+// butterflies as the CPU, across the warp's lanes by shuffles) and rounded to f16 again,
+// so the cache holds rotated keys and q . k is unchanged: the attention kernels read
+// them as they are (V is never rotated here).
 struct AppendRope {
   const float* cos = nullptr;  // f32 [positions x rope_dims / 2]
   const float* sin = nullptr;
   std::int64_t rope_dims = 0;  // even, <= head_dim
   void* q = nullptr;           // f16 [n_heads x head_dim]
   std::int64_t n_heads = 0;    // a multiple of kv_heads
+  bool hadamard = false;
 };
 void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope = nullptr);
@@ -120,7 +126,8 @@ inline void check_chunk_rows(const KvLayerShape& shape, const ChunkRows& c, cons
                    aligned(c.v_col),
                what, ": chunk rows and their K / V columns must be 16-byte aligned");
 }
-// Rotates every row's query heads and K in place by the angles of its position.
+// Rotates every row's query heads and K in place by the angles of its position (then by
+// the Hadamard transform, with rope.hadamard).
 void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream);
 // Bytes of the ring snapshot (window and selective; 0 for the other forms): the ring's
 // FP16 slots of K and V as they were before the chunk, f16 [2][kv_heads][window][D].
