@@ -1,7 +1,8 @@
 // The CPU forward pass of a llama-family model, on the model's weights in the form it
 // was loaded with (weight_matrix.h): the FP32 reference (every matrix decoded at load),
-// or the file's Q4_0 / Q4_1 / Q8_0 blocks with 8-bit activations; everything else in
-// f32 either way. Its threads are the engine pool's (cpu/thread_pool.h). RMSNorm, Q/K/V
+// or the file's blocks with 8-bit activations (Q4_0 / Q4_1 / Q8_0 as they are, Q5_0,
+// Q5_1 and the K-quants but Q2_K repacked exactly at load, cpu/weight_blocks.h); Q2_K,
+// F16 / BF16 and the vectors in f32. Its threads are the engine pool's (cpu/thread_pool.h). RMSNorm, Q/K/V
 // biases where the model has them (qwen2), RoPE (ggml's "normal" rotation of
 // consecutive pairs (2i, 2i + 1), which is what GGUF llama Q/K weights are permuted
 // for, or NEOX's pairs (i, i + rope_dims / 2)), grouped-query attention that reads the
