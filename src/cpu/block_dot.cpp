@@ -49,18 +49,6 @@ constexpr BlockLayout layout(Type type) {
   return {0, 0, Codes::nibbles, false, Offset::none, false};
 }
 
-float f16_at(const std::uint8_t* p) {
-  std::uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return formats::half_to_float(formats::Half{bits});
-}
-
-float f32_at(const std::uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // A block's scale for values 0-15 and 16-31 (the same one unless two_scales) and the
 // coefficient of the activations' d_x * sum(q_x) (the offset term; 0 without one).
 struct BlockParams {

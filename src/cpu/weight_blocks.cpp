@@ -11,18 +11,6 @@ namespace {
 
 using Type = WeightBlockType;
 
-float f16_at(const std::uint8_t* p) {
-  std::uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return formats::half_to_float(formats::Half{bits});
-}
-
-float f32_at(const std::uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Nibble codes in value order: value j is the low nibble of byte j (j < 16), value
 // j + 16 its high nibble.
 void nibbles(const std::uint8_t* codes, int (&q)[32]) {

@@ -20,12 +20,27 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+
+#include "formats/float16.h"
 
 namespace lowbit::cpu {
 
 enum class WeightBlockType { q4_0, q4_1, q8_0, q4_f32, q5_f32, q6_f32x2 };
 
 inline constexpr std::int64_t kValuesPerBlock = 32;
+
+// A block's f16 or f32 field at p (blocks are byte arrays: no alignment).
+inline float f16_at(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return formats::half_to_float(formats::Half{bits});
+}
+inline float f32_at(const std::uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 std::int64_t weight_block_bytes(WeightBlockType type);  // 18, 20, 34, 24, 40, 40
 const char* weight_block_name(WeightBlockType type);    // "q4_0", ..., "q6_f32x2"
