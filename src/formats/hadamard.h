@@ -36,20 +36,10 @@ LOWBIT_HD float hadamard_scale(std::int64_t n) {
 // The butterfly stage h on one pair: the value at the lower index (bit h clear) becomes
 // lo + hi, the one at the upper index lo - hi. `own` is this element, `other` its pair.
 LOWBIT_HD float hadamard_butterfly(float own, float other, bool upper) {
-#if defined(__CUDA_ARCH__)
-  return upper ? __fsub_rn(other, own) : __fadd_rn(own, other);
-#else
-  return upper ? other - own : own + other;
-#endif
+  return upper ? sub_rn(other, own) : add_rn(own, other);
 }
 
-LOWBIT_HD float hadamard_normalize(float x, float scale) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(x, scale);
-#else
-  return x * scale;
-#endif
-}
+LOWBIT_HD float hadamard_normalize(float x, float scale) { return mul_rn(x, scale); }
 
 // In place, x[0..n): x <- H x / sqrt(n). Applying it twice gives x back up to rounding.
 LOWBIT_HD void hadamard_rotate(float* x, std::int64_t n) {

@@ -42,4 +42,35 @@ constexpr std::uint32_t kInfBits = 0x7f800000u;
 
 LOWBIT_HD bool is_finite_bits(std::uint32_t abs_value_bits) { return abs_value_bits < kInfBits; }
 
+// f32 arithmetic in round-to-nearest, never fused into an FMA on either side (the
+// device intrinsics; the host build does not contract), so host and device agree.
+LOWBIT_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+LOWBIT_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+LOWBIT_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+LOWBIT_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 }  // namespace lowbit::formats

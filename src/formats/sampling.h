@@ -51,34 +51,6 @@ LOWBIT_HD bool top_k_active(const RowParams& p, std::int64_t vocab) { return p.t
 LOWBIT_HD bool top_p_active(const RowParams& p) { return p.top_p < 1.0f; }
 LOWBIT_HD bool min_p_active(const RowParams& p) { return p.min_p > 0.0f; }
 
-LOWBIT_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-LOWBIT_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-LOWBIT_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-LOWBIT_HD float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
 LOWBIT_HD float fma_rn(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
