@@ -29,12 +29,10 @@ bool cuda_device_present() {
   return ok;
 }
 
-// What the GPU session cannot run yet ("" when it can run the model): Q/K/V biases,
-// NEOX RoPE (qwen2), matrices without a weight-only form (the K-quants, Q5_0, ...).
+// What the GPU session cannot run yet ("" when it can run the model): matrices without a
+// weight-only form (the K-quants, Q5_0, ...). llama, mistral and qwen2 (Q/K/V biases,
+// NEOX RoPE) run on it.
 std::string gpu_gap(const LoadedModel& loaded) {
-  const engine::ModelConfig& c = loaded.model.config();
-  if (c.qkv_bias) return "the Q/K/V biases of " + c.architecture;
-  if (c.rope_style == engine::RopeStyle::neox) return "the NEOX RoPE of " + c.architecture;
   for (const engine::GgufTensor& t : loaded.file.tensors()) {
     const bool matrix = t.n_dims == 2 && (t.name != "token_embd.weight" || loaded.model.tied_output());
     if (matrix && !engine::has_weight_only_form(t.type)) {

@@ -3,12 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 
 #include "engine/gguf/dequant.h"
+#include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::engine {
-
 
 namespace {
 
@@ -47,6 +48,12 @@ const float* GpuModel::upload(const std::vector<float>& values) {
   return static_cast<const float*>(copy_to_device(buffers_, values.data(), values.size() * sizeof(float)));
 }
 
+const std::uint16_t* GpuModel::upload_f16(const std::vector<float>& values) {
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = formats::float_to_half(values[i]).bits;
+  return static_cast<const std::uint16_t*>(copy_to_device(buffers_, bits.data(), bits.size() * 2));
+}
+
 GpuModel GpuModel::from_gguf(const GgufFile& file) {
   GpuModel m;
   m.config_ = ModelConfig::from_gguf(file);
@@ -68,6 +75,15 @@ GpuModel GpuModel::from_gguf(const GgufFile& file) {
                                &model_tensor(file, p + "attn_k.weight", {d, c.kv_dim()}),
                                &model_tensor(file, p + "attn_v.weight", {d, c.kv_dim()})};
     g.qkv = m.upload_stacked(qkv);
+    if (c.qkv_bias) {  // bq | bk | bv, the columns of Q | K | V
+      std::vector<float> bias;
+      for (const auto& [name, n] : {std::pair{"attn_q.bias", c.q_dim()}, std::pair{"attn_k.bias", c.kv_dim()},
+                                    std::pair{"attn_v.bias", c.kv_dim()}}) {
+        const std::vector<float> b = dequantize_tensor(model_tensor(file, p + name, {n}));
+        bias.insert(bias.end(), b.begin(), b.end());
+      }
+      g.qkv.bias = m.upload_f16(bias);
+    }
     g.wo = m.upload(repack_ggml_weight(model_tensor(file, p + "attn_output.weight", {c.q_dim(), d})));
     const GgufTensor* gate_up[] = {&model_tensor(file, p + "ffn_gate.weight", {d, c.ffn_dim}),
                                    &model_tensor(file, p + "ffn_up.weight", {d, c.ffn_dim})};
@@ -84,7 +100,7 @@ std::size_t packed_bytes(const PackedWeights& w) {
 }
 
 std::size_t packed_bytes(const StackedWeights& w) {
-  std::size_t n = 0;
+  std::size_t n = w.bias ? static_cast<std::size_t>(w.cols) * 2 : 0;
   for (const StackedWeights::Part& p : w.parts) n += packed_bytes(p.weights);
   return n;
 }

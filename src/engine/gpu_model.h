@@ -1,8 +1,9 @@
-// A llama-family model on the GPU: the GGUF's quantized matrices repacked once for
-// lowbit's weight-only GEMM (Q4_1 / Q4_0 / Q8_0 blocks are its W4A16 / W8A16 forms,
-// ggml_repack.h) and never dequantized in memory; Q | K | V and gate | up stacked so
-// that each is one GEMM. Norms and the embedding table (for row lookups) in f32,
-// exactly the CPU reference's values.
+// A llama-family model (llama, mistral, qwen2) on the GPU: the GGUF's quantized
+// matrices repacked once for lowbit's weight-only GEMM (Q4_1 / Q4_0 / Q8_0 blocks are its
+// W4A16 / W8A16 forms, ggml_repack.h) and never dequantized in memory; Q | K | V and
+// gate | up stacked so that each is one GEMM. Norms and the embedding table (for row
+// lookups) in f32, exactly the CPU reference's values; qwen2's Q / K / V biases in f16
+// (the activations' type), added in the QKV GEMM's epilogue.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,8 @@ using core::DeviceBuffer;
 
 // Matrices that share the input, stacked along N: one GEMM per run of parts of one
 // GGUF type (all of Q | K | V when they share it), each writing its columns of the
-// output.
+// output. With a bias, each GEMM adds its columns' share of it: the FP32 accumulator
+// plus the f16 bias, rounded to f16 once (weight_only_gemm's epilogue).
 struct StackedWeights {
   struct Part {
     PackedWeights weights;
@@ -29,10 +31,11 @@ struct StackedWeights {
   };
   std::vector<Part> parts;
   std::int64_t cols = 0;
+  const std::uint16_t* bias = nullptr;  // f16 [cols] on the device, or null
 };
 
 struct GpuLayer {
-  StackedWeights qkv;      // [(q_dim + 2 kv_dim) x d_model]
+  StackedWeights qkv;      // [(q_dim + 2 kv_dim) x d_model]; bias bq | bk | bv with qkv_bias
   PackedWeights wo;        // [d_model x q_dim]
   StackedWeights gate_up;  // [2 ffn x d_model]
   PackedWeights down;      // [d_model x ffn]
@@ -51,14 +54,16 @@ class GpuModel {
   const float* embedding() const { return embedding_; }      // f32 [vocab x d_model]
   const float* output_norm() const { return output_norm_; }  // f32 [d_model]
   const PackedWeights& output() const { return output_; }    // [vocab x d_model]
-  // Bytes of weights one decode step reads: every layer's matrices (codes, scales, mins)
-  // and norms, the output head and one row of the embedding.
+  // Bytes of weights one decode step reads: every layer's matrices (codes, scales, mins),
+  // norms and biases, the output head and one row of the embedding.
   std::size_t decode_bytes() const;
 
  private:
   PackedWeights upload(HostPackedWeights host);
   StackedWeights upload_stacked(std::span<const GgufTensor* const> tensors);
   const float* upload(const std::vector<float>& values);
+  // values rounded to f16 (the bias of a GEMM whose activations are f16).
+  const std::uint16_t* upload_f16(const std::vector<float>& values);
 
   ModelConfig config_;
   std::vector<GpuLayer> layers_;

@@ -32,16 +32,21 @@ TensorView f16_matrix(void* data, std::int64_t rows, std::int64_t cols) {
 
 std::uint16_t* f16_at(const DeviceBuffer& b, std::int64_t offset) { return b.as<std::uint16_t>() + offset; }
 
-// out = x W^T on the weight-only kernels (the weights were checked at upload).
-void gemm(const TensorView& x, const PackedWeights& w, const TensorView& out, cudaStream_t stream) {
-  cuda::weight_only::weight_only_gemm(x, w, TensorView{}, out, stream);
+// out = x W^T (+ bias) on the weight-only kernels (the weights were checked at upload).
+void gemm(const TensorView& x, const PackedWeights& w, const TensorView& out, cudaStream_t stream,
+          const TensorView& bias = TensorView{}) {
+  cuda::weight_only::weight_only_gemm(x, w, bias, out, stream);
 }
 
-// out [n x w.cols] (f16, row stride w.cols) = x W^T, one GEMM per part.
+// out [n x w.cols] (f16, row stride w.cols) = x W^T (+ w.bias), one GEMM per part, each
+// adding its columns of the bias in its epilogue.
 void stacked_gemm(const TensorView& x, const StackedWeights& w, std::uint16_t* out, cudaStream_t stream) {
   for (const StackedWeights::Part& p : w.parts) {
+    const TensorView bias = w.bias ? TensorView::vector(const_cast<std::uint16_t*>(w.bias) + p.col0, DType::f16,
+                                                        Device::cuda, p.weights.n)
+                                   : TensorView{};
     gemm(x, p.weights, TensorView::matrix(out + p.col0, DType::f16, Device::cuda, x.rows(), p.weights.n, w.cols),
-         stream);
+         stream, bias);
   }
 }
 
@@ -148,13 +153,14 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
   const ModelConfig& c = model_->config();
   const core::KvLayerBuffers& layer = layers_[static_cast<std::size_t>(l)];
   const std::int64_t ld = c.q_dim() + 2 * c.kv_dim();
+  const bool neox = c.rope_style == RopeStyle::neox;  // qwen2's pairs (i, i + rope_dims / 2)
   if (where.device_pos) {  // one decode step
     std::uint16_t* row = f16_at(qkv_, 0);
     const std::uint16_t* k = row + c.q_dim();
     const std::uint16_t* v = k + c.kv_dim();
     // RoPE rides on the append: K rotated as it is stored, Q in place.
     // With --kv-rotate k, K and Q are then rotated by the Hadamard transform.
-    const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads, hadamard_};
+    const AppendRope rope{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, row, c.n_heads, hadamard_, neox};
     // A decode step's first kernel starts after the previous step finished (each step is
     // its own graph launch, or follows a copy and a host sync): the history is complete,
     // so the append and the attention start their work early.
@@ -168,7 +174,7 @@ void GpuSession::attention(std::int64_t l, std::int64_t n, Where where) {
   // A chunk of rows at pos0..: RoPE, the appends and the attention of every row at once,
   // each row seeing what it would one at a time (cuda/kv/kv_cuda.h, ChunkRows).
   const ChunkRows chunk{qkv_.data(), n, ld, c.q_dim(), c.q_dim() + c.kv_dim(), where.pos0};
-  const AppendRope table{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads, hadamard_};
+  const AppendRope table{rope_cos_.as<float>(), rope_sin_.as<float>(), c.rope_dims, nullptr, c.n_heads, hadamard_, neox};
   cuda::kv::rope_rows(shape_, chunk, table, stream_);
   cuda::kv::kv_append_rows(shape_, layer, chunk, ring_snapshot_.data(), stream_);
   cuda::kv::kv_attention_rows(shape_, layer, chunk, ring_snapshot_.data(), c.n_heads, att_.data(), c.q_dim(),

@@ -2,12 +2,14 @@
 // the GGUF's own 4-bit blocks, RMSNorm, RoPE, SwiGLU, decode attention over the mixed
 // KV cache read in place) with the KV-cache policies of the CPU reference.
 //
-// Per layer: add + RMSNorm -> h; QKV = h Wqkv^T; append K, V to the cache (RoPE on K
-// and Q) and attend, every row at its own position (so that a batch equals
-// one-at-a-time decoding, as on the CPU: the query at t sees each older token as the
-// cache held it at t); O = att Wo^T;
-// add + RMSNorm; gate | up = h Wgu^T; silu(gate) * up; down. The residual stream is f32,
-// GEMM inputs and outputs f16 (W4A16), attention in f32 with f16 in and out.
+// Per layer: add + RMSNorm -> h; QKV = h Wqkv^T (+ qwen2's Q / K / V biases, in the
+// GEMM's epilogue: f16 biases, one f16 rounding of the sum, where the CPU adds f32 ones);
+// append K, V to the cache (RoPE on K and Q in the model's style, consecutive pairs or
+// qwen2's NEOX pairs, by the CPU reference's angle table) and attend, every row at its
+// own position (so that a batch equals one-at-a-time decoding, as on the CPU: the query
+// at t sees each older token as the cache held it at t); O = att Wo^T; add + RMSNorm;
+// gate | up = h Wgu^T; silu(gate) * up; down. The residual stream is f32, GEMM inputs
+// and outputs f16 (W4A16), attention in f32 with f16 in and out.
 //
 // decode_greedy runs one CUDA graph per step (captured at the first call, replayed
 // with the position and token in device memory; decode attention combines its splits

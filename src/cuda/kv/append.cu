@@ -3,6 +3,10 @@
 // head's statistics with shuffles and encodes from registers with lowbit's formats
 // arithmetic (formats::HalfParams: f16 scale / min, codes encoded with the rounded
 // values), so the codes, scales and mins equal cpu::kv_quantize() on the CPU.
+// RoPE rides on the append (and on rope_rows for prefill): the normal style's pairs are
+// consecutive channels within a lane; NEOX's (i, i + rope_dims / 2) span lanes and meet
+// in shared memory. The style is a template argument, so the normal kernels are the
+// code they were before NEOX existed.
 // With history_complete (the engine's decode graph) the work that does not need this
 // step's k, v and q runs before griddepcontrol.wait, beside the kernels before it: the
 // RoPE angles are loaded, and selective's token leaving the window is quantized (its
@@ -72,6 +76,71 @@ __device__ __forceinline__ void rotate(const LaneAngles<E>& t, float (&x)[E]) {
   }
 }
 
+// NEOX (rope.neox): channel c < half = rope_dims / 2 pairs with c + half, so a pair
+// spans lanes. A lane's E channels c0 + e each take the angles of pair c mod half and a
+// role: 0 not rotated (c >= rope_dims), 1 the pair's first, 2 its second.
+template <int E>
+struct NeoxAngles {
+  float cos[E], sin[E];
+  int role[E];
+  int half;
+};
+
+template <int E>
+__device__ __forceinline__ NeoxAngles<E> neox_angles(const AppendRope& r, long long pos, int c0) {
+  const int half = static_cast<int>(r.rope_dims / 2);
+  NeoxAngles<E> t{};
+  t.half = half;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int c = c0 + e;
+    t.role[e] = r.cos == nullptr || c >= 2 * half ? 0 : c < half ? 1 : 2;
+    if (t.role[e] != 0) {
+      const int i = c < half ? c : c - half;
+      t.cos[e] = r.cos[pos * half + i];
+      t.sin[e] = r.sin[pos * half + i];
+    }
+  }
+  return t;
+}
+
+// The NEOX rotation of a warp's head (D = 32 E values, E consecutive ones a lane): the
+// partners come through shared memory (the block is this one warp), the arithmetic and
+// its f16 rounding are the normal pairs'. Every lane of the warp must call it.
+template <int E>
+__device__ __forceinline__ void rotate(const NeoxAngles<E>& t, float (&x)[E]) {
+  __shared__ float head[32 * E];
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+#pragma unroll
+  for (int e = 0; e < E; ++e) head[c0 + e] = x[e];
+  __syncwarp();
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    if (t.role[e] == 0) continue;
+    const float c = t.cos[e], s = t.sin[e];
+    // (a, b) = (x[c], x[c + half]): the first gets a c - b s, the second a s + b c.
+    const float a = t.role[e] == 1 ? x[e] : head[c0 + e - t.half];
+    const float b = t.role[e] == 1 ? head[c0 + e + t.half] : x[e];
+    const float y = t.role[e] == 1 ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))
+                                   : __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    x[e] = __half2float(__float2half_rn(y));
+  }
+  __syncwarp();  // every partner read before the next head's values are written
+}
+
+// A lane's angles in the style of the kernel's instantiation.
+template <int E, bool kNeox>
+using Angles = std::conditional_t<kNeox, NeoxAngles<E>, LaneAngles<E>>;
+
+template <int E, bool kNeox>
+__device__ __forceinline__ Angles<E, kNeox> load_angles(const AppendRope& r, long long pos, int c0) {
+  if constexpr (kNeox) {
+    return neox_angles<E>(r, pos, c0);
+  } else {
+    return lane_angles<E>(r, pos, c0);
+  }
+}
+
 // The normalized Walsh-Hadamard transform of a warp's head (D = 32 E values, E
 // consecutive ones a lane), rounded to f16: formats::hadamard_rotate's butterflies in its
 // order, stages below E within the lane, the others with the lane lane ^ (h / E). Every
@@ -119,8 +188,8 @@ __device__ __forceinline__ void load_halves(const H* p, float (&x)[E]) {
 
 // Rotates E f16 values in place (a lane's share of a query or key head), then applies
 // the Hadamard transform to the head when asked (the whole warp calls this).
-template <int E>
-__device__ __forceinline__ void rotate_in_place(const LaneAngles<E>& t, __half* p, bool hadamard) {
+template <int E, class A>
+__device__ __forceinline__ void rotate_in_place(const A& t, __half* p, bool hadamard) {
   float x[E];
   load_halves(p, x);
   rotate<E>(t, x);
@@ -177,7 +246,7 @@ __device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long lo
   }
 }
 
-template <int D, class Scheme>
+template <int D, class Scheme, bool kNeox>
 __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   constexpr int E = D / 32;
   pdl_trigger();
@@ -187,7 +256,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   const int head = static_cast<int>(blockIdx.x);
   const int c0 = static_cast<int>(threadIdx.x) * E;
   const bool is_v = blockIdx.y == 1;
-  const LaneAngles<E> angles = is_v ? LaneAngles<E>{} : lane_angles<E>(a.rope, pos, c0);  // V is not rotated
+  const Angles<E, kNeox> angles = is_v ? Angles<E, kNeox>{} : load_angles<E, kNeox>(a.rope, pos, c0);  // V: not rotated
   const KvPart& part = is_v ? a.layer.v : a.layer.k;
   // The FP16 slot of pos (window, selective, full; not int8 / int4, whose sink and
   // window are 0).
@@ -211,7 +280,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
   if (blockIdx.y == 2) {  // the query heads of this KV head's group, rotated in place
     const int group = static_cast<int>(a.rope.n_heads / s.kv_heads);
     for (int h = head * group; h < (head + 1) * group; ++h) {
-      rotate_in_place(angles, static_cast<__half*>(a.rope.q) + h * D + c0, a.rope.hadamard);
+      rotate_in_place<E>(angles, static_cast<__half*>(a.rope.q) + h * D + c0, a.rope.hadamard);
     }
     return;
   }
@@ -233,19 +302,19 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
 
 // Prefill, RoPE: grid (kv_heads, 2, rows); y = 0 rotates the row's K head, y = 1 the
 // query heads of its group.
-template <int D>
+template <int D, bool kNeox>
 __global__ void __launch_bounds__(32) rope_rows_kernel(ChunkRows c, AppendRope rope, int kv_heads) {
   constexpr int E = D / 32;
   pdl_trigger();
   pdl_wait();
   const int row = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.x);
   const int c0 = static_cast<int>(threadIdx.x) * E;
-  const LaneAngles<E> angles = lane_angles<E>(rope, c.pos0 + row, c0);
+  const Angles<E, kNeox> angles = load_angles<E, kNeox>(rope, c.pos0 + row, c0);
   __half* base = static_cast<__half*>(c.base) + row * c.ld;
   const int group = static_cast<int>(rope.n_heads / kv_heads);
   const int first = blockIdx.y == 0 ? 0 : head * group, last = blockIdx.y == 0 ? 1 : (head + 1) * group;
   for (int h = first; h < last; ++h) {
-    rotate_in_place(angles, blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0, rope.hadamard);
+    rotate_in_place<E>(angles, blockIdx.y == 0 ? base + c.k_col + head * D + c0 : base + h * D + c0, rope.hadamard);
   }
 }
 
@@ -304,13 +373,22 @@ struct NoBody {
   static constexpr int kBits = 0;
 };
 
-template <int D>
+template <int D, bool kNeox>
 void launch(const AppendArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), a.rope.cos ? 3 : 2);
   switch (a.shape.body) {
-    case KvBody::none: launch_pdl(kv_append_kernel<D, NoBody>, grid, 32, 0, stream, a); break;
-    case KvBody::int8: launch_pdl(kv_append_kernel<D, formats::Int8Symmetric>, grid, 32, 0, stream, a); break;
-    case KvBody::int4: launch_pdl(kv_append_kernel<D, formats::Int4Asymmetric>, grid, 32, 0, stream, a); break;
+    case KvBody::none: launch_pdl(kv_append_kernel<D, NoBody, kNeox>, grid, 32, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(kv_append_kernel<D, formats::Int8Symmetric, kNeox>, grid, 32, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(kv_append_kernel<D, formats::Int4Asymmetric, kNeox>, grid, 32, 0, stream, a); break;
+  }
+}
+
+template <int D>
+void launch(const AppendArgs& a, cudaStream_t stream) {
+  if (a.rope.cos && a.rope.neox) {
+    launch<D, true>(a, stream);
+  } else {
+    launch<D, false>(a, stream);
   }
 }
 
@@ -354,10 +432,11 @@ void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRo
                " query heads (a multiple of ", shape.kv_heads, ", before k_col ", chunk.k_col, "), tables set");
   const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
   const int kv_heads = static_cast<int>(shape.kv_heads);
+  auto go = [&](auto kernel) { launch_pdl(kernel, grid, 32, 0, stream, chunk, rope, kv_heads); };
   if (shape.head_dim == 64) {
-    launch_pdl(rope_rows_kernel<64>, grid, 32, 0, stream, chunk, rope, kv_heads);
+    go(rope.neox ? rope_rows_kernel<64, true> : rope_rows_kernel<64, false>);
   } else {
-    launch_pdl(rope_rows_kernel<128>, grid, 32, 0, stream, chunk, rope, kv_heads);
+    go(rope.neox ? rope_rows_kernel<128, true> : rope_rows_kernel<128, false>);
   }
 }
 

@@ -32,8 +32,10 @@ using core::plan_decode_splits;
 // leaving the window (pos - window) from its FP16 value first; int8 / int4 quantize the
 // new token's f16 values. Codes, scales and mins equal cpu::kv_quantize() on the CPU.
 // With `rope`, the engine's decode step fuses RoPE into the append: k is rotated (pairs
-// (2i, 2i + 1), i < rope_dims / 2, by the angles of its position, rounded to f16) before
-// it is stored or quantized, and the n_heads query heads at rope.q are rotated in place.
+// (2i, 2i + 1), i < rope_dims / 2, by the angles of its position, rounded to f16; with
+// rope.neox, qwen2's pairs (i, i + rope_dims / 2)) before it is stored or quantized, and
+// the n_heads query heads at rope.q are rotated in place. The style is a template
+// argument of the kernels: the normal pairs' kernels are the same code as without it.
 // With `hadamard` (the engine's --kv-rotate k), each K head and each query head is then
 // rotated by the normalized Walsh-Hadamard transform (formats/hadamard.h: the same
 // butterflies as the CPU, across the warp's lanes by shuffles) and rounded to f16 again,
@@ -46,6 +48,7 @@ struct AppendRope {
   void* q = nullptr;           // f16 [n_heads x head_dim]
   std::int64_t n_heads = 0;    // a multiple of kv_heads
   bool hadamard = false;
+  bool neox = false;  // pair i is (i, i + rope_dims / 2) (NEOX, qwen2), not (2i, 2i + 1)
 };
 void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope = nullptr);
