@@ -2,20 +2,25 @@
 // (CpuSession, itself checked against a naive FP64 forward in engine_model_test) on a
 // tiny random llama with GPU-sized heads, for every KV-cache policy: prefill logits
 // (crossing the 512-row chunk), single-token decode logits, greedy decoding through
-// the CUDA graph, and bad input.
+// the CUDA graph, and bad input; and on qwen2 models (Q / K / V biases, NEOX RoPE):
+// logits and greedy tokens against the CPU, with and without the graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "common/expect_error.h"
 #include "common/gpu.h"
 #include "common/tiny_llama.h"
+#include "common/tokenizer_source.h"
 #include "engine/gpu_session.h"
 #include "engine/cpu_session.h"
 #include "engine/generate.h"
+#include "engine/synth/synth_model.h"
 
 namespace lowbit::test {
 namespace {
@@ -214,6 +219,180 @@ TEST_F(EngineGpu, GenerateAndResetOnTheGpu) {
   EXPECT_EQ(session.position(), 0);
   const engine::GenerationResult second = engine::generate_greedy(session, prompt, 30, {}, {});
   EXPECT_EQ(first.tokens, second.tokens);
+}
+
+// ---- qwen2: Q / K / V biases (f16, added in the QKV GEMM's epilogue) and NEOX RoPE ----
+
+// A model in memory on both sides.
+struct Loaded {
+  GgufFile file;
+  Model cpu;
+  GpuModel gpu;
+  explicit Loaded(std::span<const std::uint8_t> bytes)
+      : file(GgufFile::from_bytes(bytes)), cpu(Model::from_gguf(file)), gpu(GpuModel::from_gguf(file)) {}
+};
+
+struct NamedModel {
+  std::string name;
+  std::vector<std::uint8_t> gguf;
+};
+
+// tiny-qwen2 synthesized (engine/synth: d_model 384, 6 / 2 heads of 64, rope base 1e6,
+// biases of standard deviation 0.1, a vocabulary of 331) with every matrix in Q4_1 and
+// in Q8_0 (Q | K | V one GEMM adding all the bias), and the test's tiny model as qwen2
+// (V in Q8_0 among Q4_1: two GEMMs, each adding its columns of the bias).
+std::vector<NamedModel> qwen2_models() {
+  std::vector<NamedModel> out;
+  const GgufFile source = tokenizer_source(331);
+  for (const engine::GgmlType type : {engine::GgmlType::q4_1, engine::GgmlType::q8_0}) {
+    const engine::SynthModel synth(engine::find_synth_preset("tiny-qwen2"), type, 11, source);
+    out.push_back({"tiny-qwen2 " + std::string(engine::ggml_type_name(type)), synth.to_bytes()});
+  }
+  TinyLlamaSpec spec = gpu_spec();
+  spec.architecture = "qwen2";
+  out.push_back({"tiny qwen2, V in Q8_0", make_tiny_llama(spec, 78).gguf});
+  return out;
+}
+
+std::vector<PolicyCase> qwen2_policy_cases() {
+  using engine::KvRotate;
+  return {{"full", rotated(policy(KvPolicy::full), KvRotate::off)},
+          {"selective_int8", rotated(policy(KvPolicy::selective, 8), KvRotate::off)},
+          {"selective_int4", rotated(policy(KvPolicy::selective, 4), KvRotate::off)},
+          {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)}};  // Hadamard after NEOX
+}
+
+// Prefill (530 rows: two chunks) and 20 single-token steps, logits against the CPU's
+// within the llama's tolerance (the same f16 roundings; the bias's own f16 rounding,
+// 2^-11 of it, is below that of the GEMM output it joins).
+void expect_logits_match_cpu(const Loaded& m, const KvCacheOptions& options) {
+  const std::int64_t vocab = m.cpu.config().vocab;
+  const std::vector<std::int32_t> prompt = prompt_tokens(530, vocab);
+  CpuSession cpu(m.cpu, options, 560);
+  GpuSession gpu(m.gpu, options, 560);
+  const double prefill = relative_error(gpu.forward(prompt, true), cpu.forward(prompt, true));
+  EXPECT_LT(prefill, kLogitTolerance);
+  double decode = 0;
+  std::int32_t token = 5;
+  for (int step = 0; step < 20; ++step) {
+    const std::vector<float> c_logits = cpu.forward(std::span<const std::int32_t>(&token, 1), false);
+    const std::vector<float> g_logits = gpu.forward(std::span<const std::int32_t>(&token, 1), false);
+    decode = std::max(decode, relative_error(g_logits, c_logits));
+    token = engine::argmax(c_logits);
+  }
+  EXPECT_LT(decode, kLogitTolerance);
+  EXPECT_EQ(gpu.position(), cpu.position());
+  EXPECT_EQ(gpu.kv_bytes(), cpu.kv_bytes());
+  std::printf("prefill max rel. logit error %.2e, decode %.2e\n", prefill, decode);
+}
+
+TEST_F(EngineGpu, Qwen2LogitsMatchCpu) {
+  for (const NamedModel& named : qwen2_models()) {
+    const Loaded m(named.gguf);
+    ASSERT_EQ(m.cpu.config().rope_style, engine::RopeStyle::neox);
+    ASSERT_TRUE(m.cpu.config().qkv_bias);
+    for (const PolicyCase& c : qwen2_policy_cases()) {
+      SCOPED_TRACE(named.name + ", " + c.name);
+      std::printf("%-22s %-24s ", named.name.c_str(), c.name);
+      expect_logits_match_cpu(m, c.options);
+    }
+  }
+}
+
+// Greedy decoding on the GPU, through the graph and kernel by kernel (the same kernels:
+// the same tokens), against the CPU fed the GPU's tokens: at every step the GPU's token
+// is the CPU's argmax, or within the logits' tolerance of it (a near-tie).
+TEST_F(EngineGpu, Qwen2GreedyTokensMatchCpu) {
+  for (const NamedModel& named : qwen2_models()) {
+    const Loaded m(named.gguf);
+    const std::int64_t vocab = m.cpu.config().vocab;
+    const std::vector<std::int32_t> prompt = prompt_tokens(40, vocab);
+    for (const PolicyCase& c : qwen2_policy_cases()) {
+      SCOPED_TRACE(named.name + ", " + c.name);
+      GpuSession graph(m.gpu, c.options, 120), plain(m.gpu, c.options, 120, /*use_graphs=*/false);
+      CpuSession cpu(m.cpu, c.options, 120);
+      std::vector<float> logits = cpu.forward(prompt, false);
+      std::int32_t a = engine::argmax(graph.forward(prompt, false));
+      ASSERT_EQ(a, engine::argmax(plain.forward(prompt, false)));
+      int ties = 0;
+      for (int step = 0; step <= 48; ++step) {
+        const std::int32_t expected = engine::argmax(logits);
+        if (a != expected) {
+          double scale = 0;
+          for (const float x : logits) scale = std::max(scale, static_cast<double>(std::fabs(x)));
+          EXPECT_LT(logits[static_cast<std::size_t>(expected)] - logits[static_cast<std::size_t>(a)],
+                    2 * kLogitTolerance * scale)
+              << "step " << step << ": GPU " << a << ", CPU " << expected;
+          ++ties;
+        }
+        if (step == 48) break;
+        logits = cpu.forward(std::span<const std::int32_t>(&a, 1), false);
+        const std::int32_t b = plain.decode_greedy(a);
+        a = graph.decode_greedy(a);
+        ASSERT_EQ(a, b) << "step " << step;
+        ASSERT_TRUE(a >= 0 && a < vocab);
+      }
+      std::printf("%-22s %-24s GPU tokens off the CPU's argmax (near-ties): %d of 49\n", named.name.c_str(), c.name,
+                  ties);
+      EXPECT_EQ(graph.position(), 40 + 48);
+    }
+  }
+}
+
+// The qwen2 tests see what they test: on the CPU, zeroing the biases, or reading the
+// file as a llama (consecutive RoPE pairs), moves the logits by over ten times the
+// tolerance. The llama reading (normal RoPE with biases, which llama files may carry)
+// runs on the GPU too.
+std::vector<std::uint8_t> without_biases(const std::vector<std::uint8_t>& bytes) {
+  std::vector<std::uint8_t> out = bytes;
+  const GgufFile file = GgufFile::from_bytes(bytes);
+  for (const engine::GgufTensor& t : file.tensors()) {
+    if (t.name.ends_with(".bias")) {
+      std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(t.file_offset), t.byte_size, std::uint8_t{0});
+    }
+  }
+  return out;
+}
+
+// "qwen2" -> "llama" in the metadata (the architecture and its keys' prefix; the same
+// length, so every offset stays).
+std::vector<std::uint8_t> as_llama(const std::vector<std::uint8_t>& bytes) {
+  std::vector<std::uint8_t> out = bytes;
+  std::uint64_t data_begin = out.size();
+  const GgufFile file = GgufFile::from_bytes(bytes);
+  for (const engine::GgufTensor& t : file.tensors()) data_begin = std::min(data_begin, t.file_offset);
+  const std::string from = "qwen2", to = "llama";
+  for (std::size_t i = 0; i + from.size() <= data_begin; ++i) {
+    if (std::equal(from.begin(), from.end(), out.begin() + static_cast<std::ptrdiff_t>(i))) {
+      std::copy(to.begin(), to.end(), out.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  return out;
+}
+
+TEST_F(EngineGpu, Qwen2TestsSeeTheBiasesAndTheRopeStyle) {
+  const NamedModel named = qwen2_models().front();
+  const std::vector<std::int32_t> prompt = prompt_tokens(100, 331);
+  const KvCacheOptions options = policy(KvPolicy::full);
+  auto cpu_logits = [&](const std::vector<std::uint8_t>& bytes) {
+    const GgufFile file = GgufFile::from_bytes(bytes);
+    const Model model = Model::from_gguf(file);
+    CpuSession cpu(model, options, 128);
+    return cpu.forward(prompt, true);
+  };
+  const std::vector<std::uint8_t> llama = as_llama(named.gguf);
+  const std::vector<float> reference = cpu_logits(named.gguf);
+  const double no_bias = relative_error(cpu_logits(without_biases(named.gguf)), reference);
+  const double normal_rope = relative_error(cpu_logits(llama), reference);
+  std::printf("CPU logits moved by zeroing the biases %.2e, by consecutive RoPE pairs %.2e\n", no_bias, normal_rope);
+  EXPECT_GT(no_bias, 10 * kLogitTolerance);
+  EXPECT_GT(normal_rope, 10 * kLogitTolerance);
+
+  const Loaded m(llama);
+  ASSERT_EQ(m.cpu.config().rope_style, engine::RopeStyle::normal);
+  ASSERT_TRUE(m.cpu.config().qkv_bias);
+  std::printf("%-22s %-24s ", "tiny-qwen2 as a llama", "full");
+  expect_logits_match_cpu(m, options);
 }
 
 TEST_F(EngineGpu, BadInputGetsClearErrors) {

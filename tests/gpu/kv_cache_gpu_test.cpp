@@ -238,101 +238,125 @@ TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
   }
 }
 
+// The RoPE styles and rotated widths of the fused-RoPE test for head_dim d: normal pairs
+// (2i, 2i + 1) over d (64) or d / 2 (128); NEOX pairs (i, i + rope_dims / 2) over the
+// whole head (qwen2) and over a width whose half is no multiple of a lane's d / 32
+// channels (22 at 64, 44 at 128), so that the partners of a lane's channels sit at
+// other positions in other lanes.
+struct RopeStyleCase {
+  bool neox;
+  std::int64_t rope_dims;
+};
+std::vector<RopeStyleCase> rope_style_cases(std::int64_t d) {
+  return {{false, d == 64 ? d : d / 2}, {true, d}, {true, d == 64 ? 22 : 44}};
+}
+
 // The engine's fused RoPE: K rotated before it is stored or quantized, Q in place, equal
-// bit for bit to the CPU's f32 rotation rounded to f16; by host and by device position.
-// With hadamard (--kv-rotate k), K and Q are then rotated by formats::hadamard_rotate
-// (the warp's shuffles against the CPU's loop) and rounded to f16 again: the same bits.
+// bit for bit to the CPU's f32 rotation rounded to f16; by host and by device position;
+// in both styles (rope_style_cases). With hadamard (--kv-rotate k), K and Q are then
+// rotated by formats::hadamard_rotate (the warp's shuffles against the CPU's loop) and
+// rounded to f16 again: the same bits.
 TEST_F(KvCacheGpu, AppendWithRopeRotatesLikeTheCpu) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t length = 100, hkv = 3, heads = 9;
   for (bool hadamard : {false, true}) {
     for (const Case& c : kCases) {
       for (std::int64_t d : {64, 128}) {
-        const std::int64_t rope_dims = d == 64 ? d : d / 2, half = rope_dims / 2;
-        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + (hadamard ? " hadamard" : ""));
-        std::vector<float> cos_t(static_cast<std::size_t>(length * half)), sin_t(cos_t.size());
-        for (std::int64_t p = 0; p < length; ++p) {
-          for (std::int64_t i = 0; i < half; ++i) {
-            const double angle = static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / rope_dims);
-            cos_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
-            sin_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
-          }
-        }
-        // The CPU rotation of one head row at position p, rounded to f16.
-        auto rotate = [&](std::vector<std::uint16_t>& x, std::size_t at, std::int64_t p) {
-          for (std::int64_t i = 0; i < half; ++i) {
-            const float a = formats::half_to_float({x[at + 2 * i]}), b = formats::half_to_float({x[at + 2 * i + 1]});
-            const float cs = cos_t[static_cast<std::size_t>(p * half + i)];
-            const float sn = sin_t[static_cast<std::size_t>(p * half + i)];
-            x[at + 2 * i] = formats::float_to_half(a * cs - b * sn).bits;
-            x[at + 2 * i + 1] = formats::float_to_half(a * sn + b * cs).bits;
-          }
-          if (!hadamard) return;
-          std::vector<float> head(static_cast<std::size_t>(d));
-          for (std::int64_t i = 0; i < d; ++i) head[static_cast<std::size_t>(i)] = formats::half_to_float({x[at + i]});
-          formats::hadamard_rotate(head.data(), d);
-          for (std::int64_t i = 0; i < d; ++i) {
-            x[at + i] = formats::float_to_half(head[static_cast<std::size_t>(i)]).bits;
-          }
-        };
-        const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
-        const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
-        const auto q = random_f16(rng, length * heads, d, 1.0f);
-        auto k_rot = k, q_rot = q;
-        for (std::int64_t p = 0; p < length; ++p) {
-          for (std::int64_t h = 0; h < hkv; ++h) rotate(k_rot, static_cast<std::size_t>((p * hkv + h) * d), p);
-          for (std::int64_t h = 0; h < heads; ++h) rotate(q_rot, static_cast<std::size_t>((p * heads + h) * d), p);
-        }
-        const KvTwin twin = build_kv_twin(s, length, k_rot, v);
-        core::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), cd(cos_t.size() * 4),
-            sd(sin_t.size() * 4), pos_d(4);
-        LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
-        LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
-        LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
-        LOWBIT_CUDA_CHECK(cudaMemcpy(cd.data(), cos_t.data(), cd.bytes(), cudaMemcpyHostToDevice));
-        LOWBIT_CUDA_CHECK(cudaMemcpy(sd.data(), sin_t.data(), sd.bytes(), cudaMemcpyHostToDevice));
-        DeviceLayer layer(s);
-        layer.poison();
-        for (std::int64_t pos = 0; pos < length; ++pos) {
-          const ce::AppendRope rope{cd.as<float>(), sd.as<float>(), rope_dims, qd.as<std::uint16_t>() + pos * heads * d,
-                                    heads, hadamard};
-          const std::uint16_t* kp = kd.as<std::uint16_t>() + pos * hkv * d;
-          const std::uint16_t* vp = vd.as<std::uint16_t>() + pos * hkv * d;
-          if (pos % 3 == 0) {
-            ce::kv_append(s, layer.dev, pos, kp, vp, nullptr, &rope);
-          } else {  // the graph form, with and without the early work (after a sync: its contract)
-            const auto p32 = static_cast<std::int32_t>(pos);
-            LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-            LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
-            ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kp, vp, nullptr, &rope, pos % 3 == 2);
-          }
-        }
-        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-        expect_same_buffers(layer, twin);
-        EXPECT_EQ(first_difference(qd, q_rot.data()), -1) << "Q rotated in place";
-        if (c.policy == KvPolicy::full) {  // the prefill form: q | k | v rows, all rotated in one launch
-          const std::int64_t q_cols = heads * d, ld = q_cols + 2 * hkv * d;
-          std::vector<std::uint16_t> rows(static_cast<std::size_t>(length * ld)), want = rows;
+        for (const RopeStyleCase& style : rope_style_cases(d)) {
+          const std::int64_t rope_dims = style.rope_dims, half = rope_dims / 2;
+          const bool neox = style.neox;
+          SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + (hadamard ? " hadamard" : "") +
+                       (neox ? " neox" : " normal") + " rope_dims " + std::to_string(rope_dims));
+          std::vector<float> cos_t(static_cast<std::size_t>(length * half)), sin_t(cos_t.size());
           for (std::int64_t p = 0; p < length; ++p) {
-            for (std::int64_t i = 0; i < q_cols; ++i) {
-              const auto at = static_cast<std::size_t>(p * ld + i), from = static_cast<std::size_t>(p * q_cols + i);
-              rows[at] = q[from];
-              want[at] = q_rot[from];
-            }
-            for (std::int64_t i = 0; i < hkv * d; ++i) {
-              const auto at = static_cast<std::size_t>(p * ld + q_cols + i);
-              const auto from = static_cast<std::size_t>(p * hkv * d + i);
-              rows[at] = k[from];
-              want[at] = k_rot[from];
-              rows[at + static_cast<std::size_t>(hkv * d)] = want[at + static_cast<std::size_t>(hkv * d)] = v[from];
+            for (std::int64_t i = 0; i < half; ++i) {
+              const double angle =
+                  static_cast<double>(p) * std::pow(10000.0, -2.0 * static_cast<double>(i) / rope_dims);
+              cos_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
+              sin_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
             }
           }
-          core::DeviceBuffer rd(rows.size() * 2);
-          LOWBIT_CUDA_CHECK(cudaMemcpy(rd.data(), rows.data(), rd.bytes(), cudaMemcpyHostToDevice));
-          const ce::AppendRope table{cd.as<float>(), sd.as<float>(), rope_dims, nullptr, heads, hadamard};
-          ce::rope_rows(s, ce::ChunkRows{rd.data(), length, ld, q_cols, q_cols + hkv * d, 0}, table, nullptr);
+          // The CPU rotation of one head row at position p, rounded to f16 (CpuSession::rope's
+          // pairs: (2i, 2i + 1), or (i, i + half) for NEOX).
+          auto rotate = [&](std::vector<std::uint16_t>& x, std::size_t at, std::int64_t p) {
+            for (std::int64_t i = 0; i < half; ++i) {
+              const auto lo = at + static_cast<std::size_t>(neox ? i : 2 * i);
+              const auto hi = at + static_cast<std::size_t>(neox ? i + half : 2 * i + 1);
+              const float a = formats::half_to_float({x[lo]}), b = formats::half_to_float({x[hi]});
+              const float cs = cos_t[static_cast<std::size_t>(p * half + i)];
+              const float sn = sin_t[static_cast<std::size_t>(p * half + i)];
+              x[lo] = formats::float_to_half(a * cs - b * sn).bits;
+              x[hi] = formats::float_to_half(a * sn + b * cs).bits;
+            }
+            if (!hadamard) return;
+            std::vector<float> head(static_cast<std::size_t>(d));
+            for (std::int64_t i = 0; i < d; ++i) {
+              head[static_cast<std::size_t>(i)] = formats::half_to_float({x[at + i]});
+            }
+            formats::hadamard_rotate(head.data(), d);
+            for (std::int64_t i = 0; i < d; ++i) {
+              x[at + i] = formats::float_to_half(head[static_cast<std::size_t>(i)]).bits;
+            }
+          };
+          const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, length);
+          const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
+          const auto q = random_f16(rng, length * heads, d, 1.0f);
+          auto k_rot = k, q_rot = q;
+          for (std::int64_t p = 0; p < length; ++p) {
+            for (std::int64_t h = 0; h < hkv; ++h) rotate(k_rot, static_cast<std::size_t>((p * hkv + h) * d), p);
+            for (std::int64_t h = 0; h < heads; ++h) rotate(q_rot, static_cast<std::size_t>((p * heads + h) * d), p);
+          }
+          const KvTwin twin = build_kv_twin(s, length, k_rot, v);
+          core::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qd(q.size() * 2), cd(cos_t.size() * 4),
+              sd(sin_t.size() * 4), pos_d(4);
+          LOWBIT_CUDA_CHECK(cudaMemcpy(kd.data(), k.data(), kd.bytes(), cudaMemcpyHostToDevice));
+          LOWBIT_CUDA_CHECK(cudaMemcpy(vd.data(), v.data(), vd.bytes(), cudaMemcpyHostToDevice));
+          LOWBIT_CUDA_CHECK(cudaMemcpy(qd.data(), q.data(), qd.bytes(), cudaMemcpyHostToDevice));
+          LOWBIT_CUDA_CHECK(cudaMemcpy(cd.data(), cos_t.data(), cd.bytes(), cudaMemcpyHostToDevice));
+          LOWBIT_CUDA_CHECK(cudaMemcpy(sd.data(), sin_t.data(), sd.bytes(), cudaMemcpyHostToDevice));
+          DeviceLayer layer(s);
+          layer.poison();
+          for (std::int64_t pos = 0; pos < length; ++pos) {
+            const ce::AppendRope rope{cd.as<float>(), sd.as<float>(), rope_dims,
+                                      qd.as<std::uint16_t>() + pos * heads * d, heads, hadamard, neox};
+            const std::uint16_t* kp = kd.as<std::uint16_t>() + pos * hkv * d;
+            const std::uint16_t* vp = vd.as<std::uint16_t>() + pos * hkv * d;
+            if (pos % 3 == 0) {
+              ce::kv_append(s, layer.dev, pos, kp, vp, nullptr, &rope);
+            } else {  // the graph form, with and without the early work (after a sync: its contract)
+              const auto p32 = static_cast<std::int32_t>(pos);
+              LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+              LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
+              ce::kv_append_at(s, layer.dev, pos_d.as<std::int32_t>(), kp, vp, nullptr, &rope, pos % 3 == 2);
+            }
+          }
           LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-          EXPECT_EQ(first_difference(rd, want.data()), -1) << "rope_rows: Q and K rotated in place, V untouched";
+          expect_same_buffers(layer, twin);
+          EXPECT_EQ(first_difference(qd, q_rot.data()), -1) << "Q rotated in place";
+          if (c.policy == KvPolicy::full) {  // the prefill form: q | k | v rows, all rotated in one launch
+            const std::int64_t q_cols = heads * d, ld = q_cols + 2 * hkv * d;
+            std::vector<std::uint16_t> rows(static_cast<std::size_t>(length * ld)), want = rows;
+            for (std::int64_t p = 0; p < length; ++p) {
+              for (std::int64_t i = 0; i < q_cols; ++i) {
+                const auto at = static_cast<std::size_t>(p * ld + i), from = static_cast<std::size_t>(p * q_cols + i);
+                rows[at] = q[from];
+                want[at] = q_rot[from];
+              }
+              for (std::int64_t i = 0; i < hkv * d; ++i) {
+                const auto at = static_cast<std::size_t>(p * ld + q_cols + i);
+                const auto from = static_cast<std::size_t>(p * hkv * d + i);
+                rows[at] = k[from];
+                want[at] = k_rot[from];
+                rows[at + static_cast<std::size_t>(hkv * d)] = want[at + static_cast<std::size_t>(hkv * d)] = v[from];
+              }
+            }
+            core::DeviceBuffer rd(rows.size() * 2);
+            LOWBIT_CUDA_CHECK(cudaMemcpy(rd.data(), rows.data(), rd.bytes(), cudaMemcpyHostToDevice));
+            const ce::AppendRope table{cd.as<float>(), sd.as<float>(), rope_dims, nullptr, heads, hadamard, neox};
+            ce::rope_rows(s, ce::ChunkRows{rd.data(), length, ld, q_cols, q_cols + hkv * d, 0}, table, nullptr);
+            LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_EQ(first_difference(rd, want.data()), -1) << "rope_rows: Q and K rotated in place, V untouched";
+          }
         }
       }
     }
