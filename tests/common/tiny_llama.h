@@ -28,6 +28,7 @@ struct TinyLlamaSpec {
   bool tied = true;  // no output.weight: the Q8_0 token embedding is the head; else an F16 output.weight
   // "qwen2": F32 biases on Q, K and V, and RoPE on pairs (i, i + head_dim / 2).
   std::string architecture = "llama";
+  float bias_stddev = 0.1f;  // of the qwen2 biases (mean 0)
   double rope_linear_factor = 0.0;  // > 0: rope.scaling.type linear with this factor
   bool rope_freqs = false;          // a rope_freqs.weight tensor: frequency i divided by 1 + 0.4 i
   // A byte-level BPE tokenizer of `vocab` tokens in the metadata (needs vocab >= 260):
@@ -159,8 +160,9 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
     w.add_tensor(name, {static_cast<std::uint64_t>(in), static_cast<std::uint64_t>(out)},
                  q8 ? ggml_id::q8_0 : ggml_id::q4_1, bytes);
   };
-  auto norm = [&](const std::string& name, std::int64_t n, std::vector<double>& dec, float mean = 1.0f) {
-    const std::vector<float> x = random(n, 0.1f, mean);
+  auto norm = [&](const std::string& name, std::int64_t n, std::vector<double>& dec, float mean = 1.0f,
+                  float stddev = 0.1f) {
+    const std::vector<float> x = random(n, stddev, mean);
     std::vector<std::uint8_t> bytes(x.size() * 4);
     std::memcpy(bytes.data(), x.data(), bytes.size());
     dec.assign(x.begin(), x.end());
@@ -185,9 +187,9 @@ inline TinyLlama make_tiny_llama(const TinyLlamaSpec& spec = {}, std::uint32_t s
     matrix(p + "attn_k.weight", spec.d_model, kvd, false, L.wk);
     matrix(p + "attn_v.weight", spec.d_model, kvd, true, L.wv);  // one Q8_0 matrix among the Q4_1
     if (spec.architecture == "qwen2") {  // biases: F32 vectors of mean 0
-      norm(p + "attn_q.bias", qd, L.bq, 0.0f);
-      norm(p + "attn_k.bias", kvd, L.bk, 0.0f);
-      norm(p + "attn_v.bias", kvd, L.bv, 0.0f);
+      norm(p + "attn_q.bias", qd, L.bq, 0.0f, spec.bias_stddev);
+      norm(p + "attn_k.bias", kvd, L.bk, 0.0f, spec.bias_stddev);
+      norm(p + "attn_v.bias", kvd, L.bv, 0.0f, spec.bias_stddev);
     }
     matrix(p + "attn_output.weight", qd, spec.d_model, false, L.wo);
     norm(p + "ffn_norm.weight", spec.d_model, L.ffn_norm);
