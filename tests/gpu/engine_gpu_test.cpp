@@ -103,30 +103,36 @@ std::vector<PolicyCase> policy_cases() {
 // attention or a wrong cache slot give errors of order 1.
 constexpr double kLogitTolerance = 1e-2;  // measured on the H100 (c56c064): <= 5.4e-3 (int4 prefill)
 
+// Prefill logits (530 rows: crosses the 512-row chunk) and those of 20 single-token
+// steps, against the CPU's, both following the CPU's choice; prints the errors.
+void expect_logits_match_cpu(const Model& cpu_model, const GpuModel& gpu_model, const KvCacheOptions& options) {
+  const std::vector<std::int32_t> prompt = prompt_tokens(530, cpu_model.config().vocab);
+  CpuSession cpu(cpu_model, options, 560);
+  GpuSession gpu(gpu_model, options, 560);
+  const double prefill = relative_error(gpu.forward(prompt, true), cpu.forward(prompt, true));
+  EXPECT_LT(prefill, kLogitTolerance);
+  double decode = 0;
+  std::int32_t token = 5;
+  for (int step = 0; step < 20; ++step) {
+    const std::vector<float> c_logits = cpu.forward(std::span<const std::int32_t>(&token, 1), false);
+    const std::vector<float> g_logits = gpu.forward(std::span<const std::int32_t>(&token, 1), false);
+    decode = std::max(decode, relative_error(g_logits, c_logits));
+    token = engine::argmax(c_logits);  // both follow the CPU's choice
+  }
+  EXPECT_LT(decode, kLogitTolerance);
+  EXPECT_EQ(gpu.position(), cpu.position());
+  EXPECT_EQ(gpu.kv_bytes(), cpu.kv_bytes());
+  std::printf("prefill max rel. logit error %.2e, decode %.2e\n", prefill, decode);
+}
+
 class EngineGpu : public GpuTest {};
 
 TEST_F(EngineGpu, PrefillAndDecodeLogitsMatchCpuForEveryPolicy) {
   const Fixture f;
-  const std::int64_t vocab = f.tiny.spec.vocab;
-  const std::vector<std::int32_t> prompt = prompt_tokens(530, vocab);  // crosses the 512-row chunk
   for (const PolicyCase& c : policy_cases()) {
     SCOPED_TRACE(c.name);
-    CpuSession cpu(f.cpu, c.options, 560);
-    GpuSession gpu(f.gpu, c.options, 560);
-    const double prefill = relative_error(gpu.forward(prompt, true), cpu.forward(prompt, true));
-    EXPECT_LT(prefill, kLogitTolerance);
-    double decode = 0;
-    std::int32_t token = 5;
-    for (int step = 0; step < 20; ++step) {
-      const std::vector<float> c_logits = cpu.forward(std::span<const std::int32_t>(&token, 1), false);
-      const std::vector<float> g_logits = gpu.forward(std::span<const std::int32_t>(&token, 1), false);
-      decode = std::max(decode, relative_error(g_logits, c_logits));
-      token = engine::argmax(c_logits);  // both follow the CPU's choice
-    }
-    EXPECT_LT(decode, kLogitTolerance);
-    EXPECT_EQ(gpu.position(), cpu.position());
-    EXPECT_EQ(gpu.kv_bytes(), cpu.kv_bytes());
-    std::printf("%-15s prefill max rel. logit error %.2e, decode %.2e\n", c.name, prefill, decode);
+    std::printf("%-24s ", c.name);
+    expect_logits_match_cpu(f.cpu, f.gpu, c.options);
   }
 }
 
@@ -264,30 +270,8 @@ std::vector<PolicyCase> qwen2_policy_cases() {
           {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)}};  // Hadamard after NEOX
 }
 
-// Prefill (530 rows: two chunks) and 20 single-token steps, logits against the CPU's
-// within the llama's tolerance (the same f16 roundings; the bias's own f16 rounding,
-// 2^-11 of it, is below that of the GEMM output it joins).
-void expect_logits_match_cpu(const Loaded& m, const KvCacheOptions& options) {
-  const std::int64_t vocab = m.cpu.config().vocab;
-  const std::vector<std::int32_t> prompt = prompt_tokens(530, vocab);
-  CpuSession cpu(m.cpu, options, 560);
-  GpuSession gpu(m.gpu, options, 560);
-  const double prefill = relative_error(gpu.forward(prompt, true), cpu.forward(prompt, true));
-  EXPECT_LT(prefill, kLogitTolerance);
-  double decode = 0;
-  std::int32_t token = 5;
-  for (int step = 0; step < 20; ++step) {
-    const std::vector<float> c_logits = cpu.forward(std::span<const std::int32_t>(&token, 1), false);
-    const std::vector<float> g_logits = gpu.forward(std::span<const std::int32_t>(&token, 1), false);
-    decode = std::max(decode, relative_error(g_logits, c_logits));
-    token = engine::argmax(c_logits);
-  }
-  EXPECT_LT(decode, kLogitTolerance);
-  EXPECT_EQ(gpu.position(), cpu.position());
-  EXPECT_EQ(gpu.kv_bytes(), cpu.kv_bytes());
-  std::printf("prefill max rel. logit error %.2e, decode %.2e\n", prefill, decode);
-}
-
+// qwen2 within the llama's tolerance: the same f16 roundings, and the bias's own f16
+// rounding (2^-11 of it) is below that of the GEMM output it joins.
 TEST_F(EngineGpu, Qwen2LogitsMatchCpu) {
   for (const NamedModel& named : qwen2_models()) {
     const Loaded m(named.gguf);
@@ -296,7 +280,7 @@ TEST_F(EngineGpu, Qwen2LogitsMatchCpu) {
     for (const PolicyCase& c : qwen2_policy_cases()) {
       SCOPED_TRACE(named.name + ", " + c.name);
       std::printf("%-22s %-24s ", named.name.c_str(), c.name);
-      expect_logits_match_cpu(m, c.options);
+      expect_logits_match_cpu(m.cpu, m.gpu, c.options);
     }
   }
 }
@@ -395,7 +379,7 @@ TEST_F(EngineGpu, Qwen2TestsSeeTheBiasesAndTheRopeStyle) {
     ASSERT_EQ(m.cpu.config().rope_style, engine::RopeStyle::normal);
     ASSERT_TRUE(m.cpu.config().qkv_bias);
     std::printf("%-22s %-24s ", (named.name + " as llama").c_str(), "full");
-    expect_logits_match_cpu(m, options);
+    expect_logits_match_cpu(m.cpu, m.gpu, options);
   }
 }
 
