@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compare.h"
 #include "common/gpu.h"
 #include "common/tokenizer_source.h"
 #include "engine/cpu_session.h"
@@ -27,41 +28,42 @@ namespace {
 
 using engine::GgmlType;
 
-double relative_error(const std::vector<float>& gpu, const std::vector<float>& cpu) {
-  EXPECT_EQ(gpu.size(), cpu.size());
-  double err = 0, scale = 0;
-  for (std::size_t i = 0; i < gpu.size() && i < cpu.size(); ++i) {
-    err = std::max(err, static_cast<double>(std::fabs(gpu[i] - cpu[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(cpu[i])));
-  }
-  return err / scale;
-}
-
 constexpr double kLogitTolerance = 1e-2;  // engine_gpu_test's, for the same f16 roundings
 constexpr std::int64_t kVocab = 500;      // the head: N not a multiple of 8
+
+// A synthesized "tiny" llama with every matrix in `type`, loaded for both engines.
+struct SynthPair {
+  engine::GgufFile file;
+  engine::Model cpu;
+  engine::GpuModel gpu;
+  SynthPair(GgmlType type, std::uint64_t seed)
+      : file(engine::GgufFile::from_bytes(
+            engine::SynthModel(engine::find_synth_preset("tiny"), type, seed, tokenizer_source(kVocab)).to_bytes())),
+        cpu(engine::Model::from_gguf(file)),
+        gpu(engine::GpuModel::from_gguf(file)) {}
+};
+
+engine::KvCacheOptions full_cache() {
+  engine::KvCacheOptions options;
+  options.policy = KvPolicy::full;
+  return options;
+}
 
 class EngineKQuantGpu : public GpuTest {};
 
 TEST_F(EngineKQuantGpu, LogitsAndGreedyTokensMatchTheCpu) {
-  const engine::SynthPreset& preset = engine::find_synth_preset("tiny");
-  const engine::GgufFile source = tokenizer_source(kVocab);
   for (const GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q5_0, GgmlType::q5_1}) {
     SCOPED_TRACE(engine::ggml_type_name(type));
-    const engine::SynthModel synth(preset, type, 11, source);
-    const engine::GgufFile file = engine::GgufFile::from_bytes(synth.to_bytes());
+    const SynthPair models(type, 11);
     std::size_t of_type = 0;
-    for (const engine::GgufTensor& t : file.tensors()) of_type += t.type == type;
+    for (const engine::GgufTensor& t : models.file.tensors()) of_type += t.type == type;
     ASSERT_GE(of_type, 7u * 2) << "every layer matrix in the type";
-    const engine::Model cpu_model = engine::Model::from_gguf(file);
-    const engine::GpuModel gpu_model = engine::GpuModel::from_gguf(file);
-    engine::KvCacheOptions options;
-    options.policy = KvPolicy::full;
-    engine::CpuSession cpu(cpu_model, options, 128);
-    engine::GpuSession gpu(gpu_model, options, 128);
+    engine::CpuSession cpu(models.cpu, full_cache(), 128);
+    engine::GpuSession gpu(models.gpu, full_cache(), 128);
     std::vector<std::int32_t> prompt;
     for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<std::int32_t>((i * 37 + 11) % kVocab));
     std::vector<float> c_logits = cpu.forward(prompt, false);
-    const double prefill = relative_error(gpu.forward(prompt, false), c_logits);
+    const double prefill = max_relative_error(gpu.forward(prompt, false), c_logits);
     EXPECT_LT(prefill, kLogitTolerance);
     double decode = 0;
     int near_ties = 0;
@@ -69,7 +71,7 @@ TEST_F(EngineKQuantGpu, LogitsAndGreedyTokensMatchTheCpu) {
       const std::int32_t token = engine::argmax(c_logits);
       c_logits = cpu.forward(std::span<const std::int32_t>(&token, 1), false);
       const std::vector<float> g_logits = gpu.forward(std::span<const std::int32_t>(&token, 1), false);
-      decode = std::max(decode, relative_error(g_logits, c_logits));
+      decode = std::max(decode, max_relative_error(g_logits, c_logits));
       const std::int32_t g = engine::argmax(g_logits), c = engine::argmax(c_logits);
       if (g != c) {
         // Only a near-tie may differ: the GPU's choice within the tolerance of the max.
@@ -91,16 +93,9 @@ TEST_F(EngineKQuantGpu, LogitsAndGreedyTokensMatchTheCpu) {
 // Greedy generation end to end (the GPU's run-ahead decode through its CUDA graph) gives
 // the CPU's tokens on a K-quant model.
 TEST_F(EngineKQuantGpu, GreedyGenerationEqualsTheCpus) {
-  const engine::SynthPreset& preset = engine::find_synth_preset("tiny");
-  const engine::GgufFile source = tokenizer_source(kVocab);
-  const engine::SynthModel synth(preset, GgmlType::q4_k, 5, source);
-  const engine::GgufFile file = engine::GgufFile::from_bytes(synth.to_bytes());
-  const engine::Model cpu_model = engine::Model::from_gguf(file);
-  const engine::GpuModel gpu_model = engine::GpuModel::from_gguf(file);
-  engine::KvCacheOptions options;
-  options.policy = KvPolicy::full;
-  engine::CpuSession cpu(cpu_model, options, 64);
-  engine::GpuSession gpu(gpu_model, options, 64);
+  const SynthPair models(GgmlType::q4_k, 5);
+  engine::CpuSession cpu(models.cpu, full_cache(), 64);
+  engine::GpuSession gpu(models.gpu, full_cache(), 64);
   const std::vector<std::int32_t> prompt = {1, 17, 300, 42, 9, 100, 7};
   const engine::GenerationResult c = engine::generate_greedy(cpu, prompt, 16, nullptr, [](std::int32_t) {});
   const engine::GenerationResult g = engine::generate_greedy(gpu, prompt, 16, nullptr, [](std::int32_t) {});

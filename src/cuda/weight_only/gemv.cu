@@ -27,6 +27,10 @@
 // Chunks: a ring slot holds kChunk consecutive steps of each of the warp's tiles, so
 // one copy burst per tile is kChunk x 512 contiguous bytes (and its scales and mins
 // kChunk x 64 B at group 32) instead of 512 B pieces at 32 KB strides.
+//
+// GGML block forms (Q5_0 .. Q6_K, formats/weight_pack.h): the same stream of units, each
+// 608-848 bytes with its scales inside (no scale copies); a lane reads its part of the
+// unit from the ring (BlockLane) and decodes words with dequant_block_word (common.cuh).
 #include <algorithm>
 #include <array>
 #include <cstdint>

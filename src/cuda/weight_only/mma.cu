@@ -175,6 +175,25 @@ struct Loader {
   }
 };
 
+// The products of packed word w: the warp's 4 tiles' A fragments (b) against each 8-row
+// block of the stage's activations (one 16-byte read feeds 4 mma).
+template <class T, int kBM>
+__device__ __forceinline__ void mma_word(const std::uint8_t* xs, int r, int c, int w,
+                                         const std::uint32_t (&b)[kWarpTiles][4], float (&acc)[2][kBM / 8][4]) {
+#pragma unroll
+  for (int mb = 0; mb < kBM / 8; ++mb) {
+    const int row = mb * 8 + r;
+    const uint4 x = *reinterpret_cast<const uint4*>(xs + row * 256 + x_chunk_position(row, 4 * c + w) * 16);
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const std::uint32_t(&lo)[4] = b[2 * jp];
+      const std::uint32_t(&hi)[4] = b[2 * jp + 1];
+      mma_16816<T>(acc[jp][mb], lo[0], hi[0], lo[1], hi[1], x.x, x.y);
+      mma_16816<T>(acc[jp][mb], lo[2], hi[2], lo[3], hi[3], x.z, x.w);
+    }
+  }
+}
+
 template <class T, Form F, int kBM>
 __device__ __forceinline__ void compute_stage(const Params& p, const std::uint8_t* stage, int warp, int lane,
                                               float (&acc)[2][kBM / 8][4]) {
@@ -192,18 +211,7 @@ __device__ __forceinline__ void compute_stage(const Params& p, const std::uint8_
       std::uint32_t b[kWarpTiles][4];
 #pragma unroll
       for (int u = 0; u < kWarpTiles; ++u) dequant_block_word<F>(bl[u], w, b[u]);
-#pragma unroll
-      for (int mb = 0; mb < kBM / 8; ++mb) {
-        const int row = mb * 8 + r;
-        const uint4 x = *reinterpret_cast<const uint4*>(xs + row * 256 + x_chunk_position(row, 4 * c + w) * 16);
-#pragma unroll
-        for (int jp = 0; jp < 2; ++jp) {
-          const std::uint32_t(&lo)[4] = b[2 * jp];
-          const std::uint32_t(&hi)[4] = b[2 * jp + 1];
-          mma_16816<T>(acc[jp][mb], lo[0], hi[0], lo[1], hi[1], x.x, x.y);
-          mma_16816<T>(acc[jp][mb], lo[2], hi[2], lo[3], hi[3], x.z, x.w);
-        }
-      }
+      mma_word<T, kBM>(xs, r, c, w, b, acc);
     }
     return;
   }
@@ -241,18 +249,7 @@ __device__ __forceinline__ void compute_stage(const Params& p, const std::uint8_
         dequant_int4_word<T, F>(w % 2 == 0 ? v[u].x : v[u].y, sc[u], b[u]);
       }
     }
-#pragma unroll
-    for (int mb = 0; mb < kBM / 8; ++mb) {
-      const int row = mb * 8 + r;
-      const uint4 x = *reinterpret_cast<const uint4*>(xs + row * 256 + x_chunk_position(row, 4 * c + w) * 16);
-#pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        const std::uint32_t(&lo)[4] = b[2 * jp];
-        const std::uint32_t(&hi)[4] = b[2 * jp + 1];
-        mma_16816<T>(acc[jp][mb], lo[0], hi[0], lo[1], hi[1], x.x, x.y);
-        mma_16816<T>(acc[jp][mb], lo[2], hi[2], lo[3], hi[3], x.z, x.w);
-      }
-    }
+    mma_word<T, kBM>(xs, r, c, w, b, acc);
   }
 }
 

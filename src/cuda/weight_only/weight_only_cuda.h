@@ -10,6 +10,7 @@
 //   gemv        M <= 16: weights streamed through a per-warp cp.async ring, mma.sync;
 //               for M > 8 with the activations staged once per k-slice group
 //   mma         any M: a tiled tensor-core kernel, split-K over a thread-block cluster
+// The GGML block forms (f16 only) run on gemv and mma, not small_gemv.
 #pragma once
 
 #include <cstdint>

@@ -49,6 +49,14 @@ void unpack_q8_row(const std::uint8_t* row, std::int64_t blocks, std::int8_t* co
   }
 }
 
+// The rows of a part, once its bytes are checked to hold them (K whole blocks of `width`).
+std::int64_t checked_rows(const GgufTensor& t, std::int64_t k, std::int64_t width, std::size_t row_bytes) {
+  const auto rows = static_cast<std::int64_t>(t.dims[1]);
+  LOWBIT_CHECK(k % width == 0 && row_bytes * static_cast<std::size_t>(rows) == t.byte_size, "tensor '", t.name, "': ",
+               t.byte_size, " bytes do not hold ", rows, " rows of ", k, " ", ggml_type_name(t.type), " values");
+  return rows;
+}
+
 // ---- GGML block forms ----------------------------------------------------------------
 
 formats::WeightBlocks block_form_of(GgmlType type) {
@@ -193,10 +201,7 @@ HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, st
   out.codes.assign(static_cast<std::size_t>(packed_weight_sizes(out.spec, n, k).code_bytes), 0);  // padding: 0
   std::int64_t row0 = 0;
   for (const GgufTensor* t : parts) {
-    const auto rows = static_cast<std::int64_t>(t->dims[1]);
-    LOWBIT_CHECK(k % width == 0 && row_bytes * static_cast<std::size_t>(rows) == t->byte_size, "tensor '", t->name,
-                 "': ", t->byte_size, " bytes do not hold ", rows, " rows of ", k, " ", ggml_type_name(t->type),
-                 " values");
+    const std::int64_t rows = checked_rows(*t, k, width, row_bytes);
     // Rows of one tile share units: a tile of 8 rows per iteration (never two threads in a unit).
     const std::int64_t tile_begin = row0 / formats::kPackTileN, tile_end = (row0 + rows + 7) / formats::kPackTileN;
 #pragma omp parallel for schedule(static)
@@ -263,10 +268,7 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
   std::vector<float> scales(static_cast<std::size_t>(n * blocks)), mins(out.spec.zero_point ? scales.size() : 0);
   std::int64_t row0 = 0;
   for (const GgufTensor* t : parts) {
-    const auto rows = static_cast<std::int64_t>(t->dims[1]);
-    LOWBIT_CHECK(k % kBlock == 0 && row_bytes * static_cast<std::size_t>(rows) == t->byte_size, "tensor '", t->name,
-                 "': ", t->byte_size, " bytes do not hold ", rows, " rows of ", k, " ", ggml_type_name(t->type),
-                 " values");
+    const std::int64_t rows = checked_rows(*t, k, kBlock, row_bytes);
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint8_t* row = t->data + static_cast<std::size_t>(r) * row_bytes;
