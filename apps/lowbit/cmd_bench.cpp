@@ -59,8 +59,9 @@ int bench_gemm(const Args& args) {
               "checked first (integers exactly against cuBLASLt). Without a GPU: the CPU reference on small shapes.");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   cli.flag("--quick", &options.quick, "small cases only");
-  cli.choices("--section", &options.only_sections, {"int8", "epilogue", "int4", "weight_only", "weight_only_variants"},
-              "run only this section (weight_only_variants, a tuning sweep, only when named)");
+  cli.choices("--section", &options.only_sections, {"int8", "epilogue", "int4", "weight_only", "weight_only_variants",
+                                                     "weight_only_blocks"},
+              "run only this section (weight_only_variants, a tuning sweep, and weight_only_blocks, the GEMV on GGML block types, only when named)");
   cli.flag("--cpu-only", &options.cpu_only, "do not use the GPU even if there is one");
   cli.integer("--max-m", &options.max_m, 0, 1 << 20,
               "weight-only section: only the cases with M <= this (0: all; 16 = the decode kernel)");

@@ -26,6 +26,11 @@ class EventPair {
 
 double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples,
                      double min_sample_ms) {
+  return median(gpu_sample_ms(launch, stream, samples, min_sample_ms));
+}
+
+std::vector<double> gpu_sample_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples,
+                                  double min_sample_ms) {
   EventPair events;
   int counter = 0;
   auto timed = [&](int reps) {
@@ -42,7 +47,7 @@ double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t strea
   const int reps = static_cast<int>(std::clamp(std::ceil(min_sample_ms / std::max(estimate, 1e-4)), 1.0, 2000.0));
   std::vector<double> times;
   for (int s = 0; s < samples; ++s) times.push_back(timed(reps));
-  return median(times);
+  return times;
 }
 
 double measure_copy_gbps(std::size_t bytes, cuda_stream_t stream) {

@@ -19,6 +19,9 @@
 #include "core/device_buffer.h"
 #include "cuda/gemm/gemm_cuda.h"
 #include "cuda/weight_only/weight_only_cuda.h"
+#include "engine/gguf/reader.h"
+#include "engine/gguf/repack.h"
+#include "engine/synth/random_blocks.h"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/gemm.h"
@@ -426,6 +429,91 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
                    std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
 }
 
+// The GEMV (M = 1, and M = 16) on GGML block types (weight_only.h's block forms, and
+// Q4_1 / Q8_0 through the grouped forms for comparison): random blocks in the type
+// (random_blocks.h) repacked by the engine as a model load does, at Llama-3-8B's ffn
+// shapes. Time is min / median / max over the samples; the ratio is the bytes as held
+// on the device (codes + scales + mins) per second against the copy ceiling measured in
+// this run. Each output is checked against the tiled tensor-core kernel on the same
+// weights (another kernel, relative L2).
+void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream, double copy_gbps,
+                                std::vector<GemmRow>& rows) {
+  namespace wo = cuda::weight_only;
+  using engine::GgmlType;
+  const GgmlType types[] = {GgmlType::q4_1, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q5_1,
+                            GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+  const std::int64_t nk[][2] = {{4096, 14336}, {14336, 4096}};
+  std::printf("\nWeight-only GEMV on GGML block types (bytes as held on the device; copy ceiling %.0f GB/s)\n",
+              copy_gbps);
+  std::printf("%-5s %12s %3s %8s %9s %9s %9s %8s %7s %7s  %s\n", "type", "N x K", "M", "MB", "min us", "med us",
+              "max us", "GB/s", "copy", "best", "check vs tiled");
+  for (const auto& [n, k] : nk) {
+    for (const GgmlType type : types) {
+      const engine::GgmlTypeInfo& info = engine::ggml_type_info(type);
+      std::vector<std::uint8_t> blocks(static_cast<std::size_t>(n * k / info.block_elements) * info.block_bytes);
+      engine::fill_random_blocks(type, 0.0f, 0.02f, static_cast<std::uint64_t>(n + k) * 31 + static_cast<int>(type),
+                                 blocks);
+      engine::GgufTensor t;
+      t.name = "w";
+      t.type = type;
+      t.n_dims = 2;
+      t.dims = {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(n), 1, 1};
+      t.element_count = static_cast<std::uint64_t>(n * k);
+      t.byte_size = blocks.size();
+      t.data = blocks.data();
+      engine::HostPackedWeights host = engine::repack_ggml_weight(t);
+      const std::size_t held = host.codes.size() + 2 * (host.scales.size() + host.mins.size());
+      const int copies = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / held + 1, 1, 8));
+      std::vector<DeviceBuffer> buffers;
+      std::vector<PackedWeights> views;
+      for (int c = 0; c < copies; ++c) {
+        PackedWeights w = host.view();
+        for (TensorView* v : {&w.codes, &w.scales, &w.mins}) {
+          if (!v->data) continue;
+          buffers.emplace_back(v->span_bytes());
+          LOWBIT_CUDA_CHECK(cudaMemcpy(buffers.back().data(), v->data, v->span_bytes(), cudaMemcpyHostToDevice));
+          v->data = buffers.back().data();
+          v->device = Device::cuda;
+        }
+        views.push_back(w);
+      }
+      const wo::Form form = wo::form_of(host.spec);
+      for (const std::int64_t m : {1, 16}) {
+        if (o.max_m > 0 && m > o.max_m) continue;
+        DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
+        fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 83 + m, stream);
+        const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cuda, m, k);
+        const TensorView ov = TensorView::matrix(out.data(), DType::f16, Device::cuda, m, n);
+        wo::launch(wo::make_params(xv, views[0], TensorView{},
+                                   TensorView::matrix(ref.data(), DType::f16, Device::cuda, m, n)),
+                   DType::f16, form, wo::Variant{wo::Kernel::mma}, stream);
+        LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+        weight_only_gemm(xv, views[0], TensorView{}, ov, stream);
+        const double err = relative_l2(out.data(), ref.data(), static_cast<std::size_t>(m * n), DType::f16, stream);
+        std::vector<double> ms = gpu_sample_ms(
+            [&](int i) { weight_only_gemm(xv, views[static_cast<std::size_t>(i % copies)], TensorView{}, ov, stream); },
+            stream, 21);
+        std::sort(ms.begin(), ms.end());
+        const double med = median(ms);
+        const double gbps = static_cast<double>(held) / (med * 1e6), best = static_cast<double>(held) / (ms.front() * 1e6);
+        char check[64];
+        std::snprintf(check, sizeof check, "rel %.1e%s", err, err < 2e-3 ? "" : " (over 2e-3)");
+        std::printf("%-5s %5lldx%-6lld %3lld %8.1f %9.1f %9.1f %9.1f %8.0f %6.1f%% %6.1f%%  %s\n",
+                    std::string(info.name).c_str(), static_cast<long long>(n), static_cast<long long>(k),
+                    static_cast<long long>(m), static_cast<double>(held) / 1e6, ms.front() * 1e3, med * 1e3,
+                    ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps, check);
+        GemmRow row = GemmRow::make("weight_only_blocks", std::string(info.name), "production", m, n, k, "n_by_k", "f16");
+        row.ms = med;
+        row.ops = 2.0 * m * n * k;
+        row.bytes = static_cast<double>(held) + 2.0 * m * k + 2.0 * m * n;
+        row.check = check;
+        row.ok = err < 2e-3;
+        rows.push_back(row);
+      }
+    }
+  }
+}
+
 // A section runs when named, or, for the default sections, when none is named.
 bool wanted(const GemmBenchOptions& o, const char* section, bool by_default = true) {
   if (o.only_sections.empty()) return by_default;
@@ -444,6 +532,7 @@ void run_gemm_gpu(const GemmBenchOptions& options, double copy_gbps, std::vector
     if (wanted(options, "int4")) int4_section(options, stream, peers, rows);
     if (wanted(options, "weight_only")) weight_only_section(options, stream, peers, copy_gbps, rows);
     if (wanted(options, "weight_only_variants", false)) weight_only_variants_section(options, stream, copy_gbps, rows);
+    if (wanted(options, "weight_only_blocks", false)) weight_only_blocks_section(options, stream, copy_gbps, rows);
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));

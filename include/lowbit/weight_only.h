@@ -22,12 +22,29 @@ namespace lowbit {
 // s and m are stored in act_dtype (the activations' type, f16 or bf16), and the
 // dequantized weight is round_to_act_dtype(exact value): one rounding, identical on
 // the CPU and the GPU.
+//
+// GGML block forms (`blocks` other than none): the weights of a GGUF tensor of that
+// type, its blocks repacked once (engine::repack_ggml_weights) into units that carry
+// their own scales, so `scales` and `mins` are empty. The weight multiplied is f16:
+//   Q5_0 (q - 16) * d and Q5_1 q * d + m, each one rounding of the exact value;
+//   Q4_K / Q5_K (d * sc) * q - dmin * mn and Q6_K (d * sc) * (q - 32): ggml's f32 value
+//   (the sub-block factors d * sc, dmin * mn exact in f32), rounded to f16.
+// The spec of each is fixed (weight_blocks_spec): bits 5 / 5 / 4 / 5 / 6, group_size
+// 32 / 32 / 256 / 256 / 256 (ggml's block or super-block), zero_point for Q5_1, Q4_K,
+// Q5_K; f16 activations only. K must be a multiple of group_size.
+enum class WeightBlocks : int { none = 0, q5_0 = 1, q5_1 = 2, q4_k = 3, q5_k = 4, q6_k = 5 };
+
 struct WeightOnlySpec {
-  int bits = 4;                    // 4 or 8
+  int bits = 4;                    // 4 or 8 (block forms: their bits)
   std::int64_t group_size = 128;   // 32, 64 or 128; or K for one scale per output channel
-  bool zero_point = true;          // bits 4 only
-  DType act_dtype = DType::f16;    // f16 or bf16
+  bool zero_point = true;          // bits 4 only (block forms: those with a min)
+  DType act_dtype = DType::f16;    // f16 or bf16 (block forms: f16)
+  WeightBlocks blocks = WeightBlocks::none;
 };
+
+// The spec of a GGML block form (blocks != none).
+WeightOnlySpec weight_blocks_spec(WeightBlocks blocks);
+const char* weight_blocks_name(WeightBlocks blocks);  // "Q5_0", ... ("none")
 
 // Weights repacked once (offline, on the host) into the order the kernels read.
 // All views are contiguous and on one device; upload a host-packed set with
@@ -41,7 +58,8 @@ struct PackedWeights {
   TensorView mins;             // act_dtype; zero_point only, else empty
 };
 
-// Sizes (in elements of each view's dtype) of the packed form of an N x K matrix.
+// Sizes (in elements of each view's dtype) of the packed form of an N x K matrix
+// (block forms: scale_count and min_count 0).
 struct PackedWeightSizes {
   std::int64_t code_bytes = 0, scale_count = 0, min_count = 0;
 };
@@ -53,7 +71,8 @@ PackedWeightSizes packed_weight_sizes(const WeightOnlySpec& spec, std::int64_t n
 // (mins: zero_point only). With group_size == K they are [N]. quantize() with
 // per_group (or per_token for one group) granularity on W produces exactly this
 // input for the int8 and zero-point forms. `out` views are host memory of
-// packed_weight_sizes().
+// packed_weight_sizes(). Block forms are packed from their GGUF blocks (the engine's
+// repack), not here: a spec with blocks set is an error.
 void pack_weights(const TensorView& codes, const TensorView& scales, const TensorView& mins,
                   const PackedWeights& out);
 

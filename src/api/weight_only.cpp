@@ -22,6 +22,7 @@ using core::check_same_device;
 namespace {
 
 void check_weight_spec(const WeightOnlySpec& spec, std::int64_t k) {
+  if (spec.blocks != WeightBlocks::none) return;  // a block form: checked_weight_layout names what is wrong
   LOWBIT_CHECK(spec.bits == 4 || spec.bits == 8, "spec.bits: expected 4 or 8, got ", spec.bits);
   LOWBIT_CHECK(spec.group_size == 32 || spec.group_size == 64 || spec.group_size == 128 || spec.group_size == k,
                "spec.group_size: expected 32, 64, 128 or K (", k, ", one group per output channel), got ",
@@ -43,6 +44,11 @@ void check_packed(const PackedWeights& w, Device device) {
   check_weight_spec(w.spec, w.k);
   const PackedWeightSizes sizes = packed_weight_sizes(w.spec, w.n, w.k);
   check_contiguous(w.codes, "w.codes", DType::u8, sizes.code_bytes, device);
+  if (w.spec.blocks != WeightBlocks::none) {
+    LOWBIT_CHECK(w.scales.data == nullptr && w.mins.data == nullptr, "w.scales, w.mins: ",
+                 weight_blocks_name(w.spec.blocks), " weights keep their scales in the codes; pass empty views");
+    return;
+  }
   check_contiguous(w.scales, "w.scales", w.spec.act_dtype, sizes.scale_count, device);
   if (w.spec.zero_point) {
     check_contiguous(w.mins, "w.mins", w.spec.act_dtype, sizes.min_count, device);
@@ -57,6 +63,8 @@ void pack_weights(const TensorView& codes, const TensorView& scales, const Tenso
                   const PackedWeights& out) {
   check_dim(out.n, "out.n");
   check_dim(out.k, "out.k");
+  LOWBIT_CHECK(out.spec.blocks == WeightBlocks::none, "out.spec.blocks: ", weight_blocks_name(out.spec.blocks),
+               " weights are packed from their GGUF blocks (engine::repack_ggml_weights), not from codes and scales");
   check_weight_spec(out.spec, out.k);
   const std::int64_t n = out.n, k = out.k;
   LOWBIT_CHECK(codes.device == Device::cpu, "codes: pack_weights runs on the host; got a ", device_name(codes.device),

@@ -190,16 +190,33 @@ namespace core {
 
 formats::WeightPackLayout checked_weight_layout(const WeightOnlySpec& spec, std::int64_t n, std::int64_t k) {
   LOWBIT_CHECK(n >= 1 && k >= 1, "weight-only: expected a weight shape N x K with N, K >= 1, got ", n, " x ", k);
-  LOWBIT_CHECK(spec.bits == 4 || spec.bits == 8, "spec.bits: expected 4 or 8, got ", spec.bits);
-  LOWBIT_CHECK(spec.act_dtype == DType::f16 || spec.act_dtype == DType::bf16,
-               "spec.act_dtype: expected f16 or bf16, got ", dtype_name(spec.act_dtype));
-  LOWBIT_CHECK(formats::weight_group_size_ok(spec.group_size, k), "spec.group_size: expected 32, 64, 128 or K (",
-               k, ") for one scale per output row, got ", spec.group_size);
   // The kernels index rows and k with 32-bit integers; the padded sizes below must fit.
   LOWBIT_CHECK(n < (std::int64_t{1} << 31) && k < (std::int64_t{1} << 31), "weight-only: N x K = ", n, " x ", k,
                ", expected N, K < 2^31");
-  const formats::WeightPackLayout layout =
-      formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
+  formats::WeightPackLayout layout;
+  if (spec.blocks != WeightBlocks::none) {
+    const int b = static_cast<int>(spec.blocks);
+    LOWBIT_CHECK(b >= 1 && b <= 5, "spec.blocks: expected a GGML block form (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), got ", b);
+    const WeightOnlySpec want = weight_blocks_spec(spec.blocks);
+    const char* name = weight_blocks_name(spec.blocks);
+    LOWBIT_CHECK(spec.bits == want.bits, "spec.bits: ", name, " weights are ", want.bits, "-bit, got ", spec.bits);
+    LOWBIT_CHECK(spec.group_size == want.group_size, "spec.group_size: ", name, " blocks are ", want.group_size,
+                 " wide, got ", spec.group_size);
+    LOWBIT_CHECK(spec.zero_point == want.zero_point, "spec.zero_point: ", name, want.zero_point ? " has" : " has no",
+                 " min, got ", spec.zero_point ? "true" : "false");
+    LOWBIT_CHECK(spec.act_dtype == DType::f16, "spec.act_dtype: ", name, " weights take f16 activations, got ",
+                 dtype_name(spec.act_dtype));
+    LOWBIT_CHECK(k % want.group_size == 0, "weight-only: K = ", k, " is not a whole number of ", name, " blocks (",
+                 want.group_size, ")");
+    layout = formats::make_block_pack_layout(static_cast<formats::WeightBlocks>(b), n, k);
+  } else {
+    LOWBIT_CHECK(spec.bits == 4 || spec.bits == 8, "spec.bits: expected 4 or 8, got ", spec.bits);
+    LOWBIT_CHECK(spec.act_dtype == DType::f16 || spec.act_dtype == DType::bf16,
+                 "spec.act_dtype: expected f16 or bf16, got ", dtype_name(spec.act_dtype));
+    LOWBIT_CHECK(formats::weight_group_size_ok(spec.group_size, k), "spec.group_size: expected 32, 64, 128 or K (",
+                 k, ") for one scale per output row, got ", spec.group_size);
+    layout = formats::make_weight_pack_layout(spec.bits, spec.zero_point, spec.group_size, n, k);
+  }
   core::checked_mul(core::checked_mul(layout.n_tiles, layout.k_steps, "weight-only: units of ", n, " x ", k),
                     layout.unit_bytes(), "weight-only: code bytes of ", n, " x ", k);
   core::checked_mul(core::checked_mul(layout.n_tiles, layout.groups, "weight-only: scale groups of ", n, " x ", k),
@@ -209,12 +226,43 @@ formats::WeightPackLayout checked_weight_layout(const WeightOnlySpec& spec, std:
 
 }  // namespace core
 
+static_assert(static_cast<int>(WeightBlocks::q6_k) == static_cast<int>(formats::WeightBlocks::q6_k) &&
+                  static_cast<int>(WeightBlocks::q5_0) == static_cast<int>(formats::WeightBlocks::q5_0) &&
+                  static_cast<int>(WeightBlocks::q5_1) == static_cast<int>(formats::WeightBlocks::q5_1) &&
+                  static_cast<int>(WeightBlocks::q4_k) == static_cast<int>(formats::WeightBlocks::q4_k) &&
+                  static_cast<int>(WeightBlocks::q5_k) == static_cast<int>(formats::WeightBlocks::q5_k),
+              "one numbering of the block forms");
+
+WeightOnlySpec weight_blocks_spec(WeightBlocks blocks) {
+  switch (blocks) {
+    case WeightBlocks::q5_0: return {5, 32, false, DType::f16, blocks};
+    case WeightBlocks::q5_1: return {5, 32, true, DType::f16, blocks};
+    case WeightBlocks::q4_k: return {4, 256, true, DType::f16, blocks};
+    case WeightBlocks::q5_k: return {5, 256, true, DType::f16, blocks};
+    case WeightBlocks::q6_k: return {6, 256, false, DType::f16, blocks};
+    case WeightBlocks::none: break;
+  }
+  LOWBIT_FAIL("weight_blocks_spec: expected a GGML block form, got ", static_cast<int>(blocks));
+}
+
+const char* weight_blocks_name(WeightBlocks blocks) {
+  switch (blocks) {
+    case WeightBlocks::none: return "none";
+    case WeightBlocks::q5_0: return "Q5_0";
+    case WeightBlocks::q5_1: return "Q5_1";
+    case WeightBlocks::q4_k: return "Q4_K";
+    case WeightBlocks::q5_k: return "Q5_K";
+    case WeightBlocks::q6_k: return "Q6_K";
+  }
+  return "?";
+}
+
 PackedWeightSizes packed_weight_sizes(const WeightOnlySpec& spec, std::int64_t n, std::int64_t k) {
   const formats::WeightPackLayout layout = core::checked_weight_layout(spec, n, k);
   PackedWeightSizes sizes;
   sizes.code_bytes = layout.code_bytes();
   sizes.scale_count = layout.scale_count();
-  sizes.min_count = layout.zero_point ? layout.scale_count() : 0;
+  sizes.min_count = layout.zero_point && layout.blocks == formats::WeightBlocks::none ? layout.scale_count() : 0;
   return sizes;
 }
 

@@ -80,6 +80,10 @@ void pack_typed(const TensorView& codes, const TensorView& scales, const TensorV
 template <class T>
 void dequant_row(const PackedWeights& w, const formats::WeightPackLayout& layout, std::int64_t n, double* row) {
   const auto* codes = w.codes.ptr<const std::uint8_t>();
+  if (layout.blocks != formats::WeightBlocks::none) {  // a GGML block form: f16, scales in the units
+    for (std::int64_t k = 0; k < layout.k; ++k) row[k] = formats::to_float(formats::block_weight_at(layout, codes, n, k));
+    return;
+  }
   const T* scales = w.scales.ptr<const T>();
   const T* mins = layout.zero_point ? w.mins.ptr<const T>() : nullptr;
   for (std::int64_t k = 0; k < layout.k; ++k) {

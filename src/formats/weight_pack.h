@@ -39,6 +39,28 @@
 // and min, so padded rows and padded groups dequantize to exactly 0. Padded k inside
 // the last real group dequantize to the group's min (Q4_1) but meet activations the
 // kernels read as 0 beyond K, so they contribute exactly 0 (the min is finite).
+//
+// GGML block forms (WeightBlocks: Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). The same units of 8 n
+// x 128 k and the same lane map (lane c of row r owns k 32c .. 32c + 31, one ggml
+// sub-block of 32), but each unit carries everything its weights need, so the kernels
+// stream units only (no separate scale arrays):
+//   [0, 512)            the low 4 bits of every code, exactly the INT4 layout above;
+//   [512, +128 * P)     P high-bit planes (Q5_*: 1, Q6_K: 2; Q4_K: 0): plane p, lane L
+//                       at 512 + (32p + L) * 4, a u32 whose bit 4w + i + 16h is bit 4 + p
+//                       of the lane's code k = 8w + 2i + h (w = word, i = nibble pair),
+//                       so (plane >> (4w + i)) & 0x00010001 is the pair's bit at 0 / 16;
+//   lane scales         u16 per lane at scale_offset() + 2L: Q5_0 / Q5_1 d (f16 bits);
+//                       Q4_K / Q5_K the sub-block's 6-bit scale | 6-bit min << 8; Q6_K the
+//                       int8 scales of the lane's two sub-blocks of 16 (low byte: k 0..15);
+//   lane mins (Q5_1)    u16 f16 m per lane at scale_offset() + 64 + 2L;
+//   row factors (K)     per row r of the tile at super_offset(): Q4_K / Q5_K u32 d | dmin
+//                       << 16, Q6_K u16 d (f16 bits); repeated in both units of a 256-k
+//                       super-block (K is a multiple of 256).
+// Unit bytes: Q5_0 704, Q5_1 768, Q4_K 608, Q5_K 736, Q6_K 848; bits per weight 5.5, 6.0
+// (ggml's), 4.75, 5.75, 6.625 (ggml: 4.5, 5.5, 6.5625: +5.6%, +4.5%, +1.0%, the row
+// factors repeated per unit and the 6-bit scales in bytes).
+// Padding: every byte of a padded row or group is 0: zero scales (and d, dmin), so the
+// padded weights are exactly 0.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +75,29 @@ constexpr int kPackStepK = 128;    // k per unit
 constexpr int kPackLanes = 32;
 constexpr int kPackLaneBytes4 = 16;  // INT4: one 16-byte load per lane per unit
 
+// GGML block forms; the values equal lowbit::WeightBlocks' (core/layout.cpp checks).
+enum class WeightBlocks : int { none = 0, q5_0 = 1, q5_1 = 2, q4_k = 3, q5_k = 4, q6_k = 5 };
+
+// High-bit planes, and whether a form has lane mins / row factors (d, dmin).
+LOWBIT_HD constexpr int block_high_planes(WeightBlocks b) {
+  return b == WeightBlocks::q6_k ? 2 : (b == WeightBlocks::q4_k || b == WeightBlocks::none) ? 0 : 1;
+}
+LOWBIT_HD constexpr bool block_is_k(WeightBlocks b) {
+  return b == WeightBlocks::q4_k || b == WeightBlocks::q5_k || b == WeightBlocks::q6_k;
+}
+LOWBIT_HD constexpr int block_scale_offset(WeightBlocks b) { return 512 + 128 * block_high_planes(b); }
+LOWBIT_HD constexpr int block_super_offset(WeightBlocks b) { return block_scale_offset(b) + 64; }
+LOWBIT_HD constexpr int block_super_bytes(WeightBlocks b) { return b == WeightBlocks::q6_k ? 2 : 4; }
+LOWBIT_HD constexpr int block_unit_bytes(WeightBlocks b) {
+  return b == WeightBlocks::q5_1   ? block_scale_offset(b) + 128
+         : block_is_k(b)           ? block_super_offset(b) + 8 * block_super_bytes(b)
+                                   : block_scale_offset(b) + 64;
+}
+// The ggml block (Q5_0 / Q5_1: 32) or super-block (K: 256) a row of K is cut into.
+LOWBIT_HD constexpr int block_k(WeightBlocks b) { return block_is_k(b) ? 256 : 32; }
+
 struct WeightPackLayout {
+  WeightBlocks blocks = WeightBlocks::none;  // a ggml block form (then bits 4: the nibble plane)
   int bits = 4;               // 4 or 8
   bool zero_point = true;     // bits 4 only: w = q * s + m; else (q - 8) * s
   std::int64_t n = 0, k = 0;  // logical shape
@@ -63,9 +107,14 @@ struct WeightPackLayout {
   int group_shift = 0;        // group of a lane column c within a unit: c >> group_shift
   int groups_per_step = 0;    // groups advanced per unit; 0 for one per-channel scale
 
-  LOWBIT_HD std::int64_t unit_bytes() const { return bits == 4 ? 512 : 1024; }
+  LOWBIT_HD std::int64_t unit_bytes() const {
+    return blocks != WeightBlocks::none ? block_unit_bytes(blocks) : bits == 4 ? 512 : 1024;
+  }
   LOWBIT_HD std::int64_t code_bytes() const { return n_tiles * k_steps * unit_bytes(); }
-  LOWBIT_HD std::int64_t scale_count() const { return n_tiles * groups * kPackTileN; }
+  // Block forms keep their scales inside the units: no scale array.
+  LOWBIT_HD std::int64_t scale_count() const {
+    return blocks != WeightBlocks::none ? 0 : n_tiles * groups * kPackTileN;
+  }
 
   // Packed group of (any n, k), k < k_steps * 128.
   LOWBIT_HD std::int64_t group_of(std::int64_t kk) const {
@@ -92,12 +141,52 @@ struct WeightPackLayout {
     if (bits == 4) {
       const int word = j / 8, e = j % 8;
       const int nibble = e / 2 + 4 * (e % 2);
-      return {unit * 512 + lane * 16 + word * 4 + nibble / 2, 4 * (nibble % 2)};
+      return {unit * unit_bytes() + lane * 16 + word * 4 + nibble / 2, 4 * (nibble % 2)};
     }
     const int h = j / 16, b = j % 16;
     return {unit * 1024 + (h * kPackLanes + lane) * 16 + b, 0};
   }
+
+  // Block forms: the unit of (n, k), the lane, and the places of the other fields.
+  LOWBIT_HD std::int64_t unit_base(std::int64_t nn, std::int64_t kk) const {
+    return ((nn / kPackTileN) * k_steps + kk / kPackStepK) * unit_bytes();
+  }
+  LOWBIT_HD static int lane_of(std::int64_t nn, std::int64_t kk) {
+    return static_cast<int>(nn % kPackTileN) * 4 + static_cast<int>((kk % kPackStepK) / 32);
+  }
+  // Bit 4 + plane of the code of (n, k): its byte and the bit's shift in it.
+  LOWBIT_HD CodePlace high_place(std::int64_t nn, std::int64_t kk, int plane) const {
+    const int j = static_cast<int>(kk % 32), w = j / 8, e = j % 8;
+    const int bit = 4 * w + e / 2 + 16 * (e % 2);
+    return {unit_base(nn, kk) + 512 + (plane * kPackLanes + lane_of(nn, kk)) * 4 + bit / 8, bit % 8};
+  }
+  LOWBIT_HD std::int64_t lane_scale_byte(std::int64_t nn, std::int64_t kk) const {
+    return unit_base(nn, kk) + block_scale_offset(blocks) + 2 * lane_of(nn, kk);
+  }
+  LOWBIT_HD std::int64_t lane_min_byte(std::int64_t nn, std::int64_t kk) const {
+    return lane_scale_byte(nn, kk) + 64;
+  }
+  LOWBIT_HD std::int64_t row_factor_byte(std::int64_t nn, std::int64_t kk) const {
+    return unit_base(nn, kk) + block_super_offset(blocks) + (nn % kPackTileN) * block_super_bytes(blocks);
+  }
 };
+
+// The layout of a block form (K a multiple of block_k(b), checked by the caller): the
+// nibble plane and lane map of INT4 at group 32.
+LOWBIT_HD WeightPackLayout make_block_pack_layout(WeightBlocks b, std::int64_t n, std::int64_t k) {
+  WeightPackLayout l;
+  l.blocks = b;
+  l.bits = 4;
+  l.zero_point = false;
+  l.n = n;
+  l.k = k;
+  l.n_tiles = (n + kPackTileN - 1) / kPackTileN;
+  l.k_steps = (k + kPackStepK - 1) / kPackStepK;
+  l.group_shift = 0;
+  l.groups_per_step = kPackStepK / 32;
+  l.groups = l.k_steps * l.groups_per_step;
+  return l;
+}
 
 // Group sizes the format takes: 32, 64, 128, or k (one scale per output row).
 LOWBIT_HD bool weight_group_size_ok(std::int64_t group_size, std::int64_t k) {
@@ -203,6 +292,67 @@ template <class T>
 LOWBIT_HD T dequant_weight(int q, T scale) {
   // No addend: the product is exact in double, so it is its own round-to-odd.
   return round_exact_to<T>(static_cast<double>(q) * static_cast<double>(to_float(scale)));
+}
+
+// ---- The value of a block form's weight ---------------------------------------------
+//
+// The weight the kernels multiply is f16, from the ggml value:
+//   Q5_0  (q - 16) * d                 one rounding of the exact value (an HMUL2)
+//   Q5_1  q * d + m                    one rounding of the exact value (an HFMA2), as
+//                                      lowbit's Q4_1; ggml's f32 decoder rounds q * d + m
+//                                      to f32 first, so a tie can land 1 f16 ulp apart
+//   Q4_K, Q5_K  (d * sc) * q - dmin * mn   ggml's f32 value (d * sc and dmin * mn are
+//                                      exact in f32, so is their product with q; one f32
+//                                      rounding of the difference), then rounded to f16
+//   Q6_K  (d * sc) * (q - 32)          ggml's f32 value (one f32 rounding), then to f16
+// with q the stored code (5 or 6 bits), sc / mn the sub-block's integer scale / min, d
+// and dmin f16. The sub-block factors d * sc, dmin * mn are computed in f32 once per
+// lane and unit by the kernels (exact, so the same as ggml's).
+//
+// `j` is the lane's k index (k % 32); `scale`, `min`, `factor` the unit's fields of the
+// lane (see the layout above).
+LOWBIT_HD Half block_weight_value(WeightBlocks b, int q, int j, std::uint16_t scale, std::uint16_t min,
+                                  std::uint32_t factor) {
+  switch (b) {
+    case WeightBlocks::q5_0: return dequant_weight<Half>(q - 16, Half{scale});
+    case WeightBlocks::q5_1: return dequant_weight<Half>(q, Half{scale}, Half{min});
+    case WeightBlocks::q4_k:
+    case WeightBlocks::q5_k: {
+      const float s = to_float(Half{static_cast<std::uint16_t>(factor & 0xffffu)}) * static_cast<float>(scale & 0xffu);
+      const float m = to_float(Half{static_cast<std::uint16_t>(factor >> 16)}) * static_cast<float>(scale >> 8);
+      return from_float<Half>(s * static_cast<float>(q) - m);  // s * q exact: no contraction question
+    }
+    case WeightBlocks::q6_k: {
+      const auto sc = static_cast<std::int8_t>(j < 16 ? scale & 0xffu : scale >> 8);
+      const float s = to_float(Half{static_cast<std::uint16_t>(factor & 0xffffu)}) * static_cast<float>(sc);
+      return from_float<Half>(s * static_cast<float>(q - 32));
+    }
+    case WeightBlocks::none: break;
+  }
+  return Half{0};
+}
+
+// The weight (n, k) of a packed block form, read from its units (host or device bytes).
+LOWBIT_HD Half block_weight_at(const WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn,
+                               std::int64_t kk) {
+  const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
+  int q = (codes[low.byte] >> low.shift) & 0xf;
+  for (int plane = 0; plane < block_high_planes(l.blocks); ++plane) {
+    const WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
+    q |= ((codes[high.byte] >> high.shift) & 1) << (4 + plane);
+  }
+  auto u16_at = [&](std::int64_t byte) {
+    return static_cast<std::uint16_t>(codes[byte] | (codes[byte + 1] << 8));
+  };
+  const std::uint16_t scale = u16_at(l.lane_scale_byte(nn, kk));
+  const std::uint16_t min = l.blocks == WeightBlocks::q5_1 ? u16_at(l.lane_min_byte(nn, kk)) : std::uint16_t{0};
+  std::uint32_t factor = 0;
+  if (block_is_k(l.blocks)) {
+    const std::int64_t f = l.row_factor_byte(nn, kk);
+    factor = u16_at(f);
+    if (block_super_bytes(l.blocks) == 4) factor |= static_cast<std::uint32_t>(u16_at(f + 2)) << 16;
+  }
+  return block_weight_value(l.blocks, q, static_cast<int>(kk % 32), scale, min, factor);
 }
 
 }  // namespace lowbit::formats

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <ios>
 #include <string>
 
@@ -13,6 +16,17 @@
 #include "lowbit/tensor.h"
 
 namespace lowbit::test {
+
+// max |got - want| / max |want| (logits of two engines): both the same length.
+inline double max_relative_error(std::span<const float> got, std::span<const float> want) {
+  EXPECT_EQ(got.size(), want.size());
+  double err = 0, scale = 0;
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+  }
+  return err / scale;
+}
 
 inline std::string describe_element(const std::uint8_t* data, std::size_t i, DType dtype) {
   const std::uint32_t bits = dtype_size(dtype) == 1 ? data[i] : read_bits(data, i, dtype);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/compare.h"
 #include "common/expect_error.h"
 #include "common/gpu.h"
 #include "common/tiny_llama.h"
@@ -56,13 +57,7 @@ std::vector<std::int32_t> prompt_tokens(std::int64_t n, std::int64_t vocab) {
 
 // max |gpu - cpu| / max |cpu|.
 double relative_error(const std::vector<float>& gpu, const std::vector<float>& cpu) {
-  EXPECT_EQ(gpu.size(), cpu.size());
-  double err = 0, scale = 0;
-  for (std::size_t i = 0; i < gpu.size() && i < cpu.size(); ++i) {
-    err = std::max(err, static_cast<double>(std::fabs(gpu[i] - cpu[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(cpu[i])));
-  }
-  return err / scale;
+  return max_relative_error(gpu, cpu);
 }
 
 KvCacheOptions policy(KvPolicy p, int bits = 8) {

@@ -20,12 +20,15 @@
 #include <utility>
 #include <vector>
 
+#include "common/expect_error.h"
+#include "common/ggml_matrix.h"
 #include "common/gpu.h"
 #include "common/poison.h"
 #include "common/random.h"
 #include "cpu/weight_only.h"
 #include "core/device_buffer.h"
 #include "cuda/weight_only/weight_only_cuda.h"
+#include "engine/gguf/repack.h"
 #include "formats/float16.h"
 #include "formats/weight_pack.h"
 #include "lowbit/weight_only.h"
@@ -327,6 +330,100 @@ TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
       EXPECT_EQ(differing, 0) << "of " << serial.size() << " outputs";
     }
   }
+}
+
+
+// ---- GGML block forms (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) ---------------------------------
+//
+// Random ggml blocks (random_blocks.h) repacked by the engine (repack.h), on the GPU
+// against the CPU reference on the same packed bytes: the same f16 weights (both read
+// formats::block_weight_at's definition; gguf_block_repack_test checks it against ggml's
+// decoder), so the tolerance is run_case's FP32-summation bound.
+
+struct BlockCase {
+  std::uint32_t type;
+  WeightBlocks blocks;
+  std::int64_t k;  // awkward: Q5_* not a multiple of 128 (a padded last step)
+};
+const BlockCase kBlockCases[] = {{test::ggml_id::q5_0, WeightBlocks::q5_0, 416},
+                                 {test::ggml_id::q5_1, WeightBlocks::q5_1, 288},
+                                 {test::ggml_id::q4_k, WeightBlocks::q4_k, 768},
+                                 {test::ggml_id::q5_k, WeightBlocks::q5_k, 512},
+                                 {test::ggml_id::q6_k, WeightBlocks::q6_k, 768}};
+
+void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64_t k, DeviceWeights& out) {
+  const test::GgmlMatrix m = test::random_ggml_matrix(c.type, n, k, rng());
+  engine::HostPackedWeights packed = engine::repack_ggml_weight(m.tensor());
+  out.codes = std::move(packed.codes);
+  out.scales.clear();
+  out.mins.clear();
+  const auto bytes = static_cast<std::int64_t>(out.codes.size());
+  out.host = PackedWeights{packed.spec, n, k, TensorView::vector(out.codes.data(), DType::u8, Device::cpu, bytes),
+                           TensorView{}, TensorView{}};
+  out.d_codes = core::DeviceBuffer(out.codes.size());
+  LOWBIT_CUDA_CHECK(cudaMemcpy(out.d_codes.data(), out.codes.data(), out.codes.size(), cudaMemcpyHostToDevice));
+  out.device = out.host;
+  out.device.codes = TensorView::vector(out.d_codes.data(), DType::u8, Device::cuda, bytes);
+  const formats::WeightPackLayout layout =
+      formats::make_block_pack_layout(static_cast<formats::WeightBlocks>(c.blocks), n, k);
+  out.w.resize(static_cast<std::size_t>(n * k));
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (std::int64_t i = 0; i < k; ++i) {
+      out.w[r * k + i] = formats::to_float(formats::block_weight_at(layout, out.codes.data(), r, i));
+    }
+  }
+}
+
+TEST_F(WeightOnlyGpu, GgmlBlockFormsMatchTheCpuReference) {
+  LOWBIT_TEST_RNG(rng);
+  const wo::Variant gemv{wo::Kernel::gemv}, tiled{wo::Kernel::mma};
+  for (const BlockCase& c : kBlockCases) {
+    for (const std::int64_t n : {std::int64_t{37}, std::int64_t{200}}) {
+      SCOPED_TRACE(testing::Message() << weight_blocks_name(c.blocks) << " N " << n << " K " << c.k);
+      DeviceWeights w;
+      make_block_weights(rng, c, n, c.k, w);
+      const WeightOnlySpec spec = w.host.spec;
+      for (const std::int64_t m : {1, 3, 16, 17, 100}) {
+        // The production choice, then each kernel that takes M (streaming GEMV up to 16,
+        // the tiled kernel at any M), aligned and unaligned activation rows.
+        run_case(rng, spec, w, m, m % 2 == 1, true);
+        if (m <= wo::kGemvMaxRows) run_case(rng, spec, w, m, false, false, &gemv);
+        run_case(rng, spec, w, m, m == 3, m != 16, &tiled);
+      }
+    }
+  }
+}
+
+// Decode-sized shapes (the split-K choices of both kernels): one M each.
+TEST_F(WeightOnlyGpu, GgmlBlockFormsAtModelShapes) {
+  LOWBIT_TEST_RNG(rng);
+  for (const BlockCase& c : kBlockCases) {
+    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{2048, 1024}, {264, 4096}}) {
+      SCOPED_TRACE(testing::Message() << weight_blocks_name(c.blocks) << " N " << n << " K " << k);
+      DeviceWeights w;
+      make_block_weights(rng, c, n, k, w);
+      run_case(rng, w.host.spec, w, 1, false, true);
+      run_case(rng, w.host.spec, w, 16, true, true);
+      run_case(rng, w.host.spec, w, 64, false, true);
+    }
+  }
+}
+
+TEST_F(WeightOnlyGpu, GgmlBlockFormsRefuseOtherKernelsAndBf16) {
+  LOWBIT_TEST_RNG(rng);
+  DeviceWeights w;
+  make_block_weights(rng, kBlockCases[2], 16, 256, w);
+  core::DeviceBuffer x(256 * 2), out(16 * 2);
+  const wo::Params p = wo::make_params(TensorView::matrix(x.data(), DType::f16, Device::cuda, 1, 256), w.device,
+                                       TensorView{}, TensorView::matrix(out.data(), DType::f16, Device::cuda, 1, 16));
+  EXPECT_FALSE(wo::takes(wo::Variant{wo::Kernel::small_gemv}, p, wo::Form::q4_k));
+  EXPECT_EQ(wo::pick(p, wo::Form::q4_k).kernel, wo::Kernel::gemv);
+  PackedWeights bf16 = w.device;
+  bf16.spec.act_dtype = DType::bf16;
+  EXPECT_LOWBIT_ERROR(lowbit::weight_only_gemm(TensorView::matrix(x.data(), DType::bf16, Device::cuda, 1, 256), bf16,
+                                       TensorView{}, TensorView::matrix(out.data(), DType::bf16, Device::cuda, 1, 16),
+                                       nullptr),
+                      "spec.act_dtype: Q4_K weights take f16 activations");
 }
 
 }  // namespace

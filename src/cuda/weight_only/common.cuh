@@ -128,6 +128,105 @@ __device__ __forceinline__ void dequant_int8_word<__nv_bfloat16>(std::uint32_t w
   b[1] = as_u32(__hmul2(__floats2bfloat162_rn(q[2], q[3]), sc.s));
 }
 
+// ---- GGML block forms (f16 activations) -------------------------------------------------
+//
+// formats/weight_pack.h has the unit (nibble plane, high-bit planes, lane scales, row
+// factors) and the value of each weight. A lane reads its part of a unit once per (tile,
+// step): the 16 nibble bytes, its high-plane words, its scale (and min) and its row's
+// d (and dmin); the sub-block factors are formed there, once, in f32 (K forms: d * sc,
+// dmin * mn, exact) or kept as f16 (Q5_0, Q5_1: d, m). Then each packed word gives 4 B
+// fragment registers as the INT4 word does: (nibbles | high bits | 0x6400) is the f16
+// 1024 + q exactly, one HSUB2 gives q (or q - 16, q - 32) exactly, and
+//   Q5_0: * d (HMUL2), Q5_1: * d + m (HFMA2): one rounding of the exact value;
+//   K forms: widened to f32, s * q - m (Q6_K: s * q) in one f32 rounding (ggml's value),
+//            then rounded to f16 (cvt.rn.f16x2.f32).
+
+constexpr formats::WeightBlocks blocks_of(Form f) {
+  return f == Form::q5_0   ? formats::WeightBlocks::q5_0
+         : f == Form::q5_1 ? formats::WeightBlocks::q5_1
+         : f == Form::q4_k ? formats::WeightBlocks::q4_k
+         : f == Form::q5_k ? formats::WeightBlocks::q5_k
+         : f == Form::q6_k ? formats::WeightBlocks::q6_k
+                           : formats::WeightBlocks::none;
+}
+
+// Bytes of one packed unit (8 n x 128 k) of a form.
+template <Form F>
+constexpr int form_unit_bytes() {
+  return is_block_form(F) ? formats::block_unit_bytes(blocks_of(F)) : F == Form::int8 ? 1024 : 512;
+}
+
+// Word w (0..3) of a lane's 16 nibble bytes.
+__device__ __forceinline__ std::uint32_t word_of(const uint4& q, int w) {
+  return w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w;
+}
+
+template <Form F>
+struct BlockLane {
+  uint4 q;                        // the lane's nibble bytes
+  std::uint32_t h0 = 0, h1 = 0;   // its high-plane words (bits 4 and 5 of the codes)
+  __half2 s2, m2;                 // Q5_0 / Q5_1: d (and m), splat
+  float s0 = 0.0f, s1 = 0.0f, m = 0.0f;  // K forms: d * sc (Q6_K: of k 0..15, then 16..31), dmin * mn
+};
+
+// A lane's part of the unit at `unit` (shared or global memory, 16-byte aligned).
+template <Form F>
+__device__ __forceinline__ BlockLane<F> load_block_lane(const std::uint8_t* unit, int lane) {
+  constexpr formats::WeightBlocks kB = blocks_of(F);
+  static_assert(kB != formats::WeightBlocks::none, "a GGML block form");
+  BlockLane<F> l;
+  l.q = *reinterpret_cast<const uint4*>(unit + lane * 16);
+  if constexpr (formats::block_high_planes(kB) >= 1) l.h0 = *reinterpret_cast<const std::uint32_t*>(unit + 512 + 4 * lane);
+  if constexpr (formats::block_high_planes(kB) >= 2) l.h1 = *reinterpret_cast<const std::uint32_t*>(unit + 640 + 4 * lane);
+  const std::uint16_t scale =
+      *reinterpret_cast<const std::uint16_t*>(unit + formats::block_scale_offset(kB) + 2 * lane);
+  const std::uint8_t* factor = unit + formats::block_super_offset(kB) + (lane / 4) * formats::block_super_bytes(kB);
+  if constexpr (kB == formats::WeightBlocks::q5_0 || kB == formats::WeightBlocks::q5_1) {
+    l.s2 = __half2half2(__ushort_as_half(scale));
+    l.m2 = kB == formats::WeightBlocks::q5_1
+               ? __half2half2(__ushort_as_half(
+                     *reinterpret_cast<const std::uint16_t*>(unit + formats::block_scale_offset(kB) + 64 + 2 * lane)))
+               : __float2half2_rn(0.0f);
+  } else if constexpr (kB == formats::WeightBlocks::q6_k) {
+    const float d = __half2float(__ushort_as_half(*reinterpret_cast<const std::uint16_t*>(factor)));
+    l.s0 = d * static_cast<float>(static_cast<std::int8_t>(scale & 0xffu));  // exact
+    l.s1 = d * static_cast<float>(static_cast<std::int8_t>(scale >> 8));
+  } else {
+    const std::uint32_t dm = *reinterpret_cast<const std::uint32_t*>(factor);
+    l.s0 = __half2float(__ushort_as_half(static_cast<std::uint16_t>(dm & 0xffffu))) * static_cast<float>(scale & 0xffu);
+    l.m = __half2float(__ushort_as_half(static_cast<std::uint16_t>(dm >> 16))) * static_cast<float>(scale >> 8);
+  }
+  return l;
+}
+
+// Packed word w (0..3, the lane's k 8w .. 8w + 7) -> 4 B fragment registers, register i
+// the k pair (8w + 2i, 8w + 2i + 1), as dequant_int4_word.
+template <Form F>
+__device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w, std::uint32_t (&b)[4]) {
+  constexpr formats::WeightBlocks kB = blocks_of(F);
+  const std::uint32_t word = word_of(l.q, w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    std::uint32_t v = and_or<0x000f000fu, 0x64006400u>(word >> (4 * i));  // 1024 + low 4 bits
+    const int shift = 4 * w + i;
+    if constexpr (formats::block_high_planes(kB) >= 1) v |= ((l.h0 >> shift) & 0x00010001u) << 4;
+    if constexpr (formats::block_high_planes(kB) >= 2) v |= ((l.h1 >> shift) & 0x00010001u) << 5;
+    const __half2 q1024 = as_t2<__half2>(v);  // 1024 + q, exact
+    if constexpr (kB == formats::WeightBlocks::q5_0) {
+      b[i] = as_u32(__hmul2(__hsub2(q1024, __float2half2_rn(1040.0f)), l.s2));
+    } else if constexpr (kB == formats::WeightBlocks::q5_1) {
+      b[i] = as_u32(__hfma2(__hsub2(q1024, __float2half2_rn(1024.0f)), l.s2, l.m2));
+    } else if constexpr (kB == formats::WeightBlocks::q6_k) {
+      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(1056.0f)));  // q - 32
+      const float s = w < 2 ? l.s0 : l.s1;
+      b[i] = as_u32(__floats2half2_rn(__fmul_rn(s, q.x), __fmul_rn(s, q.y)));
+    } else {
+      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(1024.0f)));
+      b[i] = as_u32(__floats2half2_rn(__fmaf_rn(l.s0, q.x, -l.m), __fmaf_rn(l.s0, q.y, -l.m)));
+    }
+  }
+}
+
 using cuda::mma_16816;  // D += A (16x16, row) * B (16x8, col), FP32 accumulators
 
 using cuda::cp_async16;  // cp.async helpers (cuda/async_copy.cuh)

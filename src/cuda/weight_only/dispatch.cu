@@ -1,5 +1,7 @@
 // The weight-only family's dispatch: arguments from views, the production choice, and
 // the one switch from run-time (activation type, form, kernel) to a launcher.
+#include <type_traits>
+
 #include "cuda/weight_only/launch.cuh"
 #include "formats/weight_pack.h"
 #include "lowbit/error.h"
@@ -7,19 +9,29 @@
 namespace lowbit::cuda::weight_only {
 
 Form form_of(const WeightOnlySpec& spec) {
+  switch (spec.blocks) {
+    case WeightBlocks::q5_0: return Form::q5_0;
+    case WeightBlocks::q5_1: return Form::q5_1;
+    case WeightBlocks::q4_k: return Form::q4_k;
+    case WeightBlocks::q5_k: return Form::q5_k;
+    case WeightBlocks::q6_k: return Form::q6_k;
+    case WeightBlocks::none: break;
+  }
   return spec.bits == 8 ? Form::int8 : spec.zero_point ? Form::q4_zero_point : Form::q4_symmetric;
 }
 
 Params make_params(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out) {
   const formats::WeightPackLayout layout =
-      formats::make_weight_pack_layout(w.spec.bits, w.spec.zero_point, w.spec.group_size, w.n, w.k);
+      w.spec.blocks != WeightBlocks::none
+          ? formats::make_block_pack_layout(static_cast<formats::WeightBlocks>(w.spec.blocks), w.n, w.k)
+          : formats::make_weight_pack_layout(w.spec.bits, w.spec.zero_point, w.spec.group_size, w.n, w.k);
   Params p;
   p.x = x.data;
   p.ldx = x.strides[0];
   p.x_vec16 = reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && p.ldx % 8 == 0;
   p.codes = w.codes.ptr<const std::uint8_t>();
-  p.scales = w.scales.ptr<const std::uint16_t>();
-  p.mins = layout.zero_point ? w.mins.ptr<const std::uint16_t>() : nullptr;
+  p.scales = w.scales.data ? w.scales.ptr<const std::uint16_t>() : nullptr;  // (block forms: none)
+  p.mins = layout.zero_point && w.mins.data ? w.mins.ptr<const std::uint16_t>() : nullptr;
   p.bias = bias.data ? bias.ptr<const std::uint16_t>() : nullptr;
   p.bias_stride = bias.data ? bias.strides[bias.rank - 1] : 0;
   p.out = out.data;
@@ -54,7 +66,9 @@ namespace {
 template <class T, Form F>
 void run(const Params& p, const Variant& v, cudaStream_t stream) {
   switch (v.kernel) {
-    case Kernel::small_gemv: return run_small_gemv<T, F>(p, v, stream);
+    case Kernel::small_gemv:
+      if constexpr (!is_block_form(F)) return run_small_gemv<T, F>(p, v, stream);
+      break;  // (takes() refuses it)
     case Kernel::gemv: return run_gemv<T, F>(p, v, stream);
     case Kernel::mma: return run_mma<T, F>(p, v, stream);
   }
@@ -66,7 +80,19 @@ void run_form(const Params& p, Form form, const Variant& v, cudaStream_t stream)
     case Form::q4_zero_point: return run<T, Form::q4_zero_point>(p, v, stream);
     case Form::q4_symmetric: return run<T, Form::q4_symmetric>(p, v, stream);
     case Form::int8: return run<T, Form::int8>(p, v, stream);
+    default: break;
   }
+  if constexpr (std::is_same_v<T, __half>) {
+    switch (form) {
+      case Form::q5_0: return run<T, Form::q5_0>(p, v, stream);
+      case Form::q5_1: return run<T, Form::q5_1>(p, v, stream);
+      case Form::q4_k: return run<T, Form::q4_k>(p, v, stream);
+      case Form::q5_k: return run<T, Form::q5_k>(p, v, stream);
+      case Form::q6_k: return run<T, Form::q6_k>(p, v, stream);
+      default: break;
+    }
+  }
+  LOWBIT_FAIL("weight_only: form ", static_cast<int>(form), " takes f16 activations only");
 }
 
 }  // namespace

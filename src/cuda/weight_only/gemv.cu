@@ -27,6 +27,10 @@
 // Chunks: a ring slot holds kChunk consecutive steps of each of the warp's tiles, so
 // one copy burst per tile is kChunk x 512 contiguous bytes (and its scales and mins
 // kChunk x 64 B at group 32) instead of 512 B pieces at 32 KB strides.
+//
+// GGML block forms (Q5_0 .. Q6_K, formats/weight_pack.h): the same stream of units, each
+// 608-848 bytes with its scales inside (no scale copies); a lane reads its part of the
+// unit from the ring (BlockLane) and decodes words with dequant_block_word (common.cuh).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -49,8 +53,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunks = 4;  // 16-byte scale chunks per tile per step (group 32)
 template <Form F, int kTN, int kStages, int kChunk>
 struct Ring {
-  static constexpr int kLoads = F == Form::int8 ? 2 : 1;  // 16-byte code loads per lane per unit
-  uint4 codes[kStages][kChunk][kTN][kLoads][32];
+  static constexpr int kVecs = form_unit_bytes<F>() / 16;  // 16-byte vectors per unit
+  static constexpr int kLoads = (kVecs + 31) / 32;        // 16-byte code loads per lane per unit
+  uint4 codes[kStages][kChunk][kTN][kVecs];  // vector h * 32 + lane: the lane's load h
   std::uint16_t scales[kStages][kChunk][kTN][kMaxChunks][8];
   std::uint16_t mins[kStages][kChunk][kTN][kMaxChunks][8];
 };
@@ -70,7 +75,7 @@ __device__ __noinline__ void load_x_run_ragged(const std::uint16_t* x, std::int6
 template <Form F, int kTN, int kStages, int kChunk>
 struct Stream {
   using RingT = Ring<F, kTN, kStages, kChunk>;
-  static constexpr int kUnit = F == Form::int8 ? 1024 : 512;
+  static constexpr int kUnit = form_unit_bytes<F>();
   // Scale / min copies of one step: 2 lists x kTN tiles x 4 chunks, spread over lanes.
   static constexpr int kScaleCopies = (2 * kTN * kMaxChunks + 31) / 32;
   const std::uint8_t* codes0;      // this lane's bytes of (tile0, first step)
@@ -94,7 +99,7 @@ struct Stream {
       const int list = idx / (kTN * kMaxChunks), j = (idx / kMaxChunks) % kTN, q = idx % kMaxChunks;
       scale_src[t] = nullptr;
       scale_dst[t] = list == 0 ? ring.scales[0][0][j][q] : ring.mins[0][0][j][q];
-      if (list < 2 && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
+      if (!is_block_form(F) && list < 2 && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
         scale_src[t] = (list == 0 ? p.scales : p.mins) + ((tile0 + j) * p.groups + step * p.groups_per_step + q) * 8;
       }
     }
@@ -112,7 +117,9 @@ struct Stream {
         const std::uint8_t* src = real ? codes + j * tile_stride + c * kUnit : base;
 #pragma unroll
         for (int h = 0; h < RingT::kLoads; ++h) {
-          cp_async16(&ring.codes[slot][c][j][h][lane], src + (real ? h * 512 : 0), real ? 16 : 0);
+          if (RingT::kVecs % 32 == 0 || h * 32 + lane < RingT::kVecs) {  // block forms: a partial last load
+            cp_async16(&ring.codes[slot][c][j][h * 32 + lane], src + (real ? h * 512 : 0), real ? 16 : 0);
+          }
         }
       }
     }
@@ -139,7 +146,7 @@ struct Stream {
 #pragma unroll
     for (int j = 0; j < kTN; ++j) {
       const bool real = j < real_tiles;
-      cp_async16(&ring.codes[slot][0][j][0][lane], real ? codes0 + j * tile_stride : base, real ? 16 : 0);
+      cp_async16(&ring.codes[slot][0][j][lane], real ? codes0 + j * tile_stride : base, real ? 16 : 0);
     }
     constexpr int kSlotScales = static_cast<int>(sizeof(RingT::scales[0]) / sizeof(std::uint16_t));
 #pragma unroll
@@ -160,6 +167,28 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint32_
                                              int slot, int c, const Ring<F, kTN, kStages, kChunk>& ring,
                                              float (&acc)[kTN / 2][kRowGroups][4]) {
   using RingT = Ring<F, kTN, kStages, kChunk>;
+  if constexpr (is_block_form(F)) {  // the unit holds the lane's scales: see BlockLane
+#pragma unroll
+    for (int jp = 0; jp < kTN / 2; ++jp) {
+      BlockLane<F> bl[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        bl[u] = load_block_lane<F>(reinterpret_cast<const std::uint8_t*>(ring.codes[slot][c][2 * jp + u]), lane);
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        std::uint32_t b[2][4];
+        dequant_block_word<F>(bl[0], w, b[0]);
+        dequant_block_word<F>(bl[1], w, b[1]);
+#pragma unroll
+        for (int rg = 0; rg < kRowGroups; ++rg) {
+          mma_16816<T>(acc[jp][rg], b[0][0], b[1][0], b[0][1], b[1][1], x[rg][4 * w], x[rg][4 * w + 1]);
+          mma_16816<T>(acc[jp][rg], b[0][2], b[1][2], b[0][3], b[1][3], x[rg][4 * w + 2], x[rg][4 * w + 3]);
+        }
+      }
+    }
+    return;
+  }
   const int r = lane / 4, cl = lane % 4;
   const int g = cl >> p.group_shift;
 #pragma unroll
@@ -172,7 +201,7 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint32_
       sc[u].s = Act<T>::splat(ring.scales[slot][c][j][g][r]);
       sc[u].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][c][j][g][r] : std::uint16_t{0});
 #pragma unroll
-      for (int h = 0; h < RingT::kLoads; ++h) v[u][h] = ring.codes[slot][c][j][h][lane];
+      for (int h = 0; h < RingT::kLoads; ++h) v[u][h] = ring.codes[slot][c][j][h * 32 + lane];
     }
     // Chunk w (k 32c + 8w .. + 7 of the lane) is products t = 2w, 2w + 1.
 #pragma unroll
@@ -489,7 +518,7 @@ __device__ __forceinline__ void compute_step_xs(const Params& p, const std::uint
   for (int j = 0; j < kTN; ++j) {
     sc[j].s = Act<T>::splat(ring.scales[slot][0][j][g][r]);
     sc[j].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][0][j][g][r] : std::uint16_t{0});
-    v[j] = ring.codes[slot][0][j][0][lane];
+    v[j] = ring.codes[slot][0][j][lane];
   }
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
@@ -789,7 +818,11 @@ bool launch_shape(const Params& p, const Variant& v, cudaStream_t stream) {
 template <class T, Form F>
 void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
   if (v.shape >= 0 && launch_shape<T, F>(p, v, stream)) return;
-  if constexpr (F == Form::int8) {
+  if constexpr (is_block_form(F)) {
+    // GGML block forms: 2 tiles a warp, 4 single-step slots (units of 608-848 bytes: three
+    // 8-warp blocks a SM at M <= 8), k-slices by the fill rule. Not tuned on a GPU yet.
+    launch_rows<T, F, 2, 4, 1>(p, v, stream);
+  } else if constexpr (F == Form::int8) {
     // INT8 streams best from 3 stages (3 blocks per SM at M <= 8).
     launch_rows<T, F, 2, 3, 1>(p, v, stream);
   } else {
@@ -829,5 +862,6 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
 }
 
 LOWBIT_WEIGHT_ONLY_PAIRS(run_gemv);
+LOWBIT_WEIGHT_ONLY_BLOCK_FORMS(run_gemv);
 
 }  // namespace lowbit::cuda::weight_only

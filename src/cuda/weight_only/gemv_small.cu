@@ -194,7 +194,9 @@ void run_small_gemv(const Params& p, const Variant&, cudaStream_t stream) {
 }
 LOWBIT_WEIGHT_ONLY_PAIRS(run_small_gemv);
 
-bool small_gemv_takes(const Params& p, Form form) { return p.m <= kGemvMaxRows && splits_for(p, form) <= kMaxSplits; }
+bool small_gemv_takes(const Params& p, Form form) {
+  return !is_block_form(form) && p.m <= kGemvMaxRows && splits_for(p, form) <= kMaxSplits;
+}
 
 bool small_gemv_pays(const Params& p, Form form) {
   return p.n_tiles * p.k_steps * (form == Form::int8 ? 1024 : 512) <= kMaxCodeBytes;

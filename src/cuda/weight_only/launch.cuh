@@ -25,7 +25,8 @@ bool small_gemv_pays(const Params& p, Form form);
 
 }  // namespace lowbit::cuda::weight_only
 
-// Explicit instantiations of a launcher for every (activation type, form) pair.
+// Explicit instantiations of a launcher for every (activation type, form) pair; the GGML
+// block forms take f16 activations only and the streaming GEMV and tiled kernels only.
 #define LOWBIT_WEIGHT_ONLY_PAIRS(fn)                                                                      \
   template void fn<__half, Form::q4_zero_point>(const Params&, const Variant&, cudaStream_t);           \
   template void fn<__half, Form::q4_symmetric>(const Params&, const Variant&, cudaStream_t);            \
@@ -33,3 +34,10 @@ bool small_gemv_pays(const Params& p, Form form);
   template void fn<__nv_bfloat16, Form::q4_zero_point>(const Params&, const Variant&, cudaStream_t);    \
   template void fn<__nv_bfloat16, Form::q4_symmetric>(const Params&, const Variant&, cudaStream_t);     \
   template void fn<__nv_bfloat16, Form::int8>(const Params&, const Variant&, cudaStream_t)
+
+#define LOWBIT_WEIGHT_ONLY_BLOCK_FORMS(fn)                                          \
+  template void fn<__half, Form::q5_0>(const Params&, const Variant&, cudaStream_t); \
+  template void fn<__half, Form::q5_1>(const Params&, const Variant&, cudaStream_t); \
+  template void fn<__half, Form::q4_k>(const Params&, const Variant&, cudaStream_t); \
+  template void fn<__half, Form::q5_k>(const Params&, const Variant&, cudaStream_t); \
+  template void fn<__half, Form::q6_k>(const Params&, const Variant&, cudaStream_t)

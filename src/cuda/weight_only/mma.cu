@@ -49,7 +49,7 @@ constexpr int kMaxGroups = 4;  // scale chunks per tile per step (group 32)
 
 template <Form F>
 constexpr int unit_bytes() {
-  return F == Form::int8 ? 1024 : 512;
+  return form_unit_bytes<F>();
 }
 constexpr int kScaleBytes = kBlockTiles * kMaxGroups * 8 * 2;  // 2 KB
 template <Form F, int kBM>
@@ -73,6 +73,11 @@ struct Loader {
   static constexpr int kPerUnit = unit_bytes<F>() / 16;                              // 32 or 64
   static constexpr int kCodeChunks = kBlockTiles * kPerUnit / kThreads;              // 4 or 8
   static constexpr int kCodeTileStride = kThreads / kPerUnit;                        // 8 or 4
+  // Block forms (units of 38..53 vectors): chunk i of the block's 32 units is vector
+  // threadIdx.x + 256 i of them, unit (tile) i / kPerUnit.
+  static constexpr int kBlockChunks = (kBlockTiles * kPerUnit + kThreads - 1) / kThreads;
+  static_assert(kBlockChunks > 0 && kCodeTileStride > 0 && (is_block_form(F) || kCodeChunks * kThreads == kBlockTiles * kPerUnit),
+                "the grouped forms' units split evenly over the threads");
   const std::uint16_t* x;     // chunk 0 of this step
   std::int64_t x_stride;      // elements from chunk i to i + 1 (16 rows)
   std::uint32_t x_dst;        // byte offset of chunk 0 within a stage
@@ -94,19 +99,29 @@ struct Loader {
         step0 * formats::kPackStepK + j * 8;
     x_stride = 16 * p.ldx;
     x_dst = row * 256 + x_chunk_position(row, j) * 16;  // rows 16 apart share the swizzle
-    const int t = tid / kPerUnit, chunk = tid % kPerUnit;
     code_ok = 0;
+    if constexpr (is_block_form(F)) {
 #pragma unroll
-    for (int i = 0; i < kCodeChunks; ++i) code_ok |= (tile0 + t + kCodeTileStride * i < p.n_tiles ? 1u : 0u) << i;
-    codes = p.codes + ((tile0 + t) * p.k_steps + step0) * unit_bytes<F>() + chunk * 16;
-    code_stride = kCodeTileStride * p.k_steps * unit_bytes<F>();
+      for (int i = 0; i < kBlockChunks; ++i) {
+        const int idx = tid + kThreads * i;
+        code_ok |= (idx < kBlockTiles * kPerUnit && tile0 + idx / kPerUnit < p.n_tiles ? 1u : 0u) << i;
+      }
+      codes = p.codes + (tile0 * p.k_steps + step0) * unit_bytes<F>();  // tile0's unit of the step
+      code_stride = p.k_steps * unit_bytes<F>();                         // from a tile's unit to the next's
+    } else {
+      const int t = tid / kPerUnit, chunk = tid % kPerUnit;
+#pragma unroll
+      for (int i = 0; i < kCodeChunks; ++i) code_ok |= (tile0 + t + kCodeTileStride * i < p.n_tiles ? 1u : 0u) << i;
+      codes = p.codes + ((tile0 + t) * p.k_steps + step0) * unit_bytes<F>() + chunk * 16;
+      code_stride = kCodeTileStride * p.k_steps * unit_bytes<F>();
+    }
     // Scale chunks: list (0 scales, 1 mins) x 32 tiles x 4 groups = 256 = one per thread.
     const int list = tid / 128, st = (tid / kMaxGroups) % kBlockTiles, g = tid % kMaxGroups;
     const int groups_here = p.groups_per_step > 0 ? p.groups_per_step : 1;
     scale_src = nullptr;
     scale_dst = Layout<F, kBM>::kX + Layout<F, kBM>::kCodes + list * kScaleBytes + (st * kMaxGroups + g) * 16;
     scale_step = p.groups_per_step * 8;
-    if (g < groups_here && (list == 0 || F == Form::q4_zero_point) && tile0 + st < p.n_tiles) {
+    if (!is_block_form(F) && g < groups_here && (list == 0 || F == Form::q4_zero_point) && tile0 + st < p.n_tiles) {
       scale_src = (list == 0 ? p.scales : p.mins) + ((tile0 + st) * p.groups + step0 * p.groups_per_step + g) * 8;
     }
   }
@@ -125,11 +140,23 @@ struct Loader {
       }
     }
     x += formats::kPackStepK;
+    if constexpr (is_block_form(F)) {
 #pragma unroll
-    for (int i = 0; i < kCodeChunks; ++i) {
-      const bool ok = (code_ok >> i) & 1u;
-      cp_async16(stage + Layout<F, kBM>::kX + (threadIdx.x + i * kThreads) * 16, codes + (ok ? i * code_stride : 0),
-                 ok ? 16 : 0);
+      for (int i = 0; i < kBlockChunks; ++i) {
+        const int idx = threadIdx.x + i * kThreads;
+        if (idx < kBlockTiles * kPerUnit) {
+          const bool ok = (code_ok >> i) & 1u;
+          const int t = idx / kPerUnit, v = idx % kPerUnit;
+          cp_async16(stage + Layout<F, kBM>::kX + idx * 16, ok ? codes + t * code_stride + v * 16 : codes, ok ? 16 : 0);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kCodeChunks; ++i) {
+        const bool ok = (code_ok >> i) & 1u;
+        cp_async16(stage + Layout<F, kBM>::kX + (threadIdx.x + i * kThreads) * 16, codes + (ok ? i * code_stride : 0),
+                   ok ? 16 : 0);
+      }
     }
     codes += unit_bytes<F>();
     if (scale_src != nullptr) {
@@ -148,6 +175,25 @@ struct Loader {
   }
 };
 
+// The products of packed word w: the warp's 4 tiles' A fragments (b) against each 8-row
+// block of the stage's activations (one 16-byte read feeds 4 mma).
+template <class T, int kBM>
+__device__ __forceinline__ void mma_word(const std::uint8_t* xs, int r, int c, int w,
+                                         const std::uint32_t (&b)[kWarpTiles][4], float (&acc)[2][kBM / 8][4]) {
+#pragma unroll
+  for (int mb = 0; mb < kBM / 8; ++mb) {
+    const int row = mb * 8 + r;
+    const uint4 x = *reinterpret_cast<const uint4*>(xs + row * 256 + x_chunk_position(row, 4 * c + w) * 16);
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const std::uint32_t(&lo)[4] = b[2 * jp];
+      const std::uint32_t(&hi)[4] = b[2 * jp + 1];
+      mma_16816<T>(acc[jp][mb], lo[0], hi[0], lo[1], hi[1], x.x, x.y);
+      mma_16816<T>(acc[jp][mb], lo[2], hi[2], lo[3], hi[3], x.z, x.w);
+    }
+  }
+}
+
 template <class T, Form F, int kBM>
 __device__ __forceinline__ void compute_stage(const Params& p, const std::uint8_t* stage, int warp, int lane,
                                               float (&acc)[2][kBM / 8][4]) {
@@ -156,6 +202,19 @@ __device__ __forceinline__ void compute_stage(const Params& p, const std::uint8_
   const std::uint8_t* codes = stage + 2 * kBM * formats::kPackStepK;
   const auto* scales = reinterpret_cast<const std::uint16_t*>(codes + kBlockTiles * unit_bytes<F>());
   const auto* mins = scales + kScaleBytes / 2;
+  if constexpr (is_block_form(F)) {  // the units hold the lanes' scales: see BlockLane
+    BlockLane<F> bl[kWarpTiles];
+#pragma unroll
+    for (int u = 0; u < kWarpTiles; ++u) bl[u] = load_block_lane<F>(codes + (warp * kWarpTiles + u) * unit_bytes<F>(), lane);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      std::uint32_t b[kWarpTiles][4];
+#pragma unroll
+      for (int u = 0; u < kWarpTiles; ++u) dequant_block_word<F>(bl[u], w, b[u]);
+      mma_word<T, kBM>(xs, r, c, w, b, acc);
+    }
+    return;
+  }
   const int g = c >> p.group_shift;
   Scale2<T> sc[kWarpTiles];
 #pragma unroll
@@ -190,18 +249,7 @@ __device__ __forceinline__ void compute_stage(const Params& p, const std::uint8_
         dequant_int4_word<T, F>(w % 2 == 0 ? v[u].x : v[u].y, sc[u], b[u]);
       }
     }
-#pragma unroll
-    for (int mb = 0; mb < kBM / 8; ++mb) {
-      const int row = mb * 8 + r;
-      const uint4 x = *reinterpret_cast<const uint4*>(xs + row * 256 + x_chunk_position(row, 4 * c + w) * 16);
-#pragma unroll
-      for (int jp = 0; jp < 2; ++jp) {
-        const std::uint32_t(&lo)[4] = b[2 * jp];
-        const std::uint32_t(&hi)[4] = b[2 * jp + 1];
-        mma_16816<T>(acc[jp][mb], lo[0], hi[0], lo[1], hi[1], x.x, x.y);
-        mma_16816<T>(acc[jp][mb], lo[2], hi[2], lo[3], hi[3], x.z, x.w);
-      }
-    }
+    mma_word<T, kBM>(xs, r, c, w, b, acc);
   }
 }
 
@@ -333,5 +381,6 @@ void run_mma(const Params& p, const Variant&, cudaStream_t stream) {
   }
 }
 LOWBIT_WEIGHT_ONLY_PAIRS(run_mma);
+LOWBIT_WEIGHT_ONLY_BLOCK_FORMS(run_mma);
 
 }  // namespace lowbit::cuda::weight_only

@@ -10,6 +10,7 @@
 //   gemv        M <= 16: weights streamed through a per-warp cp.async ring, mma.sync;
 //               for M > 8 with the activations staged once per k-slice group
 //   mma         any M: a tiled tensor-core kernel, split-K over a thread-block cluster
+// The GGML block forms (f16 only) run on gemv and mma, not small_gemv.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,11 @@
 
 namespace lowbit::cuda::weight_only {
 
-enum class Form : int { q4_zero_point, q4_symmetric, int8 };
+// The weight forms: lowbit's grouped INT4 / INT8, and the GGML block forms (f16 only;
+// formats/weight_pack.h has their self-contained units).
+enum class Form : int { q4_zero_point, q4_symmetric, int8, q5_0, q5_1, q4_k, q5_k, q6_k };
+
+constexpr bool is_block_form(Form f) { return f >= Form::q5_0; }
 
 // The raw arguments every kernel takes (formats/weight_pack.h has the packed layout).
 struct Params {

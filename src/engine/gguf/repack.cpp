@@ -1,9 +1,14 @@
 #include "engine/gguf/repack.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "formats/float16.h"
+#include "formats/weight_pack.h"
 #include "engine/gguf/finite_values.h"
+#include "engine/gguf/k_scales.h"
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
@@ -44,20 +49,189 @@ void unpack_q8_row(const std::uint8_t* row, std::int64_t blocks, std::int8_t* co
   }
 }
 
+// The rows of a part, once its bytes are checked to hold them (K whole blocks of `width`).
+std::int64_t checked_rows(const GgufTensor& t, std::int64_t k, std::int64_t width, std::size_t row_bytes) {
+  const auto rows = static_cast<std::int64_t>(t.dims[1]);
+  LOWBIT_CHECK(k % width == 0 && row_bytes * static_cast<std::size_t>(rows) == t.byte_size, "tensor '", t.name, "': ",
+               t.byte_size, " bytes do not hold ", rows, " rows of ", k, " ", ggml_type_name(t.type), " values");
+  return rows;
+}
+
+// ---- GGML block forms ----------------------------------------------------------------
+
+formats::WeightBlocks block_form_of(GgmlType type) {
+  switch (type) {
+    case GgmlType::q5_0: return formats::WeightBlocks::q5_0;
+    case GgmlType::q5_1: return formats::WeightBlocks::q5_1;
+    case GgmlType::q4_k: return formats::WeightBlocks::q4_k;
+    case GgmlType::q5_k: return formats::WeightBlocks::q5_k;
+    case GgmlType::q6_k: return formats::WeightBlocks::q6_k;
+    default: return formats::WeightBlocks::none;
+  }
+}
+
+std::uint16_t u16_at(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return bits;
+}
+
+// The fields of one ggml block (Q5_0 / Q5_1: 32 values; K: 256) in the form's terms:
+// the stored code of each value (5 or 6 bits, before any offset), the lane scale (and
+// min) of each sub-block of 32, the row factor (d | dmin << 16, or d) of the block.
+struct BlockFields {
+  std::uint8_t q[256];
+  std::uint16_t scale[8], min[8];
+  std::uint32_t factor = 0;
+  float finite_check[3];  // d, dmin or m (0 when absent): must be finite
+};
+
+void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields& f) {
+  f.finite_check[0] = f.finite_check[1] = f.finite_check[2] = 0.0f;
+  switch (form) {
+    case formats::WeightBlocks::q5_0:
+    case formats::WeightBlocks::q5_1: {  // d (, m), qh[4], qs[16]; bit j of qh: value j's fifth bit
+      const bool with_min = form == formats::WeightBlocks::q5_1;
+      f.scale[0] = u16_at(b);
+      f.min[0] = with_min ? u16_at(b + 2) : std::uint16_t{0};
+      f.finite_check[0] = half_at(b);
+      if (with_min) f.finite_check[1] = half_at(b + 2);
+      std::uint32_t qh;
+      std::memcpy(&qh, b + (with_min ? 4 : 2), 4);
+      const std::uint8_t* qs = b + (with_min ? 8 : 6);
+      for (int j = 0; j < 16; ++j) {
+        f.q[j] = static_cast<std::uint8_t>((qs[j] & 15) | (((qh >> j) & 1) << 4));
+        f.q[j + 16] = static_cast<std::uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+      }
+      return;
+    }
+    case formats::WeightBlocks::q4_k:
+    case formats::WeightBlocks::q5_k: {  // d, dmin, scales[12], (qh[32],) qs[128]: as dequant.cpp
+      const bool five = form == formats::WeightBlocks::q5_k;
+      f.factor = u16_at(b) | (static_cast<std::uint32_t>(u16_at(b + 2)) << 16);
+      f.finite_check[0] = half_at(b);
+      f.finite_check[1] = half_at(b + 2);
+      const std::uint8_t* qh = b + 16;
+      const std::uint8_t* q = b + (five ? 48 : 16);
+      for (int pair = 0; pair < 4; ++pair, q += 32) {
+        for (int nibble = 0; nibble < 2; ++nibble) {
+          const int sub = 2 * pair + nibble;
+          const KScaleMin sm = unpack_k_scale_min(b + 4, sub);
+          f.scale[sub] = static_cast<std::uint16_t>(sm.scale | (sm.min << 8));
+          for (int l = 0; l < 32; ++l) {
+            const int high = five ? ((qh[l] >> sub) & 1) << 4 : 0;
+            f.q[32 * sub + l] = static_cast<std::uint8_t>(((q[l] >> (4 * nibble)) & 15) | high);
+          }
+        }
+      }
+      return;
+    }
+    case formats::WeightBlocks::q6_k: {  // ql[128], qh[64], scales[16] (int8), d: as dequant.cpp
+      f.factor = u16_at(b + 208);
+      f.finite_check[0] = half_at(b + 208);
+      const std::uint8_t* scales = b + 192;
+      for (int half = 0; half < 2; ++half) {
+        const std::uint8_t* ql = b + 64 * half;
+        const std::uint8_t* qh = b + 128 + 32 * half;
+        for (int k = 0; k < 4; ++k) {
+          const int sub = 4 * half + k;  // the 32-wide sub-block: its two 16-wide scales
+          f.scale[sub] = static_cast<std::uint16_t>(scales[8 * half + 2 * k] | (scales[8 * half + 2 * k + 1] << 8));
+          for (int l = 0; l < 32; ++l) {
+            const int low = (ql[l + 32 * (k % 2)] >> (k < 2 ? 0 : 4)) & 15;
+            f.q[128 * half + 32 * k + l] = static_cast<std::uint8_t>(low | (((qh[l] >> (2 * k)) & 3) << 4));
+          }
+        }
+      }
+      return;
+    }
+    case formats::WeightBlocks::none: break;
+  }
+}
+
+// Writes row `o` of the packed block form from one GGUF row of `blocks` ggml blocks.
+void pack_block_row(const formats::WeightPackLayout& layout, const std::uint8_t* row, std::int64_t blocks,
+                    std::size_t block_bytes, std::int64_t o, std::uint8_t* packed, std::string_view name,
+                    std::int64_t source_row) {
+  const formats::WeightBlocks form = layout.blocks;
+  const int width = formats::block_k(form);
+  auto put16 = [&](std::int64_t byte, std::uint16_t v) {
+    packed[byte] = static_cast<std::uint8_t>(v & 0xff);
+    packed[byte + 1] = static_cast<std::uint8_t>(v >> 8);
+  };
+  BlockFields f;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    decode_block(form, row + static_cast<std::size_t>(b) * block_bytes, f);
+    for (const float v : f.finite_check) {
+      LOWBIT_CHECK(std::isfinite(v), "tensor '", name, "': a scale of block ", b, " of row ", source_row, " is ", v,
+                   "; the weights must be finite");
+    }
+    for (int j = 0; j < width; ++j) {
+      const std::int64_t k = b * width + j;
+      const auto [byte, shift] = layout.code_place(o, k);
+      packed[byte] = static_cast<std::uint8_t>(packed[byte] | ((f.q[j] & 15) << shift));
+      for (int plane = 0; plane < formats::block_high_planes(form); ++plane) {
+        const auto [hbyte, hshift] = layout.high_place(o, k, plane);
+        packed[hbyte] = static_cast<std::uint8_t>(packed[hbyte] | (((f.q[j] >> (4 + plane)) & 1) << hshift));
+      }
+      if (j % 32 != 0) continue;  // once per lane (sub-block of 32)
+      put16(layout.lane_scale_byte(o, k), f.scale[j / 32]);
+      if (form == formats::WeightBlocks::q5_1) put16(layout.lane_min_byte(o, k), f.min[j / 32]);
+      if (formats::block_is_k(form)) {
+        const std::int64_t at = layout.row_factor_byte(o, k);
+        put16(at, static_cast<std::uint16_t>(f.factor & 0xffff));
+        if (formats::block_super_bytes(form) == 4) put16(at + 2, static_cast<std::uint16_t>(f.factor >> 16));
+      }
+    }
+  }
+}
+
+HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, std::int64_t n) {
+  const GgufTensor& first = *parts[0];
+  const formats::WeightBlocks form = block_form_of(first.type);
+  const auto k = static_cast<std::int64_t>(first.dims[0]);
+  const std::size_t block_bytes = ggml_type_info(first.type).block_bytes;
+  const std::int64_t width = formats::block_k(form);
+  const std::int64_t blocks = k / width;
+  const std::size_t row_bytes = static_cast<std::size_t>(blocks) * block_bytes;
+  HostPackedWeights out;
+  out.spec = weight_blocks_spec(static_cast<WeightBlocks>(form));
+  out.n = n;
+  out.k = k;
+  const formats::WeightPackLayout layout = formats::make_block_pack_layout(form, n, k);
+  out.codes.assign(static_cast<std::size_t>(packed_weight_sizes(out.spec, n, k).code_bytes), 0);  // padding: 0
+  std::int64_t row0 = 0;
+  for (const GgufTensor* t : parts) {
+    const std::int64_t rows = checked_rows(*t, k, width, row_bytes);
+    // Rows of one tile share units: a tile of 8 rows per iteration (never two threads in a unit).
+    const std::int64_t tile_begin = row0 / formats::kPackTileN, tile_end = (row0 + rows + 7) / formats::kPackTileN;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
+      for (std::int64_t o = std::max(tile * 8, row0); o < std::min((tile + 1) * 8, row0 + rows); ++o) {
+        pack_block_row(layout, t->data + static_cast<std::size_t>(o - row0) * row_bytes, blocks, block_bytes, o,
+                       out.codes.data(), t->name, o - row0);
+      }
+    }
+    row0 += rows;
+  }
+  return out;
+}
+
 }  // namespace
 
 PackedWeights HostPackedWeights::view() {
   return PackedWeights{spec, n, k,
                        TensorView::vector(codes.data(), DType::u8, Device::cpu, static_cast<std::int64_t>(codes.size())),
-                       TensorView::vector(scales.data(), spec.act_dtype, Device::cpu,
-                                          static_cast<std::int64_t>(scales.size())),
+                       scales.empty() ? TensorView{}
+                                      : TensorView::vector(scales.data(), spec.act_dtype, Device::cpu,
+                                                           static_cast<std::int64_t>(scales.size())),
                        mins.empty() ? TensorView{}
                                     : TensorView::vector(mins.data(), spec.act_dtype, Device::cpu,
                                                          static_cast<std::int64_t>(mins.size()))};
 }
 
 bool has_weight_only_form(GgmlType type) {
-  return type == GgmlType::q4_1 || type == GgmlType::q4_0 || type == GgmlType::q8_0;
+  return type == GgmlType::q4_1 || type == GgmlType::q4_0 || type == GgmlType::q8_0 ||
+         block_form_of(type) != formats::WeightBlocks::none;
 }
 
 HostPackedWeights repack_ggml_weight(const GgufTensor& t) {
@@ -71,13 +245,14 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
   std::int64_t n = 0;
   for (const GgufTensor* t : parts) {
     LOWBIT_CHECK(has_weight_only_form(t->type), "tensor '", t->name, "': type ", ggml_type_name(t->type),
-                 " has no weight-only form (expected Q4_1, Q4_0 or Q8_0)");
+                 " has no weight-only form (expected Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K)");
     LOWBIT_CHECK(t->n_dims == 2, "tensor '", t->name, "': expected a 2-D weight, got ", t->n_dims, " dimensions");
     LOWBIT_CHECK(t->type == first.type && t->dims[0] == first.dims[0], "tensor '", t->name, "' (",
                  ggml_type_name(t->type), ", K ", t->dims[0], ") cannot be stacked with '", first.name, "' (",
                  ggml_type_name(first.type), ", K ", first.dims[0], ")");
     n += static_cast<std::int64_t>(t->dims[1]);
   }
+  if (block_form_of(first.type) != formats::WeightBlocks::none) return repack_block_form(parts, n);
   const auto k = static_cast<std::int64_t>(first.dims[0]);
   // The reader checked byte_size against the type's block size; K % 32 follows.
   const std::int64_t blocks = k / kBlock;
@@ -93,10 +268,7 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
   std::vector<float> scales(static_cast<std::size_t>(n * blocks)), mins(out.spec.zero_point ? scales.size() : 0);
   std::int64_t row0 = 0;
   for (const GgufTensor* t : parts) {
-    const auto rows = static_cast<std::int64_t>(t->dims[1]);
-    LOWBIT_CHECK(k % kBlock == 0 && row_bytes * static_cast<std::size_t>(rows) == t->byte_size, "tensor '", t->name,
-                 "': ", t->byte_size, " bytes do not hold ", rows, " rows of ", k, " ", ggml_type_name(t->type),
-                 " values");
+    const std::int64_t rows = checked_rows(*t, k, kBlock, row_bytes);
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint8_t* row = t->data + static_cast<std::size_t>(r) * row_bytes;

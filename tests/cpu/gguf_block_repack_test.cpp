@@ -1,0 +1,145 @@
+// GGUF Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights repacked into the weight-only block forms
+// (formats/weight_pack.h): every weight read back through the packed layout equals ggml's
+// value (engine/gguf/dequant, checked against gguf's NumPy decoder elsewhere) rounded to
+// f16, the padding is exactly 0, the CPU reference on the repacked weights equals an FP64
+// product with those weights, and a bad block-form spec gets an error naming the field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "common/expect_error.h"
+#include "common/ggml_matrix.h"
+#include "common/random.h"
+#include "cpu/weight_only.h"
+#include "engine/gguf/repack.h"
+#include "formats/float16.h"
+#include "formats/weight_pack.h"
+#include "lowbit/weight_only.h"
+
+namespace lowbit::engine {
+namespace {
+
+namespace gt = test::ggml_id;
+using formats::Half;
+
+struct Case {
+  std::uint32_t type;
+  WeightBlocks blocks;
+  std::int64_t block;  // K granularity
+};
+const Case kCases[] = {{gt::q5_0, WeightBlocks::q5_0, 32},
+                       {gt::q5_1, WeightBlocks::q5_1, 32},
+                       {gt::q4_k, WeightBlocks::q4_k, 256},
+                       {gt::q5_k, WeightBlocks::q5_k, 256},
+                       {gt::q6_k, WeightBlocks::q6_k, 256}};
+
+double f16_ulp(double v) {
+  const int e = std::max(std::ilogb(std::max(std::fabs(v), 1e-30)), -14);
+  return std::ldexp(1.0, e - 10);
+}
+
+TEST(GgmlBlockRepack, EveryWeightIsGgmlsValueRoundedToF16) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : kCases) {
+    for (const std::int64_t n : {1, 13, 8, 17}) {
+      for (const std::int64_t blocks : {1, 3, 5}) {
+        const std::int64_t k = blocks * c.block;
+        SCOPED_TRACE(testing::Message() << weight_blocks_name(c.blocks) << " N " << n << " K " << k);
+        const test::GgmlMatrix m = test::random_ggml_matrix(c.type, n, k, rng());
+        const std::vector<float> want = m.values();
+        const HostPackedWeights packed = repack_ggml_weight(m.tensor());
+        ASSERT_EQ(packed.spec.blocks, c.blocks);
+        ASSERT_TRUE(packed.scales.empty() && packed.mins.empty());
+        const WeightOnlySpec spec = weight_blocks_spec(c.blocks);
+        ASSERT_EQ(packed.spec.bits, spec.bits);
+        ASSERT_EQ(packed.spec.group_size, spec.group_size);
+        const formats::WeightPackLayout layout =
+            formats::make_block_pack_layout(static_cast<formats::WeightBlocks>(c.blocks), n, k);
+        ASSERT_EQ(static_cast<std::int64_t>(packed.codes.size()), layout.code_bytes());
+        for (std::int64_t r = 0; r < layout.n_tiles * 8; ++r) {
+          for (std::int64_t j = 0; j < layout.k_steps * 128; ++j) {
+            const double got = formats::to_float(formats::block_weight_at(layout, packed.codes.data(), r, j));
+            if (r >= n || j >= k) {
+              ASSERT_EQ(got, 0.0) << "padding at row " << r << " k " << j;
+              continue;
+            }
+            const float ggml = want[static_cast<std::size_t>(r * k + j)];
+            const double rounded = formats::to_float(formats::from_float<Half>(ggml));
+            if (c.blocks == WeightBlocks::q5_1) {
+              // One rounding of the exact q * d + m (lowbit's Q4_1 / Q5_1 definition);
+              // ggml's f32 value took a rounding before: at most one f16 ulp apart.
+              ASSERT_LE(std::fabs(got - rounded), f16_ulp(ggml)) << "row " << r << " k " << j;
+            } else {
+              ASSERT_EQ(got, rounded) << "row " << r << " k " << j << " ggml " << ggml;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GgmlBlockRepack, CpuReferenceOnRepackedBlocksMatchesFp64) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(weight_blocks_name(c.blocks));
+    const std::int64_t n = 19, k = 2 * c.block + (c.block == 32 ? 64 : 0), rows = 3;
+    const test::GgmlMatrix m = test::random_ggml_matrix(c.type, n, k, rng());
+    HostPackedWeights packed = repack_ggml_weight(m.tensor());
+    const formats::WeightPackLayout layout =
+        formats::make_block_pack_layout(static_cast<formats::WeightBlocks>(c.blocks), n, k);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * k)), out(static_cast<std::size_t>(rows * n));
+    for (auto& v : x) v = formats::from_float<Half>(value(rng)).bits;
+    weight_only_gemm(TensorView::matrix(x.data(), DType::f16, Device::cpu, rows, k), packed.view(), TensorView{},
+                     TensorView::matrix(out.data(), DType::f16, Device::cpu, rows, n), nullptr);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t r = 0; r < n; ++r) {
+        double sum = 0, magnitude = 0;
+        for (std::int64_t j = 0; j < k; ++j) {
+          const double wv = formats::to_float(formats::block_weight_at(layout, packed.codes.data(), r, j));
+          const double xv = formats::to_float(Half{x[static_cast<std::size_t>(i * k + j)]});
+          sum += xv * wv;
+          magnitude += std::fabs(xv * wv);
+        }
+        const double got = formats::to_float(Half{out[static_cast<std::size_t>(i * n + r)]});
+        ASSERT_NEAR(got, sum, std::ldexp(magnitude, -40) + f16_ulp(sum)) << "row " << i << " col " << r;
+      }
+    }
+  }
+}
+
+TEST(GgmlBlockRepack, BadBlockSpecsNameTheField) {
+  WeightOnlySpec spec = weight_blocks_spec(WeightBlocks::q6_k);
+  spec.bits = 4;
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 256), "spec.bits: Q6_K weights are 6-bit, got 4");
+  spec = weight_blocks_spec(WeightBlocks::q4_k);
+  spec.act_dtype = DType::bf16;
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 256), "spec.act_dtype: Q4_K weights take f16 activations");
+  spec = weight_blocks_spec(WeightBlocks::q5_k);
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 300), "K = 300 is not a whole number of Q5_K blocks (256)");
+  spec.group_size = 32;
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 256), "spec.group_size: Q5_K blocks are 256 wide, got 32");
+  spec = weight_blocks_spec(WeightBlocks::q5_0);
+  spec.zero_point = true;
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 64), "spec.zero_point: Q5_0 has no min");
+  std::vector<std::uint8_t> codes(1024);
+  std::vector<float> scales(8);
+  PackedWeights out{weight_blocks_spec(WeightBlocks::q5_0), 8, 32,
+                    TensorView::vector(codes.data(), DType::u8, Device::cpu, 704), TensorView{}, TensorView{}};
+  EXPECT_LOWBIT_ERROR(pack_weights(TensorView::matrix(codes.data(), DType::u8, Device::cpu, 8, 16),
+                                   TensorView::vector(scales.data(), DType::f32, Device::cpu, 8), TensorView{}, out),
+                      "out.spec.blocks: Q5_0 weights are packed from their GGUF blocks");
+  // A block-form weight with a scale view: the codes hold the scales.
+  std::vector<std::uint16_t> x(32), y(8), s16(8);
+  PackedWeights w = out;
+  w.scales = TensorView::vector(s16.data(), DType::f16, Device::cpu, 8);
+  EXPECT_LOWBIT_ERROR(weight_only_gemm(TensorView::matrix(x.data(), DType::f16, Device::cpu, 1, 32), w, TensorView{},
+                                       TensorView::matrix(y.data(), DType::f16, Device::cpu, 1, 8), nullptr),
+                      "w.scales, w.mins: Q5_0 weights keep their scales in the codes");
+}
+
+}  // namespace
+}  // namespace lowbit::engine
