@@ -100,12 +100,13 @@ constexpr double kLogitTolerance = 1e-2;  // measured on the H100 (c56c064): <= 
 
 // Prefill logits (530 rows: crosses the 512-row chunk) and those of 20 single-token
 // steps, against the CPU's, both following the CPU's choice; prints the errors.
-void expect_logits_match_cpu(const Model& cpu_model, const GpuModel& gpu_model, const KvCacheOptions& options) {
+void expect_logits_match_cpu(const Model& cpu_model, const GpuModel& gpu_model, const KvCacheOptions& options,
+                             double tolerance = kLogitTolerance) {
   const std::vector<std::int32_t> prompt = prompt_tokens(530, cpu_model.config().vocab);
   CpuSession cpu(cpu_model, options, 560);
   GpuSession gpu(gpu_model, options, 560);
   const double prefill = relative_error(gpu.forward(prompt, true), cpu.forward(prompt, true));
-  EXPECT_LT(prefill, kLogitTolerance);
+  EXPECT_LT(prefill, tolerance);
   double decode = 0;
   std::int32_t token = 5;
   for (int step = 0; step < 20; ++step) {
@@ -114,7 +115,7 @@ void expect_logits_match_cpu(const Model& cpu_model, const GpuModel& gpu_model, 
     decode = std::max(decode, relative_error(g_logits, c_logits));
     token = engine::argmax(c_logits);  // both follow the CPU's choice
   }
-  EXPECT_LT(decode, kLogitTolerance);
+  EXPECT_LT(decode, tolerance);
   EXPECT_EQ(gpu.position(), cpu.position());
   EXPECT_EQ(gpu.kv_bytes(), cpu.kv_bytes());
   std::printf("prefill max rel. logit error %.2e, decode %.2e\n", prefill, decode);
@@ -266,7 +267,15 @@ std::vector<PolicyCase> qwen2_policy_cases() {
 }
 
 // qwen2 within the llama's tolerance: the same f16 roundings, and the bias's own f16
-// rounding (2^-11 of it) is below that of the GEMM output it joins.
+// rounding (2^-11 of it) is below that of the GEMM output it joins. INT4 bodies of the
+// synthesized models are the exception: their keys (random weights plus biases, rope
+// base 1e6) sit near INT4 rounding boundaries often enough that the GPU's f16 K moves
+// a few codes by one step (1/15 of a token's range) against the CPU's f32 K: measured
+// on the H100 (f2309c3) 1.3e-2 .. 3.6e-2 for them (full 1.4e-3, INT8 <= 4.8e-3, the
+// tiny qwen2's INT4 2.8e-3), so INT4 gets 6e-2; a wrong bias or RoPE gives 0.1 .. 1
+// (Qwen2TestsSeeTheBiasesAndTheRopeStyle).
+constexpr double kSynthInt4Tolerance = 6e-2;
+
 TEST_F(EngineGpu, Qwen2LogitsMatchCpu) {
   for (const NamedModel& named : qwen2_models()) {
     const Loaded m(named.gguf);
@@ -275,7 +284,8 @@ TEST_F(EngineGpu, Qwen2LogitsMatchCpu) {
     for (const PolicyCase& c : qwen2_policy_cases()) {
       SCOPED_TRACE(named.name + ", " + c.name);
       std::printf("%-22s %-24s ", named.name.c_str(), c.name);
-      expect_logits_match_cpu(m.cpu, m.gpu, c.options);
+      const bool synth_int4 = named.name.rfind("tiny-qwen2", 0) == 0 && c.options.kv_bits == 4;
+      expect_logits_match_cpu(m.cpu, m.gpu, c.options, synth_int4 ? kSynthInt4Tolerance : kLogitTolerance);
     }
   }
 }
