@@ -64,7 +64,7 @@ def expected_tensors(shape, matrix_type):
 
 
 @pytest.mark.parametrize("preset, shape, matrix_type", [
-    *[("tiny", TINY, t) for t in ["Q4_1", "Q4_0", "Q8_0", "F16", "Q4_K", "Q5_K", "Q6_K"]],
+    *[("tiny", TINY, t) for t in ["Q4_1", "Q4_0", "Q8_0", "F16", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]],
     *[("tiny-qwen2", TINY_QWEN2, t) for t in ["Q4_1", "Q4_K", "Q6_K"]],
 ])
 def test_synth_tiny_reads_in_gguf(tmp_path, preset, shape, matrix_type):

@@ -9,7 +9,8 @@
 namespace lowbit::engine {
 namespace {
 
-constexpr std::array<GgmlType, 7> k_matrix_types{GgmlType::q4_1, GgmlType::q4_0, GgmlType::q8_0, GgmlType::f16,
+constexpr std::array<GgmlType, 9> k_matrix_types{GgmlType::q4_1, GgmlType::q4_0, GgmlType::q8_0,
+                                                  GgmlType::f16,  GgmlType::q5_0, GgmlType::q5_1,
                                                   GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
 // llama.cpp's llama_ftype of a file whose matrices are of one type (the K-quants' "S"
@@ -20,6 +21,8 @@ std::uint32_t file_type(GgmlType matrix_type) {
     case GgmlType::q4_0: return 2;
     case GgmlType::q4_1: return 3;
     case GgmlType::q8_0: return 7;
+    case GgmlType::q5_0: return 8;
+    case GgmlType::q5_1: return 9;
     case GgmlType::q4_k: return 14;
     case GgmlType::q5_k: return 16;
     case GgmlType::q6_k: return 18;
