@@ -37,22 +37,22 @@ void cpu_relax() {
 #endif
 }
 
-// Spins until ready() or the spin budget is spent; every few rounds it offers the
-// core to another runnable thread (sched_yield returns at once when there is none).
+// Spins until ready() or the spin budget is spent. It does not sched_yield: with a
+// busy process on the same core, a yield hands that process the rest of a time slice
+// (milliseconds), so a worker that yielded between regions missed the next ones and
+// its core's half share went to waste (tg128 beside a pinned busy loop: 58 tok/s with
+// the yield, 67 without; bench/notes/cpu_engine.md). After the budget it sleeps.
 template <class Ready>
 bool spin_until(Ready ready) {
   static const std::int64_t budget_us = ThreadPool::spin_microseconds();
   if (budget_us <= 0) return ready();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(budget_us);
-  for (int round = 0;; ++round) {
-    for (int i = 0; i < 16; ++i) {
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
       cpu_relax();
     }
-    if (round % 4 == 3) {
-      sched_yield();
-      if (std::chrono::steady_clock::now() >= deadline) return ready();
-    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
   }
 }
 
@@ -88,6 +88,7 @@ std::int64_t ThreadPool::spin_microseconds() {
 
 ThreadPool::ThreadPool(int threads) {
   LOWBIT_CHECK(threads >= 1, "thread pool: threads = ", threads, ", expected >= 1");
+  backup_delay_ns_.store(backup_delay_ns(), std::memory_order_relaxed);
   job_words_ = std::make_unique<std::atomic<std::uint64_t>[]>(kHeaderWords + kMaxJobBytes / 8);
   committed_ = std::make_unique<std::atomic<std::uint32_t>[]>(static_cast<std::size_t>(kMaxBackedTasks));
   workers_.reserve(static_cast<std::size_t>(threads - 1));
@@ -229,11 +230,12 @@ void ThreadPool::run_backed(std::int64_t tasks, const void* job, std::size_t job
 
   const std::int64_t start = now_ns();
   const std::int64_t ran = work(generation);
-  // Every task is claimed. Wait a little for the others' tasks (about two of this
-  // thread's own, at least LOWBIT_CPU_BACKUP_US, default 20 us), then compute the
-  // unfinished ones again here: a thread that still holds one has most likely been
-  // descheduled.
-  const std::int64_t delay = backup_delay_ns() + (ran > 0 ? 2 * (now_ns() - start) / ran : 0);
+  // Every task is claimed. Wait a little for the others' tasks ($LOWBIT_CPU_BACKUP_US,
+  // default 20 us, plus two of this thread's own; 0: at once), then compute the unfinished ones
+  // again here: a thread that still holds one has most likely been descheduled. The
+  // caller never sleeps in a backed job: it either sees the job done or does it.
+  const std::int64_t fixed = backup_delay_ns_.load(std::memory_order_relaxed);
+  const std::int64_t delay = fixed == 0 ? 0 : fixed + (ran > 0 ? 2 * (now_ns() - start) / ran : 0);
   const std::int64_t backup_at = now_ns() + delay;
   const auto total = static_cast<std::uint32_t>(tasks);
   thread_local std::vector<float> out;

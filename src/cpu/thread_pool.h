@@ -4,9 +4,10 @@
 // the pool's workers and returns when all calls are done. Tasks are claimed one at a
 // time from a shared counter, so a thread that the OS deschedules holds back only the
 // task it is in: the others take the rest. A waiting thread spins for a short while
-// (the gap between two regions of a forward pass is a few microseconds), yielding its
-// core to any other runnable thread as it does, and then sleeps in the kernel (futex),
-// so that an idle worker never keeps a busy core from the thread that has work.
+// (the gap between two regions of a forward pass is a few microseconds; it does not
+// sched_yield, which would hand a busy neighbour process a whole time slice), and then
+// sleeps in the kernel (futex), so that an idle worker never keeps a busy core from
+// the thread that has work.
 // (OpenMP's default, spinning ~3 ms before sleeping, made decode 36-50x slower when
 // other processes used the cores; bench/notes/cpu_engine.md.)
 //
@@ -84,7 +85,12 @@ class ThreadPool {
   // Returns once no thread is still computing a task of a finished backed job (a late
   // thread reads the job's weights): before the memory such jobs point to is freed.
   void quiesce();
-  // Backup tasks run so far (counted for tests and measurements).
+  // The wait before the caller backs up unfinished tasks: this plus two of its own
+  // tasks' time (default 20 us, or $LOWBIT_CPU_BACKUP_US); 0 backs them up at once
+  // (tests: every task in flight is raced).
+  void set_backup_delay_us(std::int64_t us) { backup_delay_ns_.store(us * 1000, std::memory_order_relaxed); }
+  // Backup tasks committed so far (tasks the caller finished before the thread that
+  // held them; counted for tests and measurements).
   std::int64_t backups() const { return backups_.load(std::memory_order_relaxed); }
 
   // How long a waiting thread spins before it sleeps, in microseconds (default 50;
@@ -128,6 +134,7 @@ class ThreadPool {
   std::unique_ptr<std::atomic<std::uint32_t>[]> committed_;
   std::atomic<int> in_work_{0};  // threads inside work() (quiesce waits for none)
   std::atomic<std::int64_t> backups_{0};
+  std::atomic<std::int64_t> backup_delay_ns_;
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
