@@ -108,13 +108,15 @@ struct BackedJob {
 };
 
 TEST(ThreadPool, BackedJobEveryTaskCommittedOnce) {
+  // What compute() reads must outlive the job (a late thread may still read it after
+  // run_backed returns); y and commits are touched only by commit(), within the job.
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> stalls{0}, stalled_in{-1};
   for (int threads : {1, 2, 4}) {
     ThreadPool pool(threads);
-    const std::thread::id caller = std::this_thread::get_id();
     for (std::int64_t tasks : {1, 2, 7, 64}) {
       std::vector<float> y(static_cast<std::size_t>(tasks), -1.0f);
       std::vector<std::atomic<int>> commits(static_cast<std::size_t>(tasks));
-      std::atomic<int> stalls{0}, stalled_in{-1};
       const BackedJob job{y.data(), commits.data(), &stalls, &caller, &stalled_in, 0, 100.0f};
       pool.run_backed(tasks, &job, sizeof job, 1, &BackedJob::compute, &BackedJob::commit);
       for (std::int64_t i = 0; i < tasks; ++i) {
