@@ -1,6 +1,9 @@
 #include "engine/cpu_matmul.h"
 
 #include <algorithm>
+#include <cstring>
+#include <new>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/thread_pool.h"
@@ -36,6 +39,59 @@ void block_rows_as_f32(const WeightMatrix& w, std::int64_t r0, std::int64_t rows
     cpu_kernels::matmul_nt(x, n, w.cols(), decoded.data(), count, y + r0 + g, ldy);
   }
 }
+
+// A decode matmul as a backed job of the pool (ThreadPool::run_backed): everything a
+// task reads travels by value (the quantized input after the header) but the weights,
+// so a thread that the OS descheduled in a task and that finishes it late reads no
+// buffer the session has reused since; its result goes to its own buffer and only the
+// first thread to finish a task copies it into y.
+struct BackedMatmul {
+  struct Target {
+    cpu::WeightBlockType type;
+    const std::uint8_t* w;  // row 0's blocks
+    std::int64_t row_bytes, rows, first_task;
+    float* y;
+  };
+  Target targets[3];
+  std::int64_t count, chunk, n, k;
+  // then q (n * k bytes, rounded up to 8), d and dsum (n * k / 32 floats each)
+
+  static std::size_t bytes_for(std::int64_t n, std::int64_t k) {
+    return sizeof(BackedMatmul) + static_cast<std::size_t>((n * k + 7) / 8 * 8) +
+           2 * sizeof(float) * static_cast<std::size_t>(n * k / 32);
+  }
+  const Target& target_of(std::int64_t task, std::int64_t& r0, std::int64_t& rows) const {
+    std::int64_t s = count - 1;
+    while (targets[s].first_task > task) --s;
+    r0 = (task - targets[s].first_task) * chunk;
+    rows = std::min(chunk, targets[s].rows - r0);
+    return targets[s];
+  }
+  static void compute(const void* job, std::int64_t task, float* out) {
+    const auto& m = *static_cast<const BackedMatmul*>(job);
+    // This thread's activations, filled from the job's copy.
+    thread_local cpu::QuantizedActivations x;
+    x.resize(m.n, m.k);
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&m + 1);
+    const auto blocks = static_cast<std::size_t>(m.n * m.k / 32);
+    std::memcpy(x.q.data(), bytes, static_cast<std::size_t>(m.n * m.k));
+    bytes += (m.n * m.k + 7) / 8 * 8;
+    std::memcpy(x.d.data(), bytes, blocks * sizeof(float));
+    std::memcpy(x.dsum.data(), bytes + blocks * sizeof(float), blocks * sizeof(float));
+    std::int64_t r0 = 0, rows = 0;
+    const Target& t = m.target_of(task, r0, rows);
+    cpu::block_matmul(t.type, t.w + r0 * t.row_bytes, t.row_bytes, rows, x, out, rows);
+  }
+  static void commit(const void* job, std::int64_t task, const float* out) {
+    const auto& m = *static_cast<const BackedMatmul*>(job);
+    std::int64_t r0 = 0, rows = 0;
+    const Target& t = m.target_of(task, r0, rows);
+    for (std::int64_t i = 0; i < m.n; ++i) {
+      std::memcpy(t.y + i * t.rows + r0, out + i * rows, static_cast<std::size_t>(rows) * sizeof(float));
+    }
+  }
+};
+static_assert(std::is_trivially_copyable_v<BackedMatmul>);
 
 }  // namespace
 
@@ -73,6 +129,32 @@ void matmul(const float* x, std::int64_t n, std::int64_t k, std::initializer_lis
   for (const MatmulTarget& t : targets) {
     spans.push_back({&t, tasks});
     tasks += (t.w->rows() + chunk - 1) / chunk;
+  }
+  const std::size_t job_bytes = BackedMatmul::bytes_for(n, k);
+  const bool all_blocks = std::all_of(targets.begin(), targets.end(),
+                                      [](const MatmulTarget& t) { return t.w->holds_blocks(); });
+  if (all_blocks && !as_f32 && targets.size() <= 3 && pool.threads() > 1 &&
+      cpu::ThreadPool::backed_fits(tasks, job_bytes)) {
+    thread_local std::vector<std::uint64_t> words;
+    words.resize((job_bytes + 7) / 8);
+    auto* job = new (words.data()) BackedMatmul{};
+    job->count = static_cast<std::int64_t>(spans.size());
+    job->chunk = chunk;
+    job->n = n;
+    job->k = k;
+    for (std::size_t s = 0; s < spans.size(); ++s) {
+      const WeightMatrix& w = *spans[s].target->w;
+      job->targets[s] = {w.block_type(), w.row_blocks(0), w.row_bytes(), w.rows(), spans[s].first_task,
+                         spans[s].target->y};
+    }
+    auto* bytes = reinterpret_cast<std::uint8_t*>(job + 1);
+    const auto blocks = static_cast<std::size_t>(n * k / 32);
+    std::memcpy(bytes, scratch.q.data(), static_cast<std::size_t>(n * k));
+    bytes += (n * k + 7) / 8 * 8;
+    std::memcpy(bytes, scratch.d.data(), blocks * sizeof(float));
+    std::memcpy(bytes + blocks * sizeof(float), scratch.dsum.data(), blocks * sizeof(float));
+    pool.run_backed(tasks, job, job_bytes, n * chunk, &BackedMatmul::compute, &BackedMatmul::commit);
+    return;
   }
   pool.run(tasks, [&](std::int64_t task) {
     std::size_t s = spans.size() - 1;

@@ -39,6 +39,8 @@ CpuSession::CpuSession(const Model& model, KvCacheOptions cache, std::int64_t ma
   rope_sin_ = std::move(table.sin);
 }
 
+CpuSession::~CpuSession() { cpu::quiesce_engine_pool(); }
+
 void CpuSession::reset() {
   cache_.reset();
   position_ = 0;

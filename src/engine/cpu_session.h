@@ -25,6 +25,11 @@ class CpuSession final : public Session {
  public:
   // max_tokens: the most positions this sequence may hold (the cache is sized for it).
   CpuSession(const Model& model, KvCacheOptions cache, std::int64_t max_tokens);
+  // Waits until no pool thread still computes a late copy of one of this session's
+  // matmul tasks (they read the model's weights: cpu/thread_pool.h, run_backed).
+  ~CpuSession() override;
+  CpuSession(const CpuSession&) = delete;
+  CpuSession& operator=(const CpuSession&) = delete;
 
   // Appends `tokens` at position() (a prefill when many, a decode step when one) and
   // returns logits: [n x vocab] for every appended position (all_logits) or [vocab]

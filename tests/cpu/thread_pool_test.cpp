@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <thread>
 #include <vector>
@@ -76,6 +77,91 @@ TEST(ThreadPool, CallersOnSeveralThreadsTakeTurns) {
   }
   for (std::thread& t : callers) t.join();
   EXPECT_TRUE(ok.load());
+}
+
+// run_backed: a job whose tasks travel by value. Task i's result is `base + i` in
+// out[0]; commit copies it to y[i] and counts the commit.
+struct BackedJob {
+  float* y;
+  std::atomic<int>* commits;           // per task
+  std::atomic<int>* stalls_left;       // tasks a worker (not the caller) sleeps in
+  const std::thread::id* caller;
+  std::atomic<int>* stalled_in;        // the task a worker slept in, or -1
+  int stall_ms;
+  float base;
+
+  static void compute(const void* job, std::int64_t task, float* out) {
+    const auto& j = *static_cast<const BackedJob*>(job);
+    if (std::this_thread::get_id() != *j.caller && j.stalls_left->fetch_sub(1) > 0) {
+      j.stalled_in->store(static_cast<int>(task));
+      std::this_thread::sleep_for(std::chrono::milliseconds(j.stall_ms));  // descheduled, as it were
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));  // a task long enough to share
+    }
+    out[0] = j.base + static_cast<float>(task);
+  }
+  static void commit(const void* job, std::int64_t task, const float* out) {
+    const auto& j = *static_cast<const BackedJob*>(job);
+    j.y[task] = out[0];
+    j.commits[task].fetch_add(1);
+  }
+};
+
+TEST(ThreadPool, BackedJobEveryTaskCommittedOnce) {
+  // What compute() reads must outlive the job (a late thread may still read it after
+  // run_backed returns); y and commits are touched only by commit(), within the job.
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> stalls{0}, stalled_in{-1};
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (std::int64_t tasks : {1, 2, 7, 64}) {
+      std::vector<float> y(static_cast<std::size_t>(tasks), -1.0f);
+      std::vector<std::atomic<int>> commits(static_cast<std::size_t>(tasks));
+      const BackedJob job{y.data(), commits.data(), &stalls, &caller, &stalled_in, 0, 100.0f};
+      pool.run_backed(tasks, &job, sizeof job, 1, &BackedJob::compute, &BackedJob::commit);
+      for (std::int64_t i = 0; i < tasks; ++i) {
+        EXPECT_EQ(y[static_cast<std::size_t>(i)], 100.0f + static_cast<float>(i));
+        EXPECT_EQ(commits[static_cast<std::size_t>(i)].load(), 1);
+      }
+    }
+  }
+}
+
+// A worker that stalls in a task (as a thread descheduled by a busy process on its
+// core) holds the job back only ~20 us + two tasks: the caller computes the task
+// again and commits it; the worker's result, finished later, is dropped, and does not
+// land in the next job's outputs either.
+TEST(ThreadPool, BackedJobDoesNotWaitForAStalledWorker) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  constexpr int kStallMs = 300;
+  constexpr std::int64_t kTasks = 64;
+  std::vector<float> y1(kTasks, -1.0f), y2(kTasks, -1.0f);
+  std::vector<std::atomic<int>> commits1(kTasks), commits2(kTasks);
+  std::atomic<int> stalls{1}, stalled_in{-1}, no_stalls{0}, unused{-1};
+  const BackedJob job1{y1.data(), commits1.data(), &stalls, &caller, &stalled_in, kStallMs, 100.0f};
+  const std::int64_t backups_before = pool.backups();
+  const auto start = std::chrono::steady_clock::now();
+  // The worker may not wake before the caller has claimed every task: try a few jobs.
+  for (int attempt = 0; attempt < 50 && stalled_in.load() < 0; ++attempt) {
+    pool.run_backed(kTasks, &job1, sizeof job1, 1, &BackedJob::compute, &BackedJob::commit);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_GE(stalled_in.load(), 0) << "the worker never took a task";
+  EXPECT_LT(ms, kStallMs / 2) << "the job waited for the stalled worker";
+  EXPECT_GE(pool.backups() - backups_before, 1);
+  // The next job runs while the worker still sleeps in job 1's task.
+  const BackedJob job2{y2.data(), commits2.data(), &no_stalls, &caller, &unused, 0, 1000.0f};
+  pool.run_backed(kTasks, &job2, sizeof job2, 1, &BackedJob::compute, &BackedJob::commit);
+  pool.quiesce();  // the worker has woken and finished its late task
+  const double ms_all = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(ms_all, kStallMs);
+  for (std::int64_t i = 0; i < kTasks; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    EXPECT_EQ(y1[u], 100.0f + static_cast<float>(i)) << "task " << i;
+    EXPECT_EQ(y2[u], 1000.0f + static_cast<float>(i)) << "task " << i;
+    EXPECT_EQ(commits2[u].load(), 1) << "task " << i;
+  }
 }
 
 TEST(ThreadPool, EnginePoolFollowsTheThreadCount) {
