@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "engine/gguf/ggml_codes.h"
 #include "engine/gguf/k_scales.h"
 #include "formats/float16.h"
 #include "lowbit/error.h"
@@ -46,22 +47,18 @@ void put_two_scale_block(float d0, float d1, const int (&q)[32], std::uint8_t* o
   put_bytes(q, out + 8);
 }
 
-// The fifth bits of Q5_0 / Q5_1: bit j of the word belongs to value j.
-void five_bit_codes(const std::uint8_t* qh_bytes, const std::uint8_t* qs, int (&q)[32]) {
-  std::uint32_t qh;
-  std::memcpy(&qh, qh_bytes, 4);
-  for (int j = 0; j < 16; ++j) {
-    q[j] = (qs[j] & 15) | static_cast<int>(((qh >> j) & 1) << 4);
-    q[j + 16] = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-  }
+// 32 stored codes (ggml_codes.h) plus `offset`, as the blocks' ints.
+void codes_plus(const std::uint8_t* codes, int offset, int (&q)[32]) {
+  for (int j = 0; j < 32; ++j) q[j] = codes[j] + offset;
 }
 
 // dequant.cpp: (lo - 16) * d. As q8_0: the code lo - 16 (-16..15) times the same d.
 void q5_0(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
   for (std::int64_t b = 0; b < blocks; ++b, src += 22, dst += 34) {
+    std::uint8_t codes[32];
+    q5_codes(src + 2, src + 6, codes);
     int q[32];
-    five_bit_codes(src + 2, src + 6, q);
-    for (int& v : q) v -= 16;
+    codes_plus(codes, -16, q);
     std::memcpy(dst, src, 2);
     put_bytes(q, dst + 2);
   }
@@ -70,8 +67,10 @@ void q5_0(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
 // dequant.cpp: q * d + m, two roundings; d * q is the same product.
 void q5_1(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
   for (std::int64_t b = 0; b < blocks; ++b, src += 24, dst += 40) {
+    std::uint8_t codes[32];
+    q5_codes(src + 4, src + 8, codes);
     int q[32];
-    five_bit_codes(src + 4, src + 8, q);
+    codes_plus(codes, 0, q);
     put_scale_offset_block(f16_at(src), f16_at(src + 2), q, false, dst);
   }
 }
@@ -82,47 +81,34 @@ template <bool five_bits>
 void q4_k_or_q5_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
   constexpr int block_bytes = five_bits ? 176 : 144;
   constexpr int out_bytes = five_bits ? 40 : 24;
+  std::uint8_t codes[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += block_bytes) {
     const float d = f16_at(src);
     const float dmin = f16_at(src + 2);
-    const std::uint8_t* packed = src + 4;
-    const std::uint8_t* qh = src + 16;
-    const std::uint8_t* qs = src + (five_bits ? 48 : 16);
-    for (int pair = 0; pair < 4; ++pair, qs += 32) {
-      for (int nibble = 0; nibble < 2; ++nibble, dst += out_bytes) {
-        const int sub = 2 * pair + nibble;
-        const KScaleMin sm = unpack_k_scale_min(packed, sub);
-        const float dl = d * static_cast<float>(sm.scale);
-        const float ml = dmin * static_cast<float>(sm.min);
-        int q[32];
-        for (int l = 0; l < 32; ++l) {
-          const int high = five_bits ? ((qh[l] >> sub) & 1) << 4 : 0;
-          q[l] = ((qs[l] >> (4 * nibble)) & 15) | high;
-        }
-        put_scale_offset_block(dl, -ml, q, !five_bits, dst);
-      }
+    q4_k_codes(src, five_bits, codes);
+    for (int sub = 0; sub < 8; ++sub, dst += out_bytes) {
+      const KScaleMin sm = unpack_k_scale_min(src + 4, sub);
+      int q[32];
+      codes_plus(codes + 32 * sub, 0, q);
+      put_scale_offset_block(d * static_cast<float>(sm.scale), -(dmin * static_cast<float>(sm.min)), q, !five_bits,
+                             dst);
     }
   }
 }
 
-// dequant.cpp: d * scale * value, evaluated as (d * scale) * value. Element 32 * k + l
-// of a half is sub-block 2k + l / 16: a block of 32 is two sub-blocks.
+// dequant.cpp: d * scale * value, evaluated as (d * scale) * value. A block of 32 is two
+// sub-blocks of 16.
 void q6_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
+  std::uint8_t codes[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += 210) {
     const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);
     const float d = f16_at(src + 208);
-    for (int half = 0; half < 2; ++half) {
-      const std::uint8_t* ql = src + 64 * half;
-      const std::uint8_t* qh = src + 128 + 32 * half;
-      const std::int8_t* sc = scales + 8 * half;
-      for (int k = 0; k < 4; ++k, dst += 40) {
-        int q[32];
-        for (int l = 0; l < 32; ++l) {
-          const int low = (ql[l + 32 * (k % 2)] >> (k < 2 ? 0 : 4)) & 15;
-          q[l] = (low | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-        }
-        put_two_scale_block(d * static_cast<float>(sc[2 * k]), d * static_cast<float>(sc[2 * k + 1]), q, dst);
-      }
+    q6_k_codes(src, codes);
+    for (int block = 0; block < 8; ++block, dst += 40) {
+      int q[32];
+      codes_plus(codes + 32 * block, -32, q);
+      put_two_scale_block(d * static_cast<float>(scales[2 * block]), d * static_cast<float>(scales[2 * block + 1]), q,
+                          dst);
     }
   }
 }

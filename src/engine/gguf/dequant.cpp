@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/gguf/ggml_codes.h"
 #include "engine/gguf/k_scales.h"
 #include "formats/float16.h"
 #include "engine/gguf/finite_values.h"
@@ -54,26 +55,14 @@ void q4_1(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   }
 }
 
-// Q5_0 / Q5_1: as Q4_0 / Q4_1 with a fifth bit per element in a 32-bit word after the
-// scale (and min): bit j belongs to element j. Q5_1 is q * d + m in two roundings, as
-// ggml's reference and gguf's NumPy decoder compute it.
-std::uint32_t high_bits(const std::uint8_t* p) {
-  std::uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  return bits;
-}
-
+// Q5_0 / Q5_1: as Q4_0 / Q4_1 with a fifth bit per element (ggml_codes.h). Q5_1 is
+// q * d + m in two roundings, as ggml's reference and gguf's NumPy decoder compute it.
 void q5_0(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   for (std::int64_t b = 0; b < blocks; ++b, src += 22, dst += 32) {
     const float d = f16_at(src);
-    const std::uint32_t qh = high_bits(src + 2);
-    const std::uint8_t* qs = src + 6;
-    for (int j = 0; j < 16; ++j) {
-      const int lo = (qs[j] & 15) | static_cast<int>(((qh >> j) & 1) << 4);
-      const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-      dst[j] = static_cast<float>(lo - 16) * d;
-      dst[j + 16] = static_cast<float>(hi - 16) * d;
-    }
+    std::uint8_t q[32];
+    q5_codes(src + 2, src + 6, q);
+    for (int j = 0; j < 32; ++j) dst[j] = static_cast<float>(q[j] - 16) * d;
   }
 }
 
@@ -81,14 +70,9 @@ void q5_1(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   for (std::int64_t b = 0; b < blocks; ++b, src += 24, dst += 32) {
     const float d = f16_at(src);
     const float m = f16_at(src + 2);
-    const std::uint32_t qh = high_bits(src + 4);
-    const std::uint8_t* qs = src + 8;
-    for (int j = 0; j < 16; ++j) {
-      const int lo = (qs[j] & 15) | static_cast<int>(((qh >> j) & 1) << 4);
-      const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-      dst[j] = static_cast<float>(lo) * d + m;
-      dst[j + 16] = static_cast<float>(hi) * d + m;
-    }
+    std::uint8_t q[32];
+    q5_codes(src + 4, src + 8, q);
+    for (int j = 0; j < 32; ++j) dst[j] = static_cast<float>(q[j]) * d + m;
   }
 }
 
@@ -148,53 +132,32 @@ void q3_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   }
 }
 
-// Q4_K: d, dmin, scales[12] (k_scales.h), qs[128]. Each 64 elements read 32 bytes:
-// the low nibbles are sub-block 2i, the high nibbles sub-block 2i + 1. Q5_K: the same
-// with qh[32] before qs, the fifth bit of element l of sub-block s being bit s of qh[l].
+// Q4_K / Q5_K: d, dmin, scales[12] (k_scales.h), the codes (ggml_codes.h) of eight
+// sub-blocks of 32. Q6_K: the codes, scales[16] (int8) for sub-blocks of 16, d.
 template <bool five_bits>
 void q4_k_or_q5_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   constexpr int block_bytes = five_bits ? 176 : 144;
+  std::uint8_t q[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += block_bytes) {
     const float d = f16_at(src);
     const float dmin = f16_at(src + 2);
-    const std::uint8_t* packed = src + 4;
-    const std::uint8_t* qh = src + 16;
-    const std::uint8_t* q = src + (five_bits ? 48 : 16);
-    for (int pair = 0; pair < 4; ++pair, q += 32) {
-      for (int nibble = 0; nibble < 2; ++nibble) {
-        const int sub = 2 * pair + nibble;
-        const KScaleMin sm = unpack_k_scale_min(packed, sub);
-        const float dl = d * static_cast<float>(sm.scale);
-        const float ml = dmin * static_cast<float>(sm.min);
-        for (int l = 0; l < 32; ++l) {
-          const int high = five_bits ? ((qh[l] >> sub) & 1) << 4 : 0;
-          *dst++ = dl * static_cast<float>(((q[l] >> (4 * nibble)) & 15) | high) - ml;
-        }
-      }
+    q4_k_codes(src, five_bits, q);
+    for (int sub = 0; sub < 8; ++sub) {
+      const KScaleMin sm = unpack_k_scale_min(src + 4, sub);
+      const float dl = d * static_cast<float>(sm.scale);
+      const float ml = dmin * static_cast<float>(sm.min);
+      for (int l = 0; l < 32; ++l) *dst++ = dl * static_cast<float>(q[32 * sub + l]) - ml;
     }
   }
 }
 
-// Q6_K: ql[128], qh[64], scales[16] (int8), d. Each 128-element half reads 64 bytes
-// of ql and 32 of qh: element 32 * k + l (k = 0..3, l < 32) takes the low (k < 2) or
-// high (k >= 2) nibble of ql[l + 32 * (k % 2)] and bits 2k, 2k + 1 of qh[l], minus 32;
-// its sub-block of 16 is 2k + l / 16 within the half.
 void q6_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
-  for (std::int64_t b = 0; b < blocks; ++b, src += 210) {
+  std::uint8_t q[256];
+  for (std::int64_t b = 0; b < blocks; ++b, src += 210, dst += 256) {
     const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);
     const float d = f16_at(src + 208);
-    for (int half = 0; half < 2; ++half, dst += 128) {
-      const std::uint8_t* ql = src + 64 * half;
-      const std::uint8_t* qh = src + 128 + 32 * half;
-      const std::int8_t* sc = scales + 8 * half;
-      for (int k = 0; k < 4; ++k) {
-        for (int l = 0; l < 32; ++l) {
-          const int low = (ql[l + 32 * (k % 2)] >> (k < 2 ? 0 : 4)) & 15;
-          const int value = (low | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-          dst[32 * k + l] = d * static_cast<float>(sc[2 * k + l / 16]) * static_cast<float>(value);
-        }
-      }
-    }
+    q6_k_codes(src, q);
+    for (int j = 0; j < 256; ++j) dst[j] = d * static_cast<float>(scales[j / 16]) * static_cast<float>(q[j] - 32);
   }
 }
 

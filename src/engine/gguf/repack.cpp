@@ -8,6 +8,7 @@
 #include "formats/float16.h"
 #include "formats/weight_pack.h"
 #include "engine/gguf/finite_values.h"
+#include "engine/gguf/ggml_codes.h"
 #include "engine/gguf/k_scales.h"
 #include "lowbit/error.h"
 
@@ -96,13 +97,9 @@ void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields
       f.min[0] = with_min ? u16_at(b + 2) : std::uint16_t{0};
       f.finite_check[0] = half_at(b);
       if (with_min) f.finite_check[1] = half_at(b + 2);
-      std::uint32_t qh;
-      std::memcpy(&qh, b + (with_min ? 4 : 2), 4);
-      const std::uint8_t* qs = b + (with_min ? 8 : 6);
-      for (int j = 0; j < 16; ++j) {
-        f.q[j] = static_cast<std::uint8_t>((qs[j] & 15) | (((qh >> j) & 1) << 4));
-        f.q[j + 16] = static_cast<std::uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
-      }
+      std::uint8_t q[32];
+      q5_codes(b + (with_min ? 4 : 2), b + (with_min ? 8 : 6), q);
+      std::memcpy(f.q, q, 32);
       return;
     }
     case formats::WeightBlocks::q4_k:
@@ -111,36 +108,19 @@ void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields
       f.factor = u16_at(b) | (static_cast<std::uint32_t>(u16_at(b + 2)) << 16);
       f.finite_check[0] = half_at(b);
       f.finite_check[1] = half_at(b + 2);
-      const std::uint8_t* qh = b + 16;
-      const std::uint8_t* q = b + (five ? 48 : 16);
-      for (int pair = 0; pair < 4; ++pair, q += 32) {
-        for (int nibble = 0; nibble < 2; ++nibble) {
-          const int sub = 2 * pair + nibble;
-          const KScaleMin sm = unpack_k_scale_min(b + 4, sub);
-          f.scale[sub] = static_cast<std::uint16_t>(sm.scale | (sm.min << 8));
-          for (int l = 0; l < 32; ++l) {
-            const int high = five ? ((qh[l] >> sub) & 1) << 4 : 0;
-            f.q[32 * sub + l] = static_cast<std::uint8_t>(((q[l] >> (4 * nibble)) & 15) | high);
-          }
-        }
+      q4_k_codes(b, five, f.q);
+      for (int sub = 0; sub < 8; ++sub) {
+        const KScaleMin sm = unpack_k_scale_min(b + 4, sub);
+        f.scale[sub] = static_cast<std::uint16_t>(sm.scale | (sm.min << 8));
       }
       return;
     }
     case formats::WeightBlocks::q6_k: {  // ql[128], qh[64], scales[16] (int8), d: as dequant.cpp
       f.factor = u16_at(b + 208);
       f.finite_check[0] = half_at(b + 208);
-      const std::uint8_t* scales = b + 192;
-      for (int half = 0; half < 2; ++half) {
-        const std::uint8_t* ql = b + 64 * half;
-        const std::uint8_t* qh = b + 128 + 32 * half;
-        for (int k = 0; k < 4; ++k) {
-          const int sub = 4 * half + k;  // the 32-wide sub-block: its two 16-wide scales
-          f.scale[sub] = static_cast<std::uint16_t>(scales[8 * half + 2 * k] | (scales[8 * half + 2 * k + 1] << 8));
-          for (int l = 0; l < 32; ++l) {
-            const int low = (ql[l + 32 * (k % 2)] >> (k < 2 ? 0 : 4)) & 15;
-            f.q[128 * half + 32 * k + l] = static_cast<std::uint8_t>(low | (((qh[l] >> (2 * k)) & 3) << 4));
-          }
-        }
+      q6_k_codes(b, f.q);
+      for (int sub = 0; sub < 8; ++sub) {  // the 32-wide sub-block: its two 16-wide scales
+        f.scale[sub] = static_cast<std::uint16_t>(b[192 + 2 * sub] | (b[192 + 2 * sub + 1] << 8));
       }
       return;
     }

@@ -1,0 +1,56 @@
+// The stored codes of ggml's Q5_0 / Q5_1 and K-quant blocks, in value order, unsigned
+// (before any offset: Q5_0's -16, Q6_K's -32): the one place that knows their bit
+// layouts, shared by the decoder (dequant.cpp), the CPU repack (cpu_block_repack.cpp)
+// and the GPU repack (repack.cpp).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace lowbit::engine {
+
+// Q5_0 / Q5_1: 16 bytes of nibbles (byte j: value j low, value j + 16 high) and a
+// 32-bit word of fifth bits (bit j: value j).
+inline void q5_codes(const std::uint8_t* qh_bytes, const std::uint8_t* qs, std::uint8_t (&q)[32]) {
+  std::uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<std::uint8_t>((qs[j] & 15) | (((qh >> j) & 1) << 4));
+    q[j + 16] = static_cast<std::uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+  }
+}
+
+// Q4_K / Q5_K super-block (d, dmin, scales[12], (qh[32],) qs[128]): value 32 s + l of
+// sub-block s. Each 64 values read 32 bytes of qs: low nibbles sub-block 2i, high
+// nibbles 2i + 1; Q5_K's fifth bit of value l of sub-block s is bit s of qh[l].
+inline void q4_k_codes(const std::uint8_t* block, bool five_bits, std::uint8_t (&q)[256]) {
+  const std::uint8_t* qh = block + 16;
+  const std::uint8_t* qs = block + (five_bits ? 48 : 16);
+  for (int pair = 0; pair < 4; ++pair, qs += 32) {
+    for (int nibble = 0; nibble < 2; ++nibble) {
+      const int sub = 2 * pair + nibble;
+      for (int l = 0; l < 32; ++l) {
+        const int high = five_bits ? ((qh[l] >> sub) & 1) << 4 : 0;
+        q[32 * sub + l] = static_cast<std::uint8_t>(((qs[l] >> (4 * nibble)) & 15) | high);
+      }
+    }
+  }
+}
+
+// Q6_K super-block (ql[128], qh[64], scales[16], d): value 128 h + 32 k + l (half h,
+// k = 0..3, l < 32) takes the low (k < 2) or high (k >= 2) nibble of ql[64 h + l +
+// 32 (k % 2)] and bits 2k, 2k + 1 of qh[32 h + l]; its scale is scales[value / 16].
+inline void q6_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) {
+  for (int half = 0; half < 2; ++half) {
+    const std::uint8_t* ql = block + 64 * half;
+    const std::uint8_t* qh = block + 128 + 32 * half;
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const int low = (ql[l + 32 * (k % 2)] >> (k < 2 ? 0 : 4)) & 15;
+        q[128 * half + 32 * k + l] = static_cast<std::uint8_t>(low | (((qh[l] >> (2 * k)) & 3) << 4));
+      }
+    }
+  }
+}
+
+}  // namespace lowbit::engine
