@@ -116,27 +116,15 @@ void q6_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
 // dequant.cpp: dl * value with dl = d * (scale - 32); sub-blocks of 16 in order, so a
 // block of 32 is the two parts of one (half, shift) pass.
 void q3_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
+  std::uint8_t codes[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += 110) {
-    const std::uint8_t* hmask = src;
-    const std::uint8_t* packed = src + 96;
     const float d = f16_at(src + 108);
-    int sub = 0, pass = 0;
-    for (int half = 0; half < 2; ++half) {
-      const std::uint8_t* qs = src + 32 + 32 * half;
-      for (int shift = 0; shift < 8; shift += 2, ++pass, dst += 40) {
-        float dl[2];
-        int q[32];
-        for (int part = 0; part < 2; ++part, ++sub) {
-          const int low = (packed[sub % 8] >> (sub < 8 ? 0 : 4)) & 15;
-          const int high = (packed[8 + sub % 4] >> (2 * (sub / 4))) & 3;
-          dl[part] = d * static_cast<float>((low | (high << 4)) - 32);
-          for (int l = 0; l < 16; ++l) {
-            const int i = 16 * part + l;
-            q[i] = ((qs[i] >> shift) & 3) - (((hmask[i] >> pass) & 1) != 0 ? 0 : 4);
-          }
-        }
-        put_two_scale_block(dl[0], dl[1], q, dst);
-      }
+    q3_k_codes(src, codes);
+    for (int block = 0; block < 8; ++block, dst += 40) {
+      int q[32];
+      codes_plus(codes + 32 * block, -4, q);
+      put_two_scale_block(d * static_cast<float>(q3_k_scale(src, 2 * block)),
+                          d * static_cast<float>(q3_k_scale(src, 2 * block + 1)), q, dst);
     }
   }
 }

@@ -103,31 +103,15 @@ void q2_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   }
 }
 
-// Q3_K: hmask[32], qs[64], scales[12], d. Sixteen 6-bit signed scales (minus 32): the
-// low 4 bits of scale i in byte i % 8 (low nibble for i < 8, high for i >= 8), the top
-// 2 bits in byte 8 + i % 4 at bit 2 * (i / 4). The low 2 bits of each value as in Q2_K;
-// the third bit is bit (pass) of hmask[l], the pass counting 0..7 over both halves, and
-// a clear bit subtracts 4.
+// Q3_K: the codes and 6-bit signed scales of sixteen sub-blocks of 16 (ggml_codes.h), d.
 void q3_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  std::uint8_t q[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += 110) {
-    const std::uint8_t* hmask = src;
-    const std::uint8_t* packed = src + 96;
     const float d = f16_at(src + 108);
-    int sub = 0, pass = 0;
-    for (int half = 0; half < 2; ++half) {
-      const std::uint8_t* q = src + 32 + 32 * half;
-      for (int shift = 0; shift < 8; shift += 2, ++pass) {
-        for (int part = 0; part < 2; ++part, ++sub) {
-          const int low = (packed[sub % 8] >> (sub < 8 ? 0 : 4)) & 15;
-          const int high = (packed[8 + sub % 4] >> (2 * (sub / 4))) & 3;
-          const float dl = d * static_cast<float>((low | (high << 4)) - 32);
-          for (int l = 0; l < 16; ++l) {
-            const int i = 16 * part + l;
-            const int value = ((q[i] >> shift) & 3) - (((hmask[i] >> pass) & 1) != 0 ? 0 : 4);
-            *dst++ = dl * static_cast<float>(value);
-          }
-        }
-      }
+    q3_k_codes(src, q);
+    for (int sub = 0; sub < 16; ++sub) {
+      const float dl = d * static_cast<float>(q3_k_scale(src, sub));
+      for (int l = 0; l < 16; ++l) *dst++ = dl * static_cast<float>(q[16 * sub + l] - 4);
     }
   }
 }

@@ -37,6 +37,30 @@ inline void q4_k_codes(const std::uint8_t* block, bool five_bits, std::uint8_t (
   }
 }
 
+// Q3_K super-block (hmask[32], qs[64], scales[12], d): value 32 p + i (pass p = 0..7,
+// i < 32) takes bits 2 (p % 4) and 2 (p % 4) + 1 of qs[32 (p / 4) + i] and, as its third
+// bit, bit p of hmask[i]; the value is the code minus 4.
+inline void q3_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) {
+  const std::uint8_t* hmask = block;
+  for (int pass = 0; pass < 8; ++pass) {
+    const std::uint8_t* qs = block + 32 + 32 * (pass / 4);
+    for (int i = 0; i < 32; ++i) {
+      q[32 * pass + i] =
+          static_cast<std::uint8_t>(((qs[i] >> (2 * (pass % 4))) & 3) | (((hmask[i] >> pass) & 1) << 2));
+    }
+  }
+}
+
+// Q3_K's scale of sub-block s (values 16 s .. 16 s + 15), minus 32: its low 4 bits in
+// byte s % 8 of scales[12] (low nibble for s < 8, high for s >= 8), its top 2 bits in
+// byte 8 + s % 4 at bit 2 (s / 4).
+inline int q3_k_scale(const std::uint8_t* block, int s) {
+  const std::uint8_t* packed = block + 96;
+  const int low = (packed[s % 8] >> (s < 8 ? 0 : 4)) & 15;
+  const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
 // Q6_K super-block (ql[128], qh[64], scales[16], d): value 128 h + 32 k + l (half h,
 // k = 0..3, l < 32) takes the low (k < 2) or high (k >= 2) nibble of ql[64 h + l +
 // 32 (k % 2)] and bits 2k, 2k + 1 of qh[32 h + l]; its scale is scales[value / 16].
