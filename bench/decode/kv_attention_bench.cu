@@ -65,7 +65,11 @@ double bytes_read(const core::KvLayerShape& s, std::int64_t length, std::int64_t
          static_cast<double>(n_heads * s.head_dim) * 6.0;
 }
 
-const char* kernel_name(cuda::kv::AttentionKernel k) { return k == cuda::kv::AttentionKernel::mma ? "mma" : "simt"; }
+// mma: the tensor-core kernel; mma_swap: its variant with positions as the mma's M and P in
+// f16 only (attention_mma.cu), automatic's choice for GQA groups of up to 8.
+const char* kernel_name(cuda::kv::AttentionKernel k) {
+  return k == cuda::kv::AttentionKernel::mma ? "mma" : k == cuda::kv::AttentionKernel::mma_swap ? "mma_swap" : "simt";
+}
 
 }  // namespace
 
@@ -84,8 +88,9 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
               static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
               static_cast<long long>(o.sink), static_cast<long long>(o.window));
   std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n\n", copy_gbps);
-  std::printf("| context | policy | kernel | ms | MB read | GB/s | %% of copy ceiling | vs simt |\n"
-              "|---:|---|---|---:|---:|---:|---:|---|\n");
+  std::printf("| context | policy | kernel | ms min | ms median | ms max | MB read | GB/s | %% of copy ceiling "
+              "(median; at min) | vs simt |\n"
+              "|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
   Json rows = Json::array();
   for (const std::int64_t context : o.contexts) {
     for (const std::string& policy : o.policies) {
@@ -101,7 +106,8 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       const core::DecodeSpan span = core::decode_span(s, context);
       DeviceBuffer ref(static_cast<std::size_t>(o.n_heads * o.head_dim) * 4), out(ref.bytes());
       std::vector<float> ref_host(static_cast<std::size_t>(o.n_heads * o.head_dim)), out_host(ref_host.size());
-      for (const auto kernel : {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma}) {
+      for (const auto kernel :
+           {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma, cuda::kv::AttentionKernel::mma_swap}) {
         const std::size_t ws_bytes = core::decode_workspace_bytes(
             o.n_heads, o.head_dim, cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel).splits);
         DeviceBuffer ws(ws_bytes);
@@ -112,7 +118,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
         launch(0, kernel == cuda::kv::AttentionKernel::simt ? ref.data() : out.data());
         LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
         std::string check = "reference";
-        if (kernel == cuda::kv::AttentionKernel::mma) {
+        if (kernel != cuda::kv::AttentionKernel::simt) {
           LOWBIT_CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
           LOWBIT_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
           double num = 0, den = 0;
@@ -124,12 +130,18 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
           std::snprintf(text, sizeof text, "rel %.1e", std::sqrt(num / std::max(den, 1e-30)));
           check = text;
         }
-        const double ms = gpu_median_ms([&](int i) { launch(i, out.data()); }, stream);
+        const std::vector<double> samples = gpu_sample_ms([&](int i) { launch(i, out.data()); }, stream);
+        const double ms = median(samples);
+        const double ms_min = *std::min_element(samples.begin(), samples.end());
+        const double ms_max = *std::max_element(samples.begin(), samples.end());
         const double gbps = bytes / (ms * 1e6);
-        std::printf("| %lld | %s | %s | %.4f | %.1f | %.0f | %.0f%% | %s |\n", static_cast<long long>(context),
-                    policy.c_str(), kernel_name(kernel), ms, bytes / 1e6, gbps, 100.0 * gbps / copy_gbps, check.c_str());
+        std::printf("| %lld | %s | %s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
+                    static_cast<long long>(context), policy.c_str(), kernel_name(kernel), ms_min, ms, ms_max,
+                    bytes / 1e6, gbps, 100.0 * gbps / copy_gbps, 100.0 * bytes / (ms_min * 1e6) / copy_gbps,
+                    check.c_str());
         Json row = Json::object();
         row.set("context", context).set("policy", policy).set("kernel", kernel_name(kernel)).set("ms", ms);
+        row.set("ms_min", ms_min).set("ms_max", ms_max);
         row.set("bytes", bytes).set("gbps", gbps).set("pct_copy", 100.0 * gbps / copy_gbps).set("check", check);
         rows.push(row);
       }

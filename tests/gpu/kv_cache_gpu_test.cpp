@@ -142,9 +142,10 @@ TEST_F(KvCacheGpu, AppendWritesTheCpuQuantizeBuffers) {
   }
 }
 
-// Each kernel (simt, mma) against the twin: every policy, head_dim 64 and 128, lengths from
-// one token to several splits (4097: a last split of one position), GQA groups 3 and 4
-// everywhere and every group from 1 to 8 at two lengths, f32 and f16 outputs.
+// Each kernel (simt, mma, mma_swap) against the twin: every policy, head_dim 64 and 128,
+// lengths from one token to several splits (4097: a last split of one position), GQA
+// groups 3 and 4 everywhere and every group from 1 to 8 at two lengths (mma_swap also 9
+// and 16, which run mma's math), f32 and f16 outputs.
 struct Heads {
   std::int64_t h, hkv;
 };
@@ -158,7 +159,7 @@ struct AttentionCase {
 
 std::vector<AttentionCase> attention_cases() {
   std::vector<AttentionCase> out;
-  for (const auto kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
+  for (const auto kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap}) {
     for (const std::int64_t d : {64, 128}) {
       for (const Heads hh : {Heads{9, 3}, Heads{32, 8}}) {
         for (const std::int64_t length : {1, 7, 31, 33, 48, 49, 300, 4097, 5000}) out.push_back({kernel, d, hh, length});
@@ -167,8 +168,15 @@ std::vector<AttentionCase> attention_cases() {
     for (std::int64_t ratio = 1; ratio <= 8; ++ratio) {
       for (const std::int64_t length : {65, 2049}) out.push_back({kernel, 128, Heads{2 * ratio, 2}, length});
     }
+    if (kernel == ce::AttentionKernel::mma_swap) {
+      for (const std::int64_t ratio : {9, 16}) out.push_back({kernel, 64, Heads{2 * ratio, 2}, 300});
+    }
   }
   return out;
+}
+
+const char* kernel_label(ce::AttentionKernel k) {
+  return k == ce::AttentionKernel::mma ? "mma" : k == ce::AttentionKernel::mma_swap ? "mma_swap" : "simt";
 }
 
 TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
@@ -178,7 +186,7 @@ TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
       const std::int64_t d = ac.d, length = ac.length;
       const Heads hh = ac.heads;
       for (DType out_dtype : {DType::f32, DType::f16}) {
-        SCOPED_TRACE(std::string(c.name) + (ac.kernel == ce::AttentionKernel::mma ? " mma" : " simt") + " D " +
+        SCOPED_TRACE(std::string(c.name) + " " + kernel_label(ac.kernel) + " D " +
                      std::to_string(d) + " H " + std::to_string(hh.h) + "/" + std::to_string(hh.hkv) +
                      " length " + std::to_string(length) + " out " + dtype_name(out_dtype));
         const ce::KvLayerShape s = kv_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
@@ -216,7 +224,12 @@ TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
             std::memcpy(&bits, raw.data() + 2 * e, 2);
             got = formats::half_to_float({bits});
           }
-          const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) +
+          // mma_swap (a group of up to 8) rounds each weight p (times V's scale) to f16 once,
+          // without the lo part: relative 2^-11 a weight, so at most 2^-11 of sum p |v - min|
+          // / sum p <= 2^-11 (2 vmax) (INT4: |code * scale| = |v - min| <= 2 vmax).
+          const bool f16_p = ac.kernel == ce::AttentionKernel::mma_swap && hh.h / hh.hkv <= 8;
+          const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15 +
+                                            (f16_p ? 0x1p-10 : 0.0)) +
                              (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
           const double err = std::fabs(static_cast<double>(got) - ref.out[e]);
           if (!(err <= tol)) {
@@ -228,7 +241,7 @@ TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
         EXPECT_EQ(bad, 0) << "elements out of tolerance; splits " << plan.splits << " of " << plan.split_len;
         if (length == 5000 && out_dtype == DType::f32) {
           std::printf("%s %s D %lld H %lld/%lld length 5000: %lld splits of %lld, worst error %.3f of tolerance\n",
-                      c.name, ac.kernel == ce::AttentionKernel::mma ? "mma" : "simt", static_cast<long long>(d),
+                      c.name, kernel_label(ac.kernel), static_cast<long long>(d),
                       static_cast<long long>(hh.h), static_cast<long long>(hh.hkv),
                       static_cast<long long>(plan.splits), static_cast<long long>(plan.split_len), worst);
         }
@@ -365,14 +378,17 @@ TEST_F(KvCacheGpu, AppendWithRopeRotatesLikeTheCpu) {
 
 // The graph form (position in device memory, the plan of max_length, the combine fused
 // into the split kernel): with max_length = length it is the host form bit for bit; with
-// a longer max_length (splits past the end do no work) it agrees within the combine's
-// rounding; called twice, the counters it leaves behind give the same result again.
+// a longer max_length (splits past the end exit at once) it agrees within the combine's
+// rounding; calls of both plans alternating on one workspace, the counters each leaves
+// behind serve the next (a batch engine's caches of different capacities share one). Both
+// tensor-core variants (mma; mma_swap, automatic's choice here).
 TEST_F(KvCacheGpu, GraphFormMatchesTheHostForm) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t d = 64, heads = 9, hkv = 3, capacity = 6000;
+  for (const auto kernel : {ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap})
   for (const Case& c : kCases) {
     for (std::int64_t length : {1, 7, 300, 2000}) {
-      SCOPED_TRACE(std::string(c.name) + " length " + std::to_string(length));
+      SCOPED_TRACE(std::string(c.name) + " " + kernel_label(kernel) + " length " + std::to_string(length));
       const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
       const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
       const auto q = random_f16(rng, heads, d, 1.5f);
@@ -385,14 +401,16 @@ TEST_F(KvCacheGpu, GraphFormMatchesTheHostForm) {
       LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice));
       core::DeviceBuffer host_ws(ws.bytes());
       ce::kv_attention(s, layer.dev, core::decode_span(s, length), qd.data(), heads, host_out.data(), DType::f32,
-                           host_ws.data(), host_ws.bytes(), nullptr);
+                           host_ws.data(), host_ws.bytes(), nullptr, kernel);
       const std::vector<float> want = download<float>(host_out.data(), heads * d);
       LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws.bytes()));
-      for (std::int64_t max_length : {length, capacity, capacity}) {
+      // One workspace for plans of both lengths, the larger first: its partials cover
+      // where the smaller plan's would end, so the counters must not live there.
+      for (std::int64_t max_length : {capacity, length, capacity, length}) {
         GuardedBuffer out(heads * d * 4);
         out.poison(kFloatPoison);
         ce::kv_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), max_length, qd.data(), heads, out.data(),
-                                DType::f32, ws.data(), ws.bytes(), nullptr);
+                                DType::f32, ws.data(), ws.bytes(), nullptr, false, kernel);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(out.guards_intact("out"));
         std::vector<float> got(static_cast<std::size_t>(heads * d));
@@ -419,14 +437,15 @@ TEST_F(KvCacheGpu, GraphFormMatchesTheHostForm) {
 // Each step's output equals bit for bit that of the same call without early loads, made
 // after the append finished: a row read before the append wrote it (the new token's;
 // selective's token leaving the window) would show. At the end the cache holds the
-// twin's bytes.
+// twin's bytes. Both tensor-core variants (mma; mma_swap, automatic's choice here).
 TEST_F(KvCacheGpu, EarlyLoadsWaitForTheAppendedRows) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t d = 64, heads = 9, hkv = 3, length = 150, capacity = 400;
   cudaStream_t stream = nullptr;
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const auto kernel : {ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap})
   for (const Case& c : kCases) {
-    SCOPED_TRACE(c.name);
+    SCOPED_TRACE(std::string(c.name) + " " + kernel_label(kernel));
     const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
     const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
     const auto q = random_f16(rng, length * heads, d, 1.5f);
@@ -449,7 +468,7 @@ TEST_F(KvCacheGpu, EarlyLoadsWaitForTheAppendedRows) {
       for (auto [out, history_complete] : {std::pair{&early, true}, std::pair{&late, false}}) {
         LOWBIT_CUDA_CHECK(cudaMemsetAsync(out->data(), 0xff, out->bytes(), stream));
         ce::kv_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), capacity, qp, heads, out->data(), DType::f32,
-                                ws.data(), ws_bytes, stream, history_complete);
+                                ws.data(), ws_bytes, stream, history_complete, kernel);
       }
       LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
       const std::vector<std::uint8_t> a = download<std::uint8_t>(early.data(), early.bytes());
@@ -497,7 +516,8 @@ TEST_F(KvCacheGpu, RowsFormMatchesOneAtATime) {
             ce::kv_append(s, layer->dev, pos, row_at(pos) + q_cols, row_at(pos) + q_cols + hkv * d, nullptr);
           }
         }
-        // One at a time: append, then attend with the host form (f16 out, padded rows).
+        // One at a time: append, then attend with the host form (f16 out, padded rows), on
+        // the kernel the rows form runs (simt; automatic's mma_swap rounds P to f16).
         GuardedBuffer want(static_cast<std::size_t>(ch.rows * out_ld * 2)), got(want.bytes());
         want.poison(kFloatPoison);
         got.poison(kFloatPoison);
@@ -507,7 +527,7 @@ TEST_F(KvCacheGpu, RowsFormMatchesOneAtATime) {
           ce::kv_append(s, one.dev, pos, row_at(pos) + q_cols, row_at(pos) + q_cols + hkv * d, nullptr);
           ce::kv_attention(s, one.dev, core::decode_span(s, pos + 1), row_at(pos), heads,
                                static_cast<std::uint16_t*>(want.data()) + r * out_ld, DType::f16, ws.data(),
-                               ws.bytes(), nullptr);
+                               ws.bytes(), nullptr, ce::AttentionKernel::simt);
         }
         // The rows form.
         const ce::ChunkRows chunk{chunk_rows.data(), ch.rows, ld, q_cols, q_cols + hkv * d, ch.pos0};

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "cuda/kv/kv_cuda.h"
+#include "cuda/kv/paged_address.cuh"
 #include "core/pdl.cuh"
 #include "formats/code_scheme.h"
 #include "formats/hadamard.h"
@@ -36,6 +37,10 @@ struct AppendArgs {
   AppendRope rope;  // rope.cos null: no rotation
   bool history_complete;
   std::uint16_t* ring_backup;  // selective: the overwritten ring slot's FP16 values, [2][kv_heads][D]
+  // Paged form (paged.descs set; kernels compiled with Paged): blockIdx.z is the batch
+  // row, its k, v and q in the rows (rows_ld halves apart; q at column 0).
+  PagedArgs paged{};
+  long long rows_ld = 0, k_col = 0, v_col = 0;
 };
 
 // The angles of `pos` for a lane's E / 2 pairs of consecutive channels (c0 = lane * E,
@@ -198,10 +203,10 @@ __device__ __forceinline__ void rotate_in_place(const A& t, __half* p, bool hada
   for (int i = 0; i < E; ++i) p[i] = __float2half_rn(x[i]);
 }
 
-// Quantizes one head's D values (E per lane) into the body slot of position `body_pos`.
+// Quantizes one head's D values (E per lane) into a body position's rows (`rows`: its
+// KV head 0's).
 template <int D, class Scheme>
-__device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long long body_pos, int head,
-                             const float (&x)[D / 32]) {
+__device__ void quantize_head(const BodyRow& rows, int head, const float (&x)[D / 32]) {
   constexpr int E = D / 32;
   const int lane = static_cast<int>(threadIdx.x);
   std::uint32_t abs_bits = 0;
@@ -219,8 +224,7 @@ __device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long lo
     hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
   }
   const auto p = formats::HalfParams<Scheme>::from_range(formats::bits_to_float(abs_bits), lo, hi);
-  const long long param = body_pos * s.kv_heads + head;
-  std::uint8_t* codes = part.codes + param * (Scheme::kBits == 8 ? D : D / 2);
+  std::uint8_t* codes = rows.codes + head * (Scheme::kBits == 8 ? D : D / 2);
   if constexpr (Scheme::kBits == 8) {
     std::uint32_t packed = 0;
 #pragma unroll
@@ -241,26 +245,69 @@ __device__ void quantize_head(const KvLayerShape& s, const KvPart& part, long lo
     }
   }
   if (lane == 0) {
-    part.scales[param] = p.scale.bits;
-    if (part.mins) part.mins[param] = p.min.bits;
+    rows.scales[head] = p.scale.bits;
+    if constexpr (Scheme::kBits == 4) rows.mins[head] = p.min.bits;  // INT4 asymmetric
   }
 }
 
-template <int D, class Scheme, bool kNeox>
-__global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
+// Where the append of position pos writes (Paged: through the row's table; a page the
+// table does not hold is flagged and yields null: nothing is written).
+template <bool Paged>
+__device__ __forceinline__ std::uint8_t* write_page(const AppendArgs& a, const std::int32_t* table, long long pos) {
+  if constexpr (Paged) {
+    return page_or_null(a.paged, table, pos);
+  } else {
+    return nullptr;
+  }
+}
+
+template <int D, class Scheme, bool kNeox, bool Paged>
+__global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
   constexpr int E = D / 32;
   pdl_trigger();
-  if (!a.history_complete) pdl_wait();
+  if (!args.history_complete) pdl_wait();
+  AppendArgs a = args;
   const KvLayerShape& s = a.shape;
-  const long long pos = a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos;
+  long long pos = a.device_pos ? static_cast<long long>(*a.device_pos) : a.pos;
+  const std::int32_t* table = nullptr;
+  if constexpr (Paged) {
+    PagedRow row;
+    const long long b = blockIdx.z;
+    if (!paged_row(a.paged, static_cast<int>(b), row)) return;
+    pos = row.pos;
+    table = row.table;
+    if (row.fixed) {
+      a.layer.k.f16 = row.fixed;
+      a.layer.v.f16 = row.fixed + fixed_part_halves(a.paged.layout);
+    }
+    const __half* base = a.k + b * a.rows_ld;  // a.k: the rows' base
+    a.k = base + a.k_col;
+    a.v = base + a.v_col;
+    a.rope.q = const_cast<__half*>(base);
+  }
   const int head = static_cast<int>(blockIdx.x);
   const int c0 = static_cast<int>(threadIdx.x) * E;
   const bool is_v = blockIdx.y == 1;
   const Angles<E, kNeox> angles = is_v ? Angles<E, kNeox>{} : load_angles<E, kNeox>(a.rope, pos, c0);  // V: not rotated
   const KvPart& part = is_v ? a.layer.v : a.layer.k;
   // The FP16 slot of pos (window, selective, full; not int8 / int4, whose sink and
-  // window are 0).
-  auto f16_slot = [&] { return part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + c0; };
+  // window are 0); paged full: in its page (null: not held).
+  auto f16_slot = [&]() -> std::uint16_t* {
+    if (Paged && s.window == 0) {
+      std::uint8_t* page = write_page<Paged>(a, table, pos);
+      return page ? f16_row_in(a.paged.layout, page, is_v, head, pos) + c0 : nullptr;
+    }
+    return part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + c0;
+  };
+  // The body rows of position p (null codes: not held).
+  auto body_rows = [&](long long p) -> BodyRow {
+    if constexpr (Paged) {
+      std::uint8_t* page = write_page<Paged>(a, table, p);
+      return page ? body_row_in(a.paged.layout, page, is_v, p) : BodyRow{};
+    } else {
+      return contiguous_body_row(s, part, p);
+    }
+  };
   if constexpr (Scheme::kBits != 0) {
     if (blockIdx.y < 2 && s.window > 0 && pos >= s.sink + s.window) {
       // pos - window leaves the window; its ring slot is pos's. Quantize its FP16 value
@@ -268,7 +315,8 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
       const std::uint16_t* slot = f16_slot();
       float old[E];
       load_halves(slot, old);
-      quantize_head<D, Scheme>(s, part, pos - s.window - s.body_base, head, old);
+      const BodyRow rows = body_rows(pos - s.window);
+      if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
       if (a.ring_backup) {  // so that this append can be taken back (kv_restore_ring_slot)
         std::uint16_t* b = a.ring_backup + ((is_v ? s.kv_heads : 0) + head) * D + c0;
 #pragma unroll
@@ -291,11 +339,13 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs a) {
 
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
-      quantize_head<D, Scheme>(s, part, pos - s.body_base, head, x);
+      const BodyRow rows = body_rows(pos);
+      if (rows.codes) quantize_head<D, Scheme>(rows, head, x);
       return;
     }
   }
   std::uint16_t* slot = f16_slot();
+  if (!slot) return;
 #pragma unroll
   for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));  // exact: x holds f16 values
 }
@@ -320,15 +370,18 @@ __global__ void __launch_bounds__(32) rope_rows_kernel(ChunkRows c, AppendRope r
 
 struct AppendRowsArgs {
   KvLayerShape shape;
-  KvLayerBuffers layer;
+  KvLayerBuffers layer;  // paged: the sequence's fixed area (window, selective)
   ChunkRows chunk;
   const std::uint16_t* snapshot;  // [2][kv_heads][window][D]
+  // Paged form (kernels compiled with Paged): the pool and the sequence's page table.
+  PagedArgs paged{};
+  const std::int32_t* table = nullptr;
 };
 
 // Prefill, append: grid (kv_heads, 2 (K, V), rows), one warp each; order-free, so the
 // rows run in parallel: a ring slot is written by its last writer in the chunk only, and
 // a token leaving the window is read from the chunk or the snapshot, never from the ring.
-template <int D, class Scheme>
+template <int D, class Scheme, bool Paged>
 __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
   constexpr int E = D / 32;
   pdl_trigger();
@@ -343,11 +396,22 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
   auto chunk_row = [&](long long r) {
     return static_cast<const __half*>(c.base) + r * c.ld + (is_v ? c.v_col : c.k_col) + head * D + c0;
   };
+  // The body rows of position p (paged: in its page; null codes when the table does not
+  // hold it, flagged: nothing is written).
+  auto body_rows = [&](long long p) -> BodyRow {
+    if constexpr (Paged) {
+      std::uint8_t* page = page_or_null(a.paged, a.table, p);
+      return page ? body_row_in(a.paged.layout, page, is_v, p) : BodyRow{};
+    } else {
+      return contiguous_body_row(s, part, p);
+    }
+  };
   float x[E];
   load_halves(chunk_row(row), x);
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
-      quantize_head<D, Scheme>(s, part, t - s.body_base, head, x);
+      const BodyRow rows = body_rows(t);
+      if (rows.codes) quantize_head<D, Scheme>(rows, head, x);
       return;
     }
     if (t >= s.sink + s.window) {  // t - window leaves the window
@@ -358,12 +422,20 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
       } else {
         load_halves(a.snapshot + ((is_v ? s.kv_heads : 0) + head) * s.window * D + (u % s.window) * D + c0, old);
       }
-      quantize_head<D, Scheme>(s, part, u - s.body_base, head, old);
+      const BodyRow rows = body_rows(u);
+      if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
     }
   }
   const bool in_ring = s.window > 0 && t >= s.sink;
   if (in_ring && t < c.pos0 + c.rows - s.window) return;  // a later row of the chunk takes this slot
-  std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(t)) * D + c0;
+  std::uint16_t* slot;
+  if (Paged && s.window == 0) {  // full: the FP16 row in its page
+    std::uint8_t* page = page_or_null(a.paged, a.table, t);
+    if (!page) return;
+    slot = f16_row_in(a.paged.layout, page, is_v, head, t) + c0;
+  } else {
+    slot = part.f16 + (head * s.f16_slots() + s.slot(t)) * D + c0;
+  }
 #pragma unroll
   for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));
 }
@@ -373,26 +445,32 @@ struct NoBody {
   static constexpr int kBits = 0;
 };
 
-template <int D, bool kNeox>
-void launch(const AppendArgs& a, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), a.rope.cos ? 3 : 2);
+template <int D, bool kNeox, bool Paged>
+void launch(const AppendArgs& a, dim3 grid, cudaStream_t stream) {
   switch (a.shape.body) {
-    case KvBody::none: launch_pdl(kv_append_kernel<D, NoBody, kNeox>, grid, 32, 0, stream, a); break;
-    case KvBody::int8: launch_pdl(kv_append_kernel<D, formats::Int8Symmetric, kNeox>, grid, 32, 0, stream, a); break;
-    case KvBody::int4: launch_pdl(kv_append_kernel<D, formats::Int4Asymmetric, kNeox>, grid, 32, 0, stream, a); break;
+    case KvBody::none: launch_pdl(kv_append_kernel<D, NoBody, kNeox, Paged>, grid, 32, 0, stream, a); break;
+    case KvBody::int8:
+      launch_pdl(kv_append_kernel<D, formats::Int8Symmetric, kNeox, Paged>, grid, 32, 0, stream, a);
+      break;
+    case KvBody::int4:
+      launch_pdl(kv_append_kernel<D, formats::Int4Asymmetric, kNeox, Paged>, grid, 32, 0, stream, a);
+      break;
   }
 }
 
+// grid (kv_heads, K / V / the query heads with rope, batch rows of the paged form).
 template <int D>
-void launch(const AppendArgs& a, cudaStream_t stream) {
-  if (a.rope.cos && a.rope.neox) {
-    launch<D, true>(a, stream);
+void launch(const AppendArgs& a, cudaStream_t stream, unsigned rows) {
+  const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), a.rope.cos ? 3 : 2, rows);
+  const bool neox = a.rope.cos && a.rope.neox;
+  if (a.paged.descs) {
+    neox ? launch<D, true, true>(a, grid, stream) : launch<D, false, true>(a, grid, stream);
   } else {
-    launch<D, false>(a, stream);
+    neox ? launch<D, true, false>(a, grid, stream) : launch<D, false, false>(a, grid, stream);
   }
 }
 
-void run(const AppendArgs& a, cudaStream_t stream) {
+void run(const AppendArgs& a, cudaStream_t stream, unsigned rows = 1) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
   LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos,
@@ -405,9 +483,9 @@ void run(const AppendArgs& a, cudaStream_t stream) {
                  "), ", a.rope.n_heads, " query heads (a multiple of ", a.shape.kv_heads, "), tables and q set");
   }
   if (a.shape.head_dim == 64) {
-    launch<64>(a, stream);
+    launch<64>(a, stream, rows);
   } else {
-    launch<128>(a, stream);
+    launch<128>(a, stream, rows);
   }
 }
 
@@ -444,9 +522,22 @@ std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
   return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2);
 }
 
-void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
-                    cuda_stream_t stream) {
-  check_chunk_rows(shape, chunk, "kv_append_rows");
+namespace {
+
+template <int D, bool Paged>
+void launch_append_rows(const AppendRowsArgs& a, dim3 grid, cudaStream_t stream) {
+  switch (a.shape.body) {
+    case KvBody::none: launch_pdl(kv_append_rows_kernel<D, NoBody, Paged>, grid, 32, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(kv_append_rows_kernel<D, formats::Int8Symmetric, Paged>, grid, 32, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(kv_append_rows_kernel<D, formats::Int4Asymmetric, Paged>, grid, 32, 0, stream, a); break;
+  }
+}
+
+// kv_append_rows on a contiguous cache, or (a.table set) on a sequence's pages.
+void append_rows(const AppendRowsArgs& a, void* snapshot, cudaStream_t stream) {
+  const KvLayerShape& shape = a.shape;
+  const KvLayerBuffers& layer = a.layer;
+  const ChunkRows& chunk = a.chunk;
   const std::int64_t d = shape.head_dim;
   if (shape.window > 0) {
     LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
@@ -460,22 +551,35 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
       dst += width * rows;
     }
   }
-  const AppendRowsArgs a{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)};
   const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
-  auto go = [&](auto kernel) { launch_pdl(kernel, grid, 32, 0, stream, a); };
+  const bool paged = a.table != nullptr;
   if (d == 64) {
-    switch (shape.body) {
-      case KvBody::none: go(kv_append_rows_kernel<64, NoBody>); break;
-      case KvBody::int8: go(kv_append_rows_kernel<64, formats::Int8Symmetric>); break;
-      case KvBody::int4: go(kv_append_rows_kernel<64, formats::Int4Asymmetric>); break;
-    }
+    paged ? launch_append_rows<64, true>(a, grid, stream) : launch_append_rows<64, false>(a, grid, stream);
   } else {
-    switch (shape.body) {
-      case KvBody::none: go(kv_append_rows_kernel<128, NoBody>); break;
-      case KvBody::int8: go(kv_append_rows_kernel<128, formats::Int8Symmetric>); break;
-      case KvBody::int4: go(kv_append_rows_kernel<128, formats::Int4Asymmetric>); break;
-    }
+    paged ? launch_append_rows<128, true>(a, grid, stream) : launch_append_rows<128, false>(a, grid, stream);
   }
+}
+
+}  // namespace
+
+void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
+                    cuda_stream_t stream) {
+  check_chunk_rows(shape, chunk, "kv_append_rows");
+  append_rows(AppendRowsArgs{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)}, snapshot, stream);
+}
+
+void paged_kv_append_rows(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
+                          const std::int32_t* tables, const ChunkRows& chunk, void* snapshot, cuda_stream_t stream,
+                          std::int32_t* status) {
+  check_chunk_rows(layout.shape, chunk, "paged_kv_append_rows");
+  check_paged_rows_call(layout, layer, slot, tables, chunk, "paged_kv_append_rows");
+  AppendRowsArgs a{layout.shape, core::kv_fixed_area(layout, layer, slot), chunk,
+                   static_cast<const std::uint16_t*>(snapshot)};
+  if (layout.has_pages()) {
+    a.paged = PagedArgs{layout, layer, nullptr, tables, status, layout.max_tokens};
+    a.table = tables + slot * layout.table_stride;
+  }
+  append_rows(a, snapshot, stream);
 }
 
 void kv_append_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
@@ -518,6 +622,32 @@ void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerBuffers& layer
                " outside the cache or no backup");
   launch_pdl(restore_ring_slot_kernel, dim3(static_cast<unsigned>(shape.kv_heads), 2), 32, 0, stream, shape, layer,
              static_cast<long long>(pos), static_cast<const std::uint16_t*>(ring_backup));
+}
+
+void paged_kv_append(const KvPageLayout& layout, const KvPagedLayer& layer, const PagedBatch& batch,
+                     const BatchRows& rows, std::int64_t n_heads, cuda_stream_t stream, const AppendRope* rope,
+                     bool history_complete) {
+  const KvLayerShape& s = layout.shape;
+  const std::int64_t d = s.head_dim;
+  LOWBIT_CHECK(batch.descs && (batch.tables || !layout.has_pages()) && batch.batch >= 1 && batch.batch <= 65535,
+               "paged_kv_append: batch of ", batch.batch, " rows (1..65535) with device descriptors and page tables");
+  LOWBIT_CHECK(batch.max_length >= 1 && batch.max_length <= layout.max_tokens, "paged_kv_append: max_length ",
+               batch.max_length, ", expected 1..", layout.max_tokens);
+  LOWBIT_CHECK((layer.pages || !layout.has_pages()) && (layer.fixed || layout.fixed_slots() == 0),
+               "paged_kv_append: the layer's pages or fixed areas are missing");
+  LOWBIT_CHECK(rows.base && rows.k_col >= n_heads * d && rows.v_col >= n_heads * d &&
+                   rows.ld >= rows.k_col + s.kv_heads * d && rows.ld >= rows.v_col + s.kv_heads * d,
+               "paged_kv_append: rows of ld ", rows.ld, ", k_col ", rows.k_col, ", v_col ", rows.v_col, " for ",
+               n_heads, " query heads first and K, V inside a row");
+  AppendArgs a{s, KvLayerBuffers{}, 0, nullptr, static_cast<const __half*>(rows.base), nullptr,
+               rope ? *rope : AppendRope{}, history_complete, nullptr};
+  a.rope.n_heads = n_heads;
+  a.rope.q = rows.base;
+  a.paged = PagedArgs{layout, layer, batch.descs, batch.tables, batch.status, batch.max_length};
+  a.rows_ld = rows.ld;
+  a.k_col = rows.k_col;
+  a.v_col = rows.v_col;
+  run(a, stream, static_cast<unsigned>(batch.batch));
 }
 
 }  // namespace lowbit::cuda::kv

@@ -18,6 +18,7 @@
 // The combine kernel rescales the splits' partials by 2^(m_s - M) and divides by the sum.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -74,8 +75,9 @@ struct RawRow {
 };
 
 // Rows: the rows form's kernel (its ring positions are read from the chunk or the
-// snapshot); the decode kernels are compiled without that branch.
-template <int D, int Bits, bool Rows>
+// snapshot); the decode kernels are compiled without that branch. Paged: the paged
+// address map (paged_address.cuh).
+template <int D, int Bits, bool Rows, bool Paged>
 __device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int head, int pos, int sub) {
   const KvLayerShape& s = a.shape;
   const KvPart& part = is_v ? a.layer.v : a.layer.k;
@@ -88,6 +90,8 @@ __device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int he
             head * D;
     } else if (Rows && s.window > 0 && pos >= s.sink) {  // the ring's, before the chunk
       row = (is_v ? a.snap_v : a.snap_k) + (static_cast<long long>(head) * s.window + pos % s.window) * D;
+    } else if (Paged && s.window == 0) {  // full: FP16 pages
+      row = paged_f16_row(a.paged, a.table, is_v, head, pos);
     } else {
       const int slot = pos < s.sink ? pos : static_cast<int>(s.sink) + pos % static_cast<int>(s.window);
       row = part.f16 + (static_cast<long long>(head) * s.f16_slots() + slot) * D;
@@ -98,13 +102,13 @@ __device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int he
     return r;
   }
   if constexpr (Bits != 0) {
-    const long long param = static_cast<long long>(pos - s.body_base) * s.kv_heads + head;
-    r.b.x = load(part.scales + param, past_l1);  // f16 parameters
+    const BodyRow body = Paged ? paged_body_row(a.paged, a.table, is_v, pos) : contiguous_body_row(s, part, pos);
+    r.b.x = load(body.scales + head, past_l1);  // f16 parameters
     if constexpr (Bits == 8) {
-      r.a = load(reinterpret_cast<const uint4*>(part.codes + param * D + sub * kChannels), past_l1);
+      r.a = load(reinterpret_cast<const uint4*>(body.codes + head * D + sub * kChannels), past_l1);
     } else {
-      r.b.y = load(part.mins + param, past_l1);
-      const auto* codes = reinterpret_cast<const uint2*>(part.codes + param * (D / 2) + sub * (kChannels / 2));
+      r.b.y = load(body.mins + head, past_l1);
+      const auto* codes = reinterpret_cast<const uint2*>(body.codes + head * (D / 2) + sub * (kChannels / 2));
       const uint2 c = load(codes, past_l1);
       r.a.x = c.x;
       r.a.y = c.y;
@@ -135,18 +139,23 @@ __device__ __forceinline__ void decode_raw(const RawRow& r, bool body, float (&x
 }
 
 // The 16 channels of visible position `pos` of one part, decoded.
-template <int D, int Bits, bool Rows>
+template <int D, int Bits, bool Rows, bool Paged>
 __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head, int pos, int sub,
                                          float (&x)[kChannels]) {
-  decode_raw<Bits>(load_raw<D, Bits, Rows>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
+  decode_raw<Bits>(load_raw<D, Bits, Rows, Paged>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
 }
 
-template <int D, int GQ, int Bits, bool Rows>
+template <int D, int GQ, int Bits, bool Rows, bool Paged>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
   if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  if constexpr (Paged && !Rows) {  // the rows form's table and fixed area are set by the host
+    if (!enter_paged_row(a, D)) return;
+  }
+  const int active = active_splits(a);
+  if (static_cast<int>(blockIdx.x) >= active) return;  // past the length: no partials (fused combine)
   if constexpr (Rows) {
     const long long z = blockIdx.z;
     resolve_span(a, a.rows_pos0 + a.row0 + z + 1);
@@ -185,8 +194,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
       if (j >= n) continue;
       const int p = position(i0 + j);
       if ((a.prefetch && appended_now(a, p)) != appended) continue;
-      kpre[t] = load_raw<D, Bits, Rows>(a, false, head, p, sub);
-      vpre[t] = load_raw<D, Bits, Rows>(a, true, head, p, sub);
+      kpre[t] = load_raw<D, Bits, Rows, Paged>(a, false, head, p, sub);
+      vpre[t] = load_raw<D, Bits, Rows, Paged>(a, true, head, p, sub);
     }
   };
   fetch(false);
@@ -234,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
     const int j = base + row;
     float x[kChannels] = {};
-    if (j < n) load_row<D, Bits, Rows>(a, false, head, position(i0 + j), sub, x);
+    if (j < n) load_row<D, Bits, Rows, Paged>(a, false, head, position(i0 + j), sub, x);
     score(j, x);
   }
   __syncthreads();
@@ -280,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     const int j = base + row;
     if (j >= n) continue;
     float x[kChannels];
-    load_row<D, Bits, Rows>(a, true, head, position(i0 + j), sub, x);
+    load_row<D, Bits, Rows, Paged>(a, true, head, position(i0 + j), sub, x);
     accumulate(j, x);
   }
 #pragma unroll
@@ -299,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     }
   }
   __syncthreads();
-  if (a.splits == 1) {  // nothing to combine: out = acc / l, the combine's value (its weight is 2^0)
+  if (active == 1) {  // nothing to combine: out = acc / l, the combine's value (its weight is 2^0)
     for (int t = static_cast<int>(threadIdx.x); t < GQ * D; t += kThreads) {
       const int g = t / D, d = t % D;
       float sum = 0.0f;
@@ -331,20 +340,20 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   __threadfence();
   __syncthreads();
   __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1u) == static_cast<unsigned>(a.splits) - 1;
+  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1u) == static_cast<unsigned>(active) - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
   // scores[] is free now: it holds the combine weights (splits <= kMaxSplit, checked).
   __shared__ float totals[GQ];
   if (warp < GQ) {
-    const float l = combine_weights(a.max_sum, a.splits, h0 + warp, scores[warp], lane);
+    const float l = combine_weights(a.max_sum, a.splits, active, h0 + warp, scores[warp], lane);
     if (lane == 0) totals[warp] = l;
   }
   __syncthreads();
   for (int t = static_cast<int>(threadIdx.x); t < GQ * D / 2; t += kThreads) {
     const int g = 2 * t / D, h = h0 + g, c = 2 * t % D;
-    const float2 v = combine_pair(a.acc, scores[g], totals[g], a.splits, D, h, c);
+    const float2 v = combine_pair(a.acc, scores[g], totals[g], a.splits, active, D, h, c);
     if (a.out_f16) {
       static_cast<__half*>(a.out)[h * D + c] = __float2half_rn(v.x);
       static_cast<__half*>(a.out)[h * D + c + 1] = __float2half_rn(v.y);
@@ -370,7 +379,7 @@ __global__ void decode_combine_kernel(const float* acc, const float* max_sum, in
   __shared__ float total;
   const int h = static_cast<int>(blockIdx.x), c = static_cast<int>(threadIdx.x);
   if (c < 32) {
-    const float l = combine_weights(max_sum, splits, h, weights, c);
+    const float l = combine_weights(max_sum, splits, splits, h, weights, c);
     if (c == 0) total = l;
   }
   __syncthreads();
@@ -382,12 +391,22 @@ __global__ void decode_combine_kernel(const float* acc, const float* max_sum, in
   }
 }
 
-template <int D, int GQ, bool Rows>
+template <int D, int GQ, bool Rows, bool Paged>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
   switch (a.shape.body) {
-    case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0, Rows>, grid, kThreads, 0, stream, a); break;
-    case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8, Rows>, grid, kThreads, 0, stream, a); break;
-    case KvBody::int4: launch_pdl(decode_split_kernel<D, GQ, 4, Rows>, grid, kThreads, 0, stream, a); break;
+    case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0, Rows, Paged>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8, Rows, Paged>, grid, kThreads, 0, stream, a); break;
+    case KvBody::int4: launch_pdl(decode_split_kernel<D, GQ, 4, Rows, Paged>, grid, kThreads, 0, stream, a); break;
+  }
+}
+
+template <int D, bool Paged>
+void launch_split_gq(const SplitArgs& a, int gq, dim3 grid, cudaStream_t stream) {
+  switch (gq) {
+    case 1: launch_split<D, 1, false, Paged>(a, grid, stream); break;
+    case 2: launch_split<D, 2, false, Paged>(a, grid, stream); break;
+    case 3: launch_split<D, 3, false, Paged>(a, grid, stream); break;
+    default: launch_split<D, 4, false, Paged>(a, grid, stream); break;
   }
 }
 
@@ -395,20 +414,21 @@ void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
 template <int D>
 void launch_split(const SplitArgs& a, int gq, dim3 grid, cudaStream_t stream) {
   if (a.rows_pos0 >= 0) {
-    launch_split<D, 1, true>(a, grid, stream);
-    return;
-  }
-  switch (gq) {
-    case 1: launch_split<D, 1, false>(a, grid, stream); break;
-    case 2: launch_split<D, 2, false>(a, grid, stream); break;
-    case 3: launch_split<D, 3, false>(a, grid, stream); break;
-    default: launch_split<D, 4, false>(a, grid, stream); break;
+    a.table ? launch_split<D, 1, true, true>(a, grid, stream) : launch_split<D, 1, true, false>(a, grid, stream);
+  } else if (a.paged.descs) {
+    launch_split_gq<D, true>(a, gq, grid, stream);
+  } else {
+    launch_split_gq<D, false>(a, gq, grid, stream);
   }
 }
 
 }  // namespace
 
 namespace {
+
+// Bytes of the fused combine's counters at the start of a workspace: one unsigned a block
+// row, rounded up to 16 bytes so that the partials after them keep their alignment.
+std::size_t counters_bytes(std::size_t counters) { return (counters * sizeof(unsigned) + 15) / 16 * 16; }
 
 // Whether the decode forms run on the tensor-core kernel.
 bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
@@ -419,24 +439,42 @@ bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel k
   return fits;
 }
 
+// Whether the mma kernel runs its swapped variant (positions as M, f16 P): automatic takes
+// it where the group fits (H100: 2-20% faster than mma at every length and policy measured,
+// bench/notes/decode.md); mma names the other variant.
+bool uses_swap(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
+  return (kernel == AttentionKernel::mma_swap || kernel == AttentionKernel::automatic) &&
+         n_heads / shape.kv_heads <= kMmaSwapMaxGroup;
+}
+
 // Blocks a SM that the split plan fills the device with: the mma kernel's occupancy (3 for
 // the quantized bodies at head_dim 128, 2 for FP16), 2 for the SIMT kernel.
-int resident_blocks(const KvLayerShape& shape, bool mma) { return mma ? mma_blocks_per_sm(shape) : 2; }
+int resident_blocks(const KvLayerShape& shape, bool mma, bool swap = false) {
+  return mma ? mma_blocks_per_sm(shape, swap) : 2;
+}
 
 // Query heads a block of the kernel takes: mma all of a KV head's, simt 1 to 4.
 std::int64_t heads_per_block(std::int64_t n_heads, const KvLayerShape& shape, bool mma) {
   return mma ? n_heads / shape.kv_heads : decode_heads_per_block(n_heads / shape.kv_heads);
 }
 
+// The plan of `batch` rows (the paged form; 1 the single-sequence forms): the batch's
+// blocks fill the device at the span's length.
+DecodeSplitPlan batch_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
+                           std::int64_t batch, AttentionKernel kernel) {
+  LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
+               n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
+  const bool mma = uses_mma(n_heads, shape, kernel);
+  return plan_decode_splits(span.visible(shape), batch * (n_heads / heads_per_block(n_heads, shape, mma)),
+                            core::multiprocessor_count(),
+                            resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel)));
+}
+
 }  // namespace
 
 DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
                                   AttentionKernel kernel) {
-  LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
-               n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
-  const bool mma = uses_mma(n_heads, shape, kernel);
-  return plan_decode_splits(span.visible(shape), n_heads / heads_per_block(n_heads, shape, mma),
-                            core::multiprocessor_count(), resident_blocks(shape, mma));
+  return batch_plan(shape, span, n_heads, 1, kernel);
 }
 
 namespace {
@@ -448,6 +486,9 @@ struct RowsLaunch {
   std::int64_t row0, count;
   const std::uint16_t* snapshot;
   std::int64_t out_ld;
+  // Paged (table set): the pool and the sequence's page table; the layer is its fixed area.
+  PagedArgs paged{};
+  const std::int32_t* table = nullptr;
 };
 constexpr std::int64_t kRowsSplit = 512;  // positions a split of the rows form
 
@@ -455,12 +496,20 @@ DecodeSplitPlan rows_plan(std::int64_t visible) {
   return DecodeSplitPlan{(visible + kRowsSplit - 1) / kRowsSplit, kRowsSplit};
 }
 
+// The paged form's part of a launch: the batch, and where its rows' q and out are.
+struct PagedLaunch {
+  PagedArgs args;
+  std::int64_t batch, q_ld, out_ld;
+};
+
 // Checks and launches; `span` is the one checked on the host (for a graph launch, that
-// of max_length positions, which also fixes the plan; for the rows form, the last row's).
+// of max_length positions, which also fixes the plan; for the rows form, the last row's;
+// for the paged form, max_length's). split_len > 0 replaces the plan's split length.
 void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span,
                    const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q,
                    std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
-                   cudaStream_t stream, AttentionKernel kernel, const RowsLaunch* rows = nullptr) {
+                   cudaStream_t stream, AttentionKernel kernel, const RowsLaunch* rows = nullptr,
+                   const PagedLaunch* paged = nullptr, std::int64_t split_len = 0) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "kv_attention: out dtype ",
@@ -483,16 +532,28 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                  ") outside the body's slots");
   }
   const bool mma = !rows && uses_mma(n_heads, shape, kernel);
-  const DecodeSplitPlan plan =
-      rows ? rows_plan(span.visible(shape)) : kv_attention_plan(shape, span, n_heads, mma ? AttentionKernel::mma
-                                                                                           : AttentionKernel::simt);
+  const bool swap = mma && uses_swap(n_heads, shape, kernel);
+  const AttentionKernel chosen = swap ? AttentionKernel::mma_swap : mma ? AttentionKernel::mma : AttentionKernel::simt;
+  DecodeSplitPlan plan = rows    ? rows_plan(span.visible(shape))
+                         : paged ? batch_plan(shape, span, n_heads, paged->batch, chosen)
+                                 : kv_attention_plan(shape, span, n_heads, chosen);
+  if (split_len > 0) {
+    LOWBIT_CHECK(!rows && split_len % 16 == 0 && split_len <= DecodeSplitPlan::kMaxSplit, "kv_attention: split_len ",
+                 split_len, ", expected a multiple of 16 up to ", DecodeSplitPlan::kMaxSplit);
+    plan = DecodeSplitPlan{(span.visible(shape) + split_len - 1) / split_len, split_len};
+  }
   LOWBIT_CHECK(plan.splits <= kMaxSplit, "kv_attention: ", span.visible(shape), " visible positions need ",
                plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");
   const int group = static_cast<int>(n_heads / shape.kv_heads);
   const int gq = rows ? 1 : static_cast<int>(heads_per_block(n_heads, shape, mma));
-  const std::int64_t row_count = rows ? rows->count : 1;
+  const std::int64_t row_count = rows ? rows->count : paged ? paged->batch : 1;
+  // The fused combine's counters first, at a place no plan moves: calls of any max_length
+  // (a batch engine's sequences of different capacities) may share one workspace, each
+  // leaving the counters zero for the next. The partials follow.
+  const std::size_t counter_bytes =
+      fused_combine ? counters_bytes(static_cast<std::size_t>(row_count * (n_heads / gq))) : 0;
   const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
-  const std::size_t need = partials + (fused_combine ? static_cast<std::size_t>(n_heads / gq) * sizeof(unsigned) : 0);
+  const std::size_t need = counter_bytes + partials;
   LOWBIT_CHECK(workspace_bytes >= need, "kv_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
   SplitArgs a{shape,
               layer,
@@ -508,9 +569,9 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
               device_pos,
               prefetch,
               static_cast<const __half*>(q),
-              static_cast<float*>(workspace),
-              static_cast<float*>(workspace) + row_count * n_heads * plan.splits * d,
-              fused_combine ? reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + partials) : nullptr,
+              reinterpret_cast<float*>(static_cast<char*>(workspace) + counter_bytes),
+              reinterpret_cast<float*>(static_cast<char*>(workspace) + counter_bytes) + row_count * n_heads * plan.splits * d,
+              fused_combine ? static_cast<unsigned*>(workspace) : nullptr,
               out,
               out_dtype == DType::f16};
   if (rows) {
@@ -526,11 +587,20 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
       a.snap_k = rows->snapshot;
       a.snap_v = rows->snapshot + shape.kv_heads * shape.window * d;
     }
+    if (rows->table) {
+      a.paged = rows->paged;
+      a.table = rows->table;
+    }
+  }
+  if (paged) {
+    a.paged = paged->args;
+    a.q_ld = paged->q_ld;
+    a.out_ld = paged->out_ld;
   }
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq),
                   static_cast<unsigned>(row_count));
   if (mma) {
-    launch_split_mma(a, grid, stream);
+    launch_split_mma(a, grid, stream, swap, paged != nullptr);
   } else if (d == 64) {
     launch_split<64>(a, gq, grid, stream);
   } else {
@@ -561,10 +631,10 @@ void kv_attention(const KvLayerShape& shape, const KvLayerBuffers& layer, const 
 void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
                      std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                      void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete,
-                     AttentionKernel kernel) {
+                     AttentionKernel kernel, std::int64_t split_len) {
   LOWBIT_CHECK(device_pos != nullptr, "kv_attention_at: null device position");
   launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, q, n_heads, out,
-                out_dtype, workspace, workspace_bytes, stream, kernel);
+                out_dtype, workspace, workspace_bytes, stream, kernel, nullptr, nullptr, split_len);
 }
 
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
@@ -575,9 +645,13 @@ std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t 
   return decode_workspace_bytes(n_heads, shape.head_dim, splits) * static_cast<std::size_t>(rows);
 }
 
-void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
-                           const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld,
-                           void* workspace, std::size_t workspace_bytes, cuda_stream_t stream) {
+namespace {
+
+// kv_attention_rows on a contiguous cache, or (table set) on a sequence's pages.
+void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                    const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                    std::size_t workspace_bytes, cudaStream_t stream, const PagedArgs& paged,
+                    const std::int32_t* table) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
   LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
@@ -593,11 +667,32 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                per_row);
   for (std::int64_t r0 = 0; r0 < chunk.rows; r0 += per_launch) {
     const RowsLaunch rows{chunk, r0, std::min(per_launch, chunk.rows - r0), static_cast<const std::uint16_t*>(snapshot),
-                          out_ld};
+                          out_ld, paged, table};
     launch_decode(shape, layer, last, nullptr, false, false, chunk.base, n_heads,
                   static_cast<std::uint16_t*>(out) + r0 * out_ld, DType::f16, workspace, workspace_bytes, stream,
                   AttentionKernel::simt, &rows);
   }
+}
+
+}  // namespace
+
+void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                       const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                       std::size_t workspace_bytes, cuda_stream_t stream) {
+  attention_rows(shape, layer, chunk, snapshot, n_heads, out, out_ld, workspace, workspace_bytes, stream, PagedArgs{},
+                 nullptr);
+}
+
+void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
+                             const std::int32_t* tables, const ChunkRows& chunk, const void* snapshot,
+                             std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                             std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status) {
+  check_paged_rows_call(layout, layer, slot, tables, chunk, "paged_kv_attention_rows");
+  const bool pages = layout.has_pages();
+  attention_rows(layout.shape, core::kv_fixed_area(layout, layer, slot), chunk, snapshot, n_heads, out, out_ld,
+                 workspace, workspace_bytes, stream,
+                 pages ? PagedArgs{layout, layer, nullptr, tables, status, layout.max_tokens} : PagedArgs{},
+                 pages ? tables + slot * layout.table_stride : nullptr);
 }
 
 std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
@@ -606,17 +701,92 @@ std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t
   // for either kernel (the mma kernel's blocks take more heads: fewer blocks a split, more
   // splits); the counters of the fused combine are one a block row.
   std::int64_t bound = max_length / DecodeSplitPlan::kMaxSplit + 1, rows_of_blocks = 0;
-  for (const bool mma : {false, true}) {
+  for (const AttentionKernel kernel : {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap}) {
+    const bool mma = kernel != AttentionKernel::simt;
     if (mma && !uses_mma(n_heads, shape, AttentionKernel::automatic)) continue;
     const std::int64_t blocks = n_heads / heads_per_block(n_heads, shape, mma);
-    const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads,
-                                                   mma ? AttentionKernel::mma : AttentionKernel::simt);
-    const std::int64_t target = std::int64_t{resident_blocks(shape, mma)} * core::multiprocessor_count();
+    const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads, kernel);
+    const std::int64_t target =
+        std::int64_t{resident_blocks(shape, mma, uses_swap(n_heads, shape, kernel))} * core::multiprocessor_count();
     bound = std::max({bound, plan.splits, (target + blocks - 1) / blocks});
     rows_of_blocks = std::max(rows_of_blocks, blocks);
   }
-  return decode_workspace_bytes(n_heads, shape.head_dim, bound) +
-         static_cast<std::size_t>(rows_of_blocks) * sizeof(unsigned);
+  return decode_workspace_bytes(n_heads, shape.head_dim, bound) + counters_bytes(static_cast<std::size_t>(rows_of_blocks));
+}
+
+namespace {
+
+void check_paged_call(const KvPageLayout& layout, const KvPagedLayer& layer, const PagedBatch& batch,
+                      const BatchRows& rows, std::int64_t n_heads, const char* what) {
+  const KvLayerShape& s = layout.shape;
+  LOWBIT_CHECK(batch.descs && (batch.tables || !layout.has_pages()) && batch.batch >= 1 && batch.batch <= 65535,
+               what, ": batch of ", batch.batch, " rows (1..65535) with device descriptors and page tables");
+  LOWBIT_CHECK(batch.max_length >= 1 && batch.max_length <= layout.max_tokens && batch.max_length < (1ll << 30), what,
+               ": max_length ", batch.max_length, ", expected 1..", layout.max_tokens);
+  LOWBIT_CHECK((layer.pages || !layout.has_pages()) && (layer.fixed || layout.fixed_slots() == 0), what,
+               ": the layer's pages or fixed areas are missing");
+  LOWBIT_CHECK(layout.page_tokens % 16 == 0 && layout.page_tokens > 0, what, ": page_tokens ", layout.page_tokens,
+               ", expected a multiple of 16");
+  LOWBIT_CHECK(n_heads > 0 && n_heads % s.kv_heads == 0, what, ": n_heads = ", n_heads,
+               " is not a multiple of kv_heads = ", s.kv_heads);
+  const std::int64_t d = s.head_dim;
+  auto aligned = [](std::int64_t halves) { return halves % 8 == 0; };  // 16 bytes
+  LOWBIT_CHECK(rows.base && reinterpret_cast<std::uintptr_t>(rows.base) % 16 == 0 && aligned(rows.ld) &&
+                   aligned(rows.k_col) && aligned(rows.v_col) && rows.k_col >= n_heads * d &&
+                   rows.v_col >= n_heads * d && rows.ld >= rows.k_col + s.kv_heads * d &&
+                   rows.ld >= rows.v_col + s.kv_heads * d,
+               what, ": rows of ld ", rows.ld, ", k_col ", rows.k_col, ", v_col ", rows.v_col,
+               " (16-byte aligned; q's ", n_heads * d, " columns first, K and V inside a row)");
+}
+
+}  // namespace
+
+DecodeSplitPlan paged_kv_attention_plan(const KvPageLayout& layout, std::int64_t n_heads, std::int64_t batch,
+                                        std::int64_t max_length, AttentionKernel kernel) {
+  LOWBIT_CHECK(batch >= 1 && max_length >= 1, "paged_kv_attention: batch ", batch, ", max_length ", max_length);
+  return batch_plan(layout.shape, decode_span(layout.shape, max_length), n_heads, batch, kernel);
+}
+
+std::size_t paged_kv_attention_workspace(const KvPageLayout& layout, std::int64_t n_heads, std::int64_t batch,
+                                         std::int64_t max_length) {
+  std::size_t bound = 0;
+  for (const AttentionKernel kernel : {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap}) {
+    if (kernel != AttentionKernel::simt && !uses_mma(n_heads, layout.shape, AttentionKernel::automatic)) continue;
+    const bool mma = kernel != AttentionKernel::simt;
+    const std::int64_t splits = paged_kv_attention_plan(layout, n_heads, batch, max_length, kernel).splits;
+    const std::int64_t blocks = n_heads / heads_per_block(n_heads, layout.shape, mma);
+    bound = std::max(bound, decode_workspace_bytes(n_heads, layout.shape.head_dim, splits) *
+                                    static_cast<std::size_t>(batch) +
+                                counters_bytes(static_cast<std::size_t>(blocks * batch)));
+  }
+  return bound;
+}
+
+void paged_kv_attention(const KvPageLayout& layout, const KvPagedLayer& layer, const PagedBatch& batch,
+                        const BatchRows& rows, std::int64_t n_heads, void* out, std::int64_t out_ld, DType out_dtype,
+                        void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete,
+                        AttentionKernel kernel) {
+  check_paged_call(layout, layer, batch, rows, n_heads, "paged_kv_attention");
+  LOWBIT_CHECK(out && out_ld >= n_heads * layout.shape.head_dim, "paged_kv_attention: out_ld ", out_ld, " < ",
+               n_heads * layout.shape.head_dim);
+  const PagedLaunch paged{PagedArgs{layout, layer, batch.descs, batch.tables, batch.status, batch.max_length},
+                          batch.batch, rows.ld, out_ld};
+  launch_decode(layout.shape, KvLayerBuffers{}, decode_span(layout.shape, batch.max_length), nullptr, true,
+                history_complete, rows.base, n_heads, out, out_dtype, workspace, workspace_bytes, stream, kernel,
+                nullptr, &paged);
+}
+
+void paged_kv_check_status(std::int32_t* status, cuda_stream_t stream) {
+  LOWBIT_CHECK(status != nullptr, "paged_kv_check_status: null status");
+  std::int32_t bits = 0;
+  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(&bits, status, sizeof bits, cudaMemcpyDeviceToHost, stream));
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (bits == 0) return;
+  LOWBIT_CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof bits, stream));
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  LOWBIT_FAIL("paged kv: the kernels skipped rows with", (bits & kPagedBadSlot ? " a slot outside the pool's" : ""),
+              (bits & kPagedBadPosition ? " a position past max_length" : ""),
+              (bits & kPagedBadPage ? " a page-table entry outside the pool" : ""), " (status ", bits, ")");
 }
 
 }  // namespace lowbit::cuda::kv

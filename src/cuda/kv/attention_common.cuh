@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/kv/kv_cuda.h"
+#include "cuda/kv/paged_address.cuh"
 
 namespace lowbit::cuda::kv {
 
@@ -41,7 +42,12 @@ struct SplitArgs {
   long long chunk_ld = 0, q_ld = 0, out_ld = 0;
   const std::uint16_t* snap_k = nullptr;  // [kv_heads][window][D]
   const std::uint16_t* snap_v = nullptr;
+  // Paged form (paged.descs set; kernels compiled with Paged): blockIdx.z is the batch
+  // row; q, out (q_ld, out_ld apart), the partials and the counters advance by rows.
+  PagedArgs paged{};
+  const std::int32_t* table = nullptr;  // the row's page table (enter_paged_row; the rows form: the host)
 };
+
 
 // The combine of one query head's splits, shared by the fused form and the combine
 // kernel so that both give the same bits. One warp turns the splits' (max, sum) into
@@ -52,8 +58,10 @@ struct SplitArgs {
 // blocks wrote the partials.
 // A lane's first two (max, sum) pairs are loaded at once and kept in registers: one round
 // of L2 loads for up to 64 splits (this runs at the tail of every decode attention).
-__device__ __forceinline__ float combine_weights(const float* max_sum, int splits, int h, float* weights, int lane) {
-  const float2* ms = reinterpret_cast<const float2*>(max_sum) + static_cast<long long>(h) * splits;
+// stride: the splits of the plan (the partials' layout); splits: those combined.
+__device__ __forceinline__ float combine_weights(const float* max_sum, int stride, int splits, int h, float* weights,
+                                                 int lane) {
+  const float2* ms = reinterpret_cast<const float2*>(max_sum) + static_cast<long long>(h) * stride;
   const float2 none = make_float2(-INFINITY, 0.0f);
   const float2 e0 = lane < splits ? __ldcg(ms + lane) : none;
   const float2 e1 = lane + 32 < splits ? __ldcg(ms + lane + 32) : none;
@@ -86,9 +94,9 @@ __device__ __forceinline__ float combine_channel(const float* acc, const float* 
 
 // Channels c and c + 1 (c even) with 8-byte loads: each channel's sum in combine_channel's
 // order, so the same bits; half the threads, so the fused combine takes one round.
-__device__ __forceinline__ float2 combine_pair(const float* acc, const float* weights, float total, int splits, int d,
-                                               int h, int c) {
-  const float2* a = reinterpret_cast<const float2*>(acc + static_cast<long long>(h) * splits * d + c);
+__device__ __forceinline__ float2 combine_pair(const float* acc, const float* weights, float total, int stride,
+                                               int splits, int d, int h, int c) {
+  const float2* a = reinterpret_cast<const float2*>(acc + static_cast<long long>(h) * stride * d + c);
   float2 o = make_float2(0.0f, 0.0f);
 #pragma unroll 16
   for (int s = 0; s < splits; ++s) {
@@ -116,11 +124,44 @@ __device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
   a.visible = static_cast<int>(span.visible(a.shape));
 }
 
+// The paged form's batch row blockIdx.z: its span, page table and fixed area, and where
+// its q, out, partials and counters are; false when the row has nothing to do (idle, or
+// bad: flagged in the status).
+__device__ __forceinline__ bool enter_paged_row(SplitArgs& a, int d) {
+  PagedRow row;
+  const long long b = blockIdx.z;
+  if (!paged_row(a.paged, static_cast<int>(b), row)) return false;
+  a.table = row.table;
+  if (row.fixed) {
+    a.layer.k.f16 = row.fixed;
+    a.layer.v.f16 = row.fixed + fixed_part_halves(a.paged.layout);
+  }
+  a.q += b * a.q_ld;
+  a.acc += b * a.n_heads * a.splits * d;
+  a.max_sum += b * a.n_heads * a.splits * 2;
+  if (a.counters) a.counters += b * gridDim.y;
+  a.out = a.out_f16 ? static_cast<void*>(static_cast<__half*>(a.out) + b * a.out_ld)
+                    : static_cast<void*>(static_cast<float*>(a.out) + b * a.out_ld);
+  resolve_span(a, static_cast<long long>(row.pos) + 1);
+  return true;
+}
+
+// The splits that hold positions. With the fused combine (graph and paged forms, whose
+// plan is that of the longest length) the splits past the length exit at once and the
+// combine takes only these; the two-launch forms run every split of their plan.
+__device__ __forceinline__ int active_splits(const SplitArgs& a) {
+  return a.counters ? (a.visible + a.split_len - 1) / a.split_len : a.splits;
+}
+
 // The tensor-core kernel's launch (attention_mma.cu): grid (splits, kv_heads); every
 // query head of a KV head in one block (group <= kMmaMaxGroup).
 constexpr int kMmaMaxGroup = 16;
-void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream);
+// swap: the variant with positions as the mma's M and P in f16 only (AttentionKernel::
+// mma_swap; groups of up to kMmaSwapMaxGroup, larger ones take the other).
+constexpr int kMmaSwapMaxGroup = 8;
+// paged: the instantiation with the paged address map (a.paged.descs set).
+void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream, bool swap = false, bool paged = false);
 // The blocks a SM the tensor-core kernel of this shape keeps resident.
-int mma_blocks_per_sm(const KvLayerShape& shape);
+int mma_blocks_per_sm(const KvLayerShape& shape, bool swap = false, bool paged = false);
 
 }  // namespace lowbit::cuda::kv

@@ -20,6 +20,22 @@
 // position of a tile may take another form (sink, quantized body, window ring).
 // The partials (max, sum, unnormalized output per query head and split) are those of
 // the SIMT kernel, so the combine (attention_common.cuh) is shared.
+//
+// Variant `Swap` (AttentionKernel::mma_swap, G <= 8; automatic's choice where G fits,
+// measured 2-20% faster on the H100; mma names the kernel above), positions as the mma's M:
+//   S^T = K Q^T  16 positions x 8 heads, one m16n8 tile: K's rows g, g + 8 (quarter c,
+//               the same loads) are the A fragment, Q the B fragment (column g = head g):
+//               D / 16 mma a tile instead of 2 D / 16.
+//   P^T          the S^T accumulator (positions g, g + 8; heads 2c, 2c + 1) packed to f16
+//               (no lo part: FlashAttention's practice) and transposed per 8 x 8 half by
+//               movmatrix.trans: exactly the B fragment of P^T (positions 2c, 2c + 1 |
+//               2c + 8, 2c + 9 of head g). 2 F2FP + 2 MOVM a tile.
+//   O^T += V^T P^T  V^T (16 channels x 16 positions) as the A fragment from the same V
+//               loads (rows g / g + 8 of m tile i: halves 2i / 2i + 1 of lane g's eighth),
+//               4 PRMT a mma: D / 16 mma a tile instead of 2 D / 8.
+// Its running max / sum are per head 2c, 2c + 1 (the max shuffled over the 8 lanes of a
+// column, the sums kept per lane and reduced after the loop); the scale / min of a
+// position applies to rows g, g + 8, so a lane needs the parameters of 2 positions, not 4.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -131,6 +147,13 @@ __device__ __forceinline__ void split_halves(float a, float b, std::uint32_t& hi
   lo = pack_halves(a - back.x, b - back.y);
 }
 
+// The 8 x 8 b16 matrix of a warp (lane (g, c): row g, columns 2c, 2c + 1) transposed.
+__device__ __forceinline__ std::uint32_t transpose_8x8(std::uint32_t x) {
+  std::uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // Where visible index i of the split lives, and in which form.
 struct Where {
   int pos;
@@ -163,10 +186,11 @@ struct TileRegs {
   float ks[4], km[4], vs[4], vm[4];
 };
 
-// A warp's online softmax over its tiles, for query heads g and g + 8.
-template <int D>
+// A warp's online softmax over its tiles, for query heads g and g + 8 (Swap: heads 2c and
+// 2c + 1, l and vmin this lane's part of the sums, m the head's).
+template <int D, bool Swap = false>
 struct WarpState {
-  float o[D / 8][4];
+  float o[Swap ? D / 16 : D / 8][4];
   float m[2], l[2], vmin[2];
 };
 
@@ -241,6 +265,78 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
   }
 }
 
+// One tile, positions as M (Swap): S^T = K Q^T, the online softmax, O^T += V^T P^T. x's
+// parameters [0], [1] are those of positions g, g + 8 (K rows r); qb[i][lane] holds Q row
+// g's words 4i .. 4i + 3 of quarter c (the B fragments of k steps 2i, 2i + 1); sum_q[h] is
+// sum(q) of head 2c + h. The scores of heads past the group are finite (q = 0) and unused.
+template <int D, int Bits>
+__device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, const uint4 (*qb)[32], int lane,
+                                               float q_scale, const float (&sum_q)[2], WarpState<D, true>& st) {
+  constexpr int kKSteps = D / 16, kMTiles = D / 16;
+  const int g = lane / 4;
+  // Two accumulators (even / odd k steps): two chains of D / 32 mma, not one of D / 16.
+  float sacc[2][4] = {};
+#pragma unroll
+  for (int i = 0; i < kKSteps / 2; ++i) {
+    const uint4 q = qb[i][lane];
+    mma_16816<__half>(sacc[0], x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
+    mma_16816<__half>(sacc[1], x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z, q.w);
+  }
+  // sacc[.][2 r + h]: row (position) g + 8 r, column (query head) 2c + h.
+  float p[4], alpha[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float ks = Bits == 0 ? 1.0f : x.ks[r], km = Bits == 4 ? x.km[r] : 0.0f;
+      const float raw = sacc[0][2 * r + h] + sacc[1][2 * r + h];
+      const float score = fmaf(raw, ks, km * sum_q[h]) * q_scale;
+      p[2 * r + h] = g + 8 * r < valid ? score : -INFINITY;
+      mx = fmaxf(mx, p[2 * r + h]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    const float m_new = fmaxf(st.m[h], mx);
+    alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(st.m[h] - m_new);
+    float sum = 0.0f, vm_sum = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float& e = p[2 * r + h];
+      e = m_new == -INFINITY ? 0.0f : exp2f(e - m_new);
+      sum += e;
+      if constexpr (Bits == 4) vm_sum = fmaf(e, x.vm[r], vm_sum);
+      if constexpr (Bits != 0) e *= x.vs[r];
+    }
+    st.l[h] = fmaf(st.l[h], alpha[h], sum);
+    st.vmin[h] = fmaf(st.vmin[h], alpha[h], vm_sum);
+    st.m[h] = m_new;
+  }
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) {
+      st.o[i][0] *= alpha[0];
+      st.o[i][1] *= alpha[1];
+      st.o[i][2] *= alpha[0];
+      st.o[i][3] *= alpha[1];
+    }
+  }
+  // P^T's B fragment: rows (positions) 2c, 2c + 1 | 2c + 8, 2c + 9 of column (head) g.
+  const std::uint32_t b0 = transpose_8x8(pack_halves(p[0], p[1]));
+  const std::uint32_t b1 = transpose_8x8(pack_halves(p[2], p[3]));
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i) {
+    // A: rows (channels: halves 2i | 2i + 1 of eighth g) x columns (positions 2c, 2c + 1 |
+    // 2c + 8, 2c + 9): V rows u = 0..3 are positions 2c, 2c + 1, 2c + 8, 2c + 9.
+    const std::uint32_t a0 = __byte_perm(x.v[0][i], x.v[1][i], 0x5410u);
+    const std::uint32_t a1 = __byte_perm(x.v[0][i], x.v[1][i], 0x7632u);
+    const std::uint32_t a2 = __byte_perm(x.v[2][i], x.v[3][i], 0x5410u);
+    const std::uint32_t a3 = __byte_perm(x.v[2][i], x.v[3][i], 0x7632u);
+    mma_16816<__half>(st.o[i], a0, a1, a2, a3, b0, b1);
+  }
+}
+
 // The shared memory of a block: Q's fragments for the whole loop; then either the
 // quantized kernels' cp.async rings (during the loop) or the warps' results and the
 // combine's weights (after it).
@@ -285,12 +381,30 @@ __device__ __forceinline__ void load_shared(const std::uint8_t* p, std::uint32_t
   }
 }
 
-template <int D>
-__device__ __forceinline__ const std::uint16_t* f16_row(const SplitArgs& a, const KvPart& part, int pos, int end_slot) {
-  return part.f16 + (static_cast<long long>(blockIdx.y) * a.shape.f16_slots() + f16_slot(a.shape, pos, a.end, end_slot)) * D;
+// Paged: full's FP16 rows are in pages (paged_address.cuh); the fixed area of window and
+// selective is addressed as the contiguous buffer.
+template <int D, bool Paged>
+__device__ __forceinline__ const std::uint16_t* f16_row(const SplitArgs& a, bool is_v, int pos, int end_slot) {
+  const int head = static_cast<int>(blockIdx.y);
+  if (Paged && a.shape.window == 0) return paged_f16_row(a.paged, a.table, is_v, head, pos);
+  const std::uint16_t* f16 = is_v ? a.layer.v.f16 : a.layer.k.f16;
+  return f16 + (static_cast<long long>(head) * a.shape.f16_slots() + f16_slot(a.shape, pos, a.end, end_slot)) * D;
 }
 
-template <int D, int Bits>
+// Where a body position's rows are (head 0; positions kv_heads rows apart).
+template <bool Paged>
+__device__ __forceinline__ BodyRow body_row(const SplitArgs& a, bool is_v, int pos) {
+  if constexpr (Paged) {
+    return paged_body_row(a.paged, a.table, is_v, pos);
+  } else {
+    // Pointers selected, not a reference into `a`: that would put `a` in local memory.
+    const KvPart part{nullptr, is_v ? a.layer.v.codes : a.layer.k.codes, is_v ? a.layer.v.scales : a.layer.k.scales,
+                      is_v ? a.layer.v.mins : a.layer.k.mins};
+    return contiguous_body_row(a.shape, part, pos);
+  }
+}
+
+template <int D, int Bits, bool Swap, bool Paged>
 __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
   using S = Smem<D, Bits>;
@@ -300,6 +414,11 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
   if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  if constexpr (Paged) {
+    if (!enter_paged_row(a, D)) return;
+  }
+  const int active = active_splits(a);
+  if (static_cast<int>(blockIdx.x) >= active) return;  // past the length: no partials (fused combine)
   const KvLayerShape& s = a.shape;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, c = lane % 4;
@@ -320,26 +439,29 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       return;
     }
     const int pos = where<Bits>(a, i0 + j).pos;
-    load_words<D / 2>(f16_row<D>(a, a.layer.k, pos, end_slot) + c * (D / 4), past_l1(pos), dst);
+    load_words<D / 2>(f16_row<D, Paged>(a, false, pos, end_slot) + c * (D / 4), past_l1(pos), dst);
     interleave_quads<Bits, D / 8>(dst);
   };
   // V's rows also set their parameters (1, 0).
   auto load_f16_v = [&](TileRegs<D>& x, int u, int j) {
-    x.ks[u] = x.vs[u] = 1.0f;
-    x.km[u] = x.vm[u] = 0.0f;
+    if constexpr (!Swap) {  // Swap: the parameters are those of the K rows (stage or constant)
+      x.ks[u] = x.vs[u] = 1.0f;
+      x.km[u] = x.vm[u] = 0.0f;
+    }
     if (j >= n) {
 #pragma unroll
       for (int w = 0; w < D / 16; ++w) x.v[u][w] = 0;
       return;
     }
     const int pos = where<Bits>(a, i0 + j).pos;
-    load_words<D / 4>(f16_row<D>(a, a.layer.v, pos, end_slot) + g * (D / 8), past_l1(pos), x.v[u]);
+    load_words<D / 4>(f16_row<D, Paged>(a, true, pos, end_slot) + g * (D / 8), past_l1(pos), x.v[u]);
     interleave_quads<Bits, D / 16>(x.v[u]);
   };
 
-  WarpState<D> st;
+  WarpState<D, Swap> st;
+  constexpr int kOTiles = Swap ? D / 16 : kNTiles;
 #pragma unroll
-  for (int j = 0; j < kNTiles; ++j) st.o[j][0] = st.o[j][1] = st.o[j][2] = st.o[j][3] = 0.0f;
+  for (int j = 0; j < kOTiles; ++j) st.o[j][0] = st.o[j][1] = st.o[j][2] = st.o[j][3] = 0.0f;
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
   float sum_q[2] = {0.0f, 0.0f};
@@ -379,26 +501,29 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   auto body_tile = [&](int base) {
     return base + kTile <= n && i0 + base >= a.sink_end && i0 + base + kTile <= a.recent_begin;
   };
-  // This lane's parameter (row lane % 16 of part lane / 16) of a body tile, less the tile's
-  // first position: scales and mins are [position][kv_head].
-  const long long row_param = static_cast<long long>(lane % kTile - s.body_base) * s.kv_heads + head;
-  const std::uint16_t* lane_scales = lane < kTile ? a.layer.k.scales : a.layer.v.scales;
-  const std::uint16_t* lane_mins = lane < kTile ? a.layer.k.mins : a.layer.v.mins;
+  // This lane's parameter (row lane % 16 of part lane / 16) of a body tile, from the tile's
+  // first position: scales and mins are [position][kv_head]. A body tile's 16 positions
+  // are consecutive rows (paged: of one page, P being a multiple of 16 and the tile
+  // 16-aligned).
+  const long long row_param = static_cast<long long>(lane % kTile) * s.kv_heads + head;
   auto issue = [&](int t, int slot, bool with_params) {
     if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
       typename S::Stage& stage = sm.ring[warp][slot];
-      const long long first = static_cast<long long>(i0 + t * kTile) * s.kv_heads;  // + row_param: this lane's
-      const long long code0 = (first + head - static_cast<long long>(s.body_base) * s.kv_heads) * kCodeBytes;
+      const int first = i0 + t * kTile;
+      const BodyRow k_rows = body_row<Paged>(a, false, first), v_rows = body_row<Paged>(a, true, first);
+      const long long code0 = static_cast<long long>(head) * kCodeBytes;
 #pragma unroll
       for (int i = 0; i < 2 * kChunks / 32; ++i) {
         constexpr int kPerPart = kChunks / 32;
         const int q = lane + 32 * (kPerPart > 0 ? i % kPerPart : 0), row = q / kRowChunks, chunk = q % kRowChunks;
-        const std::uint8_t* codes = i < kPerPart ? a.layer.k.codes : a.layer.v.codes;
+        const std::uint8_t* codes = i < kPerPart ? k_rows.codes : v_rows.codes;
         std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
         cp_async16(dst, codes + code0 + static_cast<long long>(row) * s.kv_heads * kCodeBytes + chunk * 16, 16);
       }
-      std::uint32_t pair = __ldcg(lane_scales + first + row_param);
-      if constexpr (Bits == 4) pair |= static_cast<std::uint32_t>(__ldcg(lane_mins + first + row_param)) << 16;
+      std::uint32_t pair = __ldcg((lane < kTile ? k_rows.scales : v_rows.scales) + row_param);
+      if constexpr (Bits == 4) {
+        pair |= static_cast<std::uint32_t>(__ldcg((lane < kTile ? k_rows.mins : v_rows.mins) + row_param)) << 16;
+      }
       if (with_params) {
         stage.params[lane % kTile][2 * (lane / kTile)] = static_cast<std::uint16_t>(pair);
         stage.params[lane % kTile][2 * (lane / kTile) + 1] = static_cast<std::uint16_t>(pair >> 16);
@@ -414,12 +539,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         const int j = base + row;
         std::uint8_t* dst = (part == 0 ? stage.k[row] : stage.v[row]) + chunk * 16;
         const Where at = j < n ? where<Bits>(a, i0 + j) : Where{0, false};
-        const std::uint8_t* codes = part == 0 ? a.layer.k.codes : a.layer.v.codes;
         if (j < n && at.body) {
-          const long long param = static_cast<long long>(at.pos - s.body_base) * s.kv_heads + head;
-          cp_async16(dst, codes + param * kCodeBytes + chunk * 16, 16);
+          const BodyRow rows = body_row<Paged>(a, part != 0, at.pos);
+          cp_async16(dst, rows.codes + static_cast<long long>(head) * kCodeBytes + chunk * 16, 16);
         } else {
-          cp_async16(dst, codes, 0);  // zeros: an FP16 token's or one past the split
+          cp_async16(dst, a.paged.layer.pages ? a.paged.layer.pages : part == 0 ? a.layer.k.codes : a.layer.v.codes,
+                     0);  // zeros: an FP16 token's or one past the split (a valid address, nothing read)
         }
       }
       // Lane l: the scale and min of position l % 16 of part l / 16 (K, then V).
@@ -428,14 +553,9 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       if (j < n) {
         const Where at = where<Bits>(a, i0 + j);
         if (at.body) {
-          // Pointers selected, not a reference into `a`: that would put `a` in local memory.
-          const std::uint16_t* scales = part == 0 ? a.layer.k.scales : a.layer.v.scales;
-          const long long param = static_cast<long long>(at.pos - s.body_base) * s.kv_heads + head;
-          pair = __ldcg(scales + param);
-          if constexpr (Bits == 4) {
-            const std::uint16_t* mins = part == 0 ? a.layer.k.mins : a.layer.v.mins;
-            pair |= static_cast<std::uint32_t>(__ldcg(mins + param)) << 16;
-          }
+          const BodyRow rows = body_row<Paged>(a, part != 0, at.pos);
+          pair = __ldcg(rows.scales + head);
+          if constexpr (Bits == 4) pair |= static_cast<std::uint32_t>(__ldcg(rows.mins + head)) << 16;
         }
       }
       if (with_params) {
@@ -483,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   {
     std::uint32_t rows[2][D / 8];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < (Swap ? 1 : 2); ++r) {  // Swap: G <= 8, row g only
       const int hq = g + 8 * r;
       if (hq < a.group) {
         load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), false, rows[r]);
@@ -500,7 +620,18 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 1);
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 2);
     }
-    if (warp == 0) {
+    if constexpr (Swap) {
+      // B fragments (column g = head g): words 4i .. 4i + 3 of row g; sum(q) of heads 2c, 2c + 1.
+      if (warp == 0) {
+#pragma unroll
+        for (int i = 0; i < kKSteps / 2; ++i) {
+          sm.qf[i][lane] = make_uint4(rows[0][4 * i], rows[0][4 * i + 1], rows[0][4 * i + 2], rows[0][4 * i + 3]);
+        }
+      }
+      const float own = sum_q[0];
+      sum_q[0] = __shfl_sync(0xffffffffu, own, 8 * c);
+      sum_q[1] = __shfl_sync(0xffffffffu, own, 8 * c + 4);
+    } else if (warp == 0) {
 #pragma unroll
       for (int k = 0; k < kKSteps; ++k) {
         sm.qf[k][lane] = make_uint4(rows[0][2 * k], rows[1][2 * k], rows[0][2 * k + 1], rows[1][2 * k + 1]);
@@ -557,6 +688,13 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
           load_shared<kCodeBytes / 4>(stage.k[g + 8 * r] + c * (kCodeBytes / 4), x.k[r]);
           codes_to_halves<Bits, D / 4>(x.k[r]);
         }
+        if constexpr (Swap) {  // every row's (an FP16 token's and one past the split: 1, 0)
+          const std::uint16_t* pr = stage.params[g + 8 * r];
+          x.ks[r] = formats::half_to_float({pr[0]});
+          x.km[r] = Bits == 4 ? formats::half_to_float({pr[1]}) : 0.0f;
+          x.vs[r] = formats::half_to_float({pr[2]});
+          x.vm[r] = Bits == 4 ? formats::half_to_float({pr[3]}) : 0.0f;
+        }
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -566,42 +704,69 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         } else {
           load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
           codes_to_halves<Bits, D / 8>(x.v[u]);
-          x.ks[u] = formats::half_to_float({stage.params[row][0]});
-          x.km[u] = Bits == 4 ? formats::half_to_float({stage.params[row][1]}) : 0.0f;
-          x.vs[u] = formats::half_to_float({stage.params[row][2]});
-          x.vm[u] = Bits == 4 ? formats::half_to_float({stage.params[row][3]}) : 0.0f;
+          if constexpr (!Swap) {
+            x.ks[u] = formats::half_to_float({stage.params[row][0]});
+            x.km[u] = Bits == 4 ? formats::half_to_float({stage.params[row][1]}) : 0.0f;
+            x.vs[u] = formats::half_to_float({stage.params[row][2]});
+            x.vm[u] = Bits == 4 ? formats::half_to_float({stage.params[row][3]}) : 0.0f;
+          }
         }
       }
       slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }
-    tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
+    if constexpr (Swap) {
+      tile_math_swap<D, Bits>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
+    } else {
+      tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
+    }
   }
   if constexpr (Bits != 0) cp_async_wait<0>();
 
-  // A row's sum and minimum term over its four lanes; the minimums join every channel.
+  // A row's sum and minimum term over its four lanes (Swap: a head's over the 8 lanes of
+  // its column); the minimums join every channel.
 #pragma unroll
   for (int row = 0; row < 2; ++row) {
-    st.l[row] += __shfl_xor_sync(0xffffffffu, st.l[row], 1);
-    st.l[row] += __shfl_xor_sync(0xffffffffu, st.l[row], 2);
-    st.vmin[row] += __shfl_xor_sync(0xffffffffu, st.vmin[row], 1);
-    st.vmin[row] += __shfl_xor_sync(0xffffffffu, st.vmin[row], 2);
+#pragma unroll
+    for (int o = Swap ? 4 : 1; o <= (Swap ? 16 : 2); o *= 2) {
+      st.l[row] += __shfl_xor_sync(0xffffffffu, st.l[row], o);
+      st.vmin[row] += __shfl_xor_sync(0xffffffffu, st.vmin[row], o);
+    }
   }
 
   // The block's four warps into one (max, sum, output) per query head, in shared memory
   // (the rings' bytes: every warp is past its loop).
   __syncthreads();
   auto& after = sm.after;
+  if constexpr (Swap) {
+    // C row g | g + 8 of m tile i is channel g * kNTiles + channel_of_half(2i | 2i + 1); column
+    // 2c + h is head 2c + h.
 #pragma unroll
-  for (int row = 0; row < 2; ++row) {
-    const int hq = g + 8 * row;
-    if (hq < a.group) {
-      // C column 2c + e of n tile j is channel (2c + e) * kNTiles + channel_of_half(j).
+    for (int h = 0; h < 2; ++h) {
+      const int hq = 2 * c + h;
+      if (hq < a.group) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        after.o[warp][hq][(2 * c) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row] + st.vmin[row];
-        after.o[warp][hq][(2 * c + 1) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row + 1] + st.vmin[row];
+        for (int i = 0; i < kOTiles; ++i) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            after.o[warp][hq][g * kNTiles + channel_of_half<Bits>(2 * i + e)] = st.o[i][2 * e + h] + st.vmin[h];
+          }
+        }
+        if (g == 0) after.ml[warp][hq][0] = st.m[h], after.ml[warp][hq][1] = st.l[h];
       }
-      if (c == 0) after.ml[warp][hq][0] = st.m[row], after.ml[warp][hq][1] = st.l[row];
+    }
+  } else {
+#pragma unroll
+    for (int row = 0; row < 2; ++row) {
+      const int hq = g + 8 * row;
+      if (hq < a.group) {
+        // C column 2c + e of n tile j is channel (2c + e) * kNTiles + channel_of_half(j).
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          after.o[warp][hq][(2 * c) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row] + st.vmin[row];
+          after.o[warp][hq][(2 * c + 1) * kNTiles + channel_of_half<Bits>(j)] = st.o[j][2 * row + 1] + st.vmin[row];
+        }
+        if (c == 0) after.ml[warp][hq][0] = st.m[row], after.ml[warp][hq][1] = st.l[row];
+      }
     }
   }
   __syncthreads();
@@ -618,7 +783,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       acc = fmaf(after.o[w][hq][d], weight, acc);
     }
     const int hg = h0 + hq;
-    if (a.splits == 1) {  // nothing to combine: out = acc / l
+    if (active == 1) {  // nothing to combine: out = acc / l
       const float v = acc / sum;
       if (a.out_f16) {
         static_cast<__half*>(a.out)[hg * D + d] = __float2half_rn(v);
@@ -634,28 +799,30 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       ms[1] = sum;
     }
   }
-  if (a.splits == 1 || !a.counters) return;
+  if (active == 1 || !a.counters) return;
   // Publish the partials, count this block; the last one of its KV head combines.
   __threadfence();
   __syncthreads();
   __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1u) == static_cast<unsigned>(a.splits) - 1;
+  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.y, 1u) == static_cast<unsigned>(active) - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
   // The heads' combine weights side by side when they fit (a warp a head at a time),
   // else one head after another.
-  const int heads_at_once = max(1, min(a.group, kMaxSplit / a.splits));
+  const int heads_at_once = max(1, min(a.group, kMaxSplit / active));
   for (int first_head = 0; first_head < a.group; first_head += heads_at_once) {
     const int count = min(heads_at_once, a.group - first_head);
     for (int hq = warp; hq < count; hq += kWarps) {
-      const float t = combine_weights(a.max_sum, a.splits, h0 + first_head + hq, after.weights + hq * a.splits, lane);
+      const float t =
+          combine_weights(a.max_sum, a.splits, active, h0 + first_head + hq, after.weights + hq * active, lane);
       if (lane == 0) after.totals[hq] = t;
     }
     __syncthreads();
     for (int idx = static_cast<int>(threadIdx.x); idx < count * D / 2; idx += kThreads) {
       const int hq = idx / (D / 2), ch = 2 * (idx % (D / 2)), hg = h0 + first_head + hq;
-      const float2 v = combine_pair(a.acc, after.weights + hq * a.splits, after.totals[hq], a.splits, D, hg, ch);
+      const float2 v =
+          combine_pair(a.acc, after.weights + hq * active, after.totals[hq], a.splits, active, D, hg, ch);
       if (a.out_f16) {
         static_cast<__half*>(a.out)[hg * D + ch] = __float2half_rn(v.x);
         static_cast<__half*>(a.out)[hg * D + ch + 1] = __float2half_rn(v.y);
@@ -671,7 +838,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
 
 // Once per instantiation (and device, in practice one): the shared-memory opt-in, and the
 // blocks a SM keeps resident (the split plan fills the device with that many).
-template <int D, int Bits>
+template <int D, int Bits, bool Swap, bool Paged>
 int resident(void (*kernel)(SplitArgs)) {
   static const int blocks = [&] {
     constexpr int bytes = static_cast<int>(Smem<D, Bits>::bytes());
@@ -683,33 +850,43 @@ int resident(void (*kernel)(SplitArgs)) {
   return blocks;
 }
 
-template <int D, int Bits>
-int launch_kernel(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
-  auto* kernel = kv_attention_mma_kernel<D, Bits>;
-  const int blocks = resident<D, Bits>(kernel);
+template <int D, int Bits, bool Paged>
+int launch_kernel(const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap) {
+  auto* kernel = swap ? kv_attention_mma_kernel<D, Bits, true, Paged> : kv_attention_mma_kernel<D, Bits, false, Paged>;
+  const int blocks = swap ? resident<D, Bits, true, Paged>(kernel) : resident<D, Bits, false, Paged>(kernel);
   if (a) launch_pdl(kernel, grid, kThreads, Smem<D, Bits>::bytes(), stream, *a);
   return blocks;
 }
 
 // Launches when `a` is set; returns the instantiation's resident blocks a SM.
-template <int D>
-int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+template <int D, bool Paged>
+int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap) {
   switch (shape.body) {
-    case KvBody::none: return launch_kernel<D, 0>(a, grid, stream);
-    case KvBody::int8: return launch_kernel<D, 8>(a, grid, stream);
-    case KvBody::int4: return launch_kernel<D, 4>(a, grid, stream);
+    case KvBody::none: return launch_kernel<D, 0, Paged>(a, grid, stream, swap);
+    case KvBody::int8: return launch_kernel<D, 8, Paged>(a, grid, stream, swap);
+    case KvBody::int4: return launch_kernel<D, 4, Paged>(a, grid, stream, swap);
   }
   return 1;
 }
 
-int launch_or_query(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream) {
-  return shape.head_dim == 64 ? launch_d<64>(shape, a, grid, stream) : launch_d<128>(shape, a, grid, stream);
+int launch_or_query(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap,
+                    bool paged) {
+  if (paged) {
+    return shape.head_dim == 64 ? launch_d<64, true>(shape, a, grid, stream, swap)
+                                : launch_d<128, true>(shape, a, grid, stream, swap);
+  }
+  return shape.head_dim == 64 ? launch_d<64, false>(shape, a, grid, stream, swap)
+                              : launch_d<128, false>(shape, a, grid, stream, swap);
 }
 
 }  // namespace
 
-void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream) { launch_or_query(a.shape, &a, grid, stream); }
+void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream, bool swap, bool paged) {
+  launch_or_query(a.shape, &a, grid, stream, swap && a.group <= kMmaSwapMaxGroup, paged);
+}
 
-int mma_blocks_per_sm(const KvLayerShape& shape) { return launch_or_query(shape, nullptr, dim3(), nullptr); }
+int mma_blocks_per_sm(const KvLayerShape& shape, bool swap, bool paged) {
+  return launch_or_query(shape, nullptr, dim3(), nullptr, swap, paged);
+}
 
 }  // namespace lowbit::cuda::kv

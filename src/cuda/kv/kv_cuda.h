@@ -55,8 +55,10 @@ void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int6
 
 // The decode attention's kernels: simt (f32 on the CUDA cores; every form, and the one
 // the rows form runs), mma (tensor cores, attention_mma.cu: the decode forms, GQA groups
-// of up to 16 query heads); automatic picks mma where it takes the shape.
-enum class AttentionKernel : int { automatic, simt, mma };
+// of up to 16 query heads), mma_swap (its variant with the positions as the mma's M and P
+// in f16 only; GQA groups of up to 8, larger ones run mma). automatic picks mma_swap, then
+// mma, where they take the shape (H100: mma_swap 2-20% faster than mma, bench/notes/decode.md).
+enum class AttentionKernel : int { automatic, simt, mma, mma_swap };
 
 // out[h] = softmax(q[h] . K^T / sqrt(D)) V over the span's positions of KV head
 // h / (n_heads / kv_heads). q: f16 [n_heads x D]; out: [n_heads x D] f32 or f16.
@@ -73,11 +75,12 @@ DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& s
 // device memory (*device_pos, int32) when the kernels run, so that one captured graph
 // serves every decode step. kv_append_at writes position *device_pos; kv_attention_at
 // attends over the first *device_pos + 1 positions with the split plan of max_length
-// positions (splits past the current length do no work; the combine weighs them 0).
+// positions (splits past the current length exit at once; the combine takes the others).
 // The caller keeps *device_pos < max_length <= the cache's capacity. kv_attention_at
 // combines the splits in the split kernel (its last block per head group; one launch):
 // its workspace (kv_attention_workspace_bound) must be zeroed once before the first
-// call, and every call leaves it ready for the next.
+// call, and every call leaves it ready for the next, whatever its max_length (the
+// counters sit at the workspace's start: caches of different capacities may share it).
 // history_complete: the caller guarantees that *device_pos and every cache row except the
 // ones kv_append_at writes at *device_pos (the new token; under selective also the token
 // leaving the window) were written by work that completed before the first kernel of
@@ -96,10 +99,13 @@ void kv_append_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const 
 std::size_t ring_backup_bytes(const KvLayerShape& shape);
 void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos,
                           const void* ring_backup, cuda_stream_t stream);
+// split_len > 0 replaces the plan's split length (a multiple of 16, <= kMaxSplit; the
+// workspace must then hold the splits of max_length at that length): the paged kernels'
+// tests compare a batch row with this form at the batch's plan.
 void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
                      std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                      void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete = false,
-                     AttentionKernel kernel = AttentionKernel::automatic);
+                     AttentionKernel kernel = AttentionKernel::automatic, std::int64_t split_len = 0);
 // Prefill: a chunk of tokens at positions pos0 .. pos0 + rows - 1 in four launches and a
 // copy (rope_rows; kv_append_rows, which snapshots the window's ring first;
 // kv_attention_rows: split and combine), with the results of `rows` one-at-a-time
