@@ -71,9 +71,15 @@ void print_gemm_table(const std::string& title, const std::vector<GemmRow>& rows
       lo = std::min(lo, r.speedup_vs_peer()), hi = std::max(hi, r.speedup_vs_peer());
     }
     char line[512];
-    std::snprintf(line, sizeof line, "| %s | %s | %lldx%lldx%lld | %s | %s | %.4f | %s | %s |", r.op.c_str(),
+    char ms[96];  // the median, and the samples' spread where the section kept it
+    if (std::isfinite(r.ms_min)) {
+      std::snprintf(ms, sizeof ms, "%.4f (%.4f - %.4f)", r.ms, r.ms_min, r.ms_max);
+    } else {
+      std::snprintf(ms, sizeof ms, "%.4f", r.ms);
+    }
+    std::snprintf(line, sizeof line, "| %s | %s | %lldx%lldx%lld | %s | %s | %s | %s | %s |", r.op.c_str(),
                   r.variant.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.n),
-                  static_cast<long long>(r.k), r.layout.c_str(), r.out_dtype.c_str(), r.ms,
+                  static_cast<long long>(r.k), r.layout.c_str(), r.out_dtype.c_str(), ms,
                   significant(r.tops()).c_str(), significant(r.gbps()).c_str());
     std::cout << line;
     if (copy_gbps > 0) {
@@ -115,6 +121,7 @@ Json rows_json(const RunInfo& info, const std::vector<GemmRow>& rows, double cop
     row.set("b_layout", r.layout);
     row.set("out_dtype", r.out_dtype);
     row.set("ms", r.ms);
+    if (std::isfinite(r.ms_min)) row.set("ms_min", r.ms_min), row.set("ms_max", r.ms_max);
     row.set("tops", r.tops());
     row.set("gbps", r.gbps());
     row.set("pct_copy", copy_gbps > 0 ? 100.0 * r.gbps() / copy_gbps : NAN);

@@ -27,6 +27,7 @@ struct GemmRow {
   std::string layout;   // b layout, or "-"
   std::string out_dtype;
   double ms = NAN;
+  double ms_min = NAN, ms_max = NAN;  // where the section keeps its samples' spread
   double ops = 0;       // 2*M*N*K
   double bytes = 0;     // each input read once, each output written once
   std::string peer;     // what ratio_vs_peer compares with

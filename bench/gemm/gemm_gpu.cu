@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/common/timing.h"
@@ -283,6 +285,21 @@ DeviceWeights upload(const HostWeights& h, const WeightOnlySpec& spec, std::int6
   return d;
 }
 
+// The FP16 peer's weights: enough copies of the dequantized matrix that rotating through
+// them defeats L2, as the packed copies do.
+int f16_copies(std::size_t bytes) {
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes + 1, 1, 8));
+}
+std::vector<DeviceBuffer> upload_dequantized(const HostWeights& h, int copies) {
+  const std::size_t bytes = h.dequantized.size() * sizeof(h.dequantized[0]);
+  std::vector<DeviceBuffer> w16;
+  for (int c = 0; c < copies; ++c) {
+    w16.emplace_back(bytes);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(w16.back().data(), h.dequantized.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  return w16;
+}
+
 void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers, double copy_gbps,
                          std::vector<GemmRow>& rows) {
   const WeightForm forms[] = {
@@ -296,7 +313,7 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
     if (o.quick && n != 4096) continue;
     // The FP16 peer's weights, rotated like ours.
     const std::size_t w16_bytes = static_cast<std::size_t>(n * k) * 2;
-    const int w16_copies = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / w16_bytes + 1, 1, 8));
+    const int w16_copies = f16_copies(w16_bytes);
     for (const WeightForm& form : forms) {
       WeightOnlySpec spec = form.spec;
       if (spec.group_size == 0) spec.group_size = k;
@@ -304,11 +321,7 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
                    static_cast<long long>(k));
       const HostWeights host = make_weights(spec, n, k, static_cast<std::uint64_t>(n + k + spec.bits + spec.group_size));
       DeviceWeights dev = upload(host, spec, n, k);
-      std::vector<DeviceBuffer> w16;
-      for (int c = 0; c < w16_copies; ++c) {
-        w16.emplace_back(w16_bytes);
-        LOWBIT_CUDA_CHECK(cudaMemcpy(w16.back().data(), host.dequantized.data(), w16_bytes, cudaMemcpyHostToDevice));
-      }
+      std::vector<DeviceBuffer> w16 = upload_dequantized(host, w16_copies);
       const double weight_bytes = static_cast<double>(host.codes.size() + host.scales_packed.size() +
                                                       host.mins_packed.size());
       for (std::int64_t m : {1, 16, 64, 128}) {
@@ -429,6 +442,105 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
                    std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
 }
 
+// The Hopper wgmma weight-only kernel (M > 16) against cuBLAS FP16 on the dequantized
+// weights, and against the kernels it replaces: the production choice, the wgmma kernel
+// named (at M = 16 too: the GEMV crossover), and the mma.sync tiled kernel. Shapes N x K
+// of Llama-3-8B / 70B; M from batched decode to prefill. Times are min / median / max
+// of the samples (each sample >= 1 ms of back-to-back calls, weights rotated through
+// copies that defeat L2). Each configuration is checked against cuBLAS by relative L2.
+void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers, double copy_gbps,
+                               std::vector<GemmRow>& rows) {
+  namespace wo = cuda::weight_only;
+  const WeightForm forms[] = {
+      {"w4a16 g32 zp (Q4_1)", {4, 32, true, DType::f16}},
+      {"w4a16 g128 zp", {4, 128, true, DType::f16}},
+      {"w4a16 g32 sym (Q4_0)", {4, 32, false, DType::f16}},
+      {"w8a16 g32 (Q8_0)", {8, 32, false, DType::f16}},
+  };
+  const std::int64_t nk[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {28672, 8192}};
+  const std::size_t first = rows.size();
+  const auto sampled = [&](GemmRow& row, const std::function<void(int)>& launch, double ops) {
+    std::vector<double> t = gpu_sample_ms(launch, stream, ops > 2e11 ? 7 : 15);
+    std::sort(t.begin(), t.end());
+    row.ms = median(t);
+    row.ms_min = t.front();
+    row.ms_max = t.back();
+  };
+  for (const auto& [n, k] : nk) {
+    if (o.quick && n != 4096) continue;
+    const std::size_t w16_bytes = static_cast<std::size_t>(n * k) * 2;
+    const int w16_copies = f16_copies(w16_bytes);
+    for (const WeightForm& form : forms) {
+      const WeightOnlySpec spec = form.spec;
+      const wo::Form wform = wo::form_of(spec);
+      std::fprintf(stderr, "weight-only wgmma %s %lldx%lld: packing on the host\n", form.name,
+                   static_cast<long long>(n), static_cast<long long>(k));
+      const HostWeights host = make_weights(spec, n, k, static_cast<std::uint64_t>(n + k + spec.bits + spec.group_size));
+      DeviceWeights dev = upload(host, spec, n, k);
+      std::vector<DeviceBuffer> w16 = upload_dequantized(host, w16_copies);
+      const double weight_bytes =
+          static_cast<double>(host.codes.size() + host.scales_packed.size() + host.mins_packed.size());
+      const int copies = static_cast<int>(dev.views.size());
+      for (const std::int64_t m : {16, 32, 64, 128, 256, 512, 2048, 8192}) {
+        if (o.quick && m > 64) continue;
+        if (o.max_m > 0 && m > o.max_m) continue;
+        const double ops = 2.0 * m * n * k;
+        DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
+        fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 83 + m, stream);
+        const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cuda, m, k);
+        const TensorView ov = TensorView::matrix(out.data(), DType::f16, Device::cuda, m, n);
+        peers.float_gemm(DType::f16, x.data(), w16[0].data(), ref.data(), m, n, k);
+        GemmRow peer = GemmRow::make("weight_only_wgmma", "f16 weights", "cublas f16", m, n, k, "n_by_k", "f16");
+        sampled(
+            peer,
+            [&](int i) {
+              peers.float_gemm(DType::f16, x.data(), w16[static_cast<std::size_t>(i % w16_copies)].data(), ref.data(),
+                               m, n, k);
+            },
+            ops);
+        peer.ops = ops;
+        peer.bytes = static_cast<double>(w16_bytes) + 2.0 * m * k + 2.0 * m * n;
+        peer.peer = "cublas f16";
+        peer.peer_ms = peer.ms;
+        peer.check = "reference";
+        const wo::Params p0 = wo::make_params(xv, dev.views[0], TensorView{}, ov);
+        std::vector<std::pair<std::string, wo::Variant>> variants{{"production", wo::pick(p0, wform)},
+                                                                   {"wgmma", wo::Variant{wo::Kernel::wgmma}}};
+        if (m > wo::kGemvMaxRows) variants.emplace_back("mma.sync tiled", wo::Variant{wo::Kernel::mma});
+        for (const auto& [name, variant] : variants) {
+          if (!wo::takes(variant, p0, wform)) continue;
+          LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+          wo::launch(p0, DType::f16, wform, variant, stream);
+          const double err = relative_l2(out.data(), ref.data(), static_cast<std::size_t>(m * n), DType::f16, stream);
+          GemmRow row = GemmRow::make("weight_only_wgmma", form.name, name, m, n, k, "n_by_k", "f16");
+          sampled(
+              row,
+              [&](int i) {
+                const wo::Params pi =
+                    wo::make_params(xv, dev.views[static_cast<std::size_t>(i % copies)], TensorView{}, ov);
+                wo::launch(pi, DType::f16, wform, variant, stream);
+              },
+              ops);
+          char check[64];
+          std::snprintf(check, sizeof check, "rel %.1e", err);
+          row.ops = ops;
+          row.bytes = weight_bytes + 2.0 * m * k + 2.0 * m * n;
+          row.peer = "cublas f16";
+          row.peer_ms = peer.ms;
+          row.check = check;
+          row.ok = err < 5e-3;  // fp32 accumulation in another order, fp16 output rounding
+          if (!row.ok) row.check += " (over 5e-3)";
+          rows.push_back(row);
+        }
+        rows.push_back(peer);
+      }
+    }
+  }
+  print_gemm_table("Weight-only GEMM on wgmma (M > 16) against cuBLAS FP16 on the dequantized weights; ms: median "
+                   "(min - max)",
+                   std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
+}
+
 // The GEMV (M = 1, and M = 16) on GGML block types (weight_only.h's block forms, and
 // Q4_1 / Q8_0 through the grouped forms for comparison): random blocks in the type
 // (random_blocks.h) repacked by the engine as a model load does, at Llama-3-8B's ffn
@@ -487,28 +599,50 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
         wo::launch(wo::make_params(xv, views[0], TensorView{},
                                    TensorView::matrix(ref.data(), DType::f16, Device::cuda, m, n)),
                    DType::f16, form, wo::Variant{wo::Kernel::mma}, stream);
-        LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
-        weight_only_gemm(xv, views[0], TensorView{}, ov, stream);
-        const double err = relative_l2(out.data(), ref.data(), static_cast<std::size_t>(m * n), DType::f16, stream);
-        std::vector<double> ms = gpu_sample_ms(
-            [&](int i) { weight_only_gemm(xv, views[static_cast<std::size_t>(i % copies)], TensorView{}, ov, stream); },
-            stream, 21);
-        std::sort(ms.begin(), ms.end());
-        const double med = median(ms);
-        const double gbps = static_cast<double>(held) / (med * 1e6), best = static_cast<double>(held) / (ms.front() * 1e6);
-        char check[64];
-        std::snprintf(check, sizeof check, "rel %.1e%s", err, err < 2e-3 ? "" : " (over 2e-3)");
-        std::printf("%-5s %5lldx%-6lld %3lld %8.1f %9.1f %9.1f %9.1f %8.0f %6.1f%% %6.1f%%  %s\n",
-                    std::string(info.name).c_str(), static_cast<long long>(n), static_cast<long long>(k),
-                    static_cast<long long>(m), static_cast<double>(held) / 1e6, ms.front() * 1e3, med * 1e3,
-                    ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps, check);
-        GemmRow row = GemmRow::make("weight_only_blocks", std::string(info.name), "production", m, n, k, "n_by_k", "f16");
-        row.ms = med;
-        row.ops = 2.0 * m * n * k;
-        row.bytes = static_cast<double>(held) + 2.0 * m * k + 2.0 * m * n;
-        row.check = check;
-        row.ok = err < 2e-3;
-        rows.push_back(row);
+        // The production choice; at M <= 2 on the block forms also the GEMV's other decode
+        // (Variant::block_decode: the per-weight f16 decode for the K-quants, whose default is
+        // the sub-block decode, and the sub-block decode for Q5_0 / Q5_1) in the same run.
+        const bool both = wo::is_block_form(form) && m <= 2;
+        const bool k_quant = form == wo::Form::q4_k || form == wo::Form::q5_k || form == wo::Form::q6_k;
+        const int other = k_quant ? 0 : 1;
+        for (const int decode : {-1, other}) {
+          if (decode >= 0 && !both) continue;
+          const wo::Variant variant{wo::Kernel::gemv, -1, 0, false, -1, decode};
+          auto run = [&](const PackedWeights& w) {
+            if (decode < 0) {
+              weight_only_gemm(xv, w, TensorView{}, ov, stream);
+            } else {
+              wo::launch(wo::make_params(xv, w, TensorView{}, ov), DType::f16, form, variant, stream);
+            }
+          };
+          LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+          run(views[0]);
+          const double err = relative_l2(out.data(), ref.data(), static_cast<std::size_t>(m * n), DType::f16, stream);
+          std::vector<double> ms =
+              gpu_sample_ms([&](int i) { run(views[static_cast<std::size_t>(i % copies)]); }, stream, 21);
+          std::sort(ms.begin(), ms.end());
+          const double med = median(ms);
+          const double gbps = static_cast<double>(held) / (med * 1e6),
+                       best = static_cast<double>(held) / (ms.front() * 1e6);
+          char check[64];
+          std::snprintf(check, sizeof check, "rel %.1e%s", err, err < 2e-3 ? "" : " (over 2e-3)");
+          std::printf("%-5s %5lldx%-6lld %3lld %8.1f %9.1f %9.1f %9.1f %8.0f %6.1f%% %6.1f%%  %s%s\n",
+                      std::string(info.name).c_str(), static_cast<long long>(n), static_cast<long long>(k),
+                      static_cast<long long>(m), static_cast<double>(held) / 1e6, ms.front() * 1e3, med * 1e3,
+                      ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps, check,
+                      decode == 0 ? "  [per-weight decode]" : decode == 1 ? "  [sub-block decode]" : "");
+          GemmRow row = GemmRow::make("weight_only_blocks", std::string(info.name),
+                                      decode == 0   ? "per_weight_decode"
+                                      : decode == 1 ? "sub_block_decode"
+                                                    : "production",
+                                      m, n, k, "n_by_k", "f16");
+          row.ms = med;
+          row.ops = 2.0 * m * n * k;
+          row.bytes = static_cast<double>(held) + 2.0 * m * k + 2.0 * m * n;
+          row.check = check;
+          row.ok = err < 2e-3;
+          rows.push_back(row);
+        }
       }
     }
   }
@@ -532,6 +666,7 @@ void run_gemm_gpu(const GemmBenchOptions& options, double copy_gbps, std::vector
     if (wanted(options, "int4")) int4_section(options, stream, peers, rows);
     if (wanted(options, "weight_only")) weight_only_section(options, stream, peers, copy_gbps, rows);
     if (wanted(options, "weight_only_variants", false)) weight_only_variants_section(options, stream, copy_gbps, rows);
+    if (wanted(options, "weight_only_wgmma", false)) weight_only_wgmma_section(options, stream, peers, copy_gbps, rows);
     if (wanted(options, "weight_only_blocks", false)) weight_only_blocks_section(options, stream, copy_gbps, rows);
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
   }

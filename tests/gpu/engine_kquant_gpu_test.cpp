@@ -3,9 +3,10 @@
 // every matrix in the chosen type, the tied Q8_0 embedding as head) in Q4_K, Q5_K, Q6_K,
 // Q5_0 and Q5_1. Prefill logits (M = 40: the tiled kernel), decode logits (M = 1: the
 // streaming GEMV), and greedy tokens, fed the CPU's, must agree: the GPU's weights are
-// ggml's values rounded to f16 (its activations f16 too), the CPU's ggml's f32 values,
-// so the logits differ by f16 rounding through 2 layers (the tolerance of
-// engine_gpu_test); a greedy token may differ only at a near-tie.
+// ggml's values rounded to f16 in prefill (the tiled kernel), exact at decode (the GEMV's
+// sub-block decode, M <= 2), its activations f16, the CPU's ggml's f32 values, so the
+// logits differ by f16 rounding through 2 layers (the tolerance of engine_gpu_test, kept:
+// prefill still rounds the weights); a greedy token may differ only at a near-tie.
 #include <gtest/gtest.h>
 
 #include <algorithm>

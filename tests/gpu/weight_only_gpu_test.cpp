@@ -2,15 +2,9 @@
 // kernel above) against the CPU reference, on fresh random inputs: all three weight
 // forms, f16 and bf16, group sizes 32 / 64 / 128 / K, with and without bias, shapes
 // that are not multiples of any tile, aligned and unaligned activation rows, guarded
-// and poisoned buffers.
-//
-// Tolerance. Both sides use the same dequantized weights (bit for bit, by
-// definition) and exact products; they differ only in the order and precision of
-// the sum (GPU: FP32 in mma order and split-K order; CPU: FP64). The FP32 sum of K
-// terms is within (K + 8) * 2^-24 * sum_k |x_k w_k| of the exact one (recursive
-// summation bound, plus the bias), and the final rounding to the act dtype can then
-// land one code away, so:
-//   |gpu - cpu| <= 2 ulp_act(|cpu|) + (K + 8) * 2^-24 * (sum_k |x_k w_k| + |bias|).
+// and poisoned buffers. The cases and their tolerance: common/weight_only_cases.h. M > 16
+// takes the production choice (on Hopper the wgmma kernel, which
+// weight_only_wgmma_gpu_test.cpp covers in depth); TiledSplitK names the mma.sync kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +19,7 @@
 #include "common/gpu.h"
 #include "common/poison.h"
 #include "common/random.h"
+#include "common/weight_only_cases.h"
 #include "cpu/weight_only.h"
 #include "core/device_buffer.h"
 #include "cuda/weight_only/weight_only_cuda.h"
@@ -36,150 +31,9 @@
 namespace lowbit::test {
 namespace {
 
-namespace wo = cuda::weight_only;
-
-// out = x W^T through `variant` where it takes the arguments, else the production choice.
-void gemm_with(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
-               const wo::Variant* variant) {
-  const wo::Params p = wo::make_params(x, w, bias, out);
-  const wo::Form form = wo::form_of(w.spec);
-  wo::launch(p, w.spec.act_dtype, form, variant && wo::takes(*variant, p, form) ? *variant : wo::pick(p, form),
-             nullptr);
-}
-
 // Both small-M kernels (the small-matrix one, where it takes the shape, and the
 // streaming one), in turn.
 const wo::Variant kSmallKernels[] = {wo::Variant{wo::Kernel::small_gemv}, wo::Variant{wo::Kernel::gemv}};
-
-using formats::BFloat16;
-using formats::Half;
-
-double act_value(DType dtype, std::uint16_t bits) {
-  return dtype == DType::f16 ? formats::to_float(Half{bits}) : formats::to_float(BFloat16{bits});
-}
-std::uint16_t to_act_bits(DType dtype, float value) {
-  return dtype == DType::f16 ? formats::from_float<Half>(value).bits : formats::from_float<BFloat16>(value).bits;
-}
-double ulp_at(DType dtype, double value) {
-  const int e = std::max(std::ilogb(std::max(std::fabs(value), 1e-30)), dtype == DType::f16 ? -14 : -126);
-  return std::ldexp(1.0, e - (dtype == DType::f16 ? 10 : 7));
-}
-
-// A packed weight on the host, its device copy, and its dequantized values.
-struct DeviceWeights {
-  std::vector<std::uint8_t> codes;
-  std::vector<std::uint16_t> scales, mins;
-  PackedWeights host, device;
-  core::DeviceBuffer d_codes, d_scales, d_mins;
-  std::vector<double> w;  // [N x K] dequantized
-};
-
-void make_weights(Rng& rng, const WeightOnlySpec& spec, std::int64_t n, std::int64_t k, DeviceWeights& out) {
-  const std::int64_t groups = (k + spec.group_size - 1) / spec.group_size;
-  const std::int64_t code_cols = spec.bits == 4 ? (k + 1) / 2 : k;
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f), min(-0.5f, 0.5f);
-  std::vector<std::uint8_t> codes(static_cast<std::size_t>(n * code_cols));
-  for (auto& b : codes) b = static_cast<std::uint8_t>(byte(rng));
-  std::vector<float> scales(static_cast<std::size_t>(n * groups)), mins;
-  for (auto& s : scales) s = scale(rng);
-  const bool zp = spec.bits == 4 && spec.zero_point;
-  if (zp) {
-    mins.resize(scales.size());
-    for (auto& m : mins) m = min(rng);
-  }
-  const PackedWeightSizes sizes = packed_weight_sizes(spec, n, k);
-  out.codes.assign(static_cast<std::size_t>(sizes.code_bytes), 0);
-  out.scales.assign(static_cast<std::size_t>(sizes.scale_count), 0);
-  out.mins.assign(static_cast<std::size_t>(sizes.min_count), 0);
-  out.host = PackedWeights{spec, n, k, TensorView::vector(out.codes.data(), DType::u8, Device::cpu, sizes.code_bytes),
-                           TensorView::vector(out.scales.data(), spec.act_dtype, Device::cpu, sizes.scale_count),
-                           zp ? TensorView::vector(out.mins.data(), spec.act_dtype, Device::cpu, sizes.min_count)
-                              : TensorView{}};
-  cpu::pack_weights(TensorView::matrix(codes.data(), spec.bits == 4 ? DType::u8 : DType::i8, Device::cpu, n, code_cols),
-                    TensorView::matrix(scales.data(), DType::f32, Device::cpu, n, groups),
-                    zp ? TensorView::matrix(mins.data(), DType::f32, Device::cpu, n, groups) : TensorView{}, out.host);
-  out.d_codes = core::DeviceBuffer(out.codes.size());
-  out.d_scales = core::DeviceBuffer(out.scales.size() * 2);
-  LOWBIT_CUDA_CHECK(cudaMemcpy(out.d_codes.data(), out.codes.data(), out.codes.size(), cudaMemcpyHostToDevice));
-  LOWBIT_CUDA_CHECK(cudaMemcpy(out.d_scales.data(), out.scales.data(), out.scales.size() * 2, cudaMemcpyHostToDevice));
-  out.device = out.host;
-  out.device.codes = TensorView::vector(out.d_codes.data(), DType::u8, Device::cuda, sizes.code_bytes);
-  out.device.scales = TensorView::vector(out.d_scales.data(), spec.act_dtype, Device::cuda, sizes.scale_count);
-  if (zp) {
-    out.d_mins = core::DeviceBuffer(out.mins.size() * 2);
-    LOWBIT_CUDA_CHECK(cudaMemcpy(out.d_mins.data(), out.mins.data(), out.mins.size() * 2, cudaMemcpyHostToDevice));
-    out.device.mins = TensorView::vector(out.d_mins.data(), spec.act_dtype, Device::cuda, sizes.min_count);
-  }
-  // Dequantized weights through the layout's accessors (for the error bound).
-  const formats::WeightPackLayout layout = formats::make_weight_pack_layout(spec.bits, spec.zero_point,
-                                                                            spec.group_size, n, k);
-  out.w.resize(static_cast<std::size_t>(n * k));
-  for (std::int64_t r = 0; r < n; ++r) {
-    for (std::int64_t c = 0; c < k; ++c) {
-      const formats::WeightPackLayout::CodePlace place = layout.code_place(r, c);
-      const int stored = (out.codes[place.byte] >> place.shift) & (spec.bits == 8 ? 0xff : 0xf);
-      const int q = formats::weight_code_value(layout, stored);
-      const std::int64_t s = layout.scale_index(r, layout.group_of(c));
-      const double sv = act_value(spec.act_dtype, out.scales[s]);
-      const double mv = zp ? act_value(spec.act_dtype, out.mins[s]) : 0.0;
-      out.w[r * k + c] = act_value(spec.act_dtype, to_act_bits(spec.act_dtype, static_cast<float>(q * sv + mv)));
-    }
-  }
-}
-
-void run_case(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std::int64_t m, bool with_bias,
-              bool aligned_rows, const wo::Variant* variant = nullptr) {
-  const std::int64_t n = w.host.n, k = w.host.k;
-  const DType dt = spec.act_dtype;
-  SCOPED_TRACE(testing::Message() << "bits " << spec.bits << " zero_point " << spec.zero_point << " group "
-                                  << spec.group_size << " " << dtype_name(dt) << " M " << m << " N " << n << " K " << k
-                                  << " bias " << with_bias << " aligned rows " << aligned_rows);
-  const std::int64_t ldx = aligned_rows ? (k + 7) / 8 * 8 : k + 1, ldo = n + 3;
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * ldx)), bias(static_cast<std::size_t>(n));
-  for (auto& v : x) v = to_act_bits(dt, value(rng));
-  for (auto& v : bias) v = to_act_bits(dt, value(rng));
-
-  GuardedBuffer d_x(x.size() * 2, aligned_rows ? 0 : 2), d_bias(bias.size() * 2), d_out(m * ldo * 2);
-  d_x.poison(kFloatPoison);
-  d_x.upload(x.data(), x.size() * 2);
-  d_bias.poison(kFloatPoison);
-  d_bias.upload(bias.data(), bias.size() * 2);
-  d_out.poison(kFloatPoison);
-  gemm_with(TensorView::matrix(d_x.data(), dt, Device::cuda, m, k, ldx), w.device,
-            with_bias ? TensorView::vector(d_bias.data(), dt, Device::cuda, n) : TensorView{},
-            TensorView::matrix(d_out.data(), dt, Device::cuda, m, n, ldo), variant);
-  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<std::uint16_t> got = download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * ldo));
-  EXPECT_TRUE(d_out.guards_intact("out"));
-  EXPECT_TRUE(d_x.guards_intact("x"));
-
-  std::vector<std::uint16_t> want(static_cast<std::size_t>(m * ldo), 0xffff);
-  cpu::weight_only_gemm(TensorView::matrix(x.data(), dt, Device::cpu, m, k, ldx), w.host,
-                        with_bias ? TensorView::vector(bias.data(), dt, Device::cpu, n) : TensorView{},
-                        TensorView::matrix(want.data(), dt, Device::cpu, m, n, ldo));
-  int failures = 0;
-  for (std::int64_t r = 0; r < m && failures < 5; ++r) {
-    for (std::int64_t c = 0; c < ldo && failures < 5; ++c) {
-      const std::uint16_t g = got[r * ldo + c];
-      if (c >= n) {  // row padding: never written
-        if (g != 0xffff) ++failures, ADD_FAILURE() << "wrote row padding at row " << r << " col " << c;
-        continue;
-      }
-      double magnitude = with_bias ? std::fabs(act_value(dt, bias[c])) : 0.0;
-      for (std::int64_t i = 0; i < k; ++i) magnitude += std::fabs(act_value(dt, x[r * ldx + i]) * w.w[c * k + i]);
-      const double ref = act_value(dt, want[r * ldo + c]);
-      const double tol = 2 * ulp_at(dt, ref) + static_cast<double>(k + 8) * std::ldexp(magnitude, -24);
-      const double diff = std::fabs(act_value(dt, g) - ref);
-      if (!(diff <= tol)) {
-        ++failures;
-        ADD_FAILURE() << "row " << r << " col " << c << ": gpu " << act_value(dt, g) << " (0x" << std::hex << g
-                      << std::dec << "), cpu " << ref << ", |diff| " << diff << " > tol " << tol;
-      }
-    }
-  }
-}
 
 class WeightOnlyGpu : public GpuTest {};
 
@@ -247,11 +101,12 @@ TEST_F(WeightOnlyGpu, DecodeShape) {
 TEST_F(WeightOnlyGpu, TiledSplitK) {
   LOWBIT_TEST_RNG(rng);
   const WeightOnlySpec specs[] = {{4, 32, true, DType::f16}, {8, 128, false, DType::bf16}, {4, 64, false, DType::f16}};
+  const wo::Variant tiled{wo::Kernel::mma};
   for (const WeightOnlySpec& spec : specs) {
     for (const std::int64_t k : {2100, 8292}) {
       DeviceWeights w;
       make_weights(rng, spec, 520, k, w);
-      for (const std::int64_t m : {20, 64, 65}) run_case(rng, spec, w, m, m != 64, m != 65);
+      for (const std::int64_t m : {20, 64, 65}) run_case(rng, spec, w, m, m != 64, m != 65, &tiled);
       if (HasFailure()) return;
     }
   }
@@ -351,6 +206,41 @@ const BlockCase kBlockCases[] = {{test::ggml_id::q5_0, WeightBlocks::q5_0, 416},
                                  {test::ggml_id::q5_k, WeightBlocks::q5_k, 512},
                                  {test::ggml_id::q6_k, WeightBlocks::q6_k, 768}};
 
+// The real value of a block form's weight (formats::block_weight_value before any
+// rounding: s q - m with the exact f32 factors) and |s q| + |m|, from the packed unit.
+void block_weight_exact(const formats::WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn, std::int64_t kk,
+                        double& exact, double& spread) {
+  const formats::WeightPackLayout::CodePlace low = l.code_place(nn, kk);
+  int q = (codes[low.byte] >> low.shift) & 0xf;
+  for (int plane = 0; plane < formats::block_high_planes(l.blocks); ++plane) {
+    const formats::WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
+    q |= ((codes[high.byte] >> high.shift) & 1) << (4 + plane);
+  }
+  auto half_at = [&](std::int64_t byte) {
+    return static_cast<double>(
+        formats::to_float(formats::Half{static_cast<std::uint16_t>(codes[byte] | (codes[byte + 1] << 8))}));
+  };
+  auto u16_at = [&](std::int64_t byte) { return static_cast<unsigned>(codes[byte] | (codes[byte + 1] << 8)); };
+  const unsigned scale = u16_at(l.lane_scale_byte(nn, kk));
+  double s = 0.0, m = 0.0;  // w = s * q' + m, q' = q (Q5_0: q - 16, Q6_K: q - 32)
+  switch (l.blocks) {
+    case formats::WeightBlocks::q5_0: s = half_at(l.lane_scale_byte(nn, kk)), q -= 16; break;
+    case formats::WeightBlocks::q5_1: s = half_at(l.lane_scale_byte(nn, kk)), m = half_at(l.lane_min_byte(nn, kk)); break;
+    case formats::WeightBlocks::q4_k:
+    case formats::WeightBlocks::q5_k:
+      s = half_at(l.row_factor_byte(nn, kk)) * (scale & 0xffu);
+      m = -half_at(l.row_factor_byte(nn, kk) + 2) * (scale >> 8);
+      break;
+    case formats::WeightBlocks::q6_k:
+      s = half_at(l.row_factor_byte(nn, kk)) * static_cast<std::int8_t>(kk % 32 < 16 ? scale & 0xffu : scale >> 8);
+      q -= 32;
+      break;
+    case formats::WeightBlocks::none: break;
+  }
+  exact = s * q + m;
+  spread = std::fabs(s * q) + std::fabs(m);
+}
+
 void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64_t k, DeviceWeights& out) {
   const test::GgmlMatrix m = test::random_ggml_matrix(c.type, n, k, rng());
   engine::HostPackedWeights packed = engine::repack_ggml_weight(m.tensor());
@@ -367,9 +257,12 @@ void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64
   const formats::WeightPackLayout layout =
       formats::make_block_pack_layout(static_cast<formats::WeightBlocks>(c.blocks), n, k);
   out.w.resize(static_cast<std::size_t>(n * k));
+  out.exact.resize(out.w.size());
+  out.spread.resize(out.w.size());
   for (std::int64_t r = 0; r < n; ++r) {
     for (std::int64_t i = 0; i < k; ++i) {
       out.w[r * k + i] = formats::to_float(formats::block_weight_at(layout, out.codes.data(), r, i));
+      block_weight_exact(layout, out.codes.data(), r, i, out.exact[r * k + i], out.spread[r * k + i]);
     }
   }
 }
@@ -377,17 +270,20 @@ void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64
 TEST_F(WeightOnlyGpu, GgmlBlockFormsMatchTheCpuReference) {
   LOWBIT_TEST_RNG(rng);
   const wo::Variant gemv{wo::Kernel::gemv}, tiled{wo::Kernel::mma};
+  const wo::Variant per_weight{wo::Kernel::gemv, -1, 0, false, -1, 0};  // the GEMV's f16-weight decode
   for (const BlockCase& c : kBlockCases) {
     for (const std::int64_t n : {std::int64_t{37}, std::int64_t{200}}) {
       SCOPED_TRACE(testing::Message() << weight_blocks_name(c.blocks) << " N " << n << " K " << c.k);
       DeviceWeights w;
       make_block_weights(rng, c, n, c.k, w);
       const WeightOnlySpec spec = w.host.spec;
-      for (const std::int64_t m : {1, 3, 16, 17, 100}) {
+      for (const std::int64_t m : {1, 2, 3, 16, 17, 100}) {
         // The production choice, then each kernel that takes M (streaming GEMV up to 16,
-        // the tiled kernel at any M), aligned and unaligned activation rows.
+        // the tiled kernel at any M), aligned and unaligned activation rows; M <= 2 the
+        // GEMV's both decodes (sub-block by default).
         run_case(rng, spec, w, m, m % 2 == 1, true);
         if (m <= wo::kGemvMaxRows) run_case(rng, spec, w, m, false, false, &gemv);
+        if (m <= 2) run_case(rng, spec, w, m, true, true, &per_weight);
         run_case(rng, spec, w, m, m == 3, m != 16, &tiled);
       }
     }
@@ -403,6 +299,13 @@ TEST_F(WeightOnlyGpu, GgmlBlockFormsAtModelShapes) {
       DeviceWeights w;
       make_block_weights(rng, c, n, k, w);
       run_case(rng, w.host.spec, w, 1, false, true);
+      run_case(rng, w.host.spec, w, 2, true, true);
+      // The sub-block decode at forced k-slice counts (the partials' combine, 8: 1 step a
+      // slice at K 1024).
+      for (const int k_slices : {1, 2, 8}) {
+        const wo::Variant sub{wo::Kernel::gemv, -1, k_slices, false, -1, 1};
+        run_case(rng, w.host.spec, w, 2, false, true, &sub);
+      }
       run_case(rng, w.host.spec, w, 16, true, true);
       run_case(rng, w.host.spec, w, 64, false, true);
     }

@@ -71,21 +71,18 @@ __device__ __forceinline__ std::uint32_t and_or(std::uint32_t a) {
   return out;
 }
 
-// One packed INT4 word (8 codes) -> 4 fragment registers (see weight_pack.h):
-// register i holds the k pair of nibbles i and i + 4. The codes become exact
-// 16-bit floats by the magic-number trick, then one __hfma2 (Q4_1, w = q*s + m) or
-// __hmul2 (Q4_0, w = (q-8)*s) gives each weight with the single rounding the
-// definition requires.
+// One packed INT4 word (8 codes) -> 4 pairs of exact code values (Q4_1 q, Q4_0 q - 8)
+// as T2: pair i holds nibbles i and i + 4 (see weight_pack.h). The codes become exact
+// 16-bit floats by the magic-number trick and one exact subtraction.
 // f16: nibbles 1 and 5 are taken in place with the mask 0x00f000f0: 1024 + 16q is
 // exact (the f16 ulp at 1024 is 1), and fma(v, 1/16, -64) = q exactly; so one shift
-// (>> 8) serves pairs 2 and 3 and a word costs 1 SHF + 4 LOP3 + 8 half ops. bf16 has
+// (>> 8) serves pairs 2 and 3 and a word costs 1 SHF + 4 LOP3 + 4 half ops. bf16 has
 // a 7-bit mantissa (128 + 16q would carry into the exponent): three shifts.
 template <class T, Form F>
-__device__ __forceinline__ void dequant_int4_word(std::uint32_t word, const Scale2<T>& sc, std::uint32_t (&b)[4]) {
+__device__ __forceinline__ void int4_code_pairs(std::uint32_t word, typename Act<T>::T2 (&q)[4]) {
   using T2 = typename Act<T>::T2;
   constexpr bool kZp = F == Form::q4_zero_point;
   constexpr std::uint32_t kMagic = Act<T>::kMagic;
-  T2 q[4];
   if constexpr (std::is_same_v<T, __half>) {
     const T2 sub = Act<T>::constant2(kZp ? 1024.0f : 1032.0f);  // q or q - 8
     const T2 sixteenth = Act<T>::constant2(0.0625f);
@@ -100,8 +97,23 @@ __device__ __forceinline__ void dequant_int4_word(std::uint32_t word, const Scal
 #pragma unroll
     for (int i = 0; i < 4; ++i) q[i] = __hsub2(as_t2<T2>(and_or<0x000f000fu, kMagic>(word >> (4 * i))), sub);
   }
+}
+
+// The weight of a code pair with the single rounding the definition requires: one
+// __hfma2 (Q4_1, w = q*s + m) or __hmul2 (Q4_0 w = (q-8)*s; INT8 w = q*s).
+template <class T, Form F>
+__device__ __forceinline__ std::uint32_t scale_pair(typename Act<T>::T2 q, const Scale2<T>& sc) {
+  return F == Form::q4_zero_point ? as_u32(__hfma2(q, sc.s, sc.m)) : as_u32(__hmul2(q, sc.s));
+}
+
+// One packed INT4 word (8 codes) -> 4 fragment registers: register i holds the k
+// pair of nibbles i and i + 4, all of one (n, group).
+template <class T, Form F>
+__device__ __forceinline__ void dequant_int4_word(std::uint32_t word, const Scale2<T>& sc, std::uint32_t (&b)[4]) {
+  typename Act<T>::T2 q[4];
+  int4_code_pairs<T, F>(word, q);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) b[i] = kZp ? as_u32(__hfma2(q[i], sc.s, sc.m)) : as_u32(__hmul2(q[i], sc.s));
+  for (int i = 0; i < 4; ++i) b[i] = scale_pair<T, F>(q[i], sc);
 }
 
 // One packed INT8 word (4 codes stored as q + 128) -> 2 B registers (bytes 0,1 and
@@ -227,12 +239,109 @@ __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w,
   }
 }
 
+// ---- GGML block forms, the sub-block decode (gemv, M <= 2) ----------------------------
+//
+// The per-weight decode above spends ~8 (Q4_K) to ~14 (Q6_K) instructions a k pair on
+// the f32 value and its f16 rounding, and the GEMV is instruction-bound on it. Here the
+// mma multiplies the codes themselves: (nibble | high bits | 0x6400) - 1024 (Q5_0: 1040,
+// Q6_K: 1056) is q (q - 16, q - 32) exactly in f16, and the sub-block factors are applied
+// to the FP32 partials instead. The k order does it: lane column c of a unit owns one
+// ggml sub-block of 32 (Q6_K: two of 16, words 0-1 and 2-3), so the activations are fed
+// as B column j = 4 * (M row) + (sub-block column), B[k][j] = x[j / 4][k] if k is in lane
+// column j % 4, else 0 (only lanes with c == r % 4 load x, of row r / 4). Then D[n][j] of
+// the unit's 8 products is the sub-block dot product q . x of row n, and per step
+//   acc[n][j] += s[n][j % 4] * D[n][j]  -  m[n][j % 4] * X[j]
+// with X[j] the sub-block's sum of x: 8 more mma of an all-ones A (the same for every row
+// of the tile pair), only for the forms with a min (Q5_1, Q4_K, Q5_K). M <= 2 fills the 8
+// columns: the same 8 mma a tile pair a step as the per-weight decode at M <= 8.
+//
+// Numerics: the weights are no longer rounded to f16: q (|q| <= 63) and x are exact f16
+// mma inputs, their products exact, summed in FP32; the factors d * sc, dmin * mn (exact in
+// f32) multiply FP32 partials. So the result is ggml's real-valued product up to FP32
+// summation (of |s q x| + |m x|: the min term is subtracted, not folded into w), and it
+// differs from lowbit's CPU twin (formats::block_weight_value, f16 weights) by the twin's
+// weight rounding (<= 2^-11 |w| a weight); the GPU tests bound exactly that.
+//
+// Instructions a k pair (SASS to be confirmed): 0.75 SHF + 1 LOP3 + 1 HSUB2 (+ 2 per high
+// plane: SHF, LOP3), + 0.25 HMMA (+ 0.25 for the sums of x) + ~1 of per-step factor work
+// (LDS, conversions, FFMA): Q4_K ~4.4, Q5_K ~6.4, Q6_K ~8, Q5_0 ~5.4, Q5_1 ~6.2; the
+// per-weight decode: ~8.5, ~12, ~14, ~7.5, ~7.5.
+
+// The pair (w, i) of a lane's codes (k 8w + 2i, + 1) as exact f16 q - offset, in place
+// in a B fragment register.
+template <Form F>
+__device__ __forceinline__ std::uint32_t block_code_pair(std::uint32_t word, std::uint32_t h0, std::uint32_t h1, int w,
+                                                         int i) {
+  constexpr formats::WeightBlocks kB = blocks_of(F);
+  std::uint32_t v = and_or<0x000f000fu, 0x64006400u>(word >> (4 * i));  // 1024 + low 4 bits
+  const int shift = 4 * w + i;  // the pair's bit in a high plane (and + 16)
+  if constexpr (formats::block_high_planes(kB) >= 1) {
+    v |= (shift >= 4 ? h0 >> (shift - 4) : h0 << (4 - shift)) & 0x00100010u;  // bit 4
+  }
+  if constexpr (formats::block_high_planes(kB) >= 2) {
+    v |= (shift >= 5 ? h1 >> (shift - 5) : h1 << (5 - shift)) & 0x00200020u;  // bit 5
+  }
+  constexpr float kOffset = kB == formats::WeightBlocks::q5_0 ? 1040.0f : kB == formats::WeightBlocks::q6_k ? 1056.0f : 1024.0f;
+  return as_u32(__hsub2(as_t2<__half2>(v), __float2half2_rn(kOffset)));
+}
+
+// Whether a form subtracts (or adds) a per-sub-block min: needs the sums of x.
+constexpr bool block_has_min(Form f) { return f == Form::q5_1 || f == Form::q4_k || f == Form::q5_k; }
+
+// The factors of a lane's two D columns e = 0, 1 (sub-blocks 2 (c % 2) + e of row r) of
+// one unit: s (Q6_K: of k 0..15 in s, 16..31 in s_hi) and m, in f32 (exact).
+struct SubFactors {
+  float s[2], s_hi[2], m[2];
+};
+template <Form F>
+__device__ __forceinline__ SubFactors load_sub_factors(const std::uint8_t* unit, int lane) {
+  constexpr formats::WeightBlocks kB = blocks_of(F);
+  const int r = lane / 4, half = lane % 2;  // D columns 2c, 2c + 1: sub-blocks 2 (c % 2) + e; c % 2 == lane % 2
+  const std::uint32_t sc = *reinterpret_cast<const std::uint32_t*>(unit + formats::block_scale_offset(kB) + 4 * (2 * r + half));
+  SubFactors f{};
+  if constexpr (kB == formats::WeightBlocks::q5_0 || kB == formats::WeightBlocks::q5_1) {
+    const float2 d = __half22float2(as_t2<__half2>(sc));
+    f.s[0] = d.x, f.s[1] = d.y;
+    if constexpr (kB == formats::WeightBlocks::q5_1) {
+      const float2 m = __half22float2(
+          as_t2<__half2>(*reinterpret_cast<const std::uint32_t*>(unit + formats::block_scale_offset(kB) + 64 + 4 * (2 * r + half))));
+      f.m[0] = -m.x, f.m[1] = -m.y;  // acc += s D - m X: Q5_1 adds its min
+    }
+  } else if constexpr (kB == formats::WeightBlocks::q6_k) {
+    const float d = __half2float(__ushort_as_half(
+        *reinterpret_cast<const std::uint16_t*>(unit + formats::block_super_offset(kB) + 2 * r)));
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      f.s[e] = d * static_cast<float>(static_cast<std::int8_t>((sc >> (16 * e)) & 0xffu));  // exact
+      f.s_hi[e] = d * static_cast<float>(static_cast<std::int8_t>((sc >> (16 * e + 8)) & 0xffu));
+    }
+  } else {
+    const std::uint32_t dm = *reinterpret_cast<const std::uint32_t*>(unit + formats::block_super_offset(kB) + 4 * r);
+    const float2 d = __half22float2(as_t2<__half2>(dm));  // d, dmin
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      f.s[e] = d.x * static_cast<float>((sc >> (16 * e)) & 0xffu);  // exact
+      f.m[e] = d.y * static_cast<float>((sc >> (16 * e + 8)) & 0xffu);
+    }
+  }
+  return f;
+}
+
 using cuda::mma_16816;  // D += A (16x16, row) * B (16x8, col), FP32 accumulators
 
 using cuda::cp_async16;  // cp.async helpers (cuda/async_copy.cuh)
 using cuda::cp_async_commit;
 using cuda::cp_async_wait;
 using cuda::smem_address;
+
+// Eight activations of a row from column k on (the ragged end of K, or a row not
+// aligned for 16-byte copies): element by element, zero past K, one 16-byte store.
+inline __device__ __noinline__ void store_x_ragged(const Params& p, std::uint8_t* dst, const std::uint16_t* src,
+                                                   std::int64_t k) {
+  std::uint16_t v[8];
+  for (int e = 0; e < 8; ++e) v[e] = k + e < p.k ? src[e] : std::uint16_t{0};
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+}
 
 // Output element: FP32 accumulator + bias, one rounding to the act dtype.
 template <class T>

@@ -50,15 +50,21 @@ Params make_params(const TensorView& x, const PackedWeights& w, const TensorView
 bool takes(const Variant& v, const Params& p, Form form) {
   switch (v.kernel) {
     case Kernel::small_gemv: return small_gemv_takes(p, form);
-    case Kernel::gemv: return p.m <= kGemvMaxRows && (v.shape < 0 || (form == Form::q4_zero_point && v.shape < kGemvShapes));
+    case Kernel::gemv:
+      return p.m <= kGemvMaxRows && (v.shape < 0 || (form == Form::q4_zero_point && v.shape < kGemvShapes)) &&
+             (v.block_decode != 1 || (is_block_form(form) && p.m <= 2));
     case Kernel::mma: return true;
+    case Kernel::wgmma:
+      return wgmma_available(form) && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
+             (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8);
   }
   return false;
 }
 
 Variant pick(const Params& p, Form form) {
   if (small_gemv_takes(p, form) && small_gemv_pays(p, form)) return Variant{Kernel::small_gemv};
-  return Variant{p.m <= kGemvMaxRows ? Kernel::gemv : Kernel::mma};
+  if (p.m <= kGemvMaxRows) return Variant{Kernel::gemv};
+  return Variant{p.m >= kWgmmaMinRows && wgmma_available(form) ? Kernel::wgmma : Kernel::mma};
 }
 
 namespace {
@@ -71,6 +77,9 @@ void run(const Params& p, const Variant& v, cudaStream_t stream) {
       break;  // (takes() refuses it)
     case Kernel::gemv: return run_gemv<T, F>(p, v, stream);
     case Kernel::mma: return run_mma<T, F>(p, v, stream);
+    case Kernel::wgmma:
+      if constexpr (!is_block_form(F)) return run_wgmma<T, F>(p, v, stream);
+      break;  // (takes() refuses it)
   }
 }
 

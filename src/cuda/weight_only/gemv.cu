@@ -31,6 +31,11 @@
 // GGML block forms (Q5_0 .. Q6_K, formats/weight_pack.h): the same stream of units, each
 // 608-848 bytes with its scales inside (no scale copies); a lane reads its part of the
 // unit from the ring (BlockLane) and decodes words with dequant_block_word (common.cuh).
+// At M <= 2 the default is the sub-block decode instead (common.cuh, block_code_pair;
+// compute_step_sub): the codes go into the mma unscaled, the activations as B columns of
+// (M row, sub-block), the sub-block factors on the FP32 partials: ggml's exact weights
+// (no f16 rounding), about half the loop's instructions for the K forms (SASS counts in
+// bench/notes/weight_only.md). Variant::block_decode 0 keeps the per-weight decode.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -230,6 +235,91 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint32_
   }
 }
 
+// The sub-block decode of one step (common.cuh, block_code_pair): x is the lane's masked
+// B column (row r / 4 of x where c == r % 4, else 0); acc[jp][0][i] is the FP32 sum of
+// tile 2 jp + i / 2, row r, B column 2c + i % 2 (one sub-block column of one M row),
+// turned into gemv_kernel's D layout after the loop (sub_to_rows).
+template <Form F, int kTN, int kStages, int kChunk>
+__device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], int lane, int slot, int c,
+                                                 const Ring<F, kTN, kStages, kChunk>& ring,
+                                                 float (&acc)[kTN / 2][1][4]) {
+  constexpr formats::WeightBlocks kB = blocks_of(F);
+  constexpr bool kQ6 = kB == formats::WeightBlocks::q6_k;
+  // The sub-blocks' sums of x (columns 2c, 2c + 1 in xsum[0], [1]), shared by the tiles.
+  float xsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (block_has_min(F)) {
+    constexpr std::uint32_t kOnes = 0x3c003c00u;  // 1.0 in both halves
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      mma_16816<__half>(xsum, kOnes, kOnes, kOnes, kOnes, x[4 * w], x[4 * w + 1]);
+      mma_16816<__half>(xsum, kOnes, kOnes, kOnes, kOnes, x[4 * w + 2], x[4 * w + 3]);
+    }
+  }
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+    const std::uint8_t* unit[2];
+    uint4 q[2];
+    std::uint32_t h0[2] = {0, 0}, h1[2] = {0, 0};
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      unit[u] = reinterpret_cast<const std::uint8_t*>(ring.codes[slot][c][2 * jp + u]);
+      q[u] = *reinterpret_cast<const uint4*>(unit[u] + lane * 16);
+      if constexpr (formats::block_high_planes(kB) >= 1) h0[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + 512 + 4 * lane);
+      if constexpr (formats::block_high_planes(kB) >= 2) h1[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + 640 + 4 * lane);
+    }
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // Q6_K: k 16..31 in d_hi
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      std::uint32_t b[2][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[u][i] = block_code_pair<F>(word_of(q[u], w), h0[u], h1[u], w, i);
+      }
+      if (kQ6 && w >= 2) {
+        mma_16816<__half>(d_hi, b[0][0], b[1][0], b[0][1], b[1][1], x[4 * w], x[4 * w + 1]);
+        mma_16816<__half>(d_hi, b[0][2], b[1][2], b[0][3], b[1][3], x[4 * w + 2], x[4 * w + 3]);
+      } else {
+        mma_16816<__half>(d, b[0][0], b[1][0], b[0][1], b[1][1], x[4 * w], x[4 * w + 1]);
+        mma_16816<__half>(d, b[0][2], b[1][2], b[0][3], b[1][3], x[4 * w + 2], x[4 * w + 3]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const SubFactors f = load_sub_factors<F>(unit[u], lane);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float a = __fmaf_rn(f.s[e], d[2 * u + e], acc[jp][0][2 * u + e]);
+        if constexpr (kQ6) a = __fmaf_rn(f.s_hi[e], d_hi[2 * u + e], a);
+        if constexpr (block_has_min(F)) a = __fmaf_rn(-f.m[e], xsum[e], a);
+        acc[jp][0][2 * u + e] = a;
+      }
+    }
+  }
+}
+
+// The sub-block decode's sums (see compute_step_sub) -> gemv_kernel's D layout: the four
+// sub-block columns of M row a are lanes c = 2a, 2a + 1, elements e = 0, 1; lane c = 0
+// takes M rows 0 and 1 (fixed order: deterministic), the other lanes 0 (M rows >= 2).
+template <int kTN>
+__device__ __forceinline__ void sub_to_rows(float (&acc)[kTN / 2][1][4], int c) {
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+    float t[2], t1[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      t[u] = acc[jp][0][2 * u] + acc[jp][0][2 * u + 1];
+      t[u] += __shfl_xor_sync(0xffffffffu, t[u], 1);
+      t1[u] = __shfl_down_sync(0xffffffffu, t[u], 2);  // M row 1, from lane c = 2
+    }
+    const bool lead = c == 0;
+    acc[jp][0][0] = lead ? t[0] : 0.0f;
+    acc[jp][0][1] = lead ? t1[0] : 0.0f;
+    acc[jp][0][2] = lead ? t[1] : 0.0f;
+    acc[jp][0][3] = lead ? t1[1] : 0.0f;
+  }
+}
+
 // The lane's activation runs of one step: rows r and r + 8, k = 128 * step + 32c.
 template <int kRowGroups>
 __device__ __forceinline__ void load_x(const Params& p, const std::uint16_t* const (&xs)[kRowGroups],
@@ -269,9 +359,11 @@ constexpr int min_blocks() {
   return by_smem < 1 ? 1 : by_smem > most ? most : by_smem;
 }
 
-template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+// kSub: the GGML block forms' sub-block decode (M <= 2, kRowGroups 1; compute_step_sub).
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, bool kSub = false>
 __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kStages, kChunk>()))
     gemv_kernel(const Params p, int k_slices, int rotate, int pdl) {
+  static_assert(!kSub || (is_block_form(F) && kRowGroups == 1 && std::is_same_v<T, __half>), "sub-block decode");
   // Programmatic dependent launch (pdl > 0, launched with the attribute): the next
   // kernel on the stream may start its blocks as ours retire. pdl 1 waits for the
   // previous grid before touching global memory; pdl 2 first fills the ring with
@@ -307,8 +399,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
     bool row_ok[kRowGroups];
 #pragma unroll
     for (int rg = 0; rg < kRowGroups; ++rg) {
-      const std::int64_t row = r + 8 * rg;
-      row_ok[rg] = row < p.m;
+      // kSub: B column r is M row r / 4 masked to lane column r % 4 (compute_step_sub).
+      const std::int64_t row = kSub ? r / 4 : r + 8 * rg;
+      row_ok[rg] = row < p.m && (!kSub || c == r % 4);
       xs[rg] = static_cast<const std::uint16_t*>(p.x) + (row_ok[rg] ? row * p.ldx : 0) +
                step_begin * formats::kPackStepK + 32 * c;
     }
@@ -352,7 +445,11 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
           if (cc >= valid) break;
           load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
         }
-        compute_step<T, F, kRowGroups, kTN, kStages, kChunk>(p, x, lane, slot, cc, ring, acc);
+        if constexpr (kSub) {
+          compute_step_sub<F, kTN, kStages, kChunk>(x[0], lane, slot, cc, ring, acc);
+        } else {
+          compute_step<T, F, kRowGroups, kTN, kStages, kChunk>(p, x, lane, slot, cc, ring, acc);
+        }
         ++step;
 #pragma unroll
         for (int rg = 0; rg < kRowGroups; ++rg) xs[rg] += formats::kPackStepK;
@@ -369,6 +466,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
   }
   cp_async_wait<0>();
   if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (idle warps; a no-op after the first)
+  if constexpr (kSub) sub_to_rows<kTN>(acc, c);
 
   // D fragment: element i of pair jp, row group rg is n = 8 * (tile0 + 2 jp + i / 2)
   // + r, M row 8 rg + 2c + i % 2.
@@ -632,6 +730,12 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
     if (have) compute_step_xs<T, F, kRowGroups, kTN, kStages>(p, xring + slot * kXSlot, lane, slot, ring, acc);
     slot = slot + 1 == kStages ? 0 : slot + 1;
   }
+  // Every k-slice passes its named barrier as often as the longest slice. These phases order
+  // nothing across slices (the partials' order is write_out's __syncthreads); they keep
+  // compute-sanitizer's racecheck from reporting write_out's partials as RAW hazards, which
+  // it does when slices of unequal step counts used cp.async (H100: 32,729 reports in
+  // GemvVariants, 0 with this loop; the twin kernel in bench/notes/weight_only.md).
+  for (std::int64_t i = steps; i < (p.k_steps + k_slices - 1) / k_slices; ++i) group_barrier(1 + k_slice, group_threads);
   cp_async_wait<0>();
   write_out<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, k_slice, column, tile0);
 }
@@ -688,9 +792,9 @@ void launch_pdl(void (*kernel)(Args...), std::int64_t blocks, int smem_bytes, in
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
-template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, bool kSub = false>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
-  auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk>;
+  auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk, kSub>;
   constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
   // Once per instantiation (and device, in practice one): the shared-memory opt-in and
   // the resident blocks per SM it allows.
@@ -821,6 +925,14 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
   if constexpr (is_block_form(F)) {
     // GGML block forms: 2 tiles a warp, 4 single-step slots (units of 608-848 bytes: three
     // 8-warp blocks a SM at M <= 8), k-slices by the fill rule. Not tuned on a GPU yet.
+    // M <= 2: the sub-block decode (Variant::block_decode 1; 0 the per-weight f16 decode).
+    // The default takes it for the K-quants only: H100, M = 1, 4096 x 14336 / 14336 x 4096,
+    // Q4_K 41/55 -> 48/62% of copy, Q6_K 45/62 -> 50/66%, but Q5_1 57/68 -> 51/67% and Q5_0
+    // 53/65 -> 51/66% (bench/notes/weight_only.md "sub-block decode").
+    constexpr bool kSubBlockDefault = F == Form::q4_k || F == Form::q5_k || F == Form::q6_k;
+    if (p.m <= 2 && (v.block_decode == 1 || (v.block_decode < 0 && kSubBlockDefault))) {
+      if constexpr (std::is_same_v<T, __half>) return launch<T, F, 1, 2, 4, 1, true>(p, v, stream);
+    }
     launch_rows<T, F, 2, 4, 1>(p, v, stream);
   } else if constexpr (F == Form::int8) {
     // INT8 streams best from 3 stages (3 blocks per SM at M <= 8).

@@ -17,6 +17,11 @@ template <class T, Form F>
 void run_gemv(const Params& p, const Variant& v, cudaStream_t stream);
 template <class T, Form F>
 void run_mma(const Params& p, const Variant& v, cudaStream_t stream);
+template <class T, Form F>
+void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream);
+
+// The wgmma kernel's activation rows per block for p (the variant's, or its rule).
+int wgmma_tile_m(const Params& p, const Variant& v);
 
 // The small-matrix kernel's limits (its registers hold a warp's codes), and whether it
 // beats the streaming kernel (small matrices: under 1 MB of codes).

@@ -136,7 +136,7 @@ struct Loader {
       if (x_fast || !ok) {
         cp_async16(stage + x_dst + i * 16 * 256, src, ok ? 16 : 0);
       } else {
-        store_x_ragged(p, stage + x_dst + i * 16 * 256, src, step);
+        store_x_ragged(p, stage + x_dst + i * 16 * 256, src, step * formats::kPackStepK + (threadIdx.x % 16) * 8);
       }
     }
     x += formats::kPackStepK;
@@ -163,15 +163,6 @@ struct Loader {
       cp_async16(stage + scale_dst, scale_src, 16);
       scale_src += scale_step;
     }
-  }
-
-  // The ragged end of K, or unaligned rows: element by element (zero past K).
-  __device__ __noinline__ void store_x_ragged(const Params& p, std::uint8_t* dst, const std::uint16_t* src,
-                                              std::int64_t step) {
-    const std::int64_t k = step * formats::kPackStepK + (threadIdx.x % 16) * 8;
-    std::uint16_t v[8];
-    for (int e = 0; e < 8; ++e) v[e] = k + e < p.k ? src[e] : std::uint16_t{0};
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
   }
 };
 

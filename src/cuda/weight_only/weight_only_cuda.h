@@ -9,8 +9,10 @@
 //               its tile pair's codes in registers, loaded before the dependency wait
 //   gemv        M <= 16: weights streamed through a per-warp cp.async ring, mma.sync;
 //               for M > 8 with the activations staged once per k-slice group
-//   mma         any M: a tiled tensor-core kernel, split-K over a thread-block cluster
-// The GGML block forms (f16 only) run on gemv and mma, not small_gemv.
+//   mma         any M: a tiled tensor-core kernel (mma.sync), split-K over a cluster
+//   wgmma       any M, Hopper (sm_90a) only: wgmma with the weights dequantized into its
+//               register A operand, split-K over a cluster (wgmma.cu)
+// The GGML block forms (f16 only) run on gemv and mma, not small_gemv or wgmma.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +48,7 @@ struct Params {
 // Rows the GEMV kernels take: one m16 mma tile.
 constexpr std::int64_t kGemvMaxRows = 16;
 
-enum class Kernel : int { small_gemv, gemv, mma };
+enum class Kernel : int { small_gemv, gemv, mma, wgmma };
 
 // A kernel and its tuning: the dispatch's choice (pick) or a benchmark's sweep.
 struct Variant {
@@ -55,11 +57,19 @@ struct Variant {
   // streaming kernel's {tiles a warp, ring stages, steps a slot}, 9..15 the staged-
   // activation kernel's; -1: the rules of gemv.cu.
   int shape = -1;
-  int k_slices = 0;     // gemv: the K split inside a block; 0: the kernel's rule
+  // gemv: the K split inside a block; wgmma: the blocks of a cluster along K (1, 2, 4,
+  // 8); 0: the kernel's rule.
+  int k_slices = 0;
   bool rotate = false;  // gemv: each warp starts its K range at a staggered chunk
   // gemv: programmatic dependent launch: 0 off, 1 wait first, 2 prefetch the weights
   // before the wait (the default), -1 the default.
   int pdl = -1;
+  // gemv, GGML block forms: 1 the sub-block decode (codes unscaled in the mma, factors on
+  // the FP32 partials; M <= 2), 0 the per-weight f16 decode, -1 the default (1 for the K-quants
+  // at M <= 2, 0 otherwise).
+  int block_decode = -1;
+  // wgmma: activation rows a block takes (32, 64, 128); 0: the smallest that holds M.
+  int tile_m = 0;
 };
 constexpr int kGemvShapes = 16;
 
@@ -68,11 +78,20 @@ Form form_of(const WeightOnlySpec& spec);
 // The kernels' arguments from validated views.
 Params make_params(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out);
 
+// Whether the wgmma kernel runs on the current device (compute capability 9.0 and an
+// sm_90a image in this build) and takes the form (the grouped INT4 / INT8 forms).
+bool wgmma_available(Form form);
+
 // Whether a variant takes these arguments (M range, register or shared-memory limits).
 bool takes(const Variant& variant, const Params& p, Form form);
 
 // The production choice: for M <= 16 the small-matrix kernel where it takes the shape,
-// else the streaming GEMV; the tiled tensor-core kernel above.
+// else the streaming GEMV; above, the wgmma kernel where the device runs it (Hopper,
+// grouped forms) from kWgmmaMinRows rows, else the tiled mma.sync kernel. The crossover
+// as measured (H100, 28672 x 8192 W4A16 g32 / g128, `lowbit bench gemm --section
+// weight_only_wgmma`): mma.sync faster at M = 32 / 64 (0.077 vs 0.117 ms, 0.134 vs 0.145),
+// even at 128 (0.281 vs 0.289), wgmma from 256 (0.39 vs 0.51 ms; 512: 0.60 vs 0.93).
+constexpr std::int64_t kWgmmaMinRows = 256;
 Variant pick(const Params& p, Form form);
 
 // Runs `variant` (which must take p) on `stream`.

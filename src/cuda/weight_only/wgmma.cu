@@ -1,0 +1,516 @@
+// Weight-only GEMM for M > 16 on Hopper's wgmma (sm_90a): lowbit's grouped INT4 (Q4_1,
+// Q4_0) and INT8 forms, f16 and bf16 activations.
+//
+// The transposed product: out^T [N x M] = W [N x K] * X^T. The weights are wgmma's A
+// operand, dequantized into registers; the activations its B operand, K-major in shared
+// memory (X's rows as they are). A block runs two warpgroups over kBN activation rows
+// (32, 64 or 128 by M); each warpgroup owns kMi m64 blocks of weight rows (kBN 128: 2,
+// a 128 x 128 tile a warpgroup, 256 weight rows a block; else 1, 128 a block): per k16
+// kMi wgmma m64 n(kBN) k16, A from registers.
+//
+// Pipeline: a kStages-deep cp.async ring of K steps of 128 (one packed unit): X's kBN x
+// 128 tile written with the 128-byte swizzle the wgmma descriptor reads (two 64-wide
+// atoms), the block's 16 or 32 units of codes copied as they are, and their scales / mins.
+// Steps are prefetched kStages - 2 ahead, so the stage refilled at step i last held step
+// i - 2, whose wgmmas a thread has waited for (wait_group 1 in step i - 1) before the
+// barrier of step i.
+//
+// A fragments from the packed layout (formats/weight_pack.h). The layout gives lane (r,
+// c') of a tile its row r's k 32c' .. 32c' + 31; wgmma's lane (g, c) needs, of k16 block
+// j, rows g and g + 8 at k 16j + {2c, 2c + 1, 2c + 8, 2c + 9}: the k pair c of each 8-k
+// run. So a lane reads the 16-byte chunks (g, j / 2) of its two tiles from shared memory
+// (the 4 lanes of a quad read the same chunk: broadcasts) and gathers its nibbles:
+//   INT4: word 2 (j % 2) (+ 1 for k + 8) holds the pair c at nibbles c and c + 4; one
+//         rotate by 4 (c - i) moves them to nibbles i, i + 4 of the output word, one LOP3
+//         merges, so the 4 words of the A fragment become one packed word in the order
+//         dequant's int4_code_pairs reads (register i = nibbles i, i + 4);
+//   INT8: bytes 2c, 2c + 1 and 2c + 8, 2c + 9 of the chunk (16h + b = k of half h = j % 2),
+//         one select per word and a PRMT.
+// That reads 4x the code bytes from shared memory that a wgmma-native layout would, and
+// adds ~8 ALU ops per 8 weights; it keeps ONE packed layout for the GEMVs and this kernel
+// (no second copy of the weights). Dequantization of k16 block j + 1 overlaps the wgmma
+// of block j (wait_group 1: two A fragments in flight).
+//
+// Split-K across a thread-block cluster where the tiles would not fill the GPU (1, 2, 4
+// or 8 blocks along K): every block leaves its FP32 tile in its own shared memory and
+// after a cluster barrier block s sums the rows s, s + splits, ... over all ranks in rank
+// order (deterministic, no atomics, no workspace). The same shared-memory tile makes the
+// output stores whole 16-byte rows of N.
+#include <cooperative_groups.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "core/device.h"
+#include "cuda/weight_only/common.cuh"
+#include "cuda/weight_only/launch.cuh"
+#include "cuda/wgmma_rs.cuh"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::weight_only {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kMaxGroups = 4;  // scale groups per tile per step (group 32)
+constexpr int kGroupM = 8;     // m blocks per rasterization group (L2 reuse of the weight panel)
+
+// The block's shape for kBN activation rows: each warpgroup owns kMi m64 blocks of weight
+// rows (2 for kBN 128: 128 x 128 a warpgroup, which halves the activation bytes read from
+// L2 per FLOP against 64 x 128; 1 below, where the weights' bandwidth, not L2, binds and
+// more, smaller blocks fill the GPU).
+template <Form F, int kBN>
+struct Layout {
+  static constexpr int kMi = kBN >= 128 ? 2 : 1;
+  static constexpr int kTiles = 16 * kMi;  // packed n-tiles of 8: 128 or 256 weight rows
+  static constexpr int kScaleBytes = kTiles * kMaxGroups * 8 * 2;
+  static constexpr int kX = kBN * 256;  // two 64-k atoms of kBN x 128 bytes
+  static constexpr int kCodes = kTiles * form_unit_bytes<F>();
+  static constexpr int kStage = (kX + kCodes + 2 * kScaleBytes + 1023) / 1024 * 1024;  // atoms 1024-aligned
+  // kBN 128: as many stages as fit (4 for INT4, 3 for INT8: steps are long there); below,
+  // 4, so that two or three blocks share an SM.
+  static constexpr int kStages = kBN >= 128 ? (220 * 1024 / kStage < 5 ? 220 * 1024 / kStage : 5) : 4;
+  static constexpr int kAhead = kStages - 2;
+  static constexpr int kSmem = kStages * kStage + 1024;  // + slack to align the ring to 1024 bytes
+  static constexpr int kPartialStride = kTiles * 8 + 4;  // floats a row of the FP32 output tile (conflict-free)
+  static constexpr int kPartial = kBN * kPartialStride * 4;
+  static_assert(kAhead >= 1, "at least one step in flight");
+  static_assert(kPartial <= kStages * kStage, "the output tile reuses the ring");
+  static_assert(kSmem <= 227 * 1024, "shared memory per block");
+};
+
+// Byte offset of 16-byte chunk j (8 k, 0..15) of X row `row` within a stage: atom j / 8,
+// the 128-byte swizzle (chunk ^ row % 8) inside it.
+template <int kBN>
+__device__ __forceinline__ std::uint32_t x_chunk_offset(int row, int j) {
+  return static_cast<std::uint32_t>((j / 8) * kBN * 128 + row * 128 + (((j % 8) ^ (row % 8)) * 16));
+}
+
+// The copies one thread issues per step, as mma.cu's Loader: chunk i of each kind a fixed
+// stride after chunk 0, one pointer per kind bumped per step, masks of chunks in range.
+template <Form F, int kBN>
+struct Loader {
+  using L = Layout<F, kBN>;
+  static constexpr int kXChunks = kBN * 16 / kThreads;                   // 2, 4, 8
+  static constexpr int kPerUnit = form_unit_bytes<F>() / 16;             // 32 or 64
+  static constexpr int kCodeChunks = L::kTiles * kPerUnit / kThreads;  // 2 .. 8
+  static constexpr int kCodeTileStride = kThreads / kPerUnit;          // 8 or 4
+  static constexpr int kScaleChunks = 2 * L::kTiles * kMaxGroups;      // 128 or 256: one a thread at most
+  static_assert(kCodeChunks * kThreads == L::kTiles * kPerUnit, "units split evenly over the threads");
+  const std::uint16_t* x;
+  std::int64_t x_stride;  // elements from chunk i to i + 1 (16 rows)
+  std::uint32_t x_ok;     // bit i: chunk i's row < M
+  const std::uint8_t* codes;
+  std::int64_t code_stride;
+  std::uint32_t code_ok;
+  const std::uint16_t* scale_src;  // null: this thread copies no scale chunk
+  std::uint32_t scale_dst;
+  int scale_step;
+
+  __device__ Loader(const Params& p, std::int64_t m0, std::int64_t tile0, std::int64_t step0) {
+    const int tid = threadIdx.x;
+    const int row = tid / 16, j = tid % 16;
+    x_ok = 0;
+#pragma unroll
+    for (int i = 0; i < kXChunks; ++i) x_ok |= (m0 + row + 16 * i < p.m ? 1u : 0u) << i;
+    x = static_cast<const std::uint16_t*>(p.x) + (m0 + row < p.m ? (m0 + row) * p.ldx : 0) +
+        step0 * formats::kPackStepK + j * 8;
+    x_stride = 16 * p.ldx;
+    const int t = tid / kPerUnit, chunk = tid % kPerUnit;
+    code_ok = 0;
+#pragma unroll
+    for (int i = 0; i < kCodeChunks; ++i) code_ok |= (tile0 + t + kCodeTileStride * i < p.n_tiles ? 1u : 0u) << i;
+    codes = p.codes + ((tile0 + t) * p.k_steps + step0) * form_unit_bytes<F>() + chunk * 16;
+    code_stride = kCodeTileStride * p.k_steps * form_unit_bytes<F>();
+    // Scale chunks: list (0 scales, 1 mins) x tiles x 4 groups, one a thread.
+    const int list = tid / (L::kTiles * kMaxGroups), st = (tid / kMaxGroups) % L::kTiles, g = tid % kMaxGroups;
+    const int groups_here = p.groups_per_step > 0 ? p.groups_per_step : 1;
+    scale_src = nullptr;
+    scale_dst = L::kX + L::kCodes + list * L::kScaleBytes + (st * kMaxGroups + g) * 16;
+    scale_step = p.groups_per_step * 8;
+    if (tid < kScaleChunks && g < groups_here && (list == 0 || F == Form::q4_zero_point) && tile0 + st < p.n_tiles) {
+      scale_src = (list == 0 ? p.scales : p.mins) + ((tile0 + st) * p.groups + step0 * p.groups_per_step + g) * 8;
+    }
+  }
+
+  __device__ __forceinline__ void issue(const Params& p, std::uint8_t* stage, std::int64_t step) {
+    const bool x_fast = p.x_vec16 && (step + 1) * formats::kPackStepK <= p.k;
+    const int row = threadIdx.x / 16, j = threadIdx.x % 16;
+#pragma unroll
+    for (int i = 0; i < kXChunks; ++i) {
+      const bool ok = (x_ok >> i) & 1u;
+      const std::uint16_t* src = x + (ok ? i * x_stride : 0);
+      std::uint8_t* dst = stage + x_chunk_offset<kBN>(row + 16 * i, j);
+      if (x_fast || !ok) {
+        cp_async16(dst, src, ok ? 16 : 0);
+      } else {
+        store_x_ragged(p, dst, src, step * formats::kPackStepK + j * 8);
+      }
+    }
+    x += formats::kPackStepK;
+#pragma unroll
+    for (int i = 0; i < kCodeChunks; ++i) {
+      const bool ok = (code_ok >> i) & 1u;
+      cp_async16(stage + L::kX + (threadIdx.x + i * kThreads) * 16, codes + (ok ? i * code_stride : 0), ok ? 16 : 0);
+    }
+    codes += form_unit_bytes<F>();
+    if (scale_src != nullptr) {
+      cp_async16(stage + scale_dst, scale_src, 16);
+      scale_src += scale_step;
+    }
+  }
+};
+
+#if defined(LOWBIT_SM90A_DEVICE)
+
+// Rotates right by s (mod 32): one SHF.
+__device__ __forceinline__ std::uint32_t rotr(std::uint32_t v, std::uint32_t s) { return __funnelshift_r(v, v, s); }
+
+// The INT4 A-fragment word of lane c from the 4 packed words that hold its codes (rows g,
+// g + 8 at k, then at k + 8): register i's pair is nibbles c, c + 4 of word i.
+__device__ __forceinline__ std::uint32_t gather_int4(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2,
+                                                     std::uint32_t w3, const std::uint32_t (&rot)[4]) {
+  std::uint32_t out = rotr(w0, rot[0]) & 0x000f000fu;
+  out |= rotr(w1, rot[1]) & 0x00f000f0u;
+  out |= rotr(w2, rot[2]) & 0x0f000f00u;
+  out |= rotr(w3, rot[3]) & 0xf000f000u;
+  return out;
+}
+
+// The INT8 codes of lane c in a 16-byte chunk (k 0..15 of one row): bytes 2c, 2c + 1 and
+// 2c + 8, 2c + 9, as one word in dequant_int8_word's order.
+__device__ __forceinline__ std::uint32_t gather_int8(const uint4& v, int c) {
+  const std::uint32_t lo = c >= 2 ? v.y : v.x, hi = c >= 2 ? v.w : v.z;
+  return __byte_perm(lo, hi, (c & 1) ? 0x7632 : 0x5410);
+}
+
+template <class T, Form F>
+__device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, const std::uint16_t* mins, int tile,
+                                                int group, int r) {
+  Scale2<T> sc;
+  sc.s = Act<T>::splat(scales[(tile * kMaxGroups + group) * 8 + r]);
+  sc.m = Act<T>::splat(F == Form::q4_zero_point ? mins[(tile * kMaxGroups + group) * 8 + r] : std::uint16_t{0});
+  return sc;
+}
+
+// One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
+// kMi wgmmas (B: the stage's X tile) committed as one group. The fragments of block j are
+// built while the group of block j - 1 runs (wait_group 1 before issuing).
+template <class T, Form F, int kBN>
+__device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
+                                             int wg, int warp, int lane, const std::uint32_t (&rot)[4],
+                                             float (&acc)[Layout<F, kBN>::kMi][kBN / 2], bool first) {
+  using L = Layout<F, kBN>;
+  constexpr int kMi = L::kMi;
+  using gemm::sm90::wgmma_commit;
+  using gemm::sm90::wgmma_fence;
+  using gemm::sm90::wgmma_wait;
+  const int g = lane / 4, c = lane % 4;
+  const std::uint8_t* codes = stage + L::kX;
+  const auto* scales = reinterpret_cast<const std::uint16_t*>(codes + L::kCodes);
+  const auto* mins = scales + L::kScaleBytes / 2;
+  constexpr int kUnit = form_unit_bytes<F>();
+  // Tiles of m64 block mi: rows g and g + 8 of the warp's 16.
+  const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
+#pragma unroll
+  for (int cp = 0; cp < 4; ++cp) {  // the packed lane column: k16 blocks j = 2 cp, 2 cp + 1
+    const int group = cp >> p.group_shift;
+    Scale2<T> s_lo[kMi], s_hi[kMi];
+    uint4 lo4[kMi], hi4[kMi];
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi) {
+      const int t = tile_lo(mi);
+      s_lo[mi] = lane_scale<T, F>(scales, mins, t, group, g);
+      s_hi[mi] = lane_scale<T, F>(scales, mins, t + 1, group, g);
+      if constexpr (F != Form::int8) {
+        lo4[mi] = *reinterpret_cast<const uint4*>(codes + t * kUnit + (4 * g + cp) * 16);
+        hi4[mi] = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (4 * g + cp) * 16);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * cp + h;
+      std::uint32_t a[kMi][4];
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+        if constexpr (F == Form::int8) {
+          // Half h of the lane column: chunk (h * 32 + 4 g + cp) of each unit.
+          const int t = tile_lo(mi);
+          const uint4 lo = *reinterpret_cast<const uint4*>(codes + t * kUnit + (h * 32 + 4 * g + cp) * 16);
+          const uint4 hi = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (h * 32 + 4 * g + cp) * 16);
+          std::uint32_t b_lo[2], b_hi[2];
+          dequant_int8_word<T>(gather_int8(lo, c), s_lo[mi], b_lo);
+          dequant_int8_word<T>(gather_int8(hi, c), s_hi[mi], b_hi);
+          a[mi][0] = b_lo[0], a[mi][1] = b_hi[0], a[mi][2] = b_lo[1], a[mi][3] = b_hi[1];
+        } else {
+          const std::uint32_t word = h == 0 ? gather_int4(lo4[mi].x, hi4[mi].x, lo4[mi].y, hi4[mi].y, rot)
+                                            : gather_int4(lo4[mi].z, hi4[mi].z, lo4[mi].w, hi4[mi].w, rot);
+          typename Act<T>::T2 q[4];
+          int4_code_pairs<T, F>(word, q);
+          a[mi][0] = scale_pair<T, F>(q[0], s_lo[mi]);
+          a[mi][1] = scale_pair<T, F>(q[1], s_hi[mi]);
+          a[mi][2] = scale_pair<T, F>(q[2], s_lo[mi]);
+          a[mi][3] = scale_pair<T, F>(q[3], s_hi[mi]);
+        }
+      }
+      // B: k16 block j of the stage's X tile (atom j / 4, 32 bytes per k16 inside it).
+      const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
+      wgmma_wait<1>();  // the group two blocks back (which read the registers reused now) is done
+      wgmma_fence();
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
+      wgmma_commit();
+    }
+  }
+}
+
+#endif  // LOWBIT_SM90A_DEVICE
+
+// Grouped rasterization: kGroupM m blocks run over all n blocks before the next group,
+// so the blocks resident at once share a panel of weights and one of activations in L2.
+__device__ __forceinline__ void tile_of(std::int64_t tile, std::int64_t n_blocks, std::int64_t m_blocks,
+                                        std::int64_t* n_block, std::int64_t* m_block) {
+  const std::int64_t span = kGroupM * n_blocks;
+  const std::int64_t group = tile / span, first_m = group * kGroupM;
+  const std::int64_t group_m = m_blocks - first_m < kGroupM ? m_blocks - first_m : kGroupM;
+  const std::int64_t in_group = tile - group * span;
+  *m_block = first_m + in_group % group_m;
+  *n_block = in_group / group_m;
+}
+
+template <class T, Form F, int kBN>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
+                                                            std::int64_t m_blocks) {
+#if defined(LOWBIT_SM90A_DEVICE)
+  using L = Layout<F, kBN>;
+  // A static marker: its size tells the host that this image has the sm_90a body (a
+  // volatile store, so that the compiler keeps it).
+  __shared__ int sm90a_body;
+  if (threadIdx.x == 0) *static_cast<volatile int*>(&sm90a_body) = 0;
+  extern __shared__ std::uint8_t dynamic_smem[];
+  std::uint8_t* const ring = dynamic_smem + ((1024u - gemm::sm90::smem_address(dynamic_smem) % 1024u) % 1024u);
+  const std::uint32_t ring_addr = gemm::sm90::smem_address(ring);
+
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int split = static_cast<int>(blockIdx.x % static_cast<unsigned>(splits));
+  std::int64_t n_block, m_block;
+  tile_of(static_cast<std::int64_t>(blockIdx.x / static_cast<unsigned>(splits)), n_blocks, m_blocks, &n_block,
+          &m_block);
+  const std::int64_t tile0 = n_block * L::kTiles, m0 = m_block * kBN;
+  const std::int64_t step_begin = p.k_steps * split / splits, step_end = p.k_steps * (split + 1) / splits;
+
+  std::uint32_t rot[4];  // gather_int4's rotations: 4 (c - i) mod 32
+#pragma unroll
+  for (int i = 0; i < 4; ++i) rot[i] = static_cast<std::uint32_t>(4 * (lane % 4) - 4 * i) & 31u;
+
+  float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
+
+  Loader<F, kBN> loader(p, m0, tile0, step_begin);
+#pragma unroll
+  for (int s = 0; s < L::kAhead; ++s) {
+    if (step_begin + s < step_end) loader.issue(p, ring + s * L::kStage, step_begin + s);
+    cp_async_commit();
+  }
+  int stage = 0;
+  for (std::int64_t step = step_begin; step < step_end; ++step) {
+    cp_async_wait<L::kAhead - 1>();          // this step's copies have landed (this thread's)
+    gemm::sm90::fence_proxy_async_shared();  // ... and are visible to wgmma's reads
+    __syncthreads();  // every thread's; the stage refilled below held step - 2, whose wgmmas are done
+    const std::int64_t ahead = step + L::kAhead;
+    const int ahead_stage = (stage + L::kAhead) % L::kStages;
+    if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
+    cp_async_commit();
+    compute_step<T, F, kBN>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot, acc,
+                            step == step_begin);
+    stage = stage + 1 == L::kStages ? 0 : stage + 1;
+  }
+  gemm::sm90::wgmma_wait<0>();
+#pragma unroll
+  for (int mi = 0; mi < L::kMi; ++mi) gemm::sm90::fence_accumulators(acc[mi]);
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is free: it becomes the FP32 output tile
+
+  // The tile [kBN activation rows][kTiles * 8 weight rows] in FP32: acc[mi][4j + e] is
+  // weight row 64 (kMi wg + mi) + 16 warp + g (+ 8 for e >= 2), activation row 8j + 2c + e % 2.
+  float* const partial = reinterpret_cast<float*>(ring);
+  {
+    const int g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int mi = 0; mi < L::kMi; ++mi) {
+      const int n_local = 64 * (L::kMi * wg + mi) + 16 * warp + g;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          partial[(8 * j + 2 * c + e % 2) * L::kPartialStride + n_local + 8 * (e / 2)] = acc[mi][4 * j + e];
+        }
+      }
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  if (splits > 1) {
+    cluster.sync();
+  } else {
+    __syncthreads();
+  }
+  // Block `split` stores activation rows split, split + splits, ...: kTiles runs of 8
+  // weight rows (16 bytes of output) per row.
+  const bool vector = p.ldo % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
+  for (int item = threadIdx.x; item < kBN * L::kTiles; item += kThreads) {
+    const int row = item / L::kTiles, run = item % L::kTiles;
+    if (row % splits != split || m0 + row >= p.m) continue;
+    const std::int64_t n = tile0 * 8 + run * 8;
+    if (n >= p.n) continue;
+    float sum[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum[e] = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float* src = (splits > 1 ? cluster.map_shared_rank(partial, s) : partial) + row * L::kPartialStride + run * 8;
+      const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
+      sum[0] += v0.x, sum[1] += v0.y, sum[2] += v0.z, sum[3] += v0.w;
+      sum[4] += v1.x, sum[5] += v1.y, sum[6] += v1.z, sum[7] += v1.w;
+    }
+    auto* out = static_cast<std::uint16_t*>(p.out) + (m0 + row) * p.ldo + n;
+    if (vector && n + 8 <= p.n) {
+      std::uint16_t v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float b = p.bias ? Act<T>::to_float(p.bias[(n + e) * p.bias_stride]) : 0.0f;
+        v[e] = Act<T>::from_float(sum[e] + b);
+      }
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(v);
+    } else {
+      for (int e = 0; e < 8 && n + e < p.n; ++e) {
+        const float b = p.bias ? Act<T>::to_float(p.bias[(n + e) * p.bias_stride]) : 0.0f;
+        out[e] = Act<T>::from_float(sum[e] + b);
+      }
+    }
+  }
+  if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
+  (void)sm90a_body;
+#else
+  (void)p, (void)splits, (void)n_blocks, (void)m_blocks;
+#endif  // LOWBIT_SM90A_DEVICE
+}
+
+// Whether this device runs the kernel: compute capability 9.0 and an image with the
+// sm_90a body (its static marker), once per device; and the shared memory opt-in.
+template <class T, Form F, int kBN>
+bool kernel_ready() {
+  static std::array<std::atomic<int>, 64> cached{};  // 0: not known, 1: ready, 2: not
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  std::atomic<int>& slot = cached[static_cast<std::size_t>(device) % cached.size()];
+  int state = slot.load(std::memory_order_acquire);
+  if (state == 0) {
+    int major = 0, minor = 0;
+    cudaFuncAttributes attributes{};
+    const bool ready =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
+        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN>) == cudaSuccess &&
+        attributes.binaryVersion == 90 && attributes.sharedSizeBytes >= sizeof(int) &&
+        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Layout<F, kBN>::kSmem) == cudaSuccess;
+    (void)cudaGetLastError();
+    state = ready ? 1 : 2;
+    slot.store(state, std::memory_order_release);
+  }
+  return state == 1;
+}
+
+// Resident blocks per SM of an instantiation (occupancy query, once per process).
+template <class T, Form F, int kBN>
+int blocks_per_sm() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN>, kThreads,
+                                                      Layout<F, kBN>::kSmem) != cudaSuccess) {
+      (void)cudaGetLastError();
+      b = 1;
+    }
+    return b < 1 ? 1 : b;
+  }();
+  return blocks;
+}
+
+// Split K over a cluster: the split whose grid best fills the resident block slots, fewest
+// waves on a tie, at least 4 steps per split. `forced` > 0: that split (a benchmark sweep),
+// still bounded by the K steps.
+template <class T, Form F, int kBN>
+int choose_splits(const Params& p, std::int64_t tiles, int forced) {
+  const auto allowed = [&](int s) { return s == 1 || p.k_steps >= 4 * s; };
+  if (forced > 0) {
+    int s = forced;
+    while (s > 1 && !allowed(s)) s /= 2;
+    return s;
+  }
+  const std::int64_t slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN>()) * core::multiprocessor_count();
+  int splits = 1;
+  double best = 0.0;
+  for (int s = 1; s <= 8 && allowed(s); s *= 2) {
+    const std::int64_t blocks = tiles * s;
+    const double filled = static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+    if (filled > best + 1e-9) best = filled, splits = s;
+  }
+  return splits;
+}
+
+template <class T, Form F, int kBN>
+void launch(const Params& p, const Variant& v, cudaStream_t stream) {
+  using L = Layout<F, kBN>;
+  const bool ready = kernel_ready<T, F, kBN>();
+  LOWBIT_CHECK(ready, "weight_only: the wgmma kernel needs a compute capability 9.0 GPU and an "
+                                          "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
+  const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
+  const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
+  const int splits = choose_splits<T, F, kBN>(p, n_blocks * m_blocks, v.k_slices);
+  LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31), "weight_only: M x N needs more blocks (",
+               n_blocks * m_blocks * splits, ") than one grid dimension holds");
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(n_blocks * m_blocks * splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = L::kSmem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(splits);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = splits > 1 ? 1 : 0;
+  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN>, p, splits, n_blocks, m_blocks));
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// The activation rows a block takes: the smallest of 32, 64, 128 that holds M (or the
+// variant's tile_m).
+int wgmma_tile_m(const Params& p, const Variant& v) {
+  if (v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) return v.tile_m;
+  return p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
+}
+
+bool wgmma_available(Form form) {
+  if (is_block_form(form)) return false;
+  // One instantiation stands for all: they are built together, for the same targets.
+  return kernel_ready<__half, Form::q4_zero_point, 32>();
+}
+
+template <class T, Form F>
+void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream) {
+  switch (wgmma_tile_m(p, v)) {
+    case 32: return launch<T, F, 32>(p, v, stream);
+    case 64: return launch<T, F, 64>(p, v, stream);
+    default: return launch<T, F, 128>(p, v, stream);
+  }
+}
+LOWBIT_WEIGHT_ONLY_PAIRS(run_wgmma);
+
+}  // namespace lowbit::cuda::weight_only
