@@ -1,5 +1,6 @@
 #include "bench_batch.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -7,7 +8,6 @@
 
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
-#include "engine/cpu_batch_engine.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cli {
@@ -17,10 +17,15 @@ double seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-BatchBenchRow run_case(const LoadedModel& loaded, const BatchBenchCase& c, std::int64_t pp, std::int64_t tg,
-                       std::int64_t b) {
-  const std::int64_t vocab = loaded.model.config().vocab;
-  engine::CpuBatchEngine engine(loaded.model, c.cache, std::numeric_limits<std::size_t>::max() / 2, pp + tg);
+struct RunSeconds {
+  double prefill = 0, decode = 0;
+  std::size_t kv_bytes = 0;
+};
+
+// B sequences of random prompts: one prefill step, then tg decode steps (greedy); the
+// sequences are freed at the end.
+RunSeconds run_once(engine::BatchEngine& engine, std::int64_t pp, std::int64_t tg, std::int64_t b) {
+  const std::int64_t vocab = engine.vocab();
   std::vector<std::vector<std::int32_t>> prompts(static_cast<std::size_t>(b));
   std::vector<std::int32_t> next(static_cast<std::size_t>(b));
   for (std::int64_t s = 0; s < b; ++s) {
@@ -34,10 +39,10 @@ BatchBenchRow run_case(const LoadedModel& loaded, const BatchBenchCase& c, std::
   for (std::int64_t s = 0; s < b; ++s) {
     rows[static_cast<std::size_t>(s)] = {s, prompts[static_cast<std::size_t>(s)], true, {}};  // greedy
   }
-  BatchBenchRow row{c.policy, pp, tg, b};
+  RunSeconds run;
   auto start = std::chrono::steady_clock::now();
   engine.step(rows, out);
-  row.prefill_seconds = seconds(start);
+  run.prefill = seconds(start);
   start = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < tg; ++step) {
     for (std::size_t s = 0; s < rows.size(); ++s) {
@@ -46,28 +51,53 @@ BatchBenchRow run_case(const LoadedModel& loaded, const BatchBenchCase& c, std::
     }
     engine.step(rows, out);
   }
-  row.decode_seconds = seconds(start);
-  row.kv_bytes = engine.kv_memory().used;
+  run.decode = seconds(start);
+  run.kv_bytes = engine.kv_memory().used;
+  for (std::int64_t s = 0; s < b; ++s) engine.free_sequence(s);
+  return run;
+}
+
+BatchBenchRow run_case(SessionMaker& maker, const BatchBenchCase& c, std::int64_t pp, std::int64_t tg, std::int64_t b,
+                       std::int64_t repeats) {
+  const std::unique_ptr<engine::BatchEngine> engine =
+      maker.make_batch(c.cache, std::numeric_limits<std::size_t>::max() / 2, pp + tg);
+  run_once(*engine, std::min<std::int64_t>(pp, 16), std::min<std::int64_t>(tg, 2), b);  // warm-up
+  BatchBenchRow row;
+  row.policy = c.policy;
+  row.pp = pp, row.tg = tg, row.b = b;
+  for (std::int64_t r = 0; r < repeats; ++r) {
+    const RunSeconds run = run_once(*engine, pp, tg, b);
+    row.prefill_seconds.push_back(run.prefill);
+    row.decode_seconds.push_back(run.decode);
+    row.kv_bytes = run.kv_bytes;
+  }
+  std::sort(row.prefill_seconds.begin(), row.prefill_seconds.end());
+  std::sort(row.decode_seconds.begin(), row.decode_seconds.end());
   return row;
 }
 
 }  // namespace
 
-std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, const BatchBenchOptions& options) {
+std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMaker& maker,
+                                           const BatchBenchOptions& options) {
   std::vector<BatchBenchRow> rows;
-  std::printf("| policy | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s | KV MB |\n"
+  // Throughputs: the median run's, then [min, max] over the runs.
+  std::printf("| policy | PP | TG | B | N_KV | T_PP s | S_PP t/s | S_PP min-max | T_TG s | S_TG t/s | S_TG min-max | "
+              "KV MB |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const BatchBenchCase& c : options.policies) {
     for (const std::int64_t pp : options.prompt_tokens) {
       for (const std::int64_t tg : options.generated_tokens) {
         for (const std::int64_t b : options.batch_sizes) {
-          const BatchBenchRow r = run_case(loaded, c, pp, tg, b);
-          const double total = r.prefill_seconds + r.decode_seconds;
-          std::printf("| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.2f |\n",
+          const BatchBenchRow r = run_case(maker, c, pp, tg, b, options.repeats);
+          std::printf("| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f-%.1f | %.3f | %.1f | %.1f-%.1f | %.2f |\n",
                       r.policy.c_str(), static_cast<long long>(pp), static_cast<long long>(tg),
-                      static_cast<long long>(b), static_cast<long long>(b * (pp + tg)), r.prefill_seconds,
-                      r.prefill_tokens_per_second(), r.decode_seconds, r.decode_tokens_per_second(), total,
-                      static_cast<double>(b * (pp + tg)) / total, static_cast<double>(r.kv_bytes) / 1e6);
+                      static_cast<long long>(b), static_cast<long long>(b * (pp + tg)), r.median_prefill(),
+                      r.prefill_tokens_per_second(r.median_prefill()),
+                      r.prefill_tokens_per_second(r.prefill_seconds.back()),
+                      r.prefill_tokens_per_second(r.prefill_seconds.front()), r.median_decode(),
+                      r.decode_tokens_per_second(r.median_decode()), r.decode_tokens_per_second(r.decode_seconds.back()),
+                      r.decode_tokens_per_second(r.decode_seconds.front()), static_cast<double>(r.kv_bytes) / 1e6);
           std::fflush(stdout);
           rows.push_back(r);
         }
@@ -76,14 +106,22 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, const Batc
   }
   if (!options.json_path.empty()) {
     bench::Json out = bench::run_info_json("batch", bench::collect_run_info());
-    out.set("engine", "CPU reference");
+    out.set("engine", maker.describe());
     out.set("model", loaded.model.source());
     bench::Json results = bench::Json::array();
     for (const BatchBenchRow& r : rows) {
       bench::Json j = bench::Json::object();
       j.set("policy", r.policy).set("pp", r.pp).set("tg", r.tg).set("b", r.b);
-      j.set("prefill_seconds", r.prefill_seconds).set("prefill_tokens_per_second", r.prefill_tokens_per_second());
-      j.set("decode_seconds", r.decode_seconds).set("decode_tokens_per_second", r.decode_tokens_per_second());
+      auto stats = [&](const std::vector<double>& secs, auto rate) {
+        bench::Json s = bench::Json::object();
+        s.set("seconds_median", secs[secs.size() / 2]).set("seconds_min", secs.front()).set("seconds_max", secs.back());
+        s.set("tokens_per_second_median", rate(secs[secs.size() / 2]));
+        s.set("tokens_per_second_min", rate(secs.back())).set("tokens_per_second_max", rate(secs.front()));
+        return s;
+      };
+      j.set("prefill", stats(r.prefill_seconds, [&](double t) { return r.prefill_tokens_per_second(t); }));
+      j.set("decode", stats(r.decode_seconds, [&](double t) { return r.decode_tokens_per_second(t); }));
+      j.set("runs", static_cast<std::int64_t>(r.decode_seconds.size()));
       j.set("kv_bytes", static_cast<std::int64_t>(r.kv_bytes));
       results.push(j);
     }

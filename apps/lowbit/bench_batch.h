@@ -1,7 +1,8 @@
 // `lowbit bench batch`: offline batched generation on a BatchEngine, as
 // llama-batched-bench measures it: for each KV-cache policy, prompt length PP,
 // generation length TG and batch size B, B sequences prefill PP tokens each in one
-// step, then decode TG steps of B rows; prompt and generation throughput.
+// step, then decode TG steps of B rows; prompt and generation throughput, min / median
+// / max over repeated runs (after one short warm-up run of the engine).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine_session.h"
 #include "engine_setup.h"
 
 namespace lowbit::cli {
@@ -21,20 +23,24 @@ struct BatchBenchCase {
 struct BatchBenchOptions {
   std::vector<BatchBenchCase> policies;
   std::vector<std::int64_t> prompt_tokens, generated_tokens, batch_sizes;
+  std::int64_t repeats = 3;
   std::string json_path;
 };
 
 struct BatchBenchRow {
   std::string policy;
   std::int64_t pp = 0, tg = 0, b = 0;
-  double prefill_seconds = 0, decode_seconds = 0;
+  std::vector<double> prefill_seconds, decode_seconds;  // one a run, sorted
   std::size_t kv_bytes = 0;  // all B sequences' caches at the end
-  double prefill_tokens_per_second() const { return static_cast<double>(b * pp) / prefill_seconds; }
-  double decode_tokens_per_second() const { return static_cast<double>(b * tg) / decode_seconds; }
+  double median_prefill() const { return prefill_seconds[prefill_seconds.size() / 2]; }
+  double median_decode() const { return decode_seconds[decode_seconds.size() / 2]; }
+  double prefill_tokens_per_second(double seconds) const { return static_cast<double>(b * pp) / seconds; }
+  double decode_tokens_per_second(double seconds) const { return static_cast<double>(b * tg) / seconds; }
 };
 
-// Runs every case on the CPU batch engine, prints a Markdown table (and JSON when
+// Runs every case on the maker's batch engine, prints a Markdown table (and JSON when
 // asked); returns the rows.
-std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& model, const BatchBenchOptions& options);
+std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& model, SessionMaker& maker,
+                                           const BatchBenchOptions& options);
 
 }  // namespace lowbit::cli

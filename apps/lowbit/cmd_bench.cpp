@@ -60,8 +60,9 @@ int bench_gemm(const Args& args) {
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   cli.flag("--quick", &options.quick, "small cases only");
   cli.choices("--section", &options.only_sections, {"int8", "epilogue", "int4", "weight_only", "weight_only_variants",
-                                                     "weight_only_blocks"},
-              "run only this section (weight_only_variants, a tuning sweep, and weight_only_blocks, the GEMV on GGML block types, only when named)");
+                                                     "weight_only_blocks", "weight_only_wgmma"},
+              "run only this section (weight_only_variants, a tuning sweep, weight_only_blocks, the GEMV on GGML block "
+              "types, and weight_only_wgmma, the Hopper kernel for M > 16 at M 16 .. 8192, only when named)");
   cli.flag("--cpu-only", &options.cpu_only, "do not use the GPU even if there is one");
   cli.integer("--max-m", &options.max_m, 0, 1 << 20,
               "weight-only section: only the cases with M <= this (0: all; 16 = the decode kernel)");

@@ -3,6 +3,7 @@
 
 #include "bench_batch.h"
 #include "commands.h"
+#include "engine_session.h"
 #include "list_options.h"
 #include "lowbit/error.h"
 #include "options.h"
@@ -18,18 +19,20 @@ int cmd_bench_batch(const Args& args) {
               "Offline batched generation, as llama-batched-bench measures it: for each KV-cache policy, prompt\n"
               "length PP, generation length TG and batch size B, B sequences of random prompts prefill in one\n"
               "step, then TG decode steps of B rows (greedy); prompt and generation throughput (t/s) and the KV\n"
-              "bytes held. Runs on the BatchEngine interface (the CPU batch engine; the GPU one comes later).");
+              "bytes held, min / median / max over --repeat runs. Runs on the BatchEngine interface (the CPU or\n"
+              "the GPU batch engine).");
   cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
-  cli.choice("--device", &device, {"cpu", "gpu"}, "the batch engine (default cpu; the GPU batch engine is not built yet)");
+  cli.choice("--device", &device, {"auto", "cpu", "gpu"},
+             "the batch engine: the CPU's, the GPU's, or auto (the GPU when present; default cpu)");
   cli.choices("--kv-cache", &policies, {"full", "window", "selective8", "selective4", "int8", "int4"},
               "a policy to measure (default: full, selective8, selective4)");
   kv.declare(cli, /*with_policy=*/false);
   cli.text("--npp", &npp, "LIST", "prompt lengths PP, comma-separated (default 128)");
   cli.text("--ntg", &ntg, "LIST", "generation lengths TG (default 32)");
   cli.text("--npl", &npl, "LIST", "batch sizes B (default 1,8,16)");
+  cli.integer("--repeat", &options.repeats, 1, 1000, "runs of each case (default 3)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
-  LOWBIT_CHECK(device == "cpu", "--device gpu: lowbit bench batch has no GPU batch engine yet; use --device cpu");
   options.prompt_tokens = parse_positive_integers(npp, "--npp", 1 << 24);
   options.generated_tokens = parse_positive_integers(ntg, "--ntg", 1 << 24);
   options.batch_sizes = parse_positive_integers(npl, "--npl", 1 << 16);
@@ -46,8 +49,9 @@ int cmd_bench_batch(const Args& args) {
                    " exceeds the model's context length ", trained);
     }
   }
-  std::cout << "lowbit bench batch: " << loaded->model.config().describe() << ", CPU batch engine\n\n";
-  run_bench_batch(*loaded, options);
+  SessionMaker maker(*loaded, device);
+  std::cout << "lowbit bench batch: " << loaded->model.config().describe() << ", " << maker.describe() << "\n\n";
+  run_bench_batch(*loaded, maker, options);
   return 0;
 }
 

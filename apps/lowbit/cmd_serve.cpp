@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "commands.h"
-#include "engine/cpu_batch_engine.h"
 #include "engine/scheduler.h"
+#include "engine_session.h"
 #include "engine_setup.h"
 #include "lowbit/error.h"
 #include "sampling_flags.h"
@@ -46,7 +46,8 @@ int cmd_serve(const Args& args) {
   cli.integer("--port", &port, 0, 65535, "port to listen on (default 8080; 0: any free port)");
   cli.text("--alias", &alias, "NAME", "the model's name in the API (default: the GGUF file's name)");
   cli.choice("--device", &device, {"auto", "cpu", "gpu"},
-             "where the forward passes run (default auto; the GPU batch engine is not built yet: the CPU)");
+             "where the forward passes run: the CPU, the GPU (its batch engine), or auto (the GPU when present; "
+             "default)");
   kv.declare(cli, /*with_policy=*/true);
   cli.number("--kv-memory", &kv_memory_gb, 1e-6, 1e6, "GB of KV cache all sequences share (default 1)");
   cli.integer("--ctx-size", &ctx_size, 0, 1 << 24, "tokens a sequence may hold, prompt included (default 0: the model's)");
@@ -61,7 +62,6 @@ int cmd_serve(const Args& args) {
   cli.number("--shutdown-timeout", &shutdown_timeout, 0.0, 86400.0,
              "seconds in-flight requests get to finish at SIGINT / SIGTERM (default 10)");
   if (const auto status = cli.parse(args)) return *status;
-  LOWBIT_CHECK(device != "gpu", "--device gpu: lowbit serve has no GPU batch engine yet; use --device cpu");
   LOWBIT_CHECK(parallel + chunk <= batch, "--batch-size (", batch, "): expected at least --parallel (", parallel,
                ") + --prefill-chunk (", chunk, ")");
   const engine::SamplingParams sampling = sampling_flags.params();
@@ -74,7 +74,9 @@ int cmd_serve(const Args& args) {
   LOWBIT_CHECK(trained == 0 || context <= trained, "--ctx-size ", context, " exceeds the model's context length ",
                trained);
   const auto budget = static_cast<std::size_t>(std::llround(kv_memory_gb * 1e9));
-  engine::CpuBatchEngine batch_engine(loaded->model, kv.options(), budget, context);
+  SessionMaker maker(*loaded, device);
+  const std::unique_ptr<engine::BatchEngine> engine = maker.make_batch(kv.options(), budget, context);
+  engine::BatchEngine& batch_engine = *engine;
 
   engine::SchedulerOptions so;
   so.max_running = parallel;

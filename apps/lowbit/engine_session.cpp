@@ -2,6 +2,7 @@
 
 #include "cpu/block_dot.h"
 #include "cpu/thread_pool.h"
+#include "engine/cpu_batch_engine.h"
 #include "engine/cpu_session.h"
 #include "lowbit/error.h"
 
@@ -9,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/gguf/repack.h"
+#include "engine/gpu_batch_engine.h"
 #include "engine/gpu_model.h"
 #include "engine/gpu_session.h"
 #endif
@@ -71,18 +73,31 @@ std::unique_ptr<engine::Session> SessionMaker::make(const engine::KvCacheOptions
                " tokens, which lowbit's full attention equals only up to that length: ", max_tokens,
                " tokens exceed it");
 #if LOWBIT_WITH_CUDA
-  if (gpu_) {
-    if (!gpu_state_) {
-      gpu_state_ = std::make_unique<GpuState>();
-      gpu_state_->model = std::make_unique<engine::GpuModel>(engine::GpuModel::from_gguf(model_->file));
-      cudaDeviceProp prop{};
-      if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) gpu_state_->name = prop.name;
-    }
-    return std::make_unique<engine::GpuSession>(*gpu_state_->model, cache, max_tokens, graphs_);
-  }
+  if (gpu_) return std::make_unique<engine::GpuSession>(gpu_model(), cache, max_tokens, graphs_);
 #endif
   return std::make_unique<engine::CpuSession>(model_->model, cache, max_tokens);
 }
+
+std::unique_ptr<engine::BatchEngine> SessionMaker::make_batch(const engine::KvCacheOptions& cache,
+                                                              std::size_t kv_budget_bytes,
+                                                              std::int64_t max_sequence_tokens) {
+#if LOWBIT_WITH_CUDA
+  if (gpu_) return std::make_unique<engine::GpuBatchEngine>(gpu_model(), cache, kv_budget_bytes, max_sequence_tokens);
+#endif
+  return std::make_unique<engine::CpuBatchEngine>(model_->model, cache, kv_budget_bytes, max_sequence_tokens);
+}
+
+#if LOWBIT_WITH_CUDA
+const engine::GpuModel& SessionMaker::gpu_model() {
+  if (!gpu_state_) {
+    gpu_state_ = std::make_unique<GpuState>();
+    gpu_state_->model = std::make_unique<engine::GpuModel>(engine::GpuModel::from_gguf(model_->file));
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) gpu_state_->name = prop.name;
+  }
+  return *gpu_state_->model;
+}
+#endif
 
 std::string SessionMaker::describe() const {
 #if LOWBIT_WITH_CUDA

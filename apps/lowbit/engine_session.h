@@ -7,10 +7,15 @@
 #include <memory>
 #include <string>
 
+#include "engine/batch_engine.h"
 #include "engine/kv_cache.h"
 #include "engine/session.h"
 #include "engine_setup.h"
 #include "options.h"
+
+namespace lowbit::engine {
+class GpuModel;
+}
 
 namespace lowbit::cli {
 
@@ -25,6 +30,10 @@ class SessionMaker {
   SessionMaker& operator=(const SessionMaker&) = delete;
 
   std::unique_ptr<engine::Session> make(const engine::KvCacheOptions& cache, std::int64_t max_tokens);
+  // The batch engine of the same device (CpuBatchEngine or GpuBatchEngine) over
+  // kv_budget_bytes of KV cache, sequences of max_sequence_tokens at most (0: the model's).
+  std::unique_ptr<engine::BatchEngine> make_batch(const engine::KvCacheOptions& cache, std::size_t kv_budget_bytes,
+                                                  std::int64_t max_sequence_tokens);
   bool gpu() const { return gpu_; }
   // "GPU (NVIDIA H100 ...)", or the CPU with its weight form, instruction set and threads.
   std::string describe() const;
@@ -36,6 +45,7 @@ class SessionMaker {
 
  private:
   struct GpuState;
+  const engine::GpuModel& gpu_model();
   const LoadedModel* model_;
   bool gpu_ = false, graphs_ = true;
   std::unique_ptr<GpuState> gpu_state_;

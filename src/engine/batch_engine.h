@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -36,6 +37,9 @@ struct StepRow {
   bool sample = false;
   SampleSpec sampling;
 };
+
+// The most top log-probabilities a row may ask for.
+constexpr int kMaxLogprobs = 20;
 
 struct StepOutput {
   std::int32_t token = -1;  // the drawn token; -1 where the row did not sample
@@ -78,5 +82,14 @@ class BatchEngine {
 
   virtual std::string describe() const = 0;  // one line: device, model, cache policy, budget
 };
+
+// The checks every engine makes of a step's rows before anything changes (step's
+// contract above, all but the budget): `state` gives a live sequence's length and
+// max_tokens and throws lowbit::Error for an unknown one.
+struct SequenceState {
+  std::int64_t length = 0, max_tokens = 0;
+};
+void check_step_rows(std::span<const StepRow> rows, std::size_t outputs, std::int64_t vocab,
+                     const std::function<SequenceState(SequenceId)>& state);
 
 }  // namespace lowbit::engine

@@ -1,15 +1,10 @@
 #include "engine/cpu_batch_engine.h"
 
-#include <set>
 #include <sstream>
 
 #include "lowbit/error.h"
 
 namespace lowbit::engine {
-
-namespace {
-constexpr int kMaxLogprobs = 20;
-}
 
 CpuBatchEngine::CpuBatchEngine(const Model& model, KvCacheOptions cache, std::size_t kv_budget_bytes,
                                std::int64_t max_sequence_tokens)
@@ -56,28 +51,15 @@ KvMemory CpuBatchEngine::kv_memory() const {
 }
 
 void CpuBatchEngine::step(std::span<const StepRow> rows, std::span<StepOutput> out) {
-  LOWBIT_CHECK(out.size() == rows.size(), "step: ", out.size(), " outputs for ", rows.size(), " rows");
   // Everything is checked before any sequence changes.
-  std::set<SequenceId> seen;
+  check_step_rows(rows, out.size(), vocab(), [this](SequenceId id) {
+    const CpuSession& s = session(id);
+    return SequenceState{s.position(), s.max_tokens()};
+  });
   std::size_t planned = kv_memory().used;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const StepRow& row = rows[i];
-    const CpuSession& s = session(row.seq);
-    LOWBIT_CHECK(seen.insert(row.seq).second, "step: row ", i, ": sequence ", row.seq, " appears twice");
-    LOWBIT_CHECK(!row.tokens.empty(), "step: row ", i, " (sequence ", row.seq, ") has no tokens");
-    const auto n = static_cast<std::int64_t>(row.tokens.size());
-    LOWBIT_CHECK(s.position() + n <= s.max_tokens(), "step: row ", i, ": sequence ", row.seq, " holds ",
-                 s.position(), " tokens; ", n, " more exceed its max_tokens ", s.max_tokens());
-    for (const std::int32_t t : row.tokens) {
-      LOWBIT_CHECK(t >= 0 && t < vocab(), "step: row ", i, ": token id ", t, " outside the vocabulary (0..",
-                   vocab() - 1, ")");
-    }
-    if (row.sample) {
-      check_penalties(row.sampling.penalties, vocab());
-      LOWBIT_CHECK(row.sampling.logprobs >= -1 && row.sampling.logprobs <= kMaxLogprobs, "step: row ", i,
-                   ": logprobs ", row.sampling.logprobs, ", expected -1..", kMaxLogprobs);
-    }
-    planned += kv_bytes_for(s.position() + n) - kv_bytes_for(s.position());
+  for (const StepRow& row : rows) {
+    const std::int64_t length = session(row.seq).position();
+    planned += kv_bytes_for(length + static_cast<std::int64_t>(row.tokens.size())) - kv_bytes_for(length);
   }
   LOWBIT_CHECK(planned <= budget_, "step: the rows' KV caches would hold ", planned, " bytes, over the budget of ",
                budget_);

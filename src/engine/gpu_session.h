@@ -29,6 +29,8 @@
 
 #include "core/device_buffer.h"
 #include "core/kv_layout.h"
+#include "engine/gpu_forward.h"
+#include "engine/gpu_kv_storage.h"
 #include "engine/gpu_model.h"
 #include "engine/kv_cache.h"
 #include "engine/session.h"
@@ -72,7 +74,6 @@ class GpuSession final : public Session {
   // The layers over n rows whose embeddings are in x_; leaves the final norm of the
   // last `rows` rows in h_ (at row 0).
   void run_layers(std::int64_t n, Where where, std::int64_t rows);
-  void attention(std::int64_t layer, std::int64_t n, Where where);
   // Copies the logits of `rows` rows (positions first_position..) and checks them.
   void logits_to_host(std::int64_t rows, float* out, std::int64_t first_position);
   // Enqueues one decode step (step_: token, non-finite flag, position -> the next token
@@ -90,16 +91,12 @@ class GpuSession final : public Session {
   bool hadamard_ = false;  // keys (and queries) rotated after RoPE: --kv-rotate k on a quantizing policy
   std::int64_t max_tokens_ = 0, position_ = 0;
   bool use_graphs_ = true;
-  core::KvLayerShape shape_;
-  std::vector<core::KvLayerBuffers> layers_;
-  std::vector<DeviceBuffer> cache_buffers_;
+  GpuKvStorage kv_;         // sized for max_tokens
   std::int64_t chunk_ = 0;  // rows a forward chunk takes at most
-  DeviceBuffer x_, h_, qkv_, att_, proj_, gu_, act_, logits_, rope_cos_, rope_sin_, tokens_, step_;
-  // Decode-attention scratch: of the graph's calls (which hold the fused combine's
-  // counters: zeroed once, left zero by every call), and of a chunk's rows; the ring's
-  // snapshot before a chunk (window, selective).
-  DeviceBuffer graph_attn_ws_, rows_ws_, ring_snapshot_;
-  std::size_t attn_ws_bytes_ = 0;
+  GpuActivations act_;
+  GpuRope rope_;
+  DeviceBuffer logits_, tokens_, step_;
+  GpuAttentionScratch scratch_;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;
   // Pinned: {token, flag, position} going in; from kStepOut, {next token, flag} of the

@@ -7,10 +7,6 @@
 
 namespace lowbit::engine {
 
-namespace {
-constexpr int kMaxLogprobs = 20;
-}
-
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::length: return "length";

@@ -7,14 +7,18 @@
 // - add + RMSNorm: x += delta exactly (f32 + f16), h = x / rms(x) * w within one f16 ulp
 //   of the FP64 value; widths on both kernels (the register one: multiples of 4 up to
 //   16384; the loop one: the rest).
+// - row gather: each packed output row is its source row's bytes (a memcpy twin), rows
+//   repeated and out of order, source rows padded, the output poisoned and guarded.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "common/gpu.h"
 #include "common/random.h"
 #include "core/device_buffer.h"
@@ -126,6 +130,44 @@ TEST_F(ForwardKernelsGpu, AddRmsNorm) {
       }
     }
   }
+}
+
+TEST_F(ForwardKernelsGpu, GatherRows) {
+  LOWBIT_TEST_RNG(rng);
+  for (const std::size_t row_bytes : {std::size_t{4}, std::size_t{1540}, std::size_t{16384}}) {
+    for (const std::size_t pad : {std::size_t{0}, std::size_t{12}}) {
+      SCOPED_TRACE(testing::Message() << "row_bytes " << row_bytes << " pad " << pad);
+      const std::size_t stride = row_bytes + pad, src_rows = 37;
+      std::vector<std::uint8_t> src(stride * src_rows);
+      for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+      std::vector<std::int32_t> rows;
+      for (int i = 0; i < 23; ++i) rows.push_back(static_cast<std::int32_t>(rng() % src_rows));
+      rows.push_back(rows.front());  // a repeat
+      core::DeviceBuffer d_src(src.size()), d_rows(rows.size() * 4);
+      LOWBIT_CUDA_CHECK(cudaMemcpy(d_src.data(), src.data(), src.size(), cudaMemcpyHostToDevice));
+      LOWBIT_CUDA_CHECK(cudaMemcpy(d_rows.data(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+      GuardedBuffer dst(rows.size() * row_bytes);
+      dst.poison(0xA5);
+      cuda::model::gather_rows(d_src.data(), stride, row_bytes, d_rows.as<std::int32_t>(),
+                               static_cast<std::int64_t>(rows.size()), dst.data(), nullptr);
+      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_TRUE(dst.guards_intact("gather_rows"));
+      const std::vector<std::uint8_t> got = download<std::uint8_t>(dst.data(), rows.size() * row_bytes);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        ASSERT_EQ(std::memcmp(got.data() + i * row_bytes, src.data() + static_cast<std::size_t>(rows[i]) * stride,
+                              row_bytes),
+                  0)
+            << "row " << i << " (source row " << rows[i] << ")";
+      }
+    }
+  }
+  core::DeviceBuffer any(64);
+  EXPECT_LOWBIT_ERROR(cuda::model::gather_rows(any.data(), 8, 6, any.as<std::int32_t>(), 1, any.data(), nullptr),
+                      "gather_rows: row_bytes 6");
+  EXPECT_LOWBIT_ERROR(cuda::model::gather_rows(any.data(), 4, 8, any.as<std::int32_t>(), 1, any.data(), nullptr),
+                      "stride >= row");
+  EXPECT_LOWBIT_ERROR(cuda::model::gather_rows(nullptr, 8, 8, any.as<std::int32_t>(), 1, any.data(), nullptr),
+                      "null or unaligned");
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // awkward vocabulary sizes (around warps, the 512-thread block and the radix buckets),
 // with planted ties, NaN and infinities, per-row parameters drawn at random (greedy,
 // top-k from 1 to past the vocabulary, top-p, min-p, penalties, temperatures, seeds,
-// draw indexes), rows padded in a wider stride; outputs and their guards poisoned.
+// draw indexes), rows padded in a wider stride; outputs and their guards poisoned. The
+// f16 input (the engine's logits) gives the CPU's token for the f16 values, and the
+// non-finite flags mark exactly the rows with a NaN or an infinity.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "core/device_buffer.h"
 #include "cuda/model/sampling_cuda.h"
 #include "engine/sampling.h"
+#include "formats/float16.h"
 
 namespace lowbit::test {
 namespace {
@@ -90,8 +93,19 @@ std::vector<TokenCount> make_penalties(Rng& rng, std::int64_t vocab) {
   return out;
 }
 
-// Runs the device sampler over `rows` (logits padded to `stride`) and returns its tokens.
-std::vector<std::int32_t> sample_on_device(const std::vector<Row>& rows, std::int64_t vocab, std::int64_t stride) {
+// The logits rounded to f16 (NaN and infinities kept), as f32.
+std::vector<float> rounded_to_f16(std::vector<float> logits) {
+  for (float& x : logits) x = formats::half_to_float(formats::float_to_half(x));
+  return logits;
+}
+
+struct DeviceDraw {
+  std::vector<std::int32_t> tokens, non_finite;
+};
+
+// Runs the device sampler over `rows` (logits padded to `stride`; with f16, rounded to
+// f16 and passed as such) and returns its tokens and non-finite flags.
+DeviceDraw sample_on_device(const std::vector<Row>& rows, std::int64_t vocab, std::int64_t stride, bool f16 = false) {
   const auto n = static_cast<std::int64_t>(rows.size());
   std::vector<float> logits(static_cast<std::size_t>(n * stride), 1e30f);  // padding must not be read
   std::vector<fs::RowParams> params;
@@ -103,14 +117,20 @@ std::vector<std::int32_t> sample_on_device(const std::vector<Row>& rows, std::in
     for (const TokenCount& pc : row.penalties) ids.push_back(pc.id), counts.push_back(pc.count);
     offsets.push_back(static_cast<std::int32_t>(ids.size()));
   }
+  std::vector<std::uint16_t> halves(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) halves[i] = formats::float_to_half(logits[i]).bits;
   core::DeviceBuffer d_logits(logits.size() * sizeof(float)), d_params(params.size() * sizeof(fs::RowParams));
+  core::DeviceBuffer d_halves(halves.size() * 2);
+  LOWBIT_CUDA_CHECK(cudaMemcpy(d_halves.data(), halves.data(), d_halves.bytes(), cudaMemcpyHostToDevice));
   core::DeviceBuffer d_offsets(offsets.size() * sizeof(std::int32_t));
   core::DeviceBuffer d_ids(std::max<std::size_t>(1, ids.size()) * sizeof(std::int32_t));
   core::DeviceBuffer d_counts(std::max<std::size_t>(1, counts.size()) * sizeof(std::int32_t));
   const std::size_t ws_bytes = cuda::model::sample_rows_workspace_bytes(n, vocab);
   core::DeviceBuffer workspace(std::max<std::size_t>(1, ws_bytes));
   GuardedBuffer tokens(static_cast<std::size_t>(n) * sizeof(std::int32_t));
+  GuardedBuffer flags(static_cast<std::size_t>(n) * sizeof(std::int32_t));
   tokens.poison(0xA5);
+  flags.poison(0xA5);
   LOWBIT_CUDA_CHECK(cudaMemset(workspace.data(), 0xff, workspace.bytes()));  // NaN everywhere
   LOWBIT_CUDA_CHECK(cudaMemcpy(d_logits.data(), logits.data(), d_logits.bytes(), cudaMemcpyHostToDevice));
   LOWBIT_CUDA_CHECK(cudaMemcpy(d_params.data(), params.data(), d_params.bytes(), cudaMemcpyHostToDevice));
@@ -120,7 +140,12 @@ std::vector<std::int32_t> sample_on_device(const std::vector<Row>& rows, std::in
     LOWBIT_CUDA_CHECK(cudaMemcpy(d_counts.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
   }
   cuda::model::SamplingBatch batch;
-  batch.logits = static_cast<const float*>(d_logits.data());
+  if (f16) {
+    batch.logits_f16 = static_cast<const std::uint16_t*>(d_halves.data());
+  } else {
+    batch.logits = static_cast<const float*>(d_logits.data());
+  }
+  batch.non_finite = static_cast<std::int32_t*>(flags.data());
   batch.rows = n, batch.vocab = vocab, batch.logits_stride = stride;
   batch.params = static_cast<const fs::RowParams*>(d_params.data());
   batch.penalty_offsets = static_cast<const std::int32_t*>(d_offsets.data());
@@ -130,7 +155,9 @@ std::vector<std::int32_t> sample_on_device(const std::vector<Row>& rows, std::in
   cuda::model::sample_rows(batch, workspace.data(), workspace.bytes(), nullptr);
   LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_TRUE(tokens.guards_intact("tokens"));
-  return download<std::int32_t>(tokens.data(), static_cast<std::size_t>(n));
+  EXPECT_TRUE(flags.guards_intact("non_finite"));
+  return {download<std::int32_t>(tokens.data(), static_cast<std::size_t>(n)),
+          download<std::int32_t>(flags.data(), static_cast<std::size_t>(n))};
 }
 
 TEST_F(SamplingGpu, SameTokenAsTheCpuSampler) {
@@ -147,14 +174,21 @@ TEST_F(SamplingGpu, SameTokenAsTheCpuSampler) {
         if (r % 3 == 0) row.penalties = make_penalties(rng, vocab);
         rows.push_back(std::move(row));
       }
-      const std::vector<std::int32_t> got = sample_on_device(rows, vocab, vocab + pad);
-      for (std::size_t r = 0; r < rows.size(); ++r) {
-        const fs::RowParams& p = rows[r].params;
-        const std::int32_t want = engine::sample_token(rows[r].logits, p, rows[r].penalties);
-        ASSERT_EQ(got[r], want) << "row " << r << " (pattern " << r % 6 << "): temperature " << p.temperature
-                                << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p
-                                << ", penalties " << rows[r].penalties.size() << ", seed " << p.seed << ", draw "
-                                << p.draw;
+      for (const bool f16 : {false, true}) {
+        SCOPED_TRACE(f16 ? "f16 logits" : "f32 logits");
+        const DeviceDraw draw = sample_on_device(rows, vocab, vocab + pad, f16);
+        const std::vector<std::int32_t>& got = draw.tokens;
+        for (std::size_t r = 0; r < rows.size(); ++r) {
+          const fs::RowParams& p = rows[r].params;
+          const std::vector<float> logits = f16 ? rounded_to_f16(rows[r].logits) : rows[r].logits;
+          const bool finite = std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); });
+          EXPECT_EQ(draw.non_finite[r], finite ? 0 : 1) << "row " << r;
+          const std::int32_t want = engine::sample_token(logits, p, rows[r].penalties);
+          ASSERT_EQ(got[r], want) << "row " << r << " (pattern " << r % 6 << "): temperature " << p.temperature
+                                  << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p
+                                  << ", penalties " << rows[r].penalties.size() << ", seed " << p.seed << ", draw "
+                                  << p.draw;
+        }
       }
     }
   }
@@ -174,7 +208,7 @@ TEST_F(SamplingGpu, ManyDrawsOfOneRow) {
     row.params.seed = 99, row.params.draw = d;
     rows.push_back(row);
   }
-  const std::vector<std::int32_t> got = sample_on_device(rows, vocab, vocab);
+  const std::vector<std::int32_t> got = sample_on_device(rows, vocab, vocab).tokens;
   std::set<std::int32_t> distinct(got.begin(), got.end());
   EXPECT_GT(distinct.size(), 20u);
   for (std::size_t r = 0; r < rows.size(); ++r) {
@@ -189,8 +223,13 @@ TEST_F(SamplingGpu, BadArgumentsAreNamed) {
   batch.vocab = 10, batch.logits_stride = 9;
   EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "logits_stride = 9, expected >= vocab");
   batch.logits_stride = 10;
-  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "null logits, params or tokens");
+  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "exactly one of logits (f32) and logits_f16");
   core::DeviceBuffer any(64);
+  batch.logits = static_cast<const float*>(any.data());
+  batch.logits_f16 = static_cast<const std::uint16_t*>(any.data());
+  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "exactly one of logits (f32) and logits_f16");
+  batch.logits_f16 = nullptr;
+  EXPECT_LOWBIT_ERROR(cuda::model::sample_rows(batch, nullptr, 0, nullptr), "null params or tokens");
   batch.logits = static_cast<const float*>(any.data());
   batch.params = static_cast<const fs::RowParams*>(any.data());
   batch.tokens = static_cast<std::int32_t*>(any.data());

@@ -200,6 +200,16 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logit
   }
 }
 
+// One block a row, 4-byte words.
+__global__ void gather_rows_kernel(const std::uint32_t* src, long long src_words, long long words,
+                                   const std::int32_t* rows, std::uint32_t* dst) {
+  pdl_trigger();
+  pdl_wait();
+  const long long i = blockIdx.x;
+  const std::uint32_t* from = src + static_cast<long long>(rows[i]) * src_words;
+  for (long long w = threadIdx.x; w < words; w += kThreads) dst[i * words + w] = from[w];
+}
+
 unsigned grid_of(std::int64_t n) {
   LOWBIT_CHECK(n >= 1 && n < (std::int64_t{1} << 31), "forward kernels: ", n, " rows");
   return static_cast<unsigned>(n);
@@ -238,6 +248,18 @@ void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t*
                   std::int32_t* non_finite, cuda_stream_t stream) {
   LOWBIT_CHECK(vocab >= 1 && vocab < INT_MAX, "argmax_token: vocab = ", vocab);
   launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance, non_finite);
+}
+
+void gather_rows(const void* src, std::size_t src_stride, std::size_t row_bytes, const std::int32_t* rows,
+                 std::int64_t n, void* dst, cuda_stream_t stream) {
+  LOWBIT_CHECK(row_bytes % 4 == 0 && src_stride % 4 == 0 && src_stride >= row_bytes, "gather_rows: row_bytes ",
+               row_bytes, ", src_stride ", src_stride, " (multiples of 4, stride >= row)");
+  LOWBIT_CHECK(src && dst && rows && reinterpret_cast<std::uintptr_t>(src) % 4 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(dst) % 4 == 0,
+               "gather_rows: null or unaligned src, dst or rows");
+  launch_pdl(gather_rows_kernel, grid_of(n), kThreads, 0, stream, static_cast<const std::uint32_t*>(src),
+             static_cast<long long>(src_stride / 4), static_cast<long long>(row_bytes / 4), rows,
+             static_cast<std::uint32_t*>(dst));
 }
 
 }  // namespace lowbit::cuda::model

@@ -1,10 +1,11 @@
 // The small kernels of the GPU forward pass (everything but the weight-only GEMMs and
 // attention; RoPE rides on the KV append, cuda/kv/kv_cuda.h): embedding rows, residual
-// add + RMSNorm, SwiGLU, greedy argmax.
+// add + RMSNorm, SwiGLU, greedy argmax, and the row gather of the batch engine.
 // The residual stream is f32, as in the CPU reference; what the GEMMs read is f16.
 // All run on `stream`.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "lowbit/tensor.h"
@@ -29,5 +30,12 @@ void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint
 // logit is NaN or +-Inf, *non_finite = 1 (never cleared here: it holds across steps).
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
                   std::int32_t* non_finite, cuda_stream_t stream);
+
+// dst row i = src row rows[i], for i < n: row_bytes bytes each, src rows src_stride
+// bytes apart, dst rows packed (the rows of a batched pass whose logits are wanted).
+// rows: int32 on the device, each in the source's range (the caller's to check);
+// row_bytes and src_stride multiples of 4, src and dst 4-byte aligned.
+void gather_rows(const void* src, std::size_t src_stride, std::size_t row_bytes, const std::int32_t* rows,
+                 std::int64_t n, void* dst, cuda_stream_t stream);
 
 }  // namespace lowbit::cuda::model

@@ -10,6 +10,8 @@
 //      it to the token.
 // Every sum is an integer and every float operation is formats/sampling.h's, so the
 // token equals the CPU sampler's whatever the order of the reductions.
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "cuda/model/sampling_cuda.h"
@@ -121,11 +123,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SamplingBatch b, float
   __shared__ Radix radix;
   const long long row = blockIdx.x, vocab = b.vocab;
   const fs::RowParams p = b.params[row];
-  const float* in = b.logits + row * b.logits_stride;
   float* l = workspace + row * vocab;
 
-  for (long long i = threadIdx.x; i < vocab; i += kThreads) l[i] = fs::sanitize(in[i]);
-  __syncthreads();
+  int bad = 0;
+  for (long long i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = b.logits ? b.logits[row * b.logits_stride + i]
+                             : __half2float(__ushort_as_half(b.logits_f16[row * b.logits_stride + i]));
+    bad |= !isfinite(v);
+    l[i] = fs::sanitize(v);
+  }
+  bad = __syncthreads_or(bad);
+  if (b.non_finite && threadIdx.x == 0) b.non_finite[row] = bad;
   if (b.penalty_offsets) {
     const int begin = b.penalty_offsets[row], end = b.penalty_offsets[row + 1];
     for (int j = begin + static_cast<int>(threadIdx.x); j < end; j += kThreads) {
@@ -201,7 +209,9 @@ void sample_rows(const SamplingBatch& batch, void* workspace, std::size_t worksp
   LOWBIT_CHECK(batch.logits_stride >= batch.vocab, "sample_rows: logits_stride = ", batch.logits_stride,
                ", expected >= vocab (", batch.vocab, ")");
   if (batch.rows == 0) return;
-  LOWBIT_CHECK(batch.logits && batch.params && batch.tokens, "sample_rows: null logits, params or tokens");
+  LOWBIT_CHECK((batch.logits != nullptr) != (batch.logits_f16 != nullptr),
+               "sample_rows: expected exactly one of logits (f32) and logits_f16");
+  LOWBIT_CHECK(batch.params && batch.tokens, "sample_rows: null params or tokens");
   LOWBIT_CHECK(!batch.penalty_offsets || (batch.penalty_ids && batch.penalty_counts),
                "sample_rows: penalty_offsets without penalty_ids / penalty_counts");
   const std::size_t need = sample_rows_workspace_bytes(batch.rows, batch.vocab);

@@ -16,6 +16,9 @@ namespace lowbit::cuda::model {
 // Device pointers, all on one device.
 struct SamplingBatch {
   const float* logits = nullptr;  // [rows x logits_stride] f32; row r's first `vocab` are read
+  // Or f16 logits, same shape (exactly one of the two is set): the engine's output head
+  // writes f16, whose values f32 holds exactly.
+  const std::uint16_t* logits_f16 = nullptr;
   std::int64_t rows = 0, vocab = 0, logits_stride = 0;
   const formats::sampling::RowParams* params = nullptr;  // [rows]
   // Row r's penalty window: entries [offsets[r], offsets[r + 1]) of ids / counts, ids
@@ -25,6 +28,9 @@ struct SamplingBatch {
   const std::int32_t* penalty_ids = nullptr;
   const std::int32_t* penalty_counts = nullptr;
   std::int32_t* tokens = nullptr;  // [rows] out: the drawn token of each row
+  // [rows] out, optional: 1 where the row's logits held a NaN or an infinity, else 0 (the
+  // draw sanitizes them, formats/sampling.h; the engine refuses such a step).
+  std::int32_t* non_finite = nullptr;
 };
 
 // Device scratch for sample_rows: the penalized logits, rows x vocab f32.
