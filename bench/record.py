@@ -81,9 +81,11 @@ def _decode_figures(contexts):
 
 
 def _kv_attention_figures(contexts):
-    """`lowbit bench kv-attention`: the tensor-core kernel's % of the copy ceiling."""
-    return {f"{policy}_{context}_mma_pct_copy": f"rows[context={context},policy={policy},kernel=mma].pct_copy"
-            for context in contexts for policy in ("full", "selective8", "selective4", "int8", "int4")}
+    """`lowbit bench kv-attention`: the tensor-core kernels' % of the copy ceiling (mma, and
+    its variant mma_swap side by side until one is chosen)."""
+    return {f"{policy}_{context}_{kernel}_pct_copy": f"rows[context={context},policy={policy},kernel={kernel}].pct_copy"
+            for context in contexts for policy in ("full", "selective8", "selective4", "int8", "int4")
+            for kernel in ("mma", "mma_swap")}
 
 
 DEFAULT_FIGURES = {

@@ -99,11 +99,12 @@ benchmarks() {
 }
 
 # Suites whose kernels use shared memory or barriers (quantize reductions, block-format
-# decode, every GEMM, weight-only GEMV/MMA, attention, the KV cache's decode attention,
-# argmax and add + RMSNorm, the sampler's radix selection), for racecheck and synccheck;
-# EngineGpu runs the same kernels on the whole model.
+# decode, every GEMM, weight-only GEMV/MMA/wgmma, attention, the KV cache's decode
+# attention contiguous and paged, argmax and add + RMSNorm, the sampler's radix selection),
+# for racecheck and synccheck; EngineGpu and GpuBatchEngineGpu run the same kernels on the
+# whole model.
 shared_memory_suites="AllSpecs/QuantProduction SeedVariants NonFinite ZeroDomains BlockFormatsGpu IntGemmGpu
-  WeightOnlyGpu AttentionGpu KvCacheGpu ForwardKernelsGpu SamplingGpu"
+  WeightOnlyGpu WeightOnlyWgmmaGpu AttentionGpu KvCacheGpu PagedKvGpu ForwardKernelsGpu SamplingGpu"
 # Tests left out of racecheck and synccheck: the same kernels as their suites' other
 # tests, at shapes too large for the tools (minutes of hazard tracking per launch).
 large_shape_tests="IntGemmGpu.Int8LargeShapes:BlockFormatsGpu.LargeTensorForGridStrideLoops"
