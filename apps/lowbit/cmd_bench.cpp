@@ -105,7 +105,8 @@ int bench_kv_attention(const Args& args) {
               "The decode attention of one layer (one query token over the KV cache) on the GPU, per context\n"
               "length, policy and kernel (simt: f32 on the CUDA cores; mma: tensor cores): time, the bytes it\n"
               "must read (the visible cache as held) and that against the copy ceiling measured in the same run.\n"
-              "The kernels' outputs are compared first.");
+              "The kernels' outputs are compared first. With --rows N: the prefill form instead, a chunk of N\n"
+              "query rows ending at each context (simt against tensor cores, in TFLOPS).");
   cli.integer("--heads", &options.n_heads, 1, 4096, "query heads (default 32)");
   cli.integer("--kv-heads", &options.kv_heads, 1, 1024, "KV heads (default 8)");
   cli.integer("--head-dim", &options.head_dim, 64, 128, "64 or 128 (default 128)");
@@ -113,6 +114,7 @@ int bench_kv_attention(const Args& args) {
   cli.text("--policy", &policies, "P[,P...]", "full, window, selective8, selective4, int8, int4 (default all but window)");
   cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens (default 16)");
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens (default 32)");
+  cli.integer("--rows", &options.rows, 1, 65535, "query rows: 1 decode (default), more: a prefill chunk");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);

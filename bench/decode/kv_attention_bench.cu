@@ -12,6 +12,7 @@
 #include "core/device_buffer.h"
 #include "core/kv_layout.h"
 #include "cuda/kv/kv_cuda.h"
+#include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
@@ -71,6 +72,85 @@ const char* kernel_name(cuda::kv::AttentionKernel k) {
   return k == cuda::kv::AttentionKernel::mma ? "mma" : k == cuda::kv::AttentionKernel::mma_swap ? "mma_swap" : "simt";
 }
 
+// Prefill (--rows N): a chunk of N rows ending at the context, each row over what it sees
+// at its position (kv_attention_rows), on the SIMT kernel and on tensor cores. FLOPs: 4 D
+// per query head and position a row reads (Q K^T and P V); a quantized position is read
+// once per view that holds it.
+int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaStream_t stream) {
+  std::printf("prefill: a chunk of %lld rows ending at the context, each row attending to what it sees at its\n"
+              "position; %lld query heads over %lld KV heads of %lld; sink %lld, window %lld\n\n",
+              static_cast<long long>(o.rows), static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads),
+              static_cast<long long>(o.head_dim), static_cast<long long>(o.sink), static_cast<long long>(o.window));
+  std::printf("| context | policy | kernel | ms min | ms median | ms max | TFLOPS (median) | vs simt | check |\n"
+              "|---:|---|---|---:|---:|---:|---:|---:|---|\n");
+  Json rows = Json::array();
+  const std::int64_t d = o.head_dim, q_cols = o.n_heads * d, ld = q_cols + 2 * o.kv_heads * d;
+  for (const std::int64_t context : o.contexts) {
+    LOWBIT_CHECK(context >= o.rows, "--context ", context, " is shorter than --rows ", o.rows);
+    const std::int64_t pos0 = context - o.rows;
+    for (const std::string& policy : o.policies) {
+      const core::KvLayerShape s = core::kv_layer_shape(spec_of(policy, o, context));
+      const Layer layer(s, 17, stream);
+      DeviceBuffer chunk_rows(static_cast<std::size_t>(o.rows * ld) * 2), snapshot(std::max<std::size_t>(
+                                                                               cuda::kv::ring_snapshot_bytes(s), 16));
+      fill_random_float16(chunk_rows.data(), chunk_rows.bytes() / 2, DType::f16, 1.0f, 5, stream);
+      fill_random_float16(snapshot.data(), snapshot.bytes() / 2, DType::f16, 1.0f, 6, stream);
+      const cuda::kv::ChunkRows chunk{chunk_rows.data(), o.rows, ld, q_cols, q_cols + o.kv_heads * d, pos0};
+      double flops = 0;
+      for (std::int64_t t = pos0; t < context; ++t) {
+        flops += 4.0 * static_cast<double>(d * o.n_heads * core::decode_span(s, t + 1).visible(s));
+      }
+      const std::size_t ws_bytes = cuda::kv::kv_attention_rows_workspace(s, o.n_heads, o.rows, context);
+      DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(o.rows * q_cols) * 2), out(ref.bytes());
+      std::vector<std::uint16_t> ref_host(static_cast<std::size_t>(o.rows * q_cols)), out_host(ref_host.size());
+      double simt_ms = 0;
+      for (const auto kernel : {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma}) {
+        auto launch = [&](void* dst) {
+          cuda::kv::kv_attention_rows(s, layer.buffers, chunk, snapshot.data(), o.n_heads, dst, q_cols, ws.data(),
+                                      ws_bytes, stream, kernel);
+        };
+        const bool simt = kernel == cuda::kv::AttentionKernel::simt;
+        launch(simt ? ref.data() : out.data());
+        LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+        std::string check = "reference";
+        if (!simt) {
+          LOWBIT_CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
+          LOWBIT_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+          double num = 0, den = 0;
+          for (std::size_t i = 0; i < ref_host.size(); ++i) {
+            const double a = formats::half_to_float({out_host[i]}), b = formats::half_to_float({ref_host[i]});
+            num += (a - b) * (a - b);
+            den += b * b;
+          }
+          char text[48];
+          std::snprintf(text, sizeof text, "rel %.1e", std::sqrt(num / std::max(den, 1e-30)));
+          check = text;
+        }
+        const std::vector<double> samples = gpu_sample_ms([&](int) { launch(out.data()); }, stream, simt ? 5 : 15);
+        const double ms = median(samples);
+        const double ms_min = *std::min_element(samples.begin(), samples.end());
+        const double ms_max = *std::max_element(samples.begin(), samples.end());
+        if (simt) simt_ms = ms;
+        const double tflops = flops / (ms * 1e9);
+        std::printf("| %lld | %s | %s | %.3f | %.3f | %.3f | %.1f | %.1fx | %s |\n", static_cast<long long>(context),
+                    policy.c_str(), simt ? "simt" : "mma", ms_min, ms, ms_max, tflops, simt_ms / ms, check.c_str());
+        Json row = Json::object();
+        row.set("context", context).set("rows", o.rows).set("policy", policy).set("kernel", simt ? "simt" : "mma");
+        row.set("ms", ms).set("ms_min", ms_min).set("ms_max", ms_max).set("tflops", tflops).set("check", check);
+        rows.push(row);
+      }
+    }
+  }
+  std::printf("\nTFLOPS: 4 x head_dim x query heads x the positions each row reads, over the median time.\n");
+  if (!o.json_path.empty()) {
+    Json doc = run_info_json("kv_attention_rows", info);
+    doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim).set("chunk_rows", o.rows);
+    doc.set("rows", rows);
+    doc.write_file(o.json_path);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
@@ -81,9 +161,14 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
   const RunInfo info = collect_run_info();
   cudaStream_t stream{};
   LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
-  const double copy_gbps = measure_copy_gbps(std::size_t{1} << 30, stream);
   std::printf("# lowbit bench kv-attention\n\ncommit %s, %s\ngpu: %s, driver %s\n\n", info.commit.c_str(),
               info.date.c_str(), info.gpu.c_str(), info.driver.c_str());
+  if (o.rows > 1) {
+    const int status = run_rows_bench(o, info, stream);
+    LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+    return status;
+  }
+  const double copy_gbps = measure_copy_gbps(std::size_t{1} << 30, stream);
   std::printf("one query token, %lld query heads over %lld KV heads of %lld; sink %lld, window %lld\n",
               static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
               static_cast<long long>(o.sink), static_cast<long long>(o.window));

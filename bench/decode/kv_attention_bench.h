@@ -2,6 +2,8 @@
 // a cache of `context` positions) per policy and kernel (simt, mma): time, the bytes it
 // must read (the visible cache as held, q and the output), and that against the copy
 // ceiling measured in the same run. The two kernels' outputs are compared first.
+// With rows > 1, the prefill form instead: a chunk of `rows` query rows ending at the
+// context (kv_attention_rows), simt against tensor cores, in TFLOPS.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@ struct KvAttentionBenchOptions {
   std::vector<std::int64_t> contexts{2048, 8192, 32768, 131072};
   std::vector<std::string> policies{"full", "selective8", "selective4", "int8", "int4"};
   std::int64_t sink = 16, window = 32;
+  std::int64_t rows = 1;  // > 1: the prefill rows form, a chunk of this many rows
   std::string json_path;
 };
 

@@ -30,4 +30,17 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::
   }
 }
 
+// ldmatrix: four 8x8 b16 matrices; lane i supplies the row address of matrix i / 8, and
+// gets row lane / 4, columns 2 (lane % 4) and + 1 of each (.trans: of each transposed).
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
 }  // namespace lowbit::cuda

@@ -482,8 +482,8 @@ TEST_F(KvCacheGpu, EarlyLoadsWaitForTheAppendedRows) {
 }
 
 // The rows form (prefill): after a history appended one token at a time, a chunk of
-// rows through kv_append_rows + kv_attention_rows leaves the cache bytes that the
-// rows appended one at a time leave, and gives each row the attention of the host form
+// rows through kv_append_rows + kv_attention_rows (its SIMT kernel) leaves the cache
+// bytes that the rows appended one at a time leave, and gives each row the attention of the host form
 // at its position, within the combine's rounding (the split plans differ) and the f16
 // output's. Chunks start in the sink, at the window's edge and past it, and cross the
 // ring more than once; rows and outputs have padded strides.
@@ -536,7 +536,7 @@ TEST_F(KvCacheGpu, RowsFormMatchesOneAtATime) {
         core::DeviceBuffer rows_ws(ce::kv_attention_rows_workspace(s, heads, 5, capacity));
         ce::kv_append_rows(s, batch.dev, chunk, snapshot.data(), nullptr);
         ce::kv_attention_rows(s, batch.dev, chunk, snapshot.data(), heads, got.data(), out_ld, rows_ws.data(),
-                                  rows_ws.bytes(), nullptr);
+                              rows_ws.bytes(), nullptr, ce::AttentionKernel::simt);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(got.guards_intact("out"));
         for (auto [p, q, name] : {std::tuple{&one.k, &batch.k, "K"}, std::tuple{&one.v, &batch.v, "V"}}) {
@@ -568,6 +568,217 @@ TEST_F(KvCacheGpu, RowsFormMatchesOneAtATime) {
       }
     }
   }
+}
+
+// The rows form on tensor cores (kv_attention_rows' automatic kernel) against the twin
+// in double: each row at its position t sees the cache as the twin holds it after t + 1
+// appends. Every policy, head_dim 64 / 128, GQA groups 1, 3, 7, 8; chunks of one row, of
+// 63 and 65 rows (around a block's rows at group 1), in the sink, across the window's
+// edge and its ring; after 2000 positions with split-K (a workspace) and without (none).
+// Tolerance, per element of head h (Vmax, Smax of what the row reads, as in
+// MatchesTheTwinInDouble): P rounded to f16 for the P V mma, 2^-11 a weight, so 2^-11
+// Vmax; under a quantizing policy the decoded values rounded to f16 (V: 2^-11 Vmax; each
+// score 2^-11 Smax, which moves the output by <= 2^-10 Smax Vmax); f32 arithmetic 2^-15
+// Vmax; the f16 output 2^-11 |o|. Twice that is allowed: a position seen in the wrong form
+// or not at all moves a row by about Vmax / (visible positions), far more at these lengths.
+struct RowsChunk {
+  std::int64_t pos0, rows, capacity;
+};
+struct RowsHeads {
+  std::int64_t h, hkv;
+};
+
+// One chunk after a history appended by the rows form, on a fresh poisoned cache: the
+// chunk's rows (q | k | v, row stride ld) and the layer, ready for kv_attention_rows.
+struct RowsSetup {
+  ce::KvLayerShape s;
+  std::int64_t heads, q_cols, ld, out_ld;
+  std::vector<std::uint16_t> data;  // every position's row
+  core::DeviceBuffer all, snapshot;
+  DeviceLayer layer;
+  ce::ChunkRows chunk;
+
+  RowsSetup(std::mt19937& rng, const Case& c, std::int64_t d, RowsHeads hh, RowsChunk ch)
+      : s(kv_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, ch.capacity)),
+        heads(hh.h),
+        q_cols(hh.h * d),
+        ld(q_cols + 2 * hh.hkv * d + 8),
+        out_ld(q_cols + 8),
+        data(random_f16(rng, ch.pos0 + ch.rows, ld, 1.0f)),
+        all(data.size() * 2),
+        snapshot(std::max<std::size_t>(ce::ring_snapshot_bytes(s), 16)),
+        layer(s) {
+    LOWBIT_CUDA_CHECK(cudaMemcpy(all.data(), data.data(), all.bytes(), cudaMemcpyHostToDevice));
+    layer.poison();
+    if (ch.pos0 > 0) {
+      ce::kv_append_rows(s, layer.dev, ce::ChunkRows{all.data(), ch.pos0, ld, q_cols, q_cols + hh.hkv * d, 0},
+                         snapshot.data(), nullptr);
+    }
+    chunk = ce::ChunkRows{all.as<std::uint16_t>() + ch.pos0 * ld, ch.rows, ld, q_cols, q_cols + hh.hkv * d, ch.pos0};
+    ce::kv_append_rows(s, layer.dev, chunk, snapshot.data(), nullptr);
+  }
+  // kv_attention_rows into a poisoned buffer; its f16 outputs as floats [rows][q_cols].
+  std::vector<float> attend(ce::AttentionKernel kernel, std::size_t workspace_bytes) {
+    GuardedBuffer out(static_cast<std::size_t>(chunk.rows * out_ld * 2));
+    out.poison(kFloatPoison);
+    core::DeviceBuffer ws(workspace_bytes);
+    ce::kv_attention_rows(s, layer.dev, chunk, snapshot.data(), heads, out.data(), out_ld, ws.data(), workspace_bytes,
+                          nullptr, kernel);
+    LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(out.guards_intact("out"));
+    const auto bits = download<std::uint16_t>(out.data(), static_cast<std::size_t>(chunk.rows * out_ld));
+    std::vector<float> got(static_cast<std::size_t>(chunk.rows * q_cols));
+    for (std::int64_t r = 0; r < chunk.rows; ++r) {
+      for (std::int64_t i = 0; i < q_cols; ++i) {
+        got[static_cast<std::size_t>(r * q_cols + i)] = formats::half_to_float({bits[static_cast<std::size_t>(r * out_ld + i)]});
+      }
+      for (std::int64_t i = q_cols; i < out_ld; ++i) {  // the row's gap is never written
+        EXPECT_EQ(bits[static_cast<std::size_t>(r * out_ld + i)], poison_f16()) << "row " << r << " gap " << i;
+      }
+    }
+    return got;
+  }
+};
+
+// The twin's attention of every row of the chunk at its position (in double), with each
+// row's Vmax and Smax per head.
+std::vector<TwinAttention> twin_rows(const RowsSetup& t, std::int64_t pos0, std::int64_t rows) {
+  KvTwin twin;
+  twin.shape = t.s;
+  poison_part(t.s, twin.k);
+  poison_part(t.s, twin.v);
+  const core::KvLayerBuffers b = twin_buffers(twin);
+  const std::int64_t hkv_d = t.s.kv_heads * t.s.head_dim;
+  std::vector<TwinAttention> out;
+  for (std::int64_t pos = 0; pos < pos0 + rows; ++pos) {
+    const std::uint16_t* row = t.data.data() + pos * t.ld;
+    cpu::kv_append(t.s, b, pos, row + t.q_cols, t.s.head_dim, row + t.q_cols + hkv_d, t.s.head_dim);
+    if (pos < pos0) continue;
+    twin.length = pos + 1;
+    twin.span = core::decode_span(t.s, pos + 1);
+    twin.k.visible = cpu::kv_visible_values(t.s, b.k, pos + 1);
+    twin.v.visible = cpu::kv_visible_values(t.s, b.v, pos + 1);
+    out.push_back(twin_attention(twin, std::vector<std::uint16_t>(row, row + t.q_cols), t.heads));
+  }
+  return out;
+}
+
+TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheTwinInDouble) {
+  LOWBIT_TEST_RNG(rng);
+  struct Shape {
+    RowsHeads heads;
+    RowsChunk chunk;
+  };
+  std::vector<Shape> shapes;
+  for (RowsHeads hh : {RowsHeads{8, 8}, RowsHeads{9, 3}, RowsHeads{14, 2}, RowsHeads{16, 2}}) {
+    for (RowsChunk ch : {RowsChunk{0, 1, 256}, RowsChunk{0, 63, 256}, RowsChunk{5, 7, 256}, RowsChunk{10, 65, 256},
+                         RowsChunk{40, 100, 256}, RowsChunk{101, 70, 256}}) {
+      shapes.push_back({hh, ch});
+    }
+  }
+  shapes.push_back({RowsHeads{16, 2}, RowsChunk{2000, 40, 2100}});  // split-K with a workspace
+  for (const Case& c : kCases) {
+    double worst = 0.0;
+    for (std::int64_t d : {64, 128}) {
+      for (const Shape& sh : shapes) {
+        const RowsChunk ch = sh.chunk;
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " H " + std::to_string(sh.heads.h) + "/" +
+                     std::to_string(sh.heads.hkv) + " chunk at " + std::to_string(ch.pos0) + " of " +
+                     std::to_string(ch.rows));
+        RowsSetup t(rng, c, d, sh.heads, ch);
+        const std::vector<TwinAttention> ref = twin_rows(t, ch.pos0, ch.rows);
+        const bool quantized = t.s.body != KvBody::none;
+        for (std::size_t ws : {std::size_t{0}, ce::kv_attention_rows_workspace(t.s, t.heads, ch.rows, ch.capacity)}) {
+          SCOPED_TRACE("workspace " + std::to_string(ws));
+          const std::vector<float> got = t.attend(ce::AttentionKernel::automatic, ws);
+          int bad = 0;
+          for (std::int64_t r = 0; r < ch.rows; ++r) {
+            const TwinAttention& want = ref[static_cast<std::size_t>(r)];
+            for (std::int64_t i = 0; i < t.q_cols; ++i) {
+              const auto h = static_cast<std::size_t>(i / d);
+              const double o = want.out[static_cast<std::size_t>(i)];
+              const double tol =
+                  2.0 * (want.vmax[h] * (0x1p-11 + (quantized ? 0x1p-11 + 0x1p-10 * want.smax[h] : 0.0) + 0x1p-15) +
+                         0x1p-11 * std::fabs(o)) +
+                  1e-6;
+              const double err = std::fabs(static_cast<double>(got[static_cast<std::size_t>(r * t.q_cols + i)]) - o);
+              if (!(err <= tol) && bad++ < 5) {
+                ADD_FAILURE() << "row " << r << " head " << h << " channel " << i % d << ": got "
+                              << got[static_cast<std::size_t>(r * t.q_cols + i)] << ", want " << o << " (tolerance "
+                              << tol << ")";
+              }
+              if (err == err) worst = std::max(worst, err / tol);
+            }
+          }
+          EXPECT_EQ(bad, 0) << "elements out of tolerance";
+          if (HasFailure()) return;
+        }
+      }
+    }
+    std::printf("rows form, tensor cores, %s: worst error %.3f of tolerance\n", c.name, worst);
+  }
+}
+
+// The tensor-core rows form against the SIMT one at prefill sizes (a chunk of 600 rows
+// after 700, 100 rows after 3000 with split-K, a first chunk of 512), GQA 32/8, 64/1 and
+// 8/8, every policy: within the rounding above, bounded over the whole case (Vmax: the
+// largest |v| stored, 1.1x for a decoded value; Smax: the largest sum |q_d| max |k_d| /
+// sqrt(D)), plus both outputs' f16 rounding.
+TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheSimtKernel) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : kCases) {
+    for (std::int64_t d : {64, 128}) {
+      for (RowsHeads hh : {RowsHeads{32, 8}, RowsHeads{64, 1}, RowsHeads{8, 8}}) {
+        for (RowsChunk ch : {RowsChunk{700, 600, 1400}, RowsChunk{3000, 100, 3200}, RowsChunk{0, 512, 512}}) {
+          SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
+                       std::to_string(hh.hkv) + " chunk at " + std::to_string(ch.pos0) + " of " +
+                       std::to_string(ch.rows));
+          RowsSetup t(rng, c, d, hh, ch);
+          const std::size_t ws = ce::kv_attention_rows_workspace(t.s, t.heads, ch.rows, ch.capacity);
+          const std::vector<float> want = t.attend(ce::AttentionKernel::simt, ws);
+          const std::vector<float> got = t.attend(ce::AttentionKernel::automatic, ws);
+          double vmax = 0.0, smax = 0.0;
+          const std::int64_t end = ch.pos0 + ch.rows, hkv_d = hh.hkv * d;
+          std::vector<double> kmax(static_cast<std::size_t>(d), 0.0);
+          for (std::int64_t p = 0; p < end; ++p) {
+            for (std::int64_t i = 0; i < hkv_d; ++i) {
+              const std::uint16_t* row = t.data.data() + p * t.ld + t.q_cols;
+              const double k = std::fabs(formats::half_to_float({row[i]}));
+              kmax[static_cast<std::size_t>(i % d)] = std::max(kmax[static_cast<std::size_t>(i % d)], 1.1 * k);
+              vmax = std::max(vmax, 1.1 * std::fabs(formats::half_to_float({row[hkv_d + i]})));
+            }
+          }
+          for (std::int64_t p = ch.pos0; p < end; ++p) {
+            for (std::int64_t h = 0; h < hh.h; ++h) {
+              double mag = 0.0;
+              for (std::int64_t i = 0; i < d; ++i) {
+                mag += std::fabs(formats::half_to_float({t.data[static_cast<std::size_t>(p * t.ld + h * d + i)]})) *
+                       kmax[static_cast<std::size_t>(i)];
+              }
+              smax = std::max(smax, mag / std::sqrt(static_cast<double>(d)));
+            }
+          }
+          const bool quantized = t.s.body != KvBody::none;
+          int bad = 0;
+          for (std::size_t e = 0; e < got.size(); ++e) {
+            const double tol = 2.0 * vmax * (0x1p-11 + (quantized ? 0x1p-11 + 0x1p-10 * smax : 0.0) + 0x1p-15) +
+                               0x1p-10 * std::fabs(want[e]) + 1e-6;
+            if (!(std::fabs(got[e] - want[e]) <= tol) && bad++ < 5) {
+              ADD_FAILURE() << "row " << e / static_cast<std::size_t>(t.q_cols) << " element "
+                            << e % static_cast<std::size_t>(t.q_cols) << ": tensor cores " << got[e] << ", simt "
+                            << want[e] << " (tolerance " << tol << ")";
+            }
+          }
+          EXPECT_EQ(bad, 0);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  // mma_swap is a decode kernel: the rows form refuses it by name.
+  const Case& c = kCases[0];
+  RowsSetup t(rng, c, 64, RowsHeads{8, 8}, RowsChunk{0, 4, 16});
+  EXPECT_THROW(t.attend(ce::AttentionKernel::mma_swap, 0), lowbit::Error);
 }
 
 // The public entry points (include/lowbit/kv_cache.h) on CUDA views: appends leave the

@@ -14,13 +14,15 @@
 // descriptors and tables are flagged: paged_kv_check_status throws lowbit::Error.
 // The prefill rows form on the pool (paged_kv_append_rows, paged_kv_attention_rows):
 // two sequences in scattered pages, prefilled chunk by chunk, equal the contiguous rows
-// form bit for bit (outputs poisoned; every policy; the pool's bytes, the outputs).
+// form bit for bit (outputs poisoned; every policy; both kernels, tensor cores and simt;
+// the pool's bytes, the outputs).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/gpu.h"
@@ -427,8 +429,11 @@ TEST_F(PagedKvGpu, RowsFormEqualsContiguousRowsForm) {
   // times within a chunk and across chunks; one-row chunks; a chunk ending mid-page.
   const std::vector<std::vector<std::int64_t>> chunks = {{37, 1, 100, 64, 211, 3}, {5, 90, 1, 160}};
   for (const Case& c : kCases) {
-    for (std::int64_t d : {64, 128}) {
-      SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d));
+    using Run = std::pair<std::int64_t, ce::AttentionKernel>;
+    for (auto [d, kernel] : {Run{64, ce::AttentionKernel::automatic}, Run{128, ce::AttentionKernel::automatic},
+                             Run{64, ce::AttentionKernel::simt}, Run{128, ce::AttentionKernel::simt}}) {
+      SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) +
+                   (kernel == ce::AttentionKernel::simt ? " simt" : " tensor cores"));
       std::vector<std::int64_t> lengths;
       for (const auto& plan : chunks) {
         std::int64_t n = 0;
@@ -487,10 +492,10 @@ TEST_F(PagedKvGpu, RowsFormEqualsContiguousRowsForm) {
                                    status.as<std::int32_t>());
           ce::paged_kv_attention_rows(l, layer, slots[i], tables.as<std::int32_t>(), chunk, snap_paged.data(), kHeads,
                                       out_paged.data(), out_ld, ws_paged.data(), ws_bytes, nullptr,
-                                      status.as<std::int32_t>());
+                                      status.as<std::int32_t>(), kernel);
           ce::kv_append_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), nullptr);
           ce::kv_attention_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), kHeads, out_flat.data(), out_ld,
-                                ws_flat.data(), ws_bytes, nullptr);
+                                ws_flat.data(), ws_bytes, nullptr, kernel);
           LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
           ce::paged_kv_check_status(status.as<std::int32_t>(), nullptr);
           EXPECT_TRUE(out_paged.guards_intact("paged out"));

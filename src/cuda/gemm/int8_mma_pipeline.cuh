@@ -27,6 +27,7 @@
 #include "core/device.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/gemm/gemm_common.cuh"
+#include "cuda/mma.cuh"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda::gemm {
@@ -40,12 +41,8 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, 
   cuda::cp_async16(dst, src, src_bytes);
 }
 
-// Four 8x8 matrices of 16-bit elements = four 8-row x 16-byte int8 blocks.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
+// ldmatrix_x4 (cuda/mma.cuh): four 8x8 matrices of 16-bit elements = four 8-row x 16-byte int8 blocks.
+using cuda::ldmatrix_x4;
 
 // c += a (16x32, row) * b (32x8, col), s8 inputs, s32 accumulators.
 __device__ __forceinline__ void mma_s8_16x8x32(int (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,

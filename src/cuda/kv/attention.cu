@@ -391,6 +391,16 @@ __global__ void decode_combine_kernel(const float* acc, const float* max_sum, in
   }
 }
 
+}  // namespace
+
+void launch_combine(const float* acc, const float* max_sum, int splits, int d, __half* out, int n_heads,
+                    long long out_ld, long long rows, cudaStream_t stream) {
+  launch_pdl(decode_combine_kernel<__half>, dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(rows)),
+             static_cast<unsigned>(d), 0, stream, acc, max_sum, splits, d, out, n_heads, out_ld);
+}
+
+namespace {
+
 template <int D, int GQ, bool Rows, bool Paged>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
   switch (a.shape.body) {
@@ -651,14 +661,41 @@ namespace {
 void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                     const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream, const PagedArgs& paged,
-                    const std::int32_t* table) {
+                    const std::int32_t* table, AttentionKernel kernel) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
+  LOWBIT_CHECK(n_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention_rows: n_heads = ", n_heads,
+               " is not a multiple of kv_heads = ", shape.kv_heads);
   LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
                " query columns");
-  LOWBIT_CHECK(out_ld >= n_heads * d, "kv_attention_rows: out_ld ", out_ld, " < ", n_heads * d);
+  LOWBIT_CHECK(out != nullptr && out_ld >= n_heads * d && out_ld % 2 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(out) % 4 == 0,
+               "kv_attention_rows: out_ld ", out_ld, " (even, >= ", n_heads * d, ") and a 4-byte aligned out");
   LOWBIT_CHECK(shape.window == 0 || chunk.pos0 <= shape.sink || snapshot != nullptr,
                "kv_attention_rows: the ring's positions before the chunk need its snapshot");
+  LOWBIT_CHECK(kernel != AttentionKernel::mma_swap, "kv_attention_rows: mma_swap is a decode kernel; the rows form "
+               "runs mma (tensor cores) or simt");
+  if (kernel != AttentionKernel::simt && rows_mma_takes(shape, n_heads)) {
+    RowsMmaArgs a{shape, layer, paged, table};
+    a.chunk = static_cast<const __half*>(chunk.base);
+    a.ld = chunk.ld;
+    a.k_col = chunk.k_col;
+    a.v_col = chunk.v_col;
+    a.pos0 = static_cast<int>(chunk.pos0);
+    a.rows = static_cast<int>(chunk.rows);
+    if (snapshot) {
+      a.snap_k = static_cast<const std::uint16_t*>(snapshot);
+      a.snap_v = a.snap_k + shape.kv_heads * shape.window * d;
+    }
+    a.n_heads = static_cast<int>(n_heads);
+    a.q_scale = 1.4426950408889634f / std::sqrt(static_cast<float>(d));
+    a.out = static_cast<__half*>(out);
+    a.out_ld = out_ld;
+    launch_rows_mma(a, workspace, workspace_bytes, stream);
+    return;
+  }
+  LOWBIT_CHECK(kernel != AttentionKernel::mma, "kv_attention_rows: the mma kernel takes GQA groups of up to 64, got ",
+               n_heads / shape.kv_heads);
   // As many rows a launch as the workspace holds (the last row's plan serves them all).
   const DecodeSpan last = decode_span(shape, chunk.pos0 + chunk.rows);
   const std::size_t per_row = decode_workspace_bytes(n_heads, d, rows_plan(last.visible(shape)).splits);
@@ -678,21 +715,22 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
 
 void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
-                       std::size_t workspace_bytes, cuda_stream_t stream) {
+                       std::size_t workspace_bytes, cuda_stream_t stream, AttentionKernel kernel) {
   attention_rows(shape, layer, chunk, snapshot, n_heads, out, out_ld, workspace, workspace_bytes, stream, PagedArgs{},
-                 nullptr);
+                 nullptr, kernel);
 }
 
 void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
                              const std::int32_t* tables, const ChunkRows& chunk, const void* snapshot,
                              std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
-                             std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status) {
+                             std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status,
+                             AttentionKernel kernel) {
   check_paged_rows_call(layout, layer, slot, tables, chunk, "paged_kv_attention_rows");
   const bool pages = layout.has_pages();
   attention_rows(layout.shape, core::kv_fixed_area(layout, layer, slot), chunk, snapshot, n_heads, out, out_ld,
                  workspace, workspace_bytes, stream,
                  pages ? PagedArgs{layout, layer, nullptr, tables, status, layout.max_tokens} : PagedArgs{},
-                 pages ? tables + slot * layout.table_stride : nullptr);
+                 pages ? tables + slot * layout.table_stride : nullptr, kernel);
 }
 
 std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,

@@ -153,6 +153,39 @@ __device__ __forceinline__ int active_splits(const SplitArgs& a) {
   return a.counters ? (a.visible + a.split_len - 1) / a.split_len : a.splits;
 }
 
+// The splits' partials of `rows` rows -> out (f16, a row's n_heads x d at row * out_ld):
+// the combine kernel of the two-launch forms (acc [rows][n_heads][splits][d], max_sum
+// [rows][n_heads][splits][2], as SplitArgs lays them out).
+void launch_combine(const float* acc, const float* max_sum, int splits, int d, __half* out, int n_heads,
+                    long long out_ld, long long rows, cudaStream_t stream);
+
+// The rows form (prefill) on tensor cores (attention_rows_mma.cu): a chunk's rows, each at
+// its position, over the cache (contiguous, or one sequence's pages when table is set).
+struct RowsMmaArgs {
+  KvLayerShape shape;
+  KvLayerBuffers layer;  // the cache; paged: the sequence's fixed area
+  PagedArgs paged{};     // paged: the pool (layout, layer, status)
+  const std::int32_t* table = nullptr;  // paged: the sequence's page table
+  const __half* chunk = nullptr;        // the chunk's row 0: q at column 0, K at k_col, V at v_col
+  long long ld = 0, k_col = 0, v_col = 0;
+  int pos0 = 0, rows = 0;
+  const std::uint16_t* snap_k = nullptr;  // the ring before the chunk, [kv_heads][window][D]
+  const std::uint16_t* snap_v = nullptr;
+  int n_heads = 0;
+  float q_scale = 0.0f;  // log2(e) / sqrt(D)
+  __half* out = nullptr;
+  long long out_ld = 0;
+  // Set by launch_rows_mma: the GQA group, rows a block, the split plan and its partials.
+  int group = 0, rows_per_block = 0, splits = 1, split_tiles = 0;
+  float* acc = nullptr;
+  float* max_sum = nullptr;
+};
+// Whether the tensor-core rows kernel takes the shape (GQA groups up to 64).
+bool rows_mma_takes(const KvLayerShape& shape, std::int64_t n_heads);
+// Launches it (and, when it splits the positions, the combine): split-K only as far as
+// the workspace holds the partials, so any workspace (even none) serves.
+void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+
 // The tensor-core kernel's launch (attention_mma.cu): grid (splits, kv_heads); every
 // query head of a KV head in one block (group <= kMmaMaxGroup).
 constexpr int kMmaMaxGroup = 16;

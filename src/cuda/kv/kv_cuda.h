@@ -106,12 +106,12 @@ void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, con
                      std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                      void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete = false,
                      AttentionKernel kernel = AttentionKernel::automatic, std::int64_t split_len = 0);
-// Prefill: a chunk of tokens at positions pos0 .. pos0 + rows - 1 in four launches and a
-// copy (rope_rows; kv_append_rows, which snapshots the window's ring first;
-// kv_attention_rows: split and combine), with the results of `rows` one-at-a-time
-// kv_append + kv_attention calls: the same cache bytes, and each row's attention
-// over what that row would see at its position (up to the combine's rounding: the split
-// plan differs). The chunk's rows as the QKV GEMM writes them: f16 [rows][ld], the
+// Prefill: a chunk of tokens at positions pos0 .. pos0 + rows - 1 in three or four
+// launches and a copy (rope_rows; kv_append_rows, which snapshots the window's ring
+// first; kv_attention_rows, and a combine where it splits the positions), with the
+// results of `rows` one-at-a-time kv_append + kv_attention calls: the same cache bytes,
+// and each row's attention over what that row would see at its position (up to the
+// kernels' rounding: f16 P and f16 body values on the tensor cores, the combine's). The chunk's rows as the QKV GEMM writes them: f16 [rows][ld], the
 // n_heads query heads at column 0, K at k_col and V at v_col (kv_heads x head_dim each).
 struct ChunkRows {
   void* base = nullptr;
@@ -148,11 +148,16 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                     cuda_stream_t stream);
 // Each row's attention at its position, after kv_append_rows: the sink and the body from
 // the cache, the recent FP16 positions from the chunk (>= pos0) or the snapshot (< pos0).
-// out: f16 [rows][out_ld], a row's n_heads x head_dim at column 0. The workspace takes
-// kv_attention_rows_workspace(..., r) bytes for r rows at a time (>= 1 row).
+// out: f16 [rows][out_ld] (out_ld even), a row's n_heads x head_dim at column 0.
+// kernel: automatic / mma run the tensor-core kernel (attention_rows_mma.cu: GQA groups
+// up to 64; P and the quantized positions' values rounded to f16 for the mma), which uses
+// the workspace for split-K partials where it holds them (any size, none included);
+// simt runs the decode kernel row by row (f32 throughout; the reference), whose
+// workspace takes kv_attention_rows_workspace(..., r) bytes for r rows at a time.
 void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
-                           const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld,
-                           void* workspace, std::size_t workspace_bytes, cuda_stream_t stream);
+                       const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                       std::size_t workspace_bytes, cuda_stream_t stream,
+                       AttentionKernel kernel = AttentionKernel::automatic);
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
                                             std::int64_t max_length);
 // Workspace bytes enough for kv_attention / kv_attention_at at any length up to

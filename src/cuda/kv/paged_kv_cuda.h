@@ -103,7 +103,8 @@ void paged_kv_append_rows(const KvPageLayout& layout, const KvPagedLayer& layer,
 void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
                              const std::int32_t* tables, const ChunkRows& chunk, const void* snapshot,
                              std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
-                             std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status = nullptr);
+                             std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status = nullptr,
+                             AttentionKernel kernel = AttentionKernel::automatic);
 // The checks both make of the pool, the slot and the table (the chunk: check_chunk_rows).
 inline void check_paged_rows_call(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
                                   const std::int32_t* tables, const ChunkRows& chunk, const char* what) {

@@ -1,6 +1,6 @@
 // Shared pieces of the attention kernels: the arguments every attention-stage
 // kernel takes (Q, K, V as column blocks of one Q|K|V matrix) and the warp-level
-// tensor-core helpers (ldmatrix here; mma.sync and cp.async from cuda/).
+// tensor-core helpers (mma.sync, ldmatrix and cp.async from cuda/).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -16,6 +16,8 @@ namespace lowbit::cuda::attention {
 using cuda::cp_async16;
 using cuda::cp_async_commit;
 using cuda::cp_async_wait;
+using cuda::ldmatrix_x4;
+using cuda::ldmatrix_x4_trans;
 using cuda::mma_16816;
 using cuda::smem_address;
 
@@ -40,18 +42,6 @@ struct AttnArgs {
     return static_cast<std::int64_t>(heads + kv_heads + h / group()) * head_dim;
   }
 };
-
-// ldmatrix: four 8x8 b16 matrices; lane i supplies the row address of matrix i / 8.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
 
 __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   mma_16816<__half>(d, a[0], a[1], a[2], a[3], b0, b1);

@@ -1,0 +1,490 @@
+// Prefill attention over the decode cache on tensor cores: kv_attention_rows' kernel
+// (AttentionKernel::automatic / mma; the SIMT rows form of attention.cu stays as simt).
+//
+// A block takes one KV head, all G of its query heads and R = 64 / G rows of the chunk:
+// M = 64 query rows, 4 warps x 16 (M-row m is chunk row r0 + m / G, query head m % G, so
+// the block reads each K / V tile once for the whole GQA group). It streams tiles of 64
+// positions through shared memory, double-buffered, FlashAttention-2 on mma.sync m16n8k16
+// as cuda/qattention/flash_mma.cu: S = Q K^T, the online softmax in the exp2 domain (q's
+// scale log2(e) / sqrt(D) folded in), O += P V with P rounded to f16.
+//
+// The selective semantics are kept exactly (kv_cuda.h): the row at position t sees an
+// older position s as the cache held it at t: the sink (s < sink) and the recent ones
+// (s > t - window) in FP16, the body between them quantized. So a tile is read in up to
+// two views, and each view's pass masks the (row, position) pairs that are not in its
+// form, so that every pair enters the softmax exactly once:
+//   FP16 view  the sink from the cache (full: every position, from the cache), the
+//              ring's positions from the chunk (s >= pos0) or the ring's snapshot
+//              (s < pos0), by cp.async;
+//   body view  the codes by cp.async into a staging area, then dequantized into the
+//              tile as f16 (INT8 q * s, INT4 q * s + min in f16 arithmetic: the exact
+//              value rounded once), never in global memory.
+// Only the tiles that the window's edge crosses for some of the block's rows take both.
+// Positions no row of the block reads in a view are zero in its tile (their rows may
+// hold poison: 0 * NaN would reach O).
+//
+// Split-K (grid.z): when the row tiles x KV heads do not fill the device (a short chunk
+// at a long context), each block takes a range of tiles and writes the decode kernels'
+// partials (max, sum, unnormalized O a query head and split), which their combine kernel
+// turns into the rows' outputs.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/device.h"
+#include "cuda/async_copy.cuh"
+#include "cuda/kv/attention_common.cuh"
+#include "cuda/mma.cuh"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::kv {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kBM = 16 * kWarps;  // query rows (row x head) a block
+constexpr int kBN = 64;           // positions a tile
+
+template <int D, int Bits>
+struct RowsLayout {
+  static constexpr int kRow = 2 * D;  // bytes of an f16 tile row
+  static constexpr int kQ = kBM * kRow;
+  static constexpr int kPart = kBN * kRow;  // K or V of one tile
+  static constexpr int kCodeBytes = Bits == 8 ? D : Bits == 4 ? D / 2 : 0;
+  // A staging row is padded by 16 bytes, so that the 8 lanes of a quarter warp reading
+  // 16 bytes of 8 consecutive rows hit 8 different bank groups.
+  static constexpr int kRawRow = kCodeBytes + 16;
+  static constexpr int kRaw = Bits != 0 ? 2 * kBN * kRawRow : 0;
+  static constexpr int kSmem = kQ + 4 * kPart + kRaw;  // Q, {K, V} x 2 buffers, staging
+  __device__ static std::uint32_t tile(std::uint32_t base, int buf, int part) { return base + kQ + (2 * buf + part) * kPart; }
+  __device__ static std::uint32_t raw(std::uint32_t base, int part) { return base + kQ + 4 * kPart + part * kBN * kRawRow; }
+};
+
+// 16-byte chunk `chunk` of tile row `row` sits at chunk ^ (row & 7): the 8 rows that an
+// ldmatrix phase reads land on 8 different bank groups.
+__device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
+
+__device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+__device__ __forceinline__ std::uint32_t as_word(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
+__device__ __forceinline__ __half2 as_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
+
+__device__ __forceinline__ void st_shared16(std::uint32_t address, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address));
+  return v;
+}
+
+// The cache's forms, as ints for the kernel. A row at position t sees position s <= t:
+//   FP16  s < sink (full: sink = max_tokens, every position), or s > t - window;
+//   body  sink <= s <= t - window (selective), every s (int8 / int4: window 0).
+// The window policy drops the body; int8 / int4 have no FP16 positions.
+struct Forms {
+  int sink, window;
+  bool f16, body;
+  __device__ explicit Forms(const KvLayerShape& s)
+      : sink(static_cast<int>(s.sink < (1 << 30) ? s.sink : (1 << 30))),
+        window(static_cast<int>(s.window)),
+        f16(s.body == KvBody::none || s.window > 0),
+        body(s.body != KvBody::none) {}
+  __device__ bool f16_at(int t, int s) const { return f16 && s <= t && (s < sink || (window > 0 && s > t - window)); }
+  __device__ bool body_at(int t, int s) const {
+    return body && s <= t && (window == 0 || (s >= sink && s <= t - window));
+  }
+  __device__ bool at(bool in_body, int t, int s) const { return in_body ? body_at(t, s) : f16_at(t, s); }
+  // Whether some row in [tmin, tmax] reads s in the view.
+  __device__ bool needed(bool in_body, int tmin, int tmax, int s) const {
+    if (s > tmax) return false;
+    return in_body ? body && (window == 0 || (s >= sink && s <= tmax - window))
+                   : f16 && (s < sink || (window > 0 && s > tmin - window));
+  }
+  // Whether some position of the tile at n0 is needed (the positions' test over a range).
+  __device__ bool tile_needed(bool in_body, int tmin, int tmax, int n0) const {
+    if (n0 > tmax) return false;
+    const int n1 = n0 + kBN - 1;
+    if (in_body) return body && (window == 0 || (n1 >= sink && max(n0, sink) <= tmax - window));
+    return f16 && (n0 < sink || (window > 0 && n1 > tmin - window));
+  }
+  // Whether every row in [tmin, tmax] reads every position of the tile in the view.
+  __device__ bool tile_whole(bool in_body, int tmin, int tmax, int n0) const {
+    const int n1 = n0 + kBN - 1;
+    if (n1 > tmin) return false;
+    return in_body ? body && (window == 0 || (n0 >= sink && n1 <= tmin - window))
+                   : f16 && (n1 < sink || (window > 0 && n0 > tmax - window));
+  }
+};
+
+// Items: tile j in view v (0 FP16, 1 body) is item 2 j + v; a block walks its items in order.
+__device__ __forceinline__ int next_item(const Forms& f, int item, int end_tile, int tmin, int tmax) {
+  for (++item; item < 2 * end_tile; ++item) {
+    if (f.tile_needed(item & 1, tmin, tmax, (item >> 1) * kBN)) return item;
+  }
+  return -1;
+}
+
+// The FP16 row of position s (a view-FP16 position) of KV head kh: the sink's (full:
+// every position's) in the cache or the pool, the ring's in the chunk or the snapshot.
+template <int D, bool Paged>
+__device__ __forceinline__ const void* f16_row(const RowsMmaArgs& a, int part, int kh, int s) {
+  const KvLayerShape& sh = a.shape;
+  if (sh.window > 0 && s >= sh.sink) {
+    if (s >= a.pos0) return a.chunk + (static_cast<long long>(s - a.pos0) * a.ld + (part ? a.v_col : a.k_col) + kh * D);
+    return (part ? a.snap_v : a.snap_k) + (static_cast<long long>(kh) * sh.window + s % sh.window) * D;
+  }
+  if constexpr (Paged) {
+    if (sh.window == 0) return paged_f16_row(a.paged, a.table, part != 0, kh, s);
+  }
+  const KvPart& p = part ? a.layer.v : a.layer.k;
+  return p.f16 + (static_cast<long long>(kh) * sh.f16_slots() + s) * D;
+}
+
+template <bool Paged>
+__device__ __forceinline__ BodyRow body_row(const RowsMmaArgs& a, int part, int s) {
+  if constexpr (Paged) return paged_body_row(a.paged, a.table, part != 0, s);
+  return contiguous_body_row(a.shape, part ? a.layer.v : a.layer.k, s);
+}
+
+// 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
+// q * s (+ min), written as 16-byte chunks first_chunk.. of a swizzled tile row.
+template <int Bits>
+__device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2, std::uint32_t row_address, int row,
+                                             int first_chunk) {
+  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  if constexpr (Bits == 8) {
+    // 0x64XX is the f16 1024 + XX: (byte ^ 0x80) = q + 128, so q = that - 1152, exact.
+    const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      std::uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const std::uint32_t flipped = w[2 * h + i] ^ 0x80808080u;
+        const __half2 lo = __hsub2(as_half2(__byte_perm(flipped, 0x64646464u, 0x4140u)), bias);
+        const __half2 hi = __hsub2(as_half2(__byte_perm(flipped, 0x64646464u, 0x4342u)), bias);
+        o[2 * i] = as_word(__hmul2(lo, s2));
+        o[2 * i + 1] = as_word(__hmul2(hi, s2));
+      }
+      const int chunk = first_chunk + h;
+      st_shared16(row_address + swizzle(row, chunk) * 16, make_uint4(o[0], o[1], o[2], o[3]));
+    }
+  } else {
+    const __half2 bias = __float2half2_rn(1024.0f);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {  // word h: channels 8h .. 8h + 7, byte i = channels 2i, 2i + 1
+      std::uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const std::uint32_t both = __byte_perm(w[h], 0u, 0x4040u | (static_cast<unsigned>(i) * 0x0101u));
+        const std::uint32_t pair = (both & 0x0000000Fu) | ((both >> 4) & 0x000F0000u) | 0x64006400u;
+        o[i] = as_word(__hfma2(__hsub2(as_half2(pair), bias), s2, m2));
+      }
+      const int chunk = first_chunk + h;
+      st_shared16(row_address + swizzle(row, chunk) * 16, make_uint4(o[0], o[1], o[2], o[3]));
+    }
+  }
+}
+
+template <int D, int Bits, bool Paged>
+__global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs a) {
+  using L = RowsLayout<D, Bits>;
+  constexpr int kChunks = D / 8;  // 16-byte chunks of an f16 row
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  const std::uint32_t base = smem_address(smem);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, r = lane / 4, c = lane % 4;
+  const int G = a.group, R = a.rows_per_block;
+  const int kh = static_cast<int>(blockIdx.y);
+  const int r0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * R;  // the longest rows first
+  const int tmin = a.pos0 + r0, tmax = a.pos0 + min(r0 + R, a.rows) - 1;
+  const Forms forms(a.shape);
+  const int split = static_cast<int>(blockIdx.z);
+  const int end_tile = min(tmax / kBN + 1, (split + 1) * a.split_tiles);
+
+  // The lane's two M-rows (r, r + 8 of the warp's 16) and the warp's: position t (-1
+  // when the M-row is padding or past the chunk).
+  auto row_position = [&](int m) {
+    const int rr = m / G;
+    return m < R * G && r0 + rr < a.rows ? tmin + rr : -1;
+  };
+  const int t_lane[2] = {row_position(warp * 16 + r), row_position(warp * 16 + r + 8)};
+  const int tw_min = row_position(warp * 16);
+  const int tw_last = row_position(warp * 16 + 15);
+  const bool warp_full = tw_last >= 0;  // every M-row of the warp is a row
+  int tw_max = tw_min;
+  for (int m = warp * 16 + 1; m < warp * 16 + 16; ++m) tw_max = max(tw_max, row_position(m));
+
+  // Q: M-row m = (row, head) of the chunk; padding reads as zeros.
+#pragma unroll
+  for (int i = 0; i < kBM * kChunks / kThreads; ++i) {
+    const int id = tid + i * kThreads, m = id / kChunks, ch = id % kChunks;
+    const bool ok = row_position(m) >= 0;
+    const long long at = ok ? static_cast<long long>(r0 + m / G) * a.ld + (kh * G + m % G) * D + ch * 8 : 0;
+    cp_async16(base + m * L::kRow + swizzle(m, ch) * 16, a.chunk + at, ok ? 16 : 0);
+  }
+
+  // Issues the loads of an item into tile buffer `buf`; a body item's codes go to the
+  // staging area and this thread's scale / min (of position tid % 64 of part tid / 64)
+  // to registers, for dequantize_item.
+  std::uint16_t pending_scale = 0, pending_min = 0;
+  auto issue_item = [&](int item, int buf) {
+    const int n0 = (item >> 1) * kBN;
+    if ((item & 1) == 0) {
+#pragma unroll 4
+      for (int i = 0; i < 2 * kBN * kChunks / kThreads; ++i) {
+        const int id = tid + i * kThreads, part = id / (kBN * kChunks), p = (id / kChunks) % kBN, ch = id % kChunks;
+        const int s = n0 + p;
+        const bool ok = forms.needed(false, tmin, tmax, s);
+        const void* src = ok ? static_cast<const void*>(static_cast<const std::uint16_t*>(f16_row<D, Paged>(a, part, kh, s)) + ch * 8)
+                             : static_cast<const void*>(a.chunk);
+        cp_async16(L::tile(base, buf, part) + p * L::kRow + swizzle(p, ch) * 16, src, ok ? 16 : 0);
+      }
+    } else if constexpr (Bits != 0) {
+      constexpr int kCodeChunks = L::kCodeBytes / 16;
+#pragma unroll
+      for (int i = 0; i < 2 * kBN * kCodeChunks / kThreads; ++i) {
+        const int id = tid + i * kThreads, part = id / (kBN * kCodeChunks), p = (id / kCodeChunks) % kBN,
+                  ch = id % kCodeChunks;
+        const int s = n0 + p;
+        if (!forms.needed(true, tmin, tmax, s)) continue;
+        const BodyRow row = body_row<Paged>(a, part, s);
+        cp_async16(L::raw(base, part) + p * L::kRawRow + ch * 16, row.codes + kh * L::kCodeBytes + ch * 16, 16);
+      }
+      const int part = tid / kBN, s = n0 + tid % kBN;
+      if (forms.needed(true, tmin, tmax, s)) {
+        const BodyRow row = body_row<Paged>(a, part, s);
+        pending_scale = __ldg(row.scales + kh);
+        if constexpr (Bits == 4) pending_min = __ldg(row.mins + kh);
+      }
+    }
+    cp_async_commit();
+  };
+  // A body item's staged codes -> its tile (after the staging landed: wait + barrier);
+  // thread tid writes row tid % 64 of part tid / 64, zeros where no row reads it.
+  auto dequantize_item = [&](int item, int buf) {
+    if constexpr (Bits != 0) {
+      const int part = tid / kBN, p = tid % kBN, s = (item >> 1) * kBN + p;
+      const std::uint32_t dst = L::tile(base, buf, part) + p * L::kRow;
+      if (!forms.needed(true, tmin, tmax, s)) {
+#pragma unroll
+        for (int ch = 0; ch < kChunks; ++ch) st_shared16(dst + ch * 16, make_uint4(0, 0, 0, 0));
+        return;
+      }
+      const __half2 s2 = __half2half2(__ushort_as_half(pending_scale));
+      const __half2 m2 = __half2half2(__ushort_as_half(pending_min));
+      constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
+#pragma unroll
+      for (int b = 0; b < L::kCodeBytes / 16; ++b) {
+        const uint4 codes = ld_shared16(L::raw(base, part) + p * L::kRawRow + b * 16);
+        dequantize16<Bits>(codes, s2, m2, dst, p, b * kPer16);
+      }
+    }
+  };
+
+  int item = next_item(forms, 2 * split * a.split_tiles - 1, end_tile, tmin, tmax);
+  if (item >= 0) {
+    issue_item(item, 0);
+  } else {
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (item >= 0 && (item & 1)) {
+    dequantize_item(item, 0);
+    __syncthreads();
+  }
+  std::uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const int row = warp * 16 + lane % 16;
+    ldmatrix_x4(qf[ks], base + row * L::kRow + swizzle(row, 2 * ks + lane / 16) * 16);
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float sl2 = a.q_scale;
+
+  for (int it = 0; item >= 0; ++it) {
+    const int buf = it & 1;
+    const int next = next_item(forms, item, end_tile, tmin, tmax);
+    if (next >= 0) issue_item(next, buf ^ 1);
+    const int n0 = (item >> 1) * kBN;
+    const bool in_body = item & 1;
+    if (tw_min >= 0 && n0 <= tw_max) {
+      const std::uint32_t sk = L::tile(base, buf, 0), sv = L::tile(base, buf, 1);
+      float s[kBN / 8][4];
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+        for (int jp = 0; jp < kBN / 16; ++jp) {
+          const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
+          std::uint32_t kf[4];
+          ldmatrix_x4(kf, sk + key * L::kRow + swizzle(key, 2 * ks + (lane / 8) % 2) * 16);
+          mma_16816<__half>(s[2 * jp], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[0], kf[1]);
+          mma_16816<__half>(s[2 * jp + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[2], kf[3]);
+        }
+      }
+      if (!(warp_full && forms.tile_whole(in_body, tw_min, tw_max, n0))) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (!forms.at(in_body, t_lane[e >> 1], n0 + j * 8 + 2 * c + (e & 1))) s[j][e] = -INFINITY;
+          }
+        }
+      }
+      // The online softmax of rows r (e = 0, 1) and r + 8 (e = 2, 3).
+      float corr[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[hr], mx * sl2);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no position yet
+        corr[hr] = exp2f(m[hr] - m_use);
+        m[hr] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+          for (int e = 2 * hr; e < 2 * hr + 2; ++e) {
+            s[j][e] = exp2f(fmaf(s[j][e], sl2, -m_use));
+            sum += s[j][e];
+          }
+        }
+        l[hr] = l[hr] * corr[hr] + sum;  // this lane's part; the quad's sum at the end
+      }
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        o[d][0] *= corr[0], o[d][1] *= corr[0];
+        o[d][2] *= corr[1], o[d][3] *= corr[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const std::uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                     pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                     pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+          std::uint32_t vf[4];
+          ldmatrix_x4_trans(vf, sv + key * L::kRow + swizzle(key, 2 * dp + lane / 16) * 16);
+          mma_16816<__half>(o[2 * dp], pa[0], pa[1], pa[2], pa[3], vf[0], vf[1]);
+          mma_16816<__half>(o[2 * dp + 1], pa[0], pa[1], pa[2], pa[3], vf[2], vf[3]);
+        }
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with `buf`; the next item's loads have landed
+    if (next >= 0 && (next & 1)) {
+      dequantize_item(next, buf ^ 1);
+      __syncthreads();
+    }
+    item = next;
+  }
+
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float sum = l[hr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (t_lane[hr] < 0) continue;
+    const int mrow = warp * 16 + r + 8 * hr;
+    const long long row = r0 + mrow / G;
+    const int h = kh * G + mrow % G;
+    if (a.splits == 1) {
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      std::uint32_t* dst = reinterpret_cast<std::uint32_t*>(a.out + row * a.out_ld + h * D + 2 * c);
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) dst[d * 4] = pack_half2(o[d][2 * hr] * inv, o[d][2 * hr + 1] * inv);
+    } else {
+      const long long at = (row * a.n_heads + h) * a.splits + split;
+      float2* acc = reinterpret_cast<float2*>(a.acc + at * D + 2 * c);
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) acc[d * 4] = make_float2(o[d][2 * hr], o[d][2 * hr + 1]);
+      if (c == 0) reinterpret_cast<float2*>(a.max_sum)[at] = make_float2(m[hr], sum);
+    }
+  }
+}
+
+template <int D, int Bits, bool Paged>
+void launch(const RowsMmaArgs& a, dim3 grid, cudaStream_t stream) {
+  using L = RowsLayout<D, Bits>;
+  static const bool configured = [] {
+    LOWBIT_CUDA_CHECK(
+        cudaFuncSetAttribute(rows_mma_kernel<D, Bits, Paged>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    return true;
+  }();
+  (void)configured;
+  rows_mma_kernel<D, Bits, Paged><<<grid, kThreads, L::kSmem, stream>>>(a);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+template <int D, bool Paged>
+void launch_bits(const RowsMmaArgs& a, dim3 grid, cudaStream_t stream) {
+  switch (a.shape.body) {
+    case KvBody::none: launch<D, 0, Paged>(a, grid, stream); break;
+    case KvBody::int8: launch<D, 8, Paged>(a, grid, stream); break;
+    case KvBody::int4: launch<D, 4, Paged>(a, grid, stream); break;
+  }
+}
+
+}  // namespace
+
+bool rows_mma_takes(const KvLayerShape& shape, std::int64_t n_heads) {
+  return n_heads / shape.kv_heads <= kBM && (shape.head_dim == 64 || shape.head_dim == 128);
+}
+
+void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  const std::int64_t d = a.shape.head_dim;
+  LOWBIT_CHECK(rows_mma_takes(a.shape, a.n_heads), "kv_attention_rows: the tensor-core kernel takes GQA groups of up to ",
+               kBM, " query heads, got ", a.n_heads / a.shape.kv_heads);
+  LOWBIT_CHECK(static_cast<std::int64_t>(a.pos0) + a.rows < (std::int64_t{1} << 30), "kv_attention_rows: positions up to ",
+               static_cast<std::int64_t>(a.pos0) + a.rows, ", expected below 2^30");
+  a.group = a.n_heads / static_cast<int>(a.shape.kv_heads);
+  a.rows_per_block = kBM / a.group;
+  const std::int64_t row_tiles = (a.rows + a.rows_per_block - 1) / a.rows_per_block;
+  const std::int64_t tiles = (static_cast<std::int64_t>(a.pos0) + a.rows - 1) / kBN + 1;  // of the last row
+  // Split-K while the blocks do not fill two a SM, each split >= 8 tiles (512 positions),
+  // and only as many as the workspace holds partials for.
+  const std::int64_t blocks = row_tiles * a.shape.kv_heads;
+  const std::int64_t target = 2LL * core::multiprocessor_count();
+  const std::size_t per_split = decode_workspace_bytes(a.n_heads, d, 1) * static_cast<std::size_t>(a.rows);
+  const auto held = static_cast<std::int64_t>(workspace_bytes / per_split);
+  std::int64_t splits = std::min({(target + blocks - 1) / blocks, (tiles + 7) / 8, held});
+  splits = std::max<std::int64_t>(splits, 1);
+  const std::int64_t split_tiles = (tiles + splits - 1) / splits;
+  splits = (tiles + split_tiles - 1) / split_tiles;
+  a.splits = static_cast<int>(splits);
+  a.split_tiles = static_cast<int>(split_tiles);
+  if (splits > 1) {
+    a.acc = static_cast<float*>(workspace);
+    a.max_sum = a.acc + static_cast<std::int64_t>(a.rows) * a.n_heads * splits * d;
+  }
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.shape.kv_heads),
+                  static_cast<unsigned>(splits));
+  const bool paged = a.table != nullptr;
+  if (d == 64) {
+    paged ? launch_bits<64, true>(a, grid, stream) : launch_bits<64, false>(a, grid, stream);
+  } else {
+    paged ? launch_bits<128, true>(a, grid, stream) : launch_bits<128, false>(a, grid, stream);
+  }
+  if (splits > 1) {
+    launch_combine(a.acc, a.max_sum, a.splits, static_cast<int>(d), a.out, a.n_heads, a.out_ld, a.rows, stream);
+  }
+}
+
+}  // namespace lowbit::cuda::kv
