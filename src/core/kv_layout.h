@@ -109,6 +109,48 @@ inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
   return decode_span_unchecked(s, length);
 }
 
+// The forms of the prefill rows kernel (cuda/kv/attention_rows_mma.cu), as ints: the row
+// at position t sees position s <= t in
+//   FP16  s < sink (full: sink = max_tokens, every position), or s > t - window;
+//   body  sink <= s <= t - window (selective), every s (int8 / int4: window 0);
+// nothing else (the window policy drops the body; int8 / int4 have no FP16 positions):
+// decode_span(t + 1)'s [0, sink_end), [recent_begin, end) and its body between them.
+// A kernel block of rows [tmin, tmax] reads a tile of `tile` positions at n0 in a view
+// (FP16 or body) when some row reads some of its positions in that form.
+struct KvRowForms {
+  int sink = 0, window = 0;
+  bool f16 = false, body = false;
+
+  LOWBIT_HD explicit KvRowForms(const KvLayerShape& s)
+      : sink(static_cast<int>(s.sink < (1 << 30) ? s.sink : (1 << 30))),
+        window(static_cast<int>(s.window)),
+        f16(s.body == KvBody::none || s.window > 0),
+        body(s.body != KvBody::none) {}
+  LOWBIT_HD bool f16_at(int t, int s) const { return f16 && s <= t && (s < sink || (window > 0 && s > t - window)); }
+  LOWBIT_HD bool body_at(int t, int s) const { return body && s <= t && (window == 0 || (s >= sink && s <= t - window)); }
+  LOWBIT_HD bool at(bool in_body, int t, int s) const { return in_body ? body_at(t, s) : f16_at(t, s); }
+  // Whether some row in [tmin, tmax] reads s in the view.
+  LOWBIT_HD bool needed(bool in_body, int tmin, int tmax, int s) const {
+    if (s > tmax) return false;
+    return in_body ? body && (window == 0 || (s >= sink && s <= tmax - window))
+                   : f16 && (s < sink || (window > 0 && s > tmin - window));
+  }
+  // Whether some position of the tile [n0, n0 + tile) is needed.
+  LOWBIT_HD bool tile_needed(bool in_body, int tmin, int tmax, int n0, int tile) const {
+    if (n0 > tmax) return false;
+    const int n1 = n0 + tile - 1;
+    if (in_body) return body && (window == 0 || (n1 >= sink && (n0 > sink ? n0 : sink) <= tmax - window));
+    return f16 && (n0 < sink || (window > 0 && n1 > tmin - window));
+  }
+  // Whether every row in [tmin, tmax] reads every position of the tile in the view.
+  LOWBIT_HD bool tile_whole(bool in_body, int tmin, int tmax, int n0, int tile) const {
+    const int n1 = n0 + tile - 1;
+    if (n1 > tmin) return false;
+    return in_body ? body && (window == 0 || (n0 >= sink && n1 <= tmin - window))
+                   : f16 && (n1 < sink || (window > 0 && n0 > tmax - window));
+  }
+};
+
 // Flash-decoding split over the visible positions: enough blocks to fill the device
 // (target `per_sm` a SM: as many as the kernel keeps resident), at least kMinSplit
 // positions a split (a block has work to amortize its combine record), at most kMaxSplit

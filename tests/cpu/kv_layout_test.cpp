@@ -151,5 +151,63 @@ TEST(KvPolicyNames, PolicyWithBitsInOneName) {
   EXPECT_THROW(parse_kv_policy_bits(nullptr), lowbit::Error);
 }
 
+// The prefill rows kernel's forms (KvRowForms) are decode_span's: the row at t sees s in
+// FP16 exactly when s < sink_end or s >= recent_begin of the span of t + 1 positions, in
+// the body exactly between them (quantizing policies), and nothing else. Its block and
+// tile tests (needed, tile_needed) are exact, and tile_whole (the kernel then skips the
+// per-element masks) never claims a pair that is not in the view: checked exhaustively
+// over small shapes, every block of rows and every tile offset.
+TEST(DecodeCacheLayout, RowFormsAreTheDecodeSpans) {
+  struct Params {
+    std::int64_t sink, window;
+  };
+  for (const Case& c : kCases) {
+    for (Params p : {Params{0, 1}, Params{3, 5}, Params{16, 32}, Params{5, 37}}) {
+      const core::KvLayerShape s = kv_shape(c.policy, 2, 64, p.sink, p.window, c.bits == 0 ? 8 : c.bits, 160);
+      const core::KvRowForms f(s);
+      const int n = 130;
+      for (int t = 0; t < n; ++t) {
+        const core::DecodeSpan span = decode_span(s, t + 1);
+        for (int q = 0; q <= t; ++q) {
+          const bool sink = q < span.sink_end, recent = q >= span.recent_begin;
+          const bool body = !sink && !recent && s.body != core::KvBody::none;
+          ASSERT_EQ(f.f16_at(t, q), sink || recent) << "t " << t << " s " << q;
+          ASSERT_EQ(f.body_at(t, q), body) << "t " << t << " s " << q;
+        }
+        ASSERT_FALSE(f.f16_at(t, t + 1) || f.body_at(t, t + 1)) << "a row sees no later position";
+      }
+      for (int tile : {16, 64}) {
+        for (int tmin = 0; tmin < n; tmin += 7) {
+          for (int tmax : {tmin, tmin + 8, tmin + 63}) {
+            for (bool in_body : {false, true}) {
+              auto some_row = [&](int q) {
+                for (int t = tmin; t <= tmax; ++t) {
+                  if (f.at(in_body, t, q)) return true;
+                }
+                return false;
+              };
+              for (int q = 0; q < tmax + 2; ++q) {
+                ASSERT_EQ(f.needed(in_body, tmin, tmax, q), some_row(q)) << "rows " << tmin << ".." << tmax << " s " << q;
+              }
+              for (int n0 = 0; n0 < tmax + tile; n0 += tile) {
+                bool any = false, all = true;
+                for (int q = n0; q < n0 + tile; ++q) {
+                  any = any || some_row(q);
+                  for (int t = tmin; t <= tmax; ++t) all = all && f.at(in_body, t, q);
+                }
+                ASSERT_EQ(f.tile_needed(in_body, tmin, tmax, n0, tile), any) << "rows " << tmin << ".." << tmax
+                                                                             << " tile " << n0;
+                if (f.tile_whole(in_body, tmin, tmax, n0, tile)) {
+                  ASSERT_TRUE(all) << "rows " << tmin << ".." << tmax << " tile " << n0;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lowbit::test

@@ -83,49 +83,10 @@ __device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
   return v;
 }
 
-// The cache's forms, as ints for the kernel. A row at position t sees position s <= t:
-//   FP16  s < sink (full: sink = max_tokens, every position), or s > t - window;
-//   body  sink <= s <= t - window (selective), every s (int8 / int4: window 0).
-// The window policy drops the body; int8 / int4 have no FP16 positions.
-struct Forms {
-  int sink, window;
-  bool f16, body;
-  __device__ explicit Forms(const KvLayerShape& s)
-      : sink(static_cast<int>(s.sink < (1 << 30) ? s.sink : (1 << 30))),
-        window(static_cast<int>(s.window)),
-        f16(s.body == KvBody::none || s.window > 0),
-        body(s.body != KvBody::none) {}
-  __device__ bool f16_at(int t, int s) const { return f16 && s <= t && (s < sink || (window > 0 && s > t - window)); }
-  __device__ bool body_at(int t, int s) const {
-    return body && s <= t && (window == 0 || (s >= sink && s <= t - window));
-  }
-  __device__ bool at(bool in_body, int t, int s) const { return in_body ? body_at(t, s) : f16_at(t, s); }
-  // Whether some row in [tmin, tmax] reads s in the view.
-  __device__ bool needed(bool in_body, int tmin, int tmax, int s) const {
-    if (s > tmax) return false;
-    return in_body ? body && (window == 0 || (s >= sink && s <= tmax - window))
-                   : f16 && (s < sink || (window > 0 && s > tmin - window));
-  }
-  // Whether some position of the tile at n0 is needed (the positions' test over a range).
-  __device__ bool tile_needed(bool in_body, int tmin, int tmax, int n0) const {
-    if (n0 > tmax) return false;
-    const int n1 = n0 + kBN - 1;
-    if (in_body) return body && (window == 0 || (n1 >= sink && max(n0, sink) <= tmax - window));
-    return f16 && (n0 < sink || (window > 0 && n1 > tmin - window));
-  }
-  // Whether every row in [tmin, tmax] reads every position of the tile in the view.
-  __device__ bool tile_whole(bool in_body, int tmin, int tmax, int n0) const {
-    const int n1 = n0 + kBN - 1;
-    if (n1 > tmin) return false;
-    return in_body ? body && (window == 0 || (n0 >= sink && n1 <= tmin - window))
-                   : f16 && (n1 < sink || (window > 0 && n0 > tmax - window));
-  }
-};
-
 // Items: tile j in view v (0 FP16, 1 body) is item 2 j + v; a block walks its items in order.
-__device__ __forceinline__ int next_item(const Forms& f, int item, int end_tile, int tmin, int tmax) {
+__device__ __forceinline__ int next_item(const core::KvRowForms& f, int item, int end_tile, int tmin, int tmax) {
   for (++item; item < 2 * end_tile; ++item) {
-    if (f.tile_needed(item & 1, tmin, tmax, (item >> 1) * kBN)) return item;
+    if (f.tile_needed(item & 1, tmin, tmax, (item >> 1) * kBN, kBN)) return item;
   }
   return -1;
 }
@@ -203,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
   const int kh = static_cast<int>(blockIdx.y);
   const int r0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * R;  // the longest rows first
   const int tmin = a.pos0 + r0, tmax = a.pos0 + min(r0 + R, a.rows) - 1;
-  const Forms forms(a.shape);
+  const core::KvRowForms forms(a.shape);
   const int split = static_cast<int>(blockIdx.z);
   const int end_tile = min(tmax / kBN + 1, (split + 1) * a.split_tiles);
 
@@ -334,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
           mma_16816<__half>(s[2 * jp + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[2], kf[3]);
         }
       }
-      if (!(warp_full && forms.tile_whole(in_body, tw_min, tw_max, n0))) {
+      if (!(warp_full && forms.tile_whole(in_body, tw_min, tw_max, n0, kBN))) {
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
