@@ -32,6 +32,8 @@ struct AttentionProblem {
 
 struct VariantResult {
   AttentionVariant variant = AttentionVariant::fused_two_kernel;
+  // The row's name: the variant's, or the peer's (kPredequantizedPeer).
+  std::string name;
   bool ran = false;
   std::string skipped;  // why not, when !ran
   double ms = 0.0;
@@ -49,9 +51,13 @@ struct GpuEvalOptions {
   std::int64_t ref_rows = 0;  // query rows checked against the FP64 reference (0: none)
 };
 
+// The peer a PyTorch user has: the weights dequantized to f16 once and kept, then per call
+// one cuBLAS GEMM X [Wq | Wk | Wv]^T into Q|K|V and ours' tensor-core flash kernel.
+inline constexpr const char* kPredequantizedPeer = "f16 weights + cuBLAS + flash";
+
 #if LOWBIT_WITH_CUDA
-// Runs and times the four variants; the first ref_rows output rows of each are
-// compared with `reference` ([ref_rows x H hd]).
+// Runs and times the four variants, then the predequantized peer; the first ref_rows
+// output rows of each are compared with `reference` ([ref_rows x H hd]).
 std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vector<double>& reference,
                                             const GpuEvalOptions& options);
 #endif

@@ -1,6 +1,6 @@
-// GPU driver of `lowbit eval attention`: uploads a problem once, then per variant
-// allocates its workspace, checks the output rows against the FP64 reference and
-// times it (CUDA-event median of back-to-back runs, bench/common/timing.h).
+// GPU driver of `lowbit eval attention`: uploads a problem once, then per variant (and
+// the predequantized peer) allocates its workspace, checks the output rows against the
+// FP64 reference and times it (CUDA-event median of back-to-back runs, bench/common/timing.h).
 #if LOWBIT_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -10,6 +10,7 @@
 
 #include "attention_eval.h"
 #include "bench/common/timing.h"
+#include "bench/gemm/peers.h"
 #include "cuda/qattention/qattention_cuda.h"
 #include "core/device_buffer.h"
 #include "lowbit/cuda_check.h"
@@ -39,6 +40,73 @@ struct Uploads {
   }
 };
 
+// The largest error of the first rows of `out` against the reference, absolute and
+// relative to the reference's largest magnitude (inf when a NaN was written).
+void check_rows(const core::DeviceBuffer& out, const std::vector<double>& reference, std::int64_t rows, std::int64_t n,
+                VariantResult& r) {
+  std::vector<formats::Half> got(static_cast<std::size_t>(rows * n));
+  LOWBIT_CUDA_CHECK(cudaMemcpy(got.data(), out.data(), got.size() * 2, cudaMemcpyDeviceToHost));
+  double max_abs = 0.0, max_ref = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e = std::abs(formats::half_to_float(got[i]) - reference[i]);
+    max_abs = e == e ? std::max(max_abs, e) : INFINITY;
+    max_ref = std::max(max_ref, std::abs(reference[i]));
+  }
+  r.max_abs_error = max_abs;
+  r.max_rel_error = max_ref > 0 ? max_abs / max_ref : max_abs;
+}
+
+// kPredequantizedPeer. Its memory: the f16 weights (kept between calls), Q|K|V and out.
+VariantResult run_predequantized_peer(const AttentionProblem& p, const TensorView& x, const AttentionWeights& w,
+                                      core::DeviceBuffer& out, const TensorView& o, const std::vector<double>& reference,
+                                      const GpuEvalOptions& options, cudaStream_t stream) {
+  const AttentionConfig& c = p.config;
+  VariantResult r;
+  r.name = kPredequantizedPeer;
+  const cuda::attention::WorkspaceLayout decode = cuda::attention::workspace_layout(c, AttentionVariant::tiled_fused);
+  const std::size_t qkv_bytes = attention_workspace_bytes(c, AttentionVariant::fused_two_kernel);
+  r.peak_bytes = decode.weights_bytes + qkv_bytes + o.span_bytes();
+  r.bytes_moved = 0;  // (not counted: cuBLAS's traffic is its own)
+  std::size_t free_bytes = 0, total = 0;
+  LOWBIT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  if (!p.bq.empty() || !p.bk.empty() || !p.bv.empty()) {
+    r.skipped = "biases (the peer adds none)";
+  } else if (decode.total + qkv_bytes + (256u << 20) > free_bytes) {
+    r.skipped = "workspace does not fit";
+  }
+  if (!r.skipped.empty()) {
+    std::fprintf(stderr, "    %-16s skipped: %s\n", r.name.c_str(), r.skipped.c_str());
+    return r;
+  }
+  // Once: the weights dequantized by tiled_fused's first kernel, kept as f16.
+  core::DeviceBuffer weights(decode.weights_bytes);
+  {
+    core::DeviceBuffer ws(decode.total);
+    quantized_attention(x, w, c, AttentionVariant::tiled_fused, o, Workspace{ws.data(), ws.bytes()}, stream);
+    LOWBIT_CUDA_CHECK(cudaMemcpyAsync(weights.data(), static_cast<const std::uint8_t*>(ws.data()) + decode.weights,
+                                      decode.weights_bytes, cudaMemcpyDeviceToDevice, stream));
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  core::DeviceBuffer qkv(qkv_bytes);  // fused_two_kernel's layout: Q|K|V at offset 0
+  const Workspace workspace{qkv.data(), qkv.bytes()};
+  bench::CublasPeers blas(stream);
+  auto call = [&] {
+    blas.float_gemm(DType::f16, x.data, weights.data(), qkv.data(), c.seq_len, attention_qkv_cols(c), c.d_model);
+    cuda::attention::run_attention_kernel(c, AttentionVariant::fused_two_kernel, o, workspace, stream);
+  };
+  LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));  // NaN until written
+  call();
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (options.ref_rows > 0) check_rows(out, reference, options.ref_rows, c.heads * c.head_dim, r);
+  r.ms = bench::gpu_median_ms([&](int) { call(); }, stream, 15);
+  r.attention_ms = bench::gpu_median_ms(
+      [&](int) { cuda::attention::run_attention_kernel(c, AttentionVariant::fused_two_kernel, o, workspace, stream); },
+      stream, 15);
+  r.ran = true;
+  std::fprintf(stderr, "    %-16s %10.3f ms  max |err| %.3g\n", r.name.c_str(), r.ms, r.max_abs_error);
+  return r;
+}
+
 }  // namespace
 
 std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vector<double>& reference,
@@ -60,6 +128,7 @@ std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vect
   for (AttentionVariant v : kAttentionVariants) {
     VariantResult r;
     r.variant = v;
+    r.name = attention_variant_name(v);
     r.bytes_moved = counted_bytes(c, v);
     const std::size_t ws_bytes = attention_workspace_bytes(c, v);
     r.peak_bytes = ws_bytes + o.span_bytes();
@@ -84,18 +153,7 @@ std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vect
     LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));  // NaN until written
     quantized_attention(x, w, c, v, o, workspace, stream);
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (options.ref_rows > 0) {
-      std::vector<formats::Half> got(static_cast<std::size_t>(options.ref_rows * n));
-      LOWBIT_CUDA_CHECK(cudaMemcpy(got.data(), out.data(), got.size() * 2, cudaMemcpyDeviceToHost));
-      double max_abs = 0.0, max_ref = 0.0;
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        const double e = std::abs(formats::half_to_float(got[i]) - reference[i]);
-        max_abs = e == e ? std::max(max_abs, e) : INFINITY;
-        max_ref = std::max(max_ref, std::abs(reference[i]));
-      }
-      r.max_abs_error = max_abs;
-      r.max_rel_error = max_ref > 0 ? max_abs / max_ref : max_abs;
-    }
+    if (options.ref_rows > 0) check_rows(out, reference, options.ref_rows, n, r);
     const int samples = sequential ? 5 : 15;
     r.ms = bench::gpu_median_ms([&](int) { quantized_attention(x, w, c, v, o, workspace, stream); }, stream, samples);
     if (!sequential) {  // the Q|K|V of the last run is still in the workspace
@@ -106,6 +164,7 @@ std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vect
     std::fprintf(stderr, "    %-16s %10.3f ms  max |err| %.3g\n", attention_variant_name(v), r.ms, r.max_abs_error);
     results.push_back(r);
   }
+  results.push_back(run_predequantized_peer(p, x, w, out, o, reference, options, stream));
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
   return results;
 }
