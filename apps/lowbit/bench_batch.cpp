@@ -58,7 +58,7 @@ RunSeconds run_once(engine::BatchEngine& engine, std::int64_t pp, std::int64_t t
 }
 
 BatchBenchRow run_case(SessionMaker& maker, const BatchBenchCase& c, std::int64_t pp, std::int64_t tg, std::int64_t b,
-                       std::int64_t repeats) {
+                       std::int64_t repeats, bool profile) {
   const std::unique_ptr<engine::BatchEngine> engine =
       maker.make_batch(c.cache, std::numeric_limits<std::size_t>::max() / 2, pp + tg);
   run_once(*engine, std::min<std::int64_t>(pp, 16), std::min<std::int64_t>(tg, 2), b);  // warm-up
@@ -73,7 +73,35 @@ BatchBenchRow run_case(SessionMaker& maker, const BatchBenchCase& c, std::int64_
   }
   std::sort(row.prefill_seconds.begin(), row.prefill_seconds.end());
   std::sort(row.decode_seconds.begin(), row.decode_seconds.end());
+  if (profile) {
+    LOWBIT_CHECK(engine->set_profiling(true), "--profile: this batch engine does not time its steps (",
+                 maker.describe(), ")");
+    row.profiled_decode_seconds = run_once(*engine, pp, tg, b).decode;
+    row.profile = engine->step_profile();
+    engine->set_profiling(false);
+  }
   return row;
+}
+
+void print_profile(const BatchBenchRow& r) {
+  std::printf("\n### Decode steps of %s, PP %lld, TG %lld, B %lld: where the time goes\n\n"
+              "The profiled run: %.1f generated tok/s (unprofiled median %.1f: the difference is profiling's "
+              "cost).\n\n%s",
+              r.policy.c_str(), static_cast<long long>(r.pp), static_cast<long long>(r.tg),
+              static_cast<long long>(r.b), r.decode_tokens_per_second(r.profiled_decode_seconds),
+              r.decode_tokens_per_second(r.median_decode()), engine::format_step_profile(*r.profile).c_str());
+}
+
+bench::Json profile_json(const engine::StepProfile& p) {
+  bench::Json j = bench::Json::object();
+  const double steps = static_cast<double>(std::max<std::int64_t>(p.steps, 1));
+  j.set("steps", p.steps).set("device_ms_per_step", p.device_ms / steps).set("wall_ms_per_step", p.wall_ms / steps);
+  bench::Json parts = bench::Json::object();
+  for (std::size_t i = 0; i < engine::kStepParts; ++i) {
+    parts.set(engine::step_part_key(static_cast<engine::StepPart>(i)), p.ms[i] / steps);
+  }
+  j.set("ms_per_step", parts);
+  return j;
 }
 
 }  // namespace
@@ -89,7 +117,7 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
     for (const std::int64_t pp : options.prompt_tokens) {
       for (const std::int64_t tg : options.generated_tokens) {
         for (const std::int64_t b : options.batch_sizes) {
-          const BatchBenchRow r = run_case(maker, c, pp, tg, b, options.repeats);
+          const BatchBenchRow r = run_case(maker, c, pp, tg, b, options.repeats, options.profile);
           std::printf("| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f-%.1f | %.3f | %.1f | %.1f-%.1f | %.2f |\n",
                       r.policy.c_str(), static_cast<long long>(pp), static_cast<long long>(tg),
                       static_cast<long long>(b), static_cast<long long>(b * (pp + tg)), r.median_prefill(),
@@ -104,9 +132,13 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
       }
     }
   }
+  for (const BatchBenchRow& r : rows) {
+    if (r.profile) print_profile(r);
+  }
   if (!options.json_path.empty()) {
     bench::Json out = bench::run_info_json("batch", bench::collect_run_info());
     out.set("engine", maker.describe());
+    if (maker.gpu()) out.set("cuda_graphs", maker.cuda_graphs());
     out.set("model", loaded.model.source());
     bench::Json results = bench::Json::array();
     for (const BatchBenchRow& r : rows) {
@@ -123,6 +155,10 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
       j.set("decode", stats(r.decode_seconds, [&](double t) { return r.decode_tokens_per_second(t); }));
       j.set("runs", static_cast<std::int64_t>(r.decode_seconds.size()));
       j.set("kv_bytes", static_cast<std::int64_t>(r.kv_bytes));
+      if (r.profile) {
+        j.set("profile", profile_json(*r.profile));
+        j.set("profiled_decode_tokens_per_second", r.decode_tokens_per_second(r.profiled_decode_seconds));
+      }
       results.push(j);
     }
     out.set("results", results);

@@ -2,14 +2,18 @@
 // llama-batched-bench measures it: for each KV-cache policy, prompt length PP,
 // generation length TG and batch size B, B sequences prefill PP tokens each in one
 // step, then decode TG steps of B rows; prompt and generation throughput, min / median
-// / max over repeated runs (after one short warm-up run of the engine).
+// / max over repeated runs (after one short warm-up run of the engine). With profile,
+// one more run of each case with the engine's step profiling on (engine/step_profile.h:
+// the GPU engine's per-part times of its decode steps), printed after the table.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/step_profile.h"
 #include "engine_session.h"
 #include "engine_setup.h"
 
@@ -24,6 +28,7 @@ struct BatchBenchOptions {
   std::vector<BatchBenchCase> policies;
   std::vector<std::int64_t> prompt_tokens, generated_tokens, batch_sizes;
   std::int64_t repeats = 3;
+  bool profile = false;  // also a profiled run of each case (the engine must support it)
   std::string json_path;
 };
 
@@ -32,6 +37,10 @@ struct BatchBenchRow {
   std::int64_t pp = 0, tg = 0, b = 0;
   std::vector<double> prefill_seconds, decode_seconds;  // one a run, sorted
   std::size_t kv_bytes = 0;  // all B sequences' caches at the end
+  // With BatchBenchOptions::profile: the profiled run's decode steps, and its decode
+  // time (slower than the unprofiled runs': the events cost).
+  std::optional<engine::StepProfile> profile;
+  double profiled_decode_seconds = 0;
   double median_prefill() const { return prefill_seconds[prefill_seconds.size() / 2]; }
   double median_decode() const { return decode_seconds[decode_seconds.size() / 2]; }
   double prefill_tokens_per_second(double seconds) const { return static_cast<double>(b * pp) / seconds; }

@@ -82,7 +82,9 @@ std::unique_ptr<engine::BatchEngine> SessionMaker::make_batch(const engine::KvCa
                                                               std::size_t kv_budget_bytes,
                                                               std::int64_t max_sequence_tokens) {
 #if LOWBIT_WITH_CUDA
-  if (gpu_) return std::make_unique<engine::GpuBatchEngine>(gpu_model(), cache, kv_budget_bytes, max_sequence_tokens);
+  if (gpu_) {
+    return std::make_unique<engine::GpuBatchEngine>(gpu_model(), cache, kv_budget_bytes, max_sequence_tokens, graphs_);
+  }
 #endif
   return std::make_unique<engine::CpuBatchEngine>(model_->model, cache, kv_budget_bytes, max_sequence_tokens);
 }

@@ -30,11 +30,13 @@ class SessionMaker {
   SessionMaker& operator=(const SessionMaker&) = delete;
 
   std::unique_ptr<engine::Session> make(const engine::KvCacheOptions& cache, std::int64_t max_tokens);
-  // The batch engine of the same device (CpuBatchEngine or GpuBatchEngine) over
-  // kv_budget_bytes of KV cache, sequences of max_sequence_tokens at most (0: the model's).
+  // The batch engine of the same device (CpuBatchEngine or GpuBatchEngine, its
+  // decode-only steps as CUDA graphs unless cuda_graphs is off) over kv_budget_bytes of
+  // KV cache, sequences of max_sequence_tokens at most (0: the model's).
   std::unique_ptr<engine::BatchEngine> make_batch(const engine::KvCacheOptions& cache, std::size_t kv_budget_bytes,
                                                   std::int64_t max_sequence_tokens);
   bool gpu() const { return gpu_; }
+  bool cuda_graphs() const { return graphs_; }  // GPU decode as CUDA graphs (--no-cuda-graphs: off)
   // "GPU (NVIDIA H100 ...)", or the CPU with its weight form, instruction set and threads.
   std::string describe() const;
 

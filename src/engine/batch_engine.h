@@ -14,6 +14,7 @@
 #include <string>
 
 #include "engine/sampling.h"
+#include "engine/step_profile.h"
 #include "formats/sampling.h"
 
 namespace lowbit::engine {
@@ -81,6 +82,14 @@ class BatchEngine {
   virtual KvMemory kv_memory() const = 0;
 
   virtual std::string describe() const = 0;  // one line: device, model, cache policy, budget
+
+  // Per-part timing of the decode-only steps (every row one token; step_profile.h) from
+  // now on, for an engine that measures it (the GPU engine); off: free. Switching on
+  // clears what was measured. Returns false when asked to switch on and the engine
+  // cannot.
+  virtual bool set_profiling(bool on) { return !on; }
+  // The profiled steps' times, summed, since profiling was switched on.
+  virtual StepProfile step_profile() const { return {}; }
 };
 
 // The checks every engine makes of a step's rows before anything changes (step's

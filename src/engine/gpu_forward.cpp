@@ -71,21 +71,33 @@ void gpu_gemm(const TensorView& x, const PackedWeights& w, const TensorView& out
 }
 
 void run_gpu_layers(const GpuModel& model, GpuActivations& a, std::int64_t n,
-                    const std::function<void(std::int64_t layer)>& attend, cudaStream_t stream) {
+                    const std::function<void(std::int64_t layer)>& attend, cudaStream_t stream,
+                    const PartMark& mark) {
   const ModelConfig& c = model.config();
   const std::int64_t d = c.d_model, f = c.ffn_dim;
   float* x = a.x.as<float>();
   auto* h = a.h.as<std::uint16_t>();
   auto* proj = a.proj.as<std::uint16_t>();
+  auto begin = [&](StepPart part) {
+    if (mark) mark(part);
+  };
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const GpuLayer& w = model.layers()[static_cast<std::size_t>(l)];
+    begin(StepPart::norm);
     cuda::model::add_rms_norm(x, l == 0 ? nullptr : proj, w.attn_norm, n, d, c.rms_eps, h, stream);
+    begin(StepPart::qkv);
     stacked_gemm(f16_matrix(h, n, d), w.qkv, a.qkv.as<std::uint16_t>(), stream);
+    begin(StepPart::attention);
     attend(l);
+    begin(StepPart::o_proj);
     gpu_gemm(f16_matrix(a.att.data(), n, c.q_dim()), w.wo, f16_matrix(proj, n, d), stream);
+    begin(StepPart::norm);
     cuda::model::add_rms_norm(x, proj, w.ffn_norm, n, d, c.rms_eps, h, stream);
+    begin(StepPart::gate_up);
     stacked_gemm(f16_matrix(h, n, d), w.gate_up, a.gu.as<std::uint16_t>(), stream);
+    begin(StepPart::swiglu);
     cuda::model::silu_mul(a.gu.as<std::uint16_t>(), n, f, a.act.as<std::uint16_t>(), stream);
+    begin(StepPart::down);
     gpu_gemm(f16_matrix(a.act.data(), n, f), w.down, f16_matrix(proj, n, d), stream);
   }
 }

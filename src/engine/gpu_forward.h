@@ -15,6 +15,7 @@
 #include "core/kv_layout.h"
 #include "core/kv_pages.h"
 #include "engine/gpu_model.h"
+#include "engine/step_profile.h"
 
 namespace lowbit::engine {
 
@@ -47,10 +48,16 @@ struct GpuAttentionScratch {
 void gpu_gemm(const TensorView& x, const PackedWeights& w, const TensorView& out, cudaStream_t stream,
               const TensorView& bias = TensorView{});
 
+// Called as each part's work is about to be queued (a profiler's boundary: the part
+// runs until the next call); empty: nothing is called.
+using PartMark = std::function<void(StepPart part)>;
+
 // Every layer over the n rows whose embeddings are in a.x. attend(layer) runs that
-// layer's attention: it reads a.qkv's rows and writes a.att's.
+// layer's attention: it reads a.qkv's rows and writes a.att's. mark: as each of a
+// layer's parts (norm, qkv, attention, o_proj, norm, gate_up, swiglu, down) begins.
 void run_gpu_layers(const GpuModel& model, GpuActivations& a, std::int64_t n,
-                    const std::function<void(std::int64_t layer)>& attend, cudaStream_t stream);
+                    const std::function<void(std::int64_t layer)>& attend, cudaStream_t stream,
+                    const PartMark& mark = {});
 
 // The last layer's residual add, the final norm and the output head over `rows` rows:
 // x (f32, updated in place) and proj (f16) hold them at row stride d_model; h is

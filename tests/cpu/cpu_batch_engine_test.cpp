@@ -1,10 +1,12 @@
 // The CPU BatchEngine on a tiny random llama: a step over several sequences equals each
 // sequence run alone; the scheduler over it reproduces generate() request by request
 // (greedy and sampled), under preemption too; memory is accounted and returned; bad
-// rows are refused before anything changes.
+// rows are refused before anything changes; it does not profile steps, and a step
+// profile's table says what it holds.
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/expect_error.h"
@@ -13,6 +15,7 @@
 #include "engine/cpu_session.h"
 #include "engine/generate.h"
 #include "engine/scheduler.h"
+#include "engine/step_profile.h"
 
 namespace lowbit::test {
 namespace {
@@ -175,6 +178,46 @@ TEST(CpuBatchEngine, PreemptionUnderATightBudgetFinishesEveryRequest) {
     EXPECT_EQ(s->tokens.size(), 20u);
   }
   EXPECT_EQ(engine.live_sequences(), 0u);
+}
+
+// Step profiling is the GPU engine's (tests/gpu/gpu_batch_engine_gpu_test.cpp); the CPU
+// engine says it cannot, and switching it off is always fine.
+TEST(CpuBatchEngine, CannotProfileSteps) {
+  const Model model = tiny_model();
+  CpuBatchEngine engine(model, selective(), 1 << 24, 64);
+  EXPECT_FALSE(engine.set_profiling(true));
+  EXPECT_TRUE(engine.set_profiling(false));
+  EXPECT_EQ(engine.step_profile().steps, 0);
+}
+
+// The table of a profile: means a step, device parts as shares of the device time, host
+// parts of the wall time, and the host-alone gap.
+TEST(StepProfile, TableOfMeansAndShares) {
+  EXPECT_EQ(format_step_profile(StepProfile{}), "no decode step was profiled\n");
+  StepProfile p;
+  p.steps = 4;
+  p[StepPart::qkv] = 6.0;     // 1.5 ms a step
+  p[StepPart::down] = 2.0;    // 0.5
+  p.device_ms = 8.0;          // 2 ms a step
+  p[StepPart::inputs] = 1.0;  // 0.25
+  p[StepPart::sync] = 9.0;    // 2.25
+  p.wall_ms = 10.0;           // 2.5 ms a step
+  StepProfile twice = p;
+  twice += p;
+  EXPECT_EQ(twice.steps, 8);
+  EXPECT_DOUBLE_EQ(twice[StepPart::qkv], 12.0);
+  EXPECT_DOUBLE_EQ(twice.wall_ms, 20.0);
+  const std::string table = format_step_profile(twice);
+  for (const char* line :
+       {"| QKV GEMM | 1.5000 | 75.0% of device |", "| down GEMM | 0.5000 | 25.0% of device |",
+        "| SwiGLU | 0.0000 | 0.0% of device |", "| **device, first to last event** | 2.0000 | 80.0% of wall |",
+        "| host: plan, inputs upload | 0.2500 | 10.0% of wall |",
+        "| host: wait for the device | 2.2500 | 90.0% of wall |",
+        "| **wall - device: the host alone** | 0.5000 | 20.0% of wall |", "(8 decode steps)"}) {
+    EXPECT_NE(table.find(line), std::string::npos) << line << " in\n" << table;
+  }
+  EXPECT_STREQ(step_part_key(StepPart::gate_up), "gate_up");
+  EXPECT_STREQ(step_part_key(StepPart::other), "host_other");
 }
 
 }  // namespace

@@ -18,13 +18,21 @@
 // - KV memory is the live sequences' whole pages (kv_bytes_for of each length) and
 //   returns to zero after the frees; a step needing more pages than are free is refused;
 //   bad rows throw lowbit::Error with no sequence changed.
+// - decode-only steps as CUDA graphs give the bits of the same steps launched kernel by
+//   kernel (tokens, sampled draws with penalties, log-probabilities), as sequences join
+//   and leave, cross a max_length granule and change bucket; graphs past the cache are
+//   dropped least recently used and captured again; profiling changes no bit, counts
+//   the decode-only steps only, and its parts add up.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <set>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/expect_error.h"
@@ -34,6 +42,7 @@
 #include "engine/gpu_batch_engine.h"
 #include "engine/gpu_session.h"
 #include "engine/sampling.h"
+#include "engine/step_profile.h"
 #include "engine/synth/synth_model.h"
 
 namespace lowbit::test {
@@ -296,6 +305,303 @@ TEST_F(GpuBatchEngineGpu, BadRowsChangeNothing) {
   }
   EXPECT_EQ(small.kv_memory().used, 4 * page);
   EXPECT_EQ(engine.kv_bytes_for(0), 0u);
+}
+
+// ---- CUDA graphs of decode-only steps, and step profiling ----
+
+// The buckets: powers of two up to 64, then multiples of 32 (no device needed).
+TEST(GpuBatchEngineBuckets, PowersOfTwoThenMultiplesOf32) {
+  const std::vector<std::pair<std::int64_t, std::int64_t>> cases{
+      {1, 1}, {2, 2}, {3, 4}, {5, 8}, {16, 16}, {17, 32}, {33, 64}, {64, 64}, {65, 96}, {96, 96}, {97, 128},
+      {200, 224}, {256, 256}};
+  for (const auto& [rows, bucket] : cases) EXPECT_EQ(GpuBatchEngine::decode_bucket(rows), bucket) << rows << " rows";
+  EXPECT_LOWBIT_ERROR(GpuBatchEngine::decode_bucket(0), "0 rows, expected 1..256");
+  EXPECT_LOWBIT_ERROR(GpuBatchEngine::decode_bucket(257), "257 rows");
+}
+
+// Two steps' outputs are the same bits: tokens, and the log-probabilities (computed on
+// the host from the whole f16 logits row: the chosen token's and the top ones', so
+// equal logits give equal values, and a logit that differs shows in the log-sum-exp).
+void expect_same_outputs(std::span<const StepOutput> a, std::span<const StepOutput> b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "row " << i);
+    EXPECT_EQ(a[i].token, b[i].token);
+    EXPECT_EQ(a[i].logprobs.chosen.id, b[i].logprobs.chosen.id);
+    EXPECT_EQ(a[i].logprobs.chosen.logprob, b[i].logprobs.chosen.logprob);
+    ASSERT_EQ(a[i].logprobs.top.size(), b[i].logprobs.top.size());
+    for (std::size_t t = 0; t < a[i].logprobs.top.size(); ++t) {
+      EXPECT_EQ(a[i].logprobs.top[t].id, b[i].logprobs.top[t].id);
+      EXPECT_EQ(a[i].logprobs.top[t].logprob, b[i].logprobs.top[t].logprob);
+    }
+  }
+}
+
+bool decode_only(std::span<const StepRow> rows) {
+  return std::all_of(rows.begin(), rows.end(), [](const StepRow& r) { return r.tokens.size() == 1; });
+}
+
+// Engines stepped in lockstep over the same rows: an engine with CUDA graphs and one
+// without (or a profiled one and a plain one) must give the same bits.
+struct Lockstep {
+  std::vector<std::unique_ptr<GpuBatchEngine>> engines;
+  int decode_steps = 0;
+  void add(engine::SequenceId id, std::int64_t max_tokens) {
+    for (auto& e : engines) e->add_sequence(id, max_tokens);
+  }
+  void free(engine::SequenceId id) {
+    for (auto& e : engines) e->free_sequence(id);
+  }
+  std::vector<StepOutput> step(std::span<const StepRow> rows) {
+    decode_steps += decode_only(rows);
+    std::vector<StepOutput> first(rows.size());
+    engines[0]->step(rows, first);
+    for (std::size_t k = 1; k < engines.size(); ++k) {
+      std::vector<StepOutput> out(rows.size());
+      engines[k]->step(rows, out);
+      expect_same_outputs(first, out);
+    }
+    return first;
+  }
+};
+
+// A sequence of the schedule: its prompt, then one token a step (what it drew, or a
+// fixed one after a step it did not sample), with its own way of sampling by id.
+struct Scripted {
+  std::vector<std::int32_t> prompt;
+  std::int32_t next = -1;  // -1: the prompt is next
+  std::map<std::int32_t, std::int32_t> counts;  // its drawn tokens (the penalty window)
+  std::vector<engine::TokenCount> penalties;
+  std::int64_t draws = 0;
+};
+
+// id % 3: 0 draws (temperature, top-k, top-p, penalties over all it drew: a list that
+// grows, moving the graphs' penalty section), 1 greedy, 2 greedy on even steps only.
+StepRow scripted_row(engine::SequenceId id, Scripted& s, int step) {
+  StepRow row = greedy_row(id, s.next < 0 ? std::span<const std::int32_t>(s.prompt)
+                                          : std::span<const std::int32_t>(&s.next, 1));
+  if (id % 3 == 0) {
+    row.sampling.params.temperature = 0.9f;
+    row.sampling.params.top_k = 50;
+    row.sampling.params.top_p = 0.95f;
+    row.sampling.params.repeat_penalty = 1.3f;
+    row.sampling.params.frequency_penalty = 0.1f;
+    row.sampling.params.seed = 1000 + static_cast<std::uint64_t>(id);
+    row.sampling.params.draw = static_cast<std::uint64_t>(s.draws);
+    s.penalties.clear();
+    for (const auto& [token, count] : s.counts) s.penalties.push_back({token, count});
+    row.sampling.penalties = s.penalties;
+  }
+  if (id % 3 == 2 && step % 2 == 1) {
+    row.sample = false;
+    row.sampling.logprobs = -1;
+  }
+  return row;
+}
+
+// After the step: what each sequence feeds next.
+void advance(std::map<engine::SequenceId, Scripted>& live, std::span<const StepRow> rows,
+             std::span<const StepOutput> out) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Scripted& s = live.at(rows[i].seq);
+    s.next = rows[i].sample ? out[i].token : 7;
+    if (rows[i].sample) {
+      ++s.counts[out[i].token];
+      ++s.draws;
+    }
+  }
+}
+
+// The graph key of a decode-only step (the engine's rule): its bucket, and its longest
+// row's position + 1 rounded up to 256, capped at max_sequence_tokens.
+std::pair<std::int64_t, std::int64_t> graph_key(const GpuBatchEngine& e, std::span<const StepRow> rows) {
+  std::int64_t max_length = 0;
+  for (const StepRow& r : rows) {
+    max_length = std::max(max_length, std::min((e.sequence_length(r.seq) + 256) / 256 * 256, e.max_sequence_tokens()));
+  }
+  return {GpuBatchEngine::decode_bucket(static_cast<std::int64_t>(rows.size())), max_length};
+}
+
+TEST_F(GpuBatchEngineGpu, GraphsEqualLaunchesBitForBit) {
+  for (const engine::KvCacheOptions& cache :
+       {policy(KvPolicy::full), policy(KvPolicy::selective, 4), policy(KvPolicy::int8)}) {
+    SCOPED_TRACE(kv_policy_name(cache.policy));
+    Lockstep run;
+    for (const bool graphs : {true, false}) {
+      run.engines.push_back(std::make_unique<GpuBatchEngine>(model().gpu, cache, std::size_t{1} << 30, 1024, graphs));
+    }
+    const GpuBatchEngine& graphed = *run.engines[0];
+    std::map<engine::SequenceId, Scripted> live;
+    auto join = [&](engine::SequenceId id, std::int64_t prompt_length) {
+      live[id].prompt = prompt_of(prompt_length, id);
+      run.add(id, prompt_length + 40);
+    };
+    auto leave = [&](engine::SequenceId id) {
+      run.free(id);
+      live.erase(id);
+    };
+    // Lengths 5, 252 (position 256 at step 5: a new max_length), 40; then 600 (a
+    // longer split plan) joins, then two short ones (bucket 4 -> 8), then they leave
+    // down to two rows and one (buckets 2, 1).
+    join(1, 5);
+    join(2, 252);
+    join(3, 40);
+    std::set<std::pair<std::int64_t, std::int64_t>> keys;
+    for (int step = 0; step < 24; ++step) {
+      if (step == 6) join(4, 600);
+      if (step == 10) {
+        join(5, 3);
+        join(6, 17);
+      }
+      if (step == 15) {
+        leave(2);
+        leave(4);
+        leave(5);
+        leave(6);
+      }
+      if (step == 20) leave(3);
+      std::vector<StepRow> rows;
+      for (auto& [id, s] : live) rows.push_back(scripted_row(id, s, step));
+      SCOPED_TRACE(testing::Message() << "step " << step << ", " << rows.size() << " rows");
+      if (decode_only(rows)) keys.insert(graph_key(graphed, rows));
+      const std::vector<StepOutput> out = run.step(rows);
+      advance(live, rows, out);
+    }
+    for (const auto& [id, s] : live) {
+      EXPECT_EQ(run.engines[0]->sequence_length(id), run.engines[1]->sequence_length(id));
+    }
+    EXPECT_EQ(run.engines[0]->kv_memory().used, run.engines[1]->kv_memory().used);
+    EXPECT_GE(keys.size(), 6u) << "the schedule covers buckets 1, 2, 4, 8 and several lengths";
+    // Every decode-only step was one graph launch; a graph was captured per key (more
+    // where a buffer or the penalty section grew) and replayed.
+    EXPECT_EQ(graphed.graph_launches(), run.decode_steps);
+    EXPECT_GE(graphed.graph_captures(), static_cast<std::int64_t>(keys.size()));
+    EXPECT_LT(graphed.graph_captures(), graphed.graph_launches());
+    EXPECT_EQ(run.engines[1]->graph_launches(), 0);
+    EXPECT_EQ(run.engines[1]->graph_captures(), 0);
+  }
+}
+
+// More keys than the engine keeps graphs: the least recently used goes and is captured
+// again when it returns; the outputs stay the launches' bits.
+TEST_F(GpuBatchEngineGpu, GraphsBeyondTheCacheAreRecaptured) {
+  Lockstep run;
+  for (const bool graphs : {true, false}) {
+    run.engines.push_back(
+        std::make_unique<GpuBatchEngine>(model().gpu, policy(KvPolicy::full), std::size_t{1} << 30, 2048, graphs));
+  }
+  const GpuBatchEngine& graphed = *run.engines[0];
+  // One long sequence in each of the 8 length granules, 63 short ones.
+  std::vector<engine::SequenceId> longs, shorts;
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<StepRow> prefill;
+  for (std::int64_t g = 0; g < 8; ++g) longs.push_back(100 + g);
+  for (std::int64_t k = 0; k < 63; ++k) shorts.push_back(200 + k);
+  std::map<engine::SequenceId, std::int32_t> next;
+  for (const engine::SequenceId id : longs) {
+    prompts.push_back(prompt_of(256 * (id - 100) + 100, id));
+    run.add(id, static_cast<std::int64_t>(prompts.back().size()) + 40);
+  }
+  for (const engine::SequenceId id : shorts) {
+    prompts.push_back(prompt_of(5, id));
+    run.add(id, 200);
+  }
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    prefill.push_back(greedy_row(i < longs.size() ? longs[i] : shorts[i - longs.size()], prompts[i], 0));
+  }
+  const std::vector<StepOutput> first = run.step(prefill);
+  for (std::size_t i = 0; i < prefill.size(); ++i) next[prefill[i].seq] = first[i].token;
+
+  const std::vector<std::int64_t> buckets{1, 2, 4, 8, 16, 32, 64};
+  auto sweep = [&] {
+    for (const std::int64_t b : buckets) {
+      for (const engine::SequenceId id : longs) {
+        std::vector<StepRow> rows;
+        std::vector<std::int32_t> fed;
+        fed.reserve(static_cast<std::size_t>(b));
+        fed.push_back(next[id]);
+        for (std::int64_t k = 0; k + 1 < b; ++k) fed.push_back(next[shorts[static_cast<std::size_t>(k)]]);
+        for (std::int64_t k = 0; k < b; ++k) {
+          const engine::SequenceId seq = k == 0 ? id : shorts[static_cast<std::size_t>(k - 1)];
+          rows.push_back(greedy_row(seq, std::span(&fed[static_cast<std::size_t>(k)], 1), 0));
+        }
+        SCOPED_TRACE(testing::Message() << "bucket " << b << ", sequence " << id);
+        ASSERT_EQ(graph_key(graphed, rows), std::make_pair(b, std::min<std::int64_t>(256 * (id - 99), 2048)));
+        const std::vector<StepOutput> out = run.step(rows);
+        for (std::size_t i = 0; i < rows.size(); ++i) next[rows[i].seq] = out[i].token;
+      }
+    }
+  };
+  const std::int64_t keys = static_cast<std::int64_t>(buckets.size() * longs.size());
+  static_assert(GpuBatchEngine::kMaxGraphs < 56);
+  sweep();
+  EXPECT_EQ(graphed.graph_captures(), keys);
+  sweep();  // cyclic over more keys than are kept: every one was dropped before it returned
+  EXPECT_EQ(graphed.graph_captures(), 2 * keys);
+  EXPECT_EQ(graphed.graph_launches(), 2 * keys);
+  // The last key again: kept.
+  std::int32_t fed = next[longs.back()];
+  const std::vector<StepRow> again{greedy_row(longs.back(), std::span(&fed, 1), 0)};
+  run.step(again);
+  EXPECT_EQ(graphed.graph_captures(), 2 * keys + 1) << "bucket 1 of the last sequence was dropped";
+  run.step(again);
+  EXPECT_EQ(graphed.graph_captures(), 2 * keys + 1) << "and now kept";
+}
+
+// Profiling changes no bit; it counts the decode-only steps only, every device part
+// takes time, the parts add up to the device span, the host's phases to the wall time.
+TEST_F(GpuBatchEngineGpu, ProfiledDecodeStepsKeepTheirBits) {
+  for (const bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "launches");
+    Lockstep run;
+    for (int k = 0; k < 2; ++k) {
+      run.engines.push_back(std::make_unique<GpuBatchEngine>(model().gpu, policy(KvPolicy::selective, 4),
+                                                             std::size_t{1} << 30, 512, graphs));
+    }
+    GpuBatchEngine& profiled = *run.engines[1];
+    ASSERT_TRUE(profiled.set_profiling(true));
+    std::map<engine::SequenceId, Scripted> live;
+    for (const engine::SequenceId id : {1, 2, 3}) {
+      live[id].prompt = prompt_of(20 + 30 * id, id);
+      run.add(id, 200);
+    }
+    for (int step = 0; step < 7; ++step) {  // a prefill, then 6 decode-only steps
+      std::vector<StepRow> rows;
+      for (auto& [id, s] : live) rows.push_back(scripted_row(id, s, step));
+      const std::vector<StepOutput> out = run.step(rows);
+      advance(live, rows, out);
+    }
+    const engine::StepProfile p = profiled.step_profile();
+    EXPECT_EQ(p.steps, 6);
+    double device = 0, host = 0;
+    for (std::size_t i = 0; i < engine::kStepParts; ++i) {
+      const auto part = static_cast<engine::StepPart>(i);
+      SCOPED_TRACE(engine::step_part_name(part));
+      EXPECT_GE(p.ms[i], 0.0);
+      if (engine::is_device_part(part)) {
+        EXPECT_GT(p.ms[i], 0.0);
+        device += p.ms[i];
+      } else {
+        host += p.ms[i];
+      }
+    }
+    EXPECT_NEAR(device, p.device_ms, 1e-3 + 0.01 * p.device_ms);
+    EXPECT_NEAR(host, p.wall_ms, 0.01 + 0.02 * p.wall_ms);
+    EXPECT_LT(p.device_ms, p.wall_ms);
+    EXPECT_EQ(p[engine::StepPart::capture] > 0, graphs) << "the first decode step captured its graph";
+    // Off: nothing more is counted; on again: from zero.
+    ASSERT_TRUE(profiled.set_profiling(false));
+    EXPECT_EQ(profiled.step_profile().steps, 0);
+    std::vector<StepRow> rows;
+    for (auto& [id, s] : live) rows.push_back(scripted_row(id, s, 7));
+    advance(live, rows, run.step(rows));
+    EXPECT_EQ(profiled.step_profile().steps, 0);
+    ASSERT_TRUE(profiled.set_profiling(true));
+    rows.clear();
+    for (auto& [id, s] : live) rows.push_back(scripted_row(id, s, 8));
+    advance(live, rows, run.step(rows));
+    EXPECT_EQ(profiled.step_profile().steps, 1);
+  }
 }
 
 }  // namespace
