@@ -20,7 +20,8 @@
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
-# those benchmarks, GPU_CHECK_PYTHON=0 skips the Python package's tests.
+# those benchmarks (also kv-attention, prefill), GPU_CHECK_PYTHON=0 skips the Python
+# package's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 sanitize_mode=0
@@ -78,13 +79,17 @@ python_tests() {
   LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a BUILD_DIR="$build_dir" bash scripts/python-test.sh
 }
 benchmarks() {
-  # Names: the `lowbit bench` benchmarks (kvquant, gemm) and the evaluations `attention`
-  # and `kvcache` (`lowbit eval ...`; kvcache needs the model: scripts/fetch-model.sh).
+  # Names: the `lowbit bench` benchmarks (kvquant, gemm), kv-attention (the decode
+  # attention at 2K / 8K / 32K), prefill (its rows form: a 512-row chunk, tensor cores
+  # against SIMT), and the evaluations `attention` and `kvcache` (`lowbit eval ...`;
+  # kvcache needs the model: scripts/fetch-model.sh).
   local status=0
   for name in ${GPU_CHECK_BENCH:-kvquant gemm attention kvcache}; do
     local command=(bench "$name")
     case "$name" in
       attention) command=(eval attention) ;;
+      kv-attention) command=(bench kv-attention --context 2048,8192,32768) ;;
+      prefill) command=(bench kv-attention --rows 512 --context 2048,8192,32768) ;;
       kvcache)
         if [ ! -f "${LOWBIT_MODEL:-${LOWBIT_CACHE:-$HOME/.cache/lowbit}/models/SmolLM2-135M-Instruct.Q4_1.gguf}" ]; then
           echo "gpu-check: no model (scripts/fetch-model.sh or LOWBIT_MODEL): eval kvcache skipped"
