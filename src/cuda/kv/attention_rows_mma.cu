@@ -5,8 +5,8 @@
 // M = 64 query rows, 4 warps x 16 (M-row m is chunk row r0 + m / G, query head m % G, so
 // the block reads each K / V tile once for the whole GQA group). It streams tiles of 64
 // positions through shared memory, double-buffered, FlashAttention-2 on mma.sync m16n8k16
-// as cuda/qattention/flash_mma.cu: S = Q K^T, the online softmax in the exp2 domain (q's
-// scale log2(e) / sqrt(D) folded in), O += P V with P rounded to f16.
+// (cuda/flash_tile.cuh, as cuda/qattention/flash_mma.cu): S = Q K^T, the online softmax in
+// the exp2 domain (q's scale log2(e) / sqrt(D) folded in), O += P V with P rounded to f16.
 //
 // The selective semantics are kept exactly (kv_cuda.h): the row at position t sees an
 // older position s as the cache held it at t: the sink (s < sink) and the recent ones
@@ -35,6 +35,7 @@
 
 #include "core/device.h"
 #include "cuda/async_copy.cuh"
+#include "cuda/flash_tile.cuh"
 #include "cuda/kv/attention_common.cuh"
 #include "cuda/mma.cuh"
 #include "lowbit/cuda_check.h"
@@ -61,14 +62,9 @@ struct RowsLayout {
   __device__ static std::uint32_t raw(std::uint32_t base, int part) { return base + kQ + 4 * kPart + part * kBN * kRawRow; }
 };
 
-// 16-byte chunk `chunk` of tile row `row` sits at chunk ^ (row & 7): the 8 rows that an
-// ldmatrix phase reads land on 8 different bank groups.
-__device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
+using flash::pack_half2;
+using flash::swizzle;
 
-__device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&h);
-}
 __device__ __forceinline__ std::uint32_t as_word(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
 __device__ __forceinline__ __half2 as_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
 
@@ -271,7 +267,6 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const float sl2 = a.q_scale;
 
   for (int it = 0; item >= 0; ++it) {
     const int buf = it & 1;
@@ -280,21 +275,8 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     const int n0 = (item >> 1) * kBN;
     const bool in_body = item & 1;
     if (tw_min >= 0 && n0 <= tw_max) {
-      const std::uint32_t sk = L::tile(base, buf, 0), sv = L::tile(base, buf, 1);
       float s[kBN / 8][4];
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-        for (int jp = 0; jp < kBN / 16; ++jp) {
-          const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
-          std::uint32_t kf[4];
-          ldmatrix_x4(kf, sk + key * L::kRow + swizzle(key, 2 * ks + (lane / 8) % 2) * 16);
-          mma_16816<__half>(s[2 * jp], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[0], kf[1]);
-          mma_16816<__half>(s[2 * jp + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[2], kf[3]);
-        }
-      }
+      flash::qk_tile<D, kBN>(s, qf, L::tile(base, buf, 0), lane);
       if (!(warp_full && forms.tile_whole(in_body, tw_min, tw_max, n0, kBN))) {
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
@@ -304,49 +286,9 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
           }
         }
       }
-      // The online softmax of rows r (e = 0, 1) and r + 8 (e = 2, 3).
       float corr[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[hr], mx * sl2);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no position yet
-        corr[hr] = exp2f(m[hr] - m_use);
-        m[hr] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-#pragma unroll
-          for (int e = 2 * hr; e < 2 * hr + 2; ++e) {
-            s[j][e] = exp2f(fmaf(s[j][e], sl2, -m_use));
-            sum += s[j][e];
-          }
-        }
-        l[hr] = l[hr] * corr[hr] + sum;  // this lane's part; the quad's sum at the end
-      }
-#pragma unroll
-      for (int d = 0; d < D / 8; ++d) {
-        o[d][0] *= corr[0], o[d][1] *= corr[0];
-        o[d][2] *= corr[1], o[d][3] *= corr[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const std::uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                     pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                     pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-          std::uint32_t vf[4];
-          ldmatrix_x4_trans(vf, sv + key * L::kRow + swizzle(key, 2 * dp + lane / 16) * 16);
-          mma_16816<__half>(o[2 * dp], pa[0], pa[1], pa[2], pa[3], vf[0], vf[1]);
-          mma_16816<__half>(o[2 * dp + 1], pa[0], pa[1], pa[2], pa[3], vf[2], vf[3]);
-        }
-      }
+      flash::softmax_tile<kBN>(s, m, l, a.q_scale, corr);
+      flash::pv_tile<D, kBN>(o, corr, s, L::tile(base, buf, 1), lane);
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with `buf`; the next item's loads have landed

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/async_copy.cuh"
+#include "cuda/flash_tile.cuh"
 #include "cuda/mma.cuh"
 #include "lowbit/quantized_attention.h"
 
@@ -47,13 +48,8 @@ __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], 
   mma_16816<__half>(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 
-__device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&h);
-}
-
-// 16-byte chunk `chunk` of smem row `row` sits at chunk ^ (row & 7): the 8 rows an
-// ldmatrix phase reads land on 8 different bank groups.
-__device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
+// The 16-byte-chunk swizzle of the tiles ldmatrix reads, and an f16 pair (cuda/flash_tile.cuh).
+using flash::pack_half2;
+using flash::swizzle;
 
 }  // namespace lowbit::cuda::attention

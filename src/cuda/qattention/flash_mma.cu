@@ -16,6 +16,7 @@
 // GQA: the K/V column block is that of kv head h / (H / Hkv).
 #include <cstdint>
 
+#include "cuda/flash_tile.cuh"
 #include "cuda/qattention/kernels.h"
 #include "lowbit/cuda_check.h"
 
@@ -96,21 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_mma_kernel(const AttnArgs a
     const int n0 = t * kBN, buf = t & 1;
     if (!a.causal || n0 <= row_lo + 15) {
       float s[kBN / 8][4];
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks) {
-#pragma unroll
-        for (int jp = 0; jp < kBN / 16; ++jp) {
-          const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
-          std::uint32_t kf[4];
-          ldmatrix_x4(kf, sk + buf * L::kKV + key * L::kRow + swizzle(key, 2 * ks + (lane / 8) % 2) * 16);
-          mma(s[2 * jp], qf[ks], kf[0], kf[1]);
-          mma(s[2 * jp + 1], qf[ks], kf[2], kf[3]);
-        }
-      }
+      flash::qk_tile<HD, kBN>(s, qf, sk + buf * L::kKV, lane);
       const bool mask = n0 + kBN > a.seq_len || (a.causal && n0 + kBN - 1 > row_lo);
       if (mask) {
 #pragma unroll
@@ -121,49 +108,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_mma_kernel(const AttnArgs a
             if (key >= a.seq_len || (a.causal && key > row)) s[j][e] = -INFINITY;
           }
       }
-      // Online softmax, rows r (e = 0, 1) and r + 8 (e = 2, 3).
       float corr[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[hr], mx * sl2);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
-        corr[hr] = exp2f(m[hr] - m_use);
-        m[hr] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-#pragma unroll
-          for (int e = 2 * hr; e < 2 * hr + 2; ++e) {
-            s[j][e] = exp2f(fmaf(s[j][e], sl2, -m_use));
-            sum += s[j][e];
-          }
-        }
-        l[hr] = l[hr] * corr[hr] + sum;  // lane-partial; reduced once at the end
-      }
-#pragma unroll
-      for (int d = 0; d < HD / 8; ++d) {
-        o[d][0] *= corr[0], o[d][1] *= corr[0];
-        o[d][2] *= corr[1], o[d][3] *= corr[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const std::uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                     pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                     pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int dp = 0; dp < HD / 16; ++dp) {
-          const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-          std::uint32_t vf[4];
-          ldmatrix_x4_trans(vf, sv + buf * L::kKV + key * L::kRow + swizzle(key, 2 * dp + lane / 16) * 16);
-          mma(o[2 * dp], pa, vf[0], vf[1]);
-          mma(o[2 * dp + 1], pa, vf[2], vf[3]);
-        }
-      }
+      flash::softmax_tile<kBN>(s, m, l, sl2, corr);
+      flash::pv_tile<HD, kBN>(o, corr, s, sv + buf * L::kKV, lane);
     }
     __syncthreads();
   }

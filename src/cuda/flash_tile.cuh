@@ -1,0 +1,106 @@
+// FlashAttention-2's inner steps for one warp's 16 query rows and a tile of kBN keys, on
+// mma.sync m16n8k16 with f32 accumulators: S = Q K^T, the online softmax in the exp2
+// domain, O = O corr + P V with P rounded to f16. Shared by the seed-004 flash kernel
+// (cuda/qattention/flash_mma.cu) and the prefill rows kernel over the KV cache
+// (cuda/kv/attention_rows_mma.cu). K and V tiles are [keys][HD] f16 in shared memory,
+// their 16-byte chunks swizzled (swizzle below); lane = 4 r + c holds rows r and r + 8 of
+// the accumulators (cuda/mma.cuh).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/mma.cuh"
+
+namespace lowbit::cuda::flash {
+
+// 16-byte chunk `chunk` of tile row `row` sits at chunk ^ (row & 7): the 8 rows that an
+// ldmatrix phase reads land on 8 different bank groups.
+__device__ __forceinline__ int swizzle(int row, int chunk) { return chunk ^ (row & 7); }
+
+__device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&h);
+}
+
+// s (16 x kBN, zeroed here) = Q K^T: qf the warp's Q fragments, sk the K tile's address.
+template <int HD, int kBN>
+__device__ __forceinline__ void qk_tile(float (&s)[kBN / 8][4], const std::uint32_t (&qf)[HD / 16][4],
+                                        std::uint32_t sk, int lane) {
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+#pragma unroll
+    for (int jp = 0; jp < kBN / 16; ++jp) {
+      const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
+      std::uint32_t kf[4];
+      ldmatrix_x4(kf, sk + key * (2 * HD) + swizzle(key, 2 * ks + (lane / 8) % 2) * 16);
+      mma_16816<__half>(s[2 * jp], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[0], kf[1]);
+      mma_16816<__half>(s[2 * jp + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[2], kf[3]);
+    }
+  }
+}
+
+// The online softmax of rows r (e = 0, 1) and r + 8 (e = 2, 3) over the tile's scores
+// (masked ones -inf): s becomes p = 2^(s sl2 - m), m the rows' running max (in the exp2
+// domain, the same on the 4 lanes of a row), l this lane's part of the running sum;
+// corr the factor the rows' earlier O and sums take.
+template <int kBN>
+__device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2], float sl2,
+                                             float (&corr)[2]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[hr], mx * sl2);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
+    corr[hr] = exp2f(m[hr] - m_use);
+    m[hr] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+      for (int e = 2 * hr; e < 2 * hr + 2; ++e) {
+        s[j][e] = exp2f(fmaf(s[j][e], sl2, -m_use));
+        sum += s[j][e];
+      }
+    }
+    l[hr] = l[hr] * corr[hr] + sum;  // lane-partial; reduced once at the end
+  }
+}
+
+// o = o corr + P V: P is p (softmax_tile's s) as f16 A fragments (the accumulator and A
+// layouts line up), V's fragments by ldmatrix.trans from the tile at sv.
+template <int HD, int kBN>
+__device__ __forceinline__ void pv_tile(float (&o)[HD / 8][4], const float (&corr)[2], const float (&s)[kBN / 8][4],
+                                        std::uint32_t sv, int lane) {
+#pragma unroll
+  for (int d = 0; d < HD / 8; ++d) {
+    o[d][0] *= corr[0], o[d][1] *= corr[0];
+    o[d][2] *= corr[1], o[d][3] *= corr[1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    const std::uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                 pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                 pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < HD / 16; ++dp) {
+      const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+      std::uint32_t vf[4];
+      ldmatrix_x4_trans(vf, sv + key * (2 * HD) + swizzle(key, 2 * dp + lane / 16) * 16);
+      mma_16816<__half>(o[2 * dp], pa[0], pa[1], pa[2], pa[3], vf[0], vf[1]);
+      mma_16816<__half>(o[2 * dp + 1], pa[0], pa[1], pa[2], pa[3], vf[2], vf[3]);
+    }
+  }
+}
+
+}  // namespace lowbit::cuda::flash
