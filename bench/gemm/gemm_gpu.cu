@@ -507,6 +507,15 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
         std::vector<std::pair<std::string, wo::Variant>> variants{{"production", wo::pick(p0, wform)},
                                                                    {"wgmma", wo::Variant{wo::Kernel::wgmma}}};
         if (m > wo::kGemvMaxRows) variants.emplace_back("mma.sync tiled", wo::Variant{wo::Kernel::mma});
+        // The split-K sweep where the rule picks 1 but the wave's working set of weight and
+        // activation panels may exceed L2 (bench/notes/weight_only.md, wgmma at large M).
+        if (m >= 512) {
+          for (const int s : {1, 2, 4}) {
+            wo::Variant v{wo::Kernel::wgmma};
+            v.k_slices = s;
+            variants.emplace_back("wgmma split " + std::to_string(s), v);
+          }
+        }
         for (const auto& [name, variant] : variants) {
           if (!wo::takes(variant, p0, wform)) continue;
           LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
