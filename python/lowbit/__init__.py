@@ -10,7 +10,7 @@ need torch; lowbit.hf_cache needs transformers.
 """
 from ._lowbit import LowbitError
 from ._lowbit import cuda as built_with_cuda
-from .attention import quantized_attention
+from .attention import flash_attention, quantized_attention
 from .block_formats import BlockWeights, block_decode, block_encode
 from .gemm import int4_matmul, int8_matmul
 from .kv import LayerKVCache
@@ -20,7 +20,7 @@ from .weights import PackedWeights, pack_weights, packed_weight_sizes, quantize_
 __all__ = [
     "LowbitError", "built_with_cuda", "quantize_tensor", "dequantize_tensor", "check_quantize_status", "int8_matmul",
     "int4_matmul", "PackedWeights", "pack_weights", "packed_weight_sizes", "quantize_weights", "weight_only_linear",
-    "QuantizedLinear", "BlockWeights", "block_encode", "block_decode", "quantized_attention", "LayerKVCache",
+    "QuantizedLinear", "BlockWeights", "block_encode", "block_decode", "quantized_attention", "flash_attention", "LayerKVCache",
 ]
 
 

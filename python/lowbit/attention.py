@@ -1,12 +1,14 @@
-"""quantized_attention: lowbit::quantized_attention (include/lowbit/attention.h), the
-prefill attention whose Q, K, V projection weights are stored in a block format."""
+"""quantized_attention: lowbit::quantized_attention (include/lowbit/quantized_attention.h),
+the prefill attention whose Q, K, V projection weights are stored in a block format; and
+flash_attention (include/lowbit/flash_attention.h), attention over f16 / bf16 Q, K, V for
+a batch of sequences of different lengths."""
 from __future__ import annotations
 
 from typing import Optional
 
 from . import _checks, _lowbit
 from ._backend import backend_of
-from ._ops.attention import quantized_attention_with
+from ._ops.attention import flash_attention_with, quantized_attention_with
 from .block_formats import BlockWeights
 
 LowbitError = _lowbit.LowbitError
@@ -56,4 +58,35 @@ def quantized_attention(x, wq, wk, wv, heads: int, kv_heads: int, head_dim: int,
     except _checks.ARGUMENT_ERRORS as error:
         _checks.explain(error, arrays={"x": x, "bq": bq, "bk": bk, "bv": bv},
                         ints={"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim})
+        raise
+
+
+def _prefix_sums(sums, total: int):
+    """The prefix sums as a list of ints: [0, total] for None (one sequence), else the given
+    ones (a list, or a NumPy / torch integer vector: copied to the host once)."""
+    if sums is None:
+        return [0, total]
+    if hasattr(sums, "tolist"):
+        sums = sums.tolist()
+    return [int(n) for n in sums]
+
+
+def flash_attention(q, k, v, causal: bool = True, cu_seqlens_q=None, cu_seqlens_k=None, scale: Optional[float] = None):
+    """softmax(scale q k^T (+ causal mask)) v as a new tensor like q.
+
+    q: [total_q, heads, head_dim], k and v: [total_k, kv_heads, head_dim] (heads a multiple
+    of kv_heads), all float16 or all bfloat16 (torch for bfloat16), head_dim 64 or 128,
+    heads and channels contiguous. cu_seqlens_q / cu_seqlens_k (ints, from 0) cut the rows
+    into a batch of sequences, as flash_attn_varlen_func's; None: one sequence. Causal:
+    a sequence's queries are the last of its keys' positions (chunked prefill when there
+    are fewer queries than keys). scale: 1 / sqrt(head_dim) by default. CUDA work runs on
+    the current stream.
+    """
+    try:
+        backend = backend_of(q)
+        cu_q = _prefix_sums(cu_seqlens_q, int(q.shape[0]))
+        cu_k = _prefix_sums(cu_seqlens_k, int(k.shape[0]))
+        return flash_attention_with(backend, q, k, v, cu_q, cu_k, causal, 0.0 if scale is None else float(scale))
+    except _checks.ARGUMENT_ERRORS as error:
+        _checks.explain(error, arrays={"q": q, "k": k, "v": v})
         raise

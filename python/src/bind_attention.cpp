@@ -1,11 +1,15 @@
-// Bindings of include/lowbit/attention.h. Each weight arrives as its encoded parts
-// (codes, scales, global scale or None); the Python layer allocates out and the GPU
-// workspace.
+// Bindings of include/lowbit/quantized_attention.h and flash_attention.h. Each quantized
+// weight arrives as its encoded parts (codes, scales, global scale or None); the Python
+// layer allocates out and the GPU workspace.
+#include <nanobind/stl/vector.h>
+
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
-#include "lowbit/quantized_attention.h"
 #include "lowbit/error.h"
+#include "lowbit/flash_attention.h"
+#include "lowbit/quantized_attention.h"
 #include "views.h"
 
 namespace lowbit::python {
@@ -67,6 +71,35 @@ void quantized_attention(const In& x, const In& wq_codes, const In& wq_scales, c
   lowbit::quantized_attention(xv, w, c, v, ov, Workspace{ws.data, ws.span_bytes()}, stream_of(stream));
 }
 
+// A [tokens, heads, head_dim] tensor with contiguous heads and channels as the
+// [tokens, heads * head_dim] matrix flash_attention takes (row stride: its first).
+TensorView heads_matrix(const TensorView& t, const char* what) {
+  LOWBIT_CHECK(t.rank == 3, what, ": expected a rank-3 tensor [tokens, heads, head_dim], got rank ", t.rank);
+  LOWBIT_CHECK(t.strides[2] == 1 && t.strides[1] == t.shape[2], what,
+               ": expected contiguous heads and channels (strides [*, ", t.shape[2], ", 1]), got strides [",
+               t.strides[0], ", ", t.strides[1], ", ", t.strides[2], "]");
+  return TensorView::matrix(t.data, t.dtype, t.device, t.shape[0], t.shape[1] * t.shape[2], t.strides[0]);
+}
+
+void flash_attention(const In& q, const In& k, const In& v, const Out& out, const std::vector<std::int32_t>& cu_q,
+                     const std::vector<std::int32_t>& cu_k, bool causal, float scale, const OptOut& workspace,
+                     std::uintptr_t stream) {
+  const TensorView q3 = view_of(q, "q"), k3 = view_of(k, "k");
+  const TensorView qm = heads_matrix(q3, "q"), km = heads_matrix(k3, "k");
+  const TensorView vm = heads_matrix(view_of(v, "v"), "v"), om = heads_matrix(view_of(out, "out"), "out");
+  LOWBIT_CHECK(k3.shape[2] == q3.shape[2], "k: head_dim ", k3.shape[2], " differs from q's ", q3.shape[2]);
+  FlashAttentionParams p;
+  p.heads = q3.shape[1];
+  p.kv_heads = k3.shape[1];
+  p.head_dim = q3.shape[2];
+  p.causal = causal;
+  p.scale = scale;
+  const TensorView ws = view_of(workspace, "workspace");
+  DeviceGuard guard(qm, q.device_id());
+  nb::gil_scoped_release release;
+  lowbit::flash_attention(qm, km, vm, om, cu_q, cu_k, p, Workspace{ws.data, ws.span_bytes()}, stream_of(stream));
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -85,6 +118,11 @@ void bind_attention(nb::module_& m) {
       },
       "seq_len"_a, "d_model"_a, "heads"_a, "kv_heads"_a, "head_dim"_a, "causal"_a, "format"_a, "variant"_a,
       "GPU workspace bytes of quantized_attention() (0 in a CPU-only build).");
+  m.def("flash_attention", &flash_attention, "q"_a, "k"_a, "v"_a, "out"_a, "cu_q"_a, "cu_k"_a, "causal"_a, "scale"_a,
+        "workspace"_a.none(), "stream"_a,
+        "softmax(scale q k^T (+ causal mask)) v into out, for the batch of sequences the prefix sums cut.");
+  m.def("flash_attention_workspace_bytes", &lowbit::flash_attention_workspace_bytes, "batch"_a,
+        "GPU workspace bytes of flash_attention() for `batch` sequences (0 in a CPU-only build).");
 }
 
 }  // namespace lowbit::python

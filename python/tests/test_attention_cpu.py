@@ -91,3 +91,58 @@ def test_mixed_formats_rejected(rng):
     wk = lowbit.block_encode(np.ones((128, 64), np.float32), "mxfp4")
     with pytest.raises(lowbit.LowbitError, match="wk: encoded as mxfp4"):
         lowbit.quantized_attention(x, ws[0], wk, ws[2], 2, 2, 64)
+
+
+def flash_reference(q, k, v, cu_q, cu_k, causal, scale):
+    """softmax(scale q k^T (+ mask by position)) v per sequence and head, in float64."""
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[2]
+    scale = 1 / np.sqrt(head_dim) if scale is None else scale
+    out = np.empty(q.shape)
+    for b in range(len(cu_q) - 1):
+        qs, ks, vs = q[cu_q[b]:cu_q[b + 1]], k[cu_k[b]:cu_k[b + 1]], v[cu_k[b]:cu_k[b + 1]]
+        nq, nk = len(qs), len(ks)
+        # Query i sits at position nk - nq + i of the keys when causal.
+        mask = np.arange(nk)[None, :] > (nk - nq + np.arange(nq))[:, None]
+        for h in range(heads):
+            g = h // (heads // kv_heads)
+            s = qs[:, h] @ ks[:, g].T * scale
+            if causal:
+                s = np.where(mask, -np.inf, s)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[cu_q[b]:cu_q[b + 1], h] = (p / p.sum(axis=1, keepdims=True)) @ vs[:, g]
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 4, 64), (6, 2, 64), (8, 1, 128)])
+def test_flash_attention_matches_numpy(causal, heads, kv_heads, head_dim):
+    rng = np.random.default_rng(11)
+    lengths = [(5, 5), (3, 9), (1, 1), (12, 30)]
+    cu_q = np.cumsum([0] + [a for a, _ in lengths])
+    cu_k = np.cumsum([0] + [b for _, b in lengths])
+    q = rng.standard_normal((cu_q[-1], heads, head_dim)).astype(np.float16)
+    k = rng.standard_normal((cu_k[-1], kv_heads, head_dim)).astype(np.float16)
+    v = rng.standard_normal((cu_k[-1], kv_heads, head_dim)).astype(np.float16)
+    out = lowbit.flash_attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert out.shape == q.shape and out.dtype == np.float16
+    want = flash_reference(q, k, v, cu_q, cu_k, causal, None)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=1e-3, atol=1e-6)
+    # One sequence by default, and a given scale.
+    one = lowbit.flash_attention(q[:5], k[:5], v[:5], causal=causal, scale=0.2)
+    np.testing.assert_allclose(one.astype(np.float64), flash_reference(q[:5], k[:5], v[:5], [0, 5], [0, 5], causal, 0.2),
+                               rtol=1e-3, atol=1e-6)
+
+
+def test_flash_attention_errors_name_the_argument():
+    q = np.zeros((4, 4, 64), np.float16)
+    k = np.zeros((4, 3, 64), np.float16)
+    with pytest.raises(lowbit.LowbitError, match="kv_heads: heads 4 is not a multiple of kv_heads 3"):
+        lowbit.flash_attention(q, k, k)
+    with pytest.raises(lowbit.LowbitError, match="head_dim: expected 64 or 128"):
+        lowbit.flash_attention(np.zeros((4, 4, 80), np.float16), np.zeros((4, 4, 80), np.float16),
+                               np.zeros((4, 4, 80), np.float16))
+    with pytest.raises(lowbit.LowbitError, match="sequence 0 has 4 queries and only 2 keys"):
+        lowbit.flash_attention(q, q[:2], q[:2])
+    with pytest.raises(lowbit.LowbitError, match="q: expected a rank-3 tensor"):
+        lowbit.flash_attention(q.reshape(4, 256), q, q)

@@ -155,3 +155,36 @@ def test_quantized_linear_compiles():
     q = lowbit.QuantizedLinear.from_linear(linear, bits=4, group_size=64)
     x = torch.randn(2, 5, 256, device="cuda", dtype=torch.float16)
     bits_equal(torch.compile(q, fullgraph=True)(x), q(x))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(8, 8, 64), (32, 8, 128), (14, 2, 64)])
+def test_flash_attention_equals_sdpa(dtype, causal, heads, kv_heads, head_dim):
+    """lowbit.flash_attention against torch's scaled_dot_product_attention, sequence by
+    sequence of a batch of mixed lengths (one of them a causal chunk: fewer queries than
+    keys, queries at the end, as lowbit defines it)."""
+    torch.manual_seed(5)
+    dt = getattr(torch, dtype)
+    lengths = [(1, 1), (63, 63), (130, 130), (40, 200)]
+    cu_q = [0]
+    cu_k = [0]
+    for a, b in lengths:
+        cu_q.append(cu_q[-1] + a)
+        cu_k.append(cu_k[-1] + b)
+    q = torch.randn(cu_q[-1], heads, head_dim, device="cuda", dtype=dt)
+    k = torch.randn(cu_k[-1], kv_heads, head_dim, device="cuda", dtype=dt)
+    v = torch.randn(cu_k[-1], kv_heads, head_dim, device="cuda", dtype=dt)
+    out = lowbit.flash_attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert out.shape == q.shape and out.dtype == dt
+    for b, (nq, nk) in enumerate(lengths):
+        qs = q[cu_q[b]:cu_q[b + 1]].transpose(0, 1).float()
+        ks = k[cu_k[b]:cu_k[b + 1]].transpose(0, 1).float().repeat_interleave(heads // kv_heads, 0)
+        vs = v[cu_k[b]:cu_k[b + 1]].transpose(0, 1).float().repeat_interleave(heads // kv_heads, 0)
+        mask = None
+        if causal:  # query i at position nk - nq + i
+            mask = torch.arange(nk, device="cuda")[None, :] <= (nk - nq + torch.arange(nq, device="cuda"))[:, None]
+        want = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask).transpose(0, 1)
+        got = out[cu_q[b]:cu_q[b + 1]].float()
+        tol = 4e-3 if dtype == "float16" else 3e-2
+        assert torch.allclose(got, want, atol=tol, rtol=tol), (b, (got - want).abs().max().item())

@@ -4,13 +4,15 @@
 // (cuda/qattention/flash_mma.cu) and the prefill rows kernel over the KV cache
 // (cuda/kv/attention_rows_mma.cu). K and V tiles are [keys][HD] f16 in shared memory,
 // their 16-byte chunks swizzled (swizzle below); lane = 4 r + c holds rows r and r + 8 of
-// the accumulators (cuda/mma.cuh).
+// the accumulators (cuda/mma.cuh). T: __half or __nv_bfloat16, the type of Q, K, V and P.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/mma.cuh"
 
@@ -25,8 +27,19 @@ __device__ __forceinline__ std::uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const std::uint32_t*>(&h);
 }
 
+// A pair of T from two floats (rounded to nearest), as one 32-bit fragment register.
+template <class T>
+__device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return pack_half2(lo, hi);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+}
+
 // s (16 x kBN, zeroed here) = Q K^T: qf the warp's Q fragments, sk the K tile's address.
-template <int HD, int kBN>
+template <int HD, int kBN, class T = __half>
 __device__ __forceinline__ void qk_tile(float (&s)[kBN / 8][4], const std::uint32_t (&qf)[HD / 16][4],
                                         std::uint32_t sk, int lane) {
 #pragma unroll
@@ -40,8 +53,8 @@ __device__ __forceinline__ void qk_tile(float (&s)[kBN / 8][4], const std::uint3
       const int key = jp * 16 + (lane % 8) + (lane / 16) * 8;
       std::uint32_t kf[4];
       ldmatrix_x4(kf, sk + key * (2 * HD) + swizzle(key, 2 * ks + (lane / 8) % 2) * 16);
-      mma_16816<__half>(s[2 * jp], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[0], kf[1]);
-      mma_16816<__half>(s[2 * jp + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[2], kf[3]);
+      mma_16816<T>(s[2 * jp], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[0], kf[1]);
+      mma_16816<T>(s[2 * jp + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[2], kf[3]);
     }
   }
 }
@@ -77,9 +90,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float (&m)[
   }
 }
 
-// o = o corr + P V: P is p (softmax_tile's s) as f16 A fragments (the accumulator and A
+// o = o corr + P V: P is p (softmax_tile's s) as T A fragments (the accumulator and A
 // layouts line up), V's fragments by ldmatrix.trans from the tile at sv.
-template <int HD, int kBN>
+template <int HD, int kBN, class T = __half>
 __device__ __forceinline__ void pv_tile(float (&o)[HD / 8][4], const float (&corr)[2], const float (&s)[kBN / 8][4],
                                         std::uint32_t sv, int lane) {
 #pragma unroll
@@ -89,16 +102,16 @@ __device__ __forceinline__ void pv_tile(float (&o)[HD / 8][4], const float (&cor
   }
 #pragma unroll
   for (int kk = 0; kk < kBN / 16; ++kk) {
-    const std::uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                 pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                 pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const std::uint32_t pa[4] = {pack_pair<T>(s[2 * kk][0], s[2 * kk][1]), pack_pair<T>(s[2 * kk][2], s[2 * kk][3]),
+                                 pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                 pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
     for (int dp = 0; dp < HD / 16; ++dp) {
       const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
       std::uint32_t vf[4];
       ldmatrix_x4_trans(vf, sv + key * (2 * HD) + swizzle(key, 2 * dp + lane / 16) * 16);
-      mma_16816<__half>(o[2 * dp], pa[0], pa[1], pa[2], pa[3], vf[0], vf[1]);
-      mma_16816<__half>(o[2 * dp + 1], pa[0], pa[1], pa[2], pa[3], vf[2], vf[3]);
+      mma_16816<T>(o[2 * dp], pa[0], pa[1], pa[2], pa[3], vf[0], vf[1]);
+      mma_16816<T>(o[2 * dp + 1], pa[0], pa[1], pa[2], pa[3], vf[2], vf[3]);
     }
   }
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import _checks, _lowbit
+from .._backend import dtype_name
 
 
 def quantized_attention_with(backend, x, q, k, v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant):
@@ -19,4 +20,16 @@ def quantized_attention_with(backend, x, q, k, v, bq, bk, bv, heads, kv_heads, h
         workspace = backend.empty((nbytes,), "u8", x) if nbytes else None
     _lowbit.quantized_attention(x, *q, *k, *v, bq, bk, bv, heads, kv_heads, head_dim, causal, fmt, variant, out,
                                 workspace, stream)
+    return out
+
+
+def flash_attention_with(backend, q, k, v, cu_q, cu_k, causal, scale):
+    """flash_attention for a known backend: out like q, the workspace, the stream."""
+    out = backend.empty(tuple(int(n) for n in q.shape), dtype_name(q.dtype), q)
+    workspace, stream = None, 0
+    if backend.is_cuda(q):
+        stream = backend.stream(q)
+        nbytes = _lowbit.flash_attention_workspace_bytes(len(cu_q) - 1)
+        workspace = backend.empty((nbytes,), "u8", q)
+    _lowbit.flash_attention(q, k, v, out, cu_q, cu_k, causal, scale, workspace, stream)
     return out

@@ -1,0 +1,194 @@
+// flash_attention on tensor cores: FlashAttention-2 on mma.sync m16n8k16 (the tile steps of
+// cuda/flash_tile.cuh, the structure of cuda/qattention/flash_mma.cu), for f16 and bf16,
+// any GQA group, a batch of sequences of different lengths, and causal chunks (queries at
+// the end of a longer key range).
+//
+// Grid (query tiles of the longest sequence, heads, sequences): a block owns 128 query
+// rows of one head of one sequence (8 warps x 16 rows), the longest tiles first (grid.x
+// reversed: under the causal mask their rows see the most keys), and streams tiles of 64
+// keys of its KV head through shared memory, double-buffered with cp.async (16-byte chunks
+// swizzled per row, so ldmatrix is conflict-free). Key tiles past the block's last
+// visible key are never loaded; a warp skips tiles entirely above its rows; only tiles
+// that cross the diagonal or the sequence's end are masked. Blocks past their sequence's
+// queries exit at once.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/flash/flash_cuda.h"
+#include "cuda/flash_tile.cuh"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::flash {
+namespace {
+
+constexpr int kBM = 128, kBN = 64, kWarps = 8, kThreads = kWarps * 32;
+
+struct Args {
+  const std::uint16_t* q;
+  const std::uint16_t* k;
+  const std::uint16_t* v;
+  std::uint16_t* out;
+  long long ldq, ldk, ldv, ldo;  // elements
+  const std::int32_t* cu_q;
+  const std::int32_t* cu_k;
+  int group;  // query heads a KV head
+  bool causal;
+  float sl2;  // the softmax scale times log2(e)
+};
+
+template <int HD>
+struct Layout {
+  static constexpr int kRow = HD * 2;  // bytes of a tile row
+  static constexpr int kQ = kBM * kRow;
+  static constexpr int kKV = kBN * kRow;
+  static constexpr int kSmem = kQ + 4 * kKV;  // Q, K[2], V[2]
+};
+
+template <int HD, class T>
+__global__ void __launch_bounds__(kThreads, 1) flash_kernel(const Args a) {
+  using L = Layout<HD>;
+  constexpr int kChunks = HD / 8;  // 16-byte chunks a row
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  const std::uint32_t sq = smem_address(smem);
+  const std::uint32_t sk = sq + L::kQ, sv = sk + 2 * L::kKV;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, r = lane / 4, c = lane % 4;
+  const int h = blockIdx.y, b = blockIdx.z, g = h / a.group;
+  const int q_first = a.cu_q[b], q_len = a.cu_q[b + 1] - q_first;
+  const int k_first = a.cu_k[b], k_len = a.cu_k[b + 1] - k_first;
+  const int t0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the block's first query of the sequence
+  if (t0 >= q_len) return;
+  // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
+  const int offset = a.causal ? k_len - q_len : 0;
+  const int n_end = a.causal ? min(k_len, offset + t0 + kBM) : k_len;
+  const int tiles = (n_end + kBN - 1) / kBN;
+  const std::uint16_t* qg = a.q + static_cast<long long>(q_first) * a.ldq + h * HD;
+  const std::uint16_t* kg = a.k + static_cast<long long>(k_first) * a.ldk + g * HD;
+  const std::uint16_t* vg = a.v + static_cast<long long>(k_first) * a.ldv + g * HD;
+
+  // Q tile (rows past the sequence read as zeros).
+#pragma unroll
+  for (int i = 0; i < kBM * kChunks / kThreads; ++i) {
+    const int id = tid + i * kThreads, row = id / kChunks, ch = id % kChunks;
+    const bool ok = t0 + row < q_len;
+    cp_async16(smem + row * L::kRow + swizzle(row, ch) * 16, qg + (ok ? (t0 + row) * a.ldq + ch * 8 : 0), ok ? 16 : 0);
+  }
+  auto load_kv = [&](int t) {
+    const int n0 = t * kBN, buf = t & 1;
+#pragma unroll
+    for (int i = 0; i < kBN * kChunks / kThreads; ++i) {
+      const int id = tid + i * kThreads, row = id / kChunks, ch = id % kChunks;
+      const bool ok = n0 + row < k_len;
+      const int dst = buf * L::kKV + row * L::kRow + swizzle(row, ch) * 16;
+      cp_async16(smem + L::kQ + dst, kg + (ok ? (n0 + row) * a.ldk + ch * 8 : 0), ok ? 16 : 0);
+      cp_async16(smem + L::kQ + 2 * L::kKV + dst, vg + (ok ? (n0 + row) * a.ldv + ch * 8 : 0), ok ? 16 : 0);
+    }
+  };
+  load_kv(0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  std::uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+    const int row = warp * 16 + lane % 16;
+    ldmatrix_x4(qf[ks], sq + row * L::kRow + swizzle(row, 2 * ks + lane / 16) * 16);
+  }
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int d = 0; d < HD / 8; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[d][e] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row_lo = t0 + warp * 16;  // this warp's first query of the sequence
+
+  for (int t = 0; t < tiles; ++t) {
+    if (t + 1 < tiles) load_kv(t + 1);  // the buffer of tile t - 1, freed by the barrier below
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int n0 = t * kBN, buf = t & 1;
+    if (!a.causal || n0 <= offset + row_lo + 15) {
+      float s[kBN / 8][4];
+      qk_tile<HD, kBN, T>(s, qf, sk + buf * L::kKV, lane);
+      if (n0 + kBN > k_len || (a.causal && n0 + kBN - 1 > offset + row_lo)) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = n0 + j * 8 + 2 * c + (e & 1), row = row_lo + r + 8 * (e >> 1);
+            if (key >= k_len || (a.causal && key > offset + row)) s[j][e] = -INFINITY;
+          }
+      }
+      float corr[2];
+      softmax_tile<kBN>(s, m, l, a.sl2, corr);
+      pv_tile<HD, kBN, T>(o, corr, s, sv + buf * L::kKV, lane);
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float sum = l[hr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int row = row_lo + r + 8 * hr;
+    if (row >= q_len) continue;
+    std::uint16_t* dst = a.out + static_cast<long long>(q_first + row) * a.ldo + h * HD + 2 * c;
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      *reinterpret_cast<std::uint32_t*>(dst + d * 8) = pack_pair<T>(o[d][2 * hr] * inv, o[d][2 * hr + 1] * inv);
+    }
+  }
+}
+
+template <int HD, class T>
+void launch(const Args& a, dim3 grid, cudaStream_t stream) {
+  static const bool configured = [] {
+    LOWBIT_CUDA_CHECK(
+        cudaFuncSetAttribute(flash_kernel<HD, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<HD>::kSmem));
+    return true;
+  }();
+  (void)configured;
+  flash_kernel<HD, T><<<grid, kThreads, Layout<HD>::kSmem, stream>>>(a);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void flash_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                     const std::int32_t* cu_q, const std::int32_t* cu_k, std::int64_t batch, std::int64_t max_q_len,
+                     const FlashAttentionParams& p, cuda_stream_t stream) {
+  const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  const Args a{static_cast<const std::uint16_t*>(q.data),
+               static_cast<const std::uint16_t*>(k.data),
+               static_cast<const std::uint16_t*>(v.data),
+               static_cast<std::uint16_t*>(out.data),
+               q.row_stride(),
+               k.row_stride(),
+               v.row_stride(),
+               out.row_stride(),
+               cu_q,
+               cu_k,
+               static_cast<int>(p.heads / p.kv_heads),
+               p.causal,
+               scale * 1.4426950408889634f};
+  const dim3 grid(static_cast<unsigned>((max_q_len + kBM - 1) / kBM), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>(batch));
+  const bool bf16 = q.dtype == DType::bf16;
+  if (p.head_dim == 64) {
+    bf16 ? launch<64, __nv_bfloat16>(a, grid, stream) : launch<64, __half>(a, grid, stream);
+  } else {
+    bf16 ? launch<128, __nv_bfloat16>(a, grid, stream) : launch<128, __half>(a, grid, stream);
+  }
+}
+
+}  // namespace lowbit::cuda::flash

@@ -1,0 +1,17 @@
+// The GPU side of include/lowbit/flash_attention.h: the one launch the API calls.
+// Arguments arrive validated; no CUDA headers here.
+#pragma once
+
+#include <cstdint>
+
+#include "lowbit/flash_attention.h"
+
+namespace lowbit::cuda::flash {
+
+// The batch's prefix sums are on the device (uploaded by the API into its workspace);
+// max_q_len: the longest sequence's queries (the grid's query tiles).
+void flash_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                     const std::int32_t* cu_q, const std::int32_t* cu_k, std::int64_t batch, std::int64_t max_q_len,
+                     const FlashAttentionParams& params, cuda_stream_t stream);
+
+}  // namespace lowbit::cuda::flash
