@@ -1,7 +1,8 @@
 // flash_attention on tensor cores: FlashAttention-2 on mma.sync m16n8k16 (the tile steps of
-// cuda/flash_tile.cuh, the structure of cuda/qattention/flash_mma.cu), for f16 and bf16,
-// any GQA group, a batch of sequences of different lengths, and causal chunks (queries at
-// the end of a longer key range).
+// cuda/flash_tile.cuh), for f16 and bf16, any GQA group, a batch of sequences of different
+// lengths, and causal chunks (queries at the end of a longer key range). Also the
+// attention kernel of the seed-004 pipeline ("ours", cuda/qattention/dispatch.cu): one
+// sequence, Q, K and V column blocks of one matrix.
 //
 // Grid (query tiles of the longest sequence, heads, sequences): a block owns 128 query
 // rows of one head of one sequence (8 warps x 16 rows), the longest tiles first (grid.x
@@ -34,8 +35,9 @@ struct Args {
   const std::uint16_t* v;
   std::uint16_t* out;
   long long ldq, ldk, ldv, ldo;  // elements
-  const std::int32_t* cu_q;
+  const std::int32_t* cu_q;  // null: one sequence of q_len queries and k_len keys
   const std::int32_t* cu_k;
+  int q_len, k_len;
   int group;  // query heads a KV head
   bool causal;
   float sl2;  // the softmax scale times log2(e)
@@ -58,8 +60,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(const Args a) {
   const std::uint32_t sk = sq + L::kQ, sv = sk + 2 * L::kKV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, r = lane / 4, c = lane % 4;
   const int h = blockIdx.y, b = blockIdx.z, g = h / a.group;
-  const int q_first = a.cu_q[b], q_len = a.cu_q[b + 1] - q_first;
-  const int k_first = a.cu_k[b], k_len = a.cu_k[b + 1] - k_first;
+  const int q_first = a.cu_q ? a.cu_q[b] : 0, q_len = a.cu_q ? a.cu_q[b + 1] - q_first : a.q_len;
+  const int k_first = a.cu_k ? a.cu_k[b] : 0, k_len = a.cu_k ? a.cu_k[b + 1] - k_first : a.k_len;
   const int t0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the block's first query of the sequence
   if (t0 >= q_len) return;
   // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
@@ -178,6 +180,8 @@ void flash_attention(const TensorView& q, const TensorView& k, const TensorView&
                out.row_stride(),
                cu_q,
                cu_k,
+               static_cast<int>(q.rows()),
+               static_cast<int>(k.rows()),
                static_cast<int>(p.heads / p.kv_heads),
                p.causal,
                scale * 1.4426950408889634f};

@@ -9,7 +9,8 @@
 namespace lowbit::cuda::flash {
 
 // The batch's prefix sums are on the device (uploaded by the API into its workspace);
-// max_q_len: the longest sequence's queries (the grid's query tiles).
+// max_q_len: the longest sequence's queries (the grid's query tiles). cu_q and cu_k null:
+// one sequence, q's rows and k's rows (batch 1, max_q_len q.rows()).
 void flash_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                      const std::int32_t* cu_q, const std::int32_t* cu_k, std::int64_t batch, std::int64_t max_q_len,
                      const FlashAttentionParams& params, cuda_stream_t stream);

@@ -5,7 +5,7 @@
 // M = 64 query rows, 4 warps x 16 (M-row m is chunk row r0 + m / G, query head m % G, so
 // the block reads each K / V tile once for the whole GQA group). It streams tiles of 64
 // positions through shared memory, double-buffered, FlashAttention-2 on mma.sync m16n8k16
-// (cuda/flash_tile.cuh, as cuda/qattention/flash_mma.cu): S = Q K^T, the online softmax in
+// (cuda/flash_tile.cuh, as cuda/flash/flash_attention.cu): S = Q K^T, the online softmax in
 // the exp2 domain (q's scale log2(e) / sqrt(D) folded in), O += P V with P rounded to f16.
 //
 // The selective semantics are kept exactly (kv_cuda.h): the row at position t sees an

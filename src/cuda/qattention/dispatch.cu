@@ -4,6 +4,7 @@
 #include "cuda/qattention/qattention_cuda.h"
 #include "cuda/qattention/kernels.h"
 #include "cuda/block_formats/block_formats_cuda.h"
+#include "cuda/flash/flash_cuda.h"
 
 namespace lowbit::cuda::attention {
 namespace {
@@ -17,6 +18,19 @@ FusedSegment segment(const BlockQuantizedView& w, const TensorView& bias, std::i
   s.bias = static_cast<const __half*>(bias.data);
   s.rows = static_cast<int>(rows);
   return s;
+}
+
+// Ours' attention: flash_attention's tensor-core kernel (cuda/flash/flash_cuda.h) on the
+// Q, K and V column blocks of the Q|K|V matrix, one sequence.
+void flash_on_qkv(const AttnArgs& a, cudaStream_t stream) {
+  auto block = [&](std::int64_t col, std::int64_t heads) {
+    return TensorView::matrix(const_cast<__half*>(a.qkv) + col, DType::f16, Device::cuda, a.seq_len,
+                              heads * a.head_dim, a.ld);
+  };
+  const FlashAttentionParams p{a.heads, a.kv_heads, a.head_dim, a.causal, a.scale};
+  const TensorView out = TensorView::matrix(a.out, DType::f16, Device::cuda, a.seq_len, a.heads * a.head_dim, a.ldo);
+  cuda::flash::flash_attention(block(a.q_col(0), a.heads), block(a.k_col(0), a.kv_heads), block(a.v_col(0), a.kv_heads),
+                               out, nullptr, nullptr, 1, a.seq_len, p, stream);
 }
 
 }  // namespace
@@ -42,7 +56,7 @@ void run_attention_kernel(const AttentionConfig& c, AttentionVariant variant, co
                           const Workspace& workspace, cuda_stream_t stream) {
   const AttnArgs a = attention_args(c, workspace_layout(c, variant), static_cast<std::uint8_t*>(workspace.data), out);
   if (variant == AttentionVariant::fused_two_kernel) {
-    flash_mma(a, stream);
+    flash_on_qkv(a, stream);
   } else {
     flash_simt(a, stream);
   }
@@ -71,7 +85,7 @@ void run(const TensorView& x, const AttentionWeights& w, const AttentionConfig& 
 
   if (variant == AttentionVariant::fused_two_kernel) {
     qkv_fused(p, c.format, stream);
-    flash_mma(a, stream);
+    flash_on_qkv(a, stream);
     return;
   }
   // Baselines: kernel 1 decodes Wq | Wk | Wv to f16 in global memory (the block

@@ -49,9 +49,8 @@ void tiled_pv(const AttnArgs& a, cudaStream_t stream);
 void qkv_wmma(const ProjectionArgs& p, cudaStream_t stream);
 void flash_simt(const AttnArgs& a, cudaStream_t stream);
 
-// Ours: decode fused into an mma.sync matmul (qkv_fused.cu), FlashAttention-2 style
-// tensor-core attention (flash_mma.cu).
+// Ours: decode fused into an mma.sync matmul (qkv_fused.cu); its attention is
+// flash_attention's tensor-core kernel (cuda/flash/flash_cuda.h, dispatch.cu).
 void qkv_fused(const ProjectionArgs& p, BlockFormat format, cudaStream_t stream);
-void flash_mma(const AttnArgs& a, cudaStream_t stream);
 
 }  // namespace lowbit::cuda::attention
