@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "bench/attention/flash_bench.h"
 #include "bench/decode/decode_bench.h"
 #include "bench/decode/kv_attention_bench.h"
 #include "bench/gemm/gemm_bench.h"
@@ -126,6 +127,32 @@ int bench_kv_attention(const Args& args) {
 #endif
 }
 
+int bench_attention(const Args& args) {
+  bench::FlashBenchOptions options;
+  std::string head_dims = "128,64", dtypes = "f16,bf16";
+  Options cli("lowbit bench attention",
+              "flash_attention at prefill shapes on the GPU: one sequence of --seq-len tokens, per dtype, head_dim\n"
+              "and mask (causal, none): min / median / max ms and TFLOPS. Its peer, PyTorch's\n"
+              "scaled_dot_product_attention, runs beside it in `python -m lowbit.bench_attention`.");
+  cli.integer("--seq-len", &options.seq_len, 1, (1LL << 31) - 1, "tokens (default 8192)");
+  cli.integer("--heads", &options.heads, 1, 65535, "query heads (default 32)");
+  cli.integer("--kv-heads", &options.kv_heads, 1, 65535, "KV heads (default 32)");
+  cli.text("--head-dim", &head_dims, "D[,D]", "64, 128 or both (default 128,64)");
+  cli.choice("--dtype", &dtypes, {"f16", "bf16", "f16,bf16"}, "f16, bf16 or both (default both)");
+  cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
+  if (const auto status = cli.parse(args)) return *status;
+  options.head_dims = parse_positive_integers(head_dims, "--head-dim", 128);
+  for (const std::int64_t d : options.head_dims) {
+    LOWBIT_CHECK(d == 64 || d == 128, "--head-dim: expected 64 or 128, got ", d);
+  }
+  options.dtypes = split_list(dtypes, "--dtype");
+#if LOWBIT_WITH_CUDA
+  return bench::run_flash_bench(options);
+#else
+  LOWBIT_FAIL("bench attention: this build of lowbit has no CUDA support (LOWBIT_CUDA=OFF)");
+#endif
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
@@ -146,6 +173,9 @@ int cmd_bench(const Args& args) {
        {"kv-attention", "the decode attention over a cache of each policy at a layer's shape: % of a copy of\n"
                         "the bytes it reads, measured in the same run",
         bench_kv_attention},
+       {"attention", "flash_attention at prefill shapes (f16 / bf16, head_dim 128 / 64, causal or not), in\n"
+                     "TFLOPS; PyTorch's SDPA beside it: python -m lowbit.bench_attention",
+        bench_attention},
        {"batch", "offline batched generation throughput at B = 1, 8, 16, ... (like llama-batched-bench)",
         cmd_bench_batch},
        {"serve", "a load generator against a running lowbit serve (requests/s, tokens/s, latencies)",

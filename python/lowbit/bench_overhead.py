@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -39,27 +38,8 @@ import numpy as np
 
 import lowbit
 from lowbit import _lowbit
+from lowbit._json import write_json
 
-
-def write_json(path, value) -> None:
-    """`value` as JSON in `path`, whole or not at all: written to a temporary file beside
-    it, flushed to disk, then renamed over it. A path that is not a regular file (a
-    device such as /dev/stdout, a pipe) is written in place: a rename would replace it."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        with open(path, "w") as f:
-            json.dump(value, f, indent=1)
-        return
-    temp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(temp, "w") as f:
-            json.dump(value, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
 
 def host_us(fn, calls: int, sync=None, repeats: int = 7) -> float:
     for _ in range(min(calls, 100)):

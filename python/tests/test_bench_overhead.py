@@ -3,6 +3,7 @@ each row's min and median (the benchmark's numbers themselves are not checked)."
 import json
 
 from lowbit import bench_overhead
+from lowbit._json import write_json
 
 
 def test_rows_over_processes(tmp_path):
@@ -21,10 +22,10 @@ def test_rows_over_processes(tmp_path):
 
 def test_json_is_written_whole_or_not_at_all(tmp_path):
     out = tmp_path / "rows.json"
-    bench_overhead.write_json(str(out), {"rows": [1, 2]})
+    write_json(str(out), {"rows": [1, 2]})
     assert json.loads(out.read_text()) == {"rows": [1, 2]}
     try:
-        bench_overhead.write_json(str(out), {"rows": [object()]})  # fails part way through
+        write_json(str(out), {"rows": [object()]})  # fails part way through
     except TypeError:
         pass
     assert json.loads(out.read_text()) == {"rows": [1, 2]}, "the old file was damaged"

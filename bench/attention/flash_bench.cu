@@ -1,0 +1,79 @@
+#include "bench/attention/flash_bench.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "bench/common/device_fill.h"
+#include "bench/common/json.h"
+#include "bench/common/run_info.h"
+#include "bench/common/timing.h"
+#include "core/device_buffer.h"
+#include "lowbit/cuda_check.h"
+#include "lowbit/error.h"
+#include "lowbit/flash_attention.h"
+
+namespace lowbit::bench {
+
+int run_flash_bench(const FlashBenchOptions& o) {
+  LOWBIT_CHECK(gpu_available(), "bench attention: needs a CUDA GPU (none found)");
+  LOWBIT_CHECK(o.seq_len >= 1 && o.seq_len < (1ll << 31), "--seq-len: expected 1..2^31-1, got ", o.seq_len);
+  const RunInfo info = collect_run_info();
+  cudaStream_t stream{};
+  LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
+  std::printf("# lowbit bench attention\n\ncommit %s, %s\ngpu: %s, driver %s\n\n", info.commit.c_str(),
+              info.date.c_str(), info.gpu.c_str(), info.driver.c_str());
+  std::printf("flash_attention, one sequence of L %lld, %lld query heads over %lld KV heads (the peer, PyTorch's "
+              "SDPA: python -m lowbit.bench_attention)\n\n",
+              static_cast<long long>(o.seq_len), static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads));
+  std::printf("| dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) |\n|---|---:|---|---:|---:|---:|---:|\n");
+  Json rows = Json::array();
+  const std::int32_t l = static_cast<std::int32_t>(o.seq_len);
+  const std::vector<std::int32_t> cu{0, l};
+  for (const std::string& name : o.dtypes) {
+    const DType dtype = name == "bf16" ? DType::bf16 : DType::f16;
+    for (const std::int64_t hd : o.head_dims) {
+      const std::int64_t q_cols = o.heads * hd, kv_cols = o.kv_heads * hd;
+      core::DeviceBuffer q(static_cast<std::size_t>(o.seq_len * q_cols) * 2), k(static_cast<std::size_t>(o.seq_len * kv_cols) * 2),
+          v(k.bytes()), out(q.bytes()), ws(flash_attention_workspace_bytes(1));
+      fill_random_float16(q.data(), q.bytes() / 2, dtype, 1.0f, 1, stream);
+      fill_random_float16(k.data(), k.bytes() / 2, dtype, 1.0f, 2, stream);
+      fill_random_float16(v.data(), v.bytes() / 2, dtype, 1.0f, 3, stream);
+      auto matrix = [&](const core::DeviceBuffer& b, std::int64_t cols) {
+        return TensorView::matrix(b.data(), dtype, Device::cuda, o.seq_len, cols);
+      };
+      for (const bool causal : {true, false}) {
+        const FlashAttentionParams p{o.heads, o.kv_heads, hd, causal, 0.0f};
+        const std::vector<double> samples = gpu_sample_ms(
+            [&](int) {
+              flash_attention(matrix(q, q_cols), matrix(k, kv_cols), matrix(v, kv_cols), matrix(out, q_cols), cu, cu, p,
+                              Workspace{ws.data(), ws.bytes()}, stream);
+            },
+            stream);
+        const double ms = median(samples);
+        const double ms_min = *std::min_element(samples.begin(), samples.end());
+        const double ms_max = *std::max_element(samples.begin(), samples.end());
+        const double flops = 4.0 * static_cast<double>(hd * o.heads) * static_cast<double>(o.seq_len) *
+                             static_cast<double>(o.seq_len) / (causal ? 2.0 : 1.0);
+        const double tflops = flops / (ms * 1e9);
+        std::printf("| %s | %lld | %s | %.3f | %.3f | %.3f | %.0f |\n", name.c_str(), static_cast<long long>(hd),
+                    causal ? "causal" : "none", ms_min, ms, ms_max, tflops);
+        Json row = Json::object();
+        row.set("dtype", name).set("head_dim", hd).set("causal", causal).set("ms", ms).set("ms_min", ms_min);
+        row.set("ms_max", ms_max).set("tflops", tflops);
+        rows.push(row);
+      }
+    }
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+  std::printf("\nTFLOPS: 4 x head_dim x heads x L^2 (halved by the causal mask) over the median time.\n");
+  if (!o.json_path.empty()) {
+    Json doc = run_info_json("attention", info);
+    doc.set("seq_len", o.seq_len).set("heads", o.heads).set("kv_heads", o.kv_heads).set("rows", rows);
+    doc.write_file(o.json_path);
+  }
+  return 0;
+}
+
+}  // namespace lowbit::bench

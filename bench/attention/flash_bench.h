@@ -1,0 +1,22 @@
+// `lowbit bench attention`: flash_attention (include/lowbit/flash_attention.h) at prefill
+// shapes: one sequence of L tokens, per dtype, head_dim and mask; min / median / max ms and
+// TFLOPS at the median. PyTorch's scaled_dot_product_attention, the peer, runs in
+// `python -m lowbit.bench_attention` (the same shapes, both in one process).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lowbit::bench {
+
+struct FlashBenchOptions {
+  std::int64_t seq_len = 8192, heads = 32, kv_heads = 32;
+  std::vector<std::int64_t> head_dims{128, 64};
+  std::vector<std::string> dtypes{"f16", "bf16"};
+  std::string json_path;
+};
+
+int run_flash_bench(const FlashBenchOptions& options);
+
+}  // namespace lowbit::bench
