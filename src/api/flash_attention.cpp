@@ -95,6 +95,8 @@ void flash_attention(const TensorView& q, const TensorView& k, const TensorView&
     core::check_device_data(*t, name);
   }
   const std::int64_t batch = static_cast<std::int64_t>(cu_q.size()) - 1;
+  LOWBIT_CHECK(longest <= 65535 * 128, "cu_q: a sequence of ", longest, " queries; the GPU kernel takes up to ",
+               65535 * 128, " a sequence (65535 tiles of 128)");
   const std::size_t need = flash_attention_workspace_bytes(batch);
   core::check_workspace(workspace, need, "flash_attention_workspace_bytes");
   LOWBIT_CHECK(reinterpret_cast<std::uintptr_t>(workspace.data) % 4 == 0,
