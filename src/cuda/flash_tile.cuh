@@ -38,6 +38,17 @@ __device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
   }
 }
 
+// The warp's Q fragments (its 16 rows of the Q tile at sq, rows warp * 16 ..), for all
+// HD / 16 k-steps; loaded once, kept in registers for every key tile.
+template <int HD>
+__device__ __forceinline__ void load_q(std::uint32_t (&qf)[HD / 16][4], std::uint32_t sq, int warp, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ++ks) {
+    const int row = warp * 16 + lane % 16;
+    ldmatrix_x4(qf[ks], sq + row * (2 * HD) + swizzle(row, 2 * ks + lane / 16) * 16);
+  }
+}
+
 // s (16 x kBN, zeroed here) = Q K^T: qf the warp's Q fragments, sk the K tile's address.
 template <int HD, int kBN, class T = __half>
 __device__ __forceinline__ void qk_tile(float (&s)[kBN / 8][4], const std::uint32_t (&qf)[HD / 16][4],

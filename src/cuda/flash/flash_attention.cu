@@ -96,17 +96,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(const Args a) {
   __syncthreads();
 
   std::uint32_t qf[HD / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < HD / 16; ++ks) {
-    const int row = warp * 16 + lane % 16;
-    ldmatrix_x4(qf[ks], sq + row * L::kRow + swizzle(row, 2 * ks + lane / 16) * 16);
-  }
-
-  float o[HD / 8][4];
-#pragma unroll
-  for (int d = 0; d < HD / 8; ++d)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[d][e] = 0.0f;
+  load_q<HD>(qf, sq, warp, lane);
+  float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_lo = t0 + warp * 16;  // this warp's first query of the sequence
 

@@ -257,15 +257,8 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     __syncthreads();
   }
   std::uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    const int row = warp * 16 + lane % 16;
-    ldmatrix_x4(qf[ks], base + row * L::kRow + swizzle(row, 2 * ks + lane / 16) * 16);
-  }
-
-  float o[D / 8][4];
-#pragma unroll
-  for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  flash::load_q<D>(qf, base, warp, lane);
+  float o[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   for (int it = 0; item >= 0; ++it) {
