@@ -141,5 +141,29 @@ TEST(GgmlBlockRepack, BadBlockSpecsNameTheField) {
                       "w.scales, w.mins: Q5_0 weights keep their scales in the codes");
 }
 
+// A NaN or Inf scale is an error naming the tensor, the first bad row and its block, also
+// when the rows are packed by several threads (found by the GGUF fuzzer: the check threw
+// inside the OpenMP region, which ended the process).
+TEST(GgmlBlockRepack, NonFiniteScalesAreNamedErrors) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(weight_blocks_name(c.blocks));
+    const std::int64_t n = 64, k = 2 * c.block;
+    std::vector<std::uint8_t> bytes = test::random_ggml_blocks(c.type, n, k, rng());
+    const std::size_t block_bytes = ggml_type_info(static_cast<GgmlType>(c.type)).block_bytes;
+    // The first f16 of a block is d in every one of these types but Q6_K, which ends in d.
+    const std::size_t d_at = c.type == gt::q6_k ? block_bytes - 2 : 0;
+    auto poison = [&](std::int64_t row, std::int64_t block, std::uint16_t bits) {
+      const std::size_t at = static_cast<std::size_t>(row * 2 + block) * block_bytes + d_at;
+      bytes[at] = static_cast<std::uint8_t>(bits & 0xff);
+      bytes[at + 1] = static_cast<std::uint8_t>(bits >> 8);
+    };
+    poison(50, 1, 0x7c00);  // +Inf, in the second thread's rows
+    poison(17, 1, 0x7e00);  // NaN, earlier: the one named
+    const test::GgmlMatrix m = test::ggml_matrix(c.type, n, k, bytes);
+    EXPECT_LOWBIT_ERROR(repack_ggml_weight(m.tensor()), "tensor 'w': a scale of block 1 of row 17 is nan");
+  }
+}
+
 }  // namespace
 }  // namespace lowbit::engine

@@ -128,10 +128,17 @@ void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields
   }
 }
 
-// Writes row `o` of the packed block form from one GGUF row of `blocks` ggml blocks.
-void pack_block_row(const formats::WeightPackLayout& layout, const std::uint8_t* row, std::int64_t blocks,
-                    std::size_t block_bytes, std::int64_t o, std::uint8_t* packed, std::string_view name,
-                    std::int64_t source_row) {
+// A block whose scale or offset is NaN or Inf: its row (of the tensor), block and value.
+struct NonFiniteBlock {
+  std::int64_t row = -1, block = 0;
+  float value = 0.0f;
+};
+
+// Writes row `o` of the packed block form from one GGUF row of `blocks` ggml blocks;
+// returns the first block with a non-finite scale (block -1: none), which it leaves out.
+// It never throws: it runs inside an OpenMP region, which an exception cannot leave.
+NonFiniteBlock pack_block_row(const formats::WeightPackLayout& layout, const std::uint8_t* row, std::int64_t blocks,
+                              std::size_t block_bytes, std::int64_t o, std::uint8_t* packed) {
   const formats::WeightBlocks form = layout.blocks;
   const int width = formats::block_k(form);
   auto put16 = [&](std::int64_t byte, std::uint16_t v) {
@@ -142,8 +149,7 @@ void pack_block_row(const formats::WeightPackLayout& layout, const std::uint8_t*
   for (std::int64_t b = 0; b < blocks; ++b) {
     decode_block(form, row + static_cast<std::size_t>(b) * block_bytes, f);
     for (const float v : f.finite_check) {
-      LOWBIT_CHECK(std::isfinite(v), "tensor '", name, "': a scale of block ", b, " of row ", source_row, " is ", v,
-                   "; the weights must be finite");
+      if (!std::isfinite(v)) return NonFiniteBlock{0, b, v};
     }
     for (int j = 0; j < width; ++j) {
       const std::int64_t k = b * width + j;
@@ -163,6 +169,7 @@ void pack_block_row(const formats::WeightPackLayout& layout, const std::uint8_t*
       }
     }
   }
+  return NonFiniteBlock{-1, 0, 0.0f};
 }
 
 HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, std::int64_t n) {
@@ -184,13 +191,20 @@ HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, st
     const std::int64_t rows = checked_rows(*t, k, width, row_bytes);
     // Rows of one tile share units: a tile of 8 rows per iteration (never two threads in a unit).
     const std::int64_t tile_begin = row0 / formats::kPackTileN, tile_end = (row0 + rows + 7) / formats::kPackTileN;
+    NonFiniteBlock bad{rows, 0, 0.0f};  // the first, by row (rows: none)
 #pragma omp parallel for schedule(static)
     for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
       for (std::int64_t o = std::max(tile * 8, row0); o < std::min((tile + 1) * 8, row0 + rows); ++o) {
-        pack_block_row(layout, t->data + static_cast<std::size_t>(o - row0) * row_bytes, blocks, block_bytes, o,
-                       out.codes.data(), t->name, o - row0);
+        NonFiniteBlock found = pack_block_row(layout, t->data + static_cast<std::size_t>(o - row0) * row_bytes, blocks,
+                                              block_bytes, o, out.codes.data());
+        if (found.row < 0) continue;
+        found.row = o - row0;
+#pragma omp critical(lowbit_repack_non_finite)
+        if (found.row < bad.row) bad = found;
       }
     }
+    LOWBIT_CHECK(bad.row == rows, "tensor '", t->name, "': a scale of block ", bad.block, " of row ", bad.row, " is ",
+                 bad.value, "; the weights must be finite");
     row0 += rows;
   }
   return out;
