@@ -67,9 +67,10 @@ std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows,
 // Weight value j of a block, from the definition of the type, in double (exact).
 double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
   const std::uint8_t* codes = blk + codes_at(type);
-  const int nibble = j < 16 ? (codes[j] & 15) : (codes[j - 16] >> 4);
+  // (q2_f16x2's 8 code bytes hold no nibbles: only the nibble types read them.)
+  const auto nibble = [&] { return j < 16 ? (codes[j] & 15) : (codes[j - 16] >> 4); };
   switch (type) {
-    case WeightBlockType::q4_f32: return static_cast<double>(f32_at(blk)) * nibble + f32_at(blk + 4);
+    case WeightBlockType::q4_f32: return static_cast<double>(f32_at(blk)) * nibble() + f32_at(blk + 4);
     case WeightBlockType::q5_f32: return static_cast<double>(f32_at(blk)) * codes[j] + f32_at(blk + 4);
     case WeightBlockType::q6_f32x2:
       return static_cast<double>(f32_at(blk + 4 * (j / 16))) * static_cast<std::int8_t>(codes[j]);
@@ -85,10 +86,10 @@ double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
     return d * (sm & 15) * ((codes[j % 8] >> (2 * (j / 8))) & 3) - half_value(dmin_bits) * (sm >> 4);
   }
   if (type == WeightBlockType::q8_0) return d * static_cast<std::int8_t>(codes[j]);
-  if (type == WeightBlockType::q4_0) return d * (nibble - 8);
+  if (type == WeightBlockType::q4_0) return d * (nibble() - 8);
   std::uint16_t m_bits;
   std::memcpy(&m_bits, blk + 2, 2);
-  return d * nibble + half_value(m_bits);
+  return d * nibble() + half_value(m_bits);
 }
 
 constexpr WeightBlockType k_types[] = {WeightBlockType::q4_0,     WeightBlockType::q4_1,   WeightBlockType::q8_0,
