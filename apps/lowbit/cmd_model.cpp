@@ -1,7 +1,8 @@
 // `lowbit model synth`: writes a GGUF model of a real shape with random weights
 // (engine/synth), so that speed at 1B-8B shapes is measured without a download.
 // `lowbit model dequant`: one tensor of a GGUF file decoded to raw f32, as the CPU
-// engine decodes it (for checks against other decoders).
+// engine decodes it, by ggml's decoder or through its blocks form (for checks against
+// other decoders).
 // `lowbit model tokenize`: a text's token ids under a model's tokenizer (for checks
 // against other tokenizers).
 #include <chrono>
@@ -9,12 +10,15 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "core/file_io.h"
 #include "dispatch.h"
+#include "cpu/weight_blocks.h"
+#include "engine/cpu_block_repack.h"
 #include "engine/gguf/dequant.h"
 #include "engine/gguf/reader.h"
 #include "engine/synth/synth_model.h"
@@ -82,8 +86,23 @@ int model_synth(const Args& args) {
   return 0;
 }
 
+// The tensor's values through the CPU engine's blocks form: repacked as a model load
+// does (engine/cpu_block_repack.h), then decoded (cpu/weight_blocks.h).
+std::vector<float> decode_through_blocks(const engine::GgufTensor& tensor) {
+  const std::optional<cpu::WeightBlockType> type = engine::cpu_block_type(tensor.type);
+  LOWBIT_CHECK(type.has_value(), "--form blocks: tensor '", tensor.name, "' is ",
+               engine::ggml_type_name(tensor.type), ", which has no CPU block form");
+  const auto count = static_cast<std::int64_t>(tensor.element_count);
+  std::vector<std::uint8_t> blocks(
+      static_cast<std::size_t>(count / cpu::kValuesPerBlock * cpu::weight_block_bytes(*type)));
+  engine::repack_cpu_blocks(tensor.type, tensor.data, count, blocks.data());
+  std::vector<float> values(static_cast<std::size_t>(count));
+  cpu::decode_weight_blocks(*type, blocks.data(), count, values.data());
+  return values;
+}
+
 int model_dequant(const Args& args) {
-  std::string path, tensor_name, out;
+  std::string path, tensor_name, out, form = "f32";
   bool force = false;
   Options cli("lowbit model dequant",
               "Decodes one tensor of a GGUF file to f32 (little-endian, dims[0] fastest) as the CPU engine does,\n"
@@ -92,6 +111,9 @@ int model_dequant(const Args& args) {
   cli.text("--model", &path, "PATH|NAME", std::string(k_model_option_help) + " (required)");
   cli.text("--tensor", &tensor_name, "NAME", "the tensor's name (required)");
   cli.text("--out", &out, "FILE", "where the f32 values go (required; written whole or not at all)");
+  cli.choice("--form", &form, {"f32", "blocks"},
+             "f32: ggml's decoder, as --cpu-weights f32 loads (default); blocks: repacked into the CPU engine's "
+             "blocks form and decoded from it, as --cpu-weights blocks holds the tensor");
   cli.flag("--force", &force, "overwrite FILE if it exists");
   if (const auto status = cli.parse(args)) return *status;
   LOWBIT_CHECK(!path.empty(), "--model: required");
@@ -100,7 +122,8 @@ int model_dequant(const Args& args) {
   check_output_path(out, force, "--out", "pass --force to overwrite it");
   const engine::GgufFile file = engine::GgufFile::open(resolve_model_path(path));
   const engine::GgufTensor& tensor = file.tensor(tensor_name);
-  const std::vector<float> values = engine::dequantize_tensor(tensor, engine::NonFinite::keep);
+  const std::vector<float> values =
+      form == "blocks" ? decode_through_blocks(tensor) : engine::dequantize_tensor(tensor, engine::NonFinite::keep);
   OutputFile output(out, force);
   output.write({reinterpret_cast<const std::uint8_t*>(values.data()), values.size() * sizeof(float)});
   output.commit();

@@ -32,8 +32,8 @@ bool cuda_device_present() {
 }
 
 // What the GPU session cannot run yet ("" when it can run the model): matrices without a
-// weight-only form (Q2_K, Q3_K, BF16, ...). llama, mistral and qwen2 (Q/K/V biases, NEOX
-// RoPE) run on it.
+// weight-only form (F16, BF16, F32, the IQ types, ...). llama, mistral and qwen2 (Q/K/V
+// biases, NEOX RoPE) run on it.
 std::string gpu_gap(const LoadedModel& loaded) {
   for (const engine::GgufTensor& t : loaded.file.tensors()) {
     const bool matrix = t.n_dims == 2 && (t.name != "token_embd.weight" || loaded.model.tied_output());

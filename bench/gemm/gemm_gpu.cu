@@ -561,8 +561,8 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                                 std::vector<GemmRow>& rows) {
   namespace wo = cuda::weight_only;
   using engine::GgmlType;
-  const GgmlType types[] = {GgmlType::q4_1, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q5_1,
-                            GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+  const GgmlType types[] = {GgmlType::q4_1, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q4_k,
+                            GgmlType::q5_k, GgmlType::q6_k, GgmlType::q3_k, GgmlType::q2_k};
   const std::int64_t nk[][2] = {{4096, 14336}, {14336, 4096}};
   std::printf("\nWeight-only GEMV on GGML block types (bytes as held on the device; copy ceiling %.0f GB/s)\n",
               copy_gbps);
@@ -612,7 +612,8 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
         // (Variant::block_decode: the per-weight f16 decode for the K-quants, whose default is
         // the sub-block decode, and the sub-block decode for Q5_0 / Q5_1) in the same run.
         const bool both = wo::is_block_form(form) && m <= 2;
-        const bool k_quant = form == wo::Form::q4_k || form == wo::Form::q5_k || form == wo::Form::q6_k;
+        const bool k_quant = form == wo::Form::q4_k || form == wo::Form::q5_k || form == wo::Form::q6_k ||
+                             form == wo::Form::q3_k || form == wo::Form::q2_k;
         const int other = k_quant ? 0 : 1;
         for (const int decode : {-1, other}) {
           if (decode >= 0 && !both) continue;

@@ -27,12 +27,13 @@ namespace lowbit {
 // type, its blocks repacked once (engine::repack_ggml_weights) into units that carry
 // their own scales, so `scales` and `mins` are empty. The weight multiplied is f16:
 //   Q5_0 (q - 16) * d and Q5_1 q * d + m, each one rounding of the exact value;
-//   Q4_K / Q5_K (d * sc) * q - dmin * mn and Q6_K (d * sc) * (q - 32): ggml's f32 value
-//   (the sub-block factors d * sc, dmin * mn exact in f32), rounded to f16.
-// The spec of each is fixed (weight_blocks_spec): bits 5 / 5 / 4 / 5 / 6, group_size
-// 32 / 32 / 256 / 256 / 256 (ggml's block or super-block), zero_point for Q5_1, Q4_K,
-// Q5_K; f16 activations only. K must be a multiple of group_size.
-enum class WeightBlocks : int { none = 0, q5_0 = 1, q5_1 = 2, q4_k = 3, q5_k = 4, q6_k = 5 };
+//   Q4_K / Q5_K / Q2_K (d * sc) * q - dmin * mn and Q6_K / Q3_K (d * sc) * (q - 32 / 4):
+//   ggml's f32 value (the sub-block factors d * sc, dmin * mn exact in f32), rounded to f16.
+// The spec of each is fixed (weight_blocks_spec): bits 5 / 5 / 4 / 5 / 6 / 3 / 2,
+// group_size 32 / 32 / 256 / 256 / 256 / 256 / 256 (ggml's block or super-block),
+// zero_point for Q5_1, Q4_K, Q5_K, Q2_K; f16 activations only. K must be a multiple of
+// group_size.
+enum class WeightBlocks : int { none = 0, q5_0 = 1, q5_1 = 2, q4_k = 3, q5_k = 4, q6_k = 5, q3_k = 6, q2_k = 7 };
 
 struct WeightOnlySpec {
   int bits = 4;                    // 4 or 8 (block forms: their bits)

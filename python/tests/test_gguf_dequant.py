@@ -1,9 +1,11 @@
 """The CPU engine's ggml block decoders against gguf's NumPy decoders (gguf.quants, which
 follow ggml's reference C decoders operation by operation): random blocks of every type
 the engine reads, written into a GGUF file with gguf's GGUFWriter, decoded by
-`lowbit model dequant`, compared bit for bit. The one stated exception is Q4_1, which lowbit
-defines as one rounding of q * d + m (its GPU kernels' definition) where ggml rounds the
-product first: within one rounding of the product."""
+`lowbit model dequant` (ggml's decoder, and, for the types the CPU engine keeps as blocks,
+`--form blocks`: repacked into that form and decoded from it), compared bit for bit. The
+one stated exception is Q4_1, which lowbit defines as one rounding of q * d + m (its GPU
+kernels' definition) where ggml rounds the product first: within one rounding of the
+product."""
 import subprocess
 
 import numpy as np
@@ -16,6 +18,8 @@ pytestmark = pytest.mark.skipif(not has_module("gguf"), reason="needs the gguf p
 HALF_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q2_K": [80, 82],
                "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
 TYPES = ["F32", "F16", "BF16", *HALF_FIELDS]
+# (type, form): every type through ggml's decoder; those with a CPU block form through it too.
+CASES = [(t, "f32") for t in TYPES] + [(t, "blocks") for t in HALF_FIELDS]
 
 
 def random_blocks(rng, type_name, rows, blocks_per_row, finite):
@@ -35,7 +39,7 @@ def random_blocks(rng, type_name, rows, blocks_per_row, finite):
     return qtype, raw.reshape(rows, blocks_per_row * block_bytes), block_elements
 
 
-def decode_both(tmp_path, rng, type_name, finite, rows=3, blocks_per_row=5):
+def decode_both(tmp_path, rng, type_name, finite, form="f32", rows=3, blocks_per_row=5):
     import gguf
     from gguf.quants import dequantize
 
@@ -47,8 +51,8 @@ def decode_both(tmp_path, rng, type_name, finite, rows=3, blocks_per_row=5):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    subprocess.run([lowbit_cli(), "model", "dequant", "--model", str(path), "--tensor", "t", "--out", str(out)],
-                   check=True, capture_output=True)
+    subprocess.run([lowbit_cli(), "model", "dequant", "--model", str(path), "--tensor", "t", "--out", str(out),
+                    "--form", form], check=True, capture_output=True)
     ours = np.fromfile(out, dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 in blocks of any bits
         reference = dequantize(raw, qtype).astype(np.float32, copy=False).ravel()
@@ -56,10 +60,10 @@ def decode_both(tmp_path, rng, type_name, finite, rows=3, blocks_per_row=5):
     return raw, ours, reference
 
 
-@pytest.mark.parametrize("type_name", TYPES)
-def test_random_blocks_decode_as_ggml(tmp_path, type_name):
+@pytest.mark.parametrize("type_name, form", CASES)
+def test_random_blocks_decode_as_ggml(tmp_path, type_name, form):
     rng = np.random.default_rng(sum(map(ord, type_name)))
-    raw, ours, reference = decode_both(tmp_path, rng, type_name, finite=True)
+    raw, ours, reference = decode_both(tmp_path, rng, type_name, finite=True, form=form)
     assert np.isfinite(reference).all()
     if type_name == "Q4_1":
         # |fma(q, d, m) - (q * d + m)| is at most the product's rounding error plus one
@@ -76,11 +80,11 @@ def test_random_blocks_decode_as_ggml(tmp_path, type_name):
                                    f"{ours[mismatch[:5]]} vs {reference[mismatch[:5]]}"
 
 
-@pytest.mark.parametrize("type_name", [t for t in TYPES if t != "Q4_1"])
-def test_any_bytes_decode_as_ggml(tmp_path, type_name):
+@pytest.mark.parametrize("type_name, form", [c for c in CASES if c[0] != "Q4_1"])
+def test_any_bytes_decode_as_ggml(tmp_path, type_name, form):
     """Scale fields of any bits, inf and NaN included: the same values, NaN where ggml's is."""
     rng = np.random.default_rng(7 + sum(map(ord, type_name)))
-    _, ours, reference = decode_both(tmp_path, rng, type_name, finite=False)
+    _, ours, reference = decode_both(tmp_path, rng, type_name, finite=False, form=form)
     nan = np.isnan(reference)
     assert (np.isnan(ours) == nan).all()
     assert (ours[~nan].view(np.uint32) == reference[~nan].view(np.uint32)).all()

@@ -11,9 +11,10 @@ from conftest import has_module, lowbit_cli
 pytestmark = pytest.mark.skipif(not has_module("gguf"), reason="needs the gguf package (scripts/python-test.sh installs it)")
 
 TINY = dict(arch="llama", d_model=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512)
-# 384 wide: not whole K-quant super-blocks, so K-quant files fall back as llama.cpp's do.
+# 384 wide: not whole K-quant super-blocks, so K-quant files fall back as llama.cpp's do
+# (Q2_K / Q3_K to Q4_0, standing in for llama.cpp's IQ4_NL).
 TINY_QWEN2 = dict(arch="qwen2", d_model=384, layers=2, heads=6, kv_heads=2, head_dim=64, ffn=512)
-FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0"}
 VOCAB = 300
 
 
@@ -64,8 +65,9 @@ def expected_tensors(shape, matrix_type):
 
 
 @pytest.mark.parametrize("preset, shape, matrix_type", [
-    *[("tiny", TINY, t) for t in ["Q4_1", "Q4_0", "Q8_0", "F16", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]],
-    *[("tiny-qwen2", TINY_QWEN2, t) for t in ["Q4_1", "Q4_K", "Q6_K"]],
+    *[("tiny", TINY, t) for t in ["Q4_1", "Q4_0", "Q8_0", "F16", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                                  "Q6_K"]],
+    *[("tiny-qwen2", TINY_QWEN2, t) for t in ["Q4_1", "Q2_K", "Q4_K", "Q6_K"]],
 ])
 def test_synth_tiny_reads_in_gguf(tmp_path, preset, shape, matrix_type):
     import gguf

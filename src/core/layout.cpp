@@ -196,7 +196,8 @@ formats::WeightPackLayout checked_weight_layout(const WeightOnlySpec& spec, std:
   formats::WeightPackLayout layout;
   if (spec.blocks != WeightBlocks::none) {
     const int b = static_cast<int>(spec.blocks);
-    LOWBIT_CHECK(b >= 1 && b <= 5, "spec.blocks: expected a GGML block form (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), got ", b);
+    LOWBIT_CHECK(b >= 1 && b <= 7,
+                 "spec.blocks: expected a GGML block form (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K), got ", b);
     const WeightOnlySpec want = weight_blocks_spec(spec.blocks);
     const char* name = weight_blocks_name(spec.blocks);
     LOWBIT_CHECK(spec.bits == want.bits, "spec.bits: ", name, " weights are ", want.bits, "-bit, got ", spec.bits);
@@ -230,7 +231,9 @@ static_assert(static_cast<int>(WeightBlocks::q6_k) == static_cast<int>(formats::
                   static_cast<int>(WeightBlocks::q5_0) == static_cast<int>(formats::WeightBlocks::q5_0) &&
                   static_cast<int>(WeightBlocks::q5_1) == static_cast<int>(formats::WeightBlocks::q5_1) &&
                   static_cast<int>(WeightBlocks::q4_k) == static_cast<int>(formats::WeightBlocks::q4_k) &&
-                  static_cast<int>(WeightBlocks::q5_k) == static_cast<int>(formats::WeightBlocks::q5_k),
+                  static_cast<int>(WeightBlocks::q5_k) == static_cast<int>(formats::WeightBlocks::q5_k) &&
+                  static_cast<int>(WeightBlocks::q3_k) == static_cast<int>(formats::WeightBlocks::q3_k) &&
+                  static_cast<int>(WeightBlocks::q2_k) == static_cast<int>(formats::WeightBlocks::q2_k),
               "one numbering of the block forms");
 
 WeightOnlySpec weight_blocks_spec(WeightBlocks blocks) {
@@ -240,6 +243,8 @@ WeightOnlySpec weight_blocks_spec(WeightBlocks blocks) {
     case WeightBlocks::q4_k: return {4, 256, true, DType::f16, blocks};
     case WeightBlocks::q5_k: return {5, 256, true, DType::f16, blocks};
     case WeightBlocks::q6_k: return {6, 256, false, DType::f16, blocks};
+    case WeightBlocks::q3_k: return {3, 256, false, DType::f16, blocks};
+    case WeightBlocks::q2_k: return {2, 256, true, DType::f16, blocks};
     case WeightBlocks::none: break;
   }
   LOWBIT_FAIL("weight_blocks_spec: expected a GGML block form, got ", static_cast<int>(blocks));
@@ -253,6 +258,8 @@ const char* weight_blocks_name(WeightBlocks blocks) {
     case WeightBlocks::q4_k: return "Q4_K";
     case WeightBlocks::q5_k: return "Q5_K";
     case WeightBlocks::q6_k: return "Q6_K";
+    case WeightBlocks::q3_k: return "Q3_K";
+    case WeightBlocks::q2_k: return "Q2_K";
   }
   return "?";
 }

@@ -28,8 +28,9 @@ namespace {
 using Type = WeightBlockType;
 
 // How a block's codes are stored, and what its parameters are.
-enum class Codes { nibbles, unsigned_bytes, signed_bytes };
-enum class Offset { none, minus_8_d, stored };  // q4_0's -8 d; q4_1's m
+enum class Codes { nibbles, unsigned_bytes, signed_bytes, two_bits };
+// q4_0's -8 d; q4_1's m; q2_f16x2's -dmin * mn of each half (the activations' half sums).
+enum class Offset { none, minus_8_d, stored, per_half };
 struct BlockLayout {
   int bytes, codes_at;  // bytes from the block's start
   Codes codes;
@@ -45,19 +46,27 @@ constexpr BlockLayout layout(Type type) {
     case Type::q4_f32: return {24, 8, Codes::nibbles, true, Offset::stored, false};
     case Type::q5_f32: return {40, 8, Codes::unsigned_bytes, true, Offset::stored, false};
     case Type::q6_f32x2: return {40, 8, Codes::signed_bytes, true, Offset::none, true};
+    case Type::q2_f16x2: return {14, 6, Codes::two_bits, false, Offset::per_half, true};
   }
   return {0, 0, Codes::nibbles, false, Offset::none, false};
 }
 
 // A block's scale for values 0-15 and 16-31 (the same one unless two_scales) and the
-// coefficient of the activations' d_x * sum(q_x) (the offset term; 0 without one).
+// coefficient of the activations' d_x * sum(q_x) (the offset term; 0 without one; per_half:
+// offset of values 0-15, offset1 of 16-31).
 struct BlockParams {
-  float d0, d1, offset;
+  float d0, d1, offset, offset1;
 };
 template <Type T, typename F16>
 inline BlockParams block_params(const std::uint8_t* blk, F16 f16) {
   constexpr BlockLayout L = layout(T);
   BlockParams p{};
+  if constexpr (T == Type::q2_f16x2) {  // ggml's factors: d * sc, -(dmin * mn), exact in f32
+    const float d = f16(blk), dmin = f16(blk + 2);
+    p.d0 = d * static_cast<float>(blk[4] & 15), p.d1 = d * static_cast<float>(blk[5] & 15);
+    p.offset = -(dmin * static_cast<float>(blk[4] >> 4)), p.offset1 = -(dmin * static_cast<float>(blk[5] >> 4));
+    return p;
+  }
   p.d0 = L.f32_params ? f32_at(blk) : f16(blk);
   p.d1 = L.two_scales ? f32_at(blk + 4) : p.d0;
   if constexpr (L.offset == Offset::minus_8_d) p.offset = -8.0f * p.d0;
@@ -78,6 +87,8 @@ void scalar_half_dots(const std::uint8_t* codes, const std::int8_t* xq, int (&do
     for (int j = 0; j < 32; ++j) dot[j / 16] += w[j] * xq[j];
   } else if constexpr (C == Codes::unsigned_bytes) {
     for (int j = 0; j < 32; ++j) dot[j / 16] += codes[j] * xq[j];
+  } else if constexpr (C == Codes::two_bits) {
+    for (int j = 0; j < 32; ++j) dot[j / 16] += two_bit_code(codes, j) * xq[j];
   } else {
     for (int j = 0; j < 16; ++j) dot[0] += (codes[j] & 15) * xq[j], dot[1] += (codes[j] >> 4) * xq[j + 16];
   }
@@ -105,7 +116,13 @@ void scalar_matmul(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t r
         } else {
           acc += static_cast<float>(dot[0] + dot[1]) * (p.d0 * dx[b]);
         }
-        if constexpr (L.offset != Offset::none) corr += p.offset * xs[b];
+        if constexpr (L.offset == Offset::per_half) {
+          int half[2] = {0, 0};
+          for (int j = 0; j < 32; ++j) half[j / 16] += xq[b * kValuesPerBlock + j];
+          corr += p.offset * (dx[b] * static_cast<float>(half[0])) + p.offset1 * (dx[b] * static_cast<float>(half[1]));
+        } else if constexpr (L.offset != Offset::none) {
+          corr += p.offset * xs[b];
+        }
       }
       y[t * ldy + r] = acc + corr;
     }
@@ -121,8 +138,8 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
 #elif defined(__AVXVNNI__)
   return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
 #else
-  // u <= 31 (nibbles, q5_f32's bytes) or |w| <= 128 (signed bytes), |s| <= 127: the i16
-  // pair sums cannot saturate.
+  // u <= 31 (nibbles, 2-bit codes, q5_f32's bytes) or |w| <= 128 (signed bytes),
+  // |s| <= 127: the i16 pair sums cannot saturate.
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
 }
@@ -147,6 +164,14 @@ inline __m256i load_codes(const std::uint8_t* codes) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
     const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  } else if constexpr (C == Codes::two_bits) {
+    // The 8 code bytes in each 64-bit lane, lane i shifted by 2i: its bytes' bits 2i, 2i + 1
+    // are values 8i .. 8i + 7.
+    std::uint64_t bits;
+    std::memcpy(&bits, codes, 8);
+    const __m256i shifted =
+        _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<long long>(bits)), _mm256_setr_epi64x(0, 2, 4, 6));
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(3));
   } else {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
   }
@@ -180,22 +205,50 @@ void tile(const std::uint8_t* w, std::int64_t row_bytes, const QuantizedActivati
   for (std::int64_t b = 0; b < blocks; ++b) {
     __m256i xq[TT];
     float dx[TT], xs[TT];
+    __m256 xhalf[TT];  // per_half: d_x times the code sums of 4 values, lanes 0-3 values 0-15
     for (int t = 0; t < TT; ++t) {
       xq[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq0 + t * x.k + b * kValuesPerBlock));
       dx[t] = dx0[t * blocks + b];
       xs[t] = xs0[t * blocks + b];
+      if constexpr (L.offset == Offset::per_half) {
+        const __m256i sums = dot_u8s8(_mm256_set1_epi8(1), xq[t]);
+        xhalf[t] = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dx[t]));
+      }
     }
     for (int r = 0; r < RT; ++r) {
       const std::uint8_t* blk = w + r * row_bytes + b * L.bytes;
-      const BlockParams p = block_params<T>(blk, f16_fast);
       const __m256i codes = load_codes<L.codes>(blk + L.codes_at);
       // Two scales: a vector of d0 in lanes 0-3 (values 0-15) and d1 in lanes 4-7.
-      const __m256 dw = _mm256_set_m128(_mm_set1_ps(p.d1), _mm_set1_ps(p.d0));
+      __m256 dw, mw;  // mw (per_half): the halves' dmin * mn, lanes as dw
+      float d0 = 0.0f, offset = 0.0f;
+      if constexpr (T == Type::q2_f16x2) {
+        // [d, dmin, d, dmin] * [sc0, mn0, sc1, mn1] in one f32 multiply (each lane as
+        // block_params' scalar one), then spread over the halves' lanes.
+        std::uint32_t d_dmin;
+        std::uint16_t sm;
+        std::memcpy(&d_dmin, blk, 4);
+        std::memcpy(&sm, blk + 4, 2);
+        const __m128 dd = _mm_cvtph_ps(_mm_set1_epi32(static_cast<int>(d_dmin)));
+        const __m128i nibbles = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(sm), _mm_setr_epi32(0, 4, 8, 12)),
+                                              _mm_set1_epi32(15));
+        const __m256 f = _mm256_castps128_ps256(_mm_mul_ps(dd, _mm_cvtepi32_ps(nibbles)));
+        dw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+        mw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+      } else {
+        const BlockParams p = block_params<T>(blk, f16_fast);
+        dw = _mm256_set_m128(_mm_set1_ps(p.d1), _mm_set1_ps(p.d0));
+        mw = _mm256_setzero_ps();
+        d0 = p.d0, offset = p.offset;
+      }
       for (int t = 0; t < TT; ++t) {
         const __m256 dot = _mm256_cvtepi32_ps(block_dot<L.codes>(codes, xq[t]));
-        const __m256 scale = L.two_scales ? _mm256_mul_ps(dw, _mm256_set1_ps(dx[t])) : _mm256_set1_ps(p.d0 * dx[t]);
+        const __m256 scale = L.two_scales ? _mm256_mul_ps(dw, _mm256_set1_ps(dx[t])) : _mm256_set1_ps(d0 * dx[t]);
         acc[r][t] = _mm256_fmadd_ps(dot, scale, acc[r][t]);
-        if constexpr (L.offset != Offset::none) corr[r][t] = std::fma(p.offset, xs[t], corr[r][t]);
+        if constexpr (L.offset == Offset::per_half) {
+          acc[r][t] = _mm256_fnmadd_ps(xhalf[t], mw, acc[r][t]);
+        } else if constexpr (L.offset != Offset::none) {
+          corr[r][t] = std::fma(offset, xs[t], corr[r][t]);
+        }
       }
     }
   }
@@ -306,6 +359,7 @@ void block_matmul(WeightBlockType type, const std::uint8_t* w, std::int64_t row_
     case Type::q4_f32: return simd_matmul<Type::q4_f32>(w, row_bytes, rows, x, y, ldy);
     case Type::q5_f32: return simd_matmul<Type::q5_f32>(w, row_bytes, rows, x, y, ldy);
     case Type::q6_f32x2: return simd_matmul<Type::q6_f32x2>(w, row_bytes, rows, x, y, ldy);
+    case Type::q2_f16x2: return simd_matmul<Type::q2_f16x2>(w, row_bytes, rows, x, y, ldy);
   }
 #else
   block_matmul_scalar(type, w, row_bytes, rows, x, y, ldy);
@@ -322,6 +376,7 @@ void block_matmul_scalar(WeightBlockType type, const std::uint8_t* w, std::int64
     case Type::q4_f32: return scalar_matmul<Type::q4_f32>(w, row_bytes, rows, x, y, ldy);
     case Type::q5_f32: return scalar_matmul<Type::q5_f32>(w, row_bytes, rows, x, y, ldy);
     case Type::q6_f32x2: return scalar_matmul<Type::q6_f32x2>(w, row_bytes, rows, x, y, ldy);
+    case Type::q2_f16x2: return scalar_matmul<Type::q2_f16x2>(w, row_bytes, rows, x, y, ldy);
   }
 }
 

@@ -11,6 +11,8 @@
 //   q4_f32    as q4_1 (f32 d_w and m_w)
 //   q5_f32    as q4_1, q_w in 0..31
 //   q6_f32x2  d0_w * d_x * sum over values 0-15 + d1_w * d_x * sum over 16-31, q_w in -32..31
+//   q2_f16x2  as q6_f32x2, q_w in 0..3, minus dmin * mn_h * (d_x * sum of q_x over half h)
+//             (the half sums from the activation codes, in the kernel)
 //
 // Activations: d_x = max|x| / 127 over the block, q_x = round-to-nearest-even(x / d_x)
 // (as x * (1 / d_x)), in -127..127; a block of zeros has d_x = 0 and codes 0.

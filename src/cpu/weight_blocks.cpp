@@ -38,6 +38,13 @@ void decode_block(const std::uint8_t* blk, float* out) {
   } else if constexpr (T == Type::q5_f32) {
     const float d = f32_at(blk), m = f32_at(blk + 4);
     for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(blk[8 + j]) + m;
+  } else if constexpr (T == Type::q2_f16x2) {
+    // ggml's order: dl = d * sc, ml = dmin * mn, then dl * q - ml.
+    const float d = f16_at(blk), dmin = f16_at(blk + 2);
+    for (int h = 0; h < 2; ++h) {
+      const float dl = d * static_cast<float>(blk[4 + h] & 15), ml = dmin * static_cast<float>(blk[4 + h] >> 4);
+      for (int j = 16 * h; j < 16 * h + 16; ++j) out[j] = dl * static_cast<float>(two_bit_code(blk + 6, j)) - ml;
+    }
   } else {
     const float d0 = f32_at(blk), d1 = f32_at(blk + 4);
     const auto* codes = reinterpret_cast<const std::int8_t*>(blk + 8);
@@ -56,7 +63,8 @@ bool finite_params(Type type, const std::uint8_t* blk) {
   switch (type) {
     case Type::q4_0:
     case Type::q8_0: return std::isfinite(f16_at(blk));
-    case Type::q4_1: return std::isfinite(f16_at(blk)) && std::isfinite(f16_at(blk + 2));
+    case Type::q4_1:
+    case Type::q2_f16x2: return std::isfinite(f16_at(blk)) && std::isfinite(f16_at(blk + 2));
     case Type::q4_f32:
     case Type::q5_f32:
     case Type::q6_f32x2: return std::isfinite(f32_at(blk)) && std::isfinite(f32_at(blk + 4));
@@ -80,6 +88,7 @@ std::int64_t weight_block_bytes(WeightBlockType type) {
     case Type::q4_f32: return 24;
     case Type::q5_f32:
     case Type::q6_f32x2: return 40;
+    case Type::q2_f16x2: return 14;
   }
   return 0;
 }
@@ -92,6 +101,7 @@ const char* weight_block_name(WeightBlockType type) {
     case Type::q4_f32: return "q4_f32";
     case Type::q5_f32: return "q5_f32";
     case Type::q6_f32x2: return "q6_f32x2";
+    case Type::q2_f16x2: return "q2_f16x2";
   }
   return "?";
 }
@@ -105,6 +115,7 @@ void decode_weight_blocks(WeightBlockType type, const std::uint8_t* blocks, std:
     case Type::q4_f32: return decode_all<Type::q4_f32>(blocks, n, out);
     case Type::q5_f32: return decode_all<Type::q5_f32>(blocks, n, out);
     case Type::q6_f32x2: return decode_all<Type::q6_f32x2>(blocks, n, out);
+    case Type::q2_f16x2: return decode_all<Type::q2_f16x2>(blocks, n, out);
   }
 }
 

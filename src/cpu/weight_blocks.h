@@ -6,7 +6,7 @@
 //   q4_1      f16 d, f16 m, 16 bytes of nibbles     w = fma(q, d, m)        q in 0..15
 //   q8_0      f16 d, 32 signed bytes                w = q * d               q in -128..127
 //
-// (q4_1 in one rounding: lowbit's definition, gguf/dequant.h.) The other three hold
+// (q4_1 in one rounding: lowbit's definition, gguf/dequant.h.) The other four hold
 // ggml's other types exactly, the same f32 values ggml's reference decoder gives,
 // repacked at load (engine/cpu_block_repack.h):
 //
@@ -14,9 +14,16 @@
 //   q5_f32    f32 d, f32 m, 32 unsigned bytes       w = d * q + m           q in 0..31     (Q5_K, Q5_1)
 //   q6_f32x2  f32 d0, f32 d1, 32 signed bytes       w = d0 * q (values 0-15), d1 * q (16-31)
 //                                                                           q in -32..31   (Q6_K, Q3_K)
+//   q2_f16x2  f16 d, f16 dmin, 2 bytes sc | mn << 4, 8 bytes of 2-bit codes
+//                                                   w = (d * sc_h) * q - dmin * mn_h, h = j / 16
+//                                                                           q in 0..3      (Q2_K)
 //
 // (q4_f32 and q5_f32 in two roundings, product then sum, as ggml's K-quant decoders.)
+// q2_f16x2 keeps Q2_K's own fields (the 4-bit scale and min of each sub-block of 16, the
+// super-block's d and dmin) and forms ggml's f32 factors where it is used: 14 bytes a
+// block where f32 factors (d0, d1, m0, m1) would take 24, 16 of them parameters.
 // Nibbles: byte j holds value j in its low nibble and value j + 16 in its high one.
+// 2-bit codes: byte j (0..7) holds values j, j + 8, j + 16, j + 24 at bits 0, 2, 4, 6.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +33,7 @@
 
 namespace lowbit::cpu {
 
-enum class WeightBlockType { q4_0, q4_1, q8_0, q4_f32, q5_f32, q6_f32x2 };
+enum class WeightBlockType { q4_0, q4_1, q8_0, q4_f32, q5_f32, q6_f32x2, q2_f16x2 };
 
 inline constexpr std::int64_t kValuesPerBlock = 32;
 
@@ -42,8 +49,11 @@ inline float f32_at(const std::uint8_t* p) {
   return v;
 }
 
-std::int64_t weight_block_bytes(WeightBlockType type);  // 18, 20, 34, 24, 40, 40
-const char* weight_block_name(WeightBlockType type);    // "q4_0", ..., "q6_f32x2"
+std::int64_t weight_block_bytes(WeightBlockType type);  // 18, 20, 34, 24, 40, 40, 14
+const char* weight_block_name(WeightBlockType type);    // "q4_0", ..., "q2_f16x2"
+
+// Code j (0..31) of a q2_f16x2 block's 8 code bytes.
+inline int two_bit_code(const std::uint8_t* codes, int j) { return (codes[j % 8] >> (2 * (j / 8))) & 3; }
 
 // count values (a multiple of 32: count / 32 blocks at `blocks`) as f32, each by its
 // type's formula above. Throws for a count that is not a whole number of blocks.
@@ -51,7 +61,8 @@ void decode_weight_blocks(WeightBlockType type, const std::uint8_t* blocks, std:
 
 // The index of the first of count / 32 blocks with a NaN or Inf scale or offset, or
 // count / 32 when there is none. Finite parameters mean finite values: the scales are
-// f16 values times integers of at most 128 in magnitude, and so are the codes.
+// f16 values times integers of at most 128 in magnitude, and so are the codes (q2_f16x2:
+// f16 d and dmin times integers of at most 15, the codes at most 3).
 std::int64_t first_non_finite_block(WeightBlockType type, const std::uint8_t* blocks, std::int64_t count);
 
 }  // namespace lowbit::cpu

@@ -129,6 +129,28 @@ void q3_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
   }
 }
 
+// Q2_K's own fields, a block of 32 (two sub-blocks of 16) at a time: d and dmin (f16
+// bits), the two scale | min << 4 bytes, the codes as 2-bit fields (weight_blocks.h).
+// The block's decode forms ggml's factors and values with ggml's operations.
+void q2_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
+  std::uint8_t codes[256];
+  for (std::int64_t b = 0; b < blocks; ++b, src += 84) {
+    q2_k_codes(src, codes);
+    for (int block = 0; block < 8; ++block, dst += 14) {
+      std::memcpy(dst, src + kQ2kD, 2);
+      std::memcpy(dst + 2, src + kQ2kDmin, 2);
+      for (int h = 0; h < 2; ++h) {
+        const Q2kScaleMin sm = q2_k_scale_min(src, 2 * block + h);
+        dst[4 + h] = static_cast<std::uint8_t>(sm.scale | (sm.min << 4));
+      }
+      const std::uint8_t* q = codes + 32 * block;
+      for (int j = 0; j < 8; ++j) {
+        dst[6 + j] = static_cast<std::uint8_t>(q[j] | (q[j + 8] << 2) | (q[j + 16] << 4) | (q[j + 24] << 6));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<cpu::WeightBlockType> cpu_block_type(GgmlType type) {
@@ -142,6 +164,7 @@ std::optional<cpu::WeightBlockType> cpu_block_type(GgmlType type) {
     case GgmlType::q4_k: return WeightBlockType::q4_f32;
     case GgmlType::q3_k:
     case GgmlType::q6_k: return WeightBlockType::q6_f32x2;
+    case GgmlType::q2_k: return WeightBlockType::q2_f16x2;
     default: return std::nullopt;
   }
 }
@@ -149,7 +172,7 @@ std::optional<cpu::WeightBlockType> cpu_block_type(GgmlType type) {
 void repack_cpu_blocks(GgmlType type, const std::uint8_t* src, std::int64_t count, std::uint8_t* dst) {
   const GgmlTypeInfo& info = ggml_type_info(type);
   LOWBIT_CHECK(cpu_block_type(type).has_value(), "repack_cpu_blocks: type ", info.name,
-               " has no CPU block form (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K)");
+               " has no CPU block form (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
   LOWBIT_CHECK(count >= 0 && count % info.block_elements == 0, "repack_cpu_blocks: ", count,
                " values is not a whole number of ", info.name, " blocks of ", info.block_elements);
   const std::int64_t blocks = count / info.block_elements;
@@ -163,6 +186,7 @@ void repack_cpu_blocks(GgmlType type, const std::uint8_t* src, std::int64_t coun
     case GgmlType::q5_k: return q4_k_or_q5_k<true>(src, blocks, dst);
     case GgmlType::q6_k: return q6_k(src, blocks, dst);
     case GgmlType::q3_k: return q3_k(src, blocks, dst);
+    case GgmlType::q2_k: return q2_k(src, blocks, dst);
     default: break;
   }
   LOWBIT_FAIL("repack_cpu_blocks: unreachable type ", info.name);

@@ -4,7 +4,7 @@
 //   blocks  blocks of 32 (cpu/weight_blocks.h) multiplied with 8-bit activations
 //           (cpu/block_dot.h): the file's Q4_0 / Q4_1 / Q8_0 blocks as they are, the
 //           K-quants and Q5 types repacked exactly (engine/cpu_block_repack.h); the
-//           types without a block form (Q2_K, F16, BF16, F32) are decoded to f32 as above
+//           types without a block form (F16, BF16, F32) are decoded to f32 as above
 #pragma once
 
 #include <cstddef>

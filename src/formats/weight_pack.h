@@ -40,25 +40,32 @@
 // the last real group dequantize to the group's min (Q4_1) but meet activations the
 // kernels read as 0 beyond K, so they contribute exactly 0 (the min is finite).
 //
-// GGML block forms (WeightBlocks: Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). The same units of 8 n
-// x 128 k and the same lane map (lane c of row r owns k 32c .. 32c + 31, one ggml
-// sub-block of 32), but each unit carries everything its weights need, so the kernels
-// stream units only (no separate scale arrays):
-//   [0, 512)            the low 4 bits of every code, exactly the INT4 layout above;
-//   [512, +128 * P)     P high-bit planes (Q5_*: 1, Q6_K: 2; Q4_K: 0): plane p, lane L
-//                       at 512 + (32p + L) * 4, a u32 whose bit 4w + i + 16h is bit 4 + p
-//                       of the lane's code k = 8w + 2i + h (w = word, i = nibble pair),
+// GGML block forms (WeightBlocks: Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K). The same
+// units of 8 n x 128 k and the same lane map (lane c of row r owns k 32c .. 32c + 31, one
+// ggml sub-block of 32, or two of 16), but each unit carries everything its weights need,
+// so the kernels stream units only (no separate scale arrays):
+//   low plane           the low bits of every code: 4 bits (Q5_*, Q4_K .. Q6_K) exactly
+//                       the INT4 layout above, [0, 512); 2 bits (Q3_K, Q2_K) [0, 256): lane
+//                       L's 8 bytes at 8L, two u32 words, word w / 2 holding the lane's k
+//                       = 8w + 2i + h at bits 2 (4 (w % 2) + i) + 16h, so ((word >> (8 (w %
+//                       2) + 2i)) & 0x00030003) is the pair (2i, 2i + 1) of word w as INT4's;
+//   [low, +128 * P)     P high-bit planes (Q5_*, Q3_K: 1, Q6_K: 2; Q4_K, Q2_K: 0): plane p,
+//                       lane L at low + (32p + L) * 4, a u32 whose bit 4w + i + 16h is bit
+//                       low_bits + p of the lane's code k = 8w + 2i + h (w = word, i = pair),
 //                       so (plane >> (4w + i)) & 0x00010001 is the pair's bit at 0 / 16;
 //   lane scales         u16 per lane at scale_offset() + 2L: Q5_0 / Q5_1 d (f16 bits);
-//                       Q4_K / Q5_K the sub-block's 6-bit scale | 6-bit min << 8; Q6_K the
-//                       int8 scales of the lane's two sub-blocks of 16 (low byte: k 0..15);
+//                       Q4_K / Q5_K the sub-block's 6-bit scale | 6-bit min << 8; Q6_K, Q3_K
+//                       the int8 scales (Q3_K: its 6-bit scale - 32) of the lane's two
+//                       sub-blocks of 16 (low byte: k 0..15); Q2_K the two sub-blocks' bytes
+//                       as ggml stores them (4-bit scale | 4-bit min << 4; low byte k 0..15);
 //   lane mins (Q5_1)    u16 f16 m per lane at scale_offset() + 64 + 2L;
-//   row factors (K)     per row r of the tile at super_offset(): Q4_K / Q5_K u32 d | dmin
-//                       << 16, Q6_K u16 d (f16 bits); repeated in both units of a 256-k
-//                       super-block (K is a multiple of 256).
-// Unit bytes: Q5_0 704, Q5_1 768, Q4_K 608, Q5_K 736, Q6_K 848; bits per weight 5.5, 6.0
-// (ggml's), 4.75, 5.75, 6.625 (ggml: 4.5, 5.5, 6.5625: +5.6%, +4.5%, +1.0%, the row
-// factors repeated per unit and the 6-bit scales in bytes).
+//   row factors (K)     per row r of the tile at super_offset(): Q4_K / Q5_K / Q2_K u32 d |
+//                       dmin << 16, Q6_K / Q3_K u16 d (f16 bits); repeated in both units of
+//                       a 256-k super-block (K is a multiple of 256).
+// Unit bytes: Q5_0 704, Q5_1 768, Q4_K 608, Q5_K 736, Q6_K 848, Q3_K 464, Q2_K 352; bits
+// per weight 5.5, 6.0 (ggml's), 4.75, 5.75, 6.625, 3.625, 2.75 (ggml: 4.5, 5.5, 6.5625,
+// 3.4375, 2.625: +5.6%, +4.5%, +1.0%, +5.5%, +4.8%, the row factors repeated per unit
+// and Q3_K's 6-bit scales in bytes).
 // Padding: every byte of a padded row or group is 0: zero scales (and d, dmin), so the
 // padded weights are exactly 0.
 #pragma once
@@ -76,18 +83,34 @@ constexpr int kPackLanes = 32;
 constexpr int kPackLaneBytes4 = 16;  // INT4: one 16-byte load per lane per unit
 
 // GGML block forms; the values equal lowbit::WeightBlocks' (core/layout.cpp checks).
-enum class WeightBlocks : int { none = 0, q5_0 = 1, q5_1 = 2, q4_k = 3, q5_k = 4, q6_k = 5 };
+enum class WeightBlocks : int { none = 0, q5_0 = 1, q5_1 = 2, q4_k = 3, q5_k = 4, q6_k = 5, q3_k = 6, q2_k = 7 };
 
+// The bits of the low code plane (4: nibbles; 2: 2-bit fields) and its bytes a unit.
+LOWBIT_HD constexpr int block_low_bits(WeightBlocks b) {
+  return b == WeightBlocks::q3_k || b == WeightBlocks::q2_k ? 2 : 4;
+}
+LOWBIT_HD constexpr int block_low_bytes(WeightBlocks b) { return 128 * block_low_bits(b); }
 // High-bit planes, and whether a form has lane mins / row factors (d, dmin).
 LOWBIT_HD constexpr int block_high_planes(WeightBlocks b) {
-  return b == WeightBlocks::q6_k ? 2 : (b == WeightBlocks::q4_k || b == WeightBlocks::none) ? 0 : 1;
+  return b == WeightBlocks::q6_k                                                         ? 2
+         : (b == WeightBlocks::q4_k || b == WeightBlocks::q2_k || b == WeightBlocks::none) ? 0
+                                                                                           : 1;
 }
 LOWBIT_HD constexpr bool block_is_k(WeightBlocks b) {
-  return b == WeightBlocks::q4_k || b == WeightBlocks::q5_k || b == WeightBlocks::q6_k;
+  return b == WeightBlocks::q4_k || b == WeightBlocks::q5_k || b == WeightBlocks::q6_k || b == WeightBlocks::q3_k ||
+         b == WeightBlocks::q2_k;
 }
-LOWBIT_HD constexpr int block_scale_offset(WeightBlocks b) { return 512 + 128 * block_high_planes(b); }
+// Sub-blocks of 16: a lane's k 0..15 and 16..31 have a scale (and min) each.
+LOWBIT_HD constexpr bool block_halves(WeightBlocks b) {
+  return b == WeightBlocks::q6_k || b == WeightBlocks::q3_k || b == WeightBlocks::q2_k;
+}
+LOWBIT_HD constexpr int block_scale_offset(WeightBlocks b) {
+  return block_low_bytes(b) + 128 * block_high_planes(b);
+}
 LOWBIT_HD constexpr int block_super_offset(WeightBlocks b) { return block_scale_offset(b) + 64; }
-LOWBIT_HD constexpr int block_super_bytes(WeightBlocks b) { return b == WeightBlocks::q6_k ? 2 : 4; }
+LOWBIT_HD constexpr int block_super_bytes(WeightBlocks b) {
+  return b == WeightBlocks::q6_k || b == WeightBlocks::q3_k ? 2 : 4;
+}
 LOWBIT_HD constexpr int block_unit_bytes(WeightBlocks b) {
   return b == WeightBlocks::q5_1   ? block_scale_offset(b) + 128
          : block_is_k(b)           ? block_super_offset(b) + 8 * block_super_bytes(b)
@@ -95,10 +118,26 @@ LOWBIT_HD constexpr int block_unit_bytes(WeightBlocks b) {
 }
 // The ggml block (Q5_0 / Q5_1: 32) or super-block (K: 256) a row of K is cut into.
 LOWBIT_HD constexpr int block_k(WeightBlocks b) { return block_is_k(b) ? 256 : 32; }
+// The kernels' view of a lane's low plane (block_lane_low_bytes(b) bytes at that many
+// times the lane, read as u32 words): the pair (k 8w + 2i, + 1) is
+// (word[block_pair_word(b, w)] >> block_pair_shift(b, w, i)) & block_pair_mask(b), the
+// two codes' low bits at bits 0 and 16.
+LOWBIT_HD constexpr int block_lane_low_bytes(WeightBlocks b) { return 4 * block_low_bits(b); }
+LOWBIT_HD constexpr int block_pair_word(WeightBlocks b, int w) { return block_low_bits(b) == 2 ? w / 2 : w; }
+LOWBIT_HD constexpr int block_pair_shift(WeightBlocks b, int w, int i) {
+  return block_low_bits(b) == 2 ? 8 * (w % 2) + 2 * i : 4 * i;
+}
+LOWBIT_HD constexpr std::uint32_t block_pair_mask(WeightBlocks b) {
+  return block_low_bits(b) == 2 ? 0x00030003u : 0x000f000fu;
+}
+// Units are copied in 16-byte vectors, and every lane's fields are aligned to their size.
+static_assert(block_unit_bytes(WeightBlocks::q3_k) == 464 && block_unit_bytes(WeightBlocks::q2_k) == 352 &&
+                  block_unit_bytes(WeightBlocks::q3_k) % 16 == 0 && block_unit_bytes(WeightBlocks::q2_k) % 16 == 0,
+              "the 2-bit block forms' units");
 
 struct WeightPackLayout {
-  WeightBlocks blocks = WeightBlocks::none;  // a ggml block form (then bits 4: the nibble plane)
-  int bits = 4;               // 4 or 8
+  WeightBlocks blocks = WeightBlocks::none;  // a ggml block form (then bits: its low plane's, 4 or 2)
+  int bits = 4;               // 4 or 8 (block forms: 4 or 2)
   bool zero_point = true;     // bits 4 only: w = q * s + m; else (q - 8) * s
   std::int64_t n = 0, k = 0;  // logical shape
   std::int64_t n_tiles = 0;   // ceil(N / 8)
@@ -127,9 +166,10 @@ struct WeightPackLayout {
   }
 
   // Where the code of (n, k) lives: its byte, and the shift of its nibble in it (INT4:
-  // 0 or 4; INT8: 0). A value, not an out-parameter: `codes[place(&s)] >> s` would
-  // depend on the shift's operands being evaluated left first, which C++17 requires
-  // but GCC's -fsanitize=shift does not do (see docs/DESIGN.md, Sanitizers).
+  // 0 or 4; INT8: 0; a block form's 2-bit plane: 0, 2, 4, 6). A value, not an
+  // out-parameter: `codes[place(&s)] >> s` would depend on the shift's operands being
+  // evaluated left first, which C++17 requires but GCC's -fsanitize=shift does not do
+  // (see docs/DESIGN.md, Sanitizers).
   struct CodePlace {
     std::int64_t byte;
     int shift;
@@ -143,6 +183,11 @@ struct WeightPackLayout {
       const int nibble = e / 2 + 4 * (e % 2);
       return {unit * unit_bytes() + lane * 16 + word * 4 + nibble / 2, 4 * (nibble % 2)};
     }
+    if (bits == 2) {  // bit of the lane's 64: word w / 2, field 4 (w % 2) + i, half h
+      const int w = j / 8, e = j % 8;
+      const int bit = 32 * (w / 2) + 2 * (4 * (w % 2) + e / 2) + 16 * (e % 2);
+      return {unit * unit_bytes() + lane * 8 + bit / 8, bit % 8};
+    }
     const int h = j / 16, b = j % 16;
     return {unit * 1024 + (h * kPackLanes + lane) * 16 + b, 0};
   }
@@ -154,11 +199,12 @@ struct WeightPackLayout {
   LOWBIT_HD static int lane_of(std::int64_t nn, std::int64_t kk) {
     return static_cast<int>(nn % kPackTileN) * 4 + static_cast<int>((kk % kPackStepK) / 32);
   }
-  // Bit 4 + plane of the code of (n, k): its byte and the bit's shift in it.
+  // Bit bits + plane of the code of (n, k): its byte and the bit's shift in it.
   LOWBIT_HD CodePlace high_place(std::int64_t nn, std::int64_t kk, int plane) const {
     const int j = static_cast<int>(kk % 32), w = j / 8, e = j % 8;
     const int bit = 4 * w + e / 2 + 16 * (e % 2);
-    return {unit_base(nn, kk) + 512 + (plane * kPackLanes + lane_of(nn, kk)) * 4 + bit / 8, bit % 8};
+    return {unit_base(nn, kk) + block_low_bytes(blocks) + (plane * kPackLanes + lane_of(nn, kk)) * 4 + bit / 8,
+            bit % 8};
   }
   LOWBIT_HD std::int64_t lane_scale_byte(std::int64_t nn, std::int64_t kk) const {
     return unit_base(nn, kk) + block_scale_offset(blocks) + 2 * lane_of(nn, kk);
@@ -172,11 +218,11 @@ struct WeightPackLayout {
 };
 
 // The layout of a block form (K a multiple of block_k(b), checked by the caller): the
-// nibble plane and lane map of INT4 at group 32.
+// lane map of INT4 at group 32, its low plane nibbles or 2-bit fields.
 LOWBIT_HD WeightPackLayout make_block_pack_layout(WeightBlocks b, std::int64_t n, std::int64_t k) {
   WeightPackLayout l;
   l.blocks = b;
-  l.bits = 4;
+  l.bits = block_low_bits(b);
   l.zero_point = false;
   l.n = n;
   l.k = k;
@@ -305,7 +351,9 @@ LOWBIT_HD T dequant_weight(int q, T scale) {
 //                                      exact in f32, so is their product with q; one f32
 //                                      rounding of the difference), then rounded to f16
 //   Q6_K  (d * sc) * (q - 32)          ggml's f32 value (one f32 rounding), then to f16
-// with q the stored code (5 or 6 bits), sc / mn the sub-block's integer scale / min, d
+//   Q3_K  (d * sc) * (q - 4)           as Q6_K (sc = the 6-bit scale - 32)
+//   Q2_K  (d * sc) * q - dmin * mn     as Q4_K (4-bit sc and mn, a pair a sub-block of 16)
+// with q the stored code (2 to 6 bits), sc / mn the sub-block's integer scale / min, d
 // and dmin f16. The sub-block factors d * sc, dmin * mn are computed in f32 once per
 // lane and unit by the kernels (exact, so the same as ggml's).
 //
@@ -317,30 +365,45 @@ LOWBIT_HD Half block_weight_value(WeightBlocks b, int q, int j, std::uint16_t sc
     case WeightBlocks::q5_0: return dequant_weight<Half>(q - 16, Half{scale});
     case WeightBlocks::q5_1: return dequant_weight<Half>(q, Half{scale}, Half{min});
     case WeightBlocks::q4_k:
-    case WeightBlocks::q5_k: {
-      const float s = to_float(Half{static_cast<std::uint16_t>(factor & 0xffffu)}) * static_cast<float>(scale & 0xffu);
-      const float m = to_float(Half{static_cast<std::uint16_t>(factor >> 16)}) * static_cast<float>(scale >> 8);
+    case WeightBlocks::q5_k:
+    case WeightBlocks::q2_k: {
+      // The sub-block's scale and min: Q4_K / Q5_K the u16's bytes, Q2_K the nibbles of
+      // the half's byte.
+      const unsigned half = j < 16 ? scale & 0xffu : scale >> 8u;
+      const unsigned sc = b == WeightBlocks::q2_k ? half & 15u : scale & 0xffu;
+      const unsigned mn = b == WeightBlocks::q2_k ? half >> 4u : scale >> 8u;
+      const float s = to_float(Half{static_cast<std::uint16_t>(factor & 0xffffu)}) * static_cast<float>(sc);
+      const float m = to_float(Half{static_cast<std::uint16_t>(factor >> 16)}) * static_cast<float>(mn);
       return from_float<Half>(s * static_cast<float>(q) - m);  // s * q exact: no contraction question
     }
-    case WeightBlocks::q6_k: {
+    case WeightBlocks::q6_k:
+    case WeightBlocks::q3_k: {
       const auto sc = static_cast<std::int8_t>(j < 16 ? scale & 0xffu : scale >> 8);
       const float s = to_float(Half{static_cast<std::uint16_t>(factor & 0xffffu)}) * static_cast<float>(sc);
-      return from_float<Half>(s * static_cast<float>(q - 32));
+      return from_float<Half>(s * static_cast<float>(q - (b == WeightBlocks::q6_k ? 32 : 4)));
     }
     case WeightBlocks::none: break;
   }
   return Half{0};
 }
 
+// The stored code (before any offset) of (n, k) of a packed block form: its low plane's
+// bits and its high-plane bits above them.
+LOWBIT_HD int block_code_at(const WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn, std::int64_t kk) {
+  const int low_bits = block_low_bits(l.blocks);
+  const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
+  int q = (codes[low.byte] >> low.shift) & ((1 << low_bits) - 1);
+  for (int plane = 0; plane < block_high_planes(l.blocks); ++plane) {
+    const WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
+    q |= ((codes[high.byte] >> high.shift) & 1) << (low_bits + plane);
+  }
+  return q;
+}
+
 // The weight (n, k) of a packed block form, read from its units (host or device bytes).
 LOWBIT_HD Half block_weight_at(const WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn,
                                std::int64_t kk) {
-  const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
-  int q = (codes[low.byte] >> low.shift) & 0xf;
-  for (int plane = 0; plane < block_high_planes(l.blocks); ++plane) {
-    const WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
-    q |= ((codes[high.byte] >> high.shift) & 1) << (4 + plane);
-  }
+  const int q = block_code_at(l, codes, nn, kk);
   auto u16_at = [&](std::int64_t byte) {
     return static_cast<std::uint16_t>(codes[byte] | (codes[byte + 1] << 8));
   };

@@ -28,7 +28,7 @@ bool f32_params(WeightBlockType type) {
   return type == WeightBlockType::q4_f32 || type == WeightBlockType::q5_f32 || type == WeightBlockType::q6_f32x2;
 }
 int codes_at(WeightBlockType type) {
-  return f32_params(type) ? 8 : type == WeightBlockType::q4_1 ? 4 : 2;
+  return f32_params(type) ? 8 : type == WeightBlockType::q2_f16x2 ? 6 : type == WeightBlockType::q4_1 ? 4 : 2;
 }
 float f32_at(const std::uint8_t* p) {
   float v;
@@ -37,7 +37,8 @@ float f32_at(const std::uint8_t* p) {
 }
 
 // Random rows of blocks; each block's scale(s) and offset of a few magnitudes, codes
-// over their type's whole range (q5_f32: 0..31, q6_f32x2: -32..31).
+// over their type's whole range (q5_f32: 0..31, q6_f32x2: -32..31; q2_f16x2: any scale
+// and min nibbles, any 2-bit codes).
 std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows, std::int64_t k, Rng& rng) {
   const std::int64_t bytes = cpu::weight_block_bytes(type), blocks = rows * (k / 32);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(blocks * bytes));
@@ -52,9 +53,9 @@ std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows,
     } else {
       const std::uint16_t d = half_bits(scale(rng)), m = half_bits(scale(rng) * 8);
       std::memcpy(blk, &d, 2);
-      if (type == WeightBlockType::q4_1) std::memcpy(blk + 2, &m, 2);
+      if (type == WeightBlockType::q4_1 || type == WeightBlockType::q2_f16x2) std::memcpy(blk + 2, &m, 2);
     }
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < 32 && f32_params(type); ++j) {
       std::uint8_t& c = blk[8 + j];
       if (type == WeightBlockType::q5_f32) c &= 31;
       if (type == WeightBlockType::q6_f32x2) c = static_cast<std::uint8_t>(static_cast<int>(c % 64) - 32);
@@ -66,9 +67,10 @@ std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows,
 // Weight value j of a block, from the definition of the type, in double (exact).
 double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
   const std::uint8_t* codes = blk + codes_at(type);
-  const int nibble = j < 16 ? (codes[j] & 15) : (codes[j - 16] >> 4);
+  // (q2_f16x2's 8 code bytes hold no nibbles: only the nibble types read them.)
+  const auto nibble = [&] { return j < 16 ? (codes[j] & 15) : (codes[j - 16] >> 4); };
   switch (type) {
-    case WeightBlockType::q4_f32: return static_cast<double>(f32_at(blk)) * nibble + f32_at(blk + 4);
+    case WeightBlockType::q4_f32: return static_cast<double>(f32_at(blk)) * nibble() + f32_at(blk + 4);
     case WeightBlockType::q5_f32: return static_cast<double>(f32_at(blk)) * codes[j] + f32_at(blk + 4);
     case WeightBlockType::q6_f32x2:
       return static_cast<double>(f32_at(blk + 4 * (j / 16))) * static_cast<std::int8_t>(codes[j]);
@@ -77,15 +79,22 @@ double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
   std::uint16_t d_bits;
   std::memcpy(&d_bits, blk, 2);
   const double d = half_value(d_bits);
+  if (type == WeightBlockType::q2_f16x2) {  // (d * sc) q - dmin * mn of half j / 16
+    std::uint16_t dmin_bits;
+    std::memcpy(&dmin_bits, blk + 2, 2);
+    const int sm = blk[4 + j / 16];
+    return d * (sm & 15) * ((codes[j % 8] >> (2 * (j / 8))) & 3) - half_value(dmin_bits) * (sm >> 4);
+  }
   if (type == WeightBlockType::q8_0) return d * static_cast<std::int8_t>(codes[j]);
-  if (type == WeightBlockType::q4_0) return d * (nibble - 8);
+  if (type == WeightBlockType::q4_0) return d * (nibble() - 8);
   std::uint16_t m_bits;
   std::memcpy(&m_bits, blk + 2, 2);
-  return d * nibble + half_value(m_bits);
+  return d * nibble() + half_value(m_bits);
 }
 
-constexpr WeightBlockType k_types[] = {WeightBlockType::q4_0,   WeightBlockType::q4_1,   WeightBlockType::q8_0,
-                                       WeightBlockType::q4_f32, WeightBlockType::q5_f32, WeightBlockType::q6_f32x2};
+constexpr WeightBlockType k_types[] = {WeightBlockType::q4_0,     WeightBlockType::q4_1,   WeightBlockType::q8_0,
+                                       WeightBlockType::q4_f32,   WeightBlockType::q5_f32, WeightBlockType::q6_f32x2,
+                                       WeightBlockType::q2_f16x2};
 
 // Decoding gives the definition's values, each one f32 rounding (two for the f32
 // types' d * q + m, as ggml's K-quant decoders: checked bit for bit against them in

@@ -3,7 +3,8 @@
 // sub-block scale bytes), the repacked blocks decode (cpu/weight_blocks.h) to the
 // values ggml's reference decoder (gguf/dequant.h) gives, bit for bit; a weight matrix
 // loaded in blocks decodes as the f32 form; non-finite scales and types without a
-// block form are refused by name.
+// block form are refused by name. (Against gguf's NumPy decoder:
+// python/tests/test_gguf_dequant.py, through `lowbit model dequant --form blocks`.)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -31,6 +32,7 @@ std::vector<int> f16_params_at(GgmlType type) {
     case GgmlType::q5_1:
     case GgmlType::q4_k:
     case GgmlType::q5_k: return {0, 2};
+    case GgmlType::q2_k: return {80, 82};
     case GgmlType::q3_k: return {108};
     case GgmlType::q6_k: return {208};
     default: return {0};
@@ -60,8 +62,9 @@ std::vector<std::uint8_t> random_ggml_blocks(GgmlType type, std::int64_t blocks,
   return out;
 }
 
-const GgmlType k_block_types[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q5_1,
-                                  GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+const GgmlType k_block_types[] = {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q8_0, GgmlType::q5_0,
+                                  GgmlType::q5_1, GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k,
+                                  GgmlType::q5_k, GgmlType::q6_k};
 
 TEST(CpuBlockRepack, DecodesToTheReferenceDecodersValuesBitForBit) {
   LOWBIT_TEST_RNG(rng);
@@ -165,21 +168,29 @@ TEST(CpuBlockRepack, WeightMatrixInBlocksDecodesAsTheF32Form) {
 TEST(CpuBlockRepack, RefusesNonFiniteScalesAndTypesWithoutABlockForm) {
   LOWBIT_TEST_RNG(rng);
   std::vector<std::uint8_t> bytes = random_ggml_blocks(GgmlType::q4_k, 6, rng);
-  const std::uint16_t inf = 0x7C00;
+  const std::uint16_t inf = 0x7C00, nan = 0x7E00;
   std::memcpy(bytes.data() + 4 * 144 + 2, &inf, 2);  // dmin of row 2's first super-block
   EXPECT_LOWBIT_ERROR(engine::WeightMatrix::load(tensor_of("blk.3.attn_q.weight", GgmlType::q4_k, 512, 3, bytes),
                                                  engine::WeightForm::blocks),
                       "tensor 'blk.3.attn_q.weight': row 2, columns 0..31: a scale or offset is NaN or Inf");
-  const std::vector<std::uint8_t> q2(84, 0);
-  EXPECT_FALSE(engine::cpu_block_type(GgmlType::q2_k).has_value());
+  // Q2_K: a NaN d, a NaN dmin, each named by its row and the columns of its block of 32.
+  for (const int at : {80, 82}) {
+    std::vector<std::uint8_t> q2 = random_ggml_blocks(GgmlType::q2_k, 4, rng);
+    std::memcpy(q2.data() + 3 * 84 + at, &nan, 2);  // row 1's second super-block
+    EXPECT_LOWBIT_ERROR(engine::WeightMatrix::load(tensor_of("blk.0.ffn_down.weight", GgmlType::q2_k, 512, 2, q2),
+                                                   engine::WeightForm::blocks),
+                        "tensor 'blk.0.ffn_down.weight': row 1, columns 256..287: a scale or offset is NaN or Inf");
+  }
   EXPECT_FALSE(engine::cpu_block_type(GgmlType::f16).has_value());
+  EXPECT_FALSE(engine::cpu_block_type(GgmlType::bf16).has_value());
+  const std::vector<std::uint8_t> halves(512, 0);
   std::vector<std::uint8_t> out(1024);
-  EXPECT_LOWBIT_ERROR(engine::repack_cpu_blocks(GgmlType::q2_k, q2.data(), 256, out.data()),
-                      "type Q2_K has no CPU block form");
+  EXPECT_LOWBIT_ERROR(engine::repack_cpu_blocks(GgmlType::f16, halves.data(), 256, out.data()),
+                      "type F16 has no CPU block form");
   EXPECT_LOWBIT_ERROR(engine::repack_cpu_blocks(GgmlType::q4_k, bytes.data(), 300, out.data()),
                       "300 values is not a whole number of Q4_K blocks of 256");
-  // Q2_K in the blocks form: decoded to f32, as before.
-  const auto m = engine::WeightMatrix::load(tensor_of("q2", GgmlType::q2_k, 256, 1, q2), engine::WeightForm::blocks);
+  // F16 in the blocks form: decoded to f32.
+  const auto m = engine::WeightMatrix::load(tensor_of("h", GgmlType::f16, 256, 1, halves), engine::WeightForm::blocks);
   EXPECT_FALSE(m.holds_blocks());
   std::vector<float> v(40);
   EXPECT_LOWBIT_ERROR(cpu::decode_weight_blocks(cpu::WeightBlockType::q4_f32, out.data(), 40, v.data()),

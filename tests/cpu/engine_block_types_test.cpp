@@ -1,8 +1,8 @@
 // The CPU engine's blocks form on models of every synthetic matrix type (engine/synth):
-// K-quant matrices (Q4_K, Q5_K, Q6_K) and, where rows are not whole super-blocks, their
-// fallback types (Q5_0, Q5_1, Q8_0) are held as blocks, never as f32; a short batch
-// (8-bit activations) stays close to the f32 form's logits, and a long one (rows
-// decoded to f32) equals them exactly.
+// K-quant matrices (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and, where rows are not whole
+// super-blocks, their fallback types (Q4_0, Q5_0, Q5_1, Q8_0) are held as blocks, never
+// as f32; a short batch (8-bit activations) stays close to the f32 form's logits, and a
+// long one (rows decoded to f32) equals them exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,7 +51,7 @@ double relative_error(std::span<const float> a, std::span<const float> b) {
   return err / scale;
 }
 
-const GgmlType k_types[] = {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+const GgmlType k_types[] = {GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
 TEST(EngineBlockTypes, EveryMatrixIsHeldAsBlocks) {
   for (const char* preset : {"tiny", "tiny-qwen2"}) {
@@ -72,9 +72,9 @@ TEST(EngineBlockTypes, EveryMatrixIsHeldAsBlocks) {
 
 // 1, 3, 5 and 7 tokens at a time: the 8-bit route (fewer than kBatchTokens). Max
 // |difference| over max |logit| of the f32 form, a position: measured 1.1-2.7% (median
-// 1.6%) on these random weights, bound 5% (a wrong scale or code is tens of %; the
-// kernels' exactness is block_dot_test's). A batch of kBatchTokens + 3 tokens decodes
-// the rows to f32 and gives the f32 form's logits exactly.
+// 1.6%; Q2_K at most 2.3%, mean 1.7%) on these random weights, bound 5% (a wrong scale
+// or code is tens of %; the kernels' exactness is block_dot_test's). A batch of
+// kBatchTokens + 3 tokens decodes the rows to f32 and gives the f32 form's logits exactly.
 TEST(EngineBlockTypes, LogitsStayCloseToTheF32Form) {
   for (const char* preset : {"tiny", "tiny-qwen2"}) {
     for (GgmlType type : k_types) {

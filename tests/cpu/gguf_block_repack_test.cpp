@@ -1,12 +1,14 @@
-// GGUF Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights repacked into the weight-only block forms
-// (formats/weight_pack.h): every weight read back through the packed layout equals ggml's
-// value (engine/gguf/dequant, checked against gguf's NumPy decoder elsewhere) rounded to
-// f16, the padding is exactly 0, the CPU reference on the repacked weights equals an FP64
-// product with those weights, and a bad block-form spec gets an error naming the field.
+// GGUF Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K and Q2_K weights repacked into the weight-only
+// block forms (formats/weight_pack.h): every weight read back through the packed layout
+// equals ggml's value (engine/gguf/dequant, checked against gguf's NumPy decoder
+// elsewhere) rounded to f16, the padding is exactly 0, the CPU reference on the repacked
+// weights equals an FP64 product with those weights, and a bad block-form spec gets an
+// error naming the field.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/expect_error.h"
@@ -33,7 +35,9 @@ const Case kCases[] = {{gt::q5_0, WeightBlocks::q5_0, 32},
                        {gt::q5_1, WeightBlocks::q5_1, 32},
                        {gt::q4_k, WeightBlocks::q4_k, 256},
                        {gt::q5_k, WeightBlocks::q5_k, 256},
-                       {gt::q6_k, WeightBlocks::q6_k, 256}};
+                       {gt::q6_k, WeightBlocks::q6_k, 256},
+                       {gt::q3_k, WeightBlocks::q3_k, 256},
+                       {gt::q2_k, WeightBlocks::q2_k, 256}};
 
 double f16_ulp(double v) {
   const int e = std::max(std::ilogb(std::max(std::fabs(v), 1e-30)), -14);
@@ -81,6 +85,41 @@ TEST(GgmlBlockRepack, EveryWeightIsGgmlsValueRoundedToF16) {
   }
 }
 
+// The kernels' reading of a lane's low plane (formats::block_pair_*: the words and shifts
+// common.cuh's low_pair_1024 takes) gives the low bits of the codes block_code_at reads,
+// for every k pair of every lane: the 2-bit fields as much as the nibbles.
+TEST(GgmlBlockRepack, KernelsPairViewReadsTheLowPlane) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(weight_blocks_name(c.blocks));
+    const auto form = static_cast<formats::WeightBlocks>(c.blocks);
+    const std::int64_t n = 16, k = 2 * 256;
+    const test::GgmlMatrix m = test::random_ggml_matrix(c.type, n, k, rng());
+    const HostPackedWeights packed = repack_ggml_weight(m.tensor());
+    const formats::WeightPackLayout layout = formats::make_block_pack_layout(form, n, k);
+    const int lane_bytes = formats::block_lane_low_bytes(form);
+    const unsigned low_mask = (1u << formats::block_low_bits(form)) - 1;
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t j = 0; j < k; j += 32) {  // one lane (row r, lane column (j % 128) / 32) of a unit
+        std::uint32_t words[4] = {0, 0, 0, 0};
+        std::memcpy(words, packed.codes.data() + layout.unit_base(r, j) + layout.lane_of(r, j) * lane_bytes,
+                    static_cast<std::size_t>(lane_bytes));
+        for (int w = 0; w < 4; ++w) {
+          for (int i = 0; i < 4; ++i) {
+            const std::uint32_t pair = (words[formats::block_pair_word(form, w)] >>
+                                        formats::block_pair_shift(form, w, i)) & formats::block_pair_mask(form);
+            const std::int64_t kk = j + 8 * w + 2 * i;
+            ASSERT_EQ(pair & 0xffffu, formats::block_code_at(layout, packed.codes.data(), r, kk) & low_mask)
+                << "row " << r << " k " << kk;
+            ASSERT_EQ(pair >> 16, formats::block_code_at(layout, packed.codes.data(), r, kk + 1) & low_mask)
+                << "row " << r << " k " << kk + 1;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(GgmlBlockRepack, CpuReferenceOnRepackedBlocksMatchesFp64) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : kCases) {
@@ -111,10 +150,41 @@ TEST(GgmlBlockRepack, CpuReferenceOnRepackedBlocksMatchesFp64) {
   }
 }
 
+// A NaN or Inf d / dmin is refused naming the tensor, the block and the row (the CPU's
+// blocks form checks the same: cpu_block_repack_test).
+TEST(GgmlBlockRepack, NonFiniteScalesAreRefusedByBlockAndRow) {
+  LOWBIT_TEST_RNG(rng);
+  struct Bad {
+    std::uint32_t type;
+    std::size_t block_bytes, at;  // the f16 field's offset in its block
+    std::uint16_t bits;
+    const char* want;
+  };
+  for (const Bad& bad : {Bad{gt::q2_k, 84, 82, 0x7E00, "tensor 'w': a scale of block 1 of row 2 is nan"},
+                         Bad{gt::q2_k, 84, 80, 0x7C00, "tensor 'w': a scale of block 1 of row 2 is inf"},
+                         Bad{gt::q3_k, 110, 108, 0xFC00, "tensor 'w': a scale of block 1 of row 2 is -inf"}}) {
+    const test::GgmlMatrix m = test::random_ggml_matrix(bad.type, 3, 512, rng());
+    std::vector<std::uint8_t> bytes(m.tensor().data, m.tensor().data + m.tensor().byte_size);
+    std::memcpy(bytes.data() + (2 * 2 + 1) * bad.block_bytes + bad.at, &bad.bits, 2);  // row 2, block 1
+    GgufTensor t = m.tensor();
+    t.data = bytes.data();
+    EXPECT_LOWBIT_ERROR(repack_ggml_weight(t), bad.want);
+  }
+}
+
 TEST(GgmlBlockRepack, BadBlockSpecsNameTheField) {
   WeightOnlySpec spec = weight_blocks_spec(WeightBlocks::q6_k);
   spec.bits = 4;
   EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 256), "spec.bits: Q6_K weights are 6-bit, got 4");
+  spec = weight_blocks_spec(WeightBlocks::q2_k);
+  spec.zero_point = false;
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 256), "spec.zero_point: Q2_K has min, got false");
+  spec = weight_blocks_spec(WeightBlocks::q3_k);
+  spec.bits = 2;
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 512), "spec.bits: Q3_K weights are 3-bit, got 2");
+  spec.blocks = static_cast<WeightBlocks>(8);
+  EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 512), "spec.blocks: expected a GGML block form (Q5_0, Q5_1, Q4_K, "
+                                                        "Q5_K, Q6_K, Q3_K, Q2_K), got 8");
   spec = weight_blocks_spec(WeightBlocks::q4_k);
   spec.act_dtype = DType::bf16;
   EXPECT_LOWBIT_ERROR(packed_weight_sizes(spec, 8, 256), "spec.act_dtype: Q4_K weights take f16 activations");
@@ -142,8 +212,8 @@ TEST(GgmlBlockRepack, BadBlockSpecsNameTheField) {
 }
 
 // A NaN or Inf scale is an error naming the tensor, the first bad row and its block, also
-// when the rows are packed by several threads (found by the GGUF fuzzer: the check threw
-// inside the OpenMP region, which ended the process).
+// when the rows are packed by several threads and a later row's is found first (found by
+// the GGUF fuzzer: the check threw inside the OpenMP region, which ended the process).
 TEST(GgmlBlockRepack, NonFiniteScalesAreNamedErrors) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : kCases) {
@@ -151,8 +221,10 @@ TEST(GgmlBlockRepack, NonFiniteScalesAreNamedErrors) {
     const std::int64_t n = 64, k = 2 * c.block;
     std::vector<std::uint8_t> bytes = test::random_ggml_blocks(c.type, n, k, rng());
     const std::size_t block_bytes = ggml_type_info(static_cast<GgmlType>(c.type)).block_bytes;
-    // The first f16 of a block is d in every one of these types but Q6_K, which ends in d.
-    const std::size_t d_at = c.type == gt::q6_k ? block_bytes - 2 : 0;
+    // d: a block's first f16, but the last in Q6_K / Q3_K and the one before dmin in Q2_K.
+    const std::size_t d_at = c.type == gt::q6_k || c.type == gt::q3_k ? block_bytes - 2
+                             : c.type == gt::q2_k                     ? block_bytes - 4
+                                                                      : 0;
     auto poison = [&](std::int64_t row, std::int64_t block, std::uint16_t bits) {
       const std::size_t at = static_cast<std::size_t>(row * 2 + block) * block_bytes + d_at;
       bytes[at] = static_cast<std::uint8_t>(bits & 0xff);

@@ -155,11 +155,13 @@ TEST(SynthModel, TheTinyPresetsRunToFiniteLogits) {
 }
 
 // K-quant rows must be whole super-blocks of 256: tiny-qwen2's 384-wide inputs take
-// llama.cpp's fallback types, its 512-wide ffn_down input the K-quant; qwen2 biases in F32.
+// llama.cpp's fallback types (Q2_K / Q3_K: Q4_0 for its IQ4_NL), its 512-wide ffn_down
+// input the K-quant; qwen2 biases in F32.
 TEST(SynthModel, KQuantsFallBackWhereRowsAreNotWholeSuperBlocks) {
   const GgufFile source = tokenizer_source();
   const std::pair<GgmlType, GgmlType> fallbacks[] = {
-      {GgmlType::q4_k, GgmlType::q5_0}, {GgmlType::q5_k, GgmlType::q5_1}, {GgmlType::q6_k, GgmlType::q8_0}};
+      {GgmlType::q4_k, GgmlType::q5_0}, {GgmlType::q5_k, GgmlType::q5_1}, {GgmlType::q6_k, GgmlType::q8_0},
+      {GgmlType::q2_k, GgmlType::q4_0}, {GgmlType::q3_k, GgmlType::q4_0}};
   for (const auto& [type, fallback] : fallbacks) {
     const SynthModel synth(find_synth_preset("tiny-qwen2"), type, 1, source);
     const GgufFile file = GgufFile::from_bytes(synth.to_bytes());
@@ -189,7 +191,7 @@ TEST(SynthModel, KQuantsFallBackWhereRowsAreNotWholeSuperBlocks) {
 TEST(SynthModel, RefusesUnknownPresetsAndTypesByName) {
   EXPECT_LOWBIT_ERROR(find_synth_preset("llama9"),
                       "model preset 'llama9' does not exist (presets: tiny, tiny-qwen2, qwen2.5-0.5b, llama3.2-1b");
-  EXPECT_LOWBIT_ERROR(find_synth_matrix_type("Q3_K"), "model type 'Q3_K' is not one synth writes (types: Q4_1");
+  EXPECT_LOWBIT_ERROR(find_synth_matrix_type("BF16"), "model type 'BF16' is not one synth writes (types: Q4_1");
   const GgufFile source = tokenizer_source();
   EXPECT_LOWBIT_ERROR(SynthModel(tiny(), GgmlType::iq2_xs, 1, source), "'IQ2_XS' is not one synth writes");
   test::GgufWriter w;

@@ -1,7 +1,7 @@
 // The GPU session on K-quant and Q5 models (the weight-only GGML block forms) against the
 // CPU session: a synthesized llama (SynthModel, preset "tiny": d_model 256, ffn 512,
 // every matrix in the chosen type, the tied Q8_0 embedding as head) in Q4_K, Q5_K, Q6_K,
-// Q5_0 and Q5_1. Prefill logits (M = 40: the tiled kernel), decode logits (M = 1: the
+// Q5_0, Q5_1, Q3_K and Q2_K. Prefill logits (M = 40: the tiled kernel), decode logits (M = 1: the
 // streaming GEMV), and greedy tokens, fed the CPU's, must agree: the GPU's weights are
 // ggml's values rounded to f16 in prefill (the tiled kernel), exact at decode (the GEMV's
 // sub-block decode, M <= 2), its activations f16, the CPU's ggml's f32 values, so the
@@ -53,7 +53,8 @@ engine::KvCacheOptions full_cache() {
 class EngineKQuantGpu : public GpuTest {};
 
 TEST_F(EngineKQuantGpu, LogitsAndGreedyTokensMatchTheCpu) {
-  for (const GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q5_0, GgmlType::q5_1}) {
+  for (const GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q5_0, GgmlType::q5_1,
+                              GgmlType::q3_k, GgmlType::q2_k}) {
     SCOPED_TRACE(engine::ggml_type_name(type));
     const SynthPair models(type, 11);
     std::size_t of_type = 0;

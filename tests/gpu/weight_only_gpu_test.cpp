@@ -188,7 +188,7 @@ TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
 }
 
 
-// ---- GGML block forms (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) ---------------------------------
+// ---- GGML block forms (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K) ---------------------
 //
 // Random ggml blocks (random_blocks.h) repacked by the engine (repack.h), on the GPU
 // against the CPU reference on the same packed bytes: the same f16 weights (both read
@@ -204,25 +204,23 @@ const BlockCase kBlockCases[] = {{test::ggml_id::q5_0, WeightBlocks::q5_0, 416},
                                  {test::ggml_id::q5_1, WeightBlocks::q5_1, 288},
                                  {test::ggml_id::q4_k, WeightBlocks::q4_k, 768},
                                  {test::ggml_id::q5_k, WeightBlocks::q5_k, 512},
-                                 {test::ggml_id::q6_k, WeightBlocks::q6_k, 768}};
+                                 {test::ggml_id::q6_k, WeightBlocks::q6_k, 768},
+                                 {test::ggml_id::q3_k, WeightBlocks::q3_k, 768},
+                                 {test::ggml_id::q2_k, WeightBlocks::q2_k, 512}};
 
 // The real value of a block form's weight (formats::block_weight_value before any
 // rounding: s q - m with the exact f32 factors) and |s q| + |m|, from the packed unit.
 void block_weight_exact(const formats::WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn, std::int64_t kk,
                         double& exact, double& spread) {
-  const formats::WeightPackLayout::CodePlace low = l.code_place(nn, kk);
-  int q = (codes[low.byte] >> low.shift) & 0xf;
-  for (int plane = 0; plane < formats::block_high_planes(l.blocks); ++plane) {
-    const formats::WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
-    q |= ((codes[high.byte] >> high.shift) & 1) << (4 + plane);
-  }
+  int q = formats::block_code_at(l, codes, nn, kk);
   auto half_at = [&](std::int64_t byte) {
     return static_cast<double>(
         formats::to_float(formats::Half{static_cast<std::uint16_t>(codes[byte] | (codes[byte + 1] << 8))}));
   };
   auto u16_at = [&](std::int64_t byte) { return static_cast<unsigned>(codes[byte] | (codes[byte + 1] << 8)); };
   const unsigned scale = u16_at(l.lane_scale_byte(nn, kk));
-  double s = 0.0, m = 0.0;  // w = s * q' + m, q' = q (Q5_0: q - 16, Q6_K: q - 32)
+  double s = 0.0, m = 0.0;  // w = s * q' + m, q' = q (Q5_0: q - 16, Q6_K: q - 32, Q3_K: q - 4)
+  const unsigned half = kk % 32 < 16 ? scale & 0xffu : scale >> 8;  // the halves forms' byte
   switch (l.blocks) {
     case formats::WeightBlocks::q5_0: s = half_at(l.lane_scale_byte(nn, kk)), q -= 16; break;
     case formats::WeightBlocks::q5_1: s = half_at(l.lane_scale_byte(nn, kk)), m = half_at(l.lane_min_byte(nn, kk)); break;
@@ -232,8 +230,13 @@ void block_weight_exact(const formats::WeightPackLayout& l, const std::uint8_t* 
       m = -half_at(l.row_factor_byte(nn, kk) + 2) * (scale >> 8);
       break;
     case formats::WeightBlocks::q6_k:
-      s = half_at(l.row_factor_byte(nn, kk)) * static_cast<std::int8_t>(kk % 32 < 16 ? scale & 0xffu : scale >> 8);
-      q -= 32;
+    case formats::WeightBlocks::q3_k:
+      s = half_at(l.row_factor_byte(nn, kk)) * static_cast<std::int8_t>(half);
+      q -= l.blocks == formats::WeightBlocks::q6_k ? 32 : 4;
+      break;
+    case formats::WeightBlocks::q2_k:
+      s = half_at(l.row_factor_byte(nn, kk)) * (half & 15u);
+      m = -half_at(l.row_factor_byte(nn, kk) + 2) * (half >> 4);
       break;
     case formats::WeightBlocks::none: break;
   }

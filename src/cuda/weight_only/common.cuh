@@ -142,16 +142,17 @@ __device__ __forceinline__ void dequant_int8_word<__nv_bfloat16>(std::uint32_t w
 
 // ---- GGML block forms (f16 activations) -------------------------------------------------
 //
-// formats/weight_pack.h has the unit (nibble plane, high-bit planes, lane scales, row
+// formats/weight_pack.h has the unit (low plane, high-bit planes, lane scales, row
 // factors) and the value of each weight. A lane reads its part of a unit once per (tile,
-// step): the 16 nibble bytes, its high-plane words, its scale (and min) and its row's
-// d (and dmin); the sub-block factors are formed there, once, in f32 (K forms: d * sc,
-// dmin * mn, exact) or kept as f16 (Q5_0, Q5_1: d, m). Then each packed word gives 4 B
-// fragment registers as the INT4 word does: (nibbles | high bits | 0x6400) is the f16
-// 1024 + q exactly, one HSUB2 gives q (or q - 16, q - 32) exactly, and
+// step): its low-plane bytes (16 nibble bytes, or 8 bytes of 2-bit fields), its high-plane
+// words, its scale (and min) and its row's d (and dmin); the sub-block factors are formed
+// there, once, in f32 (K forms: d * sc, dmin * mn, exact) or kept as f16 (Q5_0, Q5_1: d,
+// m). Then each packed word gives 4 B fragment registers as the INT4 word does: (low bits |
+// high bits | 0x6400) is the f16 1024 + q exactly, one HSUB2 gives q (or q - 16, q - 32,
+// q - 4) exactly, and
 //   Q5_0: * d (HMUL2), Q5_1: * d + m (HFMA2): one rounding of the exact value;
-//   K forms: widened to f32, s * q - m (Q6_K: s * q) in one f32 rounding (ggml's value),
-//            then rounded to f16 (cvt.rn.f16x2.f32).
+//   K forms: widened to f32, s * q - m (Q6_K, Q3_K: s * q) in one f32 rounding (ggml's
+//            value), then rounded to f16 (cvt.rn.f16x2.f32).
 
 constexpr formats::WeightBlocks blocks_of(Form f) {
   return f == Form::q5_0   ? formats::WeightBlocks::q5_0
@@ -159,6 +160,8 @@ constexpr formats::WeightBlocks blocks_of(Form f) {
          : f == Form::q4_k ? formats::WeightBlocks::q4_k
          : f == Form::q5_k ? formats::WeightBlocks::q5_k
          : f == Form::q6_k ? formats::WeightBlocks::q6_k
+         : f == Form::q3_k ? formats::WeightBlocks::q3_k
+         : f == Form::q2_k ? formats::WeightBlocks::q2_k
                            : formats::WeightBlocks::none;
 }
 
@@ -168,17 +171,50 @@ constexpr int form_unit_bytes() {
   return is_block_form(F) ? formats::block_unit_bytes(blocks_of(F)) : F == Form::int8 ? 1024 : 512;
 }
 
+// What a form's stored code is offset by (the weight takes q - offset): Q5_0 16, Q6_K 32,
+// Q3_K 4, else 0; the f16 1024 + offset is subtracted from (code | 0x6400).
+constexpr float block_code_base(formats::WeightBlocks b) {
+  return b == formats::WeightBlocks::q5_0   ? 1040.0f
+         : b == formats::WeightBlocks::q6_k ? 1056.0f
+         : b == formats::WeightBlocks::q3_k ? 1028.0f
+                                            : 1024.0f;
+}
+
 // Word w (0..3) of a lane's 16 nibble bytes.
 __device__ __forceinline__ std::uint32_t word_of(const uint4& q, int w) {
   return w == 0 ? q.x : w == 1 ? q.y : w == 2 ? q.z : q.w;
 }
 
+// A lane's low-plane bytes of the unit at `unit` (formats::block_lane_low_bytes): 16
+// nibble bytes, or (2-bit forms) 8 bytes in x and y.
+template <formats::WeightBlocks kB>
+__device__ __forceinline__ uint4 load_low_plane(const std::uint8_t* unit, int lane) {
+  constexpr int kBytes = formats::block_lane_low_bytes(kB);
+  if constexpr (kBytes == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(unit + lane * kBytes);
+    return make_uint4(v.x, v.y, 0u, 0u);
+  } else {
+    return *reinterpret_cast<const uint4*>(unit + lane * kBytes);
+  }
+}
+
+// The pair (w, i) of a lane's low plane (k 8w + 2i, + 1) in the two 16-bit halves, each
+// 0x6400 | its low bits (the f16 1024 + low bits), where formats::block_pair_* put it:
+// nibbles at shift 4i of word w, or 2-bit fields at shift 8 (w % 2) + 2i of word w / 2.
+template <formats::WeightBlocks kB>
+__device__ __forceinline__ std::uint32_t low_pair_1024(const uint4& q, int w, int i) {
+  return and_or<formats::block_pair_mask(kB), 0x64006400u>(word_of(q, formats::block_pair_word(kB, w)) >>
+                                                           formats::block_pair_shift(kB, w, i));
+}
+
 template <Form F>
 struct BlockLane {
-  uint4 q;                        // the lane's nibble bytes
-  std::uint32_t h0 = 0, h1 = 0;   // its high-plane words (bits 4 and 5 of the codes)
+  uint4 q;                        // the lane's low plane (load_low_plane)
+  std::uint32_t h0 = 0, h1 = 0;   // its high-plane words (code bits low_bits and low_bits + 1)
   __half2 s2, m2;                 // Q5_0 / Q5_1: d (and m), splat
-  float s0 = 0.0f, s1 = 0.0f, m = 0.0f;  // K forms: d * sc (Q6_K: of k 0..15, then 16..31), dmin * mn
+  // K forms: d * sc and dmin * mn; the halves forms (Q6_K, Q3_K, Q2_K) of k 0..15 in s0 /
+  // m0, of k 16..31 in s1 / m1.
+  float s0 = 0.0f, s1 = 0.0f, m0 = 0.0f, m1 = 0.0f;
 };
 
 // A lane's part of the unit at `unit` (shared or global memory, 16-byte aligned).
@@ -186,10 +222,13 @@ template <Form F>
 __device__ __forceinline__ BlockLane<F> load_block_lane(const std::uint8_t* unit, int lane) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
   static_assert(kB != formats::WeightBlocks::none, "a GGML block form");
+  constexpr int kLow = formats::block_low_bytes(kB);
   BlockLane<F> l;
-  l.q = *reinterpret_cast<const uint4*>(unit + lane * 16);
-  if constexpr (formats::block_high_planes(kB) >= 1) l.h0 = *reinterpret_cast<const std::uint32_t*>(unit + 512 + 4 * lane);
-  if constexpr (formats::block_high_planes(kB) >= 2) l.h1 = *reinterpret_cast<const std::uint32_t*>(unit + 640 + 4 * lane);
+  l.q = load_low_plane<kB>(unit, lane);
+  if constexpr (formats::block_high_planes(kB) >= 1) l.h0 = *reinterpret_cast<const std::uint32_t*>(unit + kLow + 4 * lane);
+  if constexpr (formats::block_high_planes(kB) >= 2) {
+    l.h1 = *reinterpret_cast<const std::uint32_t*>(unit + kLow + 128 + 4 * lane);
+  }
   const std::uint16_t scale =
       *reinterpret_cast<const std::uint16_t*>(unit + formats::block_scale_offset(kB) + 2 * lane);
   const std::uint8_t* factor = unit + formats::block_super_offset(kB) + (lane / 4) * formats::block_super_bytes(kB);
@@ -199,14 +238,20 @@ __device__ __forceinline__ BlockLane<F> load_block_lane(const std::uint8_t* unit
                ? __half2half2(__ushort_as_half(
                      *reinterpret_cast<const std::uint16_t*>(unit + formats::block_scale_offset(kB) + 64 + 2 * lane)))
                : __float2half2_rn(0.0f);
-  } else if constexpr (kB == formats::WeightBlocks::q6_k) {
+  } else if constexpr (kB == formats::WeightBlocks::q6_k || kB == formats::WeightBlocks::q3_k) {
     const float d = __half2float(__ushort_as_half(*reinterpret_cast<const std::uint16_t*>(factor)));
     l.s0 = d * static_cast<float>(static_cast<std::int8_t>(scale & 0xffu));  // exact
     l.s1 = d * static_cast<float>(static_cast<std::int8_t>(scale >> 8));
   } else {
     const std::uint32_t dm = *reinterpret_cast<const std::uint32_t*>(factor);
-    l.s0 = __half2float(__ushort_as_half(static_cast<std::uint16_t>(dm & 0xffffu))) * static_cast<float>(scale & 0xffu);
-    l.m = __half2float(__ushort_as_half(static_cast<std::uint16_t>(dm >> 16))) * static_cast<float>(scale >> 8);
+    const float d = __half2float(__ushort_as_half(static_cast<std::uint16_t>(dm & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<std::uint16_t>(dm >> 16)));
+    if constexpr (kB == formats::WeightBlocks::q2_k) {  // a byte a half: scale | min << 4
+      l.s0 = d * static_cast<float>(scale & 15u), l.m0 = dmin * static_cast<float>((scale >> 4) & 15u);  // exact
+      l.s1 = d * static_cast<float>((scale >> 8) & 15u), l.m1 = dmin * static_cast<float>(scale >> 12);
+    } else {
+      l.s0 = d * static_cast<float>(scale & 0xffu), l.m0 = dmin * static_cast<float>(scale >> 8);
+    }
   }
   return l;
 }
@@ -216,25 +261,27 @@ __device__ __forceinline__ BlockLane<F> load_block_lane(const std::uint8_t* unit
 template <Form F>
 __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w, std::uint32_t (&b)[4]) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
-  const std::uint32_t word = word_of(l.q, w);
+  constexpr int kLowBits = formats::block_low_bits(kB);
+  // The halves forms take the factors of k 16..31 from word 2 on.
+  const float s = formats::block_halves(kB) && w >= 2 ? l.s1 : l.s0;
+  const float m = formats::block_halves(kB) && w >= 2 ? l.m1 : l.m0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    std::uint32_t v = and_or<0x000f000fu, 0x64006400u>(word >> (4 * i));  // 1024 + low 4 bits
+    std::uint32_t v = low_pair_1024<kB>(l.q, w, i);  // 1024 + low bits
     const int shift = 4 * w + i;
-    if constexpr (formats::block_high_planes(kB) >= 1) v |= ((l.h0 >> shift) & 0x00010001u) << 4;
-    if constexpr (formats::block_high_planes(kB) >= 2) v |= ((l.h1 >> shift) & 0x00010001u) << 5;
+    if constexpr (formats::block_high_planes(kB) >= 1) v |= ((l.h0 >> shift) & 0x00010001u) << kLowBits;
+    if constexpr (formats::block_high_planes(kB) >= 2) v |= ((l.h1 >> shift) & 0x00010001u) << (kLowBits + 1);
     const __half2 q1024 = as_t2<__half2>(v);  // 1024 + q, exact
     if constexpr (kB == formats::WeightBlocks::q5_0) {
-      b[i] = as_u32(__hmul2(__hsub2(q1024, __float2half2_rn(1040.0f)), l.s2));
+      b[i] = as_u32(__hmul2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))), l.s2));
     } else if constexpr (kB == formats::WeightBlocks::q5_1) {
-      b[i] = as_u32(__hfma2(__hsub2(q1024, __float2half2_rn(1024.0f)), l.s2, l.m2));
-    } else if constexpr (kB == formats::WeightBlocks::q6_k) {
-      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(1056.0f)));  // q - 32
-      const float s = w < 2 ? l.s0 : l.s1;
+      b[i] = as_u32(__hfma2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))), l.s2, l.m2));
+    } else if constexpr (kB == formats::WeightBlocks::q6_k || kB == formats::WeightBlocks::q3_k) {
+      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))));  // q - 32, q - 4
       b[i] = as_u32(__floats2half2_rn(__fmul_rn(s, q.x), __fmul_rn(s, q.y)));
     } else {
-      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(1024.0f)));
-      b[i] = as_u32(__floats2half2_rn(__fmaf_rn(l.s0, q.x, -l.m), __fmaf_rn(l.s0, q.y, -l.m)));
+      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))));
+      b[i] = as_u32(__floats2half2_rn(__fmaf_rn(s, q.x, -m), __fmaf_rn(s, q.y, -m)));
     }
   }
 }
@@ -243,17 +290,19 @@ __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w,
 //
 // The per-weight decode above spends ~8 (Q4_K) to ~14 (Q6_K) instructions a k pair on
 // the f32 value and its f16 rounding, and the GEMV is instruction-bound on it. Here the
-// mma multiplies the codes themselves: (nibble | high bits | 0x6400) - 1024 (Q5_0: 1040,
-// Q6_K: 1056) is q (q - 16, q - 32) exactly in f16, and the sub-block factors are applied
-// to the FP32 partials instead. The k order does it: lane column c of a unit owns one
-// ggml sub-block of 32 (Q6_K: two of 16, words 0-1 and 2-3), so the activations are fed
-// as B column j = 4 * (M row) + (sub-block column), B[k][j] = x[j / 4][k] if k is in lane
-// column j % 4, else 0 (only lanes with c == r % 4 load x, of row r / 4). Then D[n][j] of
-// the unit's 8 products is the sub-block dot product q . x of row n, and per step
+// mma multiplies the codes themselves: (low bits | high bits | 0x6400) - 1024 (Q5_0: 1040,
+// Q6_K: 1056, Q3_K: 1028) is q (q - 16, q - 32, q - 4) exactly in f16, and the sub-block
+// factors are applied to the FP32 partials instead. The k order does it: lane column c of a
+// unit owns one ggml sub-block of 32 (the halves forms Q6_K, Q3_K, Q2_K: two of 16, words
+// 0-1 and 2-3), so the activations are fed as B column j = 4 * (M row) + (sub-block
+// column), B[k][j] = x[j / 4][k] if k is in lane column j % 4, else 0 (only lanes with c ==
+// r % 4 load x, of row r / 4). Then D[n][j] of the unit's 8 products is the sub-block dot
+// product q . x of row n (the halves forms: two D sets, words 0-1 and 2-3), and per step
 //   acc[n][j] += s[n][j % 4] * D[n][j]  -  m[n][j % 4] * X[j]
 // with X[j] the sub-block's sum of x: 8 more mma of an all-ones A (the same for every row
-// of the tile pair), only for the forms with a min (Q5_1, Q4_K, Q5_K). M <= 2 fills the 8
-// columns: the same 8 mma a tile pair a step as the per-weight decode at M <= 8.
+// of the tile pair; Q2_K: into two sums, words 0-1 and 2-3), only for the forms with a min
+// (Q5_1, Q4_K, Q5_K, Q2_K). M <= 2 fills the 8 columns: the same 8 mma a tile pair a step
+// as the per-weight decode at M <= 8.
 //
 // Numerics: the weights are no longer rounded to f16: q (|q| <= 63) and x are exact f16
 // mma inputs, their products exact, summed in FP32; the factors d * sc, dmin * mn (exact in
@@ -267,31 +316,41 @@ __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w,
 // (LDS, conversions, FFMA): Q4_K ~4.4, Q5_K ~6.4, Q6_K ~8, Q5_0 ~5.4, Q5_1 ~6.2; the
 // per-weight decode: ~8.5, ~12, ~14, ~7.5, ~7.5.
 
+// v with bit `shift` of both 16-bit halves of a high-plane word h set at bit kBit of each:
+// one LOP3 ((h' & mask) | v) a plane. Written out, NVVM reassociated the pair's ORs into
+// one LOP3 more a pair (Q6_K's loop: 465 instructions a step against 433).
+template <int kBit>
+__device__ __forceinline__ std::uint32_t or_plane_bit(std::uint32_t v, std::uint32_t h, int shift) {
+  const std::uint32_t moved = shift >= kBit ? h >> (shift - kBit) : h << (kBit - shift);
+  std::uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(out) : "r"(moved), "n"(0x00010001u << kBit), "r"(v));
+  return out;
+}
+
 // The pair (w, i) of a lane's codes (k 8w + 2i, + 1) as exact f16 q - offset, in place
-// in a B fragment register.
+// in a B fragment register; q is the lane's low plane (load_low_plane).
 template <Form F>
-__device__ __forceinline__ std::uint32_t block_code_pair(std::uint32_t word, std::uint32_t h0, std::uint32_t h1, int w,
+__device__ __forceinline__ std::uint32_t block_code_pair(const uint4& q, std::uint32_t h0, std::uint32_t h1, int w,
                                                          int i) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
-  std::uint32_t v = and_or<0x000f000fu, 0x64006400u>(word >> (4 * i));  // 1024 + low 4 bits
-  const int shift = 4 * w + i;  // the pair's bit in a high plane (and + 16)
-  if constexpr (formats::block_high_planes(kB) >= 1) {
-    v |= (shift >= 4 ? h0 >> (shift - 4) : h0 << (4 - shift)) & 0x00100010u;  // bit 4
-  }
-  if constexpr (formats::block_high_planes(kB) >= 2) {
-    v |= (shift >= 5 ? h1 >> (shift - 5) : h1 << (5 - shift)) & 0x00200020u;  // bit 5
-  }
-  constexpr float kOffset = kB == formats::WeightBlocks::q5_0 ? 1040.0f : kB == formats::WeightBlocks::q6_k ? 1056.0f : 1024.0f;
-  return as_u32(__hsub2(as_t2<__half2>(v), __float2half2_rn(kOffset)));
+  constexpr int kLowBits = formats::block_low_bits(kB);
+  std::uint32_t v = low_pair_1024<kB>(q, w, i);  // 1024 + low bits
+  const int shift = 4 * w + i;                    // the pair's bit in a high plane (and + 16)
+  if constexpr (formats::block_high_planes(kB) >= 1) v = or_plane_bit<kLowBits>(v, h0, shift);
+  if constexpr (formats::block_high_planes(kB) >= 2) v = or_plane_bit<kLowBits + 1>(v, h1, shift);
+  return as_u32(__hsub2(as_t2<__half2>(v), __float2half2_rn(block_code_base(kB))));
 }
 
 // Whether a form subtracts (or adds) a per-sub-block min: needs the sums of x.
-constexpr bool block_has_min(Form f) { return f == Form::q5_1 || f == Form::q4_k || f == Form::q5_k; }
+constexpr bool block_has_min(Form f) {
+  return f == Form::q5_1 || f == Form::q4_k || f == Form::q5_k || f == Form::q2_k;
+}
 
 // The factors of a lane's two D columns e = 0, 1 (sub-blocks 2 (c % 2) + e of row r) of
-// one unit: s (Q6_K: of k 0..15 in s, 16..31 in s_hi) and m, in f32 (exact).
+// one unit: s and m, in f32 (exact); the halves forms' of k 0..15 in s, m and of k 16..31
+// in s_hi, m_hi.
 struct SubFactors {
-  float s[2], s_hi[2], m[2];
+  float s[2], s_hi[2], m[2], m_hi[2];
 };
 template <Form F>
 __device__ __forceinline__ SubFactors load_sub_factors(const std::uint8_t* unit, int lane) {
@@ -307,7 +366,7 @@ __device__ __forceinline__ SubFactors load_sub_factors(const std::uint8_t* unit,
           as_t2<__half2>(*reinterpret_cast<const std::uint32_t*>(unit + formats::block_scale_offset(kB) + 64 + 4 * (2 * r + half))));
       f.m[0] = -m.x, f.m[1] = -m.y;  // acc += s D - m X: Q5_1 adds its min
     }
-  } else if constexpr (kB == formats::WeightBlocks::q6_k) {
+  } else if constexpr (kB == formats::WeightBlocks::q6_k || kB == formats::WeightBlocks::q3_k) {
     const float d = __half2float(__ushort_as_half(
         *reinterpret_cast<const std::uint16_t*>(unit + formats::block_super_offset(kB) + 2 * r)));
 #pragma unroll
@@ -320,8 +379,14 @@ __device__ __forceinline__ SubFactors load_sub_factors(const std::uint8_t* unit,
     const float2 d = __half22float2(as_t2<__half2>(dm));  // d, dmin
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      f.s[e] = d.x * static_cast<float>((sc >> (16 * e)) & 0xffu);  // exact
-      f.m[e] = d.y * static_cast<float>((sc >> (16 * e + 8)) & 0xffu);
+      if constexpr (kB == formats::WeightBlocks::q2_k) {  // a byte a half: scale | min << 4
+        const std::uint32_t lo = (sc >> (16 * e)) & 0xffu, hi = (sc >> (16 * e + 8)) & 0xffu;
+        f.s[e] = d.x * static_cast<float>(lo & 15u), f.m[e] = d.y * static_cast<float>(lo >> 4);  // exact
+        f.s_hi[e] = d.x * static_cast<float>(hi & 15u), f.m_hi[e] = d.y * static_cast<float>(hi >> 4);
+      } else {
+        f.s[e] = d.x * static_cast<float>((sc >> (16 * e)) & 0xffu);  // exact
+        f.m[e] = d.y * static_cast<float>((sc >> (16 * e + 8)) & 0xffu);
+      }
     }
   }
   return f;

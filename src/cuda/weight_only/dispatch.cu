@@ -15,6 +15,8 @@ Form form_of(const WeightOnlySpec& spec) {
     case WeightBlocks::q4_k: return Form::q4_k;
     case WeightBlocks::q5_k: return Form::q5_k;
     case WeightBlocks::q6_k: return Form::q6_k;
+    case WeightBlocks::q3_k: return Form::q3_k;
+    case WeightBlocks::q2_k: return Form::q2_k;
     case WeightBlocks::none: break;
   }
   return spec.bits == 8 ? Form::int8 : spec.zero_point ? Form::q4_zero_point : Form::q4_symmetric;
@@ -98,6 +100,8 @@ void run_form(const Params& p, Form form, const Variant& v, cudaStream_t stream)
       case Form::q4_k: return run<T, Form::q4_k>(p, v, stream);
       case Form::q5_k: return run<T, Form::q5_k>(p, v, stream);
       case Form::q6_k: return run<T, Form::q6_k>(p, v, stream);
+      case Form::q3_k: return run<T, Form::q3_k>(p, v, stream);
+      case Form::q2_k: return run<T, Form::q2_k>(p, v, stream);
       default: break;
     }
   }

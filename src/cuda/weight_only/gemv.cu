@@ -28,9 +28,10 @@
 // one copy burst per tile is kChunk x 512 contiguous bytes (and its scales and mins
 // kChunk x 64 B at group 32) instead of 512 B pieces at 32 KB strides.
 //
-// GGML block forms (Q5_0 .. Q6_K, formats/weight_pack.h): the same stream of units, each
-// 608-848 bytes with its scales inside (no scale copies); a lane reads its part of the
-// unit from the ring (BlockLane) and decodes words with dequant_block_word (common.cuh).
+// GGML block forms (Q5_0 .. Q6_K, Q3_K, Q2_K; formats/weight_pack.h): the same stream of
+// units, each 352-848 bytes with its scales inside (no scale copies); a lane reads its part
+// of the unit from the ring (BlockLane) and decodes words with dequant_block_word
+// (common.cuh).
 // At M <= 2 the default is the sub-block decode instead (common.cuh, block_code_pair;
 // compute_step_sub): the codes go into the mma unscaled, the activations as B columns of
 // (M row, sub-block), the sub-block factors on the FP32 partials: ggml's exact weights
@@ -244,15 +245,22 @@ __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], i
                                                  const Ring<F, kTN, kStages, kChunk>& ring,
                                                  float (&acc)[kTN / 2][1][4]) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
-  constexpr bool kQ6 = kB == formats::WeightBlocks::q6_k;
-  // The sub-blocks' sums of x (columns 2c, 2c + 1 in xsum[0], [1]), shared by the tiles.
-  float xsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  constexpr bool kHalves = formats::block_halves(kB);  // two sub-blocks of 16 a lane: words 0-1, 2-3
+  constexpr int kLow = formats::block_low_bytes(kB);
+  // The sub-blocks' sums of x (columns 2c, 2c + 1 in xsum[0], [1]), shared by the tiles;
+  // the halves forms' of words 0-1 there, of words 2-3 in xsum_hi.
+  float xsum[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xsum_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if constexpr (block_has_min(F)) {
     constexpr std::uint32_t kOnes = 0x3c003c00u;  // 1.0 in both halves
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      mma_16816<__half>(xsum, kOnes, kOnes, kOnes, kOnes, x[4 * w], x[4 * w + 1]);
-      mma_16816<__half>(xsum, kOnes, kOnes, kOnes, kOnes, x[4 * w + 2], x[4 * w + 3]);
+      if (kHalves && w >= 2) {
+        mma_16816<__half>(xsum_hi, kOnes, kOnes, kOnes, kOnes, x[4 * w], x[4 * w + 1]);
+        mma_16816<__half>(xsum_hi, kOnes, kOnes, kOnes, kOnes, x[4 * w + 2], x[4 * w + 3]);
+      } else {
+        mma_16816<__half>(xsum, kOnes, kOnes, kOnes, kOnes, x[4 * w], x[4 * w + 1]);
+        mma_16816<__half>(xsum, kOnes, kOnes, kOnes, kOnes, x[4 * w + 2], x[4 * w + 3]);
+      }
     }
   }
 #pragma unroll
@@ -263,20 +271,22 @@ __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], i
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       unit[u] = reinterpret_cast<const std::uint8_t*>(ring.codes[slot][c][2 * jp + u]);
-      q[u] = *reinterpret_cast<const uint4*>(unit[u] + lane * 16);
-      if constexpr (formats::block_high_planes(kB) >= 1) h0[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + 512 + 4 * lane);
-      if constexpr (formats::block_high_planes(kB) >= 2) h1[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + 640 + 4 * lane);
+      q[u] = load_low_plane<kB>(unit[u], lane);
+      if constexpr (formats::block_high_planes(kB) >= 1) h0[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + kLow + 4 * lane);
+      if constexpr (formats::block_high_planes(kB) >= 2) {
+        h1[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + kLow + 128 + 4 * lane);
+      }
     }
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // Q6_K: k 16..31 in d_hi
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // halves: k 16..31 in d_hi
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       std::uint32_t b[2][4];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) b[u][i] = block_code_pair<F>(word_of(q[u], w), h0[u], h1[u], w, i);
+        for (int i = 0; i < 4; ++i) b[u][i] = block_code_pair<F>(q[u], h0[u], h1[u], w, i);
       }
-      if (kQ6 && w >= 2) {
+      if (kHalves && w >= 2) {
         mma_16816<__half>(d_hi, b[0][0], b[1][0], b[0][1], b[1][1], x[4 * w], x[4 * w + 1]);
         mma_16816<__half>(d_hi, b[0][2], b[1][2], b[0][3], b[1][3], x[4 * w + 2], x[4 * w + 3]);
       } else {
@@ -290,8 +300,9 @@ __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], i
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float a = __fmaf_rn(f.s[e], d[2 * u + e], acc[jp][0][2 * u + e]);
-        if constexpr (kQ6) a = __fmaf_rn(f.s_hi[e], d_hi[2 * u + e], a);
+        if constexpr (kHalves) a = __fmaf_rn(f.s_hi[e], d_hi[2 * u + e], a);
         if constexpr (block_has_min(F)) a = __fmaf_rn(-f.m[e], xsum[e], a);
+        if constexpr (block_has_min(F) && kHalves) a = __fmaf_rn(-f.m_hi[e], xsum_hi[e], a);
         acc[jp][0][2 * u + e] = a;
       }
     }
@@ -923,13 +934,15 @@ template <class T, Form F>
 void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
   if (v.shape >= 0 && launch_shape<T, F>(p, v, stream)) return;
   if constexpr (is_block_form(F)) {
-    // GGML block forms: 2 tiles a warp, 4 single-step slots (units of 608-848 bytes: three
+    // GGML block forms: 2 tiles a warp, 4 single-step slots (units of 352-848 bytes: three
     // 8-warp blocks a SM at M <= 8), k-slices by the fill rule. Not tuned on a GPU yet.
     // M <= 2: the sub-block decode (Variant::block_decode 1; 0 the per-weight f16 decode).
     // The default takes it for the K-quants only: H100, M = 1, 4096 x 14336 / 14336 x 4096,
     // Q4_K 41/55 -> 48/62% of copy, Q6_K 45/62 -> 50/66%, but Q5_1 57/68 -> 51/67% and Q5_0
-    // 53/65 -> 51/66% (bench/notes/weight_only.md "sub-block decode").
-    constexpr bool kSubBlockDefault = F == Form::q4_k || F == Form::q5_k || F == Form::q6_k;
+    // 53/65 -> 51/66% (bench/notes/weight_only.md "sub-block decode"); Q3_K and Q2_K by
+    // analogy with Q6_K and Q4_K (not measured yet).
+    constexpr bool kSubBlockDefault =
+        F == Form::q4_k || F == Form::q5_k || F == Form::q6_k || F == Form::q3_k || F == Form::q2_k;
     if (p.m <= 2 && (v.block_decode == 1 || (v.block_decode < 0 && kSubBlockDefault))) {
       if constexpr (std::is_same_v<T, __half>) return launch<T, F, 1, 2, 4, 1, true>(p, v, stream);
     }

@@ -45,4 +45,6 @@ bool small_gemv_pays(const Params& p, Form form);
   template void fn<__half, Form::q5_1>(const Params&, const Variant&, cudaStream_t); \
   template void fn<__half, Form::q4_k>(const Params&, const Variant&, cudaStream_t); \
   template void fn<__half, Form::q5_k>(const Params&, const Variant&, cudaStream_t); \
-  template void fn<__half, Form::q6_k>(const Params&, const Variant&, cudaStream_t)
+  template void fn<__half, Form::q6_k>(const Params&, const Variant&, cudaStream_t); \
+  template void fn<__half, Form::q3_k>(const Params&, const Variant&, cudaStream_t); \
+  template void fn<__half, Form::q2_k>(const Params&, const Variant&, cudaStream_t)

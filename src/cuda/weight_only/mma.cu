@@ -73,7 +73,7 @@ struct Loader {
   static constexpr int kPerUnit = unit_bytes<F>() / 16;                              // 32 or 64
   static constexpr int kCodeChunks = kBlockTiles * kPerUnit / kThreads;              // 4 or 8
   static constexpr int kCodeTileStride = kThreads / kPerUnit;                        // 8 or 4
-  // Block forms (units of 38..53 vectors): chunk i of the block's 32 units is vector
+  // Block forms (units of 22..53 vectors): chunk i of the block's 32 units is vector
   // threadIdx.x + 256 i of them, unit (tile) i / kPerUnit.
   static constexpr int kBlockChunks = (kBlockTiles * kPerUnit + kThreads - 1) / kThreads;
   static_assert(kBlockChunks > 0 && kCodeTileStride > 0 && (is_block_form(F) || kCodeChunks * kThreads == kBlockTiles * kPerUnit),

@@ -24,7 +24,7 @@ namespace lowbit::cuda::weight_only {
 
 // The weight forms: lowbit's grouped INT4 / INT8, and the GGML block forms (f16 only;
 // formats/weight_pack.h has their self-contained units).
-enum class Form : int { q4_zero_point, q4_symmetric, int8, q5_0, q5_1, q4_k, q5_k, q6_k };
+enum class Form : int { q4_zero_point, q4_symmetric, int8, q5_0, q5_1, q4_k, q5_k, q6_k, q3_k, q2_k };
 
 constexpr bool is_block_form(Form f) { return f >= Form::q5_0; }
 

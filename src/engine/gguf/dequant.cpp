@@ -81,24 +81,19 @@ void q5_1(const std::uint8_t* src, float* dst, std::int64_t blocks) {
 // computed as ggml's reference decoder does, one f32 rounding per operation in its
 // order: (d * scale) * q, minus (dmin * min).
 //
-// Q2_K: scales[16] (low nibble: scale, high: min), qs[64], d, dmin. Each 128-element
-// half reads 32 bytes of qs four times, 2 bits at a time (shift 0, 2, 4, 6); each pass
-// covers two sub-blocks of 16 (bytes 0-15, then 16-31).
+// Q2_K: the codes and 4-bit scales and mins of sixteen sub-blocks of 16 (ggml_codes.h),
+// d, dmin.
 void q2_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
+  std::uint8_t q[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += 84) {
-    const std::uint8_t* scales = src;
-    const float d = f16_at(src + 80);
-    const float dmin = f16_at(src + 82);
-    int sub = 0;
-    for (int half = 0; half < 2; ++half) {
-      const std::uint8_t* q = src + 16 + 32 * half;
-      for (int shift = 0; shift < 8; shift += 2) {
-        for (int part = 0; part < 2; ++part, ++sub) {
-          const float dl = d * static_cast<float>(scales[sub] & 15);
-          const float ml = dmin * static_cast<float>(scales[sub] >> 4);
-          for (int l = 0; l < 16; ++l) *dst++ = dl * static_cast<float>((q[16 * part + l] >> shift) & 3) - ml;
-        }
-      }
+    const float d = f16_at(src + kQ2kD);
+    const float dmin = f16_at(src + kQ2kDmin);
+    q2_k_codes(src, q);
+    for (int sub = 0; sub < 16; ++sub) {
+      const Q2kScaleMin sm = q2_k_scale_min(src, sub);
+      const float dl = d * static_cast<float>(sm.scale);
+      const float ml = dmin * static_cast<float>(sm.min);
+      for (int l = 0; l < 16; ++l) *dst++ = dl * static_cast<float>(q[16 * sub + l]) - ml;
     }
   }
 }

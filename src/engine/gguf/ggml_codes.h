@@ -1,7 +1,7 @@
 // The stored codes of ggml's Q5_0 / Q5_1 and K-quant blocks, in value order, unsigned
-// (before any offset: Q5_0's -16, Q6_K's -32): the one place that knows their bit
-// layouts, shared by the decoder (dequant.cpp), the CPU repack (cpu_block_repack.cpp)
-// and the GPU repack (repack.cpp).
+// (before any offset: Q5_0's -16, Q6_K's -32), and the K-quants' sub-block scales: the one
+// place that knows their bit layouts, shared by the decoder (dequant.cpp), the CPU repack
+// (cpu_block_repack.cpp), the GPU repack (repack.cpp) and the synthetic writer.
 #pragma once
 
 #include <cstdint>
@@ -37,16 +37,34 @@ inline void q4_k_codes(const std::uint8_t* block, bool five_bits, std::uint8_t (
   }
 }
 
-// Q3_K super-block (hmask[32], qs[64], scales[12], d): value 32 p + i (pass p = 0..7,
-// i < 32) takes bits 2 (p % 4) and 2 (p % 4) + 1 of qs[32 (p / 4) + i] and, as its third
-// bit, bit p of hmask[i]; the value is the code minus 4.
+// The 2-bit plane of Q2_K and Q3_K super-blocks (qs[64]): value 32 p + i (pass p = 0..7,
+// i < 32) takes bits 2 (p % 4) and 2 (p % 4) + 1 of qs[32 (p / 4) + i].
+inline void two_bit_codes(const std::uint8_t* qs, std::uint8_t (&q)[256]) {
+  for (int pass = 0; pass < 8; ++pass) {
+    const std::uint8_t* bytes = qs + 32 * (pass / 4);
+    for (int i = 0; i < 32; ++i) q[32 * pass + i] = static_cast<std::uint8_t>((bytes[i] >> (2 * (pass % 4))) & 3);
+  }
+}
+
+// Q2_K super-block (scales[16], qs[64], d, dmin): the codes are the 2-bit plane at qs;
+// sub-block s (values 16 s .. 16 s + 15) has scale scales[s] & 15 and min scales[s] >> 4,
+// and its values are (d * scale) * q - dmin * min.
+constexpr int kQ2kCodes = 16, kQ2kD = 80, kQ2kDmin = 82;
+inline void q2_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) { two_bit_codes(block + kQ2kCodes, q); }
+struct Q2kScaleMin {
+  int scale, min;  // 0..15 each
+};
+inline Q2kScaleMin q2_k_scale_min(const std::uint8_t* block, int s) { return {block[s] & 15, block[s] >> 4}; }
+
+// Q3_K super-block (hmask[32], qs[64], scales[12], d): value 32 p + i takes its low two
+// bits from the 2-bit plane at qs (as Q2_K) and, as its third bit, bit p of hmask[i]; the
+// value is the code minus 4.
 inline void q3_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) {
   const std::uint8_t* hmask = block;
+  two_bit_codes(block + 32, q);
   for (int pass = 0; pass < 8; ++pass) {
-    const std::uint8_t* qs = block + 32 + 32 * (pass / 4);
     for (int i = 0; i < 32; ++i) {
-      q[32 * pass + i] =
-          static_cast<std::uint8_t>(((qs[i] >> (2 * (pass % 4))) & 3) | (((hmask[i] >> pass) & 1) << 2));
+      q[32 * pass + i] = static_cast<std::uint8_t>(q[32 * pass + i] | (((hmask[i] >> pass) & 1) << 2));
     }
   }
 }
@@ -59,6 +77,17 @@ inline int q3_k_scale(const std::uint8_t* block, int s) {
   const int low = (packed[s % 8] >> (s < 8 ? 0 : 4)) & 15;
   const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
   return (low | (high << 4)) - 32;
+}
+
+// The inverse (synthetic blocks): the sixteen scales, each -32..31, into scales[12].
+inline void pack_q3_k_scales(const int (&scales)[16], std::uint8_t* block) {
+  std::uint8_t* packed = block + 96;
+  std::memset(packed, 0, 12);
+  for (int s = 0; s < 16; ++s) {
+    const int v = scales[s] + 32;
+    packed[s % 8] = static_cast<std::uint8_t>(packed[s % 8] | ((v & 15) << (s < 8 ? 0 : 4)));
+    packed[8 + s % 4] = static_cast<std::uint8_t>(packed[8 + s % 4] | (((v >> 4) & 3) << (2 * (s / 4))));
+  }
 }
 
 // Q6_K super-block (ql[128], qh[64], scales[16], d): value 128 h + 32 k + l (half h,

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <string_view>
 
 #include "formats/float16.h"
 #include "formats/weight_pack.h"
@@ -67,6 +66,8 @@ formats::WeightBlocks block_form_of(GgmlType type) {
     case GgmlType::q4_k: return formats::WeightBlocks::q4_k;
     case GgmlType::q5_k: return formats::WeightBlocks::q5_k;
     case GgmlType::q6_k: return formats::WeightBlocks::q6_k;
+    case GgmlType::q3_k: return formats::WeightBlocks::q3_k;
+    case GgmlType::q2_k: return formats::WeightBlocks::q2_k;
     default: return formats::WeightBlocks::none;
   }
 }
@@ -78,17 +79,17 @@ std::uint16_t u16_at(const std::uint8_t* p) {
 }
 
 // The fields of one ggml block (Q5_0 / Q5_1: 32 values; K: 256) in the form's terms:
-// the stored code of each value (5 or 6 bits, before any offset), the lane scale (and
-// min) of each sub-block of 32, the row factor (d | dmin << 16, or d) of the block.
+// the stored code of each value (2 to 6 bits, before any offset), the lane scale (and
+// min) of each sub-block of 32 (or pair of 16), the row factor (d | dmin << 16, or d).
 struct BlockFields {
   std::uint8_t q[256];
   std::uint16_t scale[8], min[8];
   std::uint32_t factor = 0;
-  float finite_check[3];  // d, dmin or m (0 when absent): must be finite
+  float finite_check[2];  // d, dmin or m (0 when absent): must be finite
 };
 
 void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields& f) {
-  f.finite_check[0] = f.finite_check[1] = f.finite_check[2] = 0.0f;
+  f.finite_check[0] = f.finite_check[1] = 0.0f;
   switch (form) {
     case formats::WeightBlocks::q5_0:
     case formats::WeightBlocks::q5_1: {  // d (, m), qh[4], qs[16]; bit j of qh: value j's fifth bit
@@ -124,23 +125,46 @@ void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields
       }
       return;
     }
+    case formats::WeightBlocks::q3_k: {  // hmask[32], qs[64], scales[12] (6-bit), d: as dequant.cpp
+      f.factor = u16_at(b + 108);
+      f.finite_check[0] = half_at(b + 108);
+      q3_k_codes(b, f.q);
+      for (int sub = 0; sub < 8; ++sub) {  // the two 16-wide scales, as int8 (scale - 32)
+        const auto lo = static_cast<std::uint8_t>(static_cast<std::int8_t>(q3_k_scale(b, 2 * sub)));
+        const auto hi = static_cast<std::uint8_t>(static_cast<std::int8_t>(q3_k_scale(b, 2 * sub + 1)));
+        f.scale[sub] = static_cast<std::uint16_t>(lo | (hi << 8));
+      }
+      return;
+    }
+    case formats::WeightBlocks::q2_k: {  // scales[16] (scale | min << 4), qs[64], d, dmin: as dequant.cpp
+      f.factor = u16_at(b + kQ2kD) | (static_cast<std::uint32_t>(u16_at(b + kQ2kDmin)) << 16);
+      f.finite_check[0] = half_at(b + kQ2kD);
+      f.finite_check[1] = half_at(b + kQ2kDmin);
+      q2_k_codes(b, f.q);
+      for (int sub = 0; sub < 8; ++sub) {  // the two 16-wide sub-blocks' bytes
+        const Q2kScaleMin lo = q2_k_scale_min(b, 2 * sub), hi = q2_k_scale_min(b, 2 * sub + 1);
+        f.scale[sub] = static_cast<std::uint16_t>((lo.scale | (lo.min << 4)) | ((hi.scale | (hi.min << 4)) << 8));
+      }
+      return;
+    }
     case formats::WeightBlocks::none: break;
   }
 }
 
-// A block whose scale or offset is NaN or Inf: its row (of the tensor), block and value.
-struct NonFiniteBlock {
-  std::int64_t row = -1, block = 0;
+// A block of a row with a NaN or Inf d / dmin / m (block -1: none).
+struct NonFiniteScale {
+  std::int64_t block = -1;
   float value = 0.0f;
 };
 
-// Writes row `o` of the packed block form from one GGUF row of `blocks` ggml blocks;
-// returns the first block with a non-finite scale (block -1: none), which it leaves out.
-// It never throws: it runs inside an OpenMP region, which an exception cannot leave.
-NonFiniteBlock pack_block_row(const formats::WeightPackLayout& layout, const std::uint8_t* row, std::int64_t blocks,
+// Writes row `o` of the packed block form from one GGUF row of `blocks` ggml blocks; stops
+// at the first block with a non-finite scale and returns it. Never throws: it runs inside
+// a parallel region, which an exception may not leave.
+NonFiniteScale pack_block_row(const formats::WeightPackLayout& layout, const std::uint8_t* row, std::int64_t blocks,
                               std::size_t block_bytes, std::int64_t o, std::uint8_t* packed) {
   const formats::WeightBlocks form = layout.blocks;
   const int width = formats::block_k(form);
+  const int low_bits = formats::block_low_bits(form);
   auto put16 = [&](std::int64_t byte, std::uint16_t v) {
     packed[byte] = static_cast<std::uint8_t>(v & 0xff);
     packed[byte + 1] = static_cast<std::uint8_t>(v >> 8);
@@ -149,17 +173,17 @@ NonFiniteBlock pack_block_row(const formats::WeightPackLayout& layout, const std
   for (std::int64_t b = 0; b < blocks; ++b) {
     decode_block(form, row + static_cast<std::size_t>(b) * block_bytes, f);
     for (const float v : f.finite_check) {
-      if (!std::isfinite(v)) return NonFiniteBlock{0, b, v};
+      if (!std::isfinite(v)) return {b, v};
     }
     for (int j = 0; j < width; ++j) {
       const std::int64_t k = b * width + j;
       const auto [byte, shift] = layout.code_place(o, k);
-      packed[byte] = static_cast<std::uint8_t>(packed[byte] | ((f.q[j] & 15) << shift));
+      packed[byte] = static_cast<std::uint8_t>(packed[byte] | ((f.q[j] & ((1 << low_bits) - 1)) << shift));
       for (int plane = 0; plane < formats::block_high_planes(form); ++plane) {
         const auto [hbyte, hshift] = layout.high_place(o, k, plane);
-        packed[hbyte] = static_cast<std::uint8_t>(packed[hbyte] | (((f.q[j] >> (4 + plane)) & 1) << hshift));
+        packed[hbyte] = static_cast<std::uint8_t>(packed[hbyte] | (((f.q[j] >> (low_bits + plane)) & 1) << hshift));
       }
-      if (j % 32 != 0) continue;  // once per lane (sub-block of 32)
+      if (j % 32 != 0) continue;  // once per lane (sub-block of 32, or two of 16)
       put16(layout.lane_scale_byte(o, k), f.scale[j / 32]);
       if (form == formats::WeightBlocks::q5_1) put16(layout.lane_min_byte(o, k), f.min[j / 32]);
       if (formats::block_is_k(form)) {
@@ -169,7 +193,7 @@ NonFiniteBlock pack_block_row(const formats::WeightPackLayout& layout, const std
       }
     }
   }
-  return NonFiniteBlock{-1, 0, 0.0f};
+  return {};
 }
 
 HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, std::int64_t n) {
@@ -191,19 +215,20 @@ HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, st
     const std::int64_t rows = checked_rows(*t, k, width, row_bytes);
     // Rows of one tile share units: a tile of 8 rows per iteration (never two threads in a unit).
     const std::int64_t tile_begin = row0 / formats::kPackTileN, tile_end = (row0 + rows + 7) / formats::kPackTileN;
-    NonFiniteBlock bad{rows, 0, 0.0f};  // the first, by row (rows: none)
+    std::int64_t bad_row = rows;  // the first row with a non-finite scale, and its block
+    NonFiniteScale bad;
 #pragma omp parallel for schedule(static)
     for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
       for (std::int64_t o = std::max(tile * 8, row0); o < std::min((tile + 1) * 8, row0 + rows); ++o) {
-        NonFiniteBlock found = pack_block_row(layout, t->data + static_cast<std::size_t>(o - row0) * row_bytes, blocks,
-                                              block_bytes, o, out.codes.data());
-        if (found.row < 0) continue;
-        found.row = o - row0;
-#pragma omp critical(lowbit_repack_non_finite)
-        if (found.row < bad.row) bad = found;
+        const NonFiniteScale found = pack_block_row(layout, t->data + static_cast<std::size_t>(o - row0) * row_bytes,
+                                                    blocks, block_bytes, o, out.codes.data());
+        if (found.block >= 0) {
+#pragma omp critical
+          if (o - row0 < bad_row) bad_row = o - row0, bad = found;
+        }
       }
     }
-    LOWBIT_CHECK(bad.row == rows, "tensor '", t->name, "': a scale of block ", bad.block, " of row ", bad.row, " is ",
+    LOWBIT_CHECK(bad_row == rows, "tensor '", t->name, "': a scale of block ", bad.block, " of row ", bad_row, " is ",
                  bad.value, "; the weights must be finite");
     row0 += rows;
   }
@@ -239,7 +264,7 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
   std::int64_t n = 0;
   for (const GgufTensor* t : parts) {
     LOWBIT_CHECK(has_weight_only_form(t->type), "tensor '", t->name, "': type ", ggml_type_name(t->type),
-                 " has no weight-only form (expected Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K)");
+                 " has no weight-only form (expected Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K)");
     LOWBIT_CHECK(t->n_dims == 2, "tensor '", t->name, "': expected a 2-D weight, got ", t->n_dims, " dimensions");
     LOWBIT_CHECK(t->type == first.type && t->dims[0] == first.dims[0], "tensor '", t->name, "' (",
                  ggml_type_name(t->type), ", K ", t->dims[0], ") cannot be stacked with '", first.name, "' (",

@@ -5,7 +5,7 @@
 // j and j + 16 of a block in one byte; lowbit's input takes 2i and 2i + 1), and then
 // pack_weights puts it in the kernels' order. Done once, on the host, at load time.
 //
-// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K become the weight-only GGML block forms
+// Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K become the weight-only GGML block forms
 // (WeightBlocks, formats/weight_pack.h): each code's bits, each sub-block's integer
 // scale (and min) and each super-block's f16 d (and dmin) moved, unchanged, into the
 // kernels' units; nothing is dequantized or rounded.
@@ -30,8 +30,8 @@ struct HostPackedWeights {
   PackedWeights view();  // host views of the vectors above
 };
 
-// Whether a GGUF type has a weight-only form (Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K,
-// Q6_K).
+// Whether a GGUF type has a weight-only form (Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K).
 bool has_weight_only_form(GgmlType type);
 
 // The 2-D tensor `t` (dims[0] = K, the contiguous input dimension; dims[1] = N)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/gguf/ggml_codes.h"
 #include "engine/gguf/k_scales.h"
 #include "formats/float16.h"
 #include "lowbit/error.h"
@@ -93,6 +94,38 @@ void q6_k_block(BlockRng& rng, float d, std::uint8_t* b) {
   put_half(b + 208, d);
 }
 
+// Q2_K: scale s_j in 8..15, min m_j = s_j and dmin = 1.5 d, so each value is
+// d * s_j * (q - 1.5) (q in 0..3).
+const double k_q2_sub_scale_square = 11.5 * 11.5 + uniform_variance(8);
+
+void q2_k_block(BlockRng& rng, float d, std::uint8_t* b) {
+  rng.fill(b + kQ2kCodes, 64);
+  const std::uint64_t r = rng.next();
+  for (int j = 0; j < 16; ++j) {
+    const int s = 8 + static_cast<int>((r >> (3 * j)) & 7);
+    b[j] = static_cast<std::uint8_t>(s | (s << 4));
+  }
+  const float dd = half_value(d);
+  put_half(b + kQ2kD, dd);
+  put_half(b + kQ2kDmin, 1.5f * dd);
+}
+
+// Q3_K: sub-block scales +-(16..31), the sign random, as Q6_K's (q - 4 has mean -0.5).
+const double k_q3_sub_scale_square = 23.5 * 23.5 + uniform_variance(16);
+
+void q3_k_block(BlockRng& rng, float d, std::uint8_t* b) {
+  rng.fill(b, 32 + 64);  // hmask, qs
+  const std::uint64_t r[2] = {rng.next(), rng.next()};
+  int scales[16];
+  for (int j = 0; j < 16; ++j) {
+    const std::uint64_t bits = r[j / 8] >> (5 * (j % 8));
+    const int scale = 16 + static_cast<int>(bits & 15);
+    scales[j] = (bits & 16) != 0 ? -scale : scale;
+  }
+  pack_q3_k_scales(scales, b);
+  put_half(b + 108, d);
+}
+
 // One block of `type` at `b` from its own stream.
 void random_block(GgmlType type, float mean, float stddev, BlockRng& rng, std::uint8_t* b) {
   const auto scale = [&](double code_mean_square) {
@@ -137,6 +170,8 @@ void random_block(GgmlType type, float mean, float stddev, BlockRng& rng, std::u
       rng.fill(b + 16, 32 + 128);
       return;
     case GgmlType::q6_k: q6_k_block(rng, scale(k_sub_scale_square * (uniform_variance(64) + 0.25)), b); return;
+    case GgmlType::q2_k: q2_k_block(rng, scale(k_q2_sub_scale_square * uniform_variance(4)), b); return;
+    case GgmlType::q3_k: q3_k_block(rng, scale(k_q3_sub_scale_square * (uniform_variance(8) + 0.25)), b); return;
     default: break;
   }
   LOWBIT_FAIL("random blocks: type ", ggml_type_name(type), " is not written");
@@ -153,6 +188,8 @@ bool can_fill_random(GgmlType type) {
     case GgmlType::q4_1:
     case GgmlType::q5_0:
     case GgmlType::q5_1:
+    case GgmlType::q2_k:
+    case GgmlType::q3_k:
     case GgmlType::q4_k:
     case GgmlType::q5_k:
     case GgmlType::q6_k: return true;
@@ -162,7 +199,7 @@ bool can_fill_random(GgmlType type) {
 
 void fill_random_blocks(GgmlType type, float mean, float stddev, std::uint64_t seed, std::span<std::uint8_t> out) {
   LOWBIT_CHECK(can_fill_random(type), "random blocks: type ", ggml_type_name(type),
-               " is not written (F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K are)");
+               " is not written (F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K are)");
   const bool plain = type == GgmlType::f32 || type == GgmlType::f16;
   LOWBIT_CHECK(plain || mean == 0.0f, "random blocks: ", ggml_type_name(type), " blocks take mean 0, not ", mean);
   LOWBIT_CHECK(std::isfinite(stddev) && stddev >= 0.0f, "random blocks: stddev ", stddev, " is not a finite value >= 0");

@@ -9,9 +9,9 @@
 namespace lowbit::engine {
 namespace {
 
-constexpr std::array<GgmlType, 9> k_matrix_types{GgmlType::q4_1, GgmlType::q4_0, GgmlType::q8_0,
-                                                  GgmlType::f16,  GgmlType::q5_0, GgmlType::q5_1,
-                                                  GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+constexpr std::array<GgmlType, 11> k_matrix_types{GgmlType::q4_1, GgmlType::q4_0, GgmlType::q8_0, GgmlType::f16,
+                                                   GgmlType::q5_0, GgmlType::q5_1, GgmlType::q2_k, GgmlType::q3_k,
+                                                   GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
 // llama.cpp's llama_ftype of a file whose matrices are of one type (the K-quants' "S"
 // mixes: every matrix in the type).
@@ -23,6 +23,8 @@ std::uint32_t file_type(GgmlType matrix_type) {
     case GgmlType::q8_0: return 7;
     case GgmlType::q5_0: return 8;
     case GgmlType::q5_1: return 9;
+    case GgmlType::q2_k: return 10;
+    case GgmlType::q3_k: return 11;  // Q3_K_S: every matrix Q3_K
     case GgmlType::q4_k: return 14;
     case GgmlType::q5_k: return 16;
     case GgmlType::q6_k: return 18;
@@ -33,10 +35,14 @@ std::uint32_t file_type(GgmlType matrix_type) {
 
 // The type a matrix of rows of `in` elements takes: the chosen one, or, where `in` is
 // not a whole number of its blocks (K-quants: 256), the type llama.cpp's quantizer
-// falls back to (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0).
+// falls back to (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0). For Q2_K and Q3_K it writes
+// IQ4_NL, which lowbit does not read: Q4_0 (4.5 bits, symmetric blocks of 32, linear
+// levels) stands in for it.
 GgmlType matrix_type_for(GgmlType type, std::int64_t in) {
   if (in % ggml_type_info(type).block_elements == 0) return type;
   switch (type) {
+    case GgmlType::q2_k:
+    case GgmlType::q3_k: return GgmlType::q4_0;
     case GgmlType::q4_k: return GgmlType::q5_0;
     case GgmlType::q5_k: return GgmlType::q5_1;
     case GgmlType::q6_k: return GgmlType::q8_0;
