@@ -20,7 +20,7 @@
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
-# those benchmarks (also kv-attention, prefill), GPU_CHECK_PYTHON=0 skips the Python
+# those benchmarks (also kv-attention, prefill; set and empty: none), GPU_CHECK_PYTHON=0 skips the Python
 # package's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -84,7 +84,7 @@ benchmarks() {
   # against SIMT), and the evaluations `attention` and `kvcache` (`lowbit eval ...`;
   # kvcache needs the model: scripts/fetch-model.sh).
   local status=0
-  for name in ${GPU_CHECK_BENCH:-kvquant gemm attention kvcache}; do
+  for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
     local command=(bench "$name")
     case "$name" in
       attention) command=(eval attention) ;;
