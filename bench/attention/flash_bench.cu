@@ -27,7 +27,8 @@ int run_flash_bench(const FlashBenchOptions& o) {
   std::printf("flash_attention, one sequence of L %lld, %lld query heads over %lld KV heads (the peer, PyTorch's "
               "SDPA: python -m lowbit.bench_attention)\n\n",
               static_cast<long long>(o.seq_len), static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads));
-  std::printf("| dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) |\n|---|---:|---|---:|---:|---:|---:|\n");
+  std::printf("| dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) |\n"
+              "|---|---:|---|---:|---:|---:|---:|\n");
   Json rows = Json::array();
   const std::int32_t l = static_cast<std::int32_t>(o.seq_len);
   const std::vector<std::int32_t> cu{0, l};
@@ -35,8 +36,9 @@ int run_flash_bench(const FlashBenchOptions& o) {
     const DType dtype = name == "bf16" ? DType::bf16 : DType::f16;
     for (const std::int64_t hd : o.head_dims) {
       const std::int64_t q_cols = o.heads * hd, kv_cols = o.kv_heads * hd;
-      core::DeviceBuffer q(static_cast<std::size_t>(o.seq_len * q_cols) * 2), k(static_cast<std::size_t>(o.seq_len * kv_cols) * 2),
-          v(k.bytes()), out(q.bytes()), ws(flash_attention_workspace_bytes(1));
+      const auto q_bytes = static_cast<std::size_t>(o.seq_len * q_cols) * 2;
+      const auto kv_bytes = static_cast<std::size_t>(o.seq_len * kv_cols) * 2;
+      core::DeviceBuffer q(q_bytes), k(kv_bytes), v(kv_bytes), out(q_bytes), ws(flash_attention_workspace_bytes(1));
       fill_random_float16(q.data(), q.bytes() / 2, dtype, 1.0f, 1, stream);
       fill_random_float16(k.data(), k.bytes() / 2, dtype, 1.0f, 2, stream);
       fill_random_float16(v.data(), v.bytes() / 2, dtype, 1.0f, 3, stream);

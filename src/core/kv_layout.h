@@ -127,7 +127,9 @@ struct KvRowForms {
         f16(s.body == KvBody::none || s.window > 0),
         body(s.body != KvBody::none) {}
   LOWBIT_HD bool f16_at(int t, int s) const { return f16 && s <= t && (s < sink || (window > 0 && s > t - window)); }
-  LOWBIT_HD bool body_at(int t, int s) const { return body && s <= t && (window == 0 || (s >= sink && s <= t - window)); }
+  LOWBIT_HD bool body_at(int t, int s) const {
+    return body && s <= t && (window == 0 || (s >= sink && s <= t - window));
+  }
   LOWBIT_HD bool at(bool in_body, int t, int s) const { return in_body ? body_at(t, s) : f16_at(t, s); }
   // Whether some row in [tmin, tmax] reads s in the view.
   LOWBIT_HD bool needed(bool in_body, int tmin, int tmax, int s) const {

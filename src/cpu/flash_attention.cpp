@@ -34,7 +34,8 @@ std::vector<double> flash_attention_f64(const TensorView& q, const TensorView& k
     std::vector<double> scores(static_cast<std::size_t>(longest));
 #pragma omp for schedule(dynamic, 16)
     for (std::int64_t row = 0; row < total; ++row) {
-      const std::int64_t b = std::upper_bound(cu_q.begin(), cu_q.end(), static_cast<std::int32_t>(row)) - cu_q.begin() - 1;
+      const auto after = std::upper_bound(cu_q.begin(), cu_q.end(), static_cast<std::int32_t>(row));
+      const std::int64_t b = after - cu_q.begin() - 1;  // the row's sequence
       const std::int64_t i = row - cu_q[b], q_len = cu_q[b + 1] - cu_q[b];
       const std::int64_t k0 = cu_k[b], k_len = cu_k[b + 1] - cu_k[b];
       const std::int64_t seen = p.causal ? k_len - q_len + i + 1 : k_len;  // keys [0, seen)

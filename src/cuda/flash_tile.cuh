@@ -2,9 +2,10 @@
 // mma.sync m16n8k16 with f32 accumulators: S = Q K^T, the online softmax in the exp2
 // domain, O = O corr + P V with P rounded to the input type. Shared by flash_attention's
 // kernel (cuda/flash/flash_attention.cu, also the seed-004 pipeline's attention) and the
-// prefill rows kernel over the KV cache (cuda/kv/attention_rows_mma.cu). K and V tiles are [keys][HD] f16 in shared memory,
-// their 16-byte chunks swizzled (swizzle below); lane = 4 r + c holds rows r and r + 8 of
-// the accumulators (cuda/mma.cuh). T: __half or __nv_bfloat16, the type of Q, K, V and P.
+// prefill rows kernel over the KV cache (cuda/kv/attention_rows_mma.cu). K and V tiles
+// are [keys][HD] in shared memory, their 16-byte chunks swizzled (swizzle below); lane =
+// 4 r + c holds rows r and r + 8 of the accumulators (cuda/mma.cuh). T: __half or
+// __nv_bfloat16, the type of Q, K, V and P.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -92,7 +92,8 @@ TEST(FlashAttentionCpu, EqualsTheDefinition) {
             continue;
           }
           const float v = static_cast<float>(got[static_cast<std::size_t>(r * in.q_cols() + col)]);
-          const std::uint16_t expect = dtype == DType::bf16 ? formats::float_to_bf16(v).bits : formats::float_to_half(v).bits;
+          const std::uint16_t expect =
+              dtype == DType::bf16 ? formats::float_to_bf16(v).bits : formats::float_to_half(v).bits;
           ASSERT_EQ(bits, expect) << "row " << r << " column " << col;
         }
       }
@@ -116,7 +117,8 @@ TEST(FlashAttentionCpu, BadArgumentsAreNamed) {
     change(q);
     return q;
   };
-  EXPECT_LOWBIT_ERROR(call(with([](auto& q) { q.head_dim = 80; }), in.cu_q, in.cu_k, o), "head_dim: expected 64 or 128");
+  EXPECT_LOWBIT_ERROR(call(with([](auto& q) { q.head_dim = 80; }), in.cu_q, in.cu_k, o),
+                      "head_dim: expected 64 or 128");
   EXPECT_LOWBIT_ERROR(call(with([](auto& q) { q.kv_heads = 5; }), in.cu_q, in.cu_k, o), "kv_heads: expected 1..heads");
   EXPECT_LOWBIT_ERROR(call(with([](auto& q) { q.heads = 6; q.kv_heads = 4; }), in.cu_q, in.cu_k, o),
                       "is not a multiple of kv_heads");
@@ -131,9 +133,9 @@ TEST(FlashAttentionCpu, BadArgumentsAreNamed) {
   EXPECT_LOWBIT_ERROR(call(p, {0, 3, 4}, {0, 5, 7}, o), "q: expected shape [4, 256], got [5, 256]");
   // Mixed dtypes, and out on top of an input.
   std::vector<std::uint16_t> out_bf16(out.size());
-  EXPECT_LOWBIT_ERROR(call(p, in.cu_q, in.cu_k,
-                           TensorView::matrix(out_bf16.data(), DType::bf16, Device::cpu, in.rows_q(), in.q_cols(), in.ldo)),
-                      "out: expected dtype f16");
+  const TensorView o_bf16 =
+      TensorView::matrix(out_bf16.data(), DType::bf16, Device::cpu, in.rows_q(), in.q_cols(), in.ldo);
+  EXPECT_LOWBIT_ERROR(call(p, in.cu_q, in.cu_k, o_bf16), "out: expected dtype f16");
   EXPECT_LOWBIT_ERROR(call(p, in.cu_q, in.cu_k, in.view(in.q, in.rows_q(), in.q_cols(), in.ldq)), "out: overlaps q");
   EXPECT_LOWBIT_ERROR(flash_attention_workspace_bytes(0), "batch: expected 1..65535");
 }

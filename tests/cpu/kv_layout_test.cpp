@@ -187,7 +187,8 @@ TEST(DecodeCacheLayout, RowFormsAreTheDecodeSpans) {
                 return false;
               };
               for (int q = 0; q < tmax + 2; ++q) {
-                ASSERT_EQ(f.needed(in_body, tmin, tmax, q), some_row(q)) << "rows " << tmin << ".." << tmax << " s " << q;
+                ASSERT_EQ(f.needed(in_body, tmin, tmax, q), some_row(q))
+                    << "rows " << tmin << ".." << tmax << " s " << q;
               }
               for (int n0 = 0; n0 < tmax + tile; n0 += tile) {
                 bool any = false, all = true;

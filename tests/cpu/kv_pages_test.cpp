@@ -48,9 +48,15 @@ TEST(KvPages, PagesHoldTheContiguousBytesOfTheirTokens) {
       const core::KvLayerShape s = l.shape;
       // A page of P tokens holds what P positions take in the contiguous cache.
       const std::int64_t per_token_body = 2 * heads * (s.code_bytes() + 2 * (s.has_mins() ? 2 : 1));
-      if (l.paged_f16()) EXPECT_EQ(l.page_bytes(), l.page_tokens * 2 * heads * d * 2);
-      if (l.paged_body()) EXPECT_EQ(l.page_bytes(), l.page_tokens * per_token_body);
-      if (!l.has_pages()) EXPECT_EQ(l.page_bytes(), 0);
+      if (l.paged_f16()) {
+        EXPECT_EQ(l.page_bytes(), l.page_tokens * 2 * heads * d * 2);
+      }
+      if (l.paged_body()) {
+        EXPECT_EQ(l.page_bytes(), l.page_tokens * per_token_body);
+      }
+      if (!l.has_pages()) {
+        EXPECT_EQ(l.page_bytes(), 0);
+      }
       // The fixed area is the contiguous cache's f16 buffers.
       EXPECT_EQ(static_cast<std::size_t>(l.fixed_bytes()), l.fixed_slots() ? 2 * s.f16_bytes() : 0u);
       // Offsets: 16-byte aligned parts that tile the page.
@@ -58,7 +64,9 @@ TEST(KvPages, PagesHoldTheContiguousBytesOfTheirTokens) {
         for (bool v : {false, true}) {
           EXPECT_EQ(l.codes_offset(v) % 16, 0);
           EXPECT_EQ(l.scales_offset(v) % 16, 0);
-          if (s.has_mins()) EXPECT_EQ(l.mins_offset(v) % 16, 0);
+          if (s.has_mins()) {
+            EXPECT_EQ(l.mins_offset(v) % 16, 0);
+          }
         }
         EXPECT_EQ((s.has_mins() ? l.mins_offset(true) : l.scales_offset(true)) + l.param_part_bytes(),
                   l.page_bytes());
@@ -87,7 +95,9 @@ TEST(KvPages, PagesHoldTheContiguousBytesOfTheirTokens) {
       // Layers and areas of a pool do not overlap and fill it.
       std::vector<std::uint8_t> pool(l.pool_bytes());
       const core::KvPagedLayer last = core::kv_paged_layer(l, pool.data(), l.layers - 1);
-      if (l.has_pages()) EXPECT_EQ(last.pages + l.pages * l.page_bytes(), pool.data() + l.pages_bytes());
+      if (l.has_pages()) {
+        EXPECT_EQ(last.pages + l.pages * l.page_bytes(), pool.data() + l.pages_bytes());
+      }
       if (l.fixed_slots()) {
         EXPECT_EQ(reinterpret_cast<std::uint8_t*>(last.fixed) + l.max_seqs * l.fixed_bytes(),
                   pool.data() + pool.size());

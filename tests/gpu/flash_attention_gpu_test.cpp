@@ -68,7 +68,8 @@ double check_case(std::mt19937& rng, const FlashAttentionParams& p, DType dtype,
     for (std::int64_t i = 0; i < nq; ++i) {
       const std::int64_t row = q0 + i, seen = p.causal ? nk - nq + i + 1 : nk;
       for (std::int64_t col = in.q_cols(); col < in.ldo; ++col) {
-        EXPECT_EQ(got[static_cast<std::size_t>(row * in.ldo + col)], static_cast<std::uint16_t>(0x0101u * kFloatPoison)) << "row " << row << " padding";
+        EXPECT_EQ(got[static_cast<std::size_t>(row * in.ldo + col)], static_cast<std::uint16_t>(0x0101u * kFloatPoison))
+            << "row " << row << " padding";
       }
       for (std::int64_t h = 0; h < p.heads; ++h) {
         const std::int64_t g = h / group;

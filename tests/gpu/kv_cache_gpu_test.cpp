@@ -630,7 +630,8 @@ struct RowsSetup {
     std::vector<float> got(static_cast<std::size_t>(chunk.rows * q_cols));
     for (std::int64_t r = 0; r < chunk.rows; ++r) {
       for (std::int64_t i = 0; i < q_cols; ++i) {
-        got[static_cast<std::size_t>(r * q_cols + i)] = formats::half_to_float({bits[static_cast<std::size_t>(r * out_ld + i)]});
+        const std::uint16_t b = bits[static_cast<std::size_t>(r * out_ld + i)];
+        got[static_cast<std::size_t>(r * q_cols + i)] = formats::half_to_float({b});
       }
       for (std::int64_t i = q_cols; i < out_ld; ++i) {  // the row's gap is never written
         EXPECT_EQ(bits[static_cast<std::size_t>(r * out_ld + i)], poison_f16()) << "row " << r << " gap " << i;

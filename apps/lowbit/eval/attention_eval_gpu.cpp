@@ -58,8 +58,9 @@ void check_rows(const core::DeviceBuffer& out, const std::vector<double>& refere
 
 // kPredequantizedPeer. Its memory: the f16 weights (kept between calls), Q|K|V and out.
 VariantResult run_predequantized_peer(const AttentionProblem& p, const TensorView& x, const AttentionWeights& w,
-                                      core::DeviceBuffer& out, const TensorView& o, const std::vector<double>& reference,
-                                      const GpuEvalOptions& options, cudaStream_t stream) {
+                                      core::DeviceBuffer& out, const TensorView& o,
+                                      const std::vector<double>& reference, const GpuEvalOptions& options,
+                                      cudaStream_t stream) {
   const AttentionConfig& c = p.config;
   VariantResult r;
   r.name = kPredequantizedPeer;

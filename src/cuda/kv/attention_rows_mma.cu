@@ -58,8 +58,12 @@ struct RowsLayout {
   static constexpr int kRawRow = kCodeBytes + 16;
   static constexpr int kRaw = Bits != 0 ? 2 * kBN * kRawRow : 0;
   static constexpr int kSmem = kQ + 4 * kPart + kRaw;  // Q, {K, V} x 2 buffers, staging
-  __device__ static std::uint32_t tile(std::uint32_t base, int buf, int part) { return base + kQ + (2 * buf + part) * kPart; }
-  __device__ static std::uint32_t raw(std::uint32_t base, int part) { return base + kQ + 4 * kPart + part * kBN * kRawRow; }
+  __device__ static std::uint32_t tile(std::uint32_t base, int buf, int part) {
+    return base + kQ + (2 * buf + part) * kPart;
+  }
+  __device__ static std::uint32_t raw(std::uint32_t base, int part) {
+    return base + kQ + 4 * kPart + part * kBN * kRawRow;
+  }
 };
 
 using flash::pack_half2;
@@ -198,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
         const int id = tid + i * kThreads, part = id / (kBN * kChunks), p = (id / kChunks) % kBN, ch = id % kChunks;
         const int s = n0 + p;
         const bool ok = forms.needed(false, tmin, tmax, s);
-        const void* src = ok ? static_cast<const void*>(static_cast<const std::uint16_t*>(f16_row<D, Paged>(a, part, kh, s)) + ch * 8)
-                             : static_cast<const void*>(a.chunk);
+        const void* src = a.chunk;  // (not read: zero bytes)
+        if (ok) src = static_cast<const std::uint16_t*>(f16_row<D, Paged>(a, part, kh, s)) + ch * 8;
         cp_async16(L::tile(base, buf, part) + p * L::kRow + swizzle(p, ch) * 16, src, ok ? 16 : 0);
       }
     } else if constexpr (Bits != 0) {
@@ -346,10 +350,11 @@ bool rows_mma_takes(const KvLayerShape& shape, std::int64_t n_heads) {
 
 void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   const std::int64_t d = a.shape.head_dim;
-  LOWBIT_CHECK(rows_mma_takes(a.shape, a.n_heads), "kv_attention_rows: the tensor-core kernel takes GQA groups of up to ",
-               kBM, " query heads, got ", a.n_heads / a.shape.kv_heads);
-  LOWBIT_CHECK(static_cast<std::int64_t>(a.pos0) + a.rows < (std::int64_t{1} << 30), "kv_attention_rows: positions up to ",
-               static_cast<std::int64_t>(a.pos0) + a.rows, ", expected below 2^30");
+  LOWBIT_CHECK(rows_mma_takes(a.shape, a.n_heads),
+               "kv_attention_rows: the tensor-core kernel takes GQA groups of up to ", kBM, " query heads, got ",
+               a.n_heads / a.shape.kv_heads);
+  const std::int64_t end = static_cast<std::int64_t>(a.pos0) + a.rows;
+  LOWBIT_CHECK(end < (std::int64_t{1} << 30), "kv_attention_rows: positions up to ", end, ", expected below 2^30");
   a.group = a.n_heads / static_cast<int>(a.shape.kv_heads);
   a.rows_per_block = kBM / a.group;
   const std::int64_t row_tiles = (a.rows + a.rows_per_block - 1) / a.rows_per_block;
