@@ -28,7 +28,8 @@ namespace {
 using Type = WeightBlockType;
 
 // How a block's codes are stored, and what its parameters are.
-enum class Codes { nibbles, unsigned_bytes, signed_bytes, two_bits };
+// three_bits: 0..7, the value q - 4 (q3_f16x2; the -4 in the integer dot product).
+enum class Codes { nibbles, unsigned_bytes, signed_bytes, two_bits, three_bits };
 // q4_0's -8 d; q4_1's m; q2_f16x2's -dmin * mn of each half (the activations' half sums).
 enum class Offset { none, minus_8_d, stored, per_half };
 struct BlockLayout {
@@ -47,6 +48,7 @@ constexpr BlockLayout layout(Type type) {
     case Type::q5_f32: return {40, 8, Codes::unsigned_bytes, true, Offset::stored, false};
     case Type::q6_f32x2: return {40, 8, Codes::signed_bytes, true, Offset::none, true};
     case Type::q2_f16x2: return {14, 6, Codes::two_bits, false, Offset::per_half, true};
+    case Type::q3_f16x2: return {16, 4, Codes::three_bits, false, Offset::none, true};
   }
   return {0, 0, Codes::nibbles, false, Offset::none, false};
 }
@@ -65,6 +67,12 @@ inline BlockParams block_params(const std::uint8_t* blk, F16 f16) {
     const float d = f16(blk), dmin = f16(blk + 2);
     p.d0 = d * static_cast<float>(blk[4] & 15), p.d1 = d * static_cast<float>(blk[5] & 15);
     p.offset = -(dmin * static_cast<float>(blk[4] >> 4)), p.offset1 = -(dmin * static_cast<float>(blk[5] >> 4));
+    return p;
+  }
+  if constexpr (T == Type::q3_f16x2) {  // ggml's factors: d * (scale - 32), exact in f32
+    const float d = f16(blk);
+    p.d0 = d * static_cast<float>(static_cast<std::int8_t>(blk[2]));
+    p.d1 = d * static_cast<float>(static_cast<std::int8_t>(blk[3]));
     return p;
   }
   p.d0 = L.f32_params ? f32_at(blk) : f16(blk);
@@ -89,6 +97,8 @@ void scalar_half_dots(const std::uint8_t* codes, const std::int8_t* xq, int (&do
     for (int j = 0; j < 32; ++j) dot[j / 16] += codes[j] * xq[j];
   } else if constexpr (C == Codes::two_bits) {
     for (int j = 0; j < 32; ++j) dot[j / 16] += two_bit_code(codes, j) * xq[j];
+  } else if constexpr (C == Codes::three_bits) {
+    for (int j = 0; j < 32; ++j) dot[j / 16] += (three_bit_code(codes, j) - 4) * xq[j];
   } else {
     for (int j = 0; j < 16; ++j) dot[0] += (codes[j] & 15) * xq[j], dot[1] += (codes[j] >> 4) * xq[j + 16];
   }
@@ -131,16 +141,16 @@ void scalar_matmul(const std::uint8_t* w, std::int64_t row_bytes, std::int64_t r
 
 #if LOWBIT_BLOCK_DOT_SIMD
 
-// Sum of u8 x s8 products, four adjacent pairs into each i32 lane.
-inline __m256i dot_u8s8(__m256i u, __m256i s) {
+// acc plus the sums of u8 x s8 products, four adjacent pairs into each i32 lane.
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+  return _mm256_dpbusd_epi32(acc, u, s);
 #elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
-  // u <= 31 (nibbles, 2-bit codes, q5_f32's bytes) or |w| <= 128 (signed bytes),
+  // u <= 31 (nibbles, 2- and 3-bit codes, q5_f32's bytes) or |w| <= 128 (signed bytes),
   // |s| <= 127: the i16 pair sums cannot saturate.
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
 
@@ -172,18 +182,37 @@ inline __m256i load_codes(const std::uint8_t* codes) {
     const __m256i shifted =
         _mm256_srlv_epi64(_mm256_set1_epi64x(static_cast<long long>(bits)), _mm256_setr_epi64x(0, 2, 4, 6));
     return _mm256_and_si256(shifted, _mm256_set1_epi8(3));
+  } else if constexpr (C == Codes::three_bits) {
+    // The 2-bit codes, plus 4 where the third bit is set.
+    const __m256i low = load_codes<Codes::two_bits>(codes);
+    std::uint32_t third;
+    std::memcpy(&third, codes + 8, 4);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    // The third bits are the byte mask of the values that take the 4 (bit j: value j).
+    return _mm256_mask_add_epi8(low, static_cast<__mmask32>(third), low, _mm256_set1_epi8(4));
+#else
+    // Byte j takes byte j / 8 of the mask (each 128-bit lane holds all four), keeps bit
+    // j % 8 and becomes 4 where it is set.
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(third)),
+                                               _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                                2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+#endif
   } else {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
   }
 }
 
+// acc plus the block's dot products (acc: q3_f16x2's -4 * the activations' sums, else 0).
 template <Codes C>
-inline __m256i block_dot(__m256i w, __m256i xq) {
+inline __m256i block_dot(__m256i acc, __m256i w, __m256i xq) {
   if constexpr (C == Codes::signed_bytes) {
     // s8 x s8 through the u8 x s8 product: |w| times x with w's sign.
-    return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+    return dot_u8s8(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
   } else {
-    return dot_u8s8(w, xq);
+    return dot_u8s8(acc, w, xq);
   }
 }
 
@@ -205,14 +234,20 @@ void tile(const std::uint8_t* w, std::int64_t row_bytes, const QuantizedActivati
   for (std::int64_t b = 0; b < blocks; ++b) {
     __m256i xq[TT];
     float dx[TT], xs[TT];
-    __m256 xhalf[TT];  // per_half: d_x times the code sums of 4 values, lanes 0-3 values 0-15
+    __m256 xhalf[TT];   // per_half: d_x times the code sums of 4 values, lanes 0-3 values 0-15
+    __m256i xbias[TT];  // three_bits: -4 times those code sums (the codes' -4), else 0
     for (int t = 0; t < TT; ++t) {
       xq[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq0 + t * x.k + b * kValuesPerBlock));
       dx[t] = dx0[t * blocks + b];
       xs[t] = xs0[t * blocks + b];
+      xbias[t] = _mm256_setzero_si256();
       if constexpr (L.offset == Offset::per_half) {
-        const __m256i sums = dot_u8s8(_mm256_set1_epi8(1), xq[t]);
+        const __m256i sums = dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(1), xq[t]);
         xhalf[t] = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dx[t]));
+      }
+      if constexpr (L.codes == Codes::three_bits) {
+        xbias[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                    dot_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(4), xq[t]));
       }
     }
     for (int r = 0; r < RT; ++r) {
@@ -234,6 +269,15 @@ void tile(const std::uint8_t* w, std::int64_t row_bytes, const QuantizedActivati
         const __m256 f = _mm256_castps128_ps256(_mm_mul_ps(dd, _mm_cvtepi32_ps(nibbles)));
         dw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
         mw = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+      } else if constexpr (T == Type::q3_f16x2) {
+        // d * [sc0 x 4, sc1 x 4] in one f32 multiply (each lane as block_params' scalar one).
+        std::uint32_t d_sc;
+        std::memcpy(&d_sc, blk, 4);
+        const __m128i v = _mm_cvtsi32_si128(static_cast<int>(d_sc));
+        const __m256i sc = _mm256_cvtepi8_epi32(
+            _mm_shuffle_epi8(v, _mm_setr_epi8(2, 2, 2, 2, 3, 3, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1)));
+        dw = _mm256_mul_ps(_mm256_cvtph_ps(_mm_broadcastw_epi16(v)), _mm256_cvtepi32_ps(sc));
+        mw = _mm256_setzero_ps();
       } else {
         const BlockParams p = block_params<T>(blk, f16_fast);
         dw = _mm256_set_m128(_mm_set1_ps(p.d1), _mm_set1_ps(p.d0));
@@ -241,7 +285,7 @@ void tile(const std::uint8_t* w, std::int64_t row_bytes, const QuantizedActivati
         d0 = p.d0, offset = p.offset;
       }
       for (int t = 0; t < TT; ++t) {
-        const __m256 dot = _mm256_cvtepi32_ps(block_dot<L.codes>(codes, xq[t]));
+        const __m256 dot = _mm256_cvtepi32_ps(block_dot<L.codes>(xbias[t], codes, xq[t]));
         const __m256 scale = L.two_scales ? _mm256_mul_ps(dw, _mm256_set1_ps(dx[t])) : _mm256_set1_ps(d0 * dx[t]);
         acc[r][t] = _mm256_fmadd_ps(dot, scale, acc[r][t]);
         if constexpr (L.offset == Offset::per_half) {
@@ -360,6 +404,7 @@ void block_matmul(WeightBlockType type, const std::uint8_t* w, std::int64_t row_
     case Type::q5_f32: return simd_matmul<Type::q5_f32>(w, row_bytes, rows, x, y, ldy);
     case Type::q6_f32x2: return simd_matmul<Type::q6_f32x2>(w, row_bytes, rows, x, y, ldy);
     case Type::q2_f16x2: return simd_matmul<Type::q2_f16x2>(w, row_bytes, rows, x, y, ldy);
+    case Type::q3_f16x2: return simd_matmul<Type::q3_f16x2>(w, row_bytes, rows, x, y, ldy);
   }
 #else
   block_matmul_scalar(type, w, row_bytes, rows, x, y, ldy);
@@ -377,6 +422,7 @@ void block_matmul_scalar(WeightBlockType type, const std::uint8_t* w, std::int64
     case Type::q5_f32: return scalar_matmul<Type::q5_f32>(w, row_bytes, rows, x, y, ldy);
     case Type::q6_f32x2: return scalar_matmul<Type::q6_f32x2>(w, row_bytes, rows, x, y, ldy);
     case Type::q2_f16x2: return scalar_matmul<Type::q2_f16x2>(w, row_bytes, rows, x, y, ldy);
+    case Type::q3_f16x2: return scalar_matmul<Type::q3_f16x2>(w, row_bytes, rows, x, y, ldy);
   }
 }
 

@@ -13,6 +13,8 @@
 //   q6_f32x2  d0_w * d_x * sum over values 0-15 + d1_w * d_x * sum over 16-31, q_w in -32..31
 //   q2_f16x2  as q6_f32x2, q_w in 0..3, minus dmin * mn_h * (d_x * sum of q_x over half h)
 //             (the half sums from the activation codes, in the kernel)
+//   q3_f16x2  as q6_f32x2 with d_h = d * sc_h, q_w - 4 in -4..3 (SIMD: sum(q_w * q_x) - 4 *
+//             sum(q_x), in the integer dot product)
 //
 // Activations: d_x = max|x| / 127 over the block, q_x = round-to-nearest-even(x / d_x)
 // (as x * (1 / d_x)), in -127..127; a block of zeros has d_x = 0 and codes 0.

@@ -45,6 +45,13 @@ void decode_block(const std::uint8_t* blk, float* out) {
       const float dl = d * static_cast<float>(blk[4 + h] & 15), ml = dmin * static_cast<float>(blk[4 + h] >> 4);
       for (int j = 16 * h; j < 16 * h + 16; ++j) out[j] = dl * static_cast<float>(two_bit_code(blk + 6, j)) - ml;
     }
+  } else if constexpr (T == Type::q3_f16x2) {
+    // ggml's order: dl = d * sc (sc = the file's scale - 32), then dl * (q - 4).
+    const float d = f16_at(blk);
+    for (int h = 0; h < 2; ++h) {
+      const float dl = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + h]));
+      for (int j = 16 * h; j < 16 * h + 16; ++j) out[j] = dl * static_cast<float>(three_bit_code(blk + 4, j) - 4);
+    }
   } else {
     const float d0 = f32_at(blk), d1 = f32_at(blk + 4);
     const auto* codes = reinterpret_cast<const std::int8_t*>(blk + 8);
@@ -62,7 +69,8 @@ void decode_all(const std::uint8_t* blocks, std::int64_t n, float* out) {
 bool finite_params(Type type, const std::uint8_t* blk) {
   switch (type) {
     case Type::q4_0:
-    case Type::q8_0: return std::isfinite(f16_at(blk));
+    case Type::q8_0:
+    case Type::q3_f16x2: return std::isfinite(f16_at(blk));
     case Type::q4_1:
     case Type::q2_f16x2: return std::isfinite(f16_at(blk)) && std::isfinite(f16_at(blk + 2));
     case Type::q4_f32:
@@ -89,6 +97,7 @@ std::int64_t weight_block_bytes(WeightBlockType type) {
     case Type::q5_f32:
     case Type::q6_f32x2: return 40;
     case Type::q2_f16x2: return 14;
+    case Type::q3_f16x2: return 16;
   }
   return 0;
 }
@@ -102,6 +111,7 @@ const char* weight_block_name(WeightBlockType type) {
     case Type::q5_f32: return "q5_f32";
     case Type::q6_f32x2: return "q6_f32x2";
     case Type::q2_f16x2: return "q2_f16x2";
+    case Type::q3_f16x2: return "q3_f16x2";
   }
   return "?";
 }
@@ -116,6 +126,7 @@ void decode_weight_blocks(WeightBlockType type, const std::uint8_t* blocks, std:
     case Type::q5_f32: return decode_all<Type::q5_f32>(blocks, n, out);
     case Type::q6_f32x2: return decode_all<Type::q6_f32x2>(blocks, n, out);
     case Type::q2_f16x2: return decode_all<Type::q2_f16x2>(blocks, n, out);
+    case Type::q3_f16x2: return decode_all<Type::q3_f16x2>(blocks, n, out);
   }
 }
 

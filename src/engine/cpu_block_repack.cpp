@@ -113,19 +113,12 @@ void q6_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
   }
 }
 
-// dequant.cpp: dl * value with dl = d * (scale - 32); sub-blocks of 16 in order, so a
-// block of 32 is the two parts of one (half, shift) pass.
-void q3_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
-  std::uint8_t codes[256];
-  for (std::int64_t b = 0; b < blocks; ++b, src += 110) {
-    const float d = f16_at(src + 108);
-    q3_k_codes(src, codes);
-    for (int block = 0; block < 8; ++block, dst += 40) {
-      int q[32];
-      codes_plus(codes + 32 * block, -4, q);
-      put_two_scale_block(d * static_cast<float>(q3_k_scale(src, 2 * block)),
-                          d * static_cast<float>(q3_k_scale(src, 2 * block + 1)), q, dst);
-    }
+// 32 codes in value order (their low two bits) as cpu's 2-bit codes: byte j holds values
+// j, j + 8, j + 16, j + 24 (weight_blocks.h).
+void put_two_bit_codes(const std::uint8_t* q, std::uint8_t* out) {
+  for (int j = 0; j < 8; ++j) {
+    out[j] = static_cast<std::uint8_t>((q[j] & 3) | ((q[j + 8] & 3) << 2) | ((q[j + 16] & 3) << 4) |
+                                       ((q[j + 24] & 3) << 6));
   }
 }
 
@@ -143,9 +136,28 @@ void q2_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
         const Q2kScaleMin sm = q2_k_scale_min(src, 2 * block + h);
         dst[4 + h] = static_cast<std::uint8_t>(sm.scale | (sm.min << 4));
       }
+      put_two_bit_codes(codes + 32 * block, dst + 6);
+    }
+  }
+}
+
+// Q3_K's own fields, a block of 32 (two sub-blocks of 16, in order) at a time: d (f16
+// bits), the two scales minus 32 as signed bytes, the codes' low two bits as 2-bit fields
+// and their third bits as a 32-bit mask (weight_blocks.h). The block's decode forms
+// ggml's factors d * (scale - 32) and values with ggml's operations.
+void q3_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
+  std::uint8_t codes[256];
+  for (std::int64_t b = 0; b < blocks; ++b, src += 110) {
+    q3_k_codes(src, codes);
+    for (int block = 0; block < 8; ++block, dst += 16) {
+      std::memcpy(dst, src + kQ3kD, 2);
+      for (int h = 0; h < 2; ++h) dst[2 + h] = static_cast<std::uint8_t>(q3_k_scale(src, 2 * block + h));
       const std::uint8_t* q = codes + 32 * block;
-      for (int j = 0; j < 8; ++j) {
-        dst[6 + j] = static_cast<std::uint8_t>(q[j] | (q[j + 8] << 2) | (q[j + 16] << 4) | (q[j + 24] << 6));
+      put_two_bit_codes(q, dst + 4);
+      for (int i = 0; i < 4; ++i) {  // value j's third bit: bit j % 8 of byte j / 8
+        int bits = 0;
+        for (int k = 0; k < 8; ++k) bits |= (q[8 * i + k] >> 2) << k;
+        dst[12 + i] = static_cast<std::uint8_t>(bits);
       }
     }
   }
@@ -162,9 +174,9 @@ std::optional<cpu::WeightBlockType> cpu_block_type(GgmlType type) {
     case GgmlType::q5_1:
     case GgmlType::q5_k: return WeightBlockType::q5_f32;
     case GgmlType::q4_k: return WeightBlockType::q4_f32;
-    case GgmlType::q3_k:
     case GgmlType::q6_k: return WeightBlockType::q6_f32x2;
     case GgmlType::q2_k: return WeightBlockType::q2_f16x2;
+    case GgmlType::q3_k: return WeightBlockType::q3_f16x2;
     default: return std::nullopt;
   }
 }

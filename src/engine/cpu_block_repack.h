@@ -9,9 +9,10 @@
 //   Q4_K               q4_f32    (each sub-block of 32: d * scale, -(dmin * min))
 //   Q5_K               q5_f32    (as Q4_K, the fifth bit joined to the code)
 //   Q6_K               q6_f32x2  (each sub-block of 16: d * scale)
-//   Q3_K               q6_f32x2  (each sub-block of 16: d * (scale - 32))
 //   Q2_K               q2_f16x2  (d, dmin and the two sub-blocks' 4-bit scales and mins as
 //                                 the file has them; the codes as 2-bit fields)
+//   Q3_K               q3_f16x2  (d and the two sub-blocks' 6-bit scales (minus 32) as the
+//                                 file has them; the codes as 2-bit fields and third bits)
 //
 // The float types have no block form.
 #pragma once

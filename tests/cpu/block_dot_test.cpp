@@ -28,7 +28,13 @@ bool f32_params(WeightBlockType type) {
   return type == WeightBlockType::q4_f32 || type == WeightBlockType::q5_f32 || type == WeightBlockType::q6_f32x2;
 }
 int codes_at(WeightBlockType type) {
-  return f32_params(type) ? 8 : type == WeightBlockType::q2_f16x2 ? 6 : type == WeightBlockType::q4_1 ? 4 : 2;
+  if (f32_params(type)) return 8;
+  switch (type) {
+    case WeightBlockType::q2_f16x2: return 6;
+    case WeightBlockType::q4_1:
+    case WeightBlockType::q3_f16x2: return 4;
+    default: return 2;
+  }
 }
 float f32_at(const std::uint8_t* p) {
   float v;
@@ -38,7 +44,7 @@ float f32_at(const std::uint8_t* p) {
 
 // Random rows of blocks; each block's scale(s) and offset of a few magnitudes, codes
 // over their type's whole range (q5_f32: 0..31, q6_f32x2: -32..31; q2_f16x2: any scale
-// and min nibbles, any 2-bit codes).
+// and min nibbles, any 2-bit codes; q3_f16x2: scale bytes -32..31, any code bits).
 std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows, std::int64_t k, Rng& rng) {
   const std::int64_t bytes = cpu::weight_block_bytes(type), blocks = rows * (k / 32);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(blocks * bytes));
@@ -54,6 +60,9 @@ std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows,
       const std::uint16_t d = half_bits(scale(rng)), m = half_bits(scale(rng) * 8);
       std::memcpy(blk, &d, 2);
       if (type == WeightBlockType::q4_1 || type == WeightBlockType::q2_f16x2) std::memcpy(blk + 2, &m, 2);
+      if (type == WeightBlockType::q3_f16x2) {
+        for (int h = 2; h < 4; ++h) blk[h] = static_cast<std::uint8_t>(blk[h] % 64 - 32);
+      }
     }
     for (int j = 0; j < 32 && f32_params(type); ++j) {
       std::uint8_t& c = blk[8 + j];
@@ -85,6 +94,10 @@ double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
     const int sm = blk[4 + j / 16];
     return d * (sm & 15) * ((codes[j % 8] >> (2 * (j / 8))) & 3) - half_value(dmin_bits) * (sm >> 4);
   }
+  if (type == WeightBlockType::q3_f16x2) {  // (d * sc) (q - 4) of half j / 16, q's bit 2 apart
+    const int q = ((codes[j % 8] >> (2 * (j / 8))) & 3) | (((codes[8 + j / 8] >> (j % 8)) & 1) << 2);
+    return d * static_cast<std::int8_t>(blk[2 + j / 16]) * (q - 4);
+  }
   if (type == WeightBlockType::q8_0) return d * static_cast<std::int8_t>(codes[j]);
   if (type == WeightBlockType::q4_0) return d * (nibble() - 8);
   std::uint16_t m_bits;
@@ -92,9 +105,9 @@ double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
   return d * nibble() + half_value(m_bits);
 }
 
-constexpr WeightBlockType k_types[] = {WeightBlockType::q4_0,     WeightBlockType::q4_1,   WeightBlockType::q8_0,
-                                       WeightBlockType::q4_f32,   WeightBlockType::q5_f32, WeightBlockType::q6_f32x2,
-                                       WeightBlockType::q2_f16x2};
+constexpr WeightBlockType k_types[] = {WeightBlockType::q4_0,     WeightBlockType::q4_1,     WeightBlockType::q8_0,
+                                       WeightBlockType::q4_f32,   WeightBlockType::q5_f32,   WeightBlockType::q6_f32x2,
+                                       WeightBlockType::q2_f16x2, WeightBlockType::q3_f16x2};
 
 // Decoding gives the definition's values, each one f32 rounding (two for the f32
 // types' d * q + m, as ggml's K-quant decoders: checked bit for bit against them in
@@ -189,6 +202,47 @@ TEST(BlockDot, KernelsMatchScalarAndTheExactSum) {
         }
         for (std::int64_t r = rows; r < ldy; ++r) EXPECT_EQ(fast[t * ldy + r], -7.0f) << "wrote past the rows";
       }
+    }
+  }
+}
+
+// Q3_K's q3_f16x2 blocks give the bits the same matrix gave as q6_f32x2 blocks (its form
+// before: f32 d * sc a half, the codes - 4 a byte), in the kernels and in plain C++: the
+// same integer dot product of each half (there sum((q - 4) q_x), here sum(q q_x) - 4
+// sum(q_x)), the same f32 factors, applied in the same order.
+TEST(BlockDot, Q3BlocksGiveTheBitsOfTheirFormerQ6Blocks) {
+  LOWBIT_TEST_RNG(rng);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  SCOPED_TRACE(std::string("kernels: ") + cpu::block_matmul_isa());
+  const std::int64_t rows = 9, n = 7, k = 576, blocks = rows * k / 32;
+  const std::vector<std::uint8_t> q3 = random_blocks(WeightBlockType::q3_f16x2, rows, k, rng);
+  std::vector<std::uint8_t> q6(static_cast<std::size_t>(blocks * 40));
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* src = q3.data() + b * 16;
+    std::uint8_t* dst = q6.data() + b * 40;
+    std::uint16_t d_bits;
+    std::memcpy(&d_bits, src, 2);
+    const float d = half_value(d_bits);
+    const float factors[2] = {d * static_cast<float>(static_cast<std::int8_t>(src[2])),
+                              d * static_cast<float>(static_cast<std::int8_t>(src[3]))};
+    std::memcpy(dst, factors, 8);
+    for (int j = 0; j < 32; ++j) dst[8 + j] = static_cast<std::uint8_t>(cpu::three_bit_code(src + 4, j) - 4);
+  }
+  std::vector<float> x(static_cast<std::size_t>(n * k));
+  for (float& v : x) v = value(rng);
+  QuantizedActivations q;
+  cpu::quantize_activations(x.data(), n, k, q);
+  for (const bool kernels : {true, false}) {
+    SCOPED_TRACE(kernels ? "block_matmul" : "block_matmul_scalar");
+    const auto matmul = kernels ? cpu::block_matmul : cpu::block_matmul_scalar;
+    std::vector<float> y3(static_cast<std::size_t>(n * rows)), y6(y3.size());
+    matmul(WeightBlockType::q3_f16x2, q3.data(), k / 32 * 16, rows, q, y3.data(), rows);
+    matmul(WeightBlockType::q6_f32x2, q6.data(), k / 32 * 40, rows, q, y6.data(), rows);
+    for (std::size_t i = 0; i < y3.size(); ++i) {
+      std::uint32_t a, b;
+      std::memcpy(&a, &y3[i], 4);
+      std::memcpy(&b, &y6[i], 4);
+      ASSERT_EQ(a, b) << "token " << i / rows << " row " << i % rows << ": " << y3[i] << " vs " << y6[i];
     }
   }
 }

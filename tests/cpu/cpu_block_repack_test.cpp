@@ -94,7 +94,8 @@ TEST(CpuBlockRepack, DecodesToTheReferenceDecodersValuesBitForBit) {
 }
 
 // The parameters repacked blocks hold: codes within the ranges the kernels assume
-// (cpu/block_dot.h: u8 x s8 pair sums that cannot saturate).
+// (cpu/block_dot.h: u8 x s8 pair sums that cannot saturate); q3_f16x2's scale bytes
+// (scale - 32) within -32..31 (weight_blocks.h: finite d, finite values).
 TEST(CpuBlockRepack, CodesStayInTheirTypesRanges) {
   LOWBIT_TEST_RNG(rng);
   for (GgmlType type : {GgmlType::q5_0, GgmlType::q5_1, GgmlType::q5_k, GgmlType::q3_k, GgmlType::q6_k}) {
@@ -105,12 +106,19 @@ TEST(CpuBlockRepack, CodesStayInTheirTypesRanges) {
     const std::int64_t bytes = cpu::weight_block_bytes(bt), codes_at = bt == cpu::WeightBlockType::q8_0 ? 2 : 8;
     std::vector<std::uint8_t> out(static_cast<std::size_t>(count / 32 * bytes));
     engine::repack_cpu_blocks(type, src.data(), count, out.data());
-    int lo = 1000, hi = -1000;
+    int lo = 1000, hi = -1000, scale_lo = 1000, scale_hi = -1000;
     for (std::int64_t b = 0; b < count / 32; ++b) {
-      for (int j = 0; j < 32; ++j) {
-        const std::uint8_t c = out[static_cast<std::size_t>(b * bytes + codes_at + j)];
-        const int v = bt == cpu::WeightBlockType::q5_f32 ? c : static_cast<std::int8_t>(c);
-        lo = std::min(lo, v), hi = std::max(hi, v);
+      const std::uint8_t* blk = out.data() + b * bytes;
+      // (q3_f16x2's 12 code bytes are no byte codes: read only through three_bit_code.)
+      const auto code = [&](int j) -> int {
+        if (bt == cpu::WeightBlockType::q3_f16x2) return cpu::three_bit_code(blk + 4, j) - 4;
+        const std::uint8_t c = blk[codes_at + j];
+        return bt == cpu::WeightBlockType::q5_f32 ? c : static_cast<std::int8_t>(c);
+      };
+      for (int j = 0; j < 32; ++j) lo = std::min(lo, code(j)), hi = std::max(hi, code(j));
+      for (int h = 0; h < 2 && bt == cpu::WeightBlockType::q3_f16x2; ++h) {
+        const int sc = static_cast<std::int8_t>(blk[2 + h]);
+        scale_lo = std::min(scale_lo, sc), scale_hi = std::max(scale_hi, sc);
       }
     }
     SCOPED_TRACE(info.name);
@@ -119,6 +127,10 @@ TEST(CpuBlockRepack, CodesStayInTheirTypesRanges) {
                                      : type == GgmlType::q3_k                          ? std::pair{-4, 3}
                                                                                        : std::pair{-32, 31};
     EXPECT_EQ(std::pair(lo, hi), want);
+    if (type == GgmlType::q3_k) {  // within the range (a given extreme is missed ~2% of draws)
+      EXPECT_GE(scale_lo, -32);
+      EXPECT_LE(scale_hi, 31);
+    }
   }
 }
 
@@ -173,11 +185,14 @@ TEST(CpuBlockRepack, RefusesNonFiniteScalesAndTypesWithoutABlockForm) {
   EXPECT_LOWBIT_ERROR(engine::WeightMatrix::load(tensor_of("blk.3.attn_q.weight", GgmlType::q4_k, 512, 3, bytes),
                                                  engine::WeightForm::blocks),
                       "tensor 'blk.3.attn_q.weight': row 2, columns 0..31: a scale or offset is NaN or Inf");
-  // Q2_K: a NaN d, a NaN dmin, each named by its row and the columns of its block of 32.
-  for (const int at : {80, 82}) {
-    std::vector<std::uint8_t> q2 = random_ggml_blocks(GgmlType::q2_k, 4, rng);
-    std::memcpy(q2.data() + 3 * 84 + at, &nan, 2);  // row 1's second super-block
-    EXPECT_LOWBIT_ERROR(engine::WeightMatrix::load(tensor_of("blk.0.ffn_down.weight", GgmlType::q2_k, 512, 2, q2),
+  // Q2_K: a NaN d, a NaN dmin; Q3_K: a NaN d; each named by its row and the columns of its
+  // block of 32 (the blocks that keep the file's f16 fields check them as they are).
+  for (const auto& [type, at] : {std::pair{GgmlType::q2_k, 80}, std::pair{GgmlType::q2_k, 82},
+                                 std::pair{GgmlType::q3_k, 108}}) {
+    const std::int64_t block_bytes = engine::ggml_type_info(type).block_bytes;
+    std::vector<std::uint8_t> k = random_ggml_blocks(type, 4, rng);
+    std::memcpy(k.data() + 3 * block_bytes + at, &nan, 2);  // row 1's second super-block
+    EXPECT_LOWBIT_ERROR(engine::WeightMatrix::load(tensor_of("blk.0.ffn_down.weight", type, 512, 2, k),
                                                    engine::WeightForm::blocks),
                         "tensor 'blk.0.ffn_down.weight': row 1, columns 256..287: a scale or offset is NaN or Inf");
   }

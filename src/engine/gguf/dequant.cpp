@@ -102,7 +102,7 @@ void q2_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
 void q3_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   std::uint8_t q[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += 110) {
-    const float d = f16_at(src + 108);
+    const float d = f16_at(src + kQ3kD);
     q3_k_codes(src, q);
     for (int sub = 0; sub < 16; ++sub) {
       const float dl = d * static_cast<float>(q3_k_scale(src, sub));

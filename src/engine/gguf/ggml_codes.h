@@ -58,10 +58,11 @@ inline Q2kScaleMin q2_k_scale_min(const std::uint8_t* block, int s) { return {bl
 
 // Q3_K super-block (hmask[32], qs[64], scales[12], d): value 32 p + i takes its low two
 // bits from the 2-bit plane at qs (as Q2_K) and, as its third bit, bit p of hmask[i]; the
-// value is the code minus 4.
+// value is (d * scale) * (code - 4), the scale of its sub-block of 16 (q3_k_scale).
+constexpr int kQ3kHmask = 0, kQ3kCodes = 32, kQ3kScales = 96, kQ3kD = 108;
 inline void q3_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) {
-  const std::uint8_t* hmask = block;
-  two_bit_codes(block + 32, q);
+  const std::uint8_t* hmask = block + kQ3kHmask;
+  two_bit_codes(block + kQ3kCodes, q);
   for (int pass = 0; pass < 8; ++pass) {
     for (int i = 0; i < 32; ++i) {
       q[32 * pass + i] = static_cast<std::uint8_t>(q[32 * pass + i] | (((hmask[i] >> pass) & 1) << 2));
@@ -73,7 +74,7 @@ inline void q3_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) {
 // byte s % 8 of scales[12] (low nibble for s < 8, high for s >= 8), its top 2 bits in
 // byte 8 + s % 4 at bit 2 (s / 4).
 inline int q3_k_scale(const std::uint8_t* block, int s) {
-  const std::uint8_t* packed = block + 96;
+  const std::uint8_t* packed = block + kQ3kScales;
   const int low = (packed[s % 8] >> (s < 8 ? 0 : 4)) & 15;
   const int high = (packed[8 + s % 4] >> (2 * (s / 4))) & 3;
   return (low | (high << 4)) - 32;
@@ -81,7 +82,7 @@ inline int q3_k_scale(const std::uint8_t* block, int s) {
 
 // The inverse (synthetic blocks): the sixteen scales, each -32..31, into scales[12].
 inline void pack_q3_k_scales(const int (&scales)[16], std::uint8_t* block) {
-  std::uint8_t* packed = block + 96;
+  std::uint8_t* packed = block + kQ3kScales;
   std::memset(packed, 0, 12);
   for (int s = 0; s < 16; ++s) {
     const int v = scales[s] + 32;

@@ -126,8 +126,8 @@ void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields
       return;
     }
     case formats::WeightBlocks::q3_k: {  // hmask[32], qs[64], scales[12] (6-bit), d: as dequant.cpp
-      f.factor = u16_at(b + 108);
-      f.finite_check[0] = half_at(b + 108);
+      f.factor = u16_at(b + kQ3kD);
+      f.finite_check[0] = half_at(b + kQ3kD);
       q3_k_codes(b, f.q);
       for (int sub = 0; sub < 8; ++sub) {  // the two 16-wide scales, as int8 (scale - 32)
         const auto lo = static_cast<std::uint8_t>(static_cast<std::int8_t>(q3_k_scale(b, 2 * sub)));

@@ -123,7 +123,7 @@ void q3_k_block(BlockRng& rng, float d, std::uint8_t* b) {
     scales[j] = (bits & 16) != 0 ? -scale : scale;
   }
   pack_q3_k_scales(scales, b);
-  put_half(b + 108, d);
+  put_half(b + kQ3kD, d);
 }
 
 // One block of `type` at `b` from its own stream.
