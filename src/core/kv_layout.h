@@ -153,6 +153,39 @@ struct KvRowForms {
   }
 };
 
+// The prefill rows kernel's items: tile j of `tile` positions in view v (0 FP16, 1 body)
+// is item 2 j + v; a block of rows [tmin, tmax] walks the items of its split, tiles
+// [first_tile, end_tile), that some row reads. The item after `item` (start: 2 first_tile
+// - 1), or -1.
+LOWBIT_HD int next_rows_item(const KvRowForms& f, int item, int end_tile, int tmin, int tmax, int tile) {
+  for (++item; item < 2 * end_tile; ++item) {
+    if (f.tile_needed(item & 1, tmin, tmax, (item >> 1) * tile, tile)) return item;
+  }
+  return -1;
+}
+
+// Its grid: blocks of `block_rows` query rows (rows x the group's query heads), so
+// block_rows / group chunk rows a block; split-K over the positions while the blocks do
+// not reach `target_blocks`, a split at least 8 tiles, at most `max_splits` (what the
+// workspace holds). Split s of a block takes tiles [s split_tiles, (s + 1) split_tiles).
+struct RowsTilePlan {
+  std::int64_t rows_per_block = 0, row_tiles = 0, tiles = 0, splits = 1, split_tiles = 0;
+};
+inline RowsTilePlan plan_rows_tiles(std::int64_t rows, std::int64_t pos0, std::int64_t kv_heads, std::int64_t group,
+                                    std::int64_t block_rows, std::int64_t tile, std::int64_t target_blocks,
+                                    std::int64_t max_splits) {
+  RowsTilePlan p;
+  p.rows_per_block = block_rows / group;
+  p.row_tiles = (rows + p.rows_per_block - 1) / p.rows_per_block;
+  p.tiles = (pos0 + rows - 1) / tile + 1;  // the last row's
+  const std::int64_t blocks = p.row_tiles * kv_heads;
+  std::int64_t splits = std::min({(target_blocks + blocks - 1) / blocks, (p.tiles + 7) / 8, max_splits});
+  splits = std::max<std::int64_t>(splits, 1);
+  p.split_tiles = (p.tiles + splits - 1) / splits;
+  p.splits = (p.tiles + p.split_tiles - 1) / p.split_tiles;
+  return p;
+}
+
 // Flash-decoding split over the visible positions: enough blocks to fill the device
 // (target `per_sm` a SM: as many as the kernel keeps resident), at least kMinSplit
 // positions a split (a block has work to amortize its combine record), at most kMaxSplit

@@ -3,7 +3,9 @@
 // engine's KvCache reads, and the split plan covers the sequence within its bounds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/kv_twin.h"
@@ -200,6 +202,64 @@ TEST(DecodeCacheLayout, RowFormsAreTheDecodeSpans) {
                                                                              << " tile " << n0;
                 if (f.tile_whole(in_body, tmin, tmax, n0, tile)) {
                   ASSERT_TRUE(all) << "rows " << tmin << ".." << tmax << " tile " << n0;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The prefill rows kernel's grid and item walk (plan_rows_tiles, next_rows_item): every
+// block's splits visit each (tile, view) that some of its rows read exactly once, within
+// the split's tiles, so each row at t meets every position it sees (s <= t, in the form
+// it sees it) in exactly one item; the plan keeps within the workspace's splits and covers
+// the last row's tiles. Every policy, GQA groups 1 .. 64, short and long chunks.
+TEST(DecodeCacheLayout, RowsKernelItemsCoverEachRowsPositionsOnce) {
+  struct Chunk {
+    std::int64_t pos0, rows;
+  };
+  constexpr int kTile = 64;
+  for (const Case& c : kCases) {
+    for (auto [sink, window] : {std::pair<std::int64_t, std::int64_t>{16, 32}, {5, 37}}) {
+      const core::KvLayerShape s = kv_shape(c.policy, 8, 64, sink, window, c.bits == 0 ? 8 : c.bits, 4000);
+      const core::KvRowForms f(s);
+      for (Chunk ch : {Chunk{0, 1}, Chunk{0, 63}, Chunk{5, 7}, Chunk{40, 100}, Chunk{700, 600}, Chunk{3000, 100},
+                       Chunk{2000, 40}}) {
+        for (std::int64_t group : {1, 3, 7, 8, 64}) {
+          for (std::int64_t max_splits : {0, 1, 4, 1000}) {
+            SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(c.policy) << " chunk " << ch.pos0 << "+"
+                                            << ch.rows << " group " << group << " max splits " << max_splits);
+            const core::RowsTilePlan plan = core::plan_rows_tiles(ch.rows, ch.pos0, 2, group, 64, kTile, 264, max_splits);
+            ASSERT_EQ(plan.rows_per_block, 64 / group);
+            ASSERT_GE(plan.splits, 1);
+            ASSERT_LE(plan.splits, std::max<std::int64_t>(1, max_splits));
+            ASSERT_GE(plan.splits * plan.split_tiles, plan.tiles);
+            ASSERT_LT((plan.splits - 1) * plan.split_tiles, plan.tiles);
+            ASSERT_EQ(plan.tiles, (ch.pos0 + ch.rows - 1) / kTile + 1);
+            for (std::int64_t r0 = 0; r0 < ch.rows; r0 += plan.rows_per_block) {
+              const int tmin = static_cast<int>(ch.pos0 + r0);
+              const int tmax = static_cast<int>(ch.pos0 + std::min(r0 + plan.rows_per_block, ch.rows) - 1);
+              std::vector<int> visits(static_cast<std::size_t>(2 * plan.tiles), 0);
+              for (std::int64_t split = 0; split < plan.splits; ++split) {
+                const int first = static_cast<int>(split * plan.split_tiles);
+                const int end = std::min(tmax / kTile + 1, static_cast<int>((split + 1) * plan.split_tiles));
+                for (int item = core::next_rows_item(f, 2 * first - 1, end, tmin, tmax, kTile); item >= 0;
+                     item = core::next_rows_item(f, item, end, tmin, tmax, kTile)) {
+                  ASSERT_GE(item / 2, first);
+                  ASSERT_LT(item / 2, end);
+                  ++visits[static_cast<std::size_t>(item)];
+                }
+              }
+              for (int v : visits) ASSERT_LE(v, 1) << "an item visited twice";
+              for (int t : {tmin, (tmin + tmax) / 2, tmax}) {
+                for (int q = 0; q <= t; ++q) {
+                  const bool f16 = f.f16_at(t, q), body = f.body_at(t, q);
+                  if (!f16 && !body) continue;
+                  ASSERT_EQ(visits[static_cast<std::size_t>(2 * (q / kTile) + (body ? 1 : 0))], 1)
+                      << "row " << t << " position " << q;
                 }
               }
             }

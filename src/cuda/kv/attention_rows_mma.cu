@@ -83,14 +83,6 @@ __device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
   return v;
 }
 
-// Items: tile j in view v (0 FP16, 1 body) is item 2 j + v; a block walks its items in order.
-__device__ __forceinline__ int next_item(const core::KvRowForms& f, int item, int end_tile, int tmin, int tmax) {
-  for (++item; item < 2 * end_tile; ++item) {
-    if (f.tile_needed(item & 1, tmin, tmax, (item >> 1) * kBN, kBN)) return item;
-  }
-  return -1;
-}
-
 // The FP16 row of position s (a view-FP16 position) of KV head kh: the sink's (full:
 // every position's) in the cache or the pool, the ring's in the chunk or the snapshot.
 template <int D, bool Paged>
@@ -248,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     }
   };
 
-  int item = next_item(forms, 2 * split * a.split_tiles - 1, end_tile, tmin, tmax);
+  int item = core::next_rows_item(forms, 2 * split * a.split_tiles - 1, end_tile, tmin, tmax, kBN);
   if (item >= 0) {
     issue_item(item, 0);
   } else {
@@ -267,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
 
   for (int it = 0; item >= 0; ++it) {
     const int buf = it & 1;
-    const int next = next_item(forms, item, end_tile, tmin, tmax);
+    const int next = core::next_rows_item(forms, item, end_tile, tmin, tmax, kBN);
     if (next >= 0) issue_item(next, buf ^ 1);
     const int n0 = (item >> 1) * kBN;
     const bool in_body = item & 1;
@@ -356,21 +348,16 @@ void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes
   const std::int64_t end = static_cast<std::int64_t>(a.pos0) + a.rows;
   LOWBIT_CHECK(end < (std::int64_t{1} << 30), "kv_attention_rows: positions up to ", end, ", expected below 2^30");
   a.group = a.n_heads / static_cast<int>(a.shape.kv_heads);
-  a.rows_per_block = kBM / a.group;
-  const std::int64_t row_tiles = (a.rows + a.rows_per_block - 1) / a.rows_per_block;
-  const std::int64_t tiles = (static_cast<std::int64_t>(a.pos0) + a.rows - 1) / kBN + 1;  // of the last row
-  // Split-K while the blocks do not fill two a SM, each split >= 8 tiles (512 positions),
-  // and only as many as the workspace holds partials for.
-  const std::int64_t blocks = row_tiles * a.shape.kv_heads;
-  const std::int64_t target = 2LL * core::multiprocessor_count();
+  // Split-K while the blocks do not fill two a SM (2 resident), and only as many splits
+  // as the workspace holds partials for.
   const std::size_t per_split = decode_workspace_bytes(a.n_heads, d, 1) * static_cast<std::size_t>(a.rows);
-  const auto held = static_cast<std::int64_t>(workspace_bytes / per_split);
-  std::int64_t splits = std::min({(target + blocks - 1) / blocks, (tiles + 7) / 8, held});
-  splits = std::max<std::int64_t>(splits, 1);
-  const std::int64_t split_tiles = (tiles + splits - 1) / splits;
-  splits = (tiles + split_tiles - 1) / split_tiles;
+  const core::RowsTilePlan plan =
+      core::plan_rows_tiles(a.rows, a.pos0, a.shape.kv_heads, a.group, kBM, kBN, 2LL * core::multiprocessor_count(),
+                            static_cast<std::int64_t>(workspace_bytes / per_split));
+  a.rows_per_block = static_cast<int>(plan.rows_per_block);
+  const std::int64_t row_tiles = plan.row_tiles, splits = plan.splits;
   a.splits = static_cast<int>(splits);
-  a.split_tiles = static_cast<int>(split_tiles);
+  a.split_tiles = static_cast<int>(plan.split_tiles);
   if (splits > 1) {
     a.acc = static_cast<float*>(workspace);
     a.max_sum = a.acc + static_cast<std::int64_t>(a.rows) * a.n_heads * splits * d;
