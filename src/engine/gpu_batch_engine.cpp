@@ -91,6 +91,9 @@ GpuBatchEngine::GpuBatchEngine(const GpuModel& model, KvCacheOptions cache, std:
   gathered_x_ = core::DeviceBuffer(static_cast<std::size_t>(kPassRows) * d * 4);
   gathered_proj_ = core::DeviceBuffer(static_cast<std::size_t>(kPassRows) * d * 2);
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The model's uploads and the memsets above ran on the legacy stream, which stream_
+  // (non-blocking) does not wait for; a pageable cudaMemcpy may return before it lands.
+  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 GpuBatchEngine::~GpuBatchEngine() {

@@ -47,6 +47,9 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
   for (cudaEvent_t* e : {&step_begin_, &step_end_, &run_begin_, &run_end_}) LOWBIT_CUDA_CHECK(cudaEventCreate(e));
   for (cudaEvent_t& e : token_ready_) LOWBIT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   ring_backup_ = DeviceBuffer(cuda::kv::ring_backup_bytes(kv_.shape()) * static_cast<std::size_t>(c.n_layers));
+  // The model's uploads and the members' memsets ran on the legacy stream, which stream_
+  // (non-blocking) does not wait for; a pageable cudaMemcpy may return before it lands.
+  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 GpuSession::~GpuSession() {

@@ -458,6 +458,10 @@ TEST_F(KvCacheGpu, EarlyLoadsWaitForTheAppendedRows) {
     const std::size_t ws_bytes = ce::kv_attention_workspace_bound(s, heads, capacity);
     core::DeviceBuffer ws(ws_bytes), early(heads * d * 4), late(heads * d * 4);
     LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));
+    // The poison, the zeroed workspace and the uploads ran on the legacy stream, which a
+    // non-blocking stream does not wait for: without this the poison could land on rows
+    // the first appends wrote (seen on the H200 under 8 concurrent test processes).
+    LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
     int mismatched = 0;
     for (std::int64_t pos = 0; pos < length; ++pos) {
       const auto p32 = static_cast<std::int32_t>(pos);

@@ -102,6 +102,9 @@ TEST_F(NonFinite, StickyStatusKeepsTheFirstReport) {
     g.set_x(to_storage(dirty, DType::f32));
     EXPECT_NO_THROW(quantize(g.xv, spec, g.q, ws, status, nullptr));
     g.set_x(clean_storage);  // cudaMemcpy: after the call above, before the ones below
+    // A pageable cudaMemcpy may return before its DMA lands, and `other` (non-blocking)
+    // does not wait for the legacy stream.
+    LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_NO_THROW(quantize(g.xv, spec, g.q, ws, status, other));
     EXPECT_NO_THROW(compute_scales(g.xv, spec, g.q, ws, status, other));
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(other));
