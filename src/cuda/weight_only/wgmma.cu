@@ -31,8 +31,8 @@
 // (no second copy of the weights). Dequantization of k16 block j + 1 overlaps the wgmma
 // of block j (wait_group 1: two A fragments in flight).
 //
-// Split-K across a thread-block cluster where the tiles would not fill the GPU (1, 2, 4
-// or 8 blocks along K): every block leaves its FP32 tile in its own shared memory and
+// Split-K across a thread-block cluster where the waves' model says it pays (1, 2, 4
+// or 8 blocks along K; core/split_k.h): every block leaves its FP32 tile in its own shared memory and
 // after a cluster barrier block s sums the rows s, s + splits, ... over all ranks in rank
 // order (deterministic, no atomics, no workspace). The same shared-memory tile makes the
 // output stores whole 16-byte rows of N.
@@ -43,6 +43,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/split_k.h"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "cuda/wgmma_rs.cuh"
@@ -439,26 +440,24 @@ int blocks_per_sm() {
   return blocks;
 }
 
-// Split K over a cluster: the split whose grid best fills the resident block slots, fewest
-// waves on a tie, at least 4 steps per split. `forced` > 0: that split (a benchmark sweep),
-// still bounded by the K steps.
+// Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
+// steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
+// steps.
 template <class T, Form F, int kBN>
 int choose_splits(const Params& p, std::int64_t tiles, int forced) {
-  const auto allowed = [&](int s) { return s == 1 || p.k_steps >= 4 * s; };
   if (forced > 0) {
     int s = forced;
-    while (s > 1 && !allowed(s)) s /= 2;
+    while (s > 1 && p.k_steps < 4 * s) s /= 2;
     return s;
   }
-  const std::int64_t slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN>()) * core::multiprocessor_count();
-  int splits = 1;
-  double best = 0.0;
-  for (int s = 1; s <= 8 && allowed(s); s *= 2) {
-    const std::int64_t blocks = tiles * s;
-    const double filled = static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
-    if (filled > best + 1e-9) best = filled, splits = s;
-  }
-  return splits;
+  core::SplitKProblem problem;
+  problem.tiles = tiles;
+  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN>()) * core::multiprocessor_count();
+  problem.k_steps = p.k_steps;
+  // A block's prologue, epilogue and reduction cost about 8 of its 128-k steps: the value
+  // that orders the H200's split sweep at 28672 x 8192 (M 512: 2; 2048, 8192: 1).
+  problem.fixed_steps = 8.0;
+  return core::pick_k_splits(problem);
 }
 
 template <class T, Form F, int kBN>

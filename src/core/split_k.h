@@ -1,0 +1,44 @@
+#pragma once
+// How many ways to split K over a cluster for a tiled GEMM grid, from a wave model:
+// a block's time is a fixed cost (pipeline fill, epilogue, the cluster's reduction) plus
+// its K steps, and the grid runs in waves of `slots` resident blocks. Fewest splits on a
+// tie: each split adds a reduction and an output tile's worth of traffic.
+//
+// Why not "the split whose grid best fills the slots": at 2048 x 28672 x 8192 on the
+// H200 that rule took split 8 (99.6% of the last wave filled against 97% at split 1)
+// and ran 4.45 ms where split 1 ran 2.10 (bench/notes/weight_only.md): a full grid
+// gains nothing from finer waves and pays the fixed cost once a block.
+#include <cstdint>
+
+namespace lowbit::core {
+
+struct SplitKProblem {
+  std::int64_t tiles = 0;    // output blocks of the grid before splitting
+  std::int64_t slots = 0;    // blocks resident at once (blocks a multiprocessor x multiprocessors)
+  std::int64_t k_steps = 0;  // K steps of one block without a split
+  int min_steps = 4;         // each split takes at least this many steps
+  int max_splits = 8;        // powers of two up to this (a cluster's size)
+  double fixed_steps = 8.0;  // a block's fixed cost, in K steps
+};
+
+// The modelled time of `splits` in K steps of one block (waves x (fixed + steps a split)).
+inline double split_k_cost(const SplitKProblem& p, int splits) {
+  const std::int64_t blocks = p.tiles * splits;
+  const std::int64_t waves = (blocks + p.slots - 1) / p.slots;
+  const double steps = static_cast<double>((p.k_steps + splits - 1) / splits);
+  return static_cast<double>(waves) * (p.fixed_steps + steps);
+}
+
+// The power-of-two split (1 .. max_splits, each with >= min_steps steps) of least cost.
+inline int pick_k_splits(const SplitKProblem& p) {
+  int best_splits = 1;
+  if (p.tiles <= 0 || p.slots <= 0) return best_splits;
+  double best = split_k_cost(p, 1);
+  for (int s = 2; s <= p.max_splits && p.k_steps >= static_cast<std::int64_t>(p.min_steps) * s; s *= 2) {
+    const double cost = split_k_cost(p, s);
+    if (cost < best * (1.0 - 1e-9)) best = cost, best_splits = s;
+  }
+  return best_splits;
+}
+
+}  // namespace lowbit::core

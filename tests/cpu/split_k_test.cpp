@@ -1,0 +1,69 @@
+// The split-K choice of the wgmma weight-only GEMM (core/split_k.h), against the order
+// the H200 measured at 28672 x 8192 (bench/results/weight-only-wgmma-h200.md, cd739bf)
+// and the rule's own limits.
+#include <gtest/gtest.h>
+
+#include "core/split_k.h"
+
+namespace {
+
+using lowbit::core::pick_k_splits;
+using lowbit::core::split_k_cost;
+using lowbit::core::SplitKProblem;
+
+// 28672 x 8192 on 132 multiprocessors, one 256 x 128 block each: 112 blocks along N,
+// 64 steps of 128 along K, M / 128 blocks along M.
+SplitKProblem h200_ffn(std::int64_t m) {
+  SplitKProblem p;
+  p.tiles = 112 * ((m + 127) / 128);
+  p.slots = 132;
+  p.k_steps = 64;
+  return p;
+}
+
+TEST(SplitK, FollowsTheMeasuredOrderAtTheFfnShape) {
+  EXPECT_EQ(pick_k_splits(h200_ffn(512)), 2);   // measured 0.629 ms at 2 against 0.650 at 1
+  EXPECT_EQ(pick_k_splits(h200_ffn(2048)), 1);  // 2.10 ms at 1; 2.51, 3.08 at 2, 4
+  EXPECT_EQ(pick_k_splits(h200_ffn(8192)), 1);  // 9.25 ms at 1; 9.80, 11.9 at 2, 4
+}
+
+TEST(SplitK, ModelledCostIsWavesTimesFixedPlusSteps) {
+  const SplitKProblem p = h200_ffn(2048);                 // 1792 tiles
+  EXPECT_DOUBLE_EQ(split_k_cost(p, 1), 14 * (8.0 + 64));  // 14 waves of 132
+  EXPECT_DOUBLE_EQ(split_k_cost(p, 2), 28 * (8.0 + 32));
+  EXPECT_DOUBLE_EQ(split_k_cost(p, 8), 109 * (8.0 + 8));
+}
+
+TEST(SplitK, SplitsAGridThatLeavesTheGpuIdle) {
+  SplitKProblem p;  // 4096 x 4096 at M = 256: 32 tiles on 132 slots, 32 steps
+  p.tiles = 32;
+  p.slots = 132;
+  p.k_steps = 32;
+  EXPECT_EQ(pick_k_splits(p), 4);  // 1 wave of 16 steps; 8 would take 2 waves
+}
+
+TEST(SplitK, KeepsTheStepFloorAndTheCluster) {
+  SplitKProblem p;
+  p.tiles = 1;
+  p.slots = 132;
+  p.k_steps = 12;  // 8 splits would leave 1.5 steps each: at most 2 (6 steps each)
+  EXPECT_EQ(pick_k_splits(p), 2);
+  p.k_steps = 1 << 20;
+  EXPECT_EQ(pick_k_splits(p), 8);  // the cluster's largest
+  p.max_splits = 4;
+  EXPECT_EQ(pick_k_splits(p), 4);
+}
+
+TEST(SplitK, TiesAndEmptyGridsTakeOne) {
+  SplitKProblem p;
+  p.tiles = 132;  // exactly one wave: a split only adds fixed cost
+  p.slots = 132;
+  p.k_steps = 64;
+  EXPECT_EQ(pick_k_splits(p), 1);
+  p.fixed_steps = 0.0;  // no fixed cost: 2 waves of half the steps tie with 1; fewest wins
+  EXPECT_EQ(pick_k_splits(p), 1);
+  p.tiles = 0;
+  EXPECT_EQ(pick_k_splits(p), 1);
+}
+
+}  // namespace
