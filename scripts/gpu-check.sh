@@ -20,8 +20,8 @@
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
-# those benchmarks (also kv-attention, prefill; set and empty: none), GPU_CHECK_PYTHON=0 skips the Python
-# package's tests.
+# those benchmarks (also kv-attention, prefill, kv-batch; set and empty: none),
+# GPU_CHECK_PYTHON=0 skips the Python package's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 sanitize_mode=0
@@ -81,8 +81,9 @@ python_tests() {
 benchmarks() {
   # Names: the `lowbit bench` benchmarks (kvquant, gemm), kv-attention (the decode
   # attention at 2K / 8K / 32K), prefill (its rows form: a 512-row chunk, tensor cores
-  # against SIMT), and the evaluations `attention` and `kvcache` (`lowbit eval ...`;
-  # kvcache needs the model: scripts/fetch-model.sh).
+  # against SIMT), kv-batch (the paged form: 16 and 64 sequences in one launch), and
+  # the evaluations `attention` and `kvcache` (`lowbit eval ...`; kvcache needs the
+  # model: scripts/fetch-model.sh).
   local status=0
   for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
     local command=(bench "$name")
@@ -90,6 +91,7 @@ benchmarks() {
       attention) command=(eval attention) ;;
       kv-attention) command=(bench kv-attention --context 2048,8192,32768) ;;
       prefill) command=(bench kv-attention --rows 512 --context 2048,8192,32768) ;;
+      kv-batch) command=(bench kv-attention --batch 16,64 --context 2048,8192) ;;
       kvcache)
         if [ ! -f "${LOWBIT_MODEL:-${LOWBIT_CACHE:-$HOME/.cache/lowbit}/models/SmolLM2-135M-Instruct.Q4_1.gguf}" ]; then
           echo "gpu-check: no model (scripts/fetch-model.sh or LOWBIT_MODEL): eval kvcache skipped"

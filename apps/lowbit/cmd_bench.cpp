@@ -107,7 +107,8 @@ int bench_kv_attention(const Args& args) {
               "length, policy and kernel (simt: f32 on the CUDA cores; mma: tensor cores): time, the bytes it\n"
               "must read (the visible cache as held) and that against the copy ceiling measured in the same run.\n"
               "The kernels' outputs are compared first. With --rows N: the prefill form instead, a chunk of N\n"
-              "query rows ending at each context (simt against tensor cores, in TFLOPS).");
+              "query rows ending at each context (simt against tensor cores, in TFLOPS). With --batch B: B\n"
+              "sequences of each context over a paged cache, one launch (the serving engine's decode step).");
   cli.integer("--heads", &options.n_heads, 1, 4096, "query heads (default 32)");
   cli.integer("--kv-heads", &options.kv_heads, 1, 1024, "KV heads (default 8)");
   cli.integer("--head-dim", &options.head_dim, 64, 128, "64 or 128 (default 128)");
@@ -116,10 +117,16 @@ int bench_kv_attention(const Args& args) {
   cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens (default 16)");
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens (default 32)");
   cli.integer("--rows", &options.rows, 1, 65535, "query rows: 1 decode (default), more: a prefill chunk");
+  std::string batches;
+  cli.text("--batch", &batches, "B[,B...]", "sequences decoded at once over a paged cache (one launch; default: one "
+                                            "sequence, contiguous)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);
   options.policies = split_list(policies, "--policy");
+  if (!batches.empty()) options.batches = parse_positive_integers(batches, "--batch", 65535);
+  LOWBIT_CHECK(options.batches.empty() || options.rows == 1, "--batch and --rows: one form at a time (the paged "
+               "batch decodes one row a sequence)");
 #if LOWBIT_WITH_CUDA
   return bench::run_kv_attention_bench(options);
 #else

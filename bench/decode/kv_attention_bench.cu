@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "bench/common/device_fill.h"
 #include "bench/common/json.h"
@@ -11,7 +13,9 @@
 #include "bench/common/timing.h"
 #include "core/device_buffer.h"
 #include "core/kv_layout.h"
+#include "core/kv_pages.h"
 #include "cuda/kv/kv_cuda.h"
+#include "cuda/kv/paged_kv_cuda.h"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
@@ -64,6 +68,18 @@ double bytes_read(const core::KvLayerShape& s, std::int64_t length, std::int64_t
   const double code = static_cast<double>(s.code_bytes()) + (s.has_mins() ? 4.0 : 2.0);
   return 2.0 * row * (fp16 * static_cast<double>(s.head_dim) * 2.0 + body * code) +
          static_cast<double>(n_heads * s.head_dim) * 6.0;
+}
+
+// "rel E": the relative L2 distance of got from want.
+std::string relative_check(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, "rel %.1e", std::sqrt(num / std::max(den, 1e-30)));
+  return text;
 }
 
 // mma: the tensor-core kernel; mma_swap: its variant with positions as the mma's M and P in
@@ -151,6 +167,108 @@ int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaSt
   return 0;
 }
 
+// The serving form (--batch): B sequences of `context` positions each in a paged pool
+// (pages handed out shuffled, as after a server's churn), every row's newest query in
+// one paged_kv_attention launch, on each kernel; the bytes are B times the one
+// sequence's (bytes_read), against the copy ceiling. Enough layers of the pool to rotate
+// through that the rotation defeats the L2. Outputs compared with the SIMT kernel's.
+int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, double copy_gbps, cudaStream_t stream) {
+  std::printf("batched decode over the paged cache: B sequences of `context` positions, one launch; %lld query\n"
+              "heads over %lld KV heads of %lld; sink %lld, window %lld; pages of 16 positions, shuffled\n",
+              static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
+              static_cast<long long>(o.sink), static_cast<long long>(o.window));
+  std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n\n", copy_gbps);
+  std::printf("| context | B | policy | kernel | ms min | ms median | ms max | MB read | GB/s | %% of copy ceiling "
+              "(median; at min) | check |\n"
+              "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+  Json rows = Json::array();
+  const std::int64_t d = o.head_dim, q_cols = o.n_heads * d, ld = q_cols + 2 * o.kv_heads * d;
+  for (const std::int64_t context : o.contexts) {
+    for (const std::int64_t batch : o.batches) {
+      for (const std::string& policy : o.policies) {
+        const KvCacheSpec spec = spec_of(policy, o, context);
+        const core::KvLayerShape s = core::kv_layer_shape(spec);
+        const double bytes = static_cast<double>(batch) * bytes_read(s, context, o.n_heads);
+        const auto layers = static_cast<std::int64_t>(std::clamp<double>(256e6 / bytes + 1, 1, 8));
+        // The layout's page and fixed-area sizes first, then a pool of exactly the pages
+        // the batch holds.
+        const core::KvPageLayout probe = core::kv_page_layout(spec, layers, std::size_t{1} << 40, batch);
+        const std::size_t budget = probe.fixed_bytes_total() +
+                                   static_cast<std::size_t>(batch * std::max<std::int64_t>(probe.pages_for(context), 1) *
+                                                            layers * probe.page_bytes());
+        const core::KvPageLayout layout = core::kv_page_layout(spec, layers, budget, batch);
+        core::KvPageAllocator pages(layout, 0x5eed);
+        std::vector<core::KvSeqDesc> descs;
+        for (std::int64_t b = 0; b < batch; ++b) {
+          const std::int32_t slot = pages.open();
+          pages.grow(slot, context);
+          descs.push_back({static_cast<std::int32_t>(context - 1), slot});
+        }
+        core::check_paged_batch(layout, descs.data(), batch, pages.tables().data(), context);
+        DeviceBuffer pool(layout.pool_bytes()), tables(pages.tables().size() * 4), descs_dev(descs.size() * sizeof(core::KvSeqDesc)),
+            status(4), q(static_cast<std::size_t>(batch * ld) * 2);
+        // Small values everywhere (FP16 rows, codes' scales and minimums alike; codes are
+        // any bytes): finite scores whatever each byte holds.
+        fill_random_float16(pool.data(), pool.bytes() / 2, DType::f16, 0.05f, 21, stream);
+        fill_random_float16(q.data(), q.bytes() / 2, DType::f16, 1.0f, 22, stream);
+        LOWBIT_CUDA_CHECK(cudaMemcpyAsync(tables.data(), pages.tables().data(), tables.bytes(), cudaMemcpyHostToDevice,
+                                          stream));
+        LOWBIT_CUDA_CHECK(
+            cudaMemcpyAsync(descs_dev.data(), descs.data(), descs_dev.bytes(), cudaMemcpyHostToDevice, stream));
+        LOWBIT_CUDA_CHECK(cudaMemsetAsync(status.data(), 0, 4, stream));
+        const cuda::kv::PagedBatch paged{descs_dev.as<core::KvSeqDesc>(), tables.as<std::int32_t>(), batch, context,
+                                         status.as<std::int32_t>()};
+        const cuda::kv::BatchRows qrows{q.data(), ld, q_cols, q_cols + o.kv_heads * d};
+        const std::size_t ws_bytes = cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context);
+        DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(batch * q_cols) * 4), out(ref.bytes());
+        LOWBIT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws_bytes, stream));  // the combine's counters
+        std::vector<float> ref_host(static_cast<std::size_t>(batch * q_cols)), out_host(ref_host.size());
+        for (const auto kernel :
+             {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma, cuda::kv::AttentionKernel::mma_swap}) {
+          auto launch = [&](int i, void* dst) {
+            const core::KvPagedLayer layer = core::kv_paged_layer(layout, pool.data(), i % layers);
+            cuda::kv::paged_kv_attention(layout, layer, paged, qrows, o.n_heads, dst, q_cols, DType::f32, ws.data(),
+                                         ws_bytes, stream, false, kernel);
+          };
+          const bool simt = kernel == cuda::kv::AttentionKernel::simt;
+          launch(0, simt ? ref.data() : out.data());
+          cuda::kv::paged_kv_check_status(status.as<std::int32_t>(), stream);
+          std::string check = "reference";
+          if (!simt) {
+            LOWBIT_CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
+            LOWBIT_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+            check = relative_check(out_host, ref_host);
+          }
+          const std::vector<double> samples = gpu_sample_ms([&](int i) { launch(i, out.data()); }, stream);
+          const double ms = median(samples);
+          const double ms_min = *std::min_element(samples.begin(), samples.end());
+          const double ms_max = *std::max_element(samples.begin(), samples.end());
+          const double gbps = bytes / (ms * 1e6);
+          std::printf("| %lld | %lld | %s | %s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
+                      static_cast<long long>(context), static_cast<long long>(batch), policy.c_str(),
+                      kernel_name(kernel), ms_min, ms, ms_max, bytes / 1e6, gbps, 100.0 * gbps / copy_gbps,
+                      100.0 * bytes / (ms_min * 1e6) / copy_gbps, check.c_str());
+          Json row = Json::object();
+          row.set("context", context).set("batch", batch).set("policy", policy).set("kernel", kernel_name(kernel));
+          row.set("ms", ms).set("ms_min", ms_min).set("ms_max", ms_max);
+          row.set("bytes", bytes).set("gbps", gbps).set("pct_copy", 100.0 * gbps / copy_gbps).set("check", check);
+          rows.push(row);
+        }
+        cuda::kv::paged_kv_check_status(status.as<std::int32_t>(), stream);
+      }
+    }
+  }
+  std::printf("\nMB read: B x the visible cache as held (FP16 rows, codes with their f16 scales and minimums) + q +"
+              " out.\n");
+  if (!o.json_path.empty()) {
+    Json doc = run_info_json("kv_attention_batch", info);
+    doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim);
+    doc.set("gpu_copy_gbps", copy_gbps).set("rows", rows);
+    doc.write_file(o.json_path);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
@@ -169,6 +287,11 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
     return status;
   }
   const double copy_gbps = measure_copy_gbps(std::size_t{1} << 30, stream);
+  if (!o.batches.empty()) {
+    const int status = run_batch_bench(o, info, copy_gbps, stream);
+    LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+    return status;
+  }
   std::printf("one query token, %lld query heads over %lld KV heads of %lld; sink %lld, window %lld\n",
               static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
               static_cast<long long>(o.sink), static_cast<long long>(o.window));
@@ -206,14 +329,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
         if (kernel != cuda::kv::AttentionKernel::simt) {
           LOWBIT_CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
           LOWBIT_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
-          double num = 0, den = 0;
-          for (std::size_t i = 0; i < ref_host.size(); ++i) {
-            num += (out_host[i] - ref_host[i]) * (out_host[i] - ref_host[i]);
-            den += ref_host[i] * ref_host[i];
-          }
-          char text[48];
-          std::snprintf(text, sizeof text, "rel %.1e", std::sqrt(num / std::max(den, 1e-30)));
-          check = text;
+          check = relative_check(out_host, ref_host);
         }
         const std::vector<double> samples = gpu_sample_ms([&](int i) { launch(i, out.data()); }, stream);
         const double ms = median(samples);

@@ -4,6 +4,9 @@
 // ceiling measured in the same run. The two kernels' outputs are compared first.
 // With rows > 1, the prefill form instead: a chunk of `rows` query rows ending at the
 // context (kv_attention_rows), simt against tensor cores, in TFLOPS.
+// With batches, the serving form instead: B sequences of `context` positions each in a
+// paged pool, one launch for all (paged_kv_attention), per kernel, against the copy
+// ceiling.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,7 @@ struct KvAttentionBenchOptions {
   std::vector<std::string> policies{"full", "selective8", "selective4", "int8", "int4"};
   std::int64_t sink = 16, window = 32;
   std::int64_t rows = 1;  // > 1: the prefill rows form, a chunk of this many rows
+  std::vector<std::int64_t> batches;  // non-empty: the paged batch form at each B
   std::string json_path;
 };
 
