@@ -130,6 +130,18 @@ DEFAULT_FIGURES = {
         "selective_int8_ppl": _policy("selective8") + ".ppl",
         "selective_int4_ppl": _policy("selective4") + ".ppl",
     },
+    "batch-8b": {f"{p}_b{b}_{part}_tok_s": f"results[policy={p},b={b}].{key}.tokens_per_second_median"
+                 for p in ("full", "selective8", "selective4") for b in (1, 16, 64)
+                 for part, key in (("tg", "decode"), ("pp", "prefill"))},
+    "prefill": {f"{p}_{c}_mma_tflops": f"rows[context={c},policy={p},kernel=mma].tflops"
+                for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192, 32768)},
+    "attention": {f"{t}_d{d}_{'causal' if m else 'full'}_tflops":
+                  f"rows[dtype={t},head_dim={d},causal={'true' if m else 'false'}].tflops"
+                  for t in ("f16", "bf16") for d in (64, 128) for m in (True, False)},
+    "weight-only-wgmma": {f"{op}_m{m}_{v.replace(' ', '')}_ms":
+                          _gemm("weight_only_wgmma", f"{op_name}", v, m, 28672, 8192) + ".ms"
+                          for op, op_name in (("q4_1", "w4a16 g32 zp (Q4_1)"), ("q8_0", "w8a16 g32 (Q8_0)"))
+                          for m in (512, 2048, 8192) for v in ("production", "wgmma split 1")},
     "python-overhead": {
         "processes": "processes",
         "cuda_quantize_over_us": _overhead("cuda", "quantize_tensor int8") + ".over_us",
