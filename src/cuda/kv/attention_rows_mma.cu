@@ -184,34 +184,44 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
 
   // Issues the loads of an item into tile buffer `buf`; a body item's codes go to the
   // staging area and this thread's scale / min (of position tid % 64 of part tid / 64)
-  // to registers, for dequantize_item.
+  // to registers, for dequantize_item. Thread tid takes position p = tid / 2 of the tile,
+  // K and V, and the 16-byte chunks tid % 2, tid % 2 + 2, ... of each: a row's address
+  // (the ring, chunk, snapshot, sink or page it lives in) is worked out once for all of
+  // its chunks, not once a chunk, and the lane pair reads 32 contiguous bytes a step.
+  static_assert(kThreads == 2 * kBN, "two threads a tile position");
   std::uint16_t pending_scale = 0, pending_min = 0;
   auto issue_item = [&](int item, int buf) {
-    const int n0 = (item >> 1) * kBN;
+    const int n0 = (item >> 1) * kBN, p = tid / 2, half = tid % 2, s = n0 + p;
     if ((item & 1) == 0) {
-#pragma unroll 4
-      for (int i = 0; i < 2 * kBN * kChunks / kThreads; ++i) {
-        const int id = tid + i * kThreads, part = id / (kBN * kChunks), p = (id / kChunks) % kBN, ch = id % kChunks;
-        const int s = n0 + p;
-        const bool ok = forms.needed(false, tmin, tmax, s);
-        const void* src = a.chunk;  // (not read: zero bytes)
-        if (ok) src = static_cast<const std::uint16_t*>(f16_row<D, Paged>(a, part, kh, s)) + ch * 8;
-        cp_async16(L::tile(base, buf, part) + p * L::kRow + swizzle(p, ch) * 16, src, ok ? 16 : 0);
+      const bool ok = forms.needed(false, tmin, tmax, s);
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const auto* row = ok ? static_cast<const std::uint16_t*>(f16_row<D, Paged>(a, part, kh, s)) : nullptr;
+        const std::uint32_t dst = L::tile(base, buf, part) + p * L::kRow;
+#pragma unroll
+        for (int j = 0; j < kChunks / 2; ++j) {
+          const int ch = 2 * j + half;
+          // Not needed: zero bytes read (src not dereferenced), the chunk zero-filled.
+          cp_async16(dst + swizzle(p, ch) * 16, ok ? static_cast<const void*>(row + ch * 8) : a.chunk, ok ? 16 : 0);
+        }
       }
     } else if constexpr (Bits != 0) {
       constexpr int kCodeChunks = L::kCodeBytes / 16;
-#pragma unroll
-      for (int i = 0; i < 2 * kBN * kCodeChunks / kThreads; ++i) {
-        const int id = tid + i * kThreads, part = id / (kBN * kCodeChunks), p = (id / kCodeChunks) % kBN,
-                  ch = id % kCodeChunks;
-        const int s = n0 + p;
-        if (!forms.needed(true, tmin, tmax, s)) continue;
-        const BodyRow row = body_row<Paged>(a, part, s);
-        cp_async16(L::raw(base, part) + p * L::kRawRow + ch * 16, row.codes + kh * L::kCodeBytes + ch * 16, 16);
-      }
-      const int part = tid / kBN, s = n0 + tid % kBN;
+      static_assert(kCodeChunks % 2 == 0, "code chunks split over a lane pair");
       if (forms.needed(true, tmin, tmax, s)) {
-        const BodyRow row = body_row<Paged>(a, part, s);
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+          const std::uint8_t* codes = body_row<Paged>(a, part, s).codes + kh * L::kCodeBytes;
+#pragma unroll
+          for (int j = 0; j < kCodeChunks / 2; ++j) {
+            const int ch = 2 * j + half;
+            cp_async16(L::raw(base, part) + p * L::kRawRow + ch * 16, codes + ch * 16, 16);
+          }
+        }
+      }
+      const int part = tid / kBN, sp = n0 + tid % kBN;
+      if (forms.needed(true, tmin, tmax, sp)) {
+        const BodyRow row = body_row<Paged>(a, part, sp);
         pending_scale = __ldg(row.scales + kh);
         if constexpr (Bits == 4) pending_min = __ldg(row.mins + kh);
       }
