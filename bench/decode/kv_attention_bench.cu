@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "bench/common/device_fill.h"
@@ -80,6 +81,31 @@ std::string relative_check(const std::vector<float>& got, const std::vector<floa
   char text[48];
   std::snprintf(text, sizeof text, "rel %.1e", std::sqrt(num / std::max(den, 1e-30)));
   return text;
+}
+
+// One kernel of the decode sections: its first output (into ref when it is the SIMT
+// reference, else into out and compared with ref), then the timed samples.
+struct KernelRun {
+  std::string check;
+  double ms = 0, ms_min = 0, ms_max = 0;
+};
+KernelRun run_kernel(const std::function<void(int, void*)>& launch, bool reference, DeviceBuffer& ref,
+                     DeviceBuffer& out, cudaStream_t stream) {
+  launch(0, reference ? ref.data() : out.data());
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  KernelRun r;
+  r.check = "reference";
+  if (!reference) {
+    std::vector<float> want(ref.bytes() / 4), got(out.bytes() / 4);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(want.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(got.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+    r.check = relative_check(got, want);
+  }
+  const std::vector<double> samples = gpu_sample_ms([&](int i) { launch(i, out.data()); }, stream);
+  r.ms = median(samples);
+  r.ms_min = *std::min_element(samples.begin(), samples.end());
+  r.ms_max = *std::max_element(samples.begin(), samples.end());
+  return r;
 }
 
 // mma: the tensor-core kernel; mma_swap: its variant with positions as the mma's M and P in
@@ -222,7 +248,6 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
         const std::size_t ws_bytes = cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context);
         DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(batch * q_cols) * 4), out(ref.bytes());
         LOWBIT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws_bytes, stream));  // the combine's counters
-        std::vector<float> ref_host(static_cast<std::size_t>(batch * q_cols)), out_host(ref_host.size());
         for (const auto kernel :
              {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma, cuda::kv::AttentionKernel::mma_swap}) {
           auto launch = [&](int i, void* dst) {
@@ -230,19 +255,9 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
             cuda::kv::paged_kv_attention(layout, layer, paged, qrows, o.n_heads, dst, q_cols, DType::f32, ws.data(),
                                          ws_bytes, stream, false, kernel);
           };
-          const bool simt = kernel == cuda::kv::AttentionKernel::simt;
-          launch(0, simt ? ref.data() : out.data());
-          cuda::kv::paged_kv_check_status(status.as<std::int32_t>(), stream);
-          std::string check = "reference";
-          if (!simt) {
-            LOWBIT_CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
-            LOWBIT_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
-            check = relative_check(out_host, ref_host);
-          }
-          const std::vector<double> samples = gpu_sample_ms([&](int i) { launch(i, out.data()); }, stream);
-          const double ms = median(samples);
-          const double ms_min = *std::min_element(samples.begin(), samples.end());
-          const double ms_max = *std::max_element(samples.begin(), samples.end());
+          const KernelRun run = run_kernel(launch, kernel == cuda::kv::AttentionKernel::simt, ref, out, stream);
+          const double ms = run.ms, ms_min = run.ms_min, ms_max = run.ms_max;
+          const std::string& check = run.check;
           const double gbps = bytes / (ms * 1e6);
           std::printf("| %lld | %lld | %s | %s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
                       static_cast<long long>(context), static_cast<long long>(batch), policy.c_str(),
@@ -313,7 +328,6 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       fill_random_float16(q.data(), static_cast<std::size_t>(o.n_heads * o.head_dim), DType::f16, 1.0f, 99, stream);
       const core::DecodeSpan span = core::decode_span(s, context);
       DeviceBuffer ref(static_cast<std::size_t>(o.n_heads * o.head_dim) * 4), out(ref.bytes());
-      std::vector<float> ref_host(static_cast<std::size_t>(o.n_heads * o.head_dim)), out_host(ref_host.size());
       for (const auto kernel :
            {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma, cuda::kv::AttentionKernel::mma_swap}) {
         const std::size_t ws_bytes = core::decode_workspace_bytes(
@@ -323,18 +337,9 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
           cuda::kv::kv_attention(s, layers[static_cast<std::size_t>(i % copies)]->buffers, span, q.data(), o.n_heads,
                                  dst, DType::f32, ws.data(), ws_bytes, stream, kernel);
         };
-        launch(0, kernel == cuda::kv::AttentionKernel::simt ? ref.data() : out.data());
-        LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
-        std::string check = "reference";
-        if (kernel != cuda::kv::AttentionKernel::simt) {
-          LOWBIT_CUDA_CHECK(cudaMemcpy(ref_host.data(), ref.data(), ref.bytes(), cudaMemcpyDeviceToHost));
-          LOWBIT_CUDA_CHECK(cudaMemcpy(out_host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
-          check = relative_check(out_host, ref_host);
-        }
-        const std::vector<double> samples = gpu_sample_ms([&](int i) { launch(i, out.data()); }, stream);
-        const double ms = median(samples);
-        const double ms_min = *std::min_element(samples.begin(), samples.end());
-        const double ms_max = *std::max_element(samples.begin(), samples.end());
+        const KernelRun run = run_kernel(launch, kernel == cuda::kv::AttentionKernel::simt, ref, out, stream);
+        const double ms = run.ms, ms_min = run.ms_min, ms_max = run.ms_max;
+        const std::string& check = run.check;
         const double gbps = bytes / (ms * 1e6);
         std::printf("| %lld | %s | %s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
                     static_cast<long long>(context), policy.c_str(), kernel_name(kernel), ms_min, ms, ms_max,
