@@ -219,9 +219,9 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
         // The layout's page and fixed-area sizes first, then a pool of exactly the pages
         // the batch holds.
         const core::KvPageLayout probe = core::kv_page_layout(spec, layers, std::size_t{1} << 40, batch);
-        const std::size_t budget = probe.fixed_bytes_total() +
-                                   static_cast<std::size_t>(batch * std::max<std::int64_t>(probe.pages_for(context), 1) *
-                                                            layers * probe.page_bytes());
+        const std::int64_t pages_needed = batch * std::max<std::int64_t>(probe.pages_for(context), 1);
+        const std::size_t budget =
+            probe.fixed_bytes_total() + static_cast<std::size_t>(pages_needed * layers * probe.page_bytes());
         const core::KvPageLayout layout = core::kv_page_layout(spec, layers, budget, batch);
         core::KvPageAllocator pages(layout, 0x5eed);
         std::vector<core::KvSeqDesc> descs;
@@ -231,8 +231,8 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
           descs.push_back({static_cast<std::int32_t>(context - 1), slot});
         }
         core::check_paged_batch(layout, descs.data(), batch, pages.tables().data(), context);
-        DeviceBuffer pool(layout.pool_bytes()), tables(pages.tables().size() * 4), descs_dev(descs.size() * sizeof(core::KvSeqDesc)),
-            status(4), q(static_cast<std::size_t>(batch * ld) * 2);
+        DeviceBuffer pool(layout.pool_bytes()), tables(pages.tables().size() * 4),
+            descs_dev(descs.size() * sizeof(core::KvSeqDesc)), status(4), q(static_cast<std::size_t>(batch * ld) * 2);
         // Small values everywhere (FP16 rows, codes' scales and minimums alike; codes are
         // any bytes): finite scores whatever each byte holds.
         fill_random_float16(pool.data(), pool.bytes() / 2, DType::f16, 0.05f, 21, stream);

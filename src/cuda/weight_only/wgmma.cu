@@ -32,9 +32,9 @@
 // of block j (wait_group 1: two A fragments in flight).
 //
 // Split-K across a thread-block cluster where the waves' model says it pays (1, 2, 4
-// or 8 blocks along K; core/split_k.h): every block leaves its FP32 tile in its own shared memory and
-// after a cluster barrier block s sums the rows s, s + splits, ... over all ranks in rank
-// order (deterministic, no atomics, no workspace). The same shared-memory tile makes the
+// or 8 blocks along K; core/split_k.h): every block leaves its FP32 tile in its own
+// shared memory and after a cluster barrier block s sums the rows s, s + splits, ... over
+// all ranks in rank order (deterministic, no atomics, no workspace). The same shared-memory tile makes the
 // output stores whole 16-byte rows of N.
 #include <cooperative_groups.h>
 
