@@ -52,6 +52,21 @@ void decode_block(const std::uint8_t* blk, float* out) {
       const float dl = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + h]));
       for (int j = 16 * h; j < 16 * h + 16; ++j) out[j] = dl * static_cast<float>(three_bit_code(blk + 4, j) - 4);
     }
+  } else if constexpr (T == Type::q4_f16) {
+    // ggml's order: dl = d * sc, ml = dmin * mn, then dl * q - ml.
+    const float dl = f16_at(blk) * static_cast<float>(blk[4]), ml = f16_at(blk + 2) * static_cast<float>(blk[5]);
+    nibbles(blk + 6, q);
+    for (int j = 0; j < 32; ++j) out[j] = dl * static_cast<float>(q[j]) - ml;
+  } else if constexpr (T == Type::q6_f16x2) {
+    // ggml's order: dl = d * sc, then dl * (q - 32).
+    const float d = f16_at(blk);
+    nibbles(blk + 4, q);
+    for (int h = 0; h < 2; ++h) {
+      const float dl = d * static_cast<float>(static_cast<std::int8_t>(blk[2 + h]));
+      for (int j = 16 * h; j < 16 * h + 16; ++j) {
+        out[j] = dl * static_cast<float>((q[j] | (two_bit_code(blk + 20, j) << 4)) - 32);
+      }
+    }
   } else {
     const float d0 = f32_at(blk), d1 = f32_at(blk + 4);
     const auto* codes = reinterpret_cast<const std::int8_t*>(blk + 8);
@@ -70,9 +85,11 @@ bool finite_params(Type type, const std::uint8_t* blk) {
   switch (type) {
     case Type::q4_0:
     case Type::q8_0:
-    case Type::q3_f16x2: return std::isfinite(f16_at(blk));
+    case Type::q3_f16x2:
+    case Type::q6_f16x2: return std::isfinite(f16_at(blk));
     case Type::q4_1:
-    case Type::q2_f16x2: return std::isfinite(f16_at(blk)) && std::isfinite(f16_at(blk + 2));
+    case Type::q2_f16x2:
+    case Type::q4_f16: return std::isfinite(f16_at(blk)) && std::isfinite(f16_at(blk + 2));
     case Type::q4_f32:
     case Type::q5_f32:
     case Type::q6_f32x2: return std::isfinite(f32_at(blk)) && std::isfinite(f32_at(blk + 4));
@@ -98,6 +115,8 @@ std::int64_t weight_block_bytes(WeightBlockType type) {
     case Type::q6_f32x2: return 40;
     case Type::q2_f16x2: return 14;
     case Type::q3_f16x2: return 16;
+    case Type::q4_f16: return 22;
+    case Type::q6_f16x2: return 28;
   }
   return 0;
 }
@@ -112,6 +131,8 @@ const char* weight_block_name(WeightBlockType type) {
     case Type::q6_f32x2: return "q6_f32x2";
     case Type::q2_f16x2: return "q2_f16x2";
     case Type::q3_f16x2: return "q3_f16x2";
+    case Type::q4_f16: return "q4_f16";
+    case Type::q6_f16x2: return "q6_f16x2";
   }
   return "?";
 }
@@ -127,6 +148,8 @@ void decode_weight_blocks(WeightBlockType type, const std::uint8_t* blocks, std:
     case Type::q6_f32x2: return decode_all<Type::q6_f32x2>(blocks, n, out);
     case Type::q2_f16x2: return decode_all<Type::q2_f16x2>(blocks, n, out);
     case Type::q3_f16x2: return decode_all<Type::q3_f16x2>(blocks, n, out);
+    case Type::q4_f16: return decode_all<Type::q4_f16>(blocks, n, out);
+    case Type::q6_f16x2: return decode_all<Type::q6_f16x2>(blocks, n, out);
   }
 }
 
