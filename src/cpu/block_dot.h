@@ -15,6 +15,13 @@
 //             (the half sums from the activation codes, in the kernel)
 //   q3_f16x2  as q6_f32x2 with d_h = d * sc_h, q_w - 4 in -4..3 (SIMD: sum(q_w * q_x) - 4 *
 //             sum(q_x), in the integer dot product)
+//   q4_f16    as q4_f32 with d_w = d * sc, m_w = -(dmin * mn)
+//   q6_f16x2  as q6_f32x2 with d_h = d * sc_h, q_w - 32 in -32..31 (SIMD: sum(q_w * q_x) - 32 *
+//             sum(q_x))
+//
+// q4_f16 and q6_f16x2 (and q3_f16x2) form the f32 factors the f32 forms hold and compute
+// the same integer dot products, so their products are q4_f32's and q6_f32x2's, bit for
+// bit, on every path.
 //
 // Activations: d_x = max|x| / 127 over the block, q_x = round-to-nearest-even(x / d_x)
 // (as x * (1 / d_x)), in -127..127; a block of zeros has d_x = 0 and codes 0.

@@ -20,30 +20,20 @@ float f16_at(const std::uint8_t* p) {
 
 void put_f32(std::uint8_t* p, float v) { std::memcpy(p, &v, 4); }
 
-// 32 codes 0..15 in value order as cpu's nibbles: value j low, value j + 16 high.
-void put_nibbles(const int (&q)[32], std::uint8_t* out) {
-  for (int j = 0; j < 16; ++j) out[j] = static_cast<std::uint8_t>(q[j] | (q[j + 16] << 4));
+// 32 codes in value order (their low four bits) as cpu's nibbles: value j low, value
+// j + 16 high (weight_blocks.h).
+void put_nibbles(const std::uint8_t* q, std::uint8_t* out) {
+  for (int j = 0; j < 16; ++j) out[j] = static_cast<std::uint8_t>((q[j] & 15) | ((q[j + 16] & 15) << 4));
 }
 
 void put_bytes(const int (&q)[32], std::uint8_t* out) {
   for (int j = 0; j < 32; ++j) out[j] = static_cast<std::uint8_t>(q[j]);  // two's complement for signed
 }
 
-// A block of q4_f32 / q5_f32: w = d * q + m.
-void put_scale_offset_block(float d, float m, const int (&q)[32], bool nibbles, std::uint8_t* out) {
+// A block of q5_f32: w = d * q + m.
+void put_scale_offset_block(float d, float m, const int (&q)[32], std::uint8_t* out) {
   put_f32(out, d);
   put_f32(out + 4, m);
-  if (nibbles) {
-    put_nibbles(q, out + 8);
-  } else {
-    put_bytes(q, out + 8);
-  }
-}
-
-// A block of q6_f32x2: w = d0 * q (values 0-15), d1 * q (16-31).
-void put_two_scale_block(float d0, float d1, const int (&q)[32], std::uint8_t* out) {
-  put_f32(out, d0);
-  put_f32(out + 4, d1);
   put_bytes(q, out + 8);
 }
 
@@ -71,44 +61,23 @@ void q5_1(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
     q5_codes(src + 4, src + 8, codes);
     int q[32];
     codes_plus(codes, 0, q);
-    put_scale_offset_block(f16_at(src), f16_at(src + 2), q, false, dst);
+    put_scale_offset_block(f16_at(src), f16_at(src + 2), q, dst);
   }
 }
 
 // dequant.cpp: dl * q - ml with dl = d * scale, ml = dmin * min, each rounded to f32.
 // The block keeps dl and -ml: dl * q + (-ml) is the same subtraction.
-template <bool five_bits>
-void q4_k_or_q5_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
-  constexpr int block_bytes = five_bits ? 176 : 144;
-  constexpr int out_bytes = five_bits ? 40 : 24;
+void q5_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
   std::uint8_t codes[256];
-  for (std::int64_t b = 0; b < blocks; ++b, src += block_bytes) {
-    const float d = f16_at(src);
-    const float dmin = f16_at(src + 2);
-    q4_k_codes(src, five_bits, codes);
-    for (int sub = 0; sub < 8; ++sub, dst += out_bytes) {
-      const KScaleMin sm = unpack_k_scale_min(src + 4, sub);
+  for (std::int64_t b = 0; b < blocks; ++b, src += 176) {
+    const float d = f16_at(src + kQ4kD);
+    const float dmin = f16_at(src + kQ4kDmin);
+    q4_k_codes(src, true, codes);
+    for (int sub = 0; sub < 8; ++sub, dst += 40) {
+      const KScaleMin sm = unpack_k_scale_min(src + kQ4kScales, sub);
       int q[32];
       codes_plus(codes + 32 * sub, 0, q);
-      put_scale_offset_block(d * static_cast<float>(sm.scale), -(dmin * static_cast<float>(sm.min)), q, !five_bits,
-                             dst);
-    }
-  }
-}
-
-// dequant.cpp: d * scale * value, evaluated as (d * scale) * value. A block of 32 is two
-// sub-blocks of 16.
-void q6_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
-  std::uint8_t codes[256];
-  for (std::int64_t b = 0; b < blocks; ++b, src += 210) {
-    const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);
-    const float d = f16_at(src + 208);
-    q6_k_codes(src, codes);
-    for (int block = 0; block < 8; ++block, dst += 40) {
-      int q[32];
-      codes_plus(codes + 32 * block, -32, q);
-      put_two_scale_block(d * static_cast<float>(scales[2 * block]), d * static_cast<float>(scales[2 * block + 1]), q,
-                          dst);
+      put_scale_offset_block(d * static_cast<float>(sm.scale), -(dmin * static_cast<float>(sm.min)), q, dst);
     }
   }
 }
@@ -122,23 +91,34 @@ void put_two_bit_codes(const std::uint8_t* q, std::uint8_t* out) {
   }
 }
 
+// The K-quants kept as their own fields: each super-block of 256 values (src_bytes in
+// the file) as 8 blocks of 32 (dst_bytes each). codes(src, q) gives the super-block's
+// 256 codes in value order (ggml_codes.h); put(src, block, q, dst) writes block `block`
+// (0..7) from its 32 codes q.
+template <typename Codes, typename Put>
+void k_blocks_of_32(const std::uint8_t* src, std::int64_t blocks, int src_bytes, int dst_bytes, std::uint8_t* dst,
+                    Codes codes, Put put) {
+  std::uint8_t q[256];
+  for (std::int64_t b = 0; b < blocks; ++b, src += src_bytes) {
+    codes(src, q);
+    for (int block = 0; block < 8; ++block, dst += dst_bytes) put(src, block, q + 32 * block, dst);
+  }
+}
+
 // Q2_K's own fields, a block of 32 (two sub-blocks of 16) at a time: d and dmin (f16
 // bits), the two scale | min << 4 bytes, the codes as 2-bit fields (weight_blocks.h).
 // The block's decode forms ggml's factors and values with ggml's operations.
 void q2_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
-  std::uint8_t codes[256];
-  for (std::int64_t b = 0; b < blocks; ++b, src += 84) {
-    q2_k_codes(src, codes);
-    for (int block = 0; block < 8; ++block, dst += 14) {
-      std::memcpy(dst, src + kQ2kD, 2);
-      std::memcpy(dst + 2, src + kQ2kDmin, 2);
-      for (int h = 0; h < 2; ++h) {
-        const Q2kScaleMin sm = q2_k_scale_min(src, 2 * block + h);
-        dst[4 + h] = static_cast<std::uint8_t>(sm.scale | (sm.min << 4));
-      }
-      put_two_bit_codes(codes + 32 * block, dst + 6);
-    }
-  }
+  k_blocks_of_32(src, blocks, 84, 14, dst, q2_k_codes,
+                 [](const std::uint8_t* s, int block, const std::uint8_t* q, std::uint8_t* out) {
+                   std::memcpy(out, s + kQ2kD, 2);
+                   std::memcpy(out + 2, s + kQ2kDmin, 2);
+                   for (int h = 0; h < 2; ++h) {
+                     const Q2kScaleMin sm = q2_k_scale_min(s, 2 * block + h);
+                     out[4 + h] = static_cast<std::uint8_t>(sm.scale | (sm.min << 4));
+                   }
+                   put_two_bit_codes(q, out + 6);
+                 });
 }
 
 // Q3_K's own fields, a block of 32 (two sub-blocks of 16, in order) at a time: d (f16
@@ -146,21 +126,49 @@ void q2_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
 // and their third bits as a 32-bit mask (weight_blocks.h). The block's decode forms
 // ggml's factors d * (scale - 32) and values with ggml's operations.
 void q3_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
-  std::uint8_t codes[256];
-  for (std::int64_t b = 0; b < blocks; ++b, src += 110) {
-    q3_k_codes(src, codes);
-    for (int block = 0; block < 8; ++block, dst += 16) {
-      std::memcpy(dst, src + kQ3kD, 2);
-      for (int h = 0; h < 2; ++h) dst[2 + h] = static_cast<std::uint8_t>(q3_k_scale(src, 2 * block + h));
-      const std::uint8_t* q = codes + 32 * block;
-      put_two_bit_codes(q, dst + 4);
-      for (int i = 0; i < 4; ++i) {  // value j's third bit: bit j % 8 of byte j / 8
-        int bits = 0;
-        for (int k = 0; k < 8; ++k) bits |= (q[8 * i + k] >> 2) << k;
-        dst[12 + i] = static_cast<std::uint8_t>(bits);
-      }
-    }
-  }
+  k_blocks_of_32(src, blocks, 110, 16, dst, q3_k_codes,
+                 [](const std::uint8_t* s, int block, const std::uint8_t* q, std::uint8_t* out) {
+                   std::memcpy(out, s + kQ3kD, 2);
+                   for (int h = 0; h < 2; ++h) out[2 + h] = static_cast<std::uint8_t>(q3_k_scale(s, 2 * block + h));
+                   put_two_bit_codes(q, out + 4);
+                   for (int i = 0; i < 4; ++i) {  // value j's third bit: bit j % 8 of byte j / 8
+                     int bits = 0;
+                     for (int k = 0; k < 8; ++k) bits |= (q[8 * i + k] >> 2) << k;
+                     out[12 + i] = static_cast<std::uint8_t>(bits);
+                   }
+                 });
+}
+
+// Q4_K's own fields, a block of 32 (one sub-block) at a time: d and dmin (f16 bits), the
+// sub-block's 6-bit scale and min as bytes, the codes as nibbles (weight_blocks.h). The
+// block's decode forms ggml's factors and values with ggml's operations.
+void q4_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
+  const auto codes = [](const std::uint8_t* s, std::uint8_t (&q)[256]) { q4_k_codes(s, false, q); };
+  k_blocks_of_32(src, blocks, 144, 22, dst, codes,
+                 [](const std::uint8_t* s, int sub, const std::uint8_t* q, std::uint8_t* out) {
+                   std::memcpy(out, s + kQ4kD, 2);
+                   std::memcpy(out + 2, s + kQ4kDmin, 2);
+                   const KScaleMin sm = unpack_k_scale_min(s + kQ4kScales, sub);
+                   out[4] = sm.scale;
+                   out[5] = sm.min;
+                   put_nibbles(q, out + 6);
+                 });
+}
+
+// Q6_K's own fields, a block of 32 (two sub-blocks of 16) at a time: d (f16 bits), the
+// two signed scale bytes, the codes' low four bits as nibbles and their top two as 2-bit
+// codes (weight_blocks.h). The block's decode forms ggml's factors d * scale and values
+// with ggml's operations.
+void q6_k(const std::uint8_t* src, std::int64_t blocks, std::uint8_t* dst) {
+  k_blocks_of_32(src, blocks, 210, 28, dst, q6_k_codes,
+                 [](const std::uint8_t* s, int block, const std::uint8_t* q, std::uint8_t* out) {
+                   std::memcpy(out, s + kQ6kD, 2);
+                   std::memcpy(out + 2, s + kQ6kScales + 2 * block, 2);
+                   std::uint8_t high[32];
+                   for (int j = 0; j < 32; ++j) high[j] = static_cast<std::uint8_t>(q[j] >> 4);
+                   put_nibbles(q, out + 4);
+                   put_two_bit_codes(high, out + 20);
+                 });
 }
 
 }  // namespace
@@ -173,8 +181,8 @@ std::optional<cpu::WeightBlockType> cpu_block_type(GgmlType type) {
     case GgmlType::q5_0: return WeightBlockType::q8_0;
     case GgmlType::q5_1:
     case GgmlType::q5_k: return WeightBlockType::q5_f32;
-    case GgmlType::q4_k: return WeightBlockType::q4_f32;
-    case GgmlType::q6_k: return WeightBlockType::q6_f32x2;
+    case GgmlType::q4_k: return WeightBlockType::q4_f16;
+    case GgmlType::q6_k: return WeightBlockType::q6_f16x2;
     case GgmlType::q2_k: return WeightBlockType::q2_f16x2;
     case GgmlType::q3_k: return WeightBlockType::q3_f16x2;
     default: return std::nullopt;
@@ -194,8 +202,8 @@ void repack_cpu_blocks(GgmlType type, const std::uint8_t* src, std::int64_t coun
     case GgmlType::q8_0: std::memcpy(dst, src, static_cast<std::size_t>(blocks * info.block_bytes)); return;
     case GgmlType::q5_0: return q5_0(src, blocks, dst);
     case GgmlType::q5_1: return q5_1(src, blocks, dst);
-    case GgmlType::q4_k: return q4_k_or_q5_k<false>(src, blocks, dst);
-    case GgmlType::q5_k: return q4_k_or_q5_k<true>(src, blocks, dst);
+    case GgmlType::q4_k: return q4_k(src, blocks, dst);
+    case GgmlType::q5_k: return q5_k(src, blocks, dst);
     case GgmlType::q6_k: return q6_k(src, blocks, dst);
     case GgmlType::q3_k: return q3_k(src, blocks, dst);
     case GgmlType::q2_k: return q2_k(src, blocks, dst);

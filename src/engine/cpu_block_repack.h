@@ -6,9 +6,13 @@
 //   Q4_0, Q4_1, Q8_0   as they are
 //   Q5_0               q8_0      (q - 16, the same f16 d)
 //   Q5_1               q5_f32    (d and m as f32)
-//   Q4_K               q4_f32    (each sub-block of 32: d * scale, -(dmin * min))
-//   Q5_K               q5_f32    (as Q4_K, the fifth bit joined to the code)
-//   Q6_K               q6_f32x2  (each sub-block of 16: d * scale)
+//   Q5_K               q5_f32    (each sub-block of 32: d * scale, -(dmin * min); the code
+//                                 with its fifth bit a byte)
+//   Q4_K               q4_f16    (d, dmin and the sub-block's 6-bit scale and min as the
+//                                 file has them; the codes as nibbles)
+//   Q6_K               q6_f16x2  (d and the two sub-blocks' signed scales as the file has
+//                                 them; the codes' low four bits as nibbles, the top two
+//                                 as 2-bit fields)
 //   Q2_K               q2_f16x2  (d, dmin and the two sub-blocks' 4-bit scales and mins as
 //                                 the file has them; the codes as 2-bit fields)
 //   Q3_K               q3_f16x2  (d and the two sub-blocks' 6-bit scales (minus 32) as the

@@ -30,9 +30,11 @@ bool f32_params(WeightBlockType type) {
 int codes_at(WeightBlockType type) {
   if (f32_params(type)) return 8;
   switch (type) {
-    case WeightBlockType::q2_f16x2: return 6;
+    case WeightBlockType::q2_f16x2:
+    case WeightBlockType::q4_f16: return 6;
     case WeightBlockType::q4_1:
-    case WeightBlockType::q3_f16x2: return 4;
+    case WeightBlockType::q3_f16x2:
+    case WeightBlockType::q6_f16x2: return 4;
     default: return 2;
   }
 }
@@ -44,7 +46,8 @@ float f32_at(const std::uint8_t* p) {
 
 // Random rows of blocks; each block's scale(s) and offset of a few magnitudes, codes
 // over their type's whole range (q5_f32: 0..31, q6_f32x2: -32..31; q2_f16x2: any scale
-// and min nibbles, any 2-bit codes; q3_f16x2: scale bytes -32..31, any code bits).
+// and min nibbles, any 2-bit codes; q3_f16x2: scale bytes -32..31, any code bits; q4_f16:
+// scale and min bytes 0..63, any nibbles; q6_f16x2: any scale bytes and code bits).
 std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows, std::int64_t k, Rng& rng) {
   const std::int64_t bytes = cpu::weight_block_bytes(type), blocks = rows * (k / 32);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(blocks * bytes));
@@ -59,10 +62,13 @@ std::vector<std::uint8_t> random_blocks(WeightBlockType type, std::int64_t rows,
     } else {
       const std::uint16_t d = half_bits(scale(rng)), m = half_bits(scale(rng) * 8);
       std::memcpy(blk, &d, 2);
-      if (type == WeightBlockType::q4_1 || type == WeightBlockType::q2_f16x2) std::memcpy(blk + 2, &m, 2);
+      if (type == WeightBlockType::q4_1 || type == WeightBlockType::q2_f16x2 || type == WeightBlockType::q4_f16) {
+        std::memcpy(blk + 2, &m, 2);
+      }
       if (type == WeightBlockType::q3_f16x2) {
         for (int h = 2; h < 4; ++h) blk[h] = static_cast<std::uint8_t>(blk[h] % 64 - 32);
       }
+      if (type == WeightBlockType::q4_f16) blk[4] &= 63, blk[5] &= 63;
     }
     for (int j = 0; j < 32 && f32_params(type); ++j) {
       std::uint8_t& c = blk[8 + j];
@@ -98,6 +104,15 @@ double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
     const int q = ((codes[j % 8] >> (2 * (j / 8))) & 3) | (((codes[8 + j / 8] >> (j % 8)) & 1) << 2);
     return d * static_cast<std::int8_t>(blk[2 + j / 16]) * (q - 4);
   }
+  if (type == WeightBlockType::q6_f16x2) {  // (d * sc) (q - 32) of half j / 16, q's bits 4-5 apart
+    const int q = nibble() | (((codes[16 + j % 8] >> (2 * (j / 8))) & 3) << 4);
+    return d * static_cast<std::int8_t>(blk[2 + j / 16]) * (q - 32);
+  }
+  if (type == WeightBlockType::q4_f16) {  // (d * sc) q - dmin * mn
+    std::uint16_t dmin_bits;
+    std::memcpy(&dmin_bits, blk + 2, 2);
+    return d * blk[4] * nibble() - half_value(dmin_bits) * blk[5];
+  }
   if (type == WeightBlockType::q8_0) return d * static_cast<std::int8_t>(codes[j]);
   if (type == WeightBlockType::q4_0) return d * (nibble() - 8);
   std::uint16_t m_bits;
@@ -107,7 +122,8 @@ double weight_value(WeightBlockType type, const std::uint8_t* blk, int j) {
 
 constexpr WeightBlockType k_types[] = {WeightBlockType::q4_0,     WeightBlockType::q4_1,     WeightBlockType::q8_0,
                                        WeightBlockType::q4_f32,   WeightBlockType::q5_f32,   WeightBlockType::q6_f32x2,
-                                       WeightBlockType::q2_f16x2, WeightBlockType::q3_f16x2};
+                                       WeightBlockType::q2_f16x2, WeightBlockType::q3_f16x2, WeightBlockType::q4_f16,
+                                       WeightBlockType::q6_f16x2};
 
 // Decoding gives the definition's values, each one f32 rounding (two for the f32
 // types' d * q + m, as ggml's K-quant decoders: checked bit for bit against them in
@@ -206,28 +222,12 @@ TEST(BlockDot, KernelsMatchScalarAndTheExactSum) {
   }
 }
 
-// Q3_K's q3_f16x2 blocks give the bits the same matrix gave as q6_f32x2 blocks (its form
-// before: f32 d * sc a half, the codes - 4 a byte), in the kernels and in plain C++: the
-// same integer dot product of each half (there sum((q - 4) q_x), here sum(q q_x) - 4
-// sum(q_x)), the same f32 factors, applied in the same order.
-TEST(BlockDot, Q3BlocksGiveTheBitsOfTheirFormerQ6Blocks) {
-  LOWBIT_TEST_RNG(rng);
+// The products of one matrix in two block types (rows x 576), in the kernels and in plain
+// C++: the same bits.
+void expect_the_same_products(WeightBlockType a, const std::vector<std::uint8_t>& wa, WeightBlockType b,
+                              const std::vector<std::uint8_t>& wb, std::int64_t rows, std::int64_t k, Rng& rng) {
   std::normal_distribution<float> value(0.0f, 1.0f);
-  SCOPED_TRACE(std::string("kernels: ") + cpu::block_matmul_isa());
-  const std::int64_t rows = 9, n = 7, k = 576, blocks = rows * k / 32;
-  const std::vector<std::uint8_t> q3 = random_blocks(WeightBlockType::q3_f16x2, rows, k, rng);
-  std::vector<std::uint8_t> q6(static_cast<std::size_t>(blocks * 40));
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::uint8_t* src = q3.data() + b * 16;
-    std::uint8_t* dst = q6.data() + b * 40;
-    std::uint16_t d_bits;
-    std::memcpy(&d_bits, src, 2);
-    const float d = half_value(d_bits);
-    const float factors[2] = {d * static_cast<float>(static_cast<std::int8_t>(src[2])),
-                              d * static_cast<float>(static_cast<std::int8_t>(src[3]))};
-    std::memcpy(dst, factors, 8);
-    for (int j = 0; j < 32; ++j) dst[8 + j] = static_cast<std::uint8_t>(cpu::three_bit_code(src + 4, j) - 4);
-  }
+  const std::int64_t n = 7;
   std::vector<float> x(static_cast<std::size_t>(n * k));
   for (float& v : x) v = value(rng);
   QuantizedActivations q;
@@ -235,16 +235,80 @@ TEST(BlockDot, Q3BlocksGiveTheBitsOfTheirFormerQ6Blocks) {
   for (const bool kernels : {true, false}) {
     SCOPED_TRACE(kernels ? "block_matmul" : "block_matmul_scalar");
     const auto matmul = kernels ? cpu::block_matmul : cpu::block_matmul_scalar;
-    std::vector<float> y3(static_cast<std::size_t>(n * rows)), y6(y3.size());
-    matmul(WeightBlockType::q3_f16x2, q3.data(), k / 32 * 16, rows, q, y3.data(), rows);
-    matmul(WeightBlockType::q6_f32x2, q6.data(), k / 32 * 40, rows, q, y6.data(), rows);
-    for (std::size_t i = 0; i < y3.size(); ++i) {
-      std::uint32_t a, b;
-      std::memcpy(&a, &y3[i], 4);
-      std::memcpy(&b, &y6[i], 4);
-      ASSERT_EQ(a, b) << "token " << i / rows << " row " << i % rows << ": " << y3[i] << " vs " << y6[i];
+    std::vector<float> ya(static_cast<std::size_t>(n * rows)), yb(ya.size());
+    matmul(a, wa.data(), k / 32 * cpu::weight_block_bytes(a), rows, q, ya.data(), rows);
+    matmul(b, wb.data(), k / 32 * cpu::weight_block_bytes(b), rows, q, yb.data(), rows);
+    for (std::size_t i = 0; i < ya.size(); ++i) {
+      std::uint32_t bits_a, bits_b;
+      std::memcpy(&bits_a, &ya[i], 4);
+      std::memcpy(&bits_b, &yb[i], 4);
+      ASSERT_EQ(bits_a, bits_b) << "token " << i / rows << " row " << i % rows << ": " << ya[i] << " vs " << yb[i];
     }
   }
+}
+
+// Random blocks of `from` (rows x 576) and the same matrix as blocks of `to`, each block
+// converted by convert(source block, destination block).
+template <typename Convert>
+void expect_the_bits_of_the_former_form(WeightBlockType from, WeightBlockType to, Convert convert) {
+  LOWBIT_TEST_RNG(rng);
+  SCOPED_TRACE(std::string(cpu::weight_block_name(from)) + " vs " + cpu::weight_block_name(to) + ", kernels: " +
+               cpu::block_matmul_isa());
+  const std::int64_t rows = 9, k = 576, blocks = rows * k / 32;
+  const std::vector<std::uint8_t> w = random_blocks(from, rows, k, rng);
+  std::vector<std::uint8_t> former(static_cast<std::size_t>(blocks * cpu::weight_block_bytes(to)));
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    convert(w.data() + b * cpu::weight_block_bytes(from), former.data() + b * cpu::weight_block_bytes(to));
+  }
+  expect_the_same_products(from, w, to, former, rows, k, rng);
+}
+
+float f16_field(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return half_value(bits);
+}
+
+// q6_f32x2 from a block of d (f16), two signed scale bytes and codes (code_bias added):
+// f32 d * sc a half, the codes a signed byte each.
+template <typename Code>
+void to_q6_f32x2(const std::uint8_t* src, Code code, int code_bias, std::uint8_t* dst) {
+  const float d = f16_field(src);
+  const float factors[2] = {d * static_cast<float>(static_cast<std::int8_t>(src[2])),
+                            d * static_cast<float>(static_cast<std::int8_t>(src[3]))};
+  std::memcpy(dst, factors, 8);
+  for (int j = 0; j < 32; ++j) dst[8 + j] = static_cast<std::uint8_t>(code(j) + code_bias);
+}
+
+// The f16 blocks give the bits the same matrix gave in the form that held their type
+// before (Q3_K, Q6_K: q6_f32x2, f32 d * sc a half, the biased codes a byte; Q4_K: q4_f32,
+// f32 d * sc and -(dmin * mn), the same nibbles), in the kernels and in plain C++: the same
+// integer dot product of each half (there sum((q - b) q_x), here sum(q q_x) - b sum(q_x)),
+// the same f32 factors, applied in the same order.
+TEST(BlockDot, Q3BlocksGiveTheBitsOfTheirFormerQ6Blocks) {
+  expect_the_bits_of_the_former_form(WeightBlockType::q3_f16x2, WeightBlockType::q6_f32x2,
+                                     [](const std::uint8_t* src, std::uint8_t* dst) {
+                                       const auto code = [&](int j) { return cpu::three_bit_code(src + 4, j); };
+                                       to_q6_f32x2(src, code, -4, dst);
+                                     });
+}
+
+TEST(BlockDot, Q6BlocksGiveTheBitsOfTheirFormerQ6F32Blocks) {
+  expect_the_bits_of_the_former_form(WeightBlockType::q6_f16x2, WeightBlockType::q6_f32x2,
+                                     [](const std::uint8_t* src, std::uint8_t* dst) {
+                                       const auto code = [&](int j) { return cpu::six_bit_code(src + 4, j); };
+                                       to_q6_f32x2(src, code, -32, dst);
+                                     });
+}
+
+TEST(BlockDot, Q4BlocksGiveTheBitsOfTheirFormerQ4F32Blocks) {
+  expect_the_bits_of_the_former_form(WeightBlockType::q4_f16, WeightBlockType::q4_f32,
+                                     [](const std::uint8_t* src, std::uint8_t* dst) {
+                                       const float params[2] = {f16_field(src) * static_cast<float>(src[4]),
+                                                                -(f16_field(src + 2) * static_cast<float>(src[5]))};
+                                       std::memcpy(dst, params, 8);
+                                       std::memcpy(dst + 8, src + 6, 16);
+                                     });
 }
 
 TEST(BlockDot, BadShapesAreRejected) {

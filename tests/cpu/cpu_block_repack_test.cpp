@@ -95,10 +95,12 @@ TEST(CpuBlockRepack, DecodesToTheReferenceDecodersValuesBitForBit) {
 
 // The parameters repacked blocks hold: codes within the ranges the kernels assume
 // (cpu/block_dot.h: u8 x s8 pair sums that cannot saturate); q3_f16x2's scale bytes
-// (scale - 32) within -32..31 (weight_blocks.h: finite d, finite values).
+// (scale - 32) within -32..31, q4_f16's scale and min bytes within 0..63 (weight_blocks.h:
+// finite d, finite values).
 TEST(CpuBlockRepack, CodesStayInTheirTypesRanges) {
   LOWBIT_TEST_RNG(rng);
-  for (GgmlType type : {GgmlType::q5_0, GgmlType::q5_1, GgmlType::q5_k, GgmlType::q3_k, GgmlType::q6_k}) {
+  for (GgmlType type :
+       {GgmlType::q5_0, GgmlType::q5_1, GgmlType::q5_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q6_k}) {
     const engine::GgmlTypeInfo& info = engine::ggml_type_info(type);
     const std::int64_t count = 16 * info.block_elements;
     const std::vector<std::uint8_t> src = random_ggml_blocks(type, 16, rng);
@@ -109,9 +111,11 @@ TEST(CpuBlockRepack, CodesStayInTheirTypesRanges) {
     int lo = 1000, hi = -1000, scale_lo = 1000, scale_hi = -1000;
     for (std::int64_t b = 0; b < count / 32; ++b) {
       const std::uint8_t* blk = out.data() + b * bytes;
-      // (q3_f16x2's 12 code bytes are no byte codes: read only through three_bit_code.)
+      // (The f16 blocks' codes are no byte codes: read only through their accessors.)
       const auto code = [&](int j) -> int {
         if (bt == cpu::WeightBlockType::q3_f16x2) return cpu::three_bit_code(blk + 4, j) - 4;
+        if (bt == cpu::WeightBlockType::q4_f16) return cpu::nibble_code(blk + 6, j);
+        if (bt == cpu::WeightBlockType::q6_f16x2) return cpu::six_bit_code(blk + 4, j) - 32;
         const std::uint8_t c = blk[codes_at + j];
         return bt == cpu::WeightBlockType::q5_f32 ? c : static_cast<std::int8_t>(c);
       };
@@ -120,16 +124,24 @@ TEST(CpuBlockRepack, CodesStayInTheirTypesRanges) {
         const int sc = static_cast<std::int8_t>(blk[2 + h]);
         scale_lo = std::min(scale_lo, sc), scale_hi = std::max(scale_hi, sc);
       }
+      for (int i = 4; i < 6 && bt == cpu::WeightBlockType::q4_f16; ++i) {
+        scale_lo = std::min(scale_lo, int{blk[i]}), scale_hi = std::max(scale_hi, int{blk[i]});
+      }
     }
     SCOPED_TRACE(info.name);
     const std::pair<int, int> want = type == GgmlType::q5_0                               ? std::pair{-16, 15}
                                      : type == GgmlType::q5_1 || type == GgmlType::q5_k ? std::pair{0, 31}
                                      : type == GgmlType::q3_k                          ? std::pair{-4, 3}
+                                     : type == GgmlType::q4_k                          ? std::pair{0, 15}
                                                                                        : std::pair{-32, 31};
     EXPECT_EQ(std::pair(lo, hi), want);
     if (type == GgmlType::q3_k) {  // within the range (a given extreme is missed ~2% of draws)
       EXPECT_GE(scale_lo, -32);
       EXPECT_LE(scale_hi, 31);
+    }
+    if (type == GgmlType::q4_k) {
+      EXPECT_GE(scale_lo, 0);
+      EXPECT_LE(scale_hi, 63);
     }
   }
 }
@@ -185,10 +197,12 @@ TEST(CpuBlockRepack, RefusesNonFiniteScalesAndTypesWithoutABlockForm) {
   EXPECT_LOWBIT_ERROR(engine::WeightMatrix::load(tensor_of("blk.3.attn_q.weight", GgmlType::q4_k, 512, 3, bytes),
                                                  engine::WeightForm::blocks),
                       "tensor 'blk.3.attn_q.weight': row 2, columns 0..31: a scale or offset is NaN or Inf");
-  // Q2_K: a NaN d, a NaN dmin; Q3_K: a NaN d; each named by its row and the columns of its
-  // block of 32 (the blocks that keep the file's f16 fields check them as they are).
-  for (const auto& [type, at] : {std::pair{GgmlType::q2_k, 80}, std::pair{GgmlType::q2_k, 82},
-                                 std::pair{GgmlType::q3_k, 108}}) {
+  // Q2_K, Q4_K: a NaN d, a NaN dmin; Q3_K, Q6_K: a NaN d; each named by its row and the
+  // columns of its block of 32 (the blocks that keep the file's f16 fields check them as
+  // they are).
+  for (const auto& [type, at] :
+       {std::pair{GgmlType::q2_k, 80}, std::pair{GgmlType::q2_k, 82}, std::pair{GgmlType::q3_k, 108},
+        std::pair{GgmlType::q4_k, 0}, std::pair{GgmlType::q4_k, 2}, std::pair{GgmlType::q6_k, 208}}) {
     const std::int64_t block_bytes = engine::ggml_type_info(type).block_bytes;
     std::vector<std::uint8_t> k = random_ggml_blocks(type, 4, rng);
     std::memcpy(k.data() + 3 * block_bytes + at, &nan, 2);  // row 1's second super-block

@@ -64,7 +64,7 @@ TEST(EngineBlockTypes, EveryMatrixIsHeldAsBlocks) {
           EXPECT_TRUE(x->holds_blocks());
         }
       }
-      // At most 40 bytes a block of 32 (q5_f32, q6_f32x2) against 128 in f32.
+      // At most 40 bytes a block of 32 (q5_f32) against 128 in f32.
       EXPECT_LT(m.blocks.weight_bytes() * 3, m.f32.weight_bytes());
     }
   }

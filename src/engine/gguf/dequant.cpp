@@ -118,11 +118,11 @@ void q4_k_or_q5_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   constexpr int block_bytes = five_bits ? 176 : 144;
   std::uint8_t q[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += block_bytes) {
-    const float d = f16_at(src);
-    const float dmin = f16_at(src + 2);
+    const float d = f16_at(src + kQ4kD);
+    const float dmin = f16_at(src + kQ4kDmin);
     q4_k_codes(src, five_bits, q);
     for (int sub = 0; sub < 8; ++sub) {
-      const KScaleMin sm = unpack_k_scale_min(src + 4, sub);
+      const KScaleMin sm = unpack_k_scale_min(src + kQ4kScales, sub);
       const float dl = d * static_cast<float>(sm.scale);
       const float ml = dmin * static_cast<float>(sm.min);
       for (int l = 0; l < 32; ++l) *dst++ = dl * static_cast<float>(q[32 * sub + l]) - ml;
@@ -133,10 +133,11 @@ void q4_k_or_q5_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
 void q6_k(const std::uint8_t* src, float* dst, std::int64_t blocks) {
   std::uint8_t q[256];
   for (std::int64_t b = 0; b < blocks; ++b, src += 210, dst += 256) {
-    const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);
-    const float d = f16_at(src + 208);
+    const float d = f16_at(src + kQ6kD);
     q6_k_codes(src, q);
-    for (int j = 0; j < 256; ++j) dst[j] = d * static_cast<float>(scales[j / 16]) * static_cast<float>(q[j] - 32);
+    for (int j = 0; j < 256; ++j) {
+      dst[j] = d * static_cast<float>(q6_k_scale(src, j / 16)) * static_cast<float>(q[j] - 32);
+    }
   }
 }
 

@@ -22,10 +22,14 @@ inline void q5_codes(const std::uint8_t* qh_bytes, const std::uint8_t* qs, std::
 
 // Q4_K / Q5_K super-block (d, dmin, scales[12], (qh[32],) qs[128]): value 32 s + l of
 // sub-block s. Each 64 values read 32 bytes of qs: low nibbles sub-block 2i, high
-// nibbles 2i + 1; Q5_K's fifth bit of value l of sub-block s is bit s of qh[l].
+// nibbles 2i + 1; Q5_K's fifth bit of value l of sub-block s is bit s of qh[l]. Sub-block
+// s's 6-bit scale and min are unpack_k_scale_min(block + kQ4kScales, s) (k_scales.h); its
+// values are (d * scale) * q - dmin * min.
+constexpr int kQ4kD = 0, kQ4kDmin = 2, kQ4kScales = 4, kQ4kCodes = 16;  // Q4_K and Q5_K
+constexpr int kQ5kHigh = 16, kQ5kCodes = 48;                            // Q5_K's qh, qs
 inline void q4_k_codes(const std::uint8_t* block, bool five_bits, std::uint8_t (&q)[256]) {
-  const std::uint8_t* qh = block + 16;
-  const std::uint8_t* qs = block + (five_bits ? 48 : 16);
+  const std::uint8_t* qh = block + kQ5kHigh;
+  const std::uint8_t* qs = block + (five_bits ? kQ5kCodes : kQ4kCodes);
   for (int pair = 0; pair < 4; ++pair, qs += 32) {
     for (int nibble = 0; nibble < 2; ++nibble) {
       const int sub = 2 * pair + nibble;
@@ -93,11 +97,14 @@ inline void pack_q3_k_scales(const int (&scales)[16], std::uint8_t* block) {
 
 // Q6_K super-block (ql[128], qh[64], scales[16], d): value 128 h + 32 k + l (half h,
 // k = 0..3, l < 32) takes the low (k < 2) or high (k >= 2) nibble of ql[64 h + l +
-// 32 (k % 2)] and bits 2k, 2k + 1 of qh[32 h + l]; its scale is scales[value / 16].
+// 32 (k % 2)] and bits 2k, 2k + 1 of qh[32 h + l] as its bits 4 and 5; sub-block s
+// (values 16 s .. 16 s + 15) has the signed scale q6_k_scale(block, s), and its values
+// are (d * scale) * (code - 32).
+constexpr int kQ6kLow = 0, kQ6kHigh = 128, kQ6kScales = 192, kQ6kD = 208;
 inline void q6_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) {
   for (int half = 0; half < 2; ++half) {
-    const std::uint8_t* ql = block + 64 * half;
-    const std::uint8_t* qh = block + 128 + 32 * half;
+    const std::uint8_t* ql = block + kQ6kLow + 64 * half;
+    const std::uint8_t* qh = block + kQ6kHigh + 32 * half;
     for (int k = 0; k < 4; ++k) {
       for (int l = 0; l < 32; ++l) {
         const int low = (ql[l + 32 * (k % 2)] >> (k < 2 ? 0 : 4)) & 15;
@@ -105,6 +112,10 @@ inline void q6_k_codes(const std::uint8_t* block, std::uint8_t (&q)[256]) {
       }
     }
   }
+}
+
+inline int q6_k_scale(const std::uint8_t* block, int s) {
+  return static_cast<std::int8_t>(block[kQ6kScales + s]);
 }
 
 }  // namespace lowbit::engine

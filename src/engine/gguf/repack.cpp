@@ -106,22 +106,22 @@ void decode_block(formats::WeightBlocks form, const std::uint8_t* b, BlockFields
     case formats::WeightBlocks::q4_k:
     case formats::WeightBlocks::q5_k: {  // d, dmin, scales[12], (qh[32],) qs[128]: as dequant.cpp
       const bool five = form == formats::WeightBlocks::q5_k;
-      f.factor = u16_at(b) | (static_cast<std::uint32_t>(u16_at(b + 2)) << 16);
-      f.finite_check[0] = half_at(b);
-      f.finite_check[1] = half_at(b + 2);
+      f.factor = u16_at(b + kQ4kD) | (static_cast<std::uint32_t>(u16_at(b + kQ4kDmin)) << 16);
+      f.finite_check[0] = half_at(b + kQ4kD);
+      f.finite_check[1] = half_at(b + kQ4kDmin);
       q4_k_codes(b, five, f.q);
       for (int sub = 0; sub < 8; ++sub) {
-        const KScaleMin sm = unpack_k_scale_min(b + 4, sub);
+        const KScaleMin sm = unpack_k_scale_min(b + kQ4kScales, sub);
         f.scale[sub] = static_cast<std::uint16_t>(sm.scale | (sm.min << 8));
       }
       return;
     }
     case formats::WeightBlocks::q6_k: {  // ql[128], qh[64], scales[16] (int8), d: as dequant.cpp
-      f.factor = u16_at(b + 208);
-      f.finite_check[0] = half_at(b + 208);
+      f.factor = u16_at(b + kQ6kD);
+      f.finite_check[0] = half_at(b + kQ6kD);
       q6_k_codes(b, f.q);
       for (int sub = 0; sub < 8; ++sub) {  // the 32-wide sub-block: its two 16-wide scales
-        f.scale[sub] = static_cast<std::uint16_t>(b[192 + 2 * sub] | (b[192 + 2 * sub + 1] << 8));
+        f.scale[sub] = static_cast<std::uint16_t>(b[kQ6kScales + 2 * sub] | (b[kQ6kScales + 2 * sub + 1] << 8));
       }
       return;
     }

@@ -71,27 +71,27 @@ void q5_1_block(BlockRng& rng, float d, std::uint8_t* b) {
 // each value is d * s_j * (q - 7.5) (4 bits) or d * s_j * (q - 15.5) (5 bits).
 void k_scales_block(BlockRng& rng, float d, float center, std::uint8_t* b) {
   const float dd = half_value(d);
-  put_half(b, dd);
-  put_half(b + 2, center * dd);
+  put_half(b + kQ4kD, dd);
+  put_half(b + kQ4kDmin, center * dd);
   KScaleMin values[8];
   const std::uint64_t r = rng.next();
   for (int j = 0; j < 8; ++j) {
     const auto s = static_cast<std::uint8_t>(32 + ((r >> (5 * j)) & 31));
     values[j] = {s, s};
   }
-  pack_k_scale_mins(values, b + 4);
+  pack_k_scale_mins(values, b + kQ4kScales);
 }
 
 // Sub-block scales +-(32..63), the sign random: (q - 32) has mean -0.5, which the signs cancel.
 void q6_k_block(BlockRng& rng, float d, std::uint8_t* b) {
-  rng.fill(b, 128 + 64);  // ql, qh
+  rng.fill(b + kQ6kLow, kQ6kScales - kQ6kLow);  // ql, qh
   const std::uint64_t r[2] = {rng.next(), rng.next()};
   for (int j = 0; j < 16; ++j) {
     const std::uint64_t bits = r[j / 8] >> (6 * (j % 8));
     const int scale = 32 + static_cast<int>(bits & 31);
-    b[192 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>((bits & 32) != 0 ? -scale : scale));
+    b[kQ6kScales + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>((bits & 32) != 0 ? -scale : scale));
   }
-  put_half(b + 208, d);
+  put_half(b + kQ6kD, d);
 }
 
 // Q2_K: scale s_j in 8..15, min m_j = s_j and dmin = 1.5 d, so each value is
@@ -163,11 +163,11 @@ void random_block(GgmlType type, float mean, float stddev, BlockRng& rng, std::u
     case GgmlType::q5_1: q5_1_block(rng, scale(uniform_variance(32)), b); return;
     case GgmlType::q4_k:
       k_scales_block(rng, scale(k_sub_scale_square * uniform_variance(16)), 7.5f, b);
-      rng.fill(b + 16, 128);
+      rng.fill(b + kQ4kCodes, 128);
       return;
     case GgmlType::q5_k:
       k_scales_block(rng, scale(k_sub_scale_square * uniform_variance(32)), 15.5f, b);
-      rng.fill(b + 16, 32 + 128);
+      rng.fill(b + kQ5kHigh, 32 + 128);
       return;
     case GgmlType::q6_k: q6_k_block(rng, scale(k_sub_scale_square * (uniform_variance(64) + 0.25)), b); return;
     case GgmlType::q2_k: q2_k_block(rng, scale(k_q2_sub_scale_square * uniform_variance(4)), b); return;
