@@ -535,7 +535,15 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
       typename S::Stage& stage = sm.ring[warp][slot];
       const int first = i0 + t * kTile;
-      const BodyRow k_rows = body_row<Paged>(a, false, first), v_rows = body_row<Paged>(a, true, first);
+      BodyRow k_rows, v_rows;
+      if constexpr (Paged) {  // K's and V's rows are in one page: one lookup
+        std::uint8_t* const page = page_of(a.paged, a.table, first);
+        k_rows = body_row_in(a.paged.layout, page, false, first);
+        v_rows = body_row_in(a.paged.layout, page, true, first);
+      } else {
+        k_rows = body_row<Paged>(a, false, first);
+        v_rows = body_row<Paged>(a, true, first);
+      }
       const long long code0 = static_cast<long long>(head) * kCodeBytes;
 #pragma unroll
       for (int i = 0; i < 2 * kChunks / 32; ++i) {
