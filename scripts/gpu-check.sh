@@ -20,8 +20,8 @@
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
-# those benchmarks (also kv-attention, prefill, kv-batch; set and empty: none),
-# GPU_CHECK_PYTHON=0 skips the Python package's tests.
+# those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b; set and
+# empty: none), GPU_CHECK_PYTHON=0 skips the Python package's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 sanitize_mode=0
@@ -44,8 +44,11 @@ nvidia-smi >"$results/nvidia-smi.txt" 2>&1 || echo "gpu-check: nvidia-smi failed
 # (scripts/offline-deps.sh, run where there is network), unpacked beside the tree.
 if { [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/httplib.h ] || [ ! -f /usr/include/nlohmann/json.hpp ]; } &&
   ls .deps/debs/*.deb >/dev/null 2>&1; then
-  export CMAKE_PREFIX_PATH="$(bash scripts/offline-deps.sh unpack)${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  echo "gpu-check: PCRE2 / cpp-httplib / nlohmann-json from .deps ($CMAKE_PREFIX_PATH)"
+  deps_root="$(bash scripts/offline-deps.sh unpack)"
+  export CMAKE_PREFIX_PATH="$deps_root${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  # The CLI links cpp-httplib's shared library (lowbit serve): found there at run time.
+  export LD_LIBRARY_PATH="$deps_root/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "gpu-check: PCRE2 / cpp-httplib / nlohmann-json from .deps ($deps_root)"
 fi
 
 step() {  # step NAME LOGFILE COMMAND...: runs, tees, records the status
@@ -78,12 +81,26 @@ python_tests() {
   # the machine has no network.
   LOWBIT_CUDA=ON LOWBIT_CUDA_ARCH=90a BUILD_DIR="$build_dir" bash scripts/python-test.sh
 }
+# The Llama-3-8B-shaped Q4_1 model the real-scale benchmarks use, written once (~4.6 GB,
+# in $LOWBIT_SYNTH_DIR, default /tmp); `model synth` copies the tokenizer of
+# $LOWBIT_TOKENIZER_FROM, else of the cached default model (a GPU machine without either:
+# carry one, e.g. `lowbit model synth --preset tiny --type Q4_1` made where the model is).
+synth_8b() {
+  local out="${LOWBIT_SYNTH_DIR:-/tmp}/llama3-8b.Q4_1.gguf" from=()
+  [ -n "${LOWBIT_TOKENIZER_FROM:-}" ] && from=(--tokenizer-from "$LOWBIT_TOKENIZER_FROM")
+  [ -f "$out" ] || "$build_dir/bin/lowbit" model synth --preset llama3-8b --type Q4_1 --out "$out" "${from[@]}" >&2 ||
+    return 1
+  echo "$out"
+}
+
 benchmarks() {
   # Names: the `lowbit bench` benchmarks (kvquant, gemm), kv-attention (the decode
   # attention at 2K / 8K / 32K), prefill (its rows form: a 512-row chunk, tensor cores
   # against SIMT), kv-batch (the paged form: 16 and 64 sequences in one launch), and
   # the evaluations `attention` and `kvcache` (`lowbit eval ...`; kvcache needs the
-  # model: scripts/fetch-model.sh).
+  # model: scripts/fetch-model.sh); on the synthesized 8B model (synth_8b): decode-8b
+  # (batch-1 decode at 2K / 8K / 32K per policy) and batch-8b (B = 1 / 16 / 64 after 2K
+  # prompts with the step profile, and 32 sequences of 8K).
   local status=0
   for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
     local command=(bench "$name")
@@ -92,6 +109,20 @@ benchmarks() {
       kv-attention) command=(bench kv-attention --context 2048,8192,32768) ;;
       prefill) command=(bench kv-attention --rows 512 --context 2048,8192,32768) ;;
       kv-batch) command=(bench kv-attention --batch 16,64 --context 2048,8192) ;;
+      decode-8b | batch-8b)
+        local model
+        if ! model="$(synth_8b)"; then
+          echo "gpu-check: no 8B model (synth failed: see above): $name skipped"
+          status=1
+          continue
+        fi
+        command=(bench decode --model "$model" --context 2048,8192,32768 --policy full,selective8,selective4)
+        if [ "$name" = batch-8b ]; then
+          "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 8192 --ntg 64 --npl 32 \
+            --json "$results/batch-8b-32x8k.json" >"$results/bench-batch-8b-32x8k.md" || status=1
+          cat "$results/bench-batch-8b-32x8k.md"
+          command=(bench batch --model "$model" --device gpu --npp 2048 --ntg 64 --npl 1,16,64 --profile)
+        fi ;;
       kvcache)
         if [ ! -f "${LOWBIT_MODEL:-${LOWBIT_CACHE:-$HOME/.cache/lowbit}/models/SmolLM2-135M-Instruct.Q4_1.gguf}" ]; then
           echo "gpu-check: no model (scripts/fetch-model.sh or LOWBIT_MODEL): eval kvcache skipped"
