@@ -194,9 +194,20 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     const int n0 = (item >> 1) * kBN, p = tid / 2, half = tid % 2, s = n0 + p;
     if ((item & 1) == 0) {
       const bool ok = forms.needed(false, tmin, tmax, s);
+      const void* rows[2] = {nullptr, nullptr};
+      if (ok) {
+        if (Paged && a.shape.window == 0) {  // full's K and V rows of s share a page: one lookup
+          std::uint8_t* const page = page_of(a.paged, a.table, s);
+          rows[0] = f16_row_in(a.paged.layout, page, false, kh, s);
+          rows[1] = f16_row_in(a.paged.layout, page, true, kh, s);
+        } else {
+          rows[0] = f16_row<D, Paged>(a, 0, kh, s);
+          rows[1] = f16_row<D, Paged>(a, 1, kh, s);
+        }
+      }
 #pragma unroll
       for (int part = 0; part < 2; ++part) {
-        const auto* row = ok ? static_cast<const std::uint16_t*>(f16_row<D, Paged>(a, part, kh, s)) : nullptr;
+        const auto* row = static_cast<const std::uint16_t*>(rows[part]);
         const std::uint32_t dst = L::tile(base, buf, part) + p * L::kRow;
 #pragma unroll
         for (int j = 0; j < kChunks / 2; ++j) {
@@ -209,9 +220,18 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
       constexpr int kCodeChunks = L::kCodeBytes / 16;
       static_assert(kCodeChunks % 2 == 0, "code chunks split over a lane pair");
       if (forms.needed(true, tmin, tmax, s)) {
+        BodyRow body[2];
+        if constexpr (Paged) {  // K's and V's rows of s share a page: one lookup
+          std::uint8_t* const page = page_of(a.paged, a.table, s);
+          body[0] = body_row_in(a.paged.layout, page, false, s);
+          body[1] = body_row_in(a.paged.layout, page, true, s);
+        } else {
+          body[0] = body_row<Paged>(a, 0, s);
+          body[1] = body_row<Paged>(a, 1, s);
+        }
 #pragma unroll
         for (int part = 0; part < 2; ++part) {
-          const std::uint8_t* codes = body_row<Paged>(a, part, s).codes + kh * L::kCodeBytes;
+          const std::uint8_t* codes = body[part].codes + kh * L::kCodeBytes;
 #pragma unroll
           for (int j = 0; j < kCodeChunks / 2; ++j) {
             const int ch = 2 * j + half;
