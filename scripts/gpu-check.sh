@@ -116,8 +116,9 @@ benchmarks() {
           status=1
           continue
         fi
-        command=(bench decode --model "$model" --context 2048,8192,32768 --policy full,selective8,selective4)
-        if [ "$name" = batch-8b ]; then
+        if [ "$name" = decode-8b ]; then
+          command=(bench decode --model "$model" --context 2048,8192,32768 --policy full,selective8,selective4)
+        else
           "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 8192 --ntg 64 --npl 32 \
             --json "$results/batch-8b-32x8k.json" >"$results/bench-batch-8b-32x8k.md" || status=1
           cat "$results/bench-batch-8b-32x8k.md"

@@ -193,17 +193,33 @@ int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaSt
   return 0;
 }
 
+// The decode sections' first lines: what one call attends over (`what`, the layer's
+// heads, sink and window, `more`) and the copy ceiling of the run.
+void print_setup(const char* what, const char* more, const KvAttentionBenchOptions& o, double copy_gbps) {
+  std::printf("%s %lld query heads over %lld KV heads of %lld; sink %lld, window %lld%s\n", what,
+              static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
+              static_cast<long long>(o.sink), static_cast<long long>(o.window), more);
+  std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n\n", copy_gbps);
+}
+
+// The decode sections' JSON (with --json): the run, the layer's shape, the ceiling, rows.
+void write_json(const char* benchmark, const KvAttentionBenchOptions& o, const RunInfo& info, double copy_gbps,
+                const Json& rows) {
+  if (o.json_path.empty()) return;
+  Json doc = run_info_json(benchmark, info);
+  doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim);
+  doc.set("gpu_copy_gbps", copy_gbps).set("rows", rows);
+  doc.write_file(o.json_path);
+}
+
 // The serving form (--batch): B sequences of `context` positions each in a paged pool
 // (pages handed out shuffled, as after a server's churn), every row's newest query in
 // one paged_kv_attention launch, on each kernel; the bytes are B times the one
 // sequence's (bytes_read), against the copy ceiling. Enough layers of the pool to rotate
 // through that the rotation defeats the L2. Outputs compared with the SIMT kernel's.
 int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, double copy_gbps, cudaStream_t stream) {
-  std::printf("batched decode over the paged cache: B sequences of `context` positions, one launch; %lld query\n"
-              "heads over %lld KV heads of %lld; sink %lld, window %lld; pages of 16 positions, shuffled\n",
-              static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
-              static_cast<long long>(o.sink), static_cast<long long>(o.window));
-  std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n\n", copy_gbps);
+  print_setup("batched decode over the paged cache: B sequences of `context` positions in one launch, each",
+              "; pages of 16 positions, shuffled", o, copy_gbps);
   std::printf("| context | B | policy | kernel | ms min | ms median | ms max | MB read | GB/s | %% of copy ceiling "
               "(median; at min) | check |\n"
               "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
@@ -275,12 +291,7 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
   }
   std::printf("\nMB read: B x the visible cache as held (FP16 rows, codes with their f16 scales and minimums) + q +"
               " out.\n");
-  if (!o.json_path.empty()) {
-    Json doc = run_info_json("kv_attention_batch", info);
-    doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim);
-    doc.set("gpu_copy_gbps", copy_gbps).set("rows", rows);
-    doc.write_file(o.json_path);
-  }
+  write_json("kv_attention_batch", o, info, copy_gbps, rows);
   return 0;
 }
 
@@ -307,10 +318,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
     LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
     return status;
   }
-  std::printf("one query token, %lld query heads over %lld KV heads of %lld; sink %lld, window %lld\n",
-              static_cast<long long>(o.n_heads), static_cast<long long>(o.kv_heads), static_cast<long long>(o.head_dim),
-              static_cast<long long>(o.sink), static_cast<long long>(o.window));
-  std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n\n", copy_gbps);
+  print_setup("one query token,", "", o, copy_gbps);
   std::printf("| context | policy | kernel | ms min | ms median | ms max | MB read | GB/s | %% of copy ceiling "
               "(median; at min) | vs simt |\n"
               "|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
@@ -355,12 +363,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
   std::printf("\nMB read: the visible cache as held (FP16 rows, codes with their f16 scales and minimums) + q + out.\n");
-  if (!o.json_path.empty()) {
-    Json doc = run_info_json("kv_attention", info);
-    doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim);
-    doc.set("gpu_copy_gbps", copy_gbps).set("rows", rows);
-    doc.write_file(o.json_path);
-  }
+  write_json("kv_attention", o, info, copy_gbps, rows);
   return 0;
 }
 

@@ -404,6 +404,13 @@ __device__ __forceinline__ BodyRow body_row(const SplitArgs& a, bool is_v, int p
   }
 }
 
+// K's and V's body rows of pos (paged: from one page lookup).
+template <bool Paged>
+__device__ __forceinline__ BodyRows body_rows(const SplitArgs& a, int pos) {
+  if constexpr (Paged) return paged_body_rows(a.paged, a.table, pos);
+  return BodyRows{body_row<Paged>(a, false, pos), body_row<Paged>(a, true, pos)};
+}
+
 template <int D, int Bits, bool Swap, bool Paged>
 __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
@@ -436,20 +443,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // per row (its checks, a division, 64-bit address arithmetic: ~190 instructions, for
   // the 6 rows a lane loads a tile) made the paged FP16 kernel 2.3x the contiguous one's
   // instructions. Null rows elsewhere: f16_row finds each row.
-  struct TileRows {
-    const std::uint16_t* k = nullptr;
-    const std::uint16_t* v = nullptr;
-  };
+  using TileRows = F16Rows;
   auto tile_rows = [&](int base) {
-    TileRows rows;
     if constexpr (Paged && Bits == 0) {
-      if (a.shape.window == 0 && base < n) {
-        std::uint8_t* const page = page_of(a.paged, a.table, i0 + base);
-        rows.k = f16_row_in(a.paged.layout, page, false, head, i0 + base);
-        rows.v = f16_row_in(a.paged.layout, page, true, head, i0 + base);
-      }
+      if (a.shape.window == 0 && base < n) return paged_f16_rows(a.paged, a.table, head, i0 + base);
     }
-    return rows;
+    return TileRows{};
   };
 
   // Direct loads of FP16 tokens (every token under full and window; the sink and the
@@ -535,15 +534,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
       typename S::Stage& stage = sm.ring[warp][slot];
       const int first = i0 + t * kTile;
-      BodyRow k_rows, v_rows;
-      if constexpr (Paged) {  // K's and V's rows are in one page: one lookup
-        std::uint8_t* const page = page_of(a.paged, a.table, first);
-        k_rows = body_row_in(a.paged.layout, page, false, first);
-        v_rows = body_row_in(a.paged.layout, page, true, first);
-      } else {
-        k_rows = body_row<Paged>(a, false, first);
-        v_rows = body_row<Paged>(a, true, first);
-      }
+      const BodyRows kv = body_rows<Paged>(a, first);
+      const BodyRow &k_rows = kv.k, &v_rows = kv.v;
       const long long code0 = static_cast<long long>(head) * kCodeBytes;
 #pragma unroll
       for (int i = 0; i < 2 * kChunks / 32; ++i) {

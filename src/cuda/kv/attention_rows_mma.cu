@@ -104,6 +104,11 @@ __device__ __forceinline__ BodyRow body_row(const RowsMmaArgs& a, int part, int 
   if constexpr (Paged) return paged_body_row(a.paged, a.table, part != 0, s);
   return contiguous_body_row(a.shape, part ? a.layer.v : a.layer.k, s);
 }
+template <bool Paged>
+__device__ __forceinline__ BodyRows body_rows(const RowsMmaArgs& a, int s) {
+  if constexpr (Paged) return paged_body_rows(a.paged, a.table, s);
+  return BodyRows{body_row<Paged>(a, 0, s), body_row<Paged>(a, 1, s)};
+}
 
 // 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
 // q * s (+ min), written as 16-byte chunks first_chunk.. of a swizzled tile row.
@@ -196,13 +201,11 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
       const bool ok = forms.needed(false, tmin, tmax, s);
       const void* rows[2] = {nullptr, nullptr};
       if (ok) {
-        if (Paged && a.shape.window == 0) {  // full's K and V rows of s share a page: one lookup
-          std::uint8_t* const page = page_of(a.paged, a.table, s);
-          rows[0] = f16_row_in(a.paged.layout, page, false, kh, s);
-          rows[1] = f16_row_in(a.paged.layout, page, true, kh, s);
+        if (Paged && a.shape.window == 0) {  // full: K's and V's rows from one page lookup
+          const F16Rows kv = paged_f16_rows(a.paged, a.table, kh, s);
+          rows[0] = kv.k, rows[1] = kv.v;
         } else {
-          rows[0] = f16_row<D, Paged>(a, 0, kh, s);
-          rows[1] = f16_row<D, Paged>(a, 1, kh, s);
+          rows[0] = f16_row<D, Paged>(a, 0, kh, s), rows[1] = f16_row<D, Paged>(a, 1, kh, s);
         }
       }
 #pragma unroll
@@ -220,18 +223,10 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
       constexpr int kCodeChunks = L::kCodeBytes / 16;
       static_assert(kCodeChunks % 2 == 0, "code chunks split over a lane pair");
       if (forms.needed(true, tmin, tmax, s)) {
-        BodyRow body[2];
-        if constexpr (Paged) {  // K's and V's rows of s share a page: one lookup
-          std::uint8_t* const page = page_of(a.paged, a.table, s);
-          body[0] = body_row_in(a.paged.layout, page, false, s);
-          body[1] = body_row_in(a.paged.layout, page, true, s);
-        } else {
-          body[0] = body_row<Paged>(a, 0, s);
-          body[1] = body_row<Paged>(a, 1, s);
-        }
+        const BodyRows kv = body_rows<Paged>(a, s);  // paged: one page lookup for K and V
 #pragma unroll
         for (int part = 0; part < 2; ++part) {
-          const std::uint8_t* codes = body[part].codes + kh * L::kCodeBytes;
+          const std::uint8_t* codes = (part ? kv.v : kv.k).codes + kh * L::kCodeBytes;
 #pragma unroll
           for (int j = 0; j < kCodeChunks / 2; ++j) {
             const int ch = 2 * j + half;

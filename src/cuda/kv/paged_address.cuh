@@ -97,6 +97,17 @@ __device__ __forceinline__ std::uint16_t* paged_f16_row(const PagedArgs& p, cons
   return f16_row_in(p.layout, page_of(p, table, pos), is_v, head, pos);
 }
 
+// K's and V's FP16 rows (head, pos): one page lookup, the two share the page.
+struct F16Rows {
+  const std::uint16_t* k = nullptr;
+  const std::uint16_t* v = nullptr;
+};
+__device__ __forceinline__ F16Rows paged_f16_rows(const PagedArgs& p, const std::int32_t* table, int head,
+                                                  long long pos) {
+  std::uint8_t* const page = page_of(p, table, pos);
+  return F16Rows{f16_row_in(p.layout, page, false, head, pos), f16_row_in(p.layout, page, true, head, pos)};
+}
+
 // A body position's rows for KV head 0: its codes, scale and min; head h's are h * code
 // bytes / h further, and the next position's kv_heads rows further (as in kv_layout.h).
 struct BodyRow {
@@ -113,6 +124,14 @@ __device__ __forceinline__ BodyRow body_row_in(const KvPageLayout& l, std::uint8
 __device__ __forceinline__ BodyRow paged_body_row(const PagedArgs& p, const std::int32_t* table, bool is_v,
                                                   long long pos) {
   return body_row_in(p.layout, page_of(p, table, pos), is_v, pos);
+}
+// K's and V's body rows of pos: one page lookup, the two share the page.
+struct BodyRows {
+  BodyRow k, v;
+};
+__device__ __forceinline__ BodyRows paged_body_rows(const PagedArgs& p, const std::int32_t* table, long long pos) {
+  std::uint8_t* const page = page_of(p, table, pos);
+  return BodyRows{body_row_in(p.layout, page, false, pos), body_row_in(p.layout, page, true, pos)};
 }
 
 // The same in a contiguous cache.
