@@ -21,7 +21,9 @@
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
 # those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b; set and
-# empty: none), GPU_CHECK_PYTHON=0 skips the Python package's tests.
+# empty: none), GPU_CHECK_PYTHON=0 skips the Python package's tests,
+# GPU_CHECK_TARGETS="lowbit_gpu_tests lowbit_cli" builds only those targets (and then
+# runs only the tests labelled gpu: the CPU suites are not built).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 sanitize_mode=0
@@ -66,14 +68,14 @@ rm -f "$results/.steps"
 build() {
   cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DLOWBIT_CUDA=ON -DLOWBIT_BUILD_TESTS=ON &&
-    cmake --build "$build_dir" -j "$(nproc)"
+    cmake --build "$build_dir" -j "$(nproc)" ${GPU_CHECK_TARGETS:+--target $GPU_CHECK_TARGETS}
 }
 tests() {
   # Eight test processes share the GPU; two OpenMP threads each keep the CPU
   # references from oversubscribing the cores (spinning OpenMP teams of 16 x 4
   # processes made each GPU test spend most of its time waiting for a core).
   OMP_NUM_THREADS=2 ctest --test-dir "$build_dir" --output-on-failure -j 8 --output-junit "$results/ctest.xml" \
-    ${GPU_CHECK_TESTS:+-R "$GPU_CHECK_TESTS"}
+    ${GPU_CHECK_TESTS:+-R "$GPU_CHECK_TESTS"} ${GPU_CHECK_TARGETS:+-L gpu}
 }
 python_tests() {
   # The package built for this GPU, and its pytest suite (GPU tests included). The
