@@ -133,6 +133,11 @@ DEFAULT_FIGURES = {
     "batch-8b": {f"{p}_b{b}_{part}_tok_s": f"results[policy={p},b={b}].{key}.tokens_per_second_median"
                  for p in ("full", "selective8", "selective4") for b in (1, 16, 64)
                  for part, key in (("tg", "decode"), ("pp", "prefill"))},
+    "batch-8b-32x8k": {f"{p}_b32_{part}_tok_s": f"results[policy={p},b=32].{key}.tokens_per_second_median"
+                       for p in ("full", "selective8", "selective4")
+                       for part, key in (("tg", "decode"), ("pp", "prefill"))},
+    "kv-batch": {f"{p}_{c}_b{b}_mma_swap_pct_copy": f"rows[context={c},batch={b},policy={p},kernel=mma_swap].pct_copy"
+                 for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192) for b in (16, 64)},
     "prefill": {f"{p}_{c}_mma_tflops": f"rows[context={c},policy={p},kernel=mma].tflops"
                 for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192, 32768)},
     "attention": {f"{t}_d{d}_{'causal' if m else 'full'}_tflops":

@@ -121,7 +121,7 @@ TEST_F(WeightOnlyWgmmaGpu, PublicEntryDispatches) {
   const WeightOnlySpec spec{4, 32, true, DType::f16};
   DeviceWeights w;
   make_weights(rng, spec, 300, 1000, w);
-  for (const std::int64_t m : {16, 17, 33, 257}) {
+  for (const std::int64_t m : {16, 17, 33, 63, 64, 257}) {
     const wo::Params p = wo::make_params(TensorView::matrix(nullptr, spec.act_dtype, Device::cuda, m, w.host.k),
                                          w.device, TensorView{},
                                          TensorView::matrix(nullptr, spec.act_dtype, Device::cuda, m, w.host.n));

@@ -88,10 +88,10 @@ bool takes(const Variant& variant, const Params& p, Form form);
 // The production choice: for M <= 16 the small-matrix kernel where it takes the shape,
 // else the streaming GEMV; above, the wgmma kernel where the device runs it (Hopper,
 // grouped forms) from kWgmmaMinRows rows, else the tiled mma.sync kernel. The crossover
-// as measured (H100, 28672 x 8192 W4A16 g32 / g128, `lowbit bench gemm --section
-// weight_only_wgmma`): mma.sync faster at M = 32 / 64 (0.077 vs 0.117 ms, 0.134 vs 0.145),
-// even at 128 (0.281 vs 0.289), wgmma from 256 (0.39 vs 0.51 ms; 512: 0.60 vs 0.93).
-constexpr std::int64_t kWgmmaMinRows = 256;
+// as measured (H200, 28672 x 8192, `lowbit bench gemm --section weight_only_wgmma`,
+// median ms mma.sync vs wgmma): Q4_1 M = 32 0.078 vs 0.090, 64 0.136 vs 0.102, 128 0.290
+// vs 0.152; g128, Q4_0 and Q8_0 alike (Q8_0 32: 0.098 vs 0.094, even).
+constexpr std::int64_t kWgmmaMinRows = 64;
 Variant pick(const Params& p, Form form);
 
 // Runs `variant` (which must take p) on `stream`.
