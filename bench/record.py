@@ -138,6 +138,9 @@ DEFAULT_FIGURES = {
                        for part, key in (("tg", "decode"), ("pp", "prefill"))},
     "kv-batch": {f"{p}_{c}_b{b}_mma_swap_pct_copy": f"rows[context={c},batch={b},policy={p},kernel=mma_swap].pct_copy"
                  for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192) for b in (16, 64)},
+    "weight-only-variants": {f"g32_m{m}_{n}x{k}_production_pct_copy":
+                             _gemm("weight_only_variants", "w4a16 g32 zp", "production", m, n, k) + ".pct_copy"
+                             for m in (1, 16) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))},
     "prefill": {f"{p}_{c}_mma_tflops": f"rows[context={c},policy={p},kernel=mma].tflops"
                 for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192, 32768)},
     "attention": {f"{t}_d{d}_{'causal' if m else 'full'}_tflops":

@@ -951,36 +951,32 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
     // INT8 streams best from 3 stages (3 blocks per SM at M <= 8).
     launch_rows<T, F, 2, 3, 1>(p, v, stream);
   } else {
-    // 4 tiles per warp, 4 single-step slots won every group-128 and every M = 16 case
-    // of the sweep (H100); at group 32 and M <= 8, 2 slots of 2 steps (1 KB
-    // bursts per tile, 64 + 64 B of scales and mins) were 1-4% faster (variant 3).
+    // The rules as the H200 sweep ordered them (`bench gemm --section
+    // weight_only_variants`, Q4_1 g32, median ms; weight-only-variants-h200.md).
     const int sms = core::multiprocessor_count();
-    const bool wide = blocks_for(p, 4, 2) >= sms;
-    if (p.m > 8 && p.groups_per_step == 4 && p.n_tiles > 4 * sms) {  // (2+ columns share x)
-      // M = 9..16, group 32: the activations staged once per k-slice group, one
-      // balanced block a SM (H100, M = 16: 28672 x 8192 0.0581 ms against 0.0611 for
-      // two 8-warp blocks and 0.0635 for gemv_kernel; 8192 x 28672 with 3 stages, 16
-      // warps a block: 0.0591 against 0.0625). bench/notes/weight_only.md.
-      if (wide) {
-        launch_xs<T, F, 2, 4, 4>(p, v, stream, true);
-      } else {
-        launch_xs<T, F, 2, 4, 3>(p, v, stream, true);
-      }
-    } else if (p.m > 8 && wide) {
-      // M = 9..16, other groups, where two k-slices give every SM a block: 8-warp
-      // blocks, two a SM (28672 x 8192 g128: 0.0528 ms against 0.0545 balanced and
-      // 0.0619 for gemv_kernel); narrower N keeps gemv_kernel (not measured balanced).
+    const bool narrow = p.n_tiles <= 4 * sms;  // under ~4 tiles a SM: the 8B O and down, the 1B layers
+    if (p.groups_per_step == 4 && narrow) {
+      // Group 32, narrow N, M <= 16: 2 tiles a warp, 2 slots of 4 steps, which keeps more
+      // bytes in flight a block when the grid is short. M = 1: 4096 x 14336 0.0149 ms,
+      // 4096 x 4096 0.0061, 2048 x 8192 0.0079 (within 5% of the best shape); M = 16:
+      // 0.0250 / 0.0103 / 0.0141 against 0.0302 / 0.0120 / 0.0183 for 4 tiles of 1 step.
+      launch_rows<T, F, 2, 2, 4>(p, v, stream);
+    } else if (p.m > 8 && blocks_for(p, 4, 2) >= sms) {
+      // M = 9..16 where two k-slices give every SM a block (the 8B gate|up, 28672
+      // columns): the activations staged once per k-slice group, two 8-warp blocks a SM:
+      // g32 28672 x 4096 0.0289 ms, 28672 x 8192 0.0528, against 0.0311 / 0.0556 for one
+      // balanced block a SM (g128 28672 x 8192 0.0528). Narrower (16384, 6144, 8192
+      // columns) the balanced block wins, up to 1.8x.
       launch_xs<T, F, 2, 4, 4>(p, v, stream, false);
-    } else if (p.m <= 8 && p.groups_per_step == 4 && p.n_tiles <= 4 * sms) {
-      // Narrow N (under ~4 tiles a SM: the 1B layers, the 8B O and down projections):
-      // 2 tiles a warp, 2 slots of 4 steps, which keeps more bytes in flight a block when
-      // the grid is short (M = 1, H100: 4096 x 4096 0.0066 ms against 0.0083, 4096 x
-      // 14336 0.0170 against 0.0217, 2048 x 8192 0.0082 against 0.0124; variant 4 in
-      // bench/notes/weight_only.md).
-      launch<T, F, 1, 2, 2, 4>(p, v, stream);
-    } else if (p.m <= 8 && p.groups_per_step == 4) {
-      launch<T, F, 1, 4, 2, 2>(p, v, stream);
+    } else if (p.m > 8 && p.groups_per_step == 4) {
+      // M = 9..16, group 32, narrower: one balanced block a SM, 3 stages (16384 x 2048
+      // 0.0137 ms, 6144 x 4096 0.0134, 8192 x 28672 0.0585).
+      launch_xs<T, F, 2, 4, 3>(p, v, stream, true);
     } else {
+      // M <= 8, and M = 9..16 at other groups: 4 tiles a warp, 4 single-step slots (M = 1
+      // g32: 28672 x 4096 0.0230 ms, 28672 x 8192 0.0426 against 0.0252 / 0.0467 for 2
+      // slots of 2 steps; 6144 x 4096 and 16384 x 2048 within 2% of the best; g128 28672
+      // x 8192 0.0424, 8192 x 28672 0.0390).
       launch_rows<T, F, 4, 4, 1>(p, v, stream);
     }
   }
