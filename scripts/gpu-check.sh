@@ -4,16 +4,17 @@
 # JSON go to RESULTS_DIR (default out/gpu-check); a short summary prints last.
 #   usage: scripts/gpu-check.sh [--sanitize] [RESULTS_DIR]
 # --sanitize: after the build, instead of the tests and benchmarks, the GPU tests under
-# compute-sanitizer, one process per test suite (a crash or hang in one leaves the others
-# checked): memcheck (with the leak check) over every suite, then racecheck and synccheck
-# over the suites whose kernels use shared memory or barriers, without the large-shape
-# tests (racecheck slows shared-memory-heavy kernels 100x and more; their kernels run in
-# the other tests of the suite at small shapes). Each suite's report is in
-# RESULTS_DIR/sanitize/<tool>-<suite>.log; the error summaries print at the end.
+# compute-sanitizer, one process per test, GPU_CHECK_SANITIZE_JOBS at a time (default
+# half the cores; a crash or hang in one leaves the others checked): memcheck (with the
+# leak check) over every suite, then racecheck and synccheck over the suites whose
+# kernels use shared memory or barriers, without the large-shape tests (racecheck slows
+# shared-memory-heavy kernels 100x and more; their kernels run in the other tests of the
+# suite at small shapes). Each test's report is in RESULTS_DIR/sanitize/<tool>-<test>.log;
+# a line per suite and tool prints at the end.
 # GPU_CHECK_SANITIZE_TOOLS="memcheck" (default "memcheck racecheck synccheck") picks the
 # tools, GPU_CHECK_SANITIZE_SUITES="IntGemmGpu KvCacheGpu" the suites (default: all for
 # memcheck, the shared-memory list for the others), GPU_CHECK_SANITIZE_TIMEOUT the seconds
-# a suite may take under one tool (default 1800; a timeout is reported, not hidden).
+# a test may take under one tool (default 900; a timeout is reported, not hidden).
 # On the offline GPU machine, carry .wheels (scripts/python-wheels.sh; gguf for the HF
 # default-model test included) and .deps (scripts/offline-deps.sh), both made where
 # there is network.
@@ -154,54 +155,98 @@ large_shape_tests="IntGemmGpu.Int8LargeShapes:BlockFormatsGpu.LargeTensorForGrid
 :KvCacheGpu.RowsFormMatchesOneAtATime:KvCacheGpu.RowsFormOnTensorCoresMatchesTheSimtKernel\
 :FlashAttentionGpu.LongSequenceAndGivenScale"
 
-sanitize() {  # every chosen tool over every chosen suite; the summaries go to sanitize/summary.md
-  local sanitizer
+# The tests of the chosen suites, one full name a line (Suite.Test), without `exclude`
+# (a ':'-separated list of full names).
+sanitize_tests() {  # sanitize_tests BINARY "SUITES" EXCLUDE
+  "$1" --gtest_list_tests | awk -v suites=" $2 " -v exclude=":$3:" '
+    /^[^ ]/ { suite = $1; sub(/\.$/, "", suite); next }
+    /^  / {
+      name = suite "." $1
+      if (index(suites, " " suite " ") && !index(exclude, ":" name ":")) print name
+    }'
+}
+
+sanitize_one() {  # sanitize_one TOOL TEST: one process; appends "tool|suite|test|verdict|errors" to results.txt
+  local tool="$1" test="$2" options=(--tool "$1" --error-exitcode 1 --print-limit 50)
+  case "$tool" in
+    memcheck) options+=(--leak-check full) ;;
+    racecheck) options+=(--racecheck-report all) ;;
+  esac
+  local name="$tool-${test//\//_}" limit="${GPU_CHECK_SANITIZE_TIMEOUT:-900}"
+  timeout -k 30 "$limit" "$sanitizer" "${options[@]}" --log-file "$out/$name.log" \
+    "$binary" --gtest_filter="$test" --gtest_brief=1 >"$out/$name.out" 2>&1
+  local code=$? verdict=ok
+  case "$code" in
+    0) ;;
+    255)  # a host-only test: the tool finds no CUDA call to check
+      if grep -q "terminated before first instrumented API call" "$out/$name.log" &&
+        grep -q "^\[  PASSED  \]" "$out/$name.out"; then
+        verdict="ok (no CUDA call)"
+      else
+        verdict="FAILED ($code)"
+      fi ;;
+    124 | 137) verdict="TIMEOUT ($limit s)" ;;
+    *) verdict="FAILED ($code)" ;;
+  esac
+  local errors
+  errors="$(grep -hE "(ERROR|RACECHECK|LEAK) SUMMARY" "$out/$name.log" 2>/dev/null | sed 's/^========= //' | paste -sd ';' -)"
+  echo "$tool|${test%%.*}|$test|$verdict|${errors:-none printed}" >>"$out/results.txt"
+}
+
+# Every chosen tool over every test of its suites, GPU_CHECK_SANITIZE_JOBS processes at a
+# time (default: half the cores; the tools are CPU-bound, the GPU holds many small
+# processes). Per-test reports in sanitize/<tool>-<test>.log, every test's line in
+# sanitize/results.txt, a line per suite and tool in sanitize/summary.md.
+sanitize() {
   sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
   if [ ! -x "$sanitizer" ]; then
     echo "gpu-check: compute-sanitizer not found (CUDA toolkit's bin/)"
     return 1
   fi
-  local binary="$build_dir/tests/lowbit_gpu_tests" out="$results/sanitize" status=0
+  binary="$build_dir/tests/lowbit_gpu_tests" out="$results/sanitize"
   mkdir -p "$out"
-  local all_suites
+  rm -f "$out/results.txt"
+  local all_suites jobs="${GPU_CHECK_SANITIZE_JOBS:-$(($(nproc) / 2))}"
+  [ "$jobs" -ge 1 ] || jobs=1
   all_suites="$("$binary" --gtest_list_tests | grep -E '^[^ ]+\.$' | sed 's/\.$//' | tr '\n' ' ')"
-  printf '| tool | suite | status | errors (compute-sanitizer summary) | tests |\n|---|---|---|---|---|\n' >"$out/summary.md"
   for tool in ${GPU_CHECK_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    local options=(--tool "$tool" --error-exitcode 1 --print-limit 50) suites="$all_suites" exclude=""
+    local suites="$all_suites" exclude=""
     case "$tool" in
-      memcheck) options+=(--leak-check full) ;;
-      racecheck | synccheck)
-        suites="$shared_memory_suites"
-        exclude="-$large_shape_tests"
-        [ "$tool" = racecheck ] && options+=(--racecheck-report all) ;;
+      memcheck) ;;
+      racecheck | synccheck) suites="$shared_memory_suites" exclude="$large_shape_tests" ;;
       *) echo "gpu-check: unknown sanitizer tool '$tool'"; return 1 ;;
     esac
-    for suite in ${GPU_CHECK_SANITIZE_SUITES:-$suites}; do
-      local name="$tool-${suite//\//_}"
-      echo "--- $tool: $suite"
-      timeout -k 30 "${GPU_CHECK_SANITIZE_TIMEOUT:-1800}" "$sanitizer" "${options[@]}" --log-file "$out/$name.log" \
-        "$binary" --gtest_filter="$suite.*$exclude" --gtest_brief=1 >"$out/$name.out" 2>&1
-      local code=$?
-      local verdict=ok
-      case "$code" in
-        0) ;;
-        255)  # a suite of host-only tests: the tool finds no CUDA call to check
-          if grep -q "terminated before first instrumented API call" "$out/$name.log" &&
-            grep -q "^\[  PASSED  \]" "$out/$name.out"; then
-            verdict="ok (no CUDA call)"
-          else
-            verdict="FAILED ($code)"; status=1
-          fi ;;
-        124 | 137) verdict="TIMEOUT (${GPU_CHECK_SANITIZE_TIMEOUT:-1800} s)"; status=1 ;;
-        *) verdict="FAILED ($code)"; status=1 ;;
-      esac
-      local errors tests
-      errors="$(grep -hE "(ERROR|RACECHECK|LEAK) SUMMARY" "$out/$name.log" 2>/dev/null | sed 's/^========= //' | paste -sd ';' -)"
-      tests="$(grep -hE "^\[  (PASSED|FAILED)  \]|tests? ran" "$out/$name.out" | tail -n 2 | paste -sd ' ' -)"
-      printf '| %s | %s | %s | %s | %s |\n' "$tool" "$suite" "$verdict" "${errors:-none printed}" "$tests" | tee -a "$out/summary.md"
+    local running=0
+    for test in $(sanitize_tests "$binary" "${GPU_CHECK_SANITIZE_SUITES:-$suites}" "$exclude"); do
+      sanitize_one "$tool" "$test" &
+      running=$((running + 1))
+      if [ "$running" -ge "$jobs" ]; then
+        wait -n
+        running=$((running - 1))
+      fi
     done
+    wait
+    echo "--- $tool: $(grep -c "^$tool|" "$out/results.txt" 2>/dev/null || echo 0) tests"
   done
-  return "$status"
+  # One line per tool and suite: tests ok of run, the worst verdicts, the summaries seen.
+  {
+    printf '| tool | suite | ok | not ok (test: verdict) | compute-sanitizer summaries |\n|---|---|---:|---|---|\n'
+    sort -t'|' -k1,1 -k2,2 -k3,3 "$out/results.txt" | awk -F'|' '
+      function flush() {
+        if (key != "") printf "| %s | %s | %d of %d | %s | %s |\n", tool, suite, ok, n, bad == "" ? "-" : bad, sums
+      }
+      $1 "|" $2 != key {
+        flush(); key = $1 "|" $2; tool = $1; suite = $2; ok = 0; n = 0; bad = ""; sums = ""; delete seen
+      }
+      {
+        n++
+        if ($4 ~ /^ok/) ok++; else bad = bad (bad == "" ? "" : "; ") $3 ": " $4
+        split($5, parts, ";")
+        for (i in parts) if (!(parts[i] in seen)) { seen[parts[i]] = 1; sums = sums (sums == "" ? "" : "; ") parts[i] }
+      }
+      END { flush() }'
+  } >"$out/summary.md"
+  awk -F'|' '$4 !~ /^ok/ { bad = 1 } END { exit bad }' "$out/results.txt"
 }
 
 ok=1
