@@ -90,7 +90,7 @@ int cmd_perplexity(const Args& args) {
         .set("kv_cache", kv.policy)
         .set("sink", kv.sink)
         .set("window", kv.window)
-        .set("kv_bits", kv.kv_bits)
+        .set("kv_bits", static_cast<std::int64_t>(options.cache.kv_bits))
         .set("kv_group", kv.kv_group)
         .set("kv_rotate", kv.kv_rotate)
         .set("kv_symmetric", kv.kv_symmetric)

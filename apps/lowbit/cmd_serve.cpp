@@ -62,8 +62,9 @@ int cmd_serve(const Args& args) {
   cli.number("--shutdown-timeout", &shutdown_timeout, 0.0, 86400.0,
              "seconds in-flight requests get to finish at SIGINT / SIGTERM (default 10)");
   if (const auto status = cli.parse(args)) return *status;
-  LOWBIT_CHECK(parallel + chunk <= batch, "--batch-size (", batch, "): expected at least --parallel (", parallel,
-               ") + --prefill-chunk (", chunk, ")");
+  usage_check(parallel + chunk <= batch, "--batch-size (", batch, "): expected at least --parallel (", parallel,
+              ") + --prefill-chunk (", chunk, ")");
+  kv.warn_ignored(cli);
   const engine::SamplingParams sampling = sampling_flags.params();
 
   const std::string path = resolve_model_path(model_path);

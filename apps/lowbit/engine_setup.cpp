@@ -83,8 +83,9 @@ std::string default_text_path() {
 
 void KvCacheFlags::declare(Options& options, bool with_policy) {
   if (with_policy) {
-    options.choice("--kv-cache", &policy, {"full", "window", "selective", "int8", "int4"},
-                   "KV-cache policy (default full): window drops old tokens, selective quantizes them");
+    options.choice("--kv-cache", &policy, {"full", "window", "selective", "selective8", "selective4", "int8", "int4"},
+                   "KV-cache policy (default full): window drops old tokens, selective quantizes them "
+                   "(selective8 / selective4, the benchmarks' names: selective with --kv-bits 8 / 4)");
   }
   options.integer("--sink", &sink, 0, 1 << 20, "attention-sink tokens kept in FP16 (default 16)");
   options.integer("--window", &window, 1, 1 << 20, "recent tokens kept in FP16 (default 32)");
@@ -107,6 +108,9 @@ void KvCacheFlags::validate() const {
 
 void KvCacheFlags::warn_ignored(const Options& options) const {
   validate();
+  const int named = named_bits();
+  usage_check(named == 0 || !options.given("--kv-bits") || kv_bits == named, "--kv-bits ", kv_bits,
+              " conflicts with --kv-cache ", policy);
   const std::string why = "with --kv-cache " + policy;
   if (policy == "full") {
     options.warn_ignored({"--sink", "--window", "--kv-bits", "--kv-group", "--kv-rotate", "--kv-symmetric", "--kv-key-block"}, why);
@@ -121,7 +125,13 @@ void KvCacheFlags::warn_ignored(const Options& options) const {
   }
 }
 
+int KvCacheFlags::named_bits() const {
+  return policy == "selective8" ? 8 : policy == "selective4" ? 4 : 0;
+}
+
 engine::KvCacheOptions KvCacheFlags::options() const {
+  const int named = named_bits();
+  if (named != 0) return options_for(KvPolicy::selective, named);
   return options_for(parse_kv_policy(policy.c_str()), static_cast<int>(kv_bits));
 }
 

@@ -50,8 +50,11 @@ struct KvCacheFlags {
   void declare(Options& options, bool with_policy);
   // Usage errors the option ranges cannot express (--kv-key-block 1).
   void validate() const;
-  // validate(), then warns for each option the user gave that --kv-cache `policy` does not use.
+  // validate(), then warns for each option the user gave that --kv-cache `policy` does not
+  // use; a --kv-bits against the bits selective8 / selective4 name is a usage error.
   void warn_ignored(const Options& options) const;
+  // The bits --kv-cache selective8 / selective4 name (0 for the other policies).
+  int named_bits() const;
   engine::KvCacheOptions options() const;  // validated: names the flag at fault
   engine::KvCacheOptions options_for(KvPolicy policy, int kv_bits) const;
 };
