@@ -136,6 +136,8 @@ DEFAULT_FIGURES = {
     "batch-8b-32x8k": {f"{p}_b32_{part}_tok_s": f"results[policy={p},b=32].{key}.tokens_per_second_median"
                        for p in ("full", "selective8", "selective4")
                        for part, key in (("tg", "decode"), ("pp", "prefill"))},
+    "serve-8b": {f"c{c}_{key}": f"results[concurrency={c}].{key}"
+                 for c in (1, 64) for key in ("tokens_per_second", "itl_p50_ms", "itl_p99_ms", "ttft_p99_ms", "failed")},
     "kv-batch": {f"{p}_{c}_b{b}_mma_swap_pct_copy": f"rows[context={c},batch={b},policy={p},kernel=mma_swap].pct_copy"
                  for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192) for b in (16, 64)},
     "weight-only-variants": {f"g32_m{m}_{n}x{k}_production_pct_copy":

@@ -21,7 +21,7 @@
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
-# those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b; set and
+# those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b, serve-8b; set and
 # empty: none), GPU_CHECK_PYTHON=0 skips the Python package's tests,
 # GPU_CHECK_TARGETS="lowbit_gpu_tests lowbit_cli" builds only those targets (and then
 # runs only the tests labelled gpu: the CPU suites are not built).
@@ -96,6 +96,34 @@ synth_8b() {
   echo "$out"
 }
 
+# lowbit serve on a model (selective INT4 in a 40 GB KV budget, 64 sequences at once), and
+# lowbit bench serve against it at concurrency 1 and 64 (512-token prompts, 256 generated):
+# the serving issue's latency target. SERVE_DEVICE (default gpu) and SERVE_KV_GB (40) for
+# a trial on a small machine.
+serve_bench() {  # serve_bench MODEL NAME
+  local model="$1" name="$2" log="$results/$2-server.log" port="" pid ok=0
+  "$build_dir/bin/lowbit" serve --model "$model" --device "${SERVE_DEVICE:-gpu}" --port 0 --kv-cache selective4 \
+    --kv-memory "${SERVE_KV_GB:-40}" --parallel 64 >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do  # the model's load: up to 10 minutes
+    port="$(sed -n 's|.*listening on http://[^:]*:\([0-9][0-9]*\).*|\1|p' "$log" | head -n 1)"
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 1
+  done
+  if [ -n "$port" ]; then
+    "$build_dir/bin/lowbit" bench serve --port "$port" --concurrency 1,64 --prompt-tokens 512 --max-tokens 256 \
+      --json "$results/$name.json" >"$results/bench-$name.md" 2>&1 && ok=1
+    cat "$results/bench-$name.md"
+  else
+    echo "gpu-check: lowbit serve did not start (its log: $log)"
+    tail -n 5 "$log"
+  fi
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  [ "$ok" = 1 ]
+}
+
 benchmarks() {
   # Names: the `lowbit bench` benchmarks (kvquant, gemm), kv-attention (the decode
   # attention at 2K / 8K / 32K), prefill (its rows form: a 512-row chunk, tensor cores
@@ -103,7 +131,7 @@ benchmarks() {
   # the evaluations `attention` and `kvcache` (`lowbit eval ...`; kvcache needs the
   # model: scripts/fetch-model.sh); on the synthesized 8B model (synth_8b): decode-8b
   # (batch-1 decode at 2K / 8K / 32K per policy) and batch-8b (B = 1 / 16 / 64 after 2K
-  # prompts with the step profile, and 32 sequences of 8K).
+  # prompts with the step profile, and 32 sequences of 8K) and serve-8b (serve_bench).
   local status=0
   for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
     local command=(bench "$name")
@@ -112,14 +140,17 @@ benchmarks() {
       kv-attention) command=(bench kv-attention --context 2048,8192,32768) ;;
       prefill) command=(bench kv-attention --rows 512 --context 2048,8192,32768) ;;
       kv-batch) command=(bench kv-attention --batch 16,64 --context 2048,8192) ;;
-      decode-8b | batch-8b)
+      decode-8b | batch-8b | serve-8b)
         local model
         if ! model="$(synth_8b)"; then
           echo "gpu-check: no 8B model (synth failed: see above): $name skipped"
           status=1
           continue
         fi
-        if [ "$name" = decode-8b ]; then
+        if [ "$name" = serve-8b ]; then
+          serve_bench "$model" "$name" || status=1
+          continue
+        elif [ "$name" = decode-8b ]; then
           command=(bench decode --model "$model" --context 2048,8192,32768 --policy full,selective8,selective4)
         else
           "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 8192 --ntg 64 --npl 32 \
