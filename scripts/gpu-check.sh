@@ -130,8 +130,9 @@ benchmarks() {
   # against SIMT), kv-batch (the paged form: 16 and 64 sequences in one launch), and
   # the evaluations `attention` and `kvcache` (`lowbit eval ...`; kvcache needs the
   # model: scripts/fetch-model.sh); on the synthesized 8B model (synth_8b): decode-8b
-  # (batch-1 decode at 2K / 8K / 32K per policy) and batch-8b (B = 1 / 16 / 64 after 2K
-  # prompts with the step profile, and 32 sequences of 8K) and serve-8b (serve_bench).
+  # (batch-1 decode at 2K / 8K / 32K per policy), batch-8b (B = 1 / 16 / 64 after 2K
+  # prompts, 128 generated as the serving issue's llama-batched-bench figures, with the
+  # step profile; and 32 sequences of 8K) and serve-8b (serve_bench).
   local status=0
   for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
     local command=(bench "$name")
@@ -156,7 +157,7 @@ benchmarks() {
           "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 8192 --ntg 64 --npl 32 \
             --json "$results/batch-8b-32x8k.json" >"$results/bench-batch-8b-32x8k.md" || status=1
           cat "$results/bench-batch-8b-32x8k.md"
-          command=(bench batch --model "$model" --device gpu --npp 2048 --ntg 64 --npl 1,16,64 --profile)
+          command=(bench batch --model "$model" --device gpu --npp 2048 --ntg 128 --npl 1,16,64 --profile)
         fi ;;
       kvcache)
         if [ ! -f "${LOWBIT_MODEL:-${LOWBIT_CACHE:-$HOME/.cache/lowbit}/models/SmolLM2-135M-Instruct.Q4_1.gguf}" ]; then
