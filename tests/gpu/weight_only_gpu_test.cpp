@@ -115,8 +115,8 @@ TEST_F(WeightOnlyGpu, TiledSplitK) {
 // Every tunable shape of the small-M kernel (ring depth, chunk of steps per slot,
 // tiles per warp) with every K split, staggered or not, with and without programmatic
 // dependent launch, on a shape with a partial last tile group, a ragged K (the last
-// chunk of a slice partly empty), M on both sides of the second row group, groups 32
-// and 128, and an unaligned activation row.
+// chunk of a slice partly empty), M on both sides of the second row group and up to the
+// table's four (kGemvShapeMaxRows), groups 32 and 128, and an unaligned activation row.
 TEST_F(WeightOnlyGpu, GemvVariants) {
   LOWBIT_TEST_RNG(rng);
   for (const std::int64_t group : {32, 128}) {
@@ -131,7 +131,9 @@ TEST_F(WeightOnlyGpu, GemvVariants) {
         SCOPED_TRACE(testing::Message() << "shape " << shape << " k_slices " << k_slices << " rotate " << rotate
                                         << " pdl " << pdl);
         const wo::Variant variant{wo::Kernel::gemv, shape, k_slices, rotate, pdl};
-        for (const std::int64_t m : {1, 5, 9, 16}) run_case(rng, spec, w, m, m % 2 == 1, m != 5 && m != 9, &variant);
+        for (const std::int64_t m : {1, 5, 9, 16, 17, 32}) {
+          run_case(rng, spec, w, m, m % 2 == 1, m != 5 && m != 9, &variant);
+        }
         if (HasFailure()) return;
       }
     }

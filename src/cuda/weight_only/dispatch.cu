@@ -53,7 +53,8 @@ bool takes(const Variant& v, const Params& p, Form form) {
   switch (v.kernel) {
     case Kernel::small_gemv: return small_gemv_takes(p, form);
     case Kernel::gemv:
-      return p.m <= kGemvMaxRows && (v.shape < 0 || (form == Form::q4_zero_point && v.shape < kGemvShapes)) &&
+      return (p.m <= kGemvMaxRows || (v.shape >= 0 && p.m <= kGemvShapeMaxRows)) &&
+             (v.shape < 0 || (form == Form::q4_zero_point && v.shape < kGemvShapes)) &&
              (v.block_decode != 1 || (is_block_form(form) && p.m <= 2));
     case Kernel::mma: return true;
     case Kernel::wgmma:

@@ -361,12 +361,12 @@ constexpr int ring_bytes() {
   return kWarps * static_cast<int>(sizeof(Ring<F, kTN, kStages, kChunk>));
 }
 // Resident blocks per SM the launch bounds ask for: as many as the rings allow, at
-// most 3 (2 with the second row group, whose accumulators and activations need the
-// registers).
+// most 3 (2 with the second row group, 1 with four, whose accumulators and activations
+// need the registers).
 template <Form F, int kRowGroups, int kTN, int kStages, int kChunk>
 constexpr int min_blocks() {
   const int by_smem = (220 * 1024) / ring_bytes<F, kTN, kStages, kChunk>();
-  const int most = kRowGroups == 1 ? 3 : 2;
+  const int most = kRowGroups == 1 ? 3 : kRowGroups == 2 ? 2 : 1;
   return by_smem < 1 ? 1 : by_smem > most ? most : by_smem;
 }
 
@@ -896,30 +896,50 @@ void launch_xs_rows(const Params& p, const Variant& v, cudaStream_t stream, bool
   }
 }
 
+// The shape table's launches: one, two or four row groups by M (the table takes up to
+// kGemvShapeMaxRows; the rules below stop at kGemvMaxRows).
+template <class T, Form F, int kTN, int kStages, int kChunk>
+void launch_table_rows(const Params& p, const Variant& v, cudaStream_t stream) {
+  if (p.m > 16) {
+    launch<T, F, 4, kTN, kStages, kChunk>(p, v, stream);
+  } else {
+    launch_rows<T, F, kTN, kStages, kChunk>(p, v, stream);
+  }
+}
+
+template <class T, Form F, int kTN, int kStages>
+void launch_table_xs(const Params& p, const Variant& v, cudaStream_t stream, bool balanced) {
+  if (p.m > 16) {
+    launch_xs<T, F, 4, kTN, kStages>(p, v, stream, balanced);
+  } else {
+    launch_xs_rows<T, F, kTN, kStages>(p, v, stream, balanced);
+  }
+}
+
 // The shapes a variant can name (f16 Q4 with zero point only): gemv_kernel {kTN,
 // kStages, kChunk} (0-8), gemv_xs_kernel {kTN, kStages} (9-15).
 template <class T, Form F>
 bool launch_shape(const Params& p, const Variant& v, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, __half> && F == Form::q4_zero_point) {
     switch (v.shape) {
-      case 0: launch_rows<T, F, 4, 4, 1>(p, v, stream); return true;
-      case 1: launch_rows<T, F, 2, 3, 2>(p, v, stream); return true;
-      case 2: launch_rows<T, F, 2, 4, 2>(p, v, stream); return true;
-      case 3: launch_rows<T, F, 4, 2, 2>(p, v, stream); return true;
-      case 4: launch_rows<T, F, 2, 2, 4>(p, v, stream); return true;
-      case 5: launch_rows<T, F, 4, 3, 2>(p, v, stream); return true;
-      case 6: launch_rows<T, F, 8, 2, 1>(p, v, stream); return true;
-      case 7: launch_rows<T, F, 8, 3, 1>(p, v, stream); return true;
-      case 8: launch_rows<T, F, 2, 6, 1>(p, v, stream); return true;
+      case 0: launch_table_rows<T, F, 4, 4, 1>(p, v, stream); return true;
+      case 1: launch_table_rows<T, F, 2, 3, 2>(p, v, stream); return true;
+      case 2: launch_table_rows<T, F, 2, 4, 2>(p, v, stream); return true;
+      case 3: launch_table_rows<T, F, 4, 2, 2>(p, v, stream); return true;
+      case 4: launch_table_rows<T, F, 2, 2, 4>(p, v, stream); return true;
+      case 5: launch_table_rows<T, F, 4, 3, 2>(p, v, stream); return true;
+      case 6: launch_table_rows<T, F, 8, 2, 1>(p, v, stream); return true;
+      case 7: launch_table_rows<T, F, 8, 3, 1>(p, v, stream); return true;
+      case 8: launch_table_rows<T, F, 2, 6, 1>(p, v, stream); return true;
       // The xs kernel (activations staged per k-slice group): {kTN, kStages}, 8-warp
       // blocks (9-12) or one balanced block a SM (13-15).
-      case 9: launch_xs_rows<T, F, 4, 4>(p, v, stream, false); return true;
-      case 10: launch_xs_rows<T, F, 4, 3>(p, v, stream, false); return true;
-      case 11: launch_xs_rows<T, F, 8, 2>(p, v, stream, false); return true;
-      case 12: launch_xs_rows<T, F, 8, 3>(p, v, stream, false); return true;
-      case 13: launch_xs_rows<T, F, 4, 4>(p, v, stream, true); return true;
-      case 14: launch_xs_rows<T, F, 4, 3>(p, v, stream, true); return true;
-      case 15: launch_xs_rows<T, F, 8, 2>(p, v, stream, true); return true;
+      case 9: launch_table_xs<T, F, 4, 4>(p, v, stream, false); return true;
+      case 10: launch_table_xs<T, F, 4, 3>(p, v, stream, false); return true;
+      case 11: launch_table_xs<T, F, 8, 2>(p, v, stream, false); return true;
+      case 12: launch_table_xs<T, F, 8, 3>(p, v, stream, false); return true;
+      case 13: launch_table_xs<T, F, 4, 4>(p, v, stream, true); return true;
+      case 14: launch_table_xs<T, F, 4, 3>(p, v, stream, true); return true;
+      case 15: launch_table_xs<T, F, 8, 2>(p, v, stream, true); return true;
       default: return false;
     }
   }
@@ -933,6 +953,8 @@ bool launch_shape(const Params& p, const Variant& v, cudaStream_t stream) {
 template <class T, Form F>
 void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
   if (v.shape >= 0 && launch_shape<T, F>(p, v, stream)) return;
+  LOWBIT_CHECK(p.m <= kGemvMaxRows, "weight_only: the GEMV takes M = ", p.m, " > ", kGemvMaxRows,
+               " only as a shape of its tuning table (f16 activations, Q4 weights with zero points)");
   if constexpr (is_block_form(F)) {
     // GGML block forms: 2 tiles a warp, 4 single-step slots (units of 352-848 bytes: three
     // 8-warp blocks a SM at M <= 8), k-slices by the fill rule. Not tuned on a GPU yet.

@@ -45,8 +45,11 @@ struct Params {
   int group_shift = 0, groups_per_step = 0;
 };
 
-// Rows the GEMV kernels take: one m16 mma tile.
+// Rows the GEMV kernels take: one m16 mma tile. A shape of the tuning table (Variant::
+// shape, f16 Q4 with zero points) takes up to kGemvShapeMaxRows (four row groups of 8),
+// for the sweep to compare against the tiled kernel before a rule takes it there.
 constexpr std::int64_t kGemvMaxRows = 16;
+constexpr std::int64_t kGemvShapeMaxRows = 32;
 
 enum class Kernel : int { small_gemv, gemv, mma, wgmma };
 
