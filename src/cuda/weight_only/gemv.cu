@@ -900,7 +900,7 @@ void launch_xs_rows(const Params& p, const Variant& v, cudaStream_t stream, bool
 // kGemvShapeMaxRows; the rules below stop at kGemvMaxRows).
 template <class T, Form F, int kTN, int kStages, int kChunk>
 void launch_table_rows(const Params& p, const Variant& v, cudaStream_t stream) {
-  if (p.m > 16) {
+  if (p.m > kGemvMaxRows) {
     launch<T, F, 4, kTN, kStages, kChunk>(p, v, stream);
   } else {
     launch_rows<T, F, kTN, kStages, kChunk>(p, v, stream);
@@ -909,7 +909,7 @@ void launch_table_rows(const Params& p, const Variant& v, cudaStream_t stream) {
 
 template <class T, Form F, int kTN, int kStages>
 void launch_table_xs(const Params& p, const Variant& v, cudaStream_t stream, bool balanced) {
-  if (p.m > 16) {
+  if (p.m > kGemvMaxRows) {
     launch_xs<T, F, 4, kTN, kStages>(p, v, stream, balanced);
   } else {
     launch_xs_rows<T, F, kTN, kStages>(p, v, stream, balanced);
