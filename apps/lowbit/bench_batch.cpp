@@ -138,7 +138,7 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
   if (!options.json_path.empty()) {
     bench::Json out = bench::run_info_json("batch", bench::collect_run_info());
     out.set("engine", maker.describe());
-    if (maker.gpu()) out.set("cuda_graphs", maker.cuda_graphs());
+    if (maker.gpu()) out.set("cuda_graphs", maker.cuda_graphs()).set("programmatic_launch", options.programmatic_launch);
     out.set("model", loaded.model.source());
     bench::Json results = bench::Json::array();
     for (const BatchBenchRow& r : rows) {

@@ -29,6 +29,7 @@ struct BatchBenchOptions {
   std::vector<std::int64_t> prompt_tokens, generated_tokens, batch_sizes;
   std::int64_t repeats = 3;
   bool profile = false;  // also a profiled run of each case (the engine must support it)
+  bool programmatic_launch = true;  // recorded in the JSON (set_programmatic_launch sets it)
   std::string json_path;
 };
 

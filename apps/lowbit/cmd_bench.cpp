@@ -90,8 +90,11 @@ int bench_decode(const Args& args) {
   cli.integer("--runs", &runs, 1, 100, "runs a case (default 3)");
   cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens of window / selective (default 16)");
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens of window / selective (default 32)");
+  bool no_pdl = false;
+  cli.flag("--no-pdl", &no_pdl, "kernels launch without programmatic dependent launch (for comparison)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
+  options.programmatic_launch = !no_pdl;
   options.model_path = resolve_model_path(model);
   options.runs = static_cast<int>(runs);
   options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);

@@ -9,6 +9,7 @@
 #if LOWBIT_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "core/device.h"
 #include "engine/gguf/repack.h"
 #include "engine/gpu_batch_engine.h"
 #include "engine/gpu_model.h"
@@ -100,6 +101,14 @@ const engine::GpuModel& SessionMaker::gpu_model() {
   return *gpu_state_->model;
 }
 #endif
+
+void set_programmatic_launch(bool on) {
+#if LOWBIT_WITH_CUDA
+  core::set_programmatic_launch(on);
+#else
+  (void)on;
+#endif
+}
 
 std::string SessionMaker::describe() const {
 #if LOWBIT_WITH_CUDA

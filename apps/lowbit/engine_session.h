@@ -19,6 +19,11 @@ class GpuModel;
 
 namespace lowbit::cli {
 
+// Programmatic dependent launch for the GPU kernels that take it (on by default); off,
+// they launch in plain stream order (--no-pdl, to measure what it buys). Set before the
+// engine runs; no effect in a build without CUDA.
+void set_programmatic_launch(bool on);
+
 class SessionMaker {
  public:
   // device: "cpu", "gpu" or "auto" (the GPU when this build has CUDA, a device is

@@ -14,6 +14,7 @@
 #if LOWBIT_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "core/device.h"
 #include "engine/gguf/reader.h"
 #include "engine/gpu_model.h"
 #include "engine/gpu_session.h"
@@ -130,6 +131,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                  o.runs, " runs of ", o.steps, " steps the sequence reaches ", need,
                  " tokens, past the model's context length ", config.context_length);
   }
+  core::set_programmatic_launch(o.programmatic_launch);
   std::fprintf(stderr, "bench decode: uploading %s\n", o.model_path.c_str());
   const engine::GpuModel model = engine::GpuModel::from_gguf(file);
   cudaStream_t stream{};
@@ -149,6 +151,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
               info.date.c_str(), info.gpu.c_str(), info.driver.c_str(), o.model_path.c_str(),
               config.describe().c_str());
   std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n", copy_gbps);
+  if (!o.programmatic_launch) std::printf("kernels launched without programmatic dependent launch (--no-pdl)\n");
   std::printf("decode: %d runs of %lld greedy steps after the prompt (run r starts r x %lld tokens later); "
               "tokens/s from the wall time, median [min, max]\n\n",
               o.runs, static_cast<long long>(o.steps), static_cast<long long>(o.steps));
@@ -178,7 +181,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   if (!o.json_path.empty()) {
     Json doc = run_info_json("decode", info);
     doc.set("model", o.model_path).set("config", config.describe()).set("gpu_copy_gbps", copy_gbps);
-    doc.set("steps", o.steps).set("runs", o.runs).set("rows", results);
+    doc.set("steps", o.steps).set("runs", o.runs).set("programmatic_launch", o.programmatic_launch);
+    doc.set("rows", results);
     doc.write_file(o.json_path);
   }
   return 0;

@@ -19,6 +19,7 @@ struct DecodeBenchOptions {
   std::int64_t steps = 128;                  // decode steps a run
   int runs = 3;                              // runs a (context, policy), back to back
   std::int64_t sink = 16, window = 32;
+  bool programmatic_launch = true;  // off: the kernels launch without programmatic dependent launch
   std::string json_path;
 };
 

@@ -25,6 +25,13 @@ int multiprocessor_count() {
   return count;
 }
 
+namespace {
+std::atomic<bool> programmatic_launch_on{true};
+}  // namespace
+
+void set_programmatic_launch(bool on) { programmatic_launch_on.store(on, std::memory_order_relaxed); }
+bool programmatic_launch() { return programmatic_launch_on.load(std::memory_order_relaxed); }
+
 void check_device_pointer(const void* ptr, const char* what) {
   cudaPointerAttributes attributes{};
   LOWBIT_CUDA_CHECK(cudaPointerGetAttributes(&attributes, ptr));

@@ -11,4 +11,10 @@ int multiprocessor_count();  // of the current device
 // current device can address.
 void check_device_pointer(const void* ptr, const char* what);
 
+// Programmatic dependent launch (core/pdl.cuh) for the launches that take it: on by
+// default; off, they are launched in plain stream order (the benchmarks' --no-pdl, to
+// measure what it buys). Process-wide; set it before the launches it should govern.
+void set_programmatic_launch(bool on);
+bool programmatic_launch();
+
 }  // namespace lowbit::core

@@ -11,6 +11,7 @@
 
 #include <utility>
 
+#include "core/device.h"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda {
@@ -28,7 +29,7 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream
-// serialization allowed; checks the launch.
+// serialization allowed (unless core::programmatic_launch() is off); checks the launch.
 template <class... Params, class... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
                 Args&&... args) {
@@ -41,7 +42,7 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t sm
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.numAttrs = core::programmatic_launch() ? 1 : 0;
   LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

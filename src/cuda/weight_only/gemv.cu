@@ -798,7 +798,7 @@ void launch_pdl(void (*kernel)(Args...), std::int64_t blocks, int smem_bytes, in
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = pdl > 0 ? 1 : 0;
+  config.numAttrs = pdl > 0 && core::programmatic_launch() ? 1 : 0;
   LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Actual>(args)...));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }

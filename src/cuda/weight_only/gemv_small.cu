@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "core/device.h"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "lowbit/cuda_check.h"
@@ -177,7 +178,7 @@ void launch(const Params& p, cudaStream_t stream) {
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = 1;
+  config.numAttrs = core::programmatic_launch() ? 1 : 0;
   LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, small_gemv_kernel<T, F, kRowGroups>, p, steps));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
