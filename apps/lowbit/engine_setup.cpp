@@ -126,12 +126,14 @@ void KvCacheFlags::warn_ignored(const Options& options) const {
 }
 
 int KvCacheFlags::named_bits() const {
-  return policy == "selective8" ? 8 : policy == "selective4" ? 4 : 0;
+  return policy == "selective8" || policy == "selective4" ? parse_kv_policy_bits(policy.c_str()).bits : 0;
 }
 
 engine::KvCacheOptions KvCacheFlags::options() const {
-  const int named = named_bits();
-  if (named != 0) return options_for(KvPolicy::selective, named);
+  if (named_bits() != 0) {  // the benchmarks' names: policy and bits in one (parse_kv_policy_bits)
+    const KvPolicyBits named = parse_kv_policy_bits(policy.c_str());
+    return options_for(named.policy, named.bits);
+  }
   return options_for(parse_kv_policy(policy.c_str()), static_cast<int>(kv_bits));
 }
 
