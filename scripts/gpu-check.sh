@@ -9,12 +9,15 @@
 # leak check) over every suite, then racecheck and synccheck over the suites whose
 # kernels use shared memory or barriers, without the large-shape tests (racecheck slows
 # shared-memory-heavy kernels 100x and more; their kernels run in the other tests of the
-# suite at small shapes). Each test's report is in RESULTS_DIR/sanitize/<tool>-<test>.log;
+# suite at small shapes; the tests that sweep many shapes take a subset that launches the
+# same kernels, LOWBIT_TEST_SANITIZER). Each test's report is in RESULTS_DIR/sanitize/<tool>-<test>.log;
 # a line per suite and tool prints at the end.
 # GPU_CHECK_SANITIZE_TOOLS="memcheck" (default "memcheck racecheck synccheck") picks the
 # tools, GPU_CHECK_SANITIZE_SUITES="IntGemmGpu KvCacheGpu" the suites (default: all for
 # memcheck, the shared-memory list for the others), GPU_CHECK_SANITIZE_TIMEOUT the seconds
 # a test may take under one tool (default 900; a timeout is reported, not hidden).
+# GPU_CHECK_SANITIZE_TESTS (a bash regex over Suite.Test names) narrows the chosen suites'
+# tests further, e.g. to rerun the ones a previous run did not finish.
 # On the offline GPU machine, carry .wheels (scripts/python-wheels.sh; gguf for the HF
 # default-model test included) and .deps (scripts/offline-deps.sh), both made where
 # there is network.
@@ -205,7 +208,8 @@ sanitize_one() {  # sanitize_one TOOL TEST: one process; appends "tool|suite|tes
     racecheck) options+=(--racecheck-report all) ;;
   esac
   local name="$tool-${test//\//_}" limit="${GPU_CHECK_SANITIZE_TIMEOUT:-900}"
-  timeout -k 30 "$limit" "$sanitizer" "${options[@]}" --log-file "$out/$name.log" \
+  # LOWBIT_TEST_SANITIZER: the shape sweeps take their subsets (tests/common/gpu.h).
+  LOWBIT_TEST_SANITIZER=1 timeout -k 30 "$limit" "$sanitizer" "${options[@]}" --log-file "$out/$name.log" \
     "$binary" --gtest_filter="$test" --gtest_brief=1 >"$out/$name.out" 2>&1
   local code=$? verdict=ok
   case "$code" in
@@ -250,6 +254,7 @@ sanitize() {
     esac
     local running=0
     for test in $(sanitize_tests "$binary" "${GPU_CHECK_SANITIZE_SUITES:-$suites}" "$exclude"); do
+      [[ -n "${GPU_CHECK_SANITIZE_TESTS:-}" && ! "$test" =~ $GPU_CHECK_SANITIZE_TESTS ]] && continue
       sanitize_one "$tool" "$test" &
       running=$((running + 1))
       if [ "$running" -ge "$jobs" ]; then

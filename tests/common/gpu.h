@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,24 @@ class GpuTest : public ::testing::Test {
     if (!IsSkipped()) LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
   }
 };
+
+// Set (LOWBIT_TEST_SANITIZER, by `scripts/gpu-check.sh --sanitize`) when the tests run
+// under compute-sanitizer: the tests that sweep many shapes then take a subset that still
+// launches every kernel instantiation they cover (racecheck tracks each shared-memory
+// access, 100x and more the plain run: the full sweeps take over 5 minutes a test).
+inline bool under_sanitizer() {
+  static const bool set = std::getenv("LOWBIT_TEST_SANITIZER") != nullptr;
+  return set;
+}
+
+// `all`, or under the sanitizer the entries at `picks` (indices into `all`).
+template <class T>
+std::vector<T> sanitizer_subset(const std::vector<T>& all, const std::vector<std::size_t>& picks) {
+  if (!under_sanitizer()) return all;
+  std::vector<T> out;
+  for (std::size_t i : picks) out.push_back(all.at(i));
+  return out;
+}
 
 template <class T>
 std::vector<T> download(const void* device, std::size_t count) {

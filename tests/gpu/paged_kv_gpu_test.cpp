@@ -245,7 +245,7 @@ TEST_F(PagedKvGpu, BatchedAttentionEqualsContiguousAndTheTwin) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : kCases) {
     for (std::int64_t d : {64, 128}) {
-      for (std::int64_t rows : {1, 3, 16}) {
+      for (std::int64_t rows : sanitizer_subset<std::int64_t>({1, 3, 16}, {1})) {
         SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " B " + std::to_string(rows));
         const Batch b = build_batch(rng, c, d, lengths_of(rows));
         expect_pool_holds_twins(b);

@@ -152,7 +152,7 @@ TEST_F(AttentionGpu, EveryVariantFormatMaskAndOddLength) {
   LOWBIT_TEST_RNG(rng);
   for (BlockFormat f : {BlockFormat::nf4, BlockFormat::mxfp4, BlockFormat::nvfp4}) {
     for (bool causal : {false, true}) {
-      for (std::int64_t l : {1, 7, 33, 130}) {
+      for (std::int64_t l : sanitizer_subset<std::int64_t>({1, 7, 33, 130}, {1, 3})) {
         check_case(rng, {l, 128, 8, 2, 64, causal, f}, true);    // GQA, head_dim 64
         check_case(rng, {l, 256, 2, 2, 128, causal, f}, false);  // MHA, head_dim 128
       }
@@ -163,7 +163,7 @@ TEST_F(AttentionGpu, EveryVariantFormatMaskAndOddLength) {
 TEST_F(AttentionGpu, SeveralTilesAndRaggedColumnTiles) {
   LOWBIT_TEST_RNG(rng);
   for (BlockFormat f : {BlockFormat::nf4, BlockFormat::mxfp4, BlockFormat::nvfp4}) {
-    for (bool causal : {false, true}) {
+    for (bool causal : sanitizer_subset<bool>({false, true}, {1})) {
       check_case(rng, {300, 512, 4, 4, 128, causal, f}, true);  // 3 query tiles, 5 key tiles, 8 K steps
       check_case(rng, {200, 192, 3, 1, 64, causal, f}, true);   // Q|K|V = 320 columns: 2.5 column tiles
     }
