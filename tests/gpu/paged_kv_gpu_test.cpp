@@ -56,7 +56,7 @@ constexpr std::int64_t kSink = 5, kWindow = 37, kHeads = 32, kKvHeads = 8;
 
 std::vector<std::int64_t> lengths_of(std::int64_t batch) {
   if (batch == 1) return {3001};
-  if (batch == 3) return {1, 2100, 47};
+  if (batch == 3) return {1, under_sanitizer() ? 300 : 2100, 47};  // 300: still several splits
   return {1, 7, 16, 17, 40, 100, 129, 255, 256, 257, 500, 777, 1000, 1024, 1300, 1500};
 }
 
@@ -268,7 +268,7 @@ TEST_F(PagedKvGpu, BatchedAttentionEqualsContiguousAndTheTwin) {
         const ce::BatchRows qrows{qd.data(), ld, hd, hd + kKvHeads * d};
         for (ce::AttentionKernel kernel :
              {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap}) {
-          for (DType out_dtype : {DType::f32, DType::f16}) {
+          for (DType out_dtype : sanitizer_subset<DType>({DType::f32, DType::f16}, {0})) {
             SCOPED_TRACE(std::string(kernel_name(kernel)) + " out " + dtype_name(out_dtype));
             const std::size_t ws_bytes = ce::paged_kv_attention_workspace(b.layout, kHeads, rows + 1, b.max_length);
             core::DeviceBuffer ws(ws_bytes);

@@ -163,11 +163,11 @@ DeviceDraw sample_on_device(const std::vector<Row>& rows, std::int64_t vocab, st
 TEST_F(SamplingGpu, SameTokenAsTheCpuSampler) {
   LOWBIT_TEST_RNG(rng);
   for (const std::int64_t vocab : sanitizer_subset<std::int64_t>(
-           {1, 2, 31, 33, 255, 256, 257, 511, 513, 1000, 4097, 49152, 50001, 131073}, {0, 3, 6, 10, 12, 13})) {
+           {1, 2, 31, 33, 255, 256, 257, 511, 513, 1000, 4097, 49152, 50001, 131073}, {0, 3, 6, 10, 12})) {
     for (const std::int64_t pad : {0, 3}) {
       SCOPED_TRACE(testing::Message() << "vocab " << vocab << " stride pad " << pad);
       std::vector<Row> rows;
-      const int count = vocab > 50000 ? 12 : 24;
+      const int count = under_sanitizer() ? 6 : vocab > 50000 ? 12 : 24;  // 6: every kind of row (r % 6, r % 3)
       for (int r = 0; r < count; ++r) {
         Row row;
         row.logits = make_logits(rng, vocab, r % 6);
