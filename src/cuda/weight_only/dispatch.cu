@@ -145,6 +145,12 @@ static Params swiglu_params(const TensorView& x, const PackedWeights& w, const T
   return p;
 }
 
+bool swiglu_epilogue_pays(const TensorView& x, const PackedWeights& w) {
+  if (x.rows() > kGemvMaxRows || w.spec.act_dtype != DType::f16 || w.n % 16 != 0) return false;
+  const Params p = make_params(x, w, TensorView{}, TensorView::matrix(nullptr, DType::f16, Device::cuda, x.rows(), w.n));
+  return pick(p, form_of(w.spec)).kernel == Kernel::gemv;
+}
+
 void weight_only_gemm_swiglu(const TensorView& x, const PackedWeights& w, const TensorView& out,
                              cuda_stream_t stream, const Variant* variant) {
   const Params p = swiglu_params(x, w, out);

@@ -115,4 +115,9 @@ void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorV
 void weight_only_gemm_swiglu(const TensorView& x, const PackedWeights& w, const TensorView& out,
                              cuda_stream_t stream, const Variant* variant = nullptr);
 
+// Whether the engine takes the SwiGLU epilogue for this product: M <= kGemvMaxRows, f16,
+// and the plain product would run on the GEMV too (where the small-matrix kernel is the
+// faster choice, the separate silu_mul launch costs less than giving it up).
+bool swiglu_epilogue_pays(const TensorView& x, const PackedWeights& w);
+
 }  // namespace lowbit::cuda::weight_only
