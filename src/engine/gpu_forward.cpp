@@ -94,9 +94,16 @@ void run_gpu_layers(const GpuModel& model, GpuActivations& a, std::int64_t n,
     begin(StepPart::norm);
     cuda::model::add_rms_norm(x, proj, w.ffn_norm, n, d, c.rms_eps, h, stream);
     begin(StepPart::gate_up);
-    stacked_gemm(f16_matrix(h, n, d), w.gate_up, a.gu.as<std::uint16_t>(), stream);
-    begin(StepPart::swiglu);
-    cuda::model::silu_mul(a.gu.as<std::uint16_t>(), n, f, a.act.as<std::uint16_t>(), stream);
+    const TensorView hv = f16_matrix(h, n, d);
+    if (w.gate_up.swiglu_tiles && cuda::weight_only::swiglu_epilogue_pays(hv, w.gate_up.parts[0].weights)) {
+      // SwiGLU in the GEMV's epilogue: one launch fewer a layer
+      cuda::weight_only::weight_only_gemm_swiglu(hv, w.gate_up.parts[0].weights, f16_matrix(a.act.data(), n, f),
+                                                 stream);
+    } else {
+      stacked_gemm(hv, w.gate_up, a.gu.as<std::uint16_t>(), stream);
+      begin(StepPart::swiglu);
+      cuda::model::silu_mul(a.gu.as<std::uint16_t>(), n, f, a.act.as<std::uint16_t>(), stream, w.gate_up.swiglu_tiles);
+    }
     begin(StepPart::down);
     gpu_gemm(f16_matrix(a.act.data(), n, f), w.down, f16_matrix(proj, n, d), stream);
   }

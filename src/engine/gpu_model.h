@@ -32,12 +32,15 @@ struct StackedWeights {
   std::vector<Part> parts;
   std::int64_t cols = 0;
   const std::uint16_t* bias = nullptr;  // f16 [cols] on the device, or null
+  // gate | up as one part in alternating tiles of 8 rows (RowOrder::swiglu_tiles): the
+  // GEMV's SwiGLU epilogue, and silu_mul's swiglu_tiles order after the other GEMMs.
+  bool swiglu_tiles = false;
 };
 
 struct GpuLayer {
   StackedWeights qkv;      // [(q_dim + 2 kv_dim) x d_model]; bias bq | bk | bv with qkv_bias
   PackedWeights wo;        // [d_model x q_dim]
-  StackedWeights gate_up;  // [2 ffn x d_model]
+  StackedWeights gate_up;  // [2 ffn x d_model]: gate | up, or their tiles of 8 alternating
   PackedWeights down;      // [d_model x ffn]
   const float* attn_norm = nullptr;
   const float* ffn_norm = nullptr;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/expect_error.h"
+#include "common/ggml_matrix.h"
 #include "common/gguf_writer.h"
 #include "common/random.h"
 #include "cpu/weight_only.h"
@@ -134,6 +135,50 @@ TEST(GgmlRepack, WeightOnlyReferenceOnRepackedQ4_1MatchesFp64) {
       ASSERT_NEAR(got, sum, tolerance) << "row " << i << " col " << r;
     }
   }
+}
+
+// Gate and up in alternating tiles of 8 rows (RowOrder::swiglu_tiles): packed row 16q +
+// 8p + i is row 8q + i of part p, so the product's column 16q + 8p + i is, bit for bit,
+// the stacked product's column p f + 8q + i; a plain and a K-quant type.
+TEST(GgmlRepack, SwigluTilesAlternateGateAndUpEightRowsAtATime) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t f = 24, k = 256, m = 3;
+  for (const std::uint32_t type : {gt::q4_1, gt::q4_k}) {
+    SCOPED_TRACE(testing::Message() << "type " << type);
+    test::GgufWriter w;
+    for (const char* name : {"gate", "up"}) {
+      w.add_tensor(name, {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(f)}, type,
+                   test::random_ggml_blocks(type, f, k, rng()));
+    }
+    const GgufFile file = GgufFile::from_bytes(w.bytes());
+    const GgufTensor* parts[] = {file.find_tensor("gate"), file.find_tensor("up")};
+    HostPackedWeights stacked = repack_ggml_weights(parts);
+    HostPackedWeights tiles = repack_ggml_weights(parts, RowOrder::swiglu_tiles);
+    ASSERT_EQ(tiles.n, 2 * f);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
+    for (auto& v : x) v = formats::from_float<Half>(value(rng)).bits;
+    std::vector<std::uint16_t> want(static_cast<std::size_t>(m * 2 * f)), got(want.size());
+    const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cpu, m, k);
+    cpu::weight_only_gemm(xv, stacked.view(), TensorView{},
+                          TensorView::matrix(want.data(), DType::f16, Device::cpu, m, 2 * f));
+    cpu::weight_only_gemm(xv, tiles.view(), TensorView{}, TensorView::matrix(got.data(), DType::f16, Device::cpu, m, 2 * f));
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t col = 0; col < 2 * f; ++col) {
+        const std::int64_t q = col / 16, part = col / 8 % 2, r = col % 8;
+        ASSERT_EQ(got[static_cast<std::size_t>(i * 2 * f + col)],
+                  want[static_cast<std::size_t>(i * 2 * f + part * f + 8 * q + r)])
+            << "row " << i << " column " << col;
+      }
+    }
+  }
+  // Two parts of equal rows, a multiple of 8, only.
+  test::GgufWriter w;
+  w.add_tensor("gate", {256, 20}, gt::q4_1, test::random_ggml_blocks(gt::q4_1, 20, 256, 1));
+  w.add_tensor("up", {256, 20}, gt::q4_1, test::random_ggml_blocks(gt::q4_1, 20, 256, 2));
+  const GgufFile file = GgufFile::from_bytes(w.bytes());
+  const GgufTensor* parts[] = {file.find_tensor("gate"), file.find_tensor("up")};
+  EXPECT_LOWBIT_ERROR(repack_ggml_weights(parts, RowOrder::swiglu_tiles), "a multiple of 8");
 }
 
 TEST(GgmlRepack, RefusesTypesWithoutAWeightOnlyForm) {

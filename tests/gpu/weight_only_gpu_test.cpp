@@ -22,6 +22,7 @@
 #include "common/weight_only_cases.h"
 #include "cpu/weight_only.h"
 #include "core/device_buffer.h"
+#include "cuda/model/model_cuda.h"
 #include "cuda/weight_only/weight_only_cuda.h"
 #include "engine/gguf/repack.h"
 #include "formats/float16.h"
@@ -140,6 +141,77 @@ TEST_F(WeightOnlyGpu, GemvVariants) {
       }
     }
   }
+}
+
+// The SwiGLU epilogue (Params::swiglu: the N rows are gate and up in alternating tiles of
+// 8): out equals, bit for bit, the same GEMV variant with the plain epilogue followed by
+// silu_mul over the tiles, at M = 1..16, for the rules and every shape of the table, with
+// and without k-slices; the output's row gap stays poisoned.
+TEST_F(WeightOnlyGpu, SwigluEpilogueEqualsTheProductThenSiluMul) {
+  LOWBIT_TEST_RNG(rng);
+  const std::int64_t f = 520, k = 1000, ldo = f + 5;
+  for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{4, 128, false, DType::f16},
+                                    WeightOnlySpec{8, 32, false, DType::f16}}) {
+    DeviceWeights w;
+    make_weights(rng, spec, 2 * f, k, w);
+    const wo::Form form = wo::form_of(spec);
+    std::vector<wo::Variant> variants{wo::Variant{wo::Kernel::gemv}};
+    if (form == wo::Form::q4_zero_point) {
+      for (int shape = 0; shape < wo::kGemvShapes; ++shape) {
+        if (!under_sanitizer() || shape % 4 == 0) variants.push_back({wo::Kernel::gemv, shape, shape % 3 == 0 ? 2 : 0});
+      }
+    }
+    for (const wo::Variant& v : variants) {
+      for (const std::int64_t m : {1, 3, 9, 16}) {
+        SCOPED_TRACE(testing::Message() << "bits " << spec.bits << " group " << spec.group_size << " shape " << v.shape
+                                        << " k_slices " << v.k_slices << " M " << m);
+        std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+        std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
+        for (auto& e : x) e = to_act_bits(DType::f16, value(rng));
+        GuardedBuffer d_x(x.size() * 2), d_gu(static_cast<std::size_t>(m * 2 * f) * 2),
+            d_want(static_cast<std::size_t>(m * f) * 2), d_got(static_cast<std::size_t>(m * ldo) * 2);
+        d_x.upload(x.data(), x.size() * 2);
+        d_gu.poison(kFloatPoison);
+        d_want.poison(kFloatPoison);
+        d_got.poison(kFloatPoison);
+        const TensorView xv = TensorView::matrix(d_x.data(), DType::f16, Device::cuda, m, k);
+        const wo::Params plain = wo::make_params(xv, w.device, TensorView{},
+                                                 TensorView::matrix(d_gu.data(), DType::f16, Device::cuda, m, 2 * f));
+        ASSERT_TRUE(wo::takes(v, plain, form));
+        wo::launch(plain, DType::f16, form, v, nullptr);
+        cuda::model::silu_mul(static_cast<const std::uint16_t*>(d_gu.data()), m, f,
+                              static_cast<std::uint16_t*>(d_want.data()), nullptr, /*swiglu_tiles=*/true);
+        wo::weight_only_gemm_swiglu(xv, w.device, TensorView::matrix(d_got.data(), DType::f16, Device::cuda, m, f, ldo),
+                                    nullptr, v.shape < 0 ? nullptr : &v);
+        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_TRUE(d_got.guards_intact("out"));
+        const std::vector<std::uint16_t> want = download<std::uint16_t>(d_want.data(), static_cast<std::size_t>(m * f));
+        const std::vector<std::uint16_t> got = download<std::uint16_t>(d_got.data(), static_cast<std::size_t>(m * ldo));
+        int bad = 0;
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < ldo; ++j) {
+            const std::uint16_t g = got[static_cast<std::size_t>(i * ldo + j)];
+            if (j >= f) {  // the row gap: never written
+              if (g != (kFloatPoison | kFloatPoison << 8) && bad++ < 5) ADD_FAILURE() << "row " << i << " gap " << j;
+              continue;
+            }
+            const std::uint16_t e = want[static_cast<std::size_t>(i * f + j)];
+            if (g != e && bad++ < 5) ADD_FAILURE() << "row " << i << " channel " << j << ": fused " << g << ", separate " << e;
+          }
+        }
+        ASSERT_EQ(bad, 0);
+      }
+    }
+  }
+  // Its limits, named before any launch.
+  DeviceWeights w;
+  make_weights(rng, WeightOnlySpec{4, 32, true, DType::f16}, 2 * f, k, w);
+  EXPECT_LOWBIT_ERROR(wo::weight_only_gemm_swiglu(TensorView::matrix(nullptr, DType::f16, Device::cuda, 17, k), w.device,
+                                                  TensorView::matrix(nullptr, DType::f16, Device::cuda, 17, f), nullptr),
+                      "the SwiGLU epilogue is the GEMV's: M = 17");
+  EXPECT_LOWBIT_ERROR(wo::weight_only_gemm_swiglu(TensorView::matrix(nullptr, DType::f16, Device::cuda, 4, k), w.device,
+                                                  TensorView::matrix(nullptr, DType::f16, Device::cuda, 4, 2 * f), nullptr),
+                      "the SwiGLU output is [4 x 520]");
 }
 
 // Back-to-back launches on one stream where each consumes the previous output and the

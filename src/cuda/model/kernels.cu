@@ -10,6 +10,7 @@
 
 #include "cuda/model/model_cuda.h"
 #include "core/pdl.cuh"
+#include "cuda/swiglu.cuh"
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
@@ -126,14 +127,15 @@ __global__ void add_rms_norm_vec_kernel(float* __restrict__ x, const std::uint16
   }
 }
 
-__global__ void silu_mul_kernel(const std::uint16_t* gu, long long f, long long total, std::uint16_t* out) {
+__global__ void silu_mul_kernel(const std::uint16_t* gu, long long f, long long total, bool tiles,
+                                std::uint16_t* out) {
   pdl_trigger();
   pdl_wait();
   for (long long t = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long row = t / f, j = t % f;
-    const float g = half_bits_to_float(gu[row * 2 * f + j]), u = half_bits_to_float(gu[row * 2 * f + f + j]);
-    out[t] = float_to_half_bits(g / (1.0f + expf(-g)) * u);
+    const long long gate = row * 2 * f + (tiles ? j / 8 * 16 + j % 8 : j), up = gate + (tiles ? 8 : f);
+    out[t] = float_to_half_bits(swiglu_value(half_bits_to_float(gu[gate]), half_bits_to_float(gu[up])));
   }
 }
 
@@ -238,10 +240,12 @@ void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std
   launch_pdl(add_rms_norm_kernel, grid_of(n), kThreads, 0, stream, x, delta, weight, static_cast<int>(d), eps, h);
 }
 
-void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream) {
+void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream,
+              bool swiglu_tiles) {
+  LOWBIT_CHECK(!swiglu_tiles || f % 8 == 0, "silu_mul: gate and up in tiles of 8 need f % 8 == 0, f = ", f);
   const std::int64_t total = n * f;
   const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((total + kThreads - 1) / kThreads, 4096));
-  launch_pdl(silu_mul_kernel, blocks, kThreads, 0, stream, gu, f, total, out);
+  launch_pdl(silu_mul_kernel, blocks, kThreads, 0, stream, gu, f, total, swiglu_tiles, out);
 }
 
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,

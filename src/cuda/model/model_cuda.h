@@ -22,8 +22,12 @@ void embed_rows(const float* table, const std::int32_t* tokens, std::int64_t n, 
 void add_rms_norm(float* x, const std::uint16_t* delta, const float* weight, std::int64_t n, std::int64_t d,
                   float eps, std::uint16_t* h, cuda_stream_t stream);
 
-// out[i, j] = silu(gu[i, j]) * gu[i, f + j] as f16, gu f16 [n x 2f] (gate | up).
-void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream);
+// out[i, j] = silu(gate) * up as f16, gu f16 [n x 2f]: gate | up (gate gu[i, j], up
+// gu[i, f + j]), or with swiglu_tiles gate and up in alternating tiles of 8 columns
+// (gate gu[i, 16 (j / 8) + j % 8], up 8 columns on: the order of the weights that the
+// gate|up GEMV's SwiGLU epilogue reads, cuda/weight_only).
+void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint16_t* out, cuda_stream_t stream,
+              bool swiglu_tiles = false);
 
 // *token = argmax of logits (f16 [vocab]), lowest id on ties (NaN never wins); then,
 // if advance is set, ++*advance (the next step's position); if non_finite is set and a

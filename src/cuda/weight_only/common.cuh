@@ -11,6 +11,7 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/swiglu.cuh"
 #include "cuda/weight_only/weight_only_cuda.h"
 #include "formats/weight_pack.h"
 
@@ -414,6 +415,31 @@ __device__ __forceinline__ void store_out(const Params& p, std::int64_t row, std
   if (row >= p.m || col >= p.n) return;
   if (p.bias) acc += Act<T>::to_float(p.bias[col * p.bias_stride]);
   static_cast<std::uint16_t*>(p.out)[row * p.ldo + col] = Act<T>::from_float(acc);
+}
+
+// A lane's four D-fragment elements of a tile pair: rows row, row + 1 (element i % 2) of
+// columns col (tile 2j, i < 2) and col + 8 (tile 2j + 1). Under Params::swiglu these are
+// gate and up of channel 8j + col % 8: each rounded to the act dtype, as the separate
+// GEMM would store them, then silu(gate) * up into out column 8j + col % 8.
+template <class T>
+__device__ __forceinline__ void store_quad(const Params& p, std::int64_t row, std::int64_t col, float a0, float a1,
+                                           float a2, float a3) {
+  if (!p.swiglu) {
+    store_out<T>(p, row, col, a0);
+    store_out<T>(p, row + 1, col, a1);
+    store_out<T>(p, row, col + 8, a2);
+    store_out<T>(p, row + 1, col + 8, a3);
+    return;
+  }
+  if (col >= p.n) return;
+  const std::int64_t channel = col / 16 * 8 + col % 8;
+  auto put = [&](std::int64_t m, float gate, float up) {
+    if (m >= p.m) return;
+    const float g = Act<T>::to_float(Act<T>::from_float(gate)), u = Act<T>::to_float(Act<T>::from_float(up));
+    static_cast<std::uint16_t*>(p.out)[m * p.ldo + channel] = Act<T>::from_float(swiglu_value(g, u));
+  };
+  put(row, a0, a2);
+  put(row + 1, a1, a3);
 }
 
 }  // namespace lowbit::cuda::weight_only

@@ -50,6 +50,7 @@ Params make_params(const TensorView& x, const PackedWeights& w, const TensorView
 }
 
 bool takes(const Variant& v, const Params& p, Form form) {
+  if (p.swiglu && v.kernel != Kernel::gemv) return false;  // the GEMV's epilogue only
   switch (v.kernel) {
     case Kernel::small_gemv: return small_gemv_takes(p, form);
     case Kernel::gemv:
@@ -65,6 +66,7 @@ bool takes(const Variant& v, const Params& p, Form form) {
 }
 
 Variant pick(const Params& p, Form form) {
+  if (p.swiglu) return Variant{Kernel::gemv};
   if (small_gemv_takes(p, form) && small_gemv_pays(p, form)) return Variant{Kernel::small_gemv};
   if (p.m <= kGemvMaxRows) return Variant{Kernel::gemv};
   return Variant{p.m >= kWgmmaMinRows && wgmma_available(form) ? Kernel::wgmma : Kernel::mma};
@@ -127,6 +129,33 @@ void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorV
   const Params p = make_params(x, w, bias, out);
   const Form form = form_of(w.spec);
   launch(p, w.spec.act_dtype, form, pick(p, form), stream);
+}
+
+static Params swiglu_params(const TensorView& x, const PackedWeights& w, const TensorView& out) {
+  LOWBIT_CHECK(x.rows() <= kGemvMaxRows, "weight_only: the SwiGLU epilogue is the GEMV's: M = ", x.rows(),
+               " > ", kGemvMaxRows);
+  LOWBIT_CHECK(w.spec.act_dtype == DType::f16, "weight_only: the SwiGLU epilogue takes f16 activations");
+  LOWBIT_CHECK(w.n % 16 == 0, "weight_only: SwiGLU weights hold gate and up in tiles of 8 rows: N = ", w.n,
+               " is not a multiple of 16");
+  LOWBIT_CHECK(out.rank == 2 && out.rows() == x.rows() && out.cols() == w.n / 2, "weight_only: the SwiGLU output is [",
+               x.rows(), " x ", w.n / 2, "]");
+  // make_params reads out's row stride only; its width is N / 2.
+  Params p = make_params(x, w, TensorView{}, out);
+  p.swiglu = true;
+  return p;
+}
+
+bool swiglu_epilogue_pays(const TensorView& x, const PackedWeights& w) {
+  if (x.rows() > kGemvMaxRows || w.spec.act_dtype != DType::f16 || w.n % 16 != 0) return false;
+  const Params p = make_params(x, w, TensorView{}, TensorView::matrix(nullptr, DType::f16, Device::cuda, x.rows(), w.n));
+  return pick(p, form_of(w.spec)).kernel == Kernel::gemv;
+}
+
+void weight_only_gemm_swiglu(const TensorView& x, const PackedWeights& w, const TensorView& out,
+                             cuda_stream_t stream, const Variant* variant) {
+  const Params p = swiglu_params(x, w, out);
+  const Form form = form_of(w.spec);
+  launch(p, w.spec.act_dtype, form, variant ? *variant : pick(p, form), stream);
 }
 
 }  // namespace lowbit::cuda::weight_only

@@ -486,9 +486,8 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
     for (int jp = 0; jp < kTN / 2; ++jp) {
 #pragma unroll
       for (int rg = 0; rg < kRowGroups; ++rg) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, acc[jp][rg][i]);
+        const float* a = acc[jp][rg];
+        store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, a[0], a[1], a[2], a[3]);
       }
     }
     return;
@@ -511,13 +510,14 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
   for (int jp = 0; jp < kTN / 2; ++jp) {
 #pragma unroll
     for (int rg = 0; rg < kRowGroups; ++rg) {
+      float sum[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int a = (jp * kRowGroups + rg) * 4 + i;
-        float sum = 0.0f;
-        for (int s = 0; s < k_slices; ++s) sum += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];  // fixed order
-        store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, sum);
+        sum[i] = 0.0f;
+        for (int s = 0; s < k_slices; ++s) sum[i] += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];  // fixed order
       }
+      store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, sum[0], sum[1], sum[2], sum[3]);
     }
   }
 }
@@ -552,14 +552,21 @@ __device__ __forceinline__ void write_out(const Params& p, const float (&acc)[kT
     if (k_slice != 0) return;
   }
 #pragma unroll
-  for (int a = 0; a < kAcc; ++a) {
-    const int jp = a / (kRowGroups * 4), rg = a / 4 % kRowGroups, i = a % 4;
-    float sum = acc[jp][rg][i];
-    if (k_slices > 1) {
-      sum = 0.0f;
-      for (int s = 0; s < k_slices; ++s) sum += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+      float sum[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int a = (jp * kRowGroups + rg) * 4 + i;
+        sum[i] = acc[jp][rg][i];
+        if (k_slices > 1) {
+          sum[i] = 0.0f;
+          for (int s = 0; s < k_slices; ++s) sum[i] += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];
+        }
+      }
+      store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, sum[0], sum[1], sum[2], sum[3]);
     }
-    store_out<T>(p, 8 * rg + 2 * c + i % 2, (tile0 + 2 * jp + i / 2) * 8 + r, sum);
   }
 }
 

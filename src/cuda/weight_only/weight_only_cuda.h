@@ -43,6 +43,10 @@ struct Params {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t n_tiles = 0, k_steps = 0, groups = 0;
   int group_shift = 0, groups_per_step = 0;
+  // SwiGLU epilogue (the GEMV kernels, f16, no bias): the N rows are gate and up in
+  // alternating tiles of 8 (weights packed by engine::repack_ggml_weights with
+  // RowOrder::swiglu_tiles), and out [M x N / 2] gets silu(gate) * up of each pair.
+  bool swiglu = false;
 };
 
 // Rows the GEMV kernels take: one m16 mma tile. A shape of the tuning table (Variant::
@@ -103,5 +107,17 @@ void launch(const Params& p, DType act_dtype, Form form, const Variant& variant,
 // pick + launch: what the public entry and the engine call.
 void weight_only_gemm(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out,
                       cuda_stream_t stream);
+
+// The gate|up product of a SwiGLU block and the activation in one launch (Params::swiglu;
+// w from repack_ggml_weights with RowOrder::swiglu_tiles): out [M x N / 2] = silu(gate) * up,
+// the same bits as the product followed by cuda::model::silu_mul. M <= kGemvMaxRows, f16.
+// `variant` (a gemv variant; null: the rules) for the tests and the sweep.
+void weight_only_gemm_swiglu(const TensorView& x, const PackedWeights& w, const TensorView& out,
+                             cuda_stream_t stream, const Variant* variant = nullptr);
+
+// Whether the engine takes the SwiGLU epilogue for this product: M <= kGemvMaxRows, f16,
+// and the plain product would run on the GEMV too (where the small-matrix kernel is the
+// faster choice, the separate silu_mul launch costs less than giving it up).
+bool swiglu_epilogue_pays(const TensorView& x, const PackedWeights& w);
 
 }  // namespace lowbit::cuda::weight_only

@@ -196,7 +196,18 @@ NonFiniteScale pack_block_row(const formats::WeightPackLayout& layout, const std
   return {};
 }
 
-HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, std::int64_t n) {
+// The packed row of stacked row o (the parts' rows one after another) in `order`.
+struct RowMap {
+  RowOrder order = RowOrder::stacked;
+  std::int64_t part_rows = 0;  // swiglu_tiles: the rows of each of the two parts
+  std::int64_t operator()(std::int64_t o) const {
+    if (order == RowOrder::stacked) return o;
+    const std::int64_t part = o / part_rows, r = o % part_rows;
+    return r / 8 * 16 + part * 8 + r % 8;
+  }
+};
+
+HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, std::int64_t n, RowMap map) {
   const GgufTensor& first = *parts[0];
   const formats::WeightBlocks form = block_form_of(first.type);
   const auto k = static_cast<std::int64_t>(first.dims[0]);
@@ -213,7 +224,8 @@ HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, st
   std::int64_t row0 = 0;
   for (const GgufTensor* t : parts) {
     const std::int64_t rows = checked_rows(*t, k, width, row_bytes);
-    // Rows of one tile share units: a tile of 8 rows per iteration (never two threads in a unit).
+    // Rows of one tile share units: a tile of 8 rows per iteration (never two threads in a
+    // unit; swiglu_tiles moves whole tiles, the parts' rows being a multiple of 8).
     const std::int64_t tile_begin = row0 / formats::kPackTileN, tile_end = (row0 + rows + 7) / formats::kPackTileN;
     std::int64_t bad_row = rows;  // the first row with a non-finite scale, and its block
     NonFiniteScale bad;
@@ -221,7 +233,7 @@ HostPackedWeights repack_block_form(std::span<const GgufTensor* const> parts, st
     for (std::int64_t tile = tile_begin; tile < tile_end; ++tile) {
       for (std::int64_t o = std::max(tile * 8, row0); o < std::min((tile + 1) * 8, row0 + rows); ++o) {
         const NonFiniteScale found = pack_block_row(layout, t->data + static_cast<std::size_t>(o - row0) * row_bytes,
-                                                    blocks, block_bytes, o, out.codes.data());
+                                                    blocks, block_bytes, map(o), out.codes.data());
         if (found.block >= 0) {
 #pragma omp critical
           if (o - row0 < bad_row) bad_row = o - row0, bad = found;
@@ -258,8 +270,16 @@ HostPackedWeights repack_ggml_weight(const GgufTensor& t) {
   return repack_ggml_weights(parts);
 }
 
-HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) {
+HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, RowOrder order) {
   LOWBIT_CHECK(!parts.empty(), "repack: no tensors");
+  RowMap map{order, 0};
+  if (order == RowOrder::swiglu_tiles) {
+    LOWBIT_CHECK(parts.size() == 2 && parts[0]->n_dims == 2 && parts[1]->n_dims == 2 &&
+                     parts[0]->dims[1] == parts[1]->dims[1] && parts[0]->dims[1] % 8 == 0,
+                 "repack: gate and up in tiles of 8 rows need two 2-D tensors of equal rows, a multiple of 8 ('",
+                 parts[0]->name, "')");
+    map.part_rows = static_cast<std::int64_t>(parts[0]->dims[1]);
+  }
   const GgufTensor& first = *parts[0];
   std::int64_t n = 0;
   for (const GgufTensor* t : parts) {
@@ -271,7 +291,7 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
                  ggml_type_name(first.type), ", K ", first.dims[0], ")");
     n += static_cast<std::int64_t>(t->dims[1]);
   }
-  if (block_form_of(first.type) != formats::WeightBlocks::none) return repack_block_form(parts, n);
+  if (block_form_of(first.type) != formats::WeightBlocks::none) return repack_block_form(parts, n, map);
   const auto k = static_cast<std::int64_t>(first.dims[0]);
   // The reader checked byte_size against the type's block size; K % 32 follows.
   const std::int64_t blocks = k / kBlock;
@@ -291,7 +311,7 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint8_t* row = t->data + static_cast<std::size_t>(r) * row_bytes;
-      const std::int64_t o = row0 + r;
+      const std::int64_t o = map(row0 + r);
       std::uint8_t* row_codes = codes.data() + o * code_cols;
       float* row_scales = scales.data() + o * blocks;
       if (four_bit) {
@@ -304,11 +324,12 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts) 
     // Codes are integers: only a block's f16 scale or min can be NaN or Inf.
     for (const std::vector<float>* params : {&scales, &mins}) {
       if (params->empty()) continue;
-      const std::span<const float> part(params->data() + row0 * blocks, static_cast<std::size_t>(rows * blocks));
-      const std::int64_t bad = first_non_finite(part);
-      LOWBIT_CHECK(bad == static_cast<std::int64_t>(part.size()), "tensor '", t->name, "': the ",
-                   params == &scales ? "scale" : "min", " of block ", bad % blocks, " of row ", bad / blocks, " is ",
-                   part[static_cast<std::size_t>(bad)], "; the weights must be finite");
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::span<const float> row(params->data() + map(row0 + r) * blocks, static_cast<std::size_t>(blocks));
+        const std::int64_t bad = first_non_finite(row);
+        LOWBIT_CHECK(bad == blocks, "tensor '", t->name, "': the ", params == &scales ? "scale" : "min", " of block ",
+                     bad, " of row ", r, " is ", row[static_cast<std::size_t>(bad)], "; the weights must be finite");
+      }
     }
     row0 += rows;
   }

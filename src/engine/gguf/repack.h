@@ -39,8 +39,13 @@ bool has_weight_only_form(GgmlType type);
 // the tensor when its type has no weight-only form or it is not 2-D.
 HostPackedWeights repack_ggml_weight(const GgufTensor& t);
 
-// Several such tensors of one type and one K stacked along N (rows of the first, then
-// of the next...) into one packed matrix: Q | K | V, or gate | up, as one GEMM.
-HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts);
+// The order of the stacked tensors' rows: all of the first, then the next... (Q | K | V),
+// or, for two tensors of equal rows, a multiple of 8 (gate and up), alternating tiles of
+// 8 rows: gate 0-7, up 0-7, gate 8-15, ... (the GEMV's SwiGLU epilogue, Params::swiglu).
+enum class RowOrder { stacked, swiglu_tiles };
+
+// Several such tensors of one type and one K stacked along N into one packed matrix:
+// Q | K | V, or gate | up, as one GEMM.
+HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, RowOrder order = RowOrder::stacked);
 
 }  // namespace lowbit::engine
