@@ -45,6 +45,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/kv/attention_common.cuh"
 #include "cuda/kv/kv_cuda.h"
+#include "cuda/lop3.cuh"
 #include "cuda/mma.cuh"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
@@ -80,9 +81,13 @@ __device__ __forceinline__ void load_words(const void* p, bool past_l1, std::uin
 // Codes -> their values as f16 pairs, in place: `count` codes in the first words become
 // count / 2 words of f16 pairs. INT8 (two's complement): 0x6400 | (b ^ 0x80) is the f16
 // 1024 + b + 128, pairs in channel order. INT4 (unsigned, the even channel in the low
-// nibble): 0x6400 | n is 1024 + n, and each word of 8 channels becomes the pairs (j, j + 4),
-// j = 0..3 (one shift and one lop3 a pair): the kernel's other operands of those channels
-// follow the same order (interleave_quads, channel_of_half).
+// nibble): each word of 8 channels becomes the pairs (j, j + 4), j = 0..3 (the kernel's
+// other operands of those channels follow the same order: interleave_quads,
+// channel_of_half). Pairs 0 and 2 take the nibbles at bits 0 / 8 (mask 0x000f000f):
+// 0x6400 | n is 1024 + n; pairs 1 and 3 those at bits 4 / 12 in place (mask 0x00f000f0):
+// 1024 + 16n, and fma(v, 1/16, -64) = n exactly. One shift (>> 8) serves pairs 2 and 3:
+// 1 SHF + 4 LOP3 + 4 half ops a word, where a shift and mask a pair took 3 SHF + 8 LOP3
+// (the compiler splits each mask-and-or in two) + 4 HADD2 (the weight-only GEMV's decode).
 template <int Bits, int Count>
 __device__ __forceinline__ void codes_to_halves(std::uint32_t* w) {
   if constexpr (Bits == 8) {
@@ -98,16 +103,17 @@ __device__ __forceinline__ void codes_to_halves(std::uint32_t* w) {
       w[2 * i + 1] = *reinterpret_cast<const std::uint32_t*>(&b);
     }
   } else if constexpr (Bits == 4) {
+    auto as_half2 = [](std::uint32_t bits) { return *reinterpret_cast<const __half2*>(&bits); };
+    auto as_bits = [](__half2 v) { return *reinterpret_cast<const std::uint32_t*>(&v); };
+    const __half2 bias = __float2half2_rn(1024.0f), sixteenth = __float2half2_rn(0.0625f),
+                  sub16 = __float2half2_rn(-64.0f);
 #pragma unroll
     for (int i = Count / 8 - 1; i >= 0; --i) {  // word i feeds words 4i .. 4i + 3
-      const std::uint32_t x = w[i];
-      const __half2 bias = __float2half2_rn(1024.0f);
-#pragma unroll
-      for (int j = 3; j >= 0; --j) {
-        const std::uint32_t pair = ((x >> (4 * j)) & 0x000F000Fu) | 0x64006400u;
-        const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&pair), bias);
-        w[4 * i + j] = *reinterpret_cast<const std::uint32_t*>(&v);
-      }
+      const std::uint32_t x = w[i], hi = x >> 8;
+      w[4 * i] = as_bits(__hsub2(as_half2(and_or<0x000f000fu, 0x64006400u>(x)), bias));
+      w[4 * i + 1] = as_bits(__hfma2(as_half2(and_or<0x00f000f0u, 0x64006400u>(x)), sixteenth, sub16));
+      w[4 * i + 2] = as_bits(__hsub2(as_half2(and_or<0x000f000fu, 0x64006400u>(hi)), bias));
+      w[4 * i + 3] = as_bits(__hfma2(as_half2(and_or<0x00f000f0u, 0x64006400u>(hi)), sixteenth, sub16));
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cuda/async_copy.cuh"
+#include "cuda/lop3.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/swiglu.cuh"
 #include "cuda/weight_only/weight_only_cuda.h"
@@ -62,15 +63,6 @@ template <class T>
 struct Scale2 {
   typename Act<T>::T2 s, m;
 };
-
-// (a & b) | c in one LOP3: the compiler splits a mask-and-or with two immediates
-// into two LOP3s (one immediate per LOP3), which made the INT4 path ALU-bound.
-template <std::uint32_t kMask, std::uint32_t kOr>
-__device__ __forceinline__ std::uint32_t and_or(std::uint32_t a) {
-  std::uint32_t out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(out) : "r"(a), "n"(kMask), "n"(kOr));
-  return out;
-}
 
 // One packed INT4 word (8 codes) -> 4 pairs of exact code values (Q4_1 q, Q4_0 q - 8)
 // as T2: pair i holds nibbles i and i + 4 (see weight_pack.h). The codes become exact
