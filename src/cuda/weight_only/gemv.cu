@@ -370,6 +370,43 @@ constexpr int min_blocks() {
   return by_smem < 1 ? 1 : by_smem > most ? most : by_smem;
 }
 
+// Both GEMV kernels' epilogue: D fragment element i of pair jp, row group rg is n = 8 *
+// (tile0 + 2 jp + i / 2) + r, M row 8 rg + 2c + i % 2; with k_slices > 1 the warps of a
+// column add their FP32 partials through shared memory (`smem`, the rings once they are
+// done) in slice order (deterministic).
+template <class T, int kRowGroups, int kTN>
+__device__ __forceinline__ void write_out(const Params& p, const float (&acc)[kTN / 2][kRowGroups][4],
+                                          std::uint8_t* smem, int warp, int lane, int k_slices, int k_slice,
+                                          int column, std::int64_t tile0) {
+  const int r = lane / 4, c = lane % 4;
+  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
+  float* partial = reinterpret_cast<float*>(smem);  // [warp][kAcc][32], once the rings are done
+  if (k_slices > 1) {
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < kAcc; ++a) partial[(warp * kAcc + a) * 32 + lane] = acc[a / (kRowGroups * 4)][a / 4 % kRowGroups][a % 4];
+    __syncthreads();
+    if (k_slice != 0) return;
+  }
+#pragma unroll
+  for (int jp = 0; jp < kTN / 2; ++jp) {
+#pragma unroll
+    for (int rg = 0; rg < kRowGroups; ++rg) {
+      float sum[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int a = (jp * kRowGroups + rg) * 4 + i;
+        sum[i] = acc[jp][rg][i];
+        if (k_slices > 1) {
+          sum[i] = 0.0f;
+          for (int s = 0; s < k_slices; ++s) sum[i] += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];
+        }
+      }
+      store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, sum[0], sum[1], sum[2], sum[3]);
+    }
+  }
+}
+
 // kSub: the GGML block forms' sub-block decode (M <= 2, kRowGroups 1; compute_step_sub).
 template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, bool kSub = false>
 __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kStages, kChunk>()))
@@ -479,47 +516,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
   if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (idle warps; a no-op after the first)
   if constexpr (kSub) sub_to_rows<kTN>(acc, c);
 
-  // D fragment: element i of pair jp, row group rg is n = 8 * (tile0 + 2 jp + i / 2)
-  // + r, M row 8 rg + 2c + i % 2.
-  if (k_slices == 1) {
-#pragma unroll
-    for (int jp = 0; jp < kTN / 2; ++jp) {
-#pragma unroll
-      for (int rg = 0; rg < kRowGroups; ++rg) {
-        const float* a = acc[jp][rg];
-        store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, a[0], a[1], a[2], a[3]);
-      }
-    }
-    return;
-  }
-  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
-  float* partial = reinterpret_cast<float*>(ring_bytes_);  // [warp][kAcc][32], the rings are done
-  static_assert(kWarps * kAcc * 32 * 4 <= ring_bytes<F, kTN, kStages, kChunk>(), "partials fit the rings");
-  __syncthreads();
-#pragma unroll
-  for (int jp = 0; jp < kTN / 2; ++jp) {
-#pragma unroll
-    for (int rg = 0; rg < kRowGroups; ++rg) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) partial[(warp * kAcc + (jp * kRowGroups + rg) * 4 + i) * 32 + lane] = acc[jp][rg][i];
-    }
-  }
-  __syncthreads();
-  if (k_slice != 0) return;
-#pragma unroll
-  for (int jp = 0; jp < kTN / 2; ++jp) {
-#pragma unroll
-    for (int rg = 0; rg < kRowGroups; ++rg) {
-      float sum[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int a = (jp * kRowGroups + rg) * 4 + i;
-        sum[i] = 0.0f;
-        for (int s = 0; s < k_slices; ++s) sum[i] += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];  // fixed order
-      }
-      store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, sum[0], sum[1], sum[2], sum[3]);
-    }
-  }
+  static_assert(kWarps * (kTN / 2 * kRowGroups * 4) * 32 * 4 <= ring_bytes<F, kTN, kStages, kChunk>(),
+                "partials fit the rings");
+  write_out<T, kRowGroups, kTN>(p, acc, ring_bytes_, warp, lane, k_slices, k_slice, column, tile0);
 }
 
 // ---- M > 8: the activations staged once per k-slice group in shared memory ----------
@@ -533,42 +532,6 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
 // back with conflict-free LDS.128. One named barrier per step and group makes every
 // chunk visible and frees the slot refilled next (the CUTLASS multistage order: wait,
 // barrier, issue the slot read last step, compute).
-
-// The xs kernel's epilogue: D fragment element i of pair jp, row group rg is n = 8 *
-// (tile0 + 2 jp + i / 2) + r, M row 8 rg + 2c + i % 2; with k_slices > 1 the warps of a
-// column add their FP32 partials through shared memory in slice order (deterministic).
-template <class T, int kRowGroups, int kTN>
-__device__ __forceinline__ void write_out(const Params& p, const float (&acc)[kTN / 2][kRowGroups][4],
-                                          std::uint8_t* smem, int warp, int lane, int k_slices, int k_slice,
-                                          int column, std::int64_t tile0) {
-  const int r = lane / 4, c = lane % 4;
-  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
-  float* partial = reinterpret_cast<float*>(smem);  // [warp][kAcc][32], once the rings are done
-  if (k_slices > 1) {
-    __syncthreads();
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a) partial[(warp * kAcc + a) * 32 + lane] = acc[a / (kRowGroups * 4)][a / 4 % kRowGroups][a % 4];
-    __syncthreads();
-    if (k_slice != 0) return;
-  }
-#pragma unroll
-  for (int jp = 0; jp < kTN / 2; ++jp) {
-#pragma unroll
-    for (int rg = 0; rg < kRowGroups; ++rg) {
-      float sum[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int a = (jp * kRowGroups + rg) * 4 + i;
-        sum[i] = acc[jp][rg][i];
-        if (k_slices > 1) {
-          sum[i] = 0.0f;
-          for (int s = 0; s < k_slices; ++s) sum[i] += partial[((column * k_slices + s) * kAcc + a) * 32 + lane];
-        }
-      }
-      store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, sum[0], sum[1], sum[2], sum[3]);
-    }
-  }
-}
 
 constexpr int kXRowBytes = formats::kPackStepK * 2;  // one row of a step's activations
 
