@@ -90,7 +90,8 @@ python_tests() {
 # The Llama-3-8B-shaped Q4_1 model the real-scale benchmarks use, written once (~4.6 GB,
 # in $LOWBIT_SYNTH_DIR, default /tmp); `model synth` copies the tokenizer of
 # $LOWBIT_TOKENIZER_FROM, else of the cached default model (a GPU machine without either:
-# carry one, e.g. `lowbit model synth --preset tiny --type Q4_1` made where the model is).
+# carry one, e.g. `lowbit model synth --preset tiny --type Q4_1` made where the model is,
+# or the tokenizer alone: scripts/tokenizer_gguf.py, 1.8 MB).
 synth_8b() {
   local out="${LOWBIT_SYNTH_DIR:-/tmp}/llama3-8b.Q4_1.gguf" from=()
   [ -n "${LOWBIT_TOKENIZER_FROM:-}" ] && from=(--tokenizer-from "$LOWBIT_TOKENIZER_FROM")
