@@ -138,7 +138,11 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
   if (!options.json_path.empty()) {
     bench::Json out = bench::run_info_json("batch", bench::collect_run_info());
     out.set("engine", maker.describe());
-    if (maker.gpu()) out.set("cuda_graphs", maker.cuda_graphs()).set("programmatic_launch", options.programmatic_launch);
+    if (maker.gpu()) {
+      out.set("cuda_graphs", maker.cuda_graphs())
+          .set("programmatic_launch", options.programmatic_launch)
+          .set("pdl_late_trigger", options.pdl_late_trigger);
+    }
     out.set("model", loaded.model.source());
     bench::Json results = bench::Json::array();
     for (const BatchBenchRow& r : rows) {

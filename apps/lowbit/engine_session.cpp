@@ -102,11 +102,12 @@ const engine::GpuModel& SessionMaker::gpu_model() {
 }
 #endif
 
-void set_programmatic_launch(bool on) {
+void set_programmatic_launch(bool on, bool late_trigger) {
 #if LOWBIT_WITH_CUDA
   core::set_programmatic_launch(on);
+  core::set_pdl_late_trigger(late_trigger);
 #else
-  (void)on;
+  (void)on, (void)late_trigger;
 #endif
 }
 

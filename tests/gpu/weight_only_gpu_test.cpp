@@ -233,10 +233,10 @@ TEST_F(WeightOnlyGpu, ChainedLaunchesSeeTheirInputs) {
     const DType dt = spec.act_dtype;
     const TensorView av = TensorView::matrix(a.data(), dt, Device::cuda, m, k0);
     const TensorView bv = TensorView::matrix(b.data(), dt, Device::cuda, m, n1);
-    for (const int pdl : {3, 2, 1, 0}) {  // 3: the small-matrix kernel (always PDL)
-      SCOPED_TRACE(testing::Message() << dtype_name(dt) << (pdl == 3 ? " small-matrix kernel" : " pdl ") << pdl);
+    for (const int pdl : {4, 3, 2, 1, 0}) {  // 4: the small-matrix kernel (always PDL)
+      SCOPED_TRACE(testing::Message() << dtype_name(dt) << (pdl == 4 ? " small-matrix kernel" : " pdl ") << pdl);
       const wo::Variant variant =
-          pdl == 3 ? wo::Variant{wo::Kernel::small_gemv} : wo::Variant{wo::Kernel::gemv, -1, 0, false, pdl};
+          pdl == 4 ? wo::Variant{wo::Kernel::small_gemv} : wo::Variant{wo::Kernel::gemv, -1, 0, false, pdl};
       LOWBIT_CUDA_CHECK(cudaMemcpy(a.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
       LOWBIT_CUDA_CHECK(cudaMemset(b.data(), 0xff, static_cast<std::size_t>(m * n1) * 2));  // NaN if read early
       LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());

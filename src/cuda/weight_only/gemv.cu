@@ -416,8 +416,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
   // kernel on the stream may start its blocks as ours retire. pdl 1 waits for the
   // previous grid before touching global memory; pdl 2 first fills the ring with
   // weights (constant data, never written by a kernel this one depends on), then waits
-  // before reading the activations or writing the output.
-  if (pdl > 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // before reading the activations or writing the output. pdl 1 and 2 let the next
+  // kernel launch at once; 3 (as 2) only after the main loop (core::pdl_late_trigger).
+  if (pdl == 1 || pdl == 2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   using RingT = Ring<F, kTN, kStages, kChunk>;
   extern __shared__ __align__(16) std::uint8_t ring_bytes_[];
@@ -473,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
       if (s < n_chunks) stream.issue(lane, s, chunk_at(s), valid_of(chunk_at(s)), ring);
       cp_async_commit();
     }
-    if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (pdl >= 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     int slot = 0;
     for (std::int64_t i = 0; i < n_chunks; ++i) {
       const std::int64_t chunk = chunk_at(i);
@@ -513,7 +514,8 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
     }
   }
   cp_async_wait<0>();
-  if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (idle warps; a no-op after the first)
+  if (pdl >= 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (idle warps; a no-op after the first)
+  if (pdl == 3) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if constexpr (kSub) sub_to_rows<kTN>(acc, c);
 
   static_assert(kWarps * (kTN / 2 * kRowGroups * 4) * 32 * 4 <= ring_bytes<F, kTN, kStages, kChunk>(),
@@ -638,7 +640,7 @@ constexpr int kXsMaxWarps = 16;
 template <class T, Form F, int kRowGroups, int kTN, int kStages>
 __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Params p, int k_slices, int pdl) {
   // pdl as in gemv_kernel: weights before griddepcontrol.wait, activations after.
-  if (pdl > 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (pdl == 1 || pdl == 2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   using RingT = Ring<F, kTN, kStages, 1>;
   constexpr int kXSlot = x_slot_bytes<kRowGroups>();
@@ -692,7 +694,7 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
     if (have && s < steps) stream.issue_next(lane, s, ring);
     cp_async_commit();
   }
-  if (pdl == 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if (pdl >= 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < steps) stage(s, xring + s * kXSlot);
@@ -718,6 +720,7 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
   // GemvVariants, 0 with this loop; the twin kernel in bench/notes/weight_only.md).
   for (std::int64_t i = steps; i < (p.k_steps + k_slices - 1) / k_slices; ++i) group_barrier(1 + k_slice, group_threads);
   cp_async_wait<0>();
+  if (pdl == 3) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   write_out<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, k_slice, column, tile0);
 }
 
@@ -729,7 +732,11 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
 // one on the stream (they are read before griddepcontrol.wait); activations, bias and
 // output are touched only after it. Weights uploaded with cudaMemcpy are safe (a copy
 // is never a programmatic predecessor).
+// core::pdl_late_trigger() makes the default 3: the same prefetch, the successor launched
+// only after the main loop (at most one grid waiting ahead of a GEMV; bench batch / decode
+// --pdl-late, to measure which wins at B = 16, bench/notes/batch.md).
 constexpr int kDefaultPdl = 2;
+int default_pdl(const Variant& v) { return v.pdl >= 0 ? v.pdl : core::pdl_late_trigger() ? 3 : kDefaultPdl; }
 
 // Blocks of kWarps / k_slices columns of kTN tiles.
 inline std::int64_t blocks_for(const Params& p, int kTN, int k_slices) {
@@ -795,7 +802,7 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   } else {
     k_slices = fill_k_slices(p, kTN, [&](int) { return per_sm; });
   }
-  const int pdl = v.pdl < 0 ? kDefaultPdl : v.pdl;
+  const int pdl = default_pdl(v);
   launch_pdl(kernel, blocks_for(p, kTN, k_slices), kRingBytes, pdl, stream, kThreads, p, k_slices, v.rotate ? 1 : 0,
              pdl);
 }
@@ -825,7 +832,7 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
     }
     return out;
   }();
-  const int pdl = v.pdl < 0 ? kDefaultPdl : v.pdl;
+  const int pdl = default_pdl(v);
   if (balanced) {
     const std::int64_t sms = core::multiprocessor_count();
     const int columns = static_cast<int>(std::min<std::int64_t>((p.n_tiles + kTN * sms - 1) / (kTN * sms), kXsMaxWarps));
