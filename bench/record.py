@@ -133,9 +133,11 @@ DEFAULT_FIGURES = {
     "batch-8b": {f"{p}_b{b}_{part}_tok_s": f"results[policy={p},b={b}].{key}.tokens_per_second_median"
                  for p in ("full", "selective8", "selective4") for b in (1, 16, 64)
                  for part, key in (("tg", "decode"), ("pp", "prefill"))},
-    # the same run with --no-pdl: every kernel in plain stream order
-    "batch-8b-no-pdl": {f"{p}_b{b}_tg_tok_s": f"results[policy={p},b={b}].decode.tokens_per_second_median"
-                        for p in ("full", "selective8", "selective4") for b in (1, 16, 64)},
+    # the same run with --no-pdl (every kernel in plain stream order) or --pdl-late (the
+    # GEMVs trigger their successor after their main loop)
+    **{topic: {f"{p}_b{b}_tg_tok_s": f"results[policy={p},b={b}].decode.tokens_per_second_median"
+               for p in ("full", "selective8", "selective4") for b in (1, 16, 64)}
+       for topic in ("batch-8b-no-pdl", "batch-8b-pdl-late")},
     "batch-8b-32x8k": {f"{p}_b32_{part}_tok_s": f"results[policy={p},b=32].{key}.tokens_per_second_median"
                        for p in ("full", "selective8", "selective4")
                        for part, key in (("tg", "decode"), ("pp", "prefill"))},

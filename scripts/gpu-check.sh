@@ -24,7 +24,7 @@
 # The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
-# those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b, serve-8b; set and
+# those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b, batch-8b-pdl, serve-8b; set and
 # empty: none), GPU_CHECK_PYTHON=0 skips the Python package's tests,
 # GPU_CHECK_TARGETS="lowbit_gpu_tests lowbit_cli" builds only those targets (and then
 # runs only the tests labelled gpu: the CPU suites are not built).
@@ -136,7 +136,9 @@ benchmarks() {
   # model: scripts/fetch-model.sh); on the synthesized 8B model (synth_8b): decode-8b
   # (batch-1 decode at 2K / 8K / 32K per policy), batch-8b (B = 1 / 16 / 64 after 2K
   # prompts, 128 generated as the serving issue's llama-batched-bench figures, with the
-  # step profile; and 32 sequences of 8K) and serve-8b (serve_bench).
+  # step profile; and 32 sequences of 8K), batch-8b-pdl (the same B = 1 / 16 / 64 with
+  # --no-pdl and with --pdl-late, full cache: where programmatic launch pays) and serve-8b
+  # (serve_bench).
   local status=0
   for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
     local command=(bench "$name")
@@ -145,7 +147,7 @@ benchmarks() {
       kv-attention) command=(bench kv-attention --context 2048,8192,32768) ;;
       prefill) command=(bench kv-attention --rows 512 --context 2048,8192,32768) ;;
       kv-batch) command=(bench kv-attention --batch 16,64 --context 2048,8192) ;;
-      decode-8b | batch-8b | serve-8b)
+      decode-8b | batch-8b | batch-8b-pdl | serve-8b)
         local model
         if ! model="$(synth_8b)"; then
           echo "gpu-check: no 8B model (synth failed: see above): $name skipped"
@@ -157,6 +159,14 @@ benchmarks() {
           continue
         elif [ "$name" = decode-8b ]; then
           command=(bench decode --model "$model" --context 2048,8192,32768 --policy full,selective8,selective4)
+        elif [ "$name" = batch-8b-pdl ]; then
+          for mode in no-pdl pdl-late; do
+            "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 2048 --ntg 128 --npl 1,16,64 \
+              --kv-cache full "--$mode" --json "$results/batch-8b-$mode.json" >"$results/bench-batch-8b-$mode.md" ||
+              status=1
+            cat "$results/bench-batch-8b-$mode.md"
+          done
+          continue
         else
           "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 8192 --ntg 64 --npl 32 \
             --json "$results/batch-8b-32x8k.json" >"$results/bench-batch-8b-32x8k.md" || status=1
