@@ -305,6 +305,10 @@ bool Scheduler::step() {
       for (Active* a : rows) finish(*a, FinishReason::error, std::string("engine step failed: ") + e.what());
     }
     ++totals_.steps;
+    // The engine's state as of this step (the sequences it holds) before any sink hears
+    // of a token: a client that reads the stats once its first token arrives sees its
+    // sequence live (they were published at the end of the step before, without it).
+    publish_stats();
     for (std::size_t i = 0; ok && i < rows.size(); ++i) {
       Active& a = *rows[i];
       a.cached += a.row_tokens;

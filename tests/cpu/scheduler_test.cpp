@@ -191,6 +191,33 @@ TEST(Scheduler, RequestsJoinAndLeaveWithTheirOwnTokens) {
   }
 }
 
+// A client that reads the statistics when its first token arrives (the server's /health
+// after the first streamed event) sees its sequence live: the stats are published
+// before the sinks hear of the step's tokens, not only at the end of the step.
+TEST(Scheduler, StatsShowTheSequenceWhenItsFirstTokenArrives) {
+  struct Watcher final : RequestSink {
+    const Scheduler* scheduler = nullptr;
+    std::vector<SchedulerStats> seen;  // at each token
+    bool on_token(std::int32_t, const Logprobs*) override {
+      seen.push_back(scheduler->stats());
+      return true;
+    }
+    void on_finish(const RequestSummary&) override {}
+  };
+  FakeEngine engine(1 << 20);
+  Scheduler s(engine, options(2, 64, 16));
+  auto sink = std::make_shared<Watcher>();
+  sink->scheduler = &s;
+  ASSERT_TRUE(s.submit(request(prompt_of(9, 1), 4), sink).has_value());
+  run_until_idle(s);
+  ASSERT_EQ(sink->seen.size(), 4u);
+  for (std::size_t i = 0; i < sink->seen.size(); ++i) {
+    EXPECT_EQ(sink->seen[i].live_sequences, 1u) << "token " << i;
+    EXPECT_EQ(sink->seen[i].running, 1) << "token " << i;
+  }
+  EXPECT_EQ(s.stats().live_sequences, 0u);
+}
+
 TEST(Scheduler, PromptsArePrefilledInChunksWithinTheTokenBudget) {
   FakeEngine engine(1 << 20);
   Scheduler s(engine, options(2, 12, 8));
