@@ -34,9 +34,10 @@ class GpuTest : public ::testing::Test {
 };
 
 // Set (LOWBIT_TEST_SANITIZER, by `scripts/gpu-check.sh --sanitize`) when the tests run
-// under compute-sanitizer: the tests that sweep many shapes then take a subset that still
-// launches every kernel instantiation they cover (racecheck tracks each shared-memory
-// access, 100x and more the plain run: the full sweeps take over 5 minutes a test).
+// under compute-sanitizer: the tests that sweep many shapes then take a subset, each
+// kernel they cover still launched, at fewer shapes and sizes (racecheck tracks each
+// shared-memory access, 100x and more the plain run: the full sweeps took over 5 minutes
+// a test). The plain runs keep the full sweeps.
 inline bool under_sanitizer() {
   static const bool set = std::getenv("LOWBIT_TEST_SANITIZER") != nullptr;
   return set;
