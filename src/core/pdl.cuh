@@ -28,11 +28,11 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream
-// serialization allowed (unless core::programmatic_launch() is off); checks the launch.
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
+// allowed when `programmatic` (and core::programmatic_launch()) is on; checks the launch.
 template <class... Params, class... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                Args&&... args) {
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                   bool programmatic, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -42,8 +42,15 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t sm
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = core::programmatic_launch() ? 1 : 0;
+  config.numAttrs = programmatic && core::programmatic_launch() ? 1 : 0;
   LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// launch_kernel with programmatic stream serialization allowed.
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  launch_kernel(kernel, grid, block, smem, stream, true, std::forward<Args>(args)...);
 }
 
 }  // namespace lowbit::cuda

@@ -43,6 +43,7 @@
 #include <utility>
 
 #include "core/device.h"
+#include "core/pdl.cuh"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "lowbit/cuda_check.h"
@@ -762,24 +763,6 @@ int fill_k_slices(const Params& p, int kTN, PerSm per_sm) {
   return k_slices;
 }
 
-// Launches with programmatic dependent launch when pdl > 0.
-template <class... Args, class... Actual>
-void launch_pdl(void (*kernel)(Args...), std::int64_t blocks, int smem_bytes, int pdl, cudaStream_t stream, int threads,
-                Actual&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl > 0 && core::programmatic_launch() ? 1 : 0;
-  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Actual>(args)...));
-  LOWBIT_CUDA_CHECK_LAUNCH();
-}
-
 template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, bool kSub = false>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk, kSub>;
@@ -803,8 +786,8 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
     k_slices = fill_k_slices(p, kTN, [&](int) { return per_sm; });
   }
   const int pdl = default_pdl(v);
-  launch_pdl(kernel, blocks_for(p, kTN, k_slices), kRingBytes, pdl, stream, kThreads, p, k_slices, v.rotate ? 1 : 0,
-             pdl);
+  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks_for(p, kTN, k_slices))), dim3(kThreads), kRingBytes, stream,
+                pdl > 0, p, k_slices, v.rotate ? 1 : 0, pdl);
 }
 
 // The xs kernel (M > 8, or any M through the tuning hook). Two shapes of block:
@@ -841,8 +824,8 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
     k_slices = static_cast<int>(std::min<std::int64_t>({k_slices, kXsMaxWarps - 1, std::max<std::int64_t>(p.k_steps, 1)}));
     while (k_slices > 1 && (columns * k_slices > kXsMaxWarps || smem(columns * k_slices, k_slices) > optin)) --k_slices;
     const std::int64_t blocks = (p.n_tiles + columns * kTN - 1) / (columns * kTN);
-    launch_pdl(kernel, blocks, smem(columns * k_slices, k_slices), pdl, stream, 32 * columns * k_slices, p, k_slices,
-               pdl);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * columns * k_slices),
+                  smem(columns * k_slices, k_slices), stream, pdl > 0, p, k_slices, pdl);
     return;
   }
   auto per_sm_of = [&](int slices) { return per_sm[slices == 1 ? 0 : slices == 2 ? 1 : slices == 4 ? 2 : 3]; };
@@ -852,7 +835,8 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
   auto kept = [&](int slices) { return per_sm_of(slices) >= per_sm_of(1) ? per_sm_of(slices) : 0; };
   int k_slices = v.k_slices > 0 ? v.k_slices : fill_k_slices(p, kTN, kept);
   while (k_slices > 1 && per_sm_of(k_slices) == 0) k_slices /= 2;  // a forced count whose ring does not fit
-  launch_pdl(kernel, blocks_for(p, kTN, k_slices), smem(kWarps, k_slices), pdl, stream, kThreads, p, k_slices, pdl);
+  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks_for(p, kTN, k_slices))), dim3(kThreads),
+                smem(kWarps, k_slices), stream, pdl > 0, p, k_slices, pdl);
 }
 
 template <class T, Form F, int kTN, int kStages, int kChunk>

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "core/device.h"
+#include "core/pdl.cuh"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "lowbit/cuda_check.h"
@@ -170,17 +170,8 @@ template <class T, Form F, int kRowGroups>
 void launch(const Params& p, cudaStream_t stream) {
   const int k_splits = splits_for(p, F);
   const int steps = static_cast<int>((p.k_steps + k_splits - 1) / k_splits);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>((p.n_tiles + 1) / 2));
-  config.blockDim = dim3(static_cast<unsigned>(32 * k_splits));
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = core::programmatic_launch() ? 1 : 0;
-  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, small_gemv_kernel<T, F, kRowGroups>, p, steps));
-  LOWBIT_CUDA_CHECK_LAUNCH();
+  launch_pdl(small_gemv_kernel<T, F, kRowGroups>, dim3(static_cast<unsigned>((p.n_tiles + 1) / 2)),
+             dim3(static_cast<unsigned>(32 * k_splits)), 0, stream, p, steps);
 }
 
 }  // namespace
