@@ -1,9 +1,12 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <iostream>
 #include <random>
@@ -47,6 +50,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false}, engine_stop{false};
   std::atomic<int> active_streams{0};
   std::thread engine_thread;
+  socket_t listen_socket = INVALID_SOCKET;  // seen by the socket options, before bind
   std::mutex shutdown_mutex;
   bool shut_down = false;
 
@@ -284,6 +288,10 @@ HttpServer::HttpServer(const engine::Tokenizer& tokenizer, engine::Scheduler& sc
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_write_timeout(impl_->options.write_timeout_seconds, 0);
   impl_->http.set_read_timeout(30, 0);
+  impl_->http.set_socket_options([impl = impl_.get()](socket_t sock) {
+    httplib::default_socket_options(sock);
+    impl->listen_socket = sock;
+  });
   impl_->routes();
 }
 
@@ -303,6 +311,11 @@ int HttpServer::bind() {
     LOWBIT_CHECK(impl_->http.bind_to_port(o.host, port), "--host ", o.host, " --port ", port,
                  ": cannot listen there (in use, or not an address of this machine)");
   }
+  // cpp-httplib listens with a backlog of 5, fixed in Debian's compiled library: a burst
+  // of clients (64 connecting at once) overflows it, and the dropped SYNs cost those
+  // clients a second or more, some their request. Listening again only resizes the queue.
+  LOWBIT_CHECK(::listen(impl_->listen_socket, SOMAXCONN) == 0, "--host ", o.host, " --port ", port,
+               ": cannot enlarge the listen backlog (", std::strerror(errno), ")");
   return port;
 }
 
