@@ -90,6 +90,8 @@ def _kv_attention_figures(contexts):
 
 DEFAULT_FIGURES = {
     "decode-8b": _decode_figures((2048, 8192, 32768)),
+    # the same with the GEMVs' late PDL trigger, before it became the default (2a6c2da)
+    "decode-8b-pdl-late": _decode_figures((2048, 8192)),
     "decode-1b": _decode_figures((2048, 8192)),
     "decode-8b-q4k": _decode_figures((2048, 8192)),
     "decode-qwen-q4k": _decode_figures((2048, 8192)),
@@ -134,7 +136,7 @@ DEFAULT_FIGURES = {
                  for p in ("full", "selective8", "selective4") for b in (1, 16, 64)
                  for part, key in (("tg", "decode"), ("pp", "prefill"))},
     # the same run with --no-pdl (every kernel in plain stream order) or --pdl-late (the
-    # GEMVs trigger their successor after their main loop)
+    # GEMVs trigger their successor after their main loop; the default since 2a6c2da)
     **{topic: {f"{p}_b{b}_tg_tok_s": f"results[policy={p},b={b}].decode.tokens_per_second_median"
                for p in ("full", "selective8", "selective4") for b in (1, 16, 64)}
        for topic in ("batch-8b-no-pdl", "batch-8b-pdl-late")},

@@ -137,7 +137,7 @@ benchmarks() {
   # (batch-1 decode at 2K / 8K / 32K per policy), batch-8b (B = 1 / 16 / 64 after 2K
   # prompts, 128 generated as the serving issue's llama-batched-bench figures, with the
   # step profile; and 32 sequences of 8K), batch-8b-pdl (the same B = 1 / 16 / 64 with
-  # --no-pdl and with --pdl-late, full cache: where programmatic launch pays) and serve-8b
+  # --no-pdl, full cache: what programmatic launch buys) and serve-8b
   # (serve_bench).
   local status=0
   for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
@@ -160,13 +160,7 @@ benchmarks() {
         elif [ "$name" = decode-8b ]; then
           command=(bench decode --model "$model" --context 2048,8192,32768 --policy full,selective8,selective4)
         elif [ "$name" = batch-8b-pdl ]; then
-          for mode in no-pdl pdl-late; do
-            "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 2048 --ntg 128 --npl 1,16,64 \
-              --kv-cache full "--$mode" --json "$results/batch-8b-$mode.json" >"$results/bench-batch-8b-$mode.md" ||
-              status=1
-            cat "$results/bench-batch-8b-$mode.md"
-          done
-          continue
+          command=(bench batch --model "$model" --device gpu --npp 2048 --ntg 128 --npl 1,16,64 --kv-cache full --no-pdl)
         else
           "$build_dir/bin/lowbit" bench batch --model "$model" --device gpu --npp 8192 --ntg 64 --npl 32 \
             --json "$results/batch-8b-32x8k.json" >"$results/bench-batch-8b-32x8k.md" || status=1

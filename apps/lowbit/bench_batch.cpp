@@ -140,8 +140,7 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
     out.set("engine", maker.describe());
     if (maker.gpu()) {
       out.set("cuda_graphs", maker.cuda_graphs())
-          .set("programmatic_launch", options.programmatic_launch)
-          .set("pdl_late_trigger", options.pdl_late_trigger);
+          .set("programmatic_launch", options.programmatic_launch);
     }
     out.set("model", loaded.model.source());
     bench::Json results = bench::Json::array();

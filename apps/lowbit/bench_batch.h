@@ -30,7 +30,6 @@ struct BatchBenchOptions {
   std::int64_t repeats = 3;
   bool profile = false;  // also a profiled run of each case (the engine must support it)
   bool programmatic_launch = true;  // recorded in the JSON (set_programmatic_launch sets it)
-  bool pdl_late_trigger = false;     // the same, for its late_trigger
   std::string json_path;
 };
 

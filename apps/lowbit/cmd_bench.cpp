@@ -92,12 +92,9 @@ int bench_decode(const Args& args) {
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens of window / selective (default 32)");
   bool no_pdl = false;
   cli.flag("--no-pdl", &no_pdl, "kernels launch without programmatic dependent launch (for comparison)");
-  cli.flag("--pdl-late", &options.pdl_late_trigger,
-           "the weight GEMVs let the next kernel launch after their main loop, not at once (for comparison)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.programmatic_launch = !no_pdl;
-  usage_check(!(no_pdl && options.pdl_late_trigger), "--pdl-late: programmatic dependent launch is off (--no-pdl)");
   options.model_path = resolve_model_path(model);
   options.runs = static_cast<int>(runs);
   options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);

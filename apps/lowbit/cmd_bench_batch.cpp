@@ -13,7 +13,7 @@ namespace lowbit::cli {
 int cmd_bench_batch(const Args& args) {
   std::string model_path, device = "cpu", npp = "128", ntg = "32", npl = "1,8,16";
   std::vector<std::string> policies;
-  bool no_graphs = false, no_pdl = false, pdl_late = false;
+  bool no_graphs = false, no_pdl = false;
   KvCacheFlags kv;
   BatchBenchOptions options;
   Options cli("lowbit bench batch",
@@ -34,15 +34,12 @@ int cmd_bench_batch(const Args& args) {
   cli.integer("--repeat", &options.repeats, 1, 1000, "runs of each case (default 3)");
   cli.flag("--no-cuda-graphs", &no_graphs, "GPU decode steps launch kernel by kernel (for comparison)");
   cli.flag("--no-pdl", &no_pdl, "GPU kernels launch without programmatic dependent launch (for comparison)");
-  cli.flag("--pdl-late", &pdl_late,
-           "the weight GEMVs let the next kernel launch after their main loop, not at once (for comparison)");
   cli.flag("--profile", &options.profile,
            "one more run of each case timing its decode steps' parts (GPU engine), printed after the table");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   usage_check(!options.profile || device != "cpu",
               "--profile: only the GPU batch engine times its steps (--device gpu)");
-  usage_check(!(no_pdl && pdl_late), "--pdl-late: programmatic dependent launch is off (--no-pdl)");
   options.prompt_tokens = parse_positive_integers(npp, "--npp", 1 << 24);
   options.generated_tokens = parse_positive_integers(ntg, "--ntg", 1 << 24);
   options.batch_sizes = parse_positive_integers(npl, "--npl", 1 << 16);
@@ -59,16 +56,14 @@ int cmd_bench_batch(const Args& args) {
                    " exceeds the model's context length ", trained);
     }
   }
-  set_programmatic_launch(!no_pdl, pdl_late);
+  set_programmatic_launch(!no_pdl);
   options.programmatic_launch = !no_pdl;
-  options.pdl_late_trigger = pdl_late;
   SessionMaker maker(*loaded, device, !no_graphs);
   LOWBIT_CHECK(!options.profile || maker.gpu(), "--profile: only the GPU batch engine times its steps, and this run "
                "uses the CPU's (", maker.describe(), ")");
   std::cout << "lowbit bench batch: " << loaded->model.config().describe() << ", " << maker.describe()
             << (!maker.gpu() ? "" : maker.cuda_graphs() ? ", decode steps as CUDA graphs" : ", decode kernel by kernel")
-            << (maker.gpu() && no_pdl ? ", no programmatic dependent launch" : "")
-            << (maker.gpu() && pdl_late ? ", GEMVs trigger their successor after their main loop" : "") << "\n\n";
+            << (maker.gpu() && no_pdl ? ", no programmatic dependent launch" : "") << "\n\n";
   run_bench_batch(*loaded, maker, options);
   return 0;
 }

@@ -102,12 +102,11 @@ const engine::GpuModel& SessionMaker::gpu_model() {
 }
 #endif
 
-void set_programmatic_launch(bool on, bool late_trigger) {
+void set_programmatic_launch(bool on) {
 #if LOWBIT_WITH_CUDA
   core::set_programmatic_launch(on);
-  core::set_pdl_late_trigger(late_trigger);
 #else
-  (void)on, (void)late_trigger;
+  (void)on;
 #endif
 }
 

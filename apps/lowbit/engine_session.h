@@ -20,10 +20,9 @@ class GpuModel;
 namespace lowbit::cli {
 
 // Programmatic dependent launch for the GPU kernels that take it (on by default); off,
-// they launch in plain stream order (--no-pdl, to measure what it buys); late_trigger:
-// the weight-only GEMVs let their successor launch after their main loop, not at their
-// first instruction (--pdl-late). Set before the engine runs; no effect without CUDA.
-void set_programmatic_launch(bool on, bool late_trigger = false);
+// they launch in plain stream order (--no-pdl, to measure what it buys). Set before the
+// engine runs; no effect without CUDA.
+void set_programmatic_launch(bool on);
 
 class SessionMaker {
  public:

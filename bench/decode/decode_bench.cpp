@@ -132,7 +132,6 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                  " tokens, past the model's context length ", config.context_length);
   }
   core::set_programmatic_launch(o.programmatic_launch);
-  core::set_pdl_late_trigger(o.pdl_late_trigger);
   std::fprintf(stderr, "bench decode: uploading %s\n", o.model_path.c_str());
   const engine::GpuModel model = engine::GpuModel::from_gguf(file);
   cudaStream_t stream{};
@@ -153,7 +152,6 @@ int run_decode_bench(const DecodeBenchOptions& o) {
               config.describe().c_str());
   std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n", copy_gbps);
   if (!o.programmatic_launch) std::printf("kernels launched without programmatic dependent launch (--no-pdl)\n");
-  if (o.pdl_late_trigger) std::printf("weight GEMVs trigger their successor after their main loop (--pdl-late)\n");
   std::printf("decode: %d runs of %lld greedy steps after the prompt (run r starts r x %lld tokens later); "
               "tokens/s from the wall time, median [min, max]\n\n",
               o.runs, static_cast<long long>(o.steps), static_cast<long long>(o.steps));
@@ -183,8 +181,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   if (!o.json_path.empty()) {
     Json doc = run_info_json("decode", info);
     doc.set("model", o.model_path).set("config", config.describe()).set("gpu_copy_gbps", copy_gbps);
-    doc.set("steps", o.steps).set("runs", o.runs).set("programmatic_launch", o.programmatic_launch)
-        .set("pdl_late_trigger", o.pdl_late_trigger);
+    doc.set("steps", o.steps).set("runs", o.runs).set("programmatic_launch", o.programmatic_launch);
     doc.set("rows", results);
     doc.write_file(o.json_path);
   }

@@ -20,7 +20,6 @@ struct DecodeBenchOptions {
   int runs = 3;                              // runs a (context, policy), back to back
   std::int64_t sink = 16, window = 32;
   bool programmatic_launch = true;  // off: the kernels launch without programmatic dependent launch
-  bool pdl_late_trigger = false;    // the weight GEMVs let the next kernel launch after their main loop
   std::string json_path;
 };
 

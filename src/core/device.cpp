@@ -27,13 +27,10 @@ int multiprocessor_count() {
 
 namespace {
 std::atomic<bool> programmatic_launch_on{true};
-std::atomic<bool> pdl_late_trigger_on{false};
 }  // namespace
 
 void set_programmatic_launch(bool on) { programmatic_launch_on.store(on, std::memory_order_relaxed); }
 bool programmatic_launch() { return programmatic_launch_on.load(std::memory_order_relaxed); }
-void set_pdl_late_trigger(bool on) { pdl_late_trigger_on.store(on, std::memory_order_relaxed); }
-bool pdl_late_trigger() { return pdl_late_trigger_on.load(std::memory_order_relaxed); }
 
 void check_device_pointer(const void* ptr, const char* what) {
   cudaPointerAttributes attributes{};

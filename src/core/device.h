@@ -17,10 +17,4 @@ void check_device_pointer(const void* ptr, const char* what);
 void set_programmatic_launch(bool on);
 bool programmatic_launch();
 
-// Where the weight-only GEMVs let their successor launch under programmatic launch: at
-// their first instruction (the default), or, on, after their main loop (the benchmarks'
-// --pdl-late: at most one grid then waits ahead of a GEMV). Process-wide, as above.
-void set_pdl_late_trigger(bool on);
-bool pdl_late_trigger();
-
 }  // namespace lowbit::core

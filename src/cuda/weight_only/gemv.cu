@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
   // previous grid before touching global memory; pdl 2 first fills the ring with
   // weights (constant data, never written by a kernel this one depends on), then waits
   // before reading the activations or writing the output. pdl 1 and 2 let the next
-  // kernel launch at once; 3 (as 2) only after the main loop (core::pdl_late_trigger).
+  // kernel launch at once; 3 (as 2, the default) only after the main loop.
   if (pdl == 1 || pdl == 2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   using RingT = Ring<F, kTN, kStages, kChunk>;
@@ -725,19 +725,20 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
   write_out<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, k_slice, column, tile0);
 }
 
-// Programmatic dependent launch by default, weights prefetched before the wait (mode
-// 2): in back-to-back decode launches (H100, 28672 x 8192) the next GEMV fills its
-// rings while the previous one drains: M = 1 Q4_1 g32 0.0585 -> 0.0554 ms, g128 0.0497
-// -> 0.0460 ms (mode 1, waiting first, gave 0.0588 / 0.0491). The cost is a contract:
-// the packed weights must not be written by the kernel that immediately precedes this
-// one on the stream (they are read before griddepcontrol.wait); activations, bias and
-// output are touched only after it. Weights uploaded with cudaMemcpy are safe (a copy
-// is never a programmatic predecessor).
-// core::pdl_late_trigger() makes the default 3: the same prefetch, the successor launched
-// only after the main loop (at most one grid waiting ahead of a GEMV; bench batch / decode
-// --pdl-late, to measure which wins at B = 16, bench/notes/batch.md).
-constexpr int kDefaultPdl = 2;
-int default_pdl(const Variant& v) { return v.pdl >= 0 ? v.pdl : core::pdl_late_trigger() ? 3 : kDefaultPdl; }
+// Programmatic dependent launch by default, weights prefetched before the wait: in
+// back-to-back decode launches (H100, 28672 x 8192) the next GEMV fills its rings while
+// the previous one drains: M = 1 Q4_1 g32 0.0585 -> 0.0554 ms, g128 0.0497 -> 0.0460 ms
+// (mode 1, waiting first, gave 0.0588 / 0.0491). The successor is let launch after the
+// main loop (mode 3), not at the first instruction (mode 2): a grid launched at once
+// waits, holding its blocks' slots and shared memory, through the whole of this one; on
+// the whole 8B model (H200) mode 3 decodes 3% faster at B = 1 (406 -> 419 tok/s) and 12%
+// at B = 16 (2,655 -> 2,980), the same at 64 (bench/notes/batch.md). The cost is a
+// contract: the packed weights must not be written by the kernel that immediately
+// precedes this one on the stream (they are read before griddepcontrol.wait);
+// activations, bias and output are touched only after it. Weights uploaded with
+// cudaMemcpy are safe (a copy is never a programmatic predecessor).
+constexpr int kDefaultPdl = 3;
+int default_pdl(const Variant& v) { return v.pdl >= 0 ? v.pdl : kDefaultPdl; }
 
 // Blocks of kWarps / k_slices columns of kTN tiles.
 inline std::int64_t blocks_for(const Params& p, int kTN, int k_slices) {

@@ -69,8 +69,8 @@ struct Variant {
   int k_slices = 0;
   bool rotate = false;  // gemv: each warp starts its K range at a staggered chunk
   // gemv: programmatic dependent launch: 0 off, 1 wait first, 2 prefetch the weights
-  // before the wait (the default), 3 as 2 with the successor launched after the main loop
-  // (the default under core::pdl_late_trigger), -1 the default.
+  // before the wait, 3 as 2 with the successor launched after the main loop (the
+  // default), -1 the default.
   int pdl = -1;
   // gemv, GGML block forms: 1 the sub-block decode (codes unscaled in the mma, factors on
   // the FP32 partials; M <= 2), 0 the per-weight f16 decode, -1 the default (1 for the K-quants
