@@ -324,6 +324,13 @@ def test_a_burst_of_connections_is_accepted_at_once(server):
             s.close()
 
 
+def test_a_second_server_on_the_same_port_is_refused(server, cli, model):
+    # Not two listeners sharing the port (SO_REUSEPORT), each silently taking some clients.
+    second = subprocess.run([str(cli), "serve", "--model", str(model), "--device", "cpu", "--port", str(server.port)],
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1
+    assert f"--port {server.port}: cannot listen there (in use" in second.stderr
+
 def test_everything_was_freed(server):
     h = server.wait_idle()
     assert h["kv_used_bytes"] == 0 and h["sequences"] == 0 and h["running"] == 0

@@ -288,8 +288,12 @@ HttpServer::HttpServer(const engine::Tokenizer& tokenizer, engine::Scheduler& sc
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_write_timeout(impl_->options.write_timeout_seconds, 0);
   impl_->http.set_read_timeout(30, 0);
+  // SO_REUSEADDR alone: a restarted server binds past the old one's TIME_WAIT sockets.
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second server on the same
+  // port binds too and silently takes half of the connections.
   impl_->http.set_socket_options([impl = impl_.get()](socket_t sock) {
-    httplib::default_socket_options(sock);
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     impl->listen_socket = sock;
   });
   impl_->routes();
