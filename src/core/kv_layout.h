@@ -186,25 +186,54 @@ inline RowsTilePlan plan_rows_tiles(std::int64_t rows, std::int64_t pos0, std::i
   return p;
 }
 
-// Flash-decoding split over the visible positions: enough blocks to fill the device
-// (target `per_sm` a SM: as many as the kernel keeps resident), at least kMinSplit
-// positions a split (a block has work to amortize its combine record), at most kMaxSplit
-// (the split's scores live in shared memory).
+// Flash-decoding split over the visible positions: at least kMinSplit positions a split
+// (a block has work to amortize its combine record), at most kMaxSplit (the split's
+// scores live in shared memory), lengths a multiple of kAlign.
 struct DecodeSplitPlan {
   static constexpr std::int64_t kMinSplit = 64, kMaxSplit = 1024, kAlign = 32;
   std::int64_t splits = 0, split_len = 0;
 };
 
+// The most splits a plan over `visible` positions or fewer takes (what a workspace must
+// hold; it grows with visible): twice the fewest the lengths allow or twice the count
+// whose blocks fill the `slots` once, whichever is more, at most kMaxSplit (the
+// combine's limit) unless the lengths need more.
+inline std::int64_t decode_splits_most(std::int64_t visible, std::int64_t blocks_per_split, std::int64_t slots) {
+  using P = DecodeSplitPlan;
+  const std::int64_t fewest = (visible + P::kMaxSplit - 1) / P::kMaxSplit;
+  const std::int64_t fill_once = (slots + blocks_per_split - 1) / blocks_per_split;
+  return std::max(fewest, std::min(2 * std::max(fewest, fill_once), P::kMaxSplit));
+}
+
+// The split count by a model of its time: blocks of equal work run in waves of `slots`
+// (per_sm x sm_count, as many as the kernel keeps resident), and a wave costs its
+// blocks' length plus kMinSplit positions of fixed work (the block's setup, its
+// partials, their combine). So a last wave half full costs a whole wave: B = 16
+// sequences x 8 KV heads in 3 splits of 736 on 264 slots are 1.45 waves (2 x 800), in 4
+// of 544 1.94 (2 x 608). Each count's split length is the shortest that covers the
+// positions (balanced splits); of equal costs, the fewest splits.
 inline DecodeSplitPlan plan_decode_splits(std::int64_t visible, std::int64_t blocks_per_split, int sm_count,
                                           int per_sm = 2) {
   LOWBIT_CHECK(visible >= 1 && blocks_per_split >= 1 && sm_count >= 1 && per_sm >= 1, "decode split plan: visible ",
                visible, ", blocks_per_split ", blocks_per_split, ", sm_count ", sm_count, ", per_sm ", per_sm);
   using P = DecodeSplitPlan;
-  const std::int64_t target = static_cast<std::int64_t>(per_sm) * sm_count;
-  const std::int64_t want = std::max<std::int64_t>(1, (target + blocks_per_split - 1) / blocks_per_split);
-  std::int64_t len = (visible + want - 1) / want;
-  len = std::clamp<std::int64_t>((len + P::kAlign - 1) / P::kAlign * P::kAlign, P::kMinSplit, P::kMaxSplit);
-  return P{(visible + len - 1) / len, len};
+  const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sm_count;
+  const std::int64_t most = decode_splits_most(visible, blocks_per_split, slots);
+  auto balanced = [&](std::int64_t splits) {
+    std::int64_t len = (visible + splits - 1) / splits;
+    len = std::clamp<std::int64_t>((len + P::kAlign - 1) / P::kAlign * P::kAlign, P::kMinSplit, P::kMaxSplit);
+    return P{(visible + len - 1) / len, len};
+  };
+  auto cost = [&](const P& p) {
+    return (p.splits * blocks_per_split + slots - 1) / slots * (p.split_len + P::kMinSplit);
+  };
+  P best = balanced((visible + P::kMaxSplit - 1) / P::kMaxSplit);
+  // Every count the lengths reach, one a length, from the fewest splits up.
+  for (std::int64_t len = P::kMaxSplit - P::kAlign; len >= P::kMinSplit; len -= P::kAlign) {
+    const P p = balanced((visible + len - 1) / len);
+    if (p.splits <= most && cost(p) < cost(best)) best = p;
+  }
+  return best;
 }
 
 // Query heads per block: the largest of 4, 3, 2, 1 dividing the GQA group, so that a

@@ -113,12 +113,23 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
         EXPECT_EQ(p.split_len % DecodeSplitPlan::kAlign, 0);
         EXPECT_GE(p.split_len, DecodeSplitPlan::kMinSplit);
         EXPECT_LE(p.split_len, DecodeSplitPlan::kMaxSplit);
+        // Within what a workspace sized for this length, or any longer one, holds.
+        EXPECT_LE(p.splits, core::decode_splits_most(visible, blocks, 2 * sms));
+        EXPECT_LE(core::decode_splits_most(visible, blocks, 2 * sms),
+                  core::decode_splits_most(visible + 1000, blocks, 2 * sms));
       }
     }
   }
   // 4096 positions, 3 blocks a split, 132 SMs: ~2 blocks per SM.
   const DecodeSplitPlan p = core::plan_decode_splits(4096, 3, 132);
   EXPECT_GE(p.splits * 3, 132);
+  // 16 sequences x 8 KV heads after ~2K tokens on 264 slots: 4 splits (512 blocks, 1.94
+  // waves), not the 3 that fill the slots once over (384 blocks: 1.45 waves, the second
+  // half empty); on 396 slots 3 (0.97 of a wave), not 4 (1.29 waves).
+  EXPECT_EQ(core::plan_decode_splits(2176, 16 * 8, 132, 2).splits, 4);
+  EXPECT_EQ(core::plan_decode_splits(2176, 16 * 8, 132, 3).splits, 3);
+  // Balanced: 3 splits of 2,176 positions are 736, 736, 704, not 1024, 1024, 128.
+  EXPECT_EQ(core::plan_decode_splits(2176, 64 * 8, 132, 2).split_len, 736);
   // A kernel that keeps 3 blocks a SM resident: 32768 positions of 8 KV heads fill 3 x 132.
   const DecodeSplitPlan three = core::plan_decode_splits(32768, 8, 132, 3);
   EXPECT_NEAR(static_cast<double>(three.splits * 8), 3 * 132, 0.1 * 3 * 132);  // splits' lengths are rounded up to 32

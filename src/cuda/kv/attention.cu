@@ -735,18 +735,17 @@ void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& lay
 
 std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
                                              std::int64_t max_length) {
-  // A plan's splits are at most max(target blocks, visible / kMaxSplit) (core/kv_layout.h),
-  // for either kernel (the mma kernel's blocks take more heads: fewer blocks a split, more
-  // splits); the counters of the fused combine are one a block row.
-  std::int64_t bound = max_length / DecodeSplitPlan::kMaxSplit + 1, rows_of_blocks = 0;
+  // A plan over max_length positions or fewer takes at most decode_splits_most splits
+  // (core/kv_layout.h), for either kernel (the mma kernel's blocks take more heads: fewer
+  // blocks a split, more splits); the counters of the fused combine are one a block row.
+  std::int64_t bound = 1, rows_of_blocks = 0;
   for (const AttentionKernel kernel : {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap}) {
     const bool mma = kernel != AttentionKernel::simt;
     if (mma && !uses_mma(n_heads, shape, AttentionKernel::automatic)) continue;
     const std::int64_t blocks = n_heads / heads_per_block(n_heads, shape, mma);
-    const DecodeSplitPlan plan = kv_attention_plan(shape, decode_span(shape, max_length), n_heads, kernel);
-    const std::int64_t target =
+    const std::int64_t slots =
         std::int64_t{resident_blocks(shape, mma, uses_swap(n_heads, shape, kernel))} * core::multiprocessor_count();
-    bound = std::max({bound, plan.splits, (target + blocks - 1) / blocks});
+    bound = std::max(bound, core::decode_splits_most(max_length, blocks, slots));
     rows_of_blocks = std::max(rows_of_blocks, blocks);
   }
   return decode_workspace_bytes(n_heads, shape.head_dim, bound) + counters_bytes(static_cast<std::size_t>(rows_of_blocks));
