@@ -220,9 +220,9 @@ void write_json(const char* benchmark, const KvAttentionBenchOptions& o, const R
 int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, double copy_gbps, cudaStream_t stream) {
   print_setup("batched decode over the paged cache: B sequences of `context` positions in one launch, each",
               "; pages of 16 positions, shuffled", o, copy_gbps);
-  std::printf("| context | B | policy | kernel | ms min | ms median | ms max | MB read | GB/s | %% of copy ceiling "
-              "(median; at min) | check |\n"
-              "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+  std::printf("| context | B | policy | kernel | splits x length | ms min | ms median | ms max | MB read | GB/s | "
+              "%% of copy ceiling (median; at min) | check |\n"
+              "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
   Json rows = Json::array();
   const std::int64_t d = o.head_dim, q_cols = o.n_heads * d, ld = q_cols + 2 * o.kv_heads * d;
   for (const std::int64_t context : o.contexts) {
@@ -275,12 +275,15 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
           const double ms = run.ms, ms_min = run.ms_min, ms_max = run.ms_max;
           const std::string& check = run.check;
           const double gbps = bytes / (ms * 1e6);
-          std::printf("| %lld | %lld | %s | %s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
+          const core::DecodeSplitPlan plan = cuda::kv::paged_kv_attention_plan(layout, o.n_heads, batch, context, kernel);
+          std::printf("| %lld | %lld | %s | %s | %lld x %lld | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
                       static_cast<long long>(context), static_cast<long long>(batch), policy.c_str(),
-                      kernel_name(kernel), ms_min, ms, ms_max, bytes / 1e6, gbps, 100.0 * gbps / copy_gbps,
+                      kernel_name(kernel), static_cast<long long>(plan.splits), static_cast<long long>(plan.split_len),
+                      ms_min, ms, ms_max, bytes / 1e6, gbps, 100.0 * gbps / copy_gbps,
                       100.0 * bytes / (ms_min * 1e6) / copy_gbps, check.c_str());
           Json row = Json::object();
           row.set("context", context).set("batch", batch).set("policy", policy).set("kernel", kernel_name(kernel));
+          row.set("splits", plan.splits).set("split_len", plan.split_len);
           row.set("ms", ms).set("ms_min", ms_min).set("ms_max", ms_max);
           row.set("bytes", bytes).set("gbps", gbps).set("pct_copy", 100.0 * gbps / copy_gbps).set("check", check);
           rows.push(row);
