@@ -508,6 +508,13 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
         std::vector<std::pair<std::string, wo::Variant>> variants{{"production", wo::pick(p0, wform)},
                                                                    {"wgmma", wo::Variant{wo::Kernel::wgmma}}};
         if (m > wo::kGemvMaxRows) variants.emplace_back("mma.sync tiled", wo::Variant{wo::Kernel::mma});
+        // 64 activation rows on 256 weight rows a block (two wgmmas a wait) against the
+        // rule's 128 (bench/notes/weight_only.md, the B = 64 step's GEMMs).
+        if (m > 32 && m <= 64) {
+          wo::Variant v{wo::Kernel::wgmma};
+          v.tile_n = 256;
+          variants.emplace_back("wgmma 256 rows", v);
+        }
         // The split-K sweep where the rule picks 1 but the wave's working set of weight and
         // activation panels may exceed L2 (bench/notes/weight_only.md, wgmma at large M).
         if (m >= 512) {

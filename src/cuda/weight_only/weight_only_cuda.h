@@ -78,6 +78,9 @@ struct Variant {
   int block_decode = -1;
   // wgmma: activation rows a block takes (32, 64, 128); 0: the smallest that holds M.
   int tile_m = 0;
+  // wgmma: weight rows a block takes, 128 or 256 (two m64 blocks a warpgroup); 0: the
+  // rule (256 at tile_m 128, else 128). Only tile_m 64 takes either.
+  int tile_n = 0;
 };
 constexpr int kGemvShapes = 16;
 

@@ -59,12 +59,13 @@ constexpr int kMaxGroups = 4;  // scale groups per tile per step (group 32)
 constexpr int kGroupM = 8;     // m blocks per rasterization group (L2 reuse of the weight panel)
 
 // The block's shape for kBN activation rows: each warpgroup owns kMi m64 blocks of weight
-// rows (2 for kBN 128: 128 x 128 a warpgroup, which halves the activation bytes read from
-// L2 per FLOP against 64 x 128; 1 below, where the weights' bandwidth, not L2, binds and
-// more, smaller blocks fill the GPU).
-template <Form F, int kBN>
+// rows (the rule, wgmma_tile_n: 2 for kBN 128, 128 x 128 a warpgroup, which halves the
+// activation bytes read from L2 per FLOP against 64 x 128; 1 below, where the weights'
+// bandwidth, not L2, binds and more, smaller blocks fill the GPU; kBN 64 with 2 is a
+// variant to measure: two wgmmas a group behind each wait, bench/notes/weight_only.md).
+template <Form F, int kBN, int kMi_>
 struct Layout {
-  static constexpr int kMi = kBN >= 128 ? 2 : 1;
+  static constexpr int kMi = kMi_;
   static constexpr int kTiles = 16 * kMi;  // packed n-tiles of 8: 128 or 256 weight rows
   static constexpr int kScaleBytes = kTiles * kMaxGroups * 8 * 2;
   static constexpr int kX = kBN * 256;  // two 64-k atoms of kBN x 128 bytes
@@ -91,9 +92,9 @@ __device__ __forceinline__ std::uint32_t x_chunk_offset(int row, int j) {
 
 // The copies one thread issues per step, as mma.cu's Loader: chunk i of each kind a fixed
 // stride after chunk 0, one pointer per kind bumped per step, masks of chunks in range.
-template <Form F, int kBN>
+template <Form F, int kBN, int kMi>
 struct Loader {
-  using L = Layout<F, kBN>;
+  using L = Layout<F, kBN, kMi>;
   static constexpr int kXChunks = kBN * 16 / kThreads;                   // 2, 4, 8
   static constexpr int kPerUnit = form_unit_bytes<F>() / 16;             // 32 or 64
   static constexpr int kCodeChunks = L::kTiles * kPerUnit / kThreads;  // 2 .. 8
@@ -199,12 +200,11 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
 // One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
 // kMi wgmmas (B: the stage's X tile) committed as one group. The fragments of block j are
 // built while the group of block j - 1 runs (wait_group 1 before issuing).
-template <class T, Form F, int kBN>
+template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
                                              int wg, int warp, int lane, const std::uint32_t (&rot)[4],
-                                             float (&acc)[Layout<F, kBN>::kMi][kBN / 2], bool first) {
-  using L = Layout<F, kBN>;
-  constexpr int kMi = L::kMi;
+                                             float (&acc)[kMi][kBN / 2], bool first) {
+  using L = Layout<F, kBN, kMi>;
   using gemm::sm90::wgmma_commit;
   using gemm::sm90::wgmma_fence;
   using gemm::sm90::wgmma_wait;
@@ -281,11 +281,11 @@ __device__ __forceinline__ void tile_of(std::int64_t tile, std::int64_t n_blocks
   *n_block = in_group / group_m;
 }
 
-template <class T, Form F, int kBN>
+template <class T, Form F, int kBN, int kMi>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
                                                             std::int64_t m_blocks) {
 #if defined(LOWBIT_SM90A_DEVICE)
-  using L = Layout<F, kBN>;
+  using L = Layout<F, kBN, kMi>;
   // A static marker: its size tells the host that this image has the sm_90a body (a
   // volatile store, so that the compiler keeps it).
   __shared__ int sm90a_body;
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
 
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
 
-  Loader<F, kBN> loader(p, m0, tile0, step_begin);
+  Loader<F, kBN, kMi> loader(p, m0, tile0, step_begin);
 #pragma unroll
   for (int s = 0; s < L::kAhead; ++s) {
     if (step_begin + s < step_end) loader.issue(p, ring + s * L::kStage, step_begin + s);
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
     const int ahead_stage = (stage + L::kAhead) % L::kStages;
     if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
     cp_async_commit();
-    compute_step<T, F, kBN>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot, acc,
+    compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot, acc,
                             step == step_begin);
     stage = stage + 1 == L::kStages ? 0 : stage + 1;
   }
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
 
 // Whether this device runs the kernel: compute capability 9.0 and an image with the
 // sm_90a body (its static marker), once per device; and the shared memory opt-in.
-template <class T, Form F, int kBN>
+template <class T, Form F, int kBN, int kMi>
 bool kernel_ready() {
   static std::array<std::atomic<int>, 64> cached{};  // 0: not known, 1: ready, 2: not
   int device = 0;
@@ -414,10 +414,10 @@ bool kernel_ready() {
     const bool ready =
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
-        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN>) == cudaSuccess &&
+        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN, kMi>) == cudaSuccess &&
         attributes.binaryVersion == 90 && attributes.sharedSizeBytes >= sizeof(int) &&
-        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Layout<F, kBN>::kSmem) == cudaSuccess;
+        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN, kMi>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Layout<F, kBN, kMi>::kSmem) == cudaSuccess;
     (void)cudaGetLastError();
     state = ready ? 1 : 2;
     slot.store(state, std::memory_order_release);
@@ -426,12 +426,12 @@ bool kernel_ready() {
 }
 
 // Resident blocks per SM of an instantiation (occupancy query, once per process).
-template <class T, Form F, int kBN>
+template <class T, Form F, int kBN, int kMi>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN>, kThreads,
-                                                      Layout<F, kBN>::kSmem) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi>, kThreads,
+                                                      Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
       (void)cudaGetLastError();
       b = 1;
     }
@@ -443,7 +443,7 @@ int blocks_per_sm() {
 // Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
 // steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
 // steps.
-template <class T, Form F, int kBN>
+template <class T, Form F, int kBN, int kMi>
 int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   if (forced > 0) {
     int s = forced;
@@ -452,7 +452,7 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   }
   core::SplitKProblem problem;
   problem.tiles = tiles;
-  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN>()) * core::multiprocessor_count();
+  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi>()) * core::multiprocessor_count();
   problem.k_steps = p.k_steps;
   // A block's prologue, epilogue and reduction cost about 8 of its 128-k steps: the value
   // that orders the H200's split sweep at 28672 x 8192 (M 512: 2; 2048, 8192: 1).
@@ -460,15 +460,15 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   return core::pick_k_splits(problem);
 }
 
-template <class T, Form F, int kBN>
+template <class T, Form F, int kBN, int kMi>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
-  using L = Layout<F, kBN>;
-  const bool ready = kernel_ready<T, F, kBN>();
+  using L = Layout<F, kBN, kMi>;
+  const bool ready = kernel_ready<T, F, kBN, kMi>();
   LOWBIT_CHECK(ready, "weight_only: the wgmma kernel needs a compute capability 9.0 GPU and an "
                                           "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
-  const int splits = choose_splits<T, F, kBN>(p, n_blocks * m_blocks, v.k_slices);
+  const int splits = choose_splits<T, F, kBN, kMi>(p, n_blocks * m_blocks, v.k_slices);
   LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31), "weight_only: M x N needs more blocks (",
                n_blocks * m_blocks * splits, ") than one grid dimension holds");
   cudaLaunchConfig_t config{};
@@ -483,7 +483,7 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = splits > 1 ? 1 : 0;
-  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN>, p, splits, n_blocks, m_blocks));
+  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN, kMi>, p, splits, n_blocks, m_blocks));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -499,15 +499,23 @@ int wgmma_tile_m(const Params& p, const Variant& v) {
 bool wgmma_available(Form form) {
   if (is_block_form(form)) return false;
   // One instantiation stands for all: they are built together, for the same targets.
-  return kernel_ready<__half, Form::q4_zero_point, 32>();
+  return kernel_ready<__half, Form::q4_zero_point, 32, 1>();
+}
+
+// The weight rows a block takes: 256 with 128 activation rows, else 128 (or the
+// variant's tile_n where the pair is built: 64 activation rows take either).
+int wgmma_tile_n(int tile_m, const Variant& v) {
+  if (tile_m == 64 && (v.tile_n == 128 || v.tile_n == 256)) return v.tile_n;
+  return tile_m == 128 ? 256 : 128;
 }
 
 template <class T, Form F>
 void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream) {
-  switch (wgmma_tile_m(p, v)) {
-    case 32: return launch<T, F, 32>(p, v, stream);
-    case 64: return launch<T, F, 64>(p, v, stream);
-    default: return launch<T, F, 128>(p, v, stream);
+  const int tile_m = wgmma_tile_m(p, v);
+  switch (tile_m) {
+    case 32: return launch<T, F, 32, 1>(p, v, stream);
+    case 64: return wgmma_tile_n(tile_m, v) == 256 ? launch<T, F, 64, 2>(p, v, stream) : launch<T, F, 64, 1>(p, v, stream);
+    default: return launch<T, F, 128, 2>(p, v, stream);
   }
 }
 LOWBIT_WEIGHT_ONLY_PAIRS(run_wgmma);
