@@ -44,6 +44,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t
   config.attrs = &attribute;
   config.numAttrs = programmatic && core::programmatic_launch() ? 1 : 0;
   LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 // launch_kernel with programmatic stream serialization allowed.

@@ -72,7 +72,7 @@ struct Layout {
   static constexpr int kCodes = kTiles * form_unit_bytes<F>();
   static constexpr int kStage = (kX + kCodes + 2 * kScaleBytes + 1023) / 1024 * 1024;  // atoms 1024-aligned
   // kBN 128: as many stages as fit (4 for INT4, 3 for INT8: steps are long there); below,
-  // 4, so that two or three blocks share an SM.
+  // 4, so that two or three blocks share an SM (one, for kMi 2's stages of ~37-53 KB).
   static constexpr int kStages = kBN >= 128 ? (220 * 1024 / kStage < 5 ? 220 * 1024 / kStage : 5) : 4;
   static constexpr int kAhead = kStages - 2;
   static constexpr int kSmem = kStages * kStage + 1024;  // + slack to align the ring to 1024 bytes
