@@ -529,11 +529,15 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                "kv_attention: span [", span.sink_end, ", ", span.recent_begin, ", ", span.end, ") is not ordered");
   LOWBIT_CHECK(span.sink_end <= shape.sink, "kv_attention: sink_end ", span.sink_end, " past the ", shape.sink,
                " sink slots");
-  // The kernel's vector loads: 16 bytes of FP16, q and INT8 codes, 8 of INT4 codes.
-  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  LOWBIT_CHECK(aligned(q) && aligned(layer.k.f16) && aligned(layer.v.f16) && aligned(layer.k.codes) &&
-                   aligned(layer.v.codes),
+  // The kernel's vector loads: 16 bytes of FP16, q and INT8 codes, 8 of INT4 codes; the
+  // tensor-core kernels copy scales and mins as 4-byte pairs.
+  auto aligned = [](const void* p, int bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; };
+  LOWBIT_CHECK(aligned(q, 16) && aligned(layer.k.f16, 16) && aligned(layer.v.f16, 16) && aligned(layer.k.codes, 16) &&
+                   aligned(layer.v.codes, 16),
                "kv_attention: q and the cache's FP16 and code buffers must be 16-byte aligned");
+  LOWBIT_CHECK(aligned(layer.k.scales, 4) && aligned(layer.v.scales, 4) && aligned(layer.k.mins, 4) &&
+                   aligned(layer.v.mins, 4),
+               "kv_attention: the cache's scale and min buffers must be 4-byte aligned");
   LOWBIT_CHECK(span.end - std::max(span.recent_begin, shape.sink) <= shape.window, "kv_attention: ",
                span.end - span.recent_begin, " recent positions do not fit the window of ", shape.window);
   if (shape.body != KvBody::none && span.recent_begin > span.sink_end) {

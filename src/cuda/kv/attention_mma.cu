@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/pdl.cuh"
 #include "cuda/async_copy.cuh"
@@ -343,7 +344,14 @@ __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, 
   }
 }
 
-// The shared memory of a block: Q's fragments for the whole loop; then either the
+// Where a tile's rows are in a page (its first row; the tile's 16 are consecutive).
+struct TilePage {
+  std::uint8_t* page;
+  int row;
+};
+
+// The shared memory of a block: Q's fragments and (paged, quantized) the split's tile
+// pages for the whole loop; then either the
 // quantized kernels' cp.async rings (during the loop) or the warps' results and the
 // combine's weights (after it).
 template <int D, int Bits>
@@ -353,7 +361,9 @@ struct Smem {
   static constexpr int kPitch = kCodeBytes + 16;  // padded rows: 16-byte reads without bank conflicts
   struct alignas(16) Stage {
     std::uint8_t k[kTile][kPitch], v[kTile][kPitch];
-    std::uint16_t params[kTile][4];  // f16 bits: K scale, K min, V scale, V min
+    // Per row, the f16 pairs holding its K scale, K min, V scale, V min (in the pair's
+    // high half when the value's index is odd: param_odd).
+    std::uint32_t params[kTile][4];
   };
   struct After {
     float o[kWarps][kMmaMaxGroup][D];
@@ -362,6 +372,7 @@ struct Smem {
     float totals[kMmaMaxGroup];
   };
   uint4 qf[D / 16][32];
+  TilePage pages[Bits == 0 ? 1 : kMaxSplit / kTile];  // paged, quantized: a body tile's page and first row
   union {
     Stage ring[kWarps][kStages];
     After after;
@@ -519,47 +530,72 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   }
 
   // Quantized caches: a ring of kStages tiles a warp in shared memory filled by cp.async
-  // (codes) and plain loads (f16 parameters, stored one iteration later), kStages - 1
-  // tiles ahead; FP16 tokens among them (sink, ring) are loaded directly when used.
+  // (codes, and the scale / min pairs) kStages - 1 tiles ahead; FP16 tokens among them
+  // (sink, ring) are loaded directly when used.
   constexpr int kCodeBytes = S::kCodeBytes;
   constexpr int kChunks = kTile * kCodeBytes / 16;  // 16-byte copies a part a tile
   constexpr int kRowChunks = kCodeBytes / 16;       // 16-byte copies a row
-  std::uint32_t pending_params = 0;                 // the next tile's parameter pair (scale, min) of one (position, part)
   // A tile of 16 body positions (almost all of them at long contexts) takes the paths
   // without per-position checks: its rows are consecutive in the cache (a position is
-  // its visible index under the quantized policies, which drop nothing).
+  // its visible index under the quantized policies, which drop nothing; paged: of one
+  // page, P being a multiple of 16 and the tile 16-aligned).
   auto body_tile = [&](int base) {
     return base + kTile <= n && i0 + base >= a.sink_end && i0 + base + kTile <= a.recent_begin;
   };
-  // This lane's parameter (row lane % 16 of part lane / 16) of a body tile, from the tile's
-  // first position: scales and mins are [position][kv_head]. A body tile's 16 positions
-  // are consecutive rows (paged: of one page, P being a multiple of 16 and the tile
-  // 16-aligned).
-  const long long row_param = static_cast<long long>(lane % kTile) * s.kv_heads + head;
-  auto issue = [&](int t, int slot, bool with_params) {
+  // Paged: each body tile's page and first row in it, looked up once for the block (a
+  // thread a tile) before the loop: per tile and warp in the loop, the lookup's table
+  // load was waited for at once, and its divisions and 64-bit arithmetic made the issue
+  // path ~190 instructions a tile.
+  if constexpr (Paged && Bits != 0) {
+    for (int t = static_cast<int>(threadIdx.x); t < tiles; t += kThreads) {
+      if (body_tile(t * kTile)) {
+        const long long pos = i0 + t * kTile;
+        sm.pages[t] = TilePage{page_of(a.paged, a.table, pos), row_in_page(a.paged.layout, pos)};
+      }
+    }
+    __syncthreads();
+  }
+  // Body tile t's first rows (KV head 0).
+  auto body_tile_rows = [&](int t) -> BodyRows {
+    if constexpr (Paged) {
+      const TilePage tp = sm.pages[t];
+      return BodyRows{body_row_at(a.paged.layout, tp.page, false, tp.row),
+                      body_row_at(a.paged.layout, tp.page, true, tp.row)};
+    } else {
+      return body_rows<false>(a, i0 + t * kTile);
+    }
+  };
+  // Scales and mins are [position][kv_head] f16 in 4-byte aligned parts (paged: a page's,
+  // of P x H elements; contiguous: checked by the host). A lane copies the aligned pair
+  // that holds its row's value, which is the pair's high half when the value's index in
+  // the part is odd. Paged, a tile's first row is a multiple of 16: the parity is the
+  // row's within the tile.
+  const long long body_params = s.body_slots * s.kv_heads;
+  auto param_index = [&](int t, int row) -> long long {
+    return (Paged ? row : i0 + t * kTile - s.body_base + row) * s.kv_heads + head;
+  };
+  auto param_odd = [&](int t, int row) { return (param_index(t, row) & 1) != 0; };
+  const int param_row = lane % kTile, param_part = lane / kTile;  // a lane's (row, part) of a tile
+  auto issue = [&](int t, int slot) {
     if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
       typename S::Stage& stage = sm.ring[warp][slot];
-      const int first = i0 + t * kTile;
-      const BodyRows kv = body_rows<Paged>(a, first);
-      const BodyRow &k_rows = kv.k, &v_rows = kv.v;
+      const BodyRows kv = body_tile_rows(t);
       const long long code0 = static_cast<long long>(head) * kCodeBytes;
 #pragma unroll
       for (int i = 0; i < 2 * kChunks / 32; ++i) {
         constexpr int kPerPart = kChunks / 32;
         const int q = lane + 32 * (kPerPart > 0 ? i % kPerPart : 0), row = q / kRowChunks, chunk = q % kRowChunks;
-        const std::uint8_t* codes = i < kPerPart ? k_rows.codes : v_rows.codes;
+        const std::uint8_t* codes = i < kPerPart ? kv.k.codes : kv.v.codes;
         std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
         cp_async16(dst, codes + code0 + static_cast<long long>(row) * s.kv_heads * kCodeBytes + chunk * 16, 16);
       }
-      std::uint32_t pair = __ldcg((lane < kTile ? k_rows.scales : v_rows.scales) + row_param);
+      const long long index = param_index(t, param_row);
+      const bool odd = (index & 1) != 0;
+      const int bytes = !Paged && !odd && index + 1 >= body_params ? 2 : 4;  // the part's last value alone
+      const long long at = static_cast<long long>(param_row) * s.kv_heads + head - (odd ? 1 : 0);
+      cp_async4(&stage.params[param_row][2 * param_part], (param_part ? kv.v.scales : kv.k.scales) + at, bytes);
       if constexpr (Bits == 4) {
-        pair |= static_cast<std::uint32_t>(__ldcg((lane < kTile ? k_rows.mins : v_rows.mins) + row_param)) << 16;
-      }
-      if (with_params) {
-        stage.params[lane % kTile][2 * (lane / kTile)] = static_cast<std::uint16_t>(pair);
-        stage.params[lane % kTile][2 * (lane / kTile) + 1] = static_cast<std::uint16_t>(pair >> 16);
-      } else {
-        pending_params = pair;
+        cp_async4(&stage.params[param_row][2 * param_part + 1], (param_part ? kv.v.mins : kv.k.mins) + at, bytes);
       }
     } else if (Bits != 0 && t < tiles) {
       typename S::Stage& stage = sm.ring[warp][slot];
@@ -578,33 +614,22 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
                      0);  // zeros: an FP16 token's or one past the split (a valid address, nothing read)
         }
       }
-      // Lane l: the scale and min of position l % 16 of part l / 16 (K, then V).
-      const int row = lane % kTile, part = lane / kTile, j = base + row;
-      std::uint32_t pair = 0x00003c00u;  // scale 1, min 0: an FP16 token's
+      // The parameters of a tile with FP16 tokens or an end: loaded here (such tiles are
+      // few) and stored in both halves of the pair, so either half reads them.
+      const int j = base + param_row;
+      std::uint32_t scale = 0x3c00u, min = 0;  // 1 and 0: an FP16 token's, or one past the split
       if (j < n) {
         const Where at = where<Bits>(a, i0 + j);
         if (at.body) {
-          const BodyRow rows = body_row<Paged>(a, part != 0, at.pos);
-          pair = __ldcg(rows.scales + head);
-          if constexpr (Bits == 4) pair |= static_cast<std::uint32_t>(__ldcg(rows.mins + head)) << 16;
+          const BodyRow rows = body_row<Paged>(a, param_part != 0, at.pos);
+          scale = __ldcg(rows.scales + head);
+          if constexpr (Bits == 4) min = __ldcg(rows.mins + head);
         }
       }
-      if (with_params) {
-        stage.params[row][2 * part] = static_cast<std::uint16_t>(pair);
-        stage.params[row][2 * part + 1] = static_cast<std::uint16_t>(pair >> 16);
-      } else {
-        pending_params = pair;
-      }
+      stage.params[param_row][2 * param_part] = scale | scale << 16;
+      stage.params[param_row][2 * param_part + 1] = min | min << 16;
     }
     cp_async_commit();
-  };
-  auto store_pending = [&](int slot) {
-    if constexpr (Bits != 0) {
-      typename S::Stage& stage = sm.ring[warp][slot];
-      const int row = lane % kTile, part = lane / kTile;
-      stage.params[row][2 * part] = static_cast<std::uint16_t>(pending_params);
-      stage.params[row][2 * part + 1] = static_cast<std::uint16_t>(pending_params >> 16);
-    }
   };
   // Under prefetch, a warp whose first tiles hold a body token this step's append wrote
   // (int8 / int4: the new one; selective: the one that left the window) issues them
@@ -619,13 +644,13 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   };
   const bool early = Bits != 0 && !(holds_appended(first) || holds_appended(first + kWarps));
   if (early) {
-    issue(first, 0, true);
-    issue(first + kWarps, 1, false);
+    issue(first, 0);
+    issue(first + kWarps, 1);
   }
   if (a.prefetch) pdl_wait();
   if (Bits != 0 && !early) {
-    issue(first, 0, true);
-    issue(first + kWarps, 1, false);
+    issue(first, 0);
+    issue(first + kWarps, 1);
   }
 
   // Q as A fragments (rows g and g + 8; quarter c of head_dim), and sum(q) per row for
@@ -705,44 +730,53 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     } else {
       cp_async_wait<S::kStages - 2>();  // this lane's copies of tile t have landed ...
       __syncwarp();                     // ... and every lane's; the slot read last iteration is free
-      const int ahead = slot + 2 >= S::kStages ? slot + 2 - S::kStages : slot + 2;
-      store_pending(slot + 1 >= S::kStages ? 0 : slot + 1);  // tile t + kWarps's parameters
-      issue(t + 2 * kWarps, ahead, false);
-      __syncwarp();
+      issue(t + 2 * kWarps, slot + 2 >= S::kStages ? slot + 2 - S::kStages : slot + 2);
       const typename S::Stage& stage = sm.ring[warp][slot];
-      const bool body = body_tile(base);
+      // A row's parameter of the pair (index p of K scale, K min, V scale, V min).
+      auto param = [&](int row, int p) {
+        const std::uint32_t pair = stage.params[row][p];
+        return formats::half_to_float({static_cast<std::uint16_t>(param_odd(t, row) ? pair >> 16 : pair)});
+      };
+      // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
+      // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
+      auto take = [&](auto checked) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int j = base + g + 8 * r;
-        if (!body && j < n && !where<Bits>(a, i0 + j).body) {
-          load_f16_k(x.k[r], j, TileRows{});
-        } else {
-          load_shared<kCodeBytes / 4>(stage.k[g + 8 * r] + c * (kCodeBytes / 4), x.k[r]);
-          codes_to_halves<Bits, D / 4>(x.k[r]);
-        }
-        if constexpr (Swap) {  // every row's (an FP16 token's and one past the split: 1, 0)
-          const std::uint16_t* pr = stage.params[g + 8 * r];
-          x.ks[r] = formats::half_to_float({pr[0]});
-          x.km[r] = Bits == 4 ? formats::half_to_float({pr[1]}) : 0.0f;
-          x.vs[r] = formats::half_to_float({pr[2]});
-          x.vm[r] = Bits == 4 ? formats::half_to_float({pr[3]}) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int row = column_of(c, u), j = base + row;
-        if (!body && j < n && !where<Bits>(a, i0 + j).body) {
-          load_f16_v(x, u, j, TileRows{});
-        } else {
-          load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
-          codes_to_halves<Bits, D / 8>(x.v[u]);
-          if constexpr (!Swap) {
-            x.ks[u] = formats::half_to_float({stage.params[row][0]});
-            x.km[u] = Bits == 4 ? formats::half_to_float({stage.params[row][1]}) : 0.0f;
-            x.vs[u] = formats::half_to_float({stage.params[row][2]});
-            x.vm[u] = Bits == 4 ? formats::half_to_float({stage.params[row][3]}) : 0.0f;
+        for (int r = 0; r < 2; ++r) {
+          const int row = g + 8 * r, j = base + row;
+          if (checked && j < n && !where<Bits>(a, i0 + j).body) {
+            load_f16_k(x.k[r], j, TileRows{});
+          } else {
+            load_shared<kCodeBytes / 4>(stage.k[row] + c * (kCodeBytes / 4), x.k[r]);
+            codes_to_halves<Bits, D / 4>(x.k[r]);
+          }
+          if constexpr (Swap) {  // every row's (an FP16 token's and one past the split: 1, 0)
+            x.ks[r] = param(row, 0);
+            x.km[r] = Bits == 4 ? param(row, 1) : 0.0f;
+            x.vs[r] = param(row, 2);
+            x.vm[r] = Bits == 4 ? param(row, 3) : 0.0f;
           }
         }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int row = column_of(c, u), j = base + row;
+          if (checked && j < n && !where<Bits>(a, i0 + j).body) {
+            load_f16_v(x, u, j, TileRows{});
+          } else {
+            load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
+            codes_to_halves<Bits, D / 8>(x.v[u]);
+            if constexpr (!Swap) {
+              x.ks[u] = param(row, 0);
+              x.km[u] = Bits == 4 ? param(row, 1) : 0.0f;
+              x.vs[u] = param(row, 2);
+              x.vm[u] = Bits == 4 ? param(row, 3) : 0.0f;
+            }
+          }
+        }
+      };
+      if (body_tile(base)) {
+        take(std::false_type{});
+      } else {
+        take(std::true_type{});
       }
       slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }

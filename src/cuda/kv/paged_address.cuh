@@ -115,11 +115,15 @@ struct BodyRow {
   std::uint16_t* scales;
   std::uint16_t* mins;
 };
-__device__ __forceinline__ BodyRow body_row_in(const KvPageLayout& l, std::uint8_t* page, bool is_v, long long pos) {
-  const long long r = static_cast<long long>(row_in_page(l, pos)) * l.shape.kv_heads;
+// Row `row` of a page (row_in_page of its position).
+__device__ __forceinline__ BodyRow body_row_at(const KvPageLayout& l, std::uint8_t* page, bool is_v, int row) {
+  const long long r = static_cast<long long>(row) * l.shape.kv_heads;
   return BodyRow{page + l.codes_offset(is_v) + r * l.shape.code_bytes(),
                  reinterpret_cast<std::uint16_t*>(page + l.scales_offset(is_v)) + r,
                  reinterpret_cast<std::uint16_t*>(page + l.mins_offset(is_v)) + r};
+}
+__device__ __forceinline__ BodyRow body_row_in(const KvPageLayout& l, std::uint8_t* page, bool is_v, long long pos) {
+  return body_row_at(l, page, is_v, row_in_page(l, pos));
 }
 __device__ __forceinline__ BodyRow paged_body_row(const PagedArgs& p, const std::int32_t* table, bool is_v,
                                                   long long pos) {
