@@ -350,8 +350,8 @@ struct TilePage {
   int row;
 };
 
-// The shared memory of a block: Q's fragments and (paged, quantized) the split's tile
-// pages for the whole loop; then either the
+// The shared memory of a block: Q's fragments and (paged) the split's tile pages for the
+// whole loop; then either the
 // quantized kernels' cp.async rings (during the loop) or the warps' results and the
 // combine's weights (after it).
 template <int D, int Bits>
@@ -372,7 +372,7 @@ struct Smem {
     float totals[kMmaMaxGroup];
   };
   uint4 qf[D / 16][32];
-  TilePage pages[Bits == 0 ? 1 : kMaxSplit / kTile];  // paged, quantized: a body tile's page and first row
+  TilePage pages[kMaxSplit / kTile];  // paged: a tile's page and first row
   union {
     Stage ring[kWarps][kStages];
     After after;
@@ -454,16 +454,40 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   const int end_slot = s.window > 0 ? (a.end - 1) % static_cast<int>(s.window) : 0;
   auto past_l1 = [&](int pos) { return a.prefetch && appended_now(a, pos); };
 
-  // Paged full: the 16 positions of a tile share a page (splits and tiles start at
-  // multiples of 16; a page holds a multiple of 16) and are consecutive rows in it, so the
-  // tile's page is looked up once and its rows are the first one's + D apart. A lookup
-  // per row (its checks, a division, 64-bit address arithmetic: ~190 instructions, for
-  // the 6 rows a lane loads a tile) made the paged FP16 kernel 2.3x the contiguous one's
-  // instructions. Null rows elsewhere: f16_row finds each row.
+  // A tile of 16 body positions (almost all of them at long contexts) takes the paths
+  // without per-position checks: its rows are consecutive in the cache (a position is
+  // its visible index under the quantized policies, which drop nothing; paged: of one
+  // page, P being a multiple of 16 and the tile 16-aligned).
+  auto body_tile = [&](int base) {
+    return base + kTile <= n && i0 + base >= a.sink_end && i0 + base + kTile <= a.recent_begin;
+  };
+  // Paged: the 16 positions of a tile share a page (splits and tiles start at multiples
+  // of 16; a page holds a multiple of 16) and are consecutive rows in it. Each paged tile's
+  // page and first row (full: every tile; quantized: the body tiles) are looked up once
+  // for the block, a thread a tile, before the loop: looked up in the loop, each tile's
+  // table load was waited for before its rows could be, and its divisions and 64-bit
+  // arithmetic made a quantized tile's issue path ~190 instructions.
+  if constexpr (Paged) {
+    if (Bits != 0 || s.window == 0) {
+      for (int t = static_cast<int>(threadIdx.x); t < tiles; t += kThreads) {
+        if (Bits == 0 || body_tile(t * kTile)) {
+          const long long pos = i0 + t * kTile;
+          sm.pages[t] = TilePage{page_of(a.paged, a.table, pos), row_in_page(a.paged.layout, pos)};
+        }
+      }
+      __syncthreads();
+    }
+  }
+  // Paged full: a tile's K and V rows of this head (the first one's; the others D apart).
+  // Null rows elsewhere: f16_row finds each row.
   using TileRows = F16Rows;
   auto tile_rows = [&](int base) {
     if constexpr (Paged && Bits == 0) {
-      if (a.shape.window == 0 && base < n) return paged_f16_rows(a.paged, a.table, head, i0 + base);
+      if (s.window == 0 && base < n) {
+        const TilePage tp = sm.pages[base / kTile];
+        return TileRows{f16_row_at(a.paged.layout, tp.page, false, head, tp.row),
+                        f16_row_at(a.paged.layout, tp.page, true, head, tp.row)};
+      }
     }
     return TileRows{};
   };
@@ -535,26 +559,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   constexpr int kCodeBytes = S::kCodeBytes;
   constexpr int kChunks = kTile * kCodeBytes / 16;  // 16-byte copies a part a tile
   constexpr int kRowChunks = kCodeBytes / 16;       // 16-byte copies a row
-  // A tile of 16 body positions (almost all of them at long contexts) takes the paths
-  // without per-position checks: its rows are consecutive in the cache (a position is
-  // its visible index under the quantized policies, which drop nothing; paged: of one
-  // page, P being a multiple of 16 and the tile 16-aligned).
-  auto body_tile = [&](int base) {
-    return base + kTile <= n && i0 + base >= a.sink_end && i0 + base + kTile <= a.recent_begin;
-  };
-  // Paged: each body tile's page and first row in it, looked up once for the block (a
-  // thread a tile) before the loop: per tile and warp in the loop, the lookup's table
-  // load was waited for at once, and its divisions and 64-bit arithmetic made the issue
-  // path ~190 instructions a tile.
-  if constexpr (Paged && Bits != 0) {
-    for (int t = static_cast<int>(threadIdx.x); t < tiles; t += kThreads) {
-      if (body_tile(t * kTile)) {
-        const long long pos = i0 + t * kTile;
-        sm.pages[t] = TilePage{page_of(a.paged, a.table, pos), row_in_page(a.paged.layout, pos)};
-      }
-    }
-    __syncthreads();
-  }
   // Body tile t's first rows (KV head 0).
   auto body_tile_rows = [&](int t) -> BodyRows {
     if constexpr (Paged) {

@@ -87,10 +87,15 @@ __device__ __forceinline__ std::uint8_t* page_of(const PagedArgs& p, const std::
 }
 
 // FP16 row (head, pos) of a paged FP16 cache (full) in its page: D halves.
+// Row `row` of a page (row_in_page of its position).
+__device__ __forceinline__ std::uint16_t* f16_row_at(const KvPageLayout& l, std::uint8_t* page, bool is_v, int head,
+                                                     int row) {
+  return reinterpret_cast<std::uint16_t*>(page + (is_v ? l.f16_part_bytes() : 0)) +
+         (head * l.page_tokens + row) * l.shape.head_dim;
+}
 __device__ __forceinline__ std::uint16_t* f16_row_in(const KvPageLayout& l, std::uint8_t* page, bool is_v, int head,
                                                      long long pos) {
-  return reinterpret_cast<std::uint16_t*>(page + (is_v ? l.f16_part_bytes() : 0)) +
-         (head * l.page_tokens + row_in_page(l, pos)) * l.shape.head_dim;
+  return f16_row_at(l, page, is_v, head, row_in_page(l, pos));
 }
 __device__ __forceinline__ std::uint16_t* paged_f16_row(const PagedArgs& p, const std::int32_t* table, bool is_v,
                                                          int head, long long pos) {
