@@ -324,6 +324,28 @@ def test_a_burst_of_connections_is_accepted_at_once(server):
             s.close()
 
 
+def test_idle_keep_alive_connections_do_not_stall_new_clients(server):
+    # cpp-httplib serves a connection's whole life on one worker, waiting up to its
+    # keep-alive timeout (5 s) for the next request; a fixed pool of workers (the shared
+    # server has 4 + 64 + 8) would leave a new client queued behind that many idle
+    # clients (a connection pool's open sockets) for seconds.
+    sockets = []
+    try:
+        for _ in range(120):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            sockets.append(s)
+        start = time.monotonic()
+        assert server.health()["status"] == "ok"
+        waited = time.monotonic() - start
+        assert waited < 1.0, f"a new client waited {waited:.2f} s behind {len(sockets)} idle keep-alive connections"
+        for s in sockets:  # every idle client was answered too, and its connection kept
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def test_a_second_server_on_the_same_port_is_refused(server, cli, model):
     # Not two listeners sharing the port (SO_REUSEPORT), each silently taking some clients.
     second = subprocess.run([str(cli), "serve", "--model", str(model), "--device", "cpu", "--port", str(server.port)],

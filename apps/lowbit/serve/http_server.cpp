@@ -14,6 +14,7 @@
 
 #include "lowbit/error.h"
 #include "serve/api_error.h"
+#include "serve/connection_pool.h"
 #include "serve/openai_request.h"
 #include "serve/openai_response.h"
 #include "serve/request_channel.h"
@@ -25,6 +26,7 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 constexpr auto kPoll = 200ms;  // how often a waiting HTTP thread looks again
+constexpr std::size_t kMaxConnections = 1024;  // open connections served at once beyond http_threads
 
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -284,7 +286,11 @@ HttpServer::HttpServer(const engine::Tokenizer& tokenizer, engine::Scheduler& sc
   impl_->scheduler = &scheduler;
   impl_->options = std::move(options);
   const std::size_t threads = impl_->options.http_threads;
-  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // Workers as connections need them (an idle keep-alive connection holds one), never
+  // fewer than `threads`, at most kMaxConnections more.
+  impl_->http.new_task_queue = [threads] {
+    return new ConnectionPool(threads, threads + kMaxConnections, std::chrono::seconds(10));
+  };
   impl_->http.set_payload_max_length(impl_->options.max_body_bytes);
   impl_->http.set_write_timeout(impl_->options.write_timeout_seconds, 0);
   impl_->http.set_read_timeout(30, 0);
