@@ -26,6 +26,10 @@ KvPageLayout kv_page_layout(const KvCacheSpec& spec, std::int64_t layers, std::s
   l.max_tokens = spec.policy == KvPolicy::window ? std::int64_t{1} << 30 : spec.max_tokens;
   LOWBIT_CHECK(l.max_tokens < (std::int64_t{1} << 31) - 1, "kv pages: max_tokens ", l.max_tokens,
                " past int32 positions");
+  // The kernels address inside a page in 32 bits (cuda/kv/paged_address.cuh).
+  LOWBIT_CHECK(l.page_bytes() < (std::int64_t{1} << 31), "kv pages: a page of ", l.page_bytes(),
+               " bytes a layer (page_tokens ", page_tokens, ", kv_heads ", l.shape.kv_heads,
+               ") is past the kernels' 32-bit offsets; use fewer page_tokens");
   l.table_stride = std::max<std::int64_t>(1, l.pages_for(l.max_tokens));
   const std::int64_t fixed = checked_mul(checked_mul(layers, max_seqs, "kv pages: fixed areas"), l.fixed_bytes(),
                                          "kv pages: fixed area bytes");

@@ -179,6 +179,10 @@ TEST(KvPages, BadLayoutsAreRefused) {
   KvCacheSpec full = spec;
   full.policy = KvPolicy::full;
   EXPECT_LOWBIT_ERROR(core::kv_page_layout(full, 32, 1000, 4), "less than one page");
+  KvCacheSpec wide = full;  // 1024 heads x 4096 tokens x 128 x 2 bytes, K and V: 2^31 bytes a page
+  wide.kv_heads = 1024;
+  EXPECT_LOWBIT_ERROR(core::kv_page_layout(wide, 1, std::size_t{1} << 32, 1, 4096), "past the kernels' 32-bit offsets");
+  EXPECT_NO_THROW(core::kv_page_layout(wide, 1, std::size_t{1} << 32, 1, 2048));
   KvCacheSpec bad = spec;
   bad.head_dim = 96;
   EXPECT_LOWBIT_ERROR(core::kv_page_layout(bad, 32, std::size_t{1} << 30, 4), "head_dim = 96");

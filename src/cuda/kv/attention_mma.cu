@@ -201,6 +201,16 @@ struct WarpState {
   float m[2], l[2], vmin[2];
 };
 
+// 2^x (x <= 0 here) by the MUFU alone: ex2.approx.ftz flushes results below 2^-126 to 0,
+// which a softmax weight may be; exp2f's fix-up for subnormal results took 4 more
+// instructions an exponential, 6 exponentials a tile. Its error (2 ulp) is far below the
+// f16 rounding of the weights.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Tile-local index of S column / V row u of lane (g, c).
 __device__ __forceinline__ int column_of(int c, int u) { return 2 * c + (u & 1) + 8 * (u >> 1); }
 
@@ -232,11 +242,11 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(st.m[row], mx);
-    alpha[row] = m_new == -INFINITY ? 1.0f : exp2f(st.m[row] - m_new);
+    alpha[row] = m_new == -INFINITY ? 1.0f : exp2_approx(st.m[row] - m_new);
     float sum = 0.0f, vm_sum = 0.0f;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      p[row][u] = m_new == -INFINITY ? 0.0f : exp2f(p[row][u] - m_new);
+      p[row][u] = m_new == -INFINITY ? 0.0f : exp2_approx(p[row][u] - m_new);
       sum += p[row][u];
       vm_sum = fmaf(p[row][u], x.vm[u], vm_sum);
       p[row][u] *= x.vs[u];
@@ -306,12 +316,12 @@ __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
     const float m_new = fmaxf(st.m[h], mx);
-    alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(st.m[h] - m_new);
+    alpha[h] = m_new == -INFINITY ? 1.0f : exp2_approx(st.m[h] - m_new);
     float sum = 0.0f, vm_sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float& e = p[2 * r + h];
-      e = m_new == -INFINITY ? 0.0f : exp2f(e - m_new);
+      e = m_new == -INFINITY ? 0.0f : exp2_approx(e - m_new);
       sum += e;
       if constexpr (Bits == 4) vm_sum = fmaf(e, x.vm[r], vm_sum);
       if constexpr (Bits != 0) e *= x.vs[r];
@@ -576,7 +586,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // row's within the tile.
   const long long body_params = s.body_slots * s.kv_heads;
   auto param_index = [&](int t, int row) -> long long {
-    return (Paged ? row : i0 + t * kTile - s.body_base + row) * s.kv_heads + head;
+    if constexpr (Paged) return row * static_cast<int>(s.kv_heads) + head;  // within the page: 32 bits
+    return (i0 + t * kTile - s.body_base + row) * s.kv_heads + head;
   };
   auto param_odd = [&](int t, int row) { return (param_index(t, row) & 1) != 0; };
   const int param_row = lane % kTile, param_part = lane / kTile;  // a lane's (row, part) of a tile
@@ -584,19 +595,20 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
       typename S::Stage& stage = sm.ring[warp][slot];
       const BodyRows kv = body_tile_rows(t);
-      const long long code0 = static_cast<long long>(head) * kCodeBytes;
+      // A tile's rows span less than 2^31 bytes (16 rows of kv_heads <= 1024 heads).
+      const int code0 = head * kCodeBytes, row_bytes = static_cast<int>(s.kv_heads) * kCodeBytes;
 #pragma unroll
       for (int i = 0; i < 2 * kChunks / 32; ++i) {
         constexpr int kPerPart = kChunks / 32;
         const int q = lane + 32 * (kPerPart > 0 ? i % kPerPart : 0), row = q / kRowChunks, chunk = q % kRowChunks;
         const std::uint8_t* codes = i < kPerPart ? kv.k.codes : kv.v.codes;
         std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
-        cp_async16(dst, codes + code0 + static_cast<long long>(row) * s.kv_heads * kCodeBytes + chunk * 16, 16);
+        cp_async16(dst, codes + (code0 + row * row_bytes + chunk * 16), 16);
       }
       const long long index = param_index(t, param_row);
       const bool odd = (index & 1) != 0;
       const int bytes = !Paged && !odd && index + 1 >= body_params ? 2 : 4;  // the part's last value alone
-      const long long at = static_cast<long long>(param_row) * s.kv_heads + head - (odd ? 1 : 0);
+      const int at = param_row * static_cast<int>(s.kv_heads) + head - (odd ? 1 : 0);
       cp_async4(&stage.params[param_row][2 * param_part], (param_part ? kv.v.scales : kv.k.scales) + at, bytes);
       if constexpr (Bits == 4) {
         cp_async4(&stage.params[param_row][2 * param_part + 1], (param_part ? kv.v.mins : kv.k.mins) + at, bytes);

@@ -87,11 +87,14 @@ __device__ __forceinline__ std::uint8_t* page_of(const PagedArgs& p, const std::
 }
 
 // FP16 row (head, pos) of a paged FP16 cache (full) in its page: D halves.
-// Row `row` of a page (row_in_page of its position).
+// Row `row` of a page (row_in_page of its position). Offsets inside a page are 32-bit
+// (kv_page_layout keeps a page under 2^31 bytes): 64-bit products of the layout's sizes
+// took ~60 instructions of a tile's issue path.
 __device__ __forceinline__ std::uint16_t* f16_row_at(const KvPageLayout& l, std::uint8_t* page, bool is_v, int head,
                                                      int row) {
-  return reinterpret_cast<std::uint16_t*>(page + (is_v ? l.f16_part_bytes() : 0)) +
-         (head * l.page_tokens + row) * l.shape.head_dim;
+  const int part = is_v ? static_cast<int>(l.f16_part_bytes()) : 0;
+  return reinterpret_cast<std::uint16_t*>(page + part) +
+         (head * static_cast<int>(l.page_tokens) + row) * static_cast<int>(l.shape.head_dim);
 }
 __device__ __forceinline__ std::uint16_t* f16_row_in(const KvPageLayout& l, std::uint8_t* page, bool is_v, int head,
                                                      long long pos) {
@@ -120,12 +123,13 @@ struct BodyRow {
   std::uint16_t* scales;
   std::uint16_t* mins;
 };
-// Row `row` of a page (row_in_page of its position).
+// Row `row` of a page (row_in_page of its position), in 32-bit offsets as f16_row_at.
 __device__ __forceinline__ BodyRow body_row_at(const KvPageLayout& l, std::uint8_t* page, bool is_v, int row) {
-  const long long r = static_cast<long long>(row) * l.shape.kv_heads;
-  return BodyRow{page + l.codes_offset(is_v) + r * l.shape.code_bytes(),
-                 reinterpret_cast<std::uint16_t*>(page + l.scales_offset(is_v)) + r,
-                 reinterpret_cast<std::uint16_t*>(page + l.mins_offset(is_v)) + r};
+  const int r = row * static_cast<int>(l.shape.kv_heads);
+  const int codes = static_cast<int>(l.codes_offset(is_v)) + r * static_cast<int>(l.shape.code_bytes());
+  const int scales = static_cast<int>(l.scales_offset(is_v)), mins = static_cast<int>(l.mins_offset(is_v));
+  return BodyRow{page + codes, reinterpret_cast<std::uint16_t*>(page + scales) + r,
+                 reinterpret_cast<std::uint16_t*>(page + mins) + r};
 }
 __device__ __forceinline__ BodyRow body_row_in(const KvPageLayout& l, std::uint8_t* page, bool is_v, long long pos) {
   return body_row_at(l, page, is_v, row_in_page(l, pos));
