@@ -55,6 +55,11 @@ void ConnectionPool::work() {
   exited_.notify_all();
 }
 
+std::size_t ConnectionPool::workers() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return workers_;
+}
+
 void ConnectionPool::shutdown() {
   std::unique_lock<std::mutex> lock(mutex_);
   stopping_ = true;

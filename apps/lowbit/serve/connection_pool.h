@@ -27,6 +27,8 @@ class ConnectionPool : public httplib::TaskQueue {
   void enqueue(std::function<void()> fn) override;
   // Runs what is queued, then waits for every worker to exit.
   void shutdown() override;
+  // Workers alive now.
+  std::size_t workers();
 
  private:
   void start_worker();  // with mutex_ held
