@@ -584,12 +584,15 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // that holds its row's value, which is the pair's high half when the value's index in
   // the part is odd. Paged, a tile's first row is a multiple of 16: the parity is the
   // row's within the tile.
+  // Contiguous, the buffer's last value at an even index is copied alone.
   const long long body_params = s.body_slots * s.kv_heads;
-  auto param_index = [&](int t, int row) -> long long {
-    if constexpr (Paged) return row * static_cast<int>(s.kv_heads) + head;  // within the page: 32 bits
-    return (i0 + t * kTile - s.body_base + row) * s.kv_heads + head;
+  auto contiguous_index = [&](int t, int row) { return (i0 + t * kTile - s.body_base + row) * s.kv_heads + head; };
+  // The index's parity, in 32-bit unsigned arithmetic (a product's low bit is that of its
+  // factors' low bits).
+  auto param_odd = [&](int t, int row) {
+    const unsigned r = Paged ? row : static_cast<unsigned>(i0 + t * kTile - s.body_base + row);
+    return ((r * static_cast<unsigned>(s.kv_heads) + static_cast<unsigned>(head)) & 1u) != 0;
   };
-  auto param_odd = [&](int t, int row) { return (param_index(t, row) & 1) != 0; };
   const int param_row = lane % kTile, param_part = lane / kTile;  // a lane's (row, part) of a tile
   auto issue = [&](int t, int slot) {
     if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
@@ -605,9 +608,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
         cp_async16(dst, codes + (code0 + row * row_bytes + chunk * 16), 16);
       }
-      const long long index = param_index(t, param_row);
-      const bool odd = (index & 1) != 0;
-      const int bytes = !Paged && !odd && index + 1 >= body_params ? 2 : 4;  // the part's last value alone
+      const bool odd = param_odd(t, param_row);
+      const int bytes = !Paged && !odd && contiguous_index(t, param_row) + 1 >= body_params ? 2 : 4;  // the last alone
       const int at = param_row * static_cast<int>(s.kv_heads) + head - (odd ? 1 : 0);
       cp_async4(&stage.params[param_row][2 * param_part], (param_part ? kv.v.scales : kv.k.scales) + at, bytes);
       if constexpr (Bits == 4) {
