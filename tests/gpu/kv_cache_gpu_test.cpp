@@ -145,7 +145,7 @@ TEST_F(KvCacheGpu, AppendWritesTheCpuQuantizeBuffers) {
 // Each kernel (simt, mma, mma_swap) against the twin: every policy, head_dim 64 and 128,
 // lengths from one token to several splits (4097: a last split of one position), GQA
 // groups 3 and 4 everywhere and every group from 1 to 8 at two lengths (mma_swap also 9
-// and 16, which run mma's math), f32 and f16 outputs.
+// and 16, which run mma's math), a full cache of sink 5 and window 37, f32 and f16 outputs.
 struct Heads {
   std::int64_t h, hkv;
 };
@@ -155,6 +155,7 @@ struct AttentionCase {
   std::int64_t d;
   Heads heads;
   std::int64_t length;
+  std::int64_t sink = kSink, window = kWindow;
 };
 
 std::vector<AttentionCase> attention_cases() {
@@ -175,6 +176,10 @@ std::vector<AttentionCase> attention_cases() {
     if (kernel == ce::AttentionKernel::mma_swap) {
       for (const std::int64_t ratio : {9, 16}) out.push_back({kernel, 64, Heads{2 * ratio, 2}, 300});
     }
+    // A full cache whose last body tile ends at the body's last slot, 123 x 3 (odd) scales
+    // and mins: the tensor-core kernels copy them as 4-byte pairs, and the buffer's last
+    // value alone.
+    for (const std::int64_t d : {64, 128}) out.push_back({kernel, d, Heads{9, 3}, 165, 5, 37});
   }
   return out;
 }
@@ -190,10 +195,11 @@ TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
       const std::int64_t d = ac.d, length = ac.length;
       const Heads hh = ac.heads;
       for (DType out_dtype : {DType::f32, DType::f16}) {
-        SCOPED_TRACE(std::string(c.name) + " " + kernel_label(ac.kernel) + " D " +
-                     std::to_string(d) + " H " + std::to_string(hh.h) + "/" + std::to_string(hh.hkv) +
-                     " length " + std::to_string(length) + " out " + dtype_name(out_dtype));
-        const ce::KvLayerShape s = kv_shape(c.policy, hh.hkv, d, kSink, kWindow, c.bits, length);
+        SCOPED_TRACE(std::string(c.name) + " " + kernel_label(ac.kernel) + " D " + std::to_string(d) + " H " +
+                     std::to_string(hh.h) + "/" + std::to_string(hh.hkv) + " length " + std::to_string(length) +
+                     " sink " + std::to_string(ac.sink) + " window " + std::to_string(ac.window) + " out " +
+                     dtype_name(out_dtype));
+        const ce::KvLayerShape s = kv_shape(c.policy, hh.hkv, d, ac.sink, ac.window, c.bits, length);
         const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
         const auto q = random_f16(rng, hh.h, d, 1.5f);
         const KvTwin twin = build_kv_twin(s, length, k, v);
