@@ -86,16 +86,16 @@ __device__ __forceinline__ std::uint8_t* page_of(const PagedArgs& p, const std::
   return page ? page : p.layer.pages;
 }
 
-// FP16 row (head, pos) of a paged FP16 cache (full) in its page: D halves.
-// Row `row` of a page (row_in_page of its position). Offsets inside a page are 32-bit
-// (kv_page_layout keeps a page under 2^31 bytes): 64-bit products of the layout's sizes
-// took ~60 instructions of a tile's issue path.
+// FP16 row (head, row `row`) of a paged FP16 cache (full) in its page: D halves. Offsets
+// inside a page are 32-bit (kv_page_layout keeps a page under 2^31 bytes): 64-bit
+// products of the layout's sizes took ~60 instructions of a tile's issue path.
 __device__ __forceinline__ std::uint16_t* f16_row_at(const KvPageLayout& l, std::uint8_t* page, bool is_v, int head,
                                                      int row) {
   const int part = is_v ? static_cast<int>(l.f16_part_bytes()) : 0;
   return reinterpret_cast<std::uint16_t*>(page + part) +
          (head * static_cast<int>(l.page_tokens) + row) * static_cast<int>(l.shape.head_dim);
 }
+// The same by position.
 __device__ __forceinline__ std::uint16_t* f16_row_in(const KvPageLayout& l, std::uint8_t* page, bool is_v, int head,
                                                      long long pos) {
   return f16_row_at(l, page, is_v, head, row_in_page(l, pos));
