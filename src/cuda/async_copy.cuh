@@ -16,9 +16,9 @@ __device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, i
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   cp_async16(smem_address(dst), src, src_bytes);
 }
-// 4 bytes (src and dst 4-byte aligned) through L1; bytes past src_bytes (0..4) zero-filled.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes));
+// 4 bytes (src and dst 4-byte aligned) through L1.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address(dst)), "l"(src));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending of this thread's newest groups are in flight.

@@ -584,7 +584,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // that holds its row's value, which is the pair's high half when the value's index in
   // the part is odd. Paged, a tile's first row is a multiple of 16: the parity is the
   // row's within the tile.
-  // Contiguous, the buffer's last value at an even index is copied alone.
   const long long body_params = s.body_slots * s.kv_heads;
   auto contiguous_index = [&](int t, int row) { return (i0 + t * kTile - s.body_base + row) * s.kv_heads + head; };
   // The index's parity, in 32-bit unsigned arithmetic (a product's low bit is that of its
@@ -609,11 +608,16 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         cp_async16(dst, codes + (code0 + row * row_bytes + chunk * 16), 16);
       }
       const bool odd = param_odd(t, param_row);
-      const int bytes = !Paged && !odd && contiguous_index(t, param_row) + 1 >= body_params ? 2 : 4;  // the last alone
       const int at = param_row * static_cast<int>(s.kv_heads) + head - (odd ? 1 : 0);
-      cp_async4(&stage.params[param_row][2 * param_part], (param_part ? kv.v.scales : kv.k.scales) + at, bytes);
-      if constexpr (Bits == 4) {
-        cp_async4(&stage.params[param_row][2 * param_part + 1], (param_part ? kv.v.mins : kv.k.mins) + at, bytes);
+      const BodyRow& part = param_part ? kv.v : kv.k;
+      if (!Paged && !odd && contiguous_index(t, param_row) + 1 >= body_params) {
+        // The buffer's last value at an even index: a 4-byte copy, even one zero-filling
+        // its second half, is an access past the buffer (compute-sanitizer flags it).
+        stage.params[param_row][2 * param_part] = __ldcg(part.scales + at);
+        if constexpr (Bits == 4) stage.params[param_row][2 * param_part + 1] = __ldcg(part.mins + at);
+      } else {
+        cp_async4(&stage.params[param_row][2 * param_part], part.scales + at);
+        if constexpr (Bits == 4) cp_async4(&stage.params[param_row][2 * param_part + 1], part.mins + at);
       }
     } else if (Bits != 0 && t < tiles) {
       typename S::Stage& stage = sm.ring[warp][slot];
