@@ -67,7 +67,8 @@ void print_gemm_table(const std::string& title, const std::vector<GemmRow>& rows
   bool all_ok = true;
   for (const GemmRow& r : rows) {
     all_ok = all_ok && r.ok;
-    if (!r.peer.empty() && std::isfinite(r.speedup_vs_peer())) {
+    // The peer's own row (speed-up 1 by definition) is not one of lowbit's.
+    if (!r.peer.empty() && r.variant != r.peer && std::isfinite(r.speedup_vs_peer())) {
       lo = std::min(lo, r.speedup_vs_peer()), hi = std::max(hi, r.speedup_vs_peer());
     }
     char line[512];
@@ -95,8 +96,10 @@ void print_gemm_table(const std::string& title, const std::vector<GemmRow>& rows
     std::cout << " " << r.check << " |\n";
   }
   if (hi > 0) {
-    std::printf("\nVerdict: %s to %s the speed of the peer measured in the same run; %s.\n", significant(lo).c_str(),
-                (significant(hi) + "x").c_str(), all_ok ? "every result checked" : "SOME CHECKS FAILED");
+    const std::string range = significant(lo) == significant(hi) ? significant(hi) + "x"
+                                                                   : significant(lo) + " to " + significant(hi) + "x";
+    std::printf("\nVerdict: %s the speed of the peer measured in the same run; %s.\n", range.c_str(),
+                all_ok ? "every result checked" : "SOME CHECKS FAILED");
   } else if (copy_gbps <= 0) {
     std::printf("\nVerdict: the CPU reference (the tests' oracle) only: a GPU is needed for the kernels and their "
                 "peers.\n");

@@ -85,7 +85,8 @@ void print_summary(std::ostream& out, const std::vector<KvRow>& rows, bool gpu) 
           << " | " << fmt(r.total_ms()) << " | " << speedup(r.speedup_vs_cpu) << " | " << exact(r) << " |\n";
     }
     if (hi > 0) {
-      out << "\nVerdict: lowbit's CPU path runs at " << speedup(lo) << " to " << speedup(hi)
+      out << "\nVerdict: lowbit's CPU path runs at "
+          << (speedup(lo) == speedup(hi) ? speedup(hi) : speedup(lo) + " to " + speedup(hi))
           << " the original CPU code's speed on these cases (threads share the work only where it is worth a "
              "thread team), "
           << (all_exact ? "every output bit-identical." : "but some outputs DIFFER (see 'exact').") << "\n";
@@ -131,7 +132,8 @@ void print_summary(std::ostream& out, const std::vector<KvRow>& rows, bool gpu) 
         << (case_exact ? "yes" : "NO") << " |\n";
   }
   if (best_pct > 0) {
-    out << "\nVerdict: lowbit's kernels move data at " << fmt(worst_pct, "%.0f%%") << " to " << fmt(best_pct, "%.0f%%")
+    const std::string worst = fmt(worst_pct, "%.0f%%"), best_share = fmt(best_pct, "%.0f%%");
+    out << "\nVerdict: lowbit's kernels move data at " << (worst == best_share ? worst : worst + " to " + best_share)
         << " of the copy ceiling, up to " << speedup(best_ratio) << " the fastest original kernel, "
         << (all_exact ? "every output bit-identical to the CPU." : "but some outputs DIFFER (see 'all exact').")
         << "\n";
