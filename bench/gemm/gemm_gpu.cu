@@ -522,10 +522,12 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
             variants.emplace_back("wgmma " + std::to_string(in_flight) + " in flight", deeper);
           }
         }
-        // The split-K sweep where the rule picks 1 but the wave's working set of weight and
-        // activation panels may exceed L2 (bench/notes/weight_only.md, wgmma at large M).
-        if (m >= 512) {
-          for (const int s : {1, 2, 4}) {
+        // The split-K sweep: at large M where the rule picks 1 but the wave's working set of
+        // weight and activation panels may exceed L2; at small M where the rule's clusters of
+        // 4 and 8 may cost more than their fuller waves save (bench/notes/weight_only.md).
+        if (m > wo::kGemvMaxRows) {
+          for (const int s : {1, 2, 4, 8}) {
+            if (m >= 512 && s == 8) continue;
             wo::Variant v{wo::Kernel::wgmma};
             v.k_slices = s;
             variants.emplace_back("wgmma split " + std::to_string(s), v);
