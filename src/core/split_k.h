@@ -1,8 +1,18 @@
 #pragma once
 // How many ways to split K over a cluster for a tiled GEMM grid, from a wave model:
 // a block's time is a fixed cost (pipeline fill, epilogue, the cluster's reduction) plus
-// its K steps, and the grid runs in waves of `slots` resident blocks. Fewest splits on a
-// tie: each split adds a reduction and an output tile's worth of traffic.
+// its K steps, and the grid runs in waves of the resident blocks: `slots`, times the
+// share a grid of clusters of that size keeps busy. Fewest splits on a tie: each split
+// adds a reduction and an output tile's worth of traffic.
+//
+// The shares: the H200 sweep of every split at M 64 .. 512 (bench gemm --section
+// weight_only_wgmma, edc621e; bench/notes/weight_only.md) ran a grid of clusters of 4 as
+// if half the slots were there and one of 8 as if a quarter or less were, at one and two
+// blocks a multiprocessor (a cluster is placed whole inside one GPC, and its reduction
+// waits for its slowest block): 128 x 4096 x 4096 at split 8, 128 blocks, 0.055 ms; at 4,
+// 64 blocks, 0.033. With them the model picks the sweep's fastest split in 61 of its 64
+// cases (within 8% in the rest), where the plain slot count picked it in 43 (up to 1.67x
+// slower).
 //
 // Why not "the split whose grid best fills the slots": at 2048 x 28672 x 8192 on the
 // H200 that rule took split 8 (99.6% of the last wave filled against 97% at split 1)
@@ -19,12 +29,21 @@ struct SplitKProblem {
   int min_steps = 4;         // each split takes at least this many steps
   int max_splits = 8;        // powers of two up to this (a cluster's size)
   double fixed_steps = 8.0;  // a block's fixed cost, in K steps
+  // The share of `slots` a grid of clusters of 1, 2, 4, 8 blocks keeps resident (above).
+  double cluster_share[4] = {1.0, 1.0, 0.5, 0.25};
 };
+
+// The blocks of a grid of clusters of `splits` (a power of two up to 8) resident at once.
+inline std::int64_t split_k_slots(const SplitKProblem& p, int splits) {
+  const int index = splits >= 8 ? 3 : splits >= 4 ? 2 : splits >= 2 ? 1 : 0;
+  const auto resident = static_cast<std::int64_t>(static_cast<double>(p.slots) * p.cluster_share[index]);
+  return resident > splits ? resident : splits;  // at least one cluster
+}
 
 // The modelled time of `splits` in K steps of one block (waves x (fixed + steps a split)).
 inline double split_k_cost(const SplitKProblem& p, int splits) {
-  const std::int64_t blocks = p.tiles * splits;
-  const std::int64_t waves = (blocks + p.slots - 1) / p.slots;
+  const std::int64_t blocks = p.tiles * splits, slots = split_k_slots(p, splits);
+  const std::int64_t waves = (blocks + slots - 1) / slots;
   const double steps = static_cast<double>((p.k_steps + splits - 1) / splits);
   return static_cast<double>(waves) * (p.fixed_steps + steps);
 }

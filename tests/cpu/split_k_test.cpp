@@ -9,6 +9,7 @@ namespace {
 
 using lowbit::core::pick_k_splits;
 using lowbit::core::split_k_cost;
+using lowbit::core::split_k_slots;
 using lowbit::core::SplitKProblem;
 
 // 28672 x 8192 on 132 multiprocessors, one 256 x 128 block each: 112 blocks along N,
@@ -31,7 +32,35 @@ TEST(SplitK, ModelledCostIsWavesTimesFixedPlusSteps) {
   const SplitKProblem p = h200_ffn(2048);                 // 1792 tiles
   EXPECT_DOUBLE_EQ(split_k_cost(p, 1), 14 * (8.0 + 64));  // 14 waves of 132
   EXPECT_DOUBLE_EQ(split_k_cost(p, 2), 28 * (8.0 + 32));
-  EXPECT_DOUBLE_EQ(split_k_cost(p, 8), 109 * (8.0 + 8));
+  EXPECT_DOUBLE_EQ(split_k_cost(p, 8), 435 * (8.0 + 8));  // 14336 blocks, 33 resident in clusters of 8
+}
+
+// The sweep of every split at 4096 x 4096 and 4096 x 14336 (weight-only-wgmma-h200.md,
+// edc621e), Q4_1, median ms at split 1 / 2 / 4 / 8.
+TEST(SplitK, FollowsTheMeasuredOrderOfSmallGrids) {
+  SplitKProblem p;
+  p.slots = 132;  // 256 x 128 blocks (M > 64), one a multiprocessor
+  p.tiles = 16;   // M = 128, N = 4096
+  p.k_steps = 32;
+  EXPECT_EQ(pick_k_splits(p), 4);  // 0.080 / 0.048 / 0.033 / 0.055
+  p.k_steps = 112;
+  EXPECT_EQ(pick_k_splits(p), 4);  // K = 14336: 0.253 / 0.129 / 0.073 / 0.096
+  p.tiles = 32;                    // M = 256
+  p.k_steps = 32;
+  EXPECT_EQ(pick_k_splits(p), 2);  // 0.077 / 0.048 / 0.063 / 0.081
+  p.slots = 264;                   // 128 x 64 blocks (M 33 .. 64), two a multiprocessor
+  EXPECT_EQ(pick_k_splits(p), 4);  // M = 64: 0.033 / 0.021 / 0.021 / 0.025
+}
+
+TEST(SplitK, ClustersOfFourAndEightKeepAShareOfTheSlots) {
+  SplitKProblem p;
+  p.slots = 132;
+  EXPECT_EQ(split_k_slots(p, 1), 132);
+  EXPECT_EQ(split_k_slots(p, 2), 132);
+  EXPECT_EQ(split_k_slots(p, 4), 66);
+  EXPECT_EQ(split_k_slots(p, 8), 33);
+  p.slots = 10;
+  EXPECT_EQ(split_k_slots(p, 8), 8);  // never less than one cluster
 }
 
 TEST(SplitK, SplitsAGridThatLeavesTheGpuIdle) {
@@ -39,7 +68,7 @@ TEST(SplitK, SplitsAGridThatLeavesTheGpuIdle) {
   p.tiles = 32;
   p.slots = 132;
   p.k_steps = 32;
-  EXPECT_EQ(pick_k_splits(p), 4);  // 1 wave of 16 steps; 8 would take 2 waves
+  EXPECT_EQ(pick_k_splits(p), 2);  // 1 wave of 16 steps; 4 would take 2 waves of its 66 slots
 }
 
 TEST(SplitK, KeepsTheStepFloorAndTheCluster) {
