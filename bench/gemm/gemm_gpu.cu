@@ -514,13 +514,6 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
           wo::Variant v{wo::Kernel::wgmma};
           v.tile_n = 256;
           variants.emplace_back("wgmma 256 rows", v);
-          // Three or four k16 blocks of wgmmas in flight a warpgroup instead of two (the M = 64
-          // step as a chain of wgmma latencies: bench/notes/weight_only.md).
-          for (const int in_flight : {3, 4}) {
-            wo::Variant deeper{wo::Kernel::wgmma};
-            deeper.in_flight = in_flight;
-            variants.emplace_back("wgmma " + std::to_string(in_flight) + " in flight", deeper);
-          }
         }
         // The split-K sweep: at large M where the rule picks 1 but the wave's working set of
         // weight and activation panels may exceed L2; at small M where the rule's clusters of

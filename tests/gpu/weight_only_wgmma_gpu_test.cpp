@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/gpu.h"
@@ -76,31 +77,23 @@ TEST_F(WeightOnlyWgmmaGpu, EveryFormAndGroup) {
   }
 }
 
-// Every activation tile (32, 64, 128 rows; 64 also on 256 weight rows and with three or
-// four k16 blocks of wgmmas in flight) with every cluster split along K (1, 2, 4, 8, bounded by
-// the K steps), on many steps with a ragged K, a partial last weight block, and M on both
-// sides of the tiles.
+// Every activation tile (32, 64, 128 rows; 64 also on 256 weight rows) with every cluster
+// split along K (1, 2, 4, 8, bounded by the K steps), on many steps with a ragged K, a
+// partial last weight block, and M on both sides of the tiles.
 TEST_F(WeightOnlyWgmmaGpu, TilesAndSplits) {
   LOWBIT_TEST_RNG(rng);
   for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{8, 128, false, DType::bf16},
                                     WeightOnlySpec{4, 64, false, DType::f16}}) {
     DeviceWeights w;
     make_weights(rng, spec, 264, under_sanitizer() ? 1000 : 4100, w);  // sanitizer: fewer K steps, 1 and 2 splits
-    // (tile_m, tile_n, in_flight): every instantiation built; 0 is the rule's.
-    struct Tile {
-      int m, n, in_flight;
-    };
-    for (const Tile tile :
-         {Tile{32, 0, 0}, Tile{64, 0, 0}, Tile{64, 256, 0}, Tile{64, 0, 3}, Tile{64, 0, 4}, Tile{128, 0, 0}}) {
-      const int tile_m = tile.m;
+    // (tile_m, tile_n): every pair built; 0 is the rule's weight rows.
+    for (const auto& [tile_m, tile_n] : {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 256}, std::pair{128, 0}}) {
       for (const int splits : sanitizer_subset<int>({1, 2, 4, 8}, {0, 1})) {
         wo::Variant variant{wo::Kernel::wgmma};
         variant.tile_m = tile_m;
-        variant.tile_n = tile.n;
-        variant.in_flight = tile.in_flight;
+        variant.tile_n = tile_n;
         variant.k_slices = splits;
-        SCOPED_TRACE(testing::Message() << "tile_m " << tile_m << " tile_n " << tile.n << " in flight "
-                                        << tile.in_flight << " splits " << splits);
+        SCOPED_TRACE(testing::Message() << "tile_m " << tile_m << " tile_n " << tile_n << " splits " << splits);
         for (const std::int64_t m : {17, tile_m == 32 ? 40 : tile_m + 1}) {
           run_case(rng, spec, w, m, m % 2 == 1, splits != 2, &variant, Entry::variant_only);
         }

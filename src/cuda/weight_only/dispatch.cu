@@ -61,7 +61,6 @@ bool takes(const Variant& v, const Params& p, Form form) {
     case Kernel::wgmma:
       return wgmma_available(form) && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
              (v.tile_n == 0 || wgmma_tile_n(wgmma_tile_m(p, v), v) == v.tile_n) &&
-             (v.in_flight == 0 || wgmma_in_flight(wgmma_tile_m(p, v), v) == v.in_flight) &&
              (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8);
   }
   return false;

@@ -24,8 +24,6 @@ void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream);
 // its weight rows per block at those activation rows.
 int wgmma_tile_m(const Params& p, const Variant& v);
 int wgmma_tile_n(int tile_m, const Variant& v);
-// The k16 blocks of wgmmas in flight a warpgroup at those activation rows.
-int wgmma_in_flight(int tile_m, const Variant& v);
 
 // The small-matrix kernel's limits (its registers hold a warp's codes), and whether it
 // beats the streaming kernel (small matrices: under 1 MB of codes).

@@ -81,10 +81,6 @@ struct Variant {
   // wgmma: weight rows a block takes, 128 or 256 (two m64 blocks a warpgroup); 0: the
   // rule (256 at tile_m 128, else 128). Only tile_m 64 takes either.
   int tile_n = 0;
-  // wgmma: k16 blocks whose wgmmas a warpgroup keeps in flight behind its wait (each
-  // block's A fragments in their own registers), 2, 3 or 4; 0: the rule (2). 3 and 4 are
-  // built for 64 activation rows on 128 weight rows only.
-  int in_flight = 0;
 };
 constexpr int kGemvShapes = 16;
 

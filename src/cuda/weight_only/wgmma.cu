@@ -12,8 +12,7 @@
 // 128 tile written with the 128-byte swizzle the wgmma descriptor reads (two 64-wide
 // atoms), the block's 16 or 32 units of codes copied as they are, and their scales / mins.
 // Steps are prefetched kStages - 2 ahead, so the stage refilled at step i last held step
-// i - 2, whose wgmmas a thread has waited for (wait_group kInFlight - 1 in step i - 1:
-// all of step i - 2's retire before its block kInFlight - 1, kInFlight <= 8) before the
+// i - 2, whose wgmmas a thread has waited for (wait_group 1 in step i - 1) before the
 // barrier of step i.
 //
 // A fragments from the packed layout (formats/weight_pack.h). The layout gives lane (r,
@@ -200,9 +199,8 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
 
 // One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
 // kMi wgmmas (B: the stage's X tile) committed as one group. The fragments of block j are
-// built while the groups of the kInFlight - 1 blocks before it run (wait_group
-// kInFlight - 1 before issuing: the group that read the registers reused now is done).
-template <class T, Form F, int kBN, int kMi, int kInFlight>
+// built while the group of block j - 1 runs (wait_group 1 before issuing).
+template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
                                              int wg, int warp, int lane, const std::uint32_t (&rot)[4],
                                              float (&acc)[kMi][kBN / 2], bool first) {
@@ -260,7 +258,7 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t
       }
       // B: k16 block j of the stage's X tile (atom j / 4, 32 bytes per k16 inside it).
       const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
-      wgmma_wait<kInFlight - 1>();
+      wgmma_wait<1>();  // the group two blocks back (which read the registers reused now) is done
       wgmma_fence();
 #pragma unroll
       for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
@@ -283,7 +281,7 @@ __device__ __forceinline__ void tile_of(std::int64_t tile, std::int64_t n_blocks
   *n_block = in_group / group_m;
 }
 
-template <class T, Form F, int kBN, int kMi, int kInFlight>
+template <class T, Form F, int kBN, int kMi>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
                                                             std::int64_t m_blocks) {
 #if defined(LOWBIT_SM90A_DEVICE)
@@ -325,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
     const int ahead_stage = (stage + L::kAhead) % L::kStages;
     if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
     cp_async_commit();
-    compute_step<T, F, kBN, kMi, kInFlight>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot, acc,
+    compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot, acc,
                             step == step_begin);
     stage = stage + 1 == L::kStages ? 0 : stage + 1;
   }
@@ -400,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
 
 // Whether this device runs the kernel: compute capability 9.0 and an image with the
 // sm_90a body (its static marker), once per device; and the shared memory opt-in.
-template <class T, Form F, int kBN, int kMi, int kInFlight>
+template <class T, Form F, int kBN, int kMi>
 bool kernel_ready() {
   static std::array<std::atomic<int>, 64> cached{};  // 0: not known, 1: ready, 2: not
   int device = 0;
@@ -416,9 +414,9 @@ bool kernel_ready() {
     const bool ready =
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
-        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN, kMi, kInFlight>) == cudaSuccess &&
+        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN, kMi>) == cudaSuccess &&
         attributes.binaryVersion == 90 && attributes.sharedSizeBytes >= sizeof(int) &&
-        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN, kMi, kInFlight>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN, kMi>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Layout<F, kBN, kMi>::kSmem) == cudaSuccess;
     (void)cudaGetLastError();
     state = ready ? 1 : 2;
@@ -428,11 +426,11 @@ bool kernel_ready() {
 }
 
 // Resident blocks per SM of an instantiation (occupancy query, once per process).
-template <class T, Form F, int kBN, int kMi, int kInFlight>
+template <class T, Form F, int kBN, int kMi>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kInFlight>, kThreads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi>, kThreads,
                                                       Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
       (void)cudaGetLastError();
       b = 1;
@@ -445,7 +443,7 @@ int blocks_per_sm() {
 // Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
 // steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
 // steps.
-template <class T, Form F, int kBN, int kMi, int kInFlight>
+template <class T, Form F, int kBN, int kMi>
 int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   if (forced > 0) {
     int s = forced;
@@ -454,7 +452,7 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   }
   core::SplitKProblem problem;
   problem.tiles = tiles;
-  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kInFlight>()) * core::multiprocessor_count();
+  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi>()) * core::multiprocessor_count();
   problem.k_steps = p.k_steps;
   // A block's prologue, epilogue and reduction cost about 8 of its 128-k steps: the value
   // that orders the H200's split sweep at 28672 x 8192 (M 512: 2; 2048, 8192: 1).
@@ -462,15 +460,15 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   return core::pick_k_splits(problem);
 }
 
-template <class T, Form F, int kBN, int kMi, int kInFlight>
+template <class T, Form F, int kBN, int kMi>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
-  const bool ready = kernel_ready<T, F, kBN, kMi, kInFlight>();
+  const bool ready = kernel_ready<T, F, kBN, kMi>();
   LOWBIT_CHECK(ready, "weight_only: the wgmma kernel needs a compute capability 9.0 GPU and an "
                                           "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
-  const int splits = choose_splits<T, F, kBN, kMi, kInFlight>(p, n_blocks * m_blocks, v.k_slices);
+  const int splits = choose_splits<T, F, kBN, kMi>(p, n_blocks * m_blocks, v.k_slices);
   LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31), "weight_only: M x N needs more blocks (",
                n_blocks * m_blocks * splits, ") than one grid dimension holds");
   cudaLaunchConfig_t config{};
@@ -485,7 +483,7 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = splits > 1 ? 1 : 0;
-  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN, kMi, kInFlight>, p, splits, n_blocks, m_blocks));
+  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN, kMi>, p, splits, n_blocks, m_blocks));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -501,7 +499,7 @@ int wgmma_tile_m(const Params& p, const Variant& v) {
 bool wgmma_available(Form form) {
   if (is_block_form(form)) return false;
   // One instantiation stands for all: they are built together, for the same targets.
-  return kernel_ready<__half, Form::q4_zero_point, 32, 1, 2>();
+  return kernel_ready<__half, Form::q4_zero_point, 32, 1>();
 }
 
 // The weight rows a block takes: 256 with 128 activation rows, else 128 (or the
@@ -511,25 +509,13 @@ int wgmma_tile_n(int tile_m, const Variant& v) {
   return tile_m == 128 ? 256 : 128;
 }
 
-// 3 or 4 where built (64 activation rows on 128 weight rows) and asked for, else 2.
-int wgmma_in_flight(int tile_m, const Variant& v) {
-  const bool built = tile_m == 64 && wgmma_tile_n(tile_m, v) == 128;
-  return built && (v.in_flight == 3 || v.in_flight == 4) ? v.in_flight : 2;
-}
-
 template <class T, Form F>
 void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream) {
   const int tile_m = wgmma_tile_m(p, v);
   switch (tile_m) {
-    case 32: return launch<T, F, 32, 1, 2>(p, v, stream);
-    case 64:
-      if (wgmma_tile_n(tile_m, v) == 256) return launch<T, F, 64, 2, 2>(p, v, stream);
-      switch (wgmma_in_flight(tile_m, v)) {
-        case 3: return launch<T, F, 64, 1, 3>(p, v, stream);
-        case 4: return launch<T, F, 64, 1, 4>(p, v, stream);
-        default: return launch<T, F, 64, 1, 2>(p, v, stream);
-      }
-    default: return launch<T, F, 128, 2, 2>(p, v, stream);
+    case 32: return launch<T, F, 32, 1>(p, v, stream);
+    case 64: return wgmma_tile_n(tile_m, v) == 256 ? launch<T, F, 64, 2>(p, v, stream) : launch<T, F, 64, 1>(p, v, stream);
+    default: return launch<T, F, 128, 2>(p, v, stream);
   }
 }
 LOWBIT_WEIGHT_ONLY_PAIRS(run_wgmma);
