@@ -34,14 +34,23 @@ int cmd_bench_serve(const Args& args) {
   const std::vector<serve::LoadResult> results = serve::run_load(o);
   std::printf("lowbit bench serve: http://%s:%d, prompts of %lld tokens, %lld generated each\n\n", o.host.c_str(),
               o.port, static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.max_tokens));
+  std::printf("ITL: the gaps between a stream's tokens. Server steps (lowbit serve's /metrics, '-' from other "
+              "servers): the engine steps of the level, decode rows only and with prompt tokens (chunked "
+              "prefill, which every running stream waits for), as count x mean ms.\n\n");
   std::printf("| concurrency | requests | failed | s | req/s | gen tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | "
-              "ITL p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "ITL p99 ms | decode steps | prompt steps |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   int status = 0;
   for (const serve::LoadResult& r : results) {
-    std::printf("| %lld | %lld | %lld | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+    char decode[64] = "-", prompt[64] = "-";
+    if (r.has_steps) {
+      std::snprintf(decode, sizeof decode, "%.0f x %.2f", r.decode_steps, r.decode_step_ms);
+      std::snprintf(prompt, sizeof prompt, "%.0f x %.2f", r.prompt_steps, r.prompt_step_ms);
+    }
+    std::printf("| %lld | %lld | %lld | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s |\n",
                 static_cast<long long>(r.concurrency), static_cast<long long>(r.requests),
                 static_cast<long long>(r.failed), r.seconds, r.requests_per_second(), r.tokens_per_second(),
-                r.ttft_p50_ms, r.ttft_p99_ms, r.itl_p50_ms, r.itl_p99_ms);
+                r.ttft_p50_ms, r.ttft_p99_ms, r.itl_p50_ms, r.itl_p99_ms, decode, prompt);
     if (r.failed > 0) {
       std::fprintf(stderr, "bench serve: %lld of %lld requests failed at concurrency %lld; the first: %s\n",
                    static_cast<long long>(r.failed), static_cast<long long>(r.requests),
@@ -61,6 +70,10 @@ int cmd_bench_serve(const Args& args) {
       j.set("generated_tokens", r.generated_tokens).set("tokens_per_second", r.tokens_per_second());
       j.set("ttft_p50_ms", r.ttft_p50_ms).set("ttft_p99_ms", r.ttft_p99_ms);
       j.set("itl_p50_ms", r.itl_p50_ms).set("itl_p99_ms", r.itl_p99_ms);
+      if (r.has_steps) {
+        j.set("decode_steps", r.decode_steps).set("decode_step_ms", r.decode_step_ms);
+        j.set("prompt_steps", r.prompt_steps).set("prompt_step_ms", r.prompt_step_ms);
+      }
       levels.push(j);
     }
     out.set("results", levels);

@@ -151,6 +151,14 @@ void Scheduler::wait_for_work(std::chrono::milliseconds timeout) {
   wake_ = false;
 }
 
+void StepTimes::add(double seconds) {
+  for (std::size_t i = 0; i < kBoundsSeconds.size(); ++i) {
+    if (seconds <= kBoundsSeconds[i]) ++at_most[i];
+  }
+  ++count;
+  sum_seconds += seconds;
+}
+
 SchedulerStats Scheduler::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
@@ -298,11 +306,17 @@ bool Scheduler::step() {
     }
     std::vector<StepOutput> out(rows.size());
     bool ok = true;
+    const auto started = std::chrono::steady_clock::now();
     try {
       engine_->step(step_rows, out);
     } catch (const std::exception& e) {
       ok = false;
       for (Active* a : rows) finish(*a, FinishReason::error, std::string("engine step failed: ") + e.what());
+    }
+    if (ok) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const bool prompt = std::any_of(rows.begin(), rows.end(), [](const Active* a) { return !a->row_decode; });
+      (prompt ? totals_.prompt_steps : totals_.decode_steps).add(seconds);
     }
     ++totals_.steps;
     // The engine's state as of this step (the sequences it holds) before any sink hears

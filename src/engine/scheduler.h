@@ -16,6 +16,7 @@
 // outside the scheduler's lock, and must not block.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -74,12 +75,26 @@ struct SchedulerOptions {
   void validate() const;
 };
 
+// Engine step times as a cumulative histogram over fixed bounds (Prometheus' form): what
+// the running requests' inter-token latency is made of.
+struct StepTimes {
+  static constexpr std::array<double, 12> kBoundsSeconds{0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                                         0.1,   0.2,   0.5,   1.0,  2.0,  5.0};
+  std::array<std::int64_t, kBoundsSeconds.size()> at_most{};  // steps of <= kBoundsSeconds[i]
+  std::int64_t count = 0;
+  double sum_seconds = 0.0;
+  void add(double seconds);
+};
+
 struct SchedulerStats {
   std::int64_t running = 0, queued = 0;  // queued: submitted, not running (preempted included)
   std::size_t live_sequences = 0;        // the engine's
   KvMemory kv;
   std::int64_t steps = 0, preemptions = 0, finished = 0, cancelled = 0, failed = 0;
   std::int64_t prompt_tokens = 0, generated_tokens = 0;  // of the steps run so far
+  // Steps that ran, apart: decode rows only, and with prompt tokens (a chunked prefill
+  // beside the decode rows makes the step, and every running request's token, wait).
+  StepTimes decode_steps, prompt_steps;
 };
 
 class Scheduler {

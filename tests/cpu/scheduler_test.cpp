@@ -249,6 +249,53 @@ TEST(Scheduler, PromptsArePrefilledInChunksWithinTheTokenBudget) {
   EXPECT_EQ(b->tokens, alone(prompt_of(11, 2), 4));
 }
 
+// Every step that ran is timed once, as a decode step (decode rows only) or a prompt step
+// (with a prompt chunk), the split /metrics shows.
+TEST(Scheduler, StepTimesSeparateDecodeStepsFromPromptSteps) {
+  FakeEngine engine(1 << 20);
+  Scheduler s(engine, options(2, 12, 8));
+  s.submit(request(prompt_of(20, 1), 6), std::make_shared<Recorder>());
+  s.submit(request(prompt_of(11, 2), 4), std::make_shared<Recorder>());
+  run_until_idle(s);
+  const std::map<SequenceId, std::int64_t> prompt_length{{1, 20}, {2, 11}};
+  std::map<SequenceId, std::int64_t> appended;
+  std::int64_t prompt_steps = 0;
+  for (const auto& step : engine.steps_) {
+    bool prompt = false;
+    for (const auto& row : step.rows) {
+      prompt = prompt || appended[row.seq] < prompt_length.at(row.seq);
+      appended[row.seq] += row.tokens;
+    }
+    prompt_steps += prompt ? 1 : 0;
+  }
+  const SchedulerStats stats = s.stats();
+  const auto steps = static_cast<std::int64_t>(engine.steps_.size());
+  EXPECT_GT(prompt_steps, 0);
+  EXPECT_GT(steps - prompt_steps, 0);
+  EXPECT_EQ(stats.prompt_steps.count, prompt_steps);
+  EXPECT_EQ(stats.decode_steps.count, steps - prompt_steps);
+  for (const StepTimes* t : {&stats.prompt_steps, &stats.decode_steps}) {
+    EXPECT_GE(t->sum_seconds, 0.0);
+    EXPECT_LE(t->at_most.back(), t->count);  // cumulative: never above the count
+    EXPECT_TRUE(std::is_sorted(t->at_most.begin(), t->at_most.end()));
+  }
+}
+
+TEST(Scheduler, StepTimesCountEachStepInEveryBucketItFits) {
+  StepTimes t;
+  t.add(0.0005);  // <= every bound
+  t.add(0.003);   // <= 0.005 and up
+  t.add(0.01);    // a bound itself: <= 0.01 and up
+  t.add(7.0);     // beyond the last bound: only in the count
+  EXPECT_EQ(t.count, 4);
+  EXPECT_DOUBLE_EQ(t.sum_seconds, 0.0005 + 0.003 + 0.01 + 7.0);
+  EXPECT_EQ(t.at_most[0], 1);  // 1 ms
+  EXPECT_EQ(t.at_most[1], 1);  // 2 ms
+  EXPECT_EQ(t.at_most[2], 2);  // 5 ms
+  EXPECT_EQ(t.at_most[3], 3);  // 10 ms
+  EXPECT_EQ(t.at_most.back(), 3);  // 5 s
+}
+
 TEST(Scheduler, ChunksDoNotDependOnWhatElseRuns) {
   auto chunks_of_first = [](bool crowded) {
     FakeEngine engine(1 << 20);

@@ -10,6 +10,7 @@ import select
 import socket
 import subprocess
 import time
+import urllib.request
 
 import pytest
 
@@ -353,6 +354,35 @@ def test_a_second_server_on_the_same_port_is_refused(server, cli, model):
     assert second.returncode == 1
     assert f"--port {server.port}: cannot listen there (in use" in second.stderr
 
+def test_metrics_agree_with_health(server, model_id):
+    complete(client(server), model_id, "The capital of France is", 8)
+    h = server.wait_idle()
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    values, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
+        elif not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            values[key] = float(value)
+    assert types["lowbit_steps_total"] == "counter" and types["lowbit_step_seconds"] == "histogram"
+    assert values["lowbit_steps_total"] == h["steps"] > 0
+    assert values["lowbit_generated_tokens_total"] == h["generated_tokens"]
+    assert values["lowbit_prompt_tokens_total"] == h["prompt_tokens"]
+    assert values["lowbit_kv_used_bytes"] == h["kv_used_bytes"] == 0
+    counts = 0
+    for kind in ("decode", "prompt"):
+        buckets = [v for k, v in values.items() if k.startswith(f'lowbit_step_seconds_bucket{{kind="{kind}",')]
+        count = values[f'lowbit_step_seconds_count{{kind="{kind}"}}']
+        assert buckets == sorted(buckets) and buckets[-1] == count > 0  # cumulative, +Inf last
+        assert values[f'lowbit_step_seconds_sum{{kind="{kind}"}}'] > 0
+        counts += count
+    assert counts == h["steps"]  # every step timed once
+
+
 def test_everything_was_freed(server):
     h = server.wait_idle()
     assert h["kv_used_bytes"] == 0 and h["sequences"] == 0 and h["running"] == 0
@@ -422,4 +452,7 @@ def test_bench_serve_reports_every_level(server, cli, tmp_path):
         assert level["failed"] == 0 and level["generated_tokens"] == 9  # ignore_eos: 3 tokens each
         assert 0 < level["ttft_p50_ms"] <= level["ttft_p99_ms"]
         assert 0 < level["itl_p50_ms"] <= level["itl_p99_ms"]
+        # The server's steps of the level: 3 prompts of 8 tokens and 2 more tokens each.
+        assert level["prompt_steps"] >= 1 and level["decode_steps"] >= 2
+        assert level["prompt_step_ms"] > 0 and level["decode_step_ms"] > 0
     server.wait_idle()

@@ -15,6 +15,7 @@
 #include "lowbit/error.h"
 #include "serve/api_error.h"
 #include "serve/connection_pool.h"
+#include "serve/metrics.h"
 #include "serve/openai_request.h"
 #include "serve/openai_response.h"
 #include "serve/request_channel.h"
@@ -246,6 +247,10 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
 
 void HttpServer::Impl::routes() {
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) { reply(res, 200, health()); });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus_metrics(scheduler->stats(), active_streams.load()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     reply(res, 200, models_json(options.model_id, started));
   });

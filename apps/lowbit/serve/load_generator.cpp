@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "lowbit/error.h"
+#include "serve/metrics.h"
 
 namespace lowbit::serve {
 namespace {
@@ -118,8 +119,17 @@ std::string request_body(const LoadOptions& o, const std::string& model, std::in
       .dump();
 }
 
+// The server's step totals now (not present: the server has no lowbit /metrics).
+StepTotals step_totals(const LoadOptions& o) {
+  httplib::Client client(o.host, o.port);
+  client.set_connection_timeout(10, 0);
+  const httplib::Result res = client.Get("/metrics");
+  return res && res->status == 200 ? parse_step_totals(res->body) : StepTotals{};
+}
+
 LoadResult run_level(const LoadOptions& o, const std::string& model, std::int64_t concurrency) {
   const std::int64_t total = o.requests > 0 ? o.requests : 4 * concurrency;
+  const StepTotals before = step_totals(o);
   std::atomic<std::int64_t> next{0};
   std::mutex mutex;
   std::vector<Sample> samples;
@@ -156,6 +166,15 @@ LoadResult run_level(const LoadOptions& o, const std::string& model, std::int64_
   r.ttft_p99_ms = percentile(ttft, 0.99);
   r.itl_p50_ms = percentile(gaps, 0.5);
   r.itl_p99_ms = percentile(gaps, 0.99);
+  const StepTotals after = step_totals(o);
+  if (before.present && after.present) {
+    r.has_steps = true;
+    r.decode_steps = after.decode_steps - before.decode_steps;
+    r.prompt_steps = after.prompt_steps - before.prompt_steps;
+    const auto mean_ms = [](double seconds, double steps) { return steps > 0 ? 1e3 * seconds / steps : 0.0; };
+    r.decode_step_ms = mean_ms(after.decode_seconds - before.decode_seconds, r.decode_steps);
+    r.prompt_step_ms = mean_ms(after.prompt_seconds - before.prompt_seconds, r.prompt_steps);
+  }
   return r;
 }
 

@@ -2,7 +2,8 @@
 // OpenAI-compatible server): at each concurrency level, that many clients send
 // streaming completions back to back (prompts of random token ids of a given length,
 // greedy, ignore_eos so that each generates max_tokens), and the run reports requests/s,
-// generated tokens/s, time to first token and inter-token latency (p50 / p99).
+// generated tokens/s, time to first token and inter-token latency (p50 / p99), and,
+// from lowbit serve's /metrics, the engine steps that made the latency.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,10 @@ struct LoadResult {
   std::int64_t concurrency = 0, requests = 0, failed = 0, generated_tokens = 0;
   double seconds = 0;
   double ttft_p50_ms = 0, ttft_p99_ms = 0, itl_p50_ms = 0, itl_p99_ms = 0;
+  // The server's engine steps during the level (lowbit serve's GET /metrics; absent from
+  // other servers): decode-only steps and steps with prompt tokens, their mean ms.
+  bool has_steps = false;
+  double decode_steps = 0, decode_step_ms = 0, prompt_steps = 0, prompt_step_ms = 0;
   std::string first_error;  // of the failed requests, the first one's
   double requests_per_second() const { return seconds > 0 ? static_cast<double>(requests - failed) / seconds : 0; }
   double tokens_per_second() const { return seconds > 0 ? static_cast<double>(generated_tokens) / seconds : 0; }
