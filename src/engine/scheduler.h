@@ -92,8 +92,9 @@ struct SchedulerStats {
   KvMemory kv;
   std::int64_t steps = 0, preemptions = 0, finished = 0, cancelled = 0, failed = 0;
   std::int64_t prompt_tokens = 0, generated_tokens = 0;  // of the steps run so far
-  // Steps that ran, apart: decode rows only, and with prompt tokens (a chunked prefill
-  // beside the decode rows makes the step, and every running request's token, wait).
+  // Steps whose engine call returned, apart: decode rows only, and with prompt tokens (a
+  // chunked prefill beside the decode rows makes the step, and every running request's
+  // token, wait). A step that threw is counted in `steps` only.
   StepTimes decode_steps, prompt_steps;
 };
 
