@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -19,6 +20,25 @@
 #include "serve/http_server.h"
 
 namespace lowbit::cli {
+namespace {
+
+// --kv-memory: GB (0 < GB <= 1e6), or "P%" of the memory free once the model is loaded
+// (0 < P <= 100).
+struct KvMemory {
+  double gb = 0, percent = 0;
+};
+KvMemory parse_kv_memory(const std::string& text) {
+  const bool percent = !text.empty() && text.back() == '%';
+  const std::string number = percent ? text.substr(0, text.size() - 1) : text;
+  char* end = nullptr;
+  const double value = number.empty() ? NAN : std::strtod(number.c_str(), &end);
+  const bool parsed = !number.empty() && end == number.c_str() + number.size() && std::isfinite(value);
+  usage_check(parsed && value > 0 && value <= (percent ? 100 : 1e6), "--kv-memory: expected GB (0 < GB <= 1e6) or a ",
+              "percentage of the free memory (0% < P <= 100%, e.g. 90%), got '", text, "'");
+  return percent ? KvMemory{0, value} : KvMemory{value, 0};
+}
+
+}  // namespace
 
 int cmd_serve(const Args& args) {
   // SIGINT / SIGTERM go to one thread, which shuts the server down: they are blocked
@@ -31,16 +51,17 @@ int cmd_serve(const Args& args) {
   std::string model_path, host = "127.0.0.1", device = "auto", alias;
   std::int64_t port = 8080, ctx_size = 0, parallel = 4, queue = 64, batch = 512, chunk = 256, n_predict = 256;
   std::int64_t timeout = 10, max_body = 1 << 20;
-  double kv_memory_gb = 1.0, shutdown_timeout = 10.0;
+  std::string kv_memory_text = "1";
+  double shutdown_timeout = 10.0;
   KvCacheFlags kv;
   SamplingFlags sampling_flags;
   Options cli("lowbit serve",
               "An OpenAI-compatible HTTP server (POST /v1/completions, /v1/chat/completions, streaming or not;\n"
-              "GET /v1/models, /health) over lowbit's continuous-batching scheduler: requests join and leave\n"
-              "between steps, prompts are prefilled in chunks beside the decode steps, and when the KV budget is\n"
-              "full the newest sequence is preempted and recomputed later. The sampling options are the defaults\n"
-              "of the fields a request leaves out. SIGINT / SIGTERM: in-flight requests finish (or are cancelled\n"
-              "after --shutdown-timeout), then the server exits.");
+              "GET /v1/models, /health, /metrics) over lowbit's continuous-batching scheduler: requests join and\n"
+              "leave between steps, prompts are prefilled in chunks beside the decode steps, and when the KV budget\n"
+              "is full the newest sequence is preempted and recomputed later. The sampling options are the\n"
+              "defaults of the fields a request leaves out. SIGINT / SIGTERM: in-flight requests finish (or are\n"
+              "cancelled after --shutdown-timeout), then the server exits.");
   cli.text("--model", &model_path, "PATH", "a llama-family GGUF file (default: the cached SmolLM2-135M-Instruct)");
   cli.text("--host", &host, "ADDRESS", "address to listen on (default 127.0.0.1)");
   cli.integer("--port", &port, 0, 65535, "port to listen on (default 8080; 0: any free port)");
@@ -49,7 +70,9 @@ int cmd_serve(const Args& args) {
              "where the forward passes run: the CPU, the GPU (its batch engine), or auto (the GPU when present; "
              "default)");
   kv.declare(cli, /*with_policy=*/true);
-  cli.number("--kv-memory", &kv_memory_gb, 1e-6, 1e6, "GB of KV cache all sequences share (default 1)");
+  cli.text("--kv-memory", &kv_memory_text, "GB|P%",
+           "KV cache all sequences share: GB, or a percentage of the memory free once the model is loaded "
+           "(the GPU's; the host's with the CPU engine), e.g. 90% (default 1 GB)");
   cli.integer("--ctx-size", &ctx_size, 0, 1 << 24, "tokens a sequence may hold, prompt included (default 0: the model's)");
   cli.integer("--parallel", &parallel, 1, 4096, "sequences decoded together at most (default 4)");
   cli.integer("--queue-size", &queue, 1, 1 << 20, "requests waiting beyond those; more get 503 (default 64)");
@@ -62,6 +85,7 @@ int cmd_serve(const Args& args) {
   cli.number("--shutdown-timeout", &shutdown_timeout, 0.0, 86400.0,
              "seconds in-flight requests get to finish at SIGINT / SIGTERM (default 10)");
   if (const auto status = cli.parse(args)) return *status;
+  const KvMemory kv_memory = parse_kv_memory(kv_memory_text);
   usage_check(parallel + chunk <= batch, "--batch-size (", batch, "): expected at least --parallel (", parallel,
               ") + --prefill-chunk (", chunk, ")");
   kv.warn_ignored(cli);
@@ -74,8 +98,15 @@ int cmd_serve(const Args& args) {
   LOWBIT_CHECK(context > 0, "--ctx-size: the model states no context length; pass one");
   LOWBIT_CHECK(trained == 0 || context <= trained, "--ctx-size ", context, " exceeds the model's context length ",
                trained);
-  const auto budget = static_cast<std::size_t>(std::llround(kv_memory_gb * 1e9));
   SessionMaker maker(*loaded, device);
+  std::size_t budget = static_cast<std::size_t>(std::llround(kv_memory.gb * 1e9));
+  if (kv_memory.percent > 0) {
+    const std::size_t free = maker.free_memory_bytes();
+    budget = static_cast<std::size_t>(static_cast<double>(free) * kv_memory.percent / 100.0);
+    std::fprintf(stderr, "[serve] KV budget %.2f GB: %g%% of the %.2f GB free\n", static_cast<double>(budget) / 1e9,
+                 kv_memory.percent, static_cast<double>(free) / 1e9);
+    LOWBIT_CHECK(budget > 0, "--kv-memory ", kv_memory_text, ": no memory is free for the KV cache");
+  }
   const std::unique_ptr<engine::BatchEngine> engine = maker.make_batch(kv.options(), budget, context);
   engine::BatchEngine& batch_engine = *engine;
 

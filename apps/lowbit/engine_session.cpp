@@ -1,5 +1,10 @@
 #include "engine_session.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
 #include "cpu/block_dot.h"
 #include "cpu/thread_pool.h"
 #include "engine/cpu_batch_engine.h"
@@ -14,6 +19,7 @@
 #include "engine/gpu_batch_engine.h"
 #include "engine/gpu_model.h"
 #include "engine/gpu_session.h"
+#include "lowbit/cuda_check.h"
 #endif
 
 namespace lowbit::cli {
@@ -77,6 +83,34 @@ std::unique_ptr<engine::Session> SessionMaker::make(const engine::KvCacheOptions
   if (gpu_) return std::make_unique<engine::GpuSession>(gpu_model(), cache, max_tokens, graphs_);
 #endif
   return std::make_unique<engine::CpuSession>(model_->model, cache, max_tokens);
+}
+
+namespace {
+
+// Linux's MemAvailable (/proc/meminfo, kB), else the free pages sysconf reports.
+std::size_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kb) == 1) return static_cast<std::size_t>(kb) * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  LOWBIT_CHECK(pages > 0 && page > 0, "the host's available memory: neither /proc/meminfo nor sysconf reports it");
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+}
+
+}  // namespace
+
+std::size_t SessionMaker::free_memory_bytes() {
+#if LOWBIT_WITH_CUDA
+  if (gpu_) {
+    gpu_model();  // the weights first: what is free after them is what a cache can take
+    std::size_t free = 0, total = 0;
+    LOWBIT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+  }
+#endif
+  return host_available_bytes();
 }
 
 std::unique_ptr<engine::BatchEngine> SessionMaker::make_batch(const engine::KvCacheOptions& cache,

@@ -40,6 +40,10 @@ class SessionMaker {
   // KV cache, sequences of max_sequence_tokens at most (0: the model's).
   std::unique_ptr<engine::BatchEngine> make_batch(const engine::KvCacheOptions& cache, std::size_t kv_budget_bytes,
                                                   std::int64_t max_sequence_tokens);
+  // The memory a KV cache could take on this maker's device now: the GPU's free memory
+  // once the model's weights are on it, or the host's available memory (Linux's
+  // MemAvailable: what can be allocated without swapping).
+  std::size_t free_memory_bytes();
   bool gpu() const { return gpu_; }
   bool cuda_graphs() const { return graphs_; }  // GPU decode as CUDA graphs (--no-cuda-graphs: off)
   // "GPU (NVIDIA H100 ...)", or the CPU with its weight form, instruction set and threads.

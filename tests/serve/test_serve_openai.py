@@ -392,6 +392,27 @@ def test_everything_was_freed(server):
 # A server with three slots, a queue of one and a KV budget of ~70 tokens of the default
 # model (23,040 bytes a token): a full queue answers 503, sequences are preempted and
 # recomputed, and SIGTERM lets the request in flight finish.
+def mem_available_bytes():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    pytest.skip("no MemAvailable in /proc/meminfo")
+
+
+def test_kv_memory_as_a_share_of_the_free_memory(cli, model):
+    before = mem_available_bytes()
+    s = Server(cli, model, "--kv-memory", "2%")
+    try:
+        budget = s.health()["kv_budget_bytes"]
+        after = mem_available_bytes()
+        # 2% of what was free once the model was loaded: between the readings around it
+        # (the model's own pages and other processes move MemAvailable a little).
+        assert 0.01 * min(before, after) <= budget <= 0.03 * max(before, after), (budget, before, after)
+    finally:
+        assert s.stop() == 0
+
+
 def test_queue_full_preemption_and_graceful_shutdown(cli, model):
     s = Server(cli, model, "--parallel", "3", "--queue-size", "1", "--kv-memory", "0.0016", "--ctx-size", "64",
                "--n-predict", "24")
