@@ -24,10 +24,10 @@ namespace {
 
 // --kv-memory: GB (0 < GB <= 1e6), or "P%" of the memory free once the model is loaded
 // (0 < P <= 100).
-struct KvMemory {
+struct KvMemoryFlag {
   double gb = 0, percent = 0;
 };
-KvMemory parse_kv_memory(const std::string& text) {
+KvMemoryFlag parse_kv_memory(const std::string& text) {
   const bool percent = !text.empty() && text.back() == '%';
   const std::string number = percent ? text.substr(0, text.size() - 1) : text;
   char* end = nullptr;
@@ -35,7 +35,7 @@ KvMemory parse_kv_memory(const std::string& text) {
   const bool parsed = !number.empty() && end == number.c_str() + number.size() && std::isfinite(value);
   usage_check(parsed && value > 0 && value <= (percent ? 100 : 1e6), "--kv-memory: expected GB (0 < GB <= 1e6) or a ",
               "percentage of the free memory (0% < P <= 100%, e.g. 90%), got '", text, "'");
-  return percent ? KvMemory{0, value} : KvMemory{value, 0};
+  return percent ? KvMemoryFlag{0, value} : KvMemoryFlag{value, 0};
 }
 
 }  // namespace
@@ -85,7 +85,7 @@ int cmd_serve(const Args& args) {
   cli.number("--shutdown-timeout", &shutdown_timeout, 0.0, 86400.0,
              "seconds in-flight requests get to finish at SIGINT / SIGTERM (default 10)");
   if (const auto status = cli.parse(args)) return *status;
-  const KvMemory kv_memory = parse_kv_memory(kv_memory_text);
+  const KvMemoryFlag kv_memory = parse_kv_memory(kv_memory_text);
   usage_check(parallel + chunk <= batch, "--batch-size (", batch, "): expected at least --parallel (", parallel,
               ") + --prefill-chunk (", chunk, ")");
   kv.warn_ignored(cli);
