@@ -67,6 +67,8 @@ int bench_gemm(const Args& args) {
   cli.flag("--cpu-only", &options.cpu_only, "do not use the GPU even if there is one");
   cli.integer("--max-m", &options.max_m, 0, 1 << 20,
               "weight-only section: only the cases with M <= this (0: all; 16 = the decode kernel)");
+  cli.integer("--min-m", &options.min_m, 0, 1 << 20, "weight-only sections: only the cases with M >= this");
+  cli.text("--shape", &options.shape, "NxK", "weight-only sections: only this weight shape, e.g. 28672x8192");
   ThreadsFlag threads;
   threads.declare(cli);
   if (const auto status = cli.parse(args)) return *status;

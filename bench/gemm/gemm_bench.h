@@ -15,7 +15,9 @@ struct GemmBenchOptions {
   bool quick = false;           // --quick: the small cases only
   bool cpu_only = false;        // --cpu-only
   std::vector<std::string> only_sections;  // --section NAME (repeatable)
-  std::int64_t max_m = 0;       // --max-m M: weight-only section, M <= this only (0: all)
+  std::int64_t max_m = 0;       // --max-m M: weight-only sections, M <= this only (0: all)
+  std::int64_t min_m = 0;       // --min-m M: weight-only sections, M >= this only
+  std::string shape;            // --shape NxK: weight-only sections, this weight shape only
 };
 
 // One measured configuration. Times are medians in ms; NaN = not measured.

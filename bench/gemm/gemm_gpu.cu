@@ -32,6 +32,12 @@
 namespace lowbit::bench {
 namespace {
 
+// The weight-only sections' filters: --min-m / --max-m, --shape NxK.
+bool skip_m(const GemmBenchOptions& o, std::int64_t m) { return (o.max_m > 0 && m > o.max_m) || m < o.min_m; }
+bool skip_shape(const GemmBenchOptions& o, std::int64_t n, std::int64_t k) {
+  return !o.shape.empty() && o.shape != std::to_string(n) + "x" + std::to_string(k);
+}
+
 using core::DeviceBuffer;
 
 struct Shape {
@@ -311,6 +317,7 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
   const std::size_t first = rows.size();
   for (const auto& [n, k] : nk) {
     if (o.quick && n != 4096) continue;
+    if (skip_shape(o, n, k)) continue;
     // The FP16 peer's weights, rotated like ours.
     const std::size_t w16_bytes = static_cast<std::size_t>(n * k) * 2;
     const int w16_copies = f16_copies(w16_bytes);
@@ -326,7 +333,7 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
                                                       host.mins_packed.size());
       for (std::int64_t m : {1, 16, 64, 128}) {
         if (o.quick && m > 16) continue;
-        if (o.max_m > 0 && m > o.max_m) continue;
+        if (skip_m(o, m)) continue;
         const double ops = 2.0 * m * n * k;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
         fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 61 + m, stream);
@@ -387,6 +394,7 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
                         {3072, 2048, 32},  {2048, 2048, 32},   {16384, 2048, 32}, {2048, 8192, 32}};
   const std::size_t first = rows.size();
   for (const auto& [n, k, group] : cases) {
+    if (skip_shape(o, n, k)) continue;
     {
       const WeightOnlySpec spec{4, group, true, DType::f16};
       const HostWeights host = make_weights(spec, n, k, static_cast<std::uint64_t>(n + k + group));
@@ -394,7 +402,7 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
       const double weight_bytes =
           static_cast<double>(host.codes.size() + host.scales_packed.size() + host.mins_packed.size());
       for (const std::int64_t m : {1, 8, 16, 32}) {
-        if (o.max_m > 0 && m > o.max_m) continue;
+        if (skip_m(o, m)) continue;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
         fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 71 + m, stream);
         const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cuda, m, k);
@@ -469,6 +477,7 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
   };
   for (const auto& [n, k] : nk) {
     if (o.quick && n != 4096) continue;
+    if (skip_shape(o, n, k)) continue;
     const std::size_t w16_bytes = static_cast<std::size_t>(n * k) * 2;
     const int w16_copies = f16_copies(w16_bytes);
     for (const WeightForm& form : forms) {
@@ -484,7 +493,7 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
       const int copies = static_cast<int>(dev.views.size());
       for (const std::int64_t m : {16, 32, 64, 128, 256, 512, 2048, 8192}) {
         if (o.quick && m > 64) continue;
-        if (o.max_m > 0 && m > o.max_m) continue;
+        if (skip_m(o, m)) continue;
         const double ops = 2.0 * m * n * k;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
         fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 83 + m, stream);
@@ -579,6 +588,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
   std::printf("%-5s %12s %3s %8s %9s %9s %9s %8s %7s %7s  %s\n", "type", "N x K", "M", "MB", "min us", "med us",
               "max us", "GB/s", "copy", "best", "check vs tiled");
   for (const auto& [n, k] : nk) {
+    if (skip_shape(o, n, k)) continue;
     for (const GgmlType type : types) {
       const engine::GgmlTypeInfo& info = engine::ggml_type_info(type);
       std::vector<std::uint8_t> blocks(static_cast<std::size_t>(n * k / info.block_elements) * info.block_bytes);
@@ -610,7 +620,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
       }
       const wo::Form form = wo::form_of(host.spec);
       for (const std::int64_t m : {1, 16}) {
-        if (o.max_m > 0 && m > o.max_m) continue;
+        if (skip_m(o, m)) continue;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
         fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 83 + m, stream);
         const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cuda, m, k);

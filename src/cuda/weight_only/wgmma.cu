@@ -57,6 +57,7 @@ namespace cg = cooperative_groups;
 constexpr int kThreads = 256;  // two warpgroups
 constexpr int kMaxGroups = 4;  // scale groups per tile per step (group 32)
 constexpr int kGroupM = 8;     // m blocks per rasterization group (L2 reuse of the weight panel)
+constexpr int kMaxSplits = 8;  // blocks of a split-K cluster (the portable cluster size)
 
 // The block's shape for kBN activation rows: each warpgroup owns kMi m64 blocks of weight
 // rows (the rule, wgmma_tile_n: 2 for kBN 128, 128 x 128 a warpgroup, which halves the
@@ -271,12 +272,14 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t
 
 // Grouped rasterization: kGroupM m blocks run over all n blocks before the next group,
 // so the blocks resident at once share a panel of weights and one of activations in L2.
-__device__ __forceinline__ void tile_of(std::int64_t tile, std::int64_t n_blocks, std::int64_t m_blocks,
+// 32-bit: the grid has fewer than 2^31 blocks (launch checks), and 64-bit divisions cost
+// a call each in the prologue.
+__device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_blocks, std::uint32_t m_blocks,
                                         std::int64_t* n_block, std::int64_t* m_block) {
-  const std::int64_t span = kGroupM * n_blocks;
-  const std::int64_t group = tile / span, first_m = group * kGroupM;
-  const std::int64_t group_m = m_blocks - first_m < kGroupM ? m_blocks - first_m : kGroupM;
-  const std::int64_t in_group = tile - group * span;
+  const std::uint32_t span = kGroupM * n_blocks;
+  const std::uint32_t group = tile / span, first_m = group * kGroupM;
+  const std::uint32_t group_m = m_blocks - first_m < kGroupM ? m_blocks - first_m : kGroupM;
+  const std::uint32_t in_group = tile - group * span;
   *m_block = first_m + in_group % group_m;
   *n_block = in_group / group_m;
 }
@@ -297,10 +300,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int split = static_cast<int>(blockIdx.x % static_cast<unsigned>(splits));
   std::int64_t n_block, m_block;
-  tile_of(static_cast<std::int64_t>(blockIdx.x / static_cast<unsigned>(splits)), n_blocks, m_blocks, &n_block,
-          &m_block);
+  tile_of(blockIdx.x / static_cast<unsigned>(splits), static_cast<std::uint32_t>(n_blocks),
+          static_cast<std::uint32_t>(m_blocks), &n_block, &m_block);
   const std::int64_t tile0 = n_block * L::kTiles, m0 = m_block * kBN;
-  const std::int64_t step_begin = p.k_steps * split / splits, step_end = p.k_steps * (split + 1) / splits;
+  const auto k_steps = static_cast<std::uint32_t>(p.k_steps);  // < 2^28 (launch checks)
+  const std::int64_t step_begin = k_steps * split / splits, step_end = k_steps * (split + 1) / splits;
 
   std::uint32_t rot[4];  // gather_int4's rotations: 4 (c - i) mod 32
 #pragma unroll
@@ -357,21 +361,36 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
     __syncthreads();
   }
   // Block `split` stores activation rows split, split + splits, ...: kTiles runs of 8
-  // weight rows (16 bytes of output) per row.
+  // weight rows (16 bytes of output) per row, one (row, run) item a thread where kBN /
+  // splits x kTiles fills the block. Each item's partials of every rank are loaded at
+  // once (one DSMEM latency, not `splits`) and summed in rank order.
   const bool vector = p.ldo % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
-  for (int item = threadIdx.x; item < kBN * L::kTiles; item += kThreads) {
-    const int row = item / L::kTiles, run = item % L::kTiles;
-    if (row % splits != split || m0 + row >= p.m) continue;
+  const int rows_here = (kBN - split + splits - 1) / splits;
+  for (int item = threadIdx.x; item < rows_here * L::kTiles; item += kThreads) {
+    const int row = split + splits * (item / L::kTiles), run = item % L::kTiles;
+    if (m0 + row >= p.m) continue;
     const std::int64_t n = tile0 * 8 + run * 8;
     if (n >= p.n) continue;
+    float4 parts[2 * kMaxSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) {
+      if (s < splits) {
+        const float* src =
+            (splits > 1 ? cluster.map_shared_rank(partial, s) : partial) + row * L::kPartialStride + run * 8;
+        parts[2 * s] = *reinterpret_cast<const float4*>(src);
+        parts[2 * s + 1] = *reinterpret_cast<const float4*>(src + 4);
+      }
+    }
     float sum[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) sum[e] = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float* src = (splits > 1 ? cluster.map_shared_rank(partial, s) : partial) + row * L::kPartialStride + run * 8;
-      const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
-      sum[0] += v0.x, sum[1] += v0.y, sum[2] += v0.z, sum[3] += v0.w;
-      sum[4] += v1.x, sum[5] += v1.y, sum[6] += v1.z, sum[7] += v1.w;
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) {
+      if (s < splits) {
+        const float4 v0 = parts[2 * s], v1 = parts[2 * s + 1];
+        sum[0] += v0.x, sum[1] += v0.y, sum[2] += v0.z, sum[3] += v0.w;
+        sum[4] += v1.x, sum[5] += v1.y, sum[6] += v1.z, sum[7] += v1.w;
+      }
     }
     auto* out = static_cast<std::uint16_t*>(p.out) + (m0 + row) * p.ldo + n;
     if (vector && n + 8 <= p.n) {
@@ -471,6 +490,9 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   const int splits = choose_splits<T, F, kBN, kMi>(p, n_blocks * m_blocks, v.k_slices);
   LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31), "weight_only: M x N needs more blocks (",
                n_blocks * m_blocks * splits, ") than one grid dimension holds");
+  LOWBIT_CHECK(splits >= 1 && splits <= kMaxSplits, "weight_only: a split-K cluster of ", splits,
+               " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
+  LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(n_blocks * m_blocks * splits));
   config.blockDim = dim3(kThreads);
