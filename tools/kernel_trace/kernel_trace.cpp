@@ -179,6 +179,10 @@ void at_exit() {
     std::fprintf(stderr, "lowbit_kernel_trace: nothing written to %s\n", s.path.c_str());
     return;
   }
+  // Every process that inherits LD_PRELOAD loads this library (a wrapper such as
+  // timeout, the programs the traced one starts): only one that ran kernels writes, so
+  // they never write over the traced program's file.
+  if (s.kernels.empty() && s.dropped == 0) return;
   const std::string error = write_csv(s);
   if (!error.empty()) {
     std::fprintf(stderr, "lowbit_kernel_trace: %s; nothing written\n", error.c_str());
@@ -209,9 +213,6 @@ __attribute__((constructor)) void start_trace() {
     }
     state->max_records = static_cast<std::size_t>(n);
   }
-  // Programs this one starts (git, nvidia-smi) inherit LD_PRELOAD; without the variable
-  // they neither trace nor write over this process's file.
-  ::unsetenv("LOWBIT_KERNEL_TRACE");
   state->kernels.reserve(std::min<std::size_t>(state->max_records, 1 << 16));
   if (!cupti_ok(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks"))
     return;

@@ -58,7 +58,6 @@ constexpr int kThreads = 256;  // two warpgroups
 constexpr int kMaxGroups = 4;  // scale groups per tile per step (group 32)
 constexpr int kGroupM = 8;     // m blocks per rasterization group (L2 reuse of the weight panel)
 constexpr int kMaxSplits = 8;  // blocks of a split-K cluster (the portable cluster size)
-constexpr int kRanksAtOnce = 4;  // partials the reduction loads before it adds (registers: the main loop's ~120)
 
 // The block's shape for kBN activation rows: each warpgroup owns kMi m64 blocks of weight
 // rows (the rule, wgmma_tile_n: 2 for kBN 128, 128 x 128 a warpgroup, which halves the
@@ -362,40 +361,27 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
     __syncthreads();
   }
   // Block `split` stores activation rows split, split + splits, ...: kTiles runs of 8
-  // weight rows (16 bytes of output) per row, one (row, run) item a thread where kBN /
-  // splits x kTiles fills the block. Each item's partials are loaded up to 4 ranks at
-  // once (one DSMEM latency for a split of 4, not 4) and summed in rank order.
+  // weight rows (16 bytes of output) per row, its own rows' (row, run) items spread over
+  // all threads (one a thread where kBN / splits x kTiles fills the block), the ranks'
+  // partials summed in rank order, two loads in flight: a fully unrolled rank loop cost
+  // the kMi 1 main loop ~70 rematerialized instructions a step (its register allocation
+  // changed), more than the DSMEM latencies it saved.
   const bool vector = p.ldo % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
-  const int rows_here = (kBN - split + splits - 1) / splits;
-  for (int item = threadIdx.x; item < rows_here * L::kTiles; item += kThreads) {
+  for (int item = threadIdx.x; item < kBN * L::kTiles; item += kThreads) {
     const int row = split + splits * (item / L::kTiles), run = item % L::kTiles;
+    if (row >= kBN) break;  // this block's rows are the first kBN / splits x kTiles items
     if (m0 + row >= p.m) continue;
     const std::int64_t n = tile0 * 8 + run * 8;
     if (n >= p.n) continue;
     float sum[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) sum[e] = 0.0f;
-#pragma unroll
-    for (int s0 = 0; s0 < kMaxSplits; s0 += kRanksAtOnce) {
-      if (s0 >= splits) break;
-      float4 parts[2 * kRanksAtOnce];
-#pragma unroll
-      for (int i = 0; i < kRanksAtOnce; ++i) {
-        if (s0 + i < splits) {
-          const float* src = (splits > 1 ? cluster.map_shared_rank(partial, s0 + i) : partial) +
-                             row * L::kPartialStride + run * 8;
-          parts[2 * i] = *reinterpret_cast<const float4*>(src);
-          parts[2 * i + 1] = *reinterpret_cast<const float4*>(src + 4);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kRanksAtOnce; ++i) {
-        if (s0 + i < splits) {
-          const float4 v0 = parts[2 * i], v1 = parts[2 * i + 1];
-          sum[0] += v0.x, sum[1] += v0.y, sum[2] += v0.z, sum[3] += v0.w;
-          sum[4] += v1.x, sum[5] += v1.y, sum[6] += v1.z, sum[7] += v1.w;
-        }
-      }
+#pragma unroll 2
+    for (int s = 0; s < splits; ++s) {
+      const float* src = (splits > 1 ? cluster.map_shared_rank(partial, s) : partial) + row * L::kPartialStride + run * 8;
+      const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
+      sum[0] += v0.x, sum[1] += v0.y, sum[2] += v0.z, sum[3] += v0.w;
+      sum[4] += v1.x, sum[5] += v1.y, sum[6] += v1.z, sum[7] += v1.w;
     }
     auto* out = static_cast<std::uint16_t*>(p.out) + (m0 + row) * p.ldo + n;
     if (vector && n + 8 <= p.n) {
