@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarizes a kernel trace written by liblowbit_kernel_trace.so (tools/kernel_trace) as
 Markdown: time per kernel name; how much of the timeline no kernel runs (the gaps a
-CUDA graph's launches leave); and the gap between each pair of consecutive kernel names,
+CUDA graph's launches leave); what each kernel adds to the timeline's end (its share of
+the critical path, which overlapping launches hide from its duration); and the gap
+between each pair of consecutive kernel names,
 start(b) - end(a), negative where they overlap (programmatic dependent launch). Python
 standard library only.
 
@@ -121,6 +123,22 @@ def pair_gaps(kernels):
     return dict(pairs)
 
 
+def critical_path(kernels):
+    """{name: (count, total)} of what each record adds to the timeline in ns: for records
+    sorted by start, the first its duration, each later one max(0, end - the latest end
+    before it). The totals add up to the span. With programmatic dependent launch a
+    kernel starts early and waits, so its duration overstates it; this is how much later
+    the stretch ends because of it (idle time before a kernel is charged to it)."""
+    shares = {}
+    frontier = None
+    for k in kernels:
+        added = k.duration if frontier is None else max(0, k.end - frontier)
+        frontier = k.end if frontier is None else max(frontier, k.end)
+        count, total = shares.get(k.name, (0, 0))
+        shares[k.name] = (count + 1, total + added)
+    return shares
+
+
 def display_names(names, width):
     """Each name cut to `width` characters ("..." marking the cut; 0: whole), made unique
     with " #2", " #3" where cuts collide."""
@@ -164,6 +182,17 @@ def report(kernels, incomplete, width):
         share = 100.0 * total / total_kernel if total_kernel else 0.0
         lines.append(f"| {_cell(shown[name])} | {count} | {total / 1e6:.3f} | {share:.1f} | "
                      f"{total / count / 1e3:.2f} | {low / 1e3:.2f} | {high / 1e3:.2f} |")
+    lines.append("")
+    lines.append("## What each kernel adds to the timeline (critical path), by total")
+    lines.append("")
+    lines.append("Each record's end past the latest end before it (the first record: its duration); "
+                 "the totals add up to the span. Idle time is charged to the kernel after it.")
+    lines.append("")
+    lines.append("| kernel | count | total us | % of span | mean us |")
+    lines.append("|---|---:|---:|---:|---:|")
+    for name, (count, total) in sorted(critical_path(kernels).items(), key=lambda item: (-item[1][1], item[0])):
+        share = 100.0 * total / span if span else 0.0
+        lines.append(f"| {_cell(shown[name])} | {count} | {total / 1e3:.2f} | {share:.1f} | {total / count / 1e3:.2f} |")
     lines.append("")
     lines.append("## Gaps between consecutive kernels, by total gap")
     lines.append("")

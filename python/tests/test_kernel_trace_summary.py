@@ -63,6 +63,18 @@ def test_busy_idle_and_gaps(trace):
     assert s.per_name(kernels) == {gemv: (3, 1600, 100, 1000), norm: (2, 1500, 500, 1000), ATTN: (1, 200, 200, 200)}
 
 
+def test_critical_path(trace):
+    s = load()
+    kernels, _ = s.read_trace(trace)
+    gemv, norm = "gemv_kernel<4, Q4_1>", "rms_norm_kernel"
+    # gemv 1000 (first: its duration), norm +500, gemv +500, norm +1500 (1000 of it idle),
+    # gemv 0 (ends inside norm), attn +700: 4200 in all, the span.
+    shares = s.critical_path(kernels)
+    assert shares == {gemv: (3, 1500), norm: (2, 2000), ATTN: (1, 700)}
+    assert sum(total for _, total in shares.values()) == s.busy_idle(kernels)[0]
+    assert s.critical_path([]) == {}
+
+
 def test_selections(trace):
     s = load()
     kernels, _ = s.read_trace(trace)
@@ -82,7 +94,15 @@ def test_report(trace):
     # span, busy, idle in us; idle 1500 / 4200; kernel time 3300 / 4200.
     assert "| 4.20 | 2.70 | 1.50 | 35.71 | 2 | 0.79 |" in out
     assert "| gemv_kernel<4, Q4_1> | 3 | 0.002 | 48.5 | 0.53 | 0.10 | 1.00 |" in out
-    rows = [line for line in out.splitlines() if line.count("|") == 6 and "---" not in line and "| a |" not in line]
+    def table(title):  # the data rows of the section whose heading starts with title
+        section = out.split("## " + title, 1)[1].split("\n## ", 1)[0]
+        return [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| a |")
+                and not line.startswith("| kernel |")]
+
+    assert table("What each kernel adds") == ["| rms_norm_kernel | 2 | 2.00 | 47.6 | 1.00 |",
+                                              "| gemv_kernel<4, Q4_1> | 3 | 1.50 | 35.7 | 0.50 |",
+                                              '| attn<"x", 2> | 1 | 0.70 | 16.7 | 0.70 |']
+    rows = table("Gaps")
     assert rows == ['| gemv_kernel<4, Q4_1> | attn<"x", 2> | 1 | 0.70 | 0.70 |',
                     "| gemv_kernel<4, Q4_1> | rms_norm_kernel | 2 | 0.25 | 0.50 |",
                     "| rms_norm_kernel | gemv_kernel<4, Q4_1> | 2 | -0.15 | -0.30 |"]
