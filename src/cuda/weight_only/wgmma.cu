@@ -272,8 +272,8 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t
 
 // Grouped rasterization: kGroupM m blocks run over all n blocks before the next group,
 // so the blocks resident at once share a panel of weights and one of activations in L2.
-// 32-bit: the grid has fewer than 2^31 blocks (launch checks), and 64-bit divisions cost
-// a call each in the prologue.
+// 32-bit: the grid has fewer than 2^31 blocks and kGroupM n_blocks fit too (launch
+// checks), and 64-bit divisions cost a call each in the prologue.
 __device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_blocks, std::uint32_t m_blocks,
                                         std::int64_t* n_block, std::int64_t* m_block) {
   const std::uint32_t span = kGroupM * n_blocks;
@@ -479,8 +479,9 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
   const int splits = choose_splits<T, F, kBN, kMi>(p, n_blocks * m_blocks, v.k_slices);
-  LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31), "weight_only: M x N needs more blocks (",
-               n_blocks * m_blocks * splits, ") than one grid dimension holds");
+  LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
+               "weight_only: M x N needs more blocks (", n_blocks * m_blocks * splits,
+               ") than one grid dimension holds");
   LOWBIT_CHECK(splits >= 1 && splits <= kMaxSplits, "weight_only: a split-K cluster of ", splits,
                " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
