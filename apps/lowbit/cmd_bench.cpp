@@ -125,13 +125,23 @@ int bench_kv_attention(const Args& args) {
   std::string batches;
   cli.text("--batch", &batches, "B[,B...]", "sequences decoded at once over a paged cache (one launch; default: one "
                                             "sequence, contiguous)");
+  std::string split_lens;
+  cli.text("--split-len", &split_lens, "L[,L...]",
+           "decode form: the tensor-core kernels also at these split lengths (multiples of 16 up to 1024) beside "
+           "the plan's, to tune it");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);
   options.policies = split_list(policies, "--policy");
   if (!batches.empty()) options.batches = parse_positive_integers(batches, "--batch", 65535);
-  LOWBIT_CHECK(options.batches.empty() || options.rows == 1, "--batch and --rows: one form at a time (the paged "
-               "batch decodes one row a sequence)");
+  if (!split_lens.empty()) options.split_lens = parse_positive_integers(split_lens, "--split-len", 1024);
+  for (const std::int64_t len : options.split_lens) {
+    usage_check(len % 16 == 0, "--split-len: ", len, " is not a multiple of 16");
+  }
+  usage_check(options.split_lens.empty() || (options.batches.empty() && options.rows == 1),
+              "--split-len: the one-sequence decode form only (not with --batch or --rows)");
+  usage_check(options.batches.empty() || options.rows == 1, "--batch and --rows: one form at a time (the paged "
+              "batch decodes one row a sequence)");
 #if LOWBIT_WITH_CUDA
   return bench::run_kv_attention_bench(options);
 #else

@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bench/common/device_fill.h"
 #include "bench/common/json.h"
@@ -339,25 +342,39 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       fill_random_float16(q.data(), static_cast<std::size_t>(o.n_heads * o.head_dim), DType::f16, 1.0f, 99, stream);
       const core::DecodeSpan span = core::decode_span(s, context);
       DeviceBuffer ref(static_cast<std::size_t>(o.n_heads * o.head_dim) * 4), out(ref.bytes());
-      for (const auto kernel :
-           {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma, cuda::kv::AttentionKernel::mma_swap}) {
-        const std::size_t ws_bytes = core::decode_workspace_bytes(
-            o.n_heads, o.head_dim, cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel).splits);
+      // The plan's split for each kernel, then (--split-len) the tensor-core kernels at each
+      // given split length: split_len 0 is the plan's.
+      std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> cases{
+          {cuda::kv::AttentionKernel::simt, 0}, {cuda::kv::AttentionKernel::mma, 0},
+          {cuda::kv::AttentionKernel::mma_swap, 0}};
+      for (const std::int64_t len : o.split_lens) {
+        cases.emplace_back(cuda::kv::AttentionKernel::mma, len);
+        cases.emplace_back(cuda::kv::AttentionKernel::mma_swap, len);
+      }
+      for (const auto& [kernel, split_len] : cases) {
+        const core::DecodeSplitPlan plan =
+            split_len > 0 ? core::DecodeSplitPlan{(span.visible(s) + split_len - 1) / split_len, split_len}
+                          : cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel);
+        const std::size_t ws_bytes = core::decode_workspace_bytes(o.n_heads, o.head_dim, plan.splits);
         DeviceBuffer ws(ws_bytes);
         auto launch = [&](int i, void* dst) {
           cuda::kv::kv_attention(s, layers[static_cast<std::size_t>(i % copies)]->buffers, span, q.data(), o.n_heads,
-                                 dst, DType::f32, ws.data(), ws_bytes, stream, kernel);
+                                 dst, DType::f32, ws.data(), ws_bytes, stream, kernel, split_len);
         };
         const KernelRun run = run_kernel(launch, kernel == cuda::kv::AttentionKernel::simt, ref, out, stream);
         const double ms = run.ms, ms_min = run.ms_min, ms_max = run.ms_max;
         const std::string& check = run.check;
         const double gbps = bytes / (ms * 1e6);
+        const std::string name = std::string(kernel_name(kernel)) +
+                                 (split_len > 0 ? " split " + std::to_string(plan.splits) + " x " +
+                                                      std::to_string(plan.split_len)
+                                                : "");
         std::printf("| %lld | %s | %s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
-                    static_cast<long long>(context), policy.c_str(), kernel_name(kernel), ms_min, ms, ms_max,
-                    bytes / 1e6, gbps, 100.0 * gbps / copy_gbps, 100.0 * bytes / (ms_min * 1e6) / copy_gbps,
-                    check.c_str());
+                    static_cast<long long>(context), policy.c_str(), name.c_str(), ms_min, ms, ms_max, bytes / 1e6,
+                    gbps, 100.0 * gbps / copy_gbps, 100.0 * bytes / (ms_min * 1e6) / copy_gbps, check.c_str());
         Json row = Json::object();
         row.set("context", context).set("policy", policy).set("kernel", kernel_name(kernel)).set("ms", ms);
+        row.set("splits", plan.splits).set("split_len", plan.split_len).set("forced_split", split_len > 0);
         row.set("ms_min", ms_min).set("ms_max", ms_max);
         row.set("bytes", bytes).set("gbps", gbps).set("pct_copy", 100.0 * gbps / copy_gbps).set("check", check);
         rows.push(row);

@@ -22,6 +22,7 @@ struct KvAttentionBenchOptions {
   std::int64_t sink = 16, window = 32;
   std::int64_t rows = 1;  // > 1: the prefill rows form, a chunk of this many rows
   std::vector<std::int64_t> batches;  // non-empty: the paged batch form at each B
+  std::vector<std::int64_t> split_lens;  // decode form: the tensor-core kernel also at these split lengths
   std::string json_path;
 };
 

@@ -637,9 +637,9 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
 
 void kv_attention(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span, const void* q,
                   std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
-                  cuda_stream_t stream, AttentionKernel kernel) {
+                  cuda_stream_t stream, AttentionKernel kernel, std::int64_t split_len) {
   launch_decode(shape, layer, span, nullptr, false, false, q, n_heads, out, out_dtype, workspace, workspace_bytes,
-                stream, kernel);
+                stream, kernel, nullptr, nullptr, split_len);
 }
 
 void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
