@@ -517,6 +517,13 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
         std::vector<std::pair<std::string, wo::Variant>> variants{{"production", wo::pick(p0, wform)},
                                                                    {"wgmma", wo::Variant{wo::Kernel::wgmma}}};
         if (m > wo::kGemvMaxRows) variants.emplace_back("mma.sync tiled", wo::Variant{wo::Kernel::mma});
+        // The stage loads as TMA from one thread against every thread's cp.async
+        // (bench/notes/weight_only.md: the loader is ~40% of the issued instructions at M 512).
+        {
+          wo::Variant v{wo::Kernel::wgmma};
+          v.tma = true;
+          variants.emplace_back("wgmma tma", v);
+        }
         // 64 activation rows on 256 weight rows a block (two wgmmas a wait) against the
         // rule's 128 (bench/notes/weight_only.md, the B = 64 step's GEMMs).
         if (m > 32 && m <= 64) {

@@ -2,6 +2,7 @@
 // the one switch from run-time (activation type, form, kernel) to a launcher.
 #include <type_traits>
 
+#include "cuda/gemm/tma.h"
 #include "cuda/weight_only/launch.cuh"
 #include "formats/weight_pack.h"
 #include "lowbit/error.h"
@@ -61,7 +62,8 @@ bool takes(const Variant& v, const Params& p, Form form) {
     case Kernel::wgmma:
       return wgmma_available(form) && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
              (v.tile_n == 0 || wgmma_tile_n(wgmma_tile_m(p, v), v) == v.tile_n) &&
-             (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8);
+             (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8) &&
+             (!v.tma || (p.x_vec16 && gemm::tensor_map_encoder_available()));
   }
   return false;
 }
