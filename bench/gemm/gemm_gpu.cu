@@ -514,13 +514,21 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
         peer.peer_ms = peer.ms;
         peer.check = "reference";
         const wo::Params p0 = wo::make_params(xv, dev.views[0], TensorView{}, ov);
-        std::vector<std::pair<std::string, wo::Variant>> variants{{"production", wo::pick(p0, wform)},
-                                                                   {"wgmma", wo::Variant{wo::Kernel::wgmma}}};
+        // Every wgmma row loads its stages as TMA (the default where the activations allow it)
+        // except "wgmma cp.async", every thread's cp.async loader it replaced.
+        wo::Variant wgmma{wo::Kernel::wgmma};
+        wgmma.tma = true;
+        std::vector<std::pair<std::string, wo::Variant>> variants{{"production", wo::pick(p0, wform)}, {"wgmma", wgmma}};
+        {
+          wo::Variant v = wgmma;
+          v.tma = false;
+          variants.emplace_back("wgmma cp.async", v);
+        }
         if (m > wo::kGemvMaxRows) variants.emplace_back("mma.sync tiled", wo::Variant{wo::Kernel::mma});
         // 64 activation rows on 256 weight rows a block (two wgmmas a wait) against the
         // rule's 128 (bench/notes/weight_only.md, the B = 64 step's GEMMs).
         if (m > 32 && m <= 64) {
-          wo::Variant v{wo::Kernel::wgmma};
+          wo::Variant v = wgmma;
           v.tile_n = 256;
           variants.emplace_back("wgmma 256 rows", v);
         }
@@ -530,7 +538,7 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
         if (m > wo::kGemvMaxRows) {
           for (const int s : {1, 2, 4, 8}) {
             if (m >= 512 && s == 8) continue;
-            wo::Variant v{wo::Kernel::wgmma};
+            wo::Variant v = wgmma;
             v.k_slices = s;
             variants.emplace_back("wgmma split " + std::to_string(s), v);
           }

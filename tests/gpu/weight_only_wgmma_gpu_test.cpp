@@ -3,15 +3,16 @@
 // bf16, awkward M (17, 33, 100, 257, 1000: partial activation tiles of all three tile
 // sizes), N not a multiple of the 128-row block (nor of 8), K not a multiple of the
 // 128-wide step (odd, shorter than one step), unaligned activation rows, bias or not,
-// every tile size with every split-K cluster, and the public entry's dispatch. Outputs
-// poisoned and guarded; tolerance as the other weight-only kernels
-// (common/weight_only_cases.h). Skipped on GPUs other than compute capability 9.0; on
+// every tile size with every split-K cluster, both load forms (cp.async, TMA), and the
+// public entry's dispatch. Outputs poisoned and guarded; tolerance as the other
+// weight-only kernels (common/weight_only_cases.h). Skipped on GPUs other than compute capability 9.0; on
 // one, a build without the kernel's sm_90a image fails the suite.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,11 @@ class WeightOnlyWgmmaGpu : public GpuTest {
 };
 
 const wo::Variant kWgmma{wo::Kernel::wgmma};
+const wo::Variant kWgmmaTma = [] {
+  wo::Variant v{wo::Kernel::wgmma};
+  v.tma = true;
+  return v;
+}();
 
 // Q4_1 (zero point), Q4_0 (symmetric), INT8; group 0 stands for K (per channel).
 const WeightOnlySpec kForms[] = {
@@ -71,6 +77,8 @@ TEST_F(WeightOnlyWgmmaGpu, EveryFormAndGroup) {
       for (const std::int64_t m : shape.ms) {
         ++round;
         run_case(rng, spec, w, m, /*with_bias=*/round % 2 == 0, /*aligned_rows=*/round % 3 != 0, &kWgmma, Entry::variant_only);
+        // The TMA loads: 16-byte aligned rows only (the variant refuses others, below).
+        run_case(rng, spec, w, m, /*with_bias=*/round % 2 == 1, /*aligned_rows=*/true, &kWgmmaTma, Entry::variant_only);
         if (HasFailure()) return;
       }
     }
@@ -89,15 +97,19 @@ TEST_F(WeightOnlyWgmmaGpu, TilesAndSplits) {
     // (tile_m, tile_n): every pair built; 0 is the rule's weight rows.
     for (const auto& [tile_m, tile_n] : {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 256}, std::pair{128, 0}}) {
       for (const int splits : sanitizer_subset<int>({1, 2, 4, 8}, {0, 1})) {
-        wo::Variant variant{wo::Kernel::wgmma};
-        variant.tile_m = tile_m;
-        variant.tile_n = tile_n;
-        variant.k_slices = splits;
-        SCOPED_TRACE(testing::Message() << "tile_m " << tile_m << " tile_n " << tile_n << " splits " << splits);
-        for (const std::int64_t m : {17, tile_m == 32 ? 40 : tile_m + 1}) {
-          run_case(rng, spec, w, m, m % 2 == 1, splits != 2, &variant, Entry::variant_only);
+        for (const bool tma : {false, true}) {
+          wo::Variant variant{wo::Kernel::wgmma};
+          variant.tile_m = tile_m;
+          variant.tile_n = tile_n;
+          variant.k_slices = splits;
+          variant.tma = tma;
+          SCOPED_TRACE(testing::Message() << "tile_m " << tile_m << " tile_n " << tile_n << " splits " << splits
+                                          << " tma " << tma);
+          for (const std::int64_t m : {17, tile_m == 32 ? 40 : tile_m + 1}) {
+            run_case(rng, spec, w, m, m % 2 == 1, tma || splits != 2, &variant, Entry::variant_only);
+          }
+          if (HasFailure()) return;
         }
-        if (HasFailure()) return;
       }
     }
   }
@@ -113,7 +125,26 @@ TEST_F(WeightOnlyWgmmaGpu, ManyRows) {
     DeviceWeights w;
     make_weights(rng, s, 264, 520, w);
     run_case(rng, s, w, 1000, true, true, &kWgmma, Entry::variant_only);
+    run_case(rng, s, w, 1000, false, true, &kWgmmaTma, Entry::variant_only);
     if (HasFailure()) return;
+  }
+}
+
+// The TMA loads need the activations 16-byte aligned with rows a multiple of 8 apart:
+// the variant refuses other arguments (the cp.async form takes them).
+TEST_F(WeightOnlyWgmmaGpu, TmaTakesAlignedRowsOnly) {
+  const WeightOnlySpec spec{4, 32, true, DType::f16};
+  LOWBIT_TEST_RNG(rng);
+  DeviceWeights w;
+  make_weights(rng, spec, 128, 256, w);
+  for (const auto& [ldx, offset, taken] :
+       {std::tuple{std::int64_t{256}, std::uintptr_t{0}, true}, std::tuple{std::int64_t{257}, std::uintptr_t{0}, false},
+        std::tuple{std::int64_t{256}, std::uintptr_t{2}, false}}) {
+    auto* x = reinterpret_cast<void*>(std::uintptr_t{0x100000} + offset);  // never read: takes() looks only
+    const wo::Params p = wo::make_params(TensorView::matrix(x, spec.act_dtype, Device::cuda, 40, 256, ldx), w.device,
+                                         TensorView{}, TensorView::matrix(nullptr, spec.act_dtype, Device::cuda, 40, 128));
+    EXPECT_EQ(wo::takes(kWgmmaTma, p, wo::Form::q4_zero_point), taken) << "ldx " << ldx << " offset " << offset;
+    EXPECT_TRUE(wo::takes(kWgmma, p, wo::Form::q4_zero_point)) << "ldx " << ldx << " offset " << offset;
   }
 }
 

@@ -48,4 +48,18 @@ const char* encode_int8_k_major(CUtensorMap* map, const void* base, std::int64_t
   return result == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled refused the operand (alignment or size)";
 }
 
+const char* encode_rows(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,
+                        std::int64_t rows, std::int64_t row_bytes, int box_inner, int box_rows) {
+  const EncodeTiled encode = encoder();
+  if (!encode) return "the driver does not provide cuTensorMapEncodeTiled";
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled refused the operand (alignment or size)";
+}
+
 }  // namespace lowbit::cuda::gemm

@@ -44,6 +44,7 @@
 
 #include "core/device.h"
 #include "core/split_k.h"
+#include "cuda/gemm/tma.h"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "cuda/wgmma_rs.cuh"
@@ -166,7 +167,73 @@ struct Loader {
   }
 };
 
+// The TMA form of Loader: one thread fills a stage with a step, into the same places
+// (so compute_step reads it unchanged), and the stage's full-barrier counts its bytes.
+// X: two boxes of kBN rows x 128 bytes (the two 64-k atoms), in the 128-byte swizzle the
+// B descriptor reads; codes: one box of the block's kTiles rows x the step's unit (the
+// packed codes as rows of k_steps units a tile); scales (and mins): one box of kTiles rows
+// x kMaxGroups groups from the step's first (past a step's own groups, at group 64 / 128 or
+// per channel, it reads a few neighbours' bytes it never uses). Everything past M, K or N
+// loads as zeros and counts toward the bytes.
+struct WgmmaMaps {  // CUtensorMap keeps them 64-byte aligned, as TMA needs
+  CUtensorMap x, codes, scales, mins;
+};
+
+// The maps of one launch (host; ~1-2 us each).
+template <Form F, int kBN, int kMi>
+WgmmaMaps make_maps(const Params& p) {
+  using L = Layout<F, kBN, kMi>;
+  static_assert(L::kScaleBytes == L::kTiles * kMaxGroups * 16, "a tile's scale row is kMaxGroups chunks");
+  WgmmaMaps maps{};
+  const auto check = [](const char* refused, const char* what) {
+    LOWBIT_CHECK(refused == nullptr, "weight_only: the wgmma kernel's TMA map of the ", what, ": ", refused);
+  };
+  // The boxes' coordinates are 32-bit: K's bytes, and the codes' 8-byte words of a tile.
+  LOWBIT_CHECK(p.k_steps * form_unit_bytes<F>() / 8 < (std::int64_t{1} << 31) && 2 * p.k < (std::int64_t{1} << 31),
+               "weight_only: K of ", p.k, " is too long for the wgmma kernel's TMA loads");
+  // X as bytes: rows of 2K bytes, ldx * 2 apart, boxes of kBN rows x 128 bytes.
+  check(gemm::encode_int8_k_major(&maps.x, p.x, p.m, 2 * p.k, 2 * p.ldx, kBN, 128), "activations");
+  const std::int64_t unit = form_unit_bytes<F>(), tile_bytes = p.k_steps * unit;
+  check(gemm::encode_rows(&maps.codes, CU_TENSOR_MAP_DATA_TYPE_UINT64, p.codes, tile_bytes / 8, p.n_tiles, tile_bytes,
+                          static_cast<int>(unit / 8), L::kTiles),
+        "codes");
+  const std::int64_t scale_row = p.groups * 8;  // u16 elements of a tile
+  check(gemm::encode_rows(&maps.scales, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.scales, scale_row, p.n_tiles, scale_row * 2,
+                          kMaxGroups * 8, L::kTiles),
+        "scales");
+  if (F == Form::q4_zero_point) {
+    check(gemm::encode_rows(&maps.mins, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.mins, scale_row, p.n_tiles, scale_row * 2,
+                            kMaxGroups * 8, L::kTiles),
+          "mins");
+  }
+  return maps;
+}
+
 #if defined(LOWBIT_SM90A_DEVICE)
+
+template <Form F, int kBN, int kMi>
+struct TmaLoader {
+  using L = Layout<F, kBN, kMi>;
+  static constexpr bool kMins = F == Form::q4_zero_point;
+  static constexpr std::uint32_t kStepBytes = L::kX + L::kCodes + (kMins ? 2 : 1) * L::kTiles * kMaxGroups * 16;
+
+  __device__ static void issue(const Params& p, const WgmmaMaps& maps, std::uint32_t stage_addr, std::uint32_t bar,
+                               std::int64_t tile0, std::int64_t m0, std::int64_t step) {
+    gemm::sm90::mbarrier_arrive_expect_tx(bar, kStepBytes);
+    const int k_byte = static_cast<int>(step * formats::kPackStepK * 2);
+    gemm::sm90::tma_load_2d(stage_addr, &maps.x, bar, k_byte, static_cast<int>(m0));
+    gemm::sm90::tma_load_2d(stage_addr + kBN * 128, &maps.x, bar, k_byte + 128, static_cast<int>(m0));
+    constexpr int kUnitWords = form_unit_bytes<F>() / 8;  // the codes map's elements are 8 bytes
+    gemm::sm90::tma_load_2d(stage_addr + L::kX, &maps.codes, bar, static_cast<int>(step * kUnitWords),
+                            static_cast<int>(tile0));
+    const int group = static_cast<int>(step * p.groups_per_step * 8);  // in u16 elements
+    gemm::sm90::tma_load_2d(stage_addr + L::kX + L::kCodes, &maps.scales, bar, group, static_cast<int>(tile0));
+    if constexpr (kMins) {
+      gemm::sm90::tma_load_2d(stage_addr + L::kX + L::kCodes + L::kScaleBytes, &maps.mins, bar, group,
+                              static_cast<int>(tile0));
+    }
+  }
+};
 
 // Rotates right by s (mod 32): one SHF.
 __device__ __forceinline__ std::uint32_t rotr(std::uint32_t v, std::uint32_t s) { return __funnelshift_r(v, v, s); }
@@ -284,9 +351,12 @@ __device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_bloc
   *n_block = in_group / group_m;
 }
 
-template <class T, Form F, int kBN, int kMi>
+// kTma: the loads as TMA on a full-barrier a stage (TmaLoader, maps); else cp.async by
+// every thread (Loader; maps unused).
+template <class T, Form F, int kBN, int kMi, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
-                                                            std::int64_t m_blocks) {
+                                                            std::int64_t m_blocks,
+                                                            const __grid_constant__ WgmmaMaps maps) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using L = Layout<F, kBN, kMi>;
   // A static marker: its size tells the host that this image has the sm_90a body (a
@@ -312,24 +382,57 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
 
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
 
-  Loader<F, kBN, kMi> loader(p, m0, tile0, step_begin);
+  if constexpr (kTma) {
+    __shared__ alignas(8) std::uint64_t full[L::kStages];  // a stage's step has landed
+    if (threadIdx.x == 0) {
 #pragma unroll
-  for (int s = 0; s < L::kAhead; ++s) {
-    if (step_begin + s < step_end) loader.issue(p, ring + s * L::kStage, step_begin + s);
-    cp_async_commit();
-  }
-  int stage = 0;
-  for (std::int64_t step = step_begin; step < step_end; ++step) {
-    cp_async_wait<L::kAhead - 1>();          // this step's copies have landed (this thread's)
-    gemm::sm90::fence_proxy_async_shared();  // ... and are visible to wgmma's reads
-    __syncthreads();  // every thread's; the stage refilled below held step - 2, whose wgmmas are done
-    const std::int64_t ahead = step + L::kAhead;
-    const int ahead_stage = (stage + L::kAhead) % L::kStages;
-    if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
-    cp_async_commit();
-    compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot, acc,
-                            step == step_begin);
-    stage = stage + 1 == L::kStages ? 0 : stage + 1;
+      for (int s = 0; s < L::kStages; ++s) gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
+      gemm::sm90::fence_barrier_init();
+      gemm::sm90::prefetch_tensor_map(&maps.x);
+      gemm::sm90::prefetch_tensor_map(&maps.codes);
+      gemm::sm90::prefetch_tensor_map(&maps.scales);
+      if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
+      for (int s = 0; s < L::kAhead && step_begin + s < step_end; ++s) {
+        TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + s * L::kStage, gemm::sm90::smem_address(&full[s]), tile0,
+                                      m0, step_begin + s);
+      }
+    }
+    __syncthreads();  // the barriers' initialization, before anyone waits on them
+    int stage = 0;
+    std::uint32_t phase = 0;  // of the current stage's barrier: flips each time the ring wraps
+    for (std::int64_t step = step_begin; step < step_end; ++step) {
+      gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);  // this step has landed
+      __syncthreads();  // every thread's; the stage refilled below held step - 2, whose wgmmas are done
+      const std::int64_t ahead = step + L::kAhead;
+      const int ahead_stage = (stage + L::kAhead) % L::kStages;
+      if (threadIdx.x == 0 && ahead < step_end) {
+        TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + ahead_stage * L::kStage,
+                                      gemm::sm90::smem_address(&full[ahead_stage]), tile0, m0, ahead);
+      }
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot,
+                                   acc, step == step_begin);
+      if (++stage == L::kStages) stage = 0, phase ^= 1u;
+    }
+  } else {
+    Loader<F, kBN, kMi> loader(p, m0, tile0, step_begin);
+#pragma unroll
+    for (int s = 0; s < L::kAhead; ++s) {
+      if (step_begin + s < step_end) loader.issue(p, ring + s * L::kStage, step_begin + s);
+      cp_async_commit();
+    }
+    int stage = 0;
+    for (std::int64_t step = step_begin; step < step_end; ++step) {
+      cp_async_wait<L::kAhead - 1>();          // this step's copies have landed (this thread's)
+      gemm::sm90::fence_proxy_async_shared();  // ... and are visible to wgmma's reads
+      __syncthreads();  // every thread's; the stage refilled below held step - 2, whose wgmmas are done
+      const std::int64_t ahead = step + L::kAhead;
+      const int ahead_stage = (stage + L::kAhead) % L::kStages;
+      if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
+      cp_async_commit();
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot,
+                                   acc, step == step_begin);
+      stage = stage + 1 == L::kStages ? 0 : stage + 1;
+    }
   }
   gemm::sm90::wgmma_wait<0>();
 #pragma unroll
@@ -402,13 +505,13 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
   if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
   (void)sm90a_body;
 #else
-  (void)p, (void)splits, (void)n_blocks, (void)m_blocks;
+  (void)p, (void)splits, (void)n_blocks, (void)m_blocks, (void)maps;
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
 // Whether this device runs the kernel: compute capability 9.0 and an image with the
 // sm_90a body (its static marker), once per device; and the shared memory opt-in.
-template <class T, Form F, int kBN, int kMi>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 bool kernel_ready() {
   static std::array<std::atomic<int>, 64> cached{};  // 0: not known, 1: ready, 2: not
   int device = 0;
@@ -424,9 +527,9 @@ bool kernel_ready() {
     const bool ready =
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
-        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN, kMi>) == cudaSuccess &&
+        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN, kMi, kTma>) == cudaSuccess &&
         attributes.binaryVersion == 90 && attributes.sharedSizeBytes >= sizeof(int) &&
-        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN, kMi>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN, kMi, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Layout<F, kBN, kMi>::kSmem) == cudaSuccess;
     (void)cudaGetLastError();
     state = ready ? 1 : 2;
@@ -436,11 +539,11 @@ bool kernel_ready() {
 }
 
 // Resident blocks per SM of an instantiation (occupancy query, once per process).
-template <class T, Form F, int kBN, int kMi>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi>, kThreads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma>, kThreads,
                                                       Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
       (void)cudaGetLastError();
       b = 1;
@@ -453,7 +556,7 @@ int blocks_per_sm() {
 // Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
 // steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
 // steps.
-template <class T, Form F, int kBN, int kMi>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   if (forced > 0) {
     int s = forced;
@@ -462,7 +565,7 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   }
   core::SplitKProblem problem;
   problem.tiles = tiles;
-  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi>()) * core::multiprocessor_count();
+  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma>()) * core::multiprocessor_count();
   problem.k_steps = p.k_steps;
   // A block's prologue, epilogue and reduction cost about 8 of its 128-k steps: the value
   // that orders the H200's split sweep at 28672 x 8192 (M 512: 2; 2048, 8192: 1).
@@ -470,21 +573,22 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   return core::pick_k_splits(problem);
 }
 
-template <class T, Form F, int kBN, int kMi>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
-  const bool ready = kernel_ready<T, F, kBN, kMi>();
+  const bool ready = kernel_ready<T, F, kBN, kMi, kTma>();
   LOWBIT_CHECK(ready, "weight_only: the wgmma kernel needs a compute capability 9.0 GPU and an "
                                           "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
-  const int splits = choose_splits<T, F, kBN, kMi>(p, n_blocks * m_blocks, v.k_slices);
+  const int splits = choose_splits<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks, v.k_slices);
   LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
                "weight_only: M x N needs more blocks (", n_blocks * m_blocks * splits,
                ") than one grid dimension holds");
   LOWBIT_CHECK(splits >= 1 && splits <= kMaxSplits, "weight_only: a split-K cluster of ", splits,
                " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
+  const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(n_blocks * m_blocks * splits));
   config.blockDim = dim3(kThreads);
@@ -497,7 +601,8 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = splits > 1 ? 1 : 0;
-  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN, kMi>, p, splits, n_blocks, m_blocks));
+  LOWBIT_CUDA_CHECK(
+      cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN, kMi, kTma>, p, splits, n_blocks, m_blocks, maps));
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
@@ -513,7 +618,7 @@ int wgmma_tile_m(const Params& p, const Variant& v) {
 bool wgmma_available(Form form) {
   if (is_block_form(form)) return false;
   // One instantiation stands for all: they are built together, for the same targets.
-  return kernel_ready<__half, Form::q4_zero_point, 32, 1>();
+  return kernel_ready<__half, Form::q4_zero_point, 32, 1, false>();
 }
 
 // The weight rows a block takes: 256 with 128 activation rows, else 128 (or the
@@ -523,14 +628,22 @@ int wgmma_tile_n(int tile_m, const Variant& v) {
   return tile_m == 128 ? 256 : 128;
 }
 
-template <class T, Form F>
-void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream) {
+template <class T, Form F, bool kTma>
+void run_wgmma_loads(const Params& p, const Variant& v, cudaStream_t stream) {
   const int tile_m = wgmma_tile_m(p, v);
   switch (tile_m) {
-    case 32: return launch<T, F, 32, 1>(p, v, stream);
-    case 64: return wgmma_tile_n(tile_m, v) == 256 ? launch<T, F, 64, 2>(p, v, stream) : launch<T, F, 64, 1>(p, v, stream);
-    default: return launch<T, F, 128, 2>(p, v, stream);
+    case 32: return launch<T, F, 32, 1, kTma>(p, v, stream);
+    case 64:
+      return wgmma_tile_n(tile_m, v) == 256 ? launch<T, F, 64, 2, kTma>(p, v, stream)
+                                            : launch<T, F, 64, 1, kTma>(p, v, stream);
+    default: return launch<T, F, 128, 2, kTma>(p, v, stream);
   }
+}
+
+template <class T, Form F>
+void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream) {
+  if (v.tma) return run_wgmma_loads<T, F, true>(p, v, stream);
+  run_wgmma_loads<T, F, false>(p, v, stream);
 }
 LOWBIT_WEIGHT_ONLY_PAIRS(run_wgmma);
 
