@@ -25,7 +25,8 @@ fi
 # (gemv-q4_1-m1: the sweep's first launch, the production GEMV at 28672 x 8192, Q4_1, M = 1;
 # wgmma-q4_1-m64: the first launch of the 64-activation-row wgmma kernel, Q4_1 at 64 x 4096 x 4096;
 # wgmma-q4_1-m512: the 128-row one at 512 x 28672 x 8192, the prompt chunks' compute-bound shape;
-# wgmma-tma-*: the same shapes with the TMA loads, Variant::tma)
+# wgmma-tma-*: the same shapes with the TMA loads, Variant::tma; m32-28k: 32 x 28672 x 8192,
+# where Q4 and Q8 take the same time: the medium-M kernel is not bandwidth-bound there)
 cases="paged-f16-b64|kv_attention_mma_kernelILi128ELi0ELb1ELb1E|bench kv-attention --batch 64 --context 2048 --policy full
 paged-int8-b64|kv_attention_mma_kernelILi128ELi8ELb1ELb1E|bench kv-attention --batch 64 --context 2048 --policy int8
 paged-int4-b64|kv_attention_mma_kernelILi128ELi4ELb1ELb1E|bench kv-attention --batch 64 --context 2048 --policy int4
@@ -36,7 +37,8 @@ gemv-q4_1-m1|gemv_kernel|bench gemm --section weight_only_variants --max-m 1
 wgmma-q4_1-m64|wgmma_kernelI6__half.*Li64ELi1ELb0EE|bench gemm --section weight_only_wgmma --quick --max-m 64
 wgmma-q4_1-m512|wgmma_kernelI6__half.*Li128ELi2ELb0EE|bench gemm --section weight_only_wgmma --shape 28672x8192 --min-m 512 --max-m 512
 wgmma-tma-q4_1-m64|wgmma_kernelI6__half.*Li64ELi1ELb1EE|bench gemm --section weight_only_wgmma --quick --max-m 64
-wgmma-tma-q4_1-m512|wgmma_kernelI6__half.*Li128ELi2ELb1EE|bench gemm --section weight_only_wgmma --shape 28672x8192 --min-m 512 --max-m 512"
+wgmma-tma-q4_1-m512|wgmma_kernelI6__half.*Li128ELi2ELb1EE|bench gemm --section weight_only_wgmma --shape 28672x8192 --min-m 512 --max-m 512
+wgmma-tma-q4_1-m32-28k|wgmma_kernelI6__half.*Li32ELi1ELb1EE|bench gemm --section weight_only_wgmma --shape 28672x8192 --min-m 32 --max-m 32"
 
 status=0
 while IFS='|' read -r name kernel arguments; do
