@@ -148,8 +148,9 @@ TEST_F(WeightOnlyWgmmaGpu, TmaTakesAlignedRowsOnly) {
   }
 }
 
-// The public entry: M > 16 goes to the wgmma kernel here, M <= 16 to a GEMV, and both
-// match the reference through lowbit::weight_only_gemm.
+// The public entry: M <= 16 goes to a GEMV, above to the wgmma kernel from the form's
+// crossover (INT4 64, INT8 17) and to the tiled mma.sync kernel below it, and every
+// choice matches the reference through lowbit::weight_only_gemm.
 TEST_F(WeightOnlyWgmmaGpu, PublicEntryDispatches) {
   LOWBIT_TEST_RNG(rng);
   const WeightOnlySpec spec{4, 32, true, DType::f16};
@@ -160,11 +161,14 @@ TEST_F(WeightOnlyWgmmaGpu, PublicEntryDispatches) {
                                          w.device, TensorView{},
                                          TensorView::matrix(nullptr, spec.act_dtype, Device::cuda, m, w.host.n));
     const wo::Kernel chosen = wo::pick(p, wo::Form::q4_zero_point).kernel;
-    if (m < wo::kWgmmaMinRows) {
-      EXPECT_NE(chosen, wo::Kernel::wgmma) << "M " << m;
+    if (m <= wo::kGemvMaxRows) {
+      EXPECT_TRUE(chosen == wo::Kernel::gemv || chosen == wo::Kernel::small_gemv) << "M " << m;
     } else {
-      EXPECT_EQ(chosen, wo::Kernel::wgmma) << "M " << m;
+      EXPECT_EQ(chosen, m < wo::kWgmmaMinRows ? wo::Kernel::mma : wo::Kernel::wgmma) << "M " << m;
     }
+    const wo::Variant int8 = wo::pick(p, wo::Form::int8);
+    EXPECT_EQ(int8.kernel == wo::Kernel::wgmma, m > wo::kGemvMaxRows) << "M " << m;
+    EXPECT_EQ(int8.tma, m > wo::kGemvMaxRows) << "M " << m;  // x's rows are 16-byte aligned here
     run_case(rng, spec, w, m, m == 33, m != 17, nullptr, Entry::public_api);
   }
 }
