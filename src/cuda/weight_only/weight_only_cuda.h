@@ -81,9 +81,10 @@ struct Variant {
   // wgmma: weight rows a block takes, 128 or 256 (two m64 blocks a warpgroup); 0: the
   // rule (256 at tile_m 128, else 128). Only tile_m 64 takes either.
   int tile_n = 0;
-  // wgmma: the stage loads as TMA (activations) and bulk copies (codes, scales) issued by
-  // one warp on a full-barrier a stage, instead of cp.async by every thread. Needs the
-  // activations 16-byte aligned with ldx a multiple of 8 (Params::x_vec16).
+  // wgmma: each stage loads as four TMA boxes (activations, codes, scales, mins) issued by
+  // one thread on a full-barrier a stage, instead of cp.async by every thread (pick sets
+  // it where takes allows). Needs the activations 16-byte aligned with ldx a multiple of 8
+  // (Params::x_vec16) and the driver's tensor-map encoder.
   bool tma = false;
 };
 constexpr int kGemvShapes = 16;
