@@ -353,7 +353,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       }
       for (const auto& [kernel, split_len] : cases) {
         const core::DecodeSplitPlan plan =
-            split_len > 0 ? core::DecodeSplitPlan{(span.visible(s) + split_len - 1) / split_len, split_len}
+            split_len > 0 ? core::decode_plan_of_length(span.visible(s), split_len)
                           : cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel);
         const std::size_t ws_bytes = core::decode_workspace_bytes(o.n_heads, o.head_dim, plan.splits);
         DeviceBuffer ws(ws_bytes);

@@ -194,6 +194,11 @@ struct DecodeSplitPlan {
   std::int64_t splits = 0, split_len = 0;
 };
 
+// The plan that cuts `visible` positions into splits of split_len (the last one shorter).
+inline DecodeSplitPlan decode_plan_of_length(std::int64_t visible, std::int64_t split_len) {
+  return DecodeSplitPlan{(visible + split_len - 1) / split_len, split_len};
+}
+
 // The most splits a plan over `visible` positions or fewer takes (what a workspace must
 // hold; it grows with visible): twice the fewest the lengths allow or twice the count
 // whose blocks fill the `slots` once, whichever is more, at most kMaxSplit (the

@@ -502,9 +502,7 @@ struct RowsLaunch {
 };
 constexpr std::int64_t kRowsSplit = 512;  // positions a split of the rows form
 
-DecodeSplitPlan rows_plan(std::int64_t visible) {
-  return DecodeSplitPlan{(visible + kRowsSplit - 1) / kRowsSplit, kRowsSplit};
-}
+DecodeSplitPlan rows_plan(std::int64_t visible) { return decode_plan_of_length(visible, kRowsSplit); }
 
 // The paged form's part of a launch: the batch, and where its rows' q and out are.
 struct PagedLaunch {
@@ -554,7 +552,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
   if (split_len > 0) {
     LOWBIT_CHECK(!rows && split_len % 16 == 0 && split_len <= DecodeSplitPlan::kMaxSplit, "kv_attention: split_len ",
                  split_len, ", expected a multiple of 16 up to ", DecodeSplitPlan::kMaxSplit);
-    plan = DecodeSplitPlan{(span.visible(shape) + split_len - 1) / split_len, split_len};
+    plan = decode_plan_of_length(span.visible(shape), split_len);
   }
   LOWBIT_CHECK(plan.splits <= kMaxSplit, "kv_attention: ", span.visible(shape), " visible positions need ",
                plan.splits, " splits, more than the combine's ", kMaxSplit, " (contexts up to ~1M tokens)");

@@ -20,6 +20,7 @@ using core::KvLayerBuffers;
 using core::KvLayerShape;
 using core::KvPart;
 using core::decode_heads_per_block;
+using core::decode_plan_of_length;
 using core::decode_span;
 using core::decode_span_unchecked;
 using core::decode_workspace_bytes;

@@ -217,7 +217,7 @@ template <Form F, int kBN, int kMi>
 struct TmaLoader {
   using L = Layout<F, kBN, kMi>;
   static constexpr bool kMins = F == Form::q4_zero_point;
-  static constexpr std::uint32_t kStepBytes = L::kX + L::kCodes + (kMins ? 2 : 1) * L::kTiles * kMaxGroups * 16;
+  static constexpr std::uint32_t kStepBytes = L::kX + L::kCodes + (kMins ? 2 : 1) * L::kScaleBytes;
 
   __device__ static void issue(const Params& p, const WgmmaMaps& maps, std::uint32_t stage_addr, std::uint32_t bar,
                                std::int64_t tile0, std::int64_t m0, std::int64_t step) {
