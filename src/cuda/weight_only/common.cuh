@@ -92,6 +92,18 @@ __device__ __forceinline__ void int4_code_pairs(std::uint32_t word, typename Act
   }
 }
 
+// Nibbles n and n + 4 of one packed word (shift = 4 n, n < 4) as an exact pair of code
+// values (Q4_1 q, Q4_0 q - 8): one shift, one LOP3, one subtraction. The wgmma kernel
+// takes each A-fragment register straight from its source word with it (n = the lane's
+// quad column), where int4_code_pairs first needs the nibbles gathered into one word.
+template <class T, Form F>
+__device__ __forceinline__ typename Act<T>::T2 int4_code_pair_at(std::uint32_t word, std::uint32_t shift) {
+  using T2 = typename Act<T>::T2;
+  constexpr bool kZp = F == Form::q4_zero_point;
+  const T2 sub = Act<T>::constant2(std::is_same_v<T, __half> ? (kZp ? 1024.0f : 1032.0f) : (kZp ? 128.0f : 136.0f));
+  return __hsub2(as_t2<T2>(and_or<0x000f000fu, Act<T>::kMagic>(word >> shift)), sub);
+}
+
 // The weight of a code pair with the single rounding the definition requires: one
 // __hfma2 (Q4_1, w = q*s + m) or __hmul2 (Q4_0 w = (q-8)*s; INT8 w = q*s).
 template <class T, Form F>

@@ -21,15 +21,14 @@
 // c') of a tile its row r's k 32c' .. 32c' + 31; wgmma's lane (g, c) needs, of k16 block
 // j, rows g and g + 8 at k 16j + {2c, 2c + 1, 2c + 8, 2c + 9}: the k pair c of each 8-k
 // run. So a lane reads the 16-byte chunks (g, j / 2) of its two tiles from shared memory
-// (the 4 lanes of a quad read the same chunk: broadcasts) and gathers its nibbles:
-//   INT4: word 2 (j % 2) (+ 1 for k + 8) holds the pair c at nibbles c and c + 4; one
-//         rotate by 4 (c - i) moves them to nibbles i, i + 4 of the output word, one LOP3
-//         merges, so the 4 words of the A fragment become one packed word in the order
-//         dequant's int4_code_pairs reads (register i = nibbles i, i + 4);
+// (the 4 lanes of a quad read the same chunk: broadcasts) and takes its nibbles:
+//   INT4: word 2 (j % 2) (+ 1 for k + 8) holds the pair c at nibbles c and c + 4, so each
+//         A register comes straight from its word: a shift by 4c, a LOP3 with the magic
+//         number, a subtraction (int4_code_pair_at), then the scale;
 //   INT8: bytes 2c, 2c + 1 and 2c + 8, 2c + 9 of the chunk (16h + b = k of half h = j % 2),
 //         one select per word and a PRMT.
-// That reads 4x the code bytes from shared memory that a wgmma-native layout would, and
-// adds ~8 ALU ops per 8 weights; it keeps ONE packed layout for the GEMVs and this kernel
+// That reads 4x the code bytes from shared memory that a wgmma-native layout would; it
+// keeps ONE packed layout for the GEMVs and this kernel
 // (no second copy of the weights). Dequantization of k16 block j + 1 overlaps the wgmma
 // of block j (wait_group 1: two A fragments in flight).
 //
@@ -237,20 +236,6 @@ struct TmaLoader {
   }
 };
 
-// Rotates right by s (mod 32): one SHF.
-__device__ __forceinline__ std::uint32_t rotr(std::uint32_t v, std::uint32_t s) { return __funnelshift_r(v, v, s); }
-
-// The INT4 A-fragment word of lane c from the 4 packed words that hold its codes (rows g,
-// g + 8 at k, then at k + 8): register i's pair is nibbles c, c + 4 of word i.
-__device__ __forceinline__ std::uint32_t gather_int4(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2,
-                                                     std::uint32_t w3, const std::uint32_t (&rot)[4]) {
-  std::uint32_t out = rotr(w0, rot[0]) & 0x000f000fu;
-  out |= rotr(w1, rot[1]) & 0x00f000f0u;
-  out |= rotr(w2, rot[2]) & 0x0f000f00u;
-  out |= rotr(w3, rot[3]) & 0xf000f000u;
-  return out;
-}
-
 // The INT8 codes of lane c in a 16-byte chunk (k 0..15 of one row): bytes 2c, 2c + 1 and
 // 2c + 8, 2c + 9, as one word in dequant_int8_word's order.
 __device__ __forceinline__ std::uint32_t gather_int8(const uint4& v, int c) {
@@ -272,13 +257,14 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
 // built while the group of block j - 1 runs (wait_group 1 before issuing).
 template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
-                                             int wg, int warp, int lane, const std::uint32_t (&rot)[4],
+                                             int wg, int warp, int lane,
                                              float (&acc)[kMi][kBN / 2], bool first) {
   using L = Layout<F, kBN, kMi>;
   using gemm::sm90::wgmma_commit;
   using gemm::sm90::wgmma_fence;
   using gemm::sm90::wgmma_wait;
   const int g = lane / 4, c = lane % 4;
+  const auto shift = static_cast<std::uint32_t>(4 * c);  // the lane's nibbles c, c + 4 of a word
   const std::uint8_t* codes = stage + L::kX;
   const auto* scales = reinterpret_cast<const std::uint16_t*>(codes + L::kCodes);
   const auto* mins = scales + L::kScaleBytes / 2;
@@ -316,14 +302,14 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t
           dequant_int8_word<T>(gather_int8(hi, c), s_hi[mi], b_hi);
           a[mi][0] = b_lo[0], a[mi][1] = b_hi[0], a[mi][2] = b_lo[1], a[mi][3] = b_hi[1];
         } else {
-          const std::uint32_t word = h == 0 ? gather_int4(lo4[mi].x, hi4[mi].x, lo4[mi].y, hi4[mi].y, rot)
-                                            : gather_int4(lo4[mi].z, hi4[mi].z, lo4[mi].w, hi4[mi].w, rot);
-          typename Act<T>::T2 q[4];
-          int4_code_pairs<T, F>(word, q);
-          a[mi][0] = scale_pair<T, F>(q[0], s_lo[mi]);
-          a[mi][1] = scale_pair<T, F>(q[1], s_hi[mi]);
-          a[mi][2] = scale_pair<T, F>(q[2], s_lo[mi]);
-          a[mi][3] = scale_pair<T, F>(q[3], s_hi[mi]);
+          // Register i from word i of (row g at k, row g + 8 at k, row g at k + 8, row
+          // g + 8 at k + 8): its nibbles c, c + 4.
+          const std::uint32_t w0 = h == 0 ? lo4[mi].x : lo4[mi].z, w1 = h == 0 ? hi4[mi].x : hi4[mi].z;
+          const std::uint32_t w2 = h == 0 ? lo4[mi].y : lo4[mi].w, w3 = h == 0 ? hi4[mi].y : hi4[mi].w;
+          a[mi][0] = scale_pair<T, F>(int4_code_pair_at<T, F>(w0, shift), s_lo[mi]);
+          a[mi][1] = scale_pair<T, F>(int4_code_pair_at<T, F>(w1, shift), s_hi[mi]);
+          a[mi][2] = scale_pair<T, F>(int4_code_pair_at<T, F>(w2, shift), s_lo[mi]);
+          a[mi][3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
         }
       }
       // B: k16 block j of the stage's X tile (atom j / 4, 32 bytes per k16 inside it).
@@ -378,10 +364,6 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
   const auto k_steps = static_cast<std::uint32_t>(p.k_steps);  // < 2^28 (launch checks)
   const std::int64_t step_begin = k_steps * split / splits, step_end = k_steps * (split + 1) / splits;
 
-  std::uint32_t rot[4];  // gather_int4's rotations: 4 (c - i) mod 32
-#pragma unroll
-  for (int i = 0; i < 4; ++i) rot[i] = static_cast<std::uint32_t>(4 * (lane % 4) - 4 * i) & 31u;
-
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
 
   if constexpr (kTma) {
@@ -411,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
         TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + ahead_stage * L::kStage,
                                       gemm::sm90::smem_address(&full[ahead_stage]), tile0, m0, ahead);
       }
-      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot,
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
                                    acc, step == step_begin);
       if (++stage == L::kStages) stage = 0, phase ^= 1u;
     }
@@ -431,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
       const int ahead_stage = (stage + L::kAhead) % L::kStages;
       if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
       cp_async_commit();
-      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, rot,
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
                                    acc, step == step_begin);
       stage = stage + 1 == L::kStages ? 0 : stage + 1;
     }
