@@ -1,21 +1,22 @@
 // flash_attention on Hopper's tensor cores (sm_90a): FlashAttention-2's algorithm with
-// the matmuls as wgmma and the K / V tiles brought in by TMA, warp-specialized as
-// FlashAttention-3 is (its inter-warpgroup overlap; not yet its intra-warpgroup
-// pipelining of softmax and matmuls).
+// the matmuls as wgmma and the K / V tiles brought in by TMA, warp-specialized and
+// pipelined within a warpgroup as FlashAttention-3 is (not its ping-pong scheduling of
+// the two consumers).
 //
 // A block owns 128 query rows of one head of one sequence (the grid of the mma.sync
 // kernel: heads x query tiles, longest first x sequences) and has three warpgroups:
 //   - the producer (one thread; its registers given up with setmaxnreg) loads the Q
-//     tile once and streams the key range in tiles of 128 keys through a ring of
-//     kStages stages: K and V as TMA boxes of 64 channels (128 bytes, written with the
-//     128-byte swizzle) x 128 rows, completing on the stage's full barrier; it refills
-//     a stage when all 8 consumer warps have arrived on its empty barrier;
-//   - two consumers, 64 query rows each: S = Q K^T (wgmma m64 n128 k16, Q and K K-major
-//     from shared memory), the mask and the online softmax in registers
-//     (cuda/flash_tile.cuh's, on the accumulators as they lie), then O += P V (wgmma
-//     with P from registers and V's tile read N-major: its rows are keys, the wgmma's
-//     K). While one consumer is in its softmax the other's wgmmas keep the tensor
-//     cores busy.
+//     tile once and streams the key range in tiles of 128 keys through two rings of
+//     kStages stages, one for K and one for V: TMA boxes of 64 channels (128 bytes,
+//     written with the 128-byte swizzle) x 128 rows, completing on the stage's full
+//     barrier; it refills a stage when all 8 consumer warps have arrived on its empty
+//     barrier;
+//   - two consumers, 64 query rows each: S_t = Q K_t^T (wgmma m64 n128 k16, Q and K
+//     K-major from shared memory), the mask and the online softmax in registers
+//     (cuda/flash_tile.cuh's, on the accumulators as they lie), O += P_t V_t (wgmma with
+//     P from registers and V's tile read N-major: its rows are keys, the wgmma's K).
+//     S_t+1 and P_t V_t are issued together, so the softmax of S_t+1 runs while P_t V_t
+//     is on the tensor cores (and the other consumer's wgmmas fill the gaps).
 // Rows past a sequence's end read the next sequence's (or TMA's zeros) and are never
 // written; keys past it are masked. A consumer skips tiles wholly above its rows' diagonal
 // (still releasing them); the producer loads no tile past the block's last visible key.
@@ -52,10 +53,12 @@ struct WgLayout {
   static constexpr int kSmem = kQ + kStages * 2 * kKV + 1024;  // + slack to align to the swizzle's 1024 bytes
 };
 
+// K and V in rings of their own (FlashAttention-3's two pipelines): tile j's K is released
+// as soon as S_j is computed, its V only after P_j V_j, which runs alongside S_j+1.
 struct Barriers {
   std::uint64_t q;
-  std::uint64_t full[2];
-  std::uint64_t empty[2];
+  std::uint64_t k_full[2], k_empty[2];
+  std::uint64_t v_full[2], v_empty[2];
 };
 
 struct Maps {
@@ -92,15 +95,23 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
   const int offset = a.causal ? k_len - q_len : 0;
   const int n_end = a.causal ? min(k_len, offset + t0 + kBM) : k_len;
   const int tiles = (n_end + kBN - 1) / kBN;
-  const std::uint32_t q_bar = smem_address(&bars.q), full0 = smem_address(&bars.full[0]),
-                      empty0 = smem_address(&bars.empty[0]);
+  const std::uint32_t q_bar = smem_address(&bars.q);
+  const std::uint32_t k_full = smem_address(&bars.k_full[0]), k_empty = smem_address(&bars.k_empty[0]);
+  const std::uint32_t v_full = smem_address(&bars.v_full[0]), v_empty = smem_address(&bars.v_empty[0]);
+  // Stage t % 2 of each ring holds tile t: its K at skv + stage * 2 kKV, its V kKV further.
+  auto k_tile = [&](int t) { return skv + (t % L::kStages) * 2 * L::kKV; };
+  auto v_tile = [&](int t) { return k_tile(t) + L::kKV; };
+  auto bar = [](std::uint32_t ring, int t) { return ring + 8 * (t % L::kStages); };
+  auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
 
   if (threadIdx.x == 0) {
     mbarrier_init(q_bar, 1);
 #pragma unroll
     for (int s = 0; s < L::kStages; ++s) {
-      mbarrier_init(full0 + 8 * s, 1);                // the producer's arrive + the TMA bytes
-      mbarrier_init(empty0 + 8 * s, kConsumers * 4);  // one arrive per consumer warp
+      mbarrier_init(k_full + 8 * s, 1);  // the producer's arrive + the TMA bytes
+      mbarrier_init(v_full + 8 * s, 1);
+      mbarrier_init(k_empty + 8 * s, kConsumers * 4);  // one arrive per consumer warp
+      mbarrier_init(v_empty + 8 * s, kConsumers * 4);
     }
     fence_barrier_init();
   }
@@ -117,15 +128,15 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
 #pragma unroll
       for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(sq + x * kBM * 128, &maps.q, q_bar, h * HD + x * kBox, q_first + t0);
       for (int t = 0; t < tiles; ++t) {
-        const int s = t % L::kStages;
-        mbarrier_wait(empty0 + 8 * s, ((t / L::kStages) & 1) ^ 1);
-        const std::uint32_t full = full0 + 8 * s, sk = skv + s * 2 * L::kKV, sv = sk + L::kKV;
-        mbarrier_arrive_expect_tx(full, 2 * L::kKV);
+        const int key = k_first + t * kBN;
+        mbarrier_wait(bar(k_empty, t), parity(t) ^ 1);
+        mbarrier_arrive_expect_tx(bar(k_full, t), L::kKV);
 #pragma unroll
-        for (int x = 0; x < L::kBoxes; ++x) {
-          tma_load_2d(sk + x * kBN * 128, &maps.k, full, g * HD + x * kBox, k_first + t * kBN);
-          tma_load_2d(sv + x * kBN * 128, &maps.v, full, g * HD + x * kBox, k_first + t * kBN);
-        }
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(k_tile(t) + x * kBN * 128, &maps.k, bar(k_full, t), g * HD + x * kBox, key);
+        mbarrier_wait(bar(v_empty, t), parity(t) ^ 1);
+        mbarrier_arrive_expect_tx(bar(v_full, t), L::kKV);
+#pragma unroll
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(v_tile(t) + x * kBN * 128, &maps.v, bar(v_full, t), g * HD + x * kBox, key);
       }
     }
     return;
@@ -135,62 +146,111 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
   const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int r = lane / 4, c = lane % 4;
   const int wg_lo = t0 + wg * 64, row_lo = wg_lo + warp * 16;  // the warpgroup's and the warp's first query
+  // The warpgroup's tiles: a prefix of the block's (causal: up to its last row's diagonal).
+  const int wg_tiles = a.causal ? min(tiles, (min(k_len, offset + wg_lo + 64) + kBN - 1) / kBN) : tiles;
   float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  mbarrier_wait(q_bar, 0);
+  float sc[kBN / 8][4];  // S_j, then its softmax weights
+  std::uint32_t pa[kBN / 16][4];  // P_j: the weights rounded to T, wgmma's A fragments
 
-  for (int t = 0; t < tiles; ++t) {
-    const int s = t % L::kStages, n0 = t * kBN;
-    mbarrier_wait(full0 + 8 * s, (t / L::kStages) & 1);
-    const std::uint32_t sk = skv + s * 2 * L::kKV, sv = sk + L::kKV;
-    if (!a.causal || n0 <= offset + wg_lo + 63) {  // the warpgroup's rows see some key of the tile
-      float sc[kBN / 8][4];
-      wgmma_fence();
+  // S = Q K_t^T, issued (not waited for).
+  auto issue_s = [&](int t) {
 #pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks) {
-        const std::uint32_t col = (ks % 4) * 32;  // the k16 step's bytes in its 128-byte box row
-        const std::uint64_t qd = sw128_descriptor(sq + (ks / 4) * kBM * 128 + wg * 64 * 128 + col);
-        const std::uint64_t kd = sw128_descriptor(sk + (ks / 4) * kBN * 128 + col);
-        sm90::wgmma_ss<T, kBN>(sc, qd, kd, ks > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_tile(sc);
-      if (n0 + kBN > k_len || (a.causal && n0 + kBN - 1 > offset + row_lo)) {
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = n0 + j * 8 + 2 * c + (e & 1), row = row_lo + r + 8 * (e >> 1);
-            if (key >= k_len || (a.causal && key > offset + row)) sc[j][e] = -INFINITY;
-          }
-      }
-      float corr[2];
-      softmax_tile<kBN>(sc, m, l, a.sl2, corr);
-#pragma unroll
-      for (int d = 0; d < HD / 8; ++d) {
-        o[d][0] *= corr[0], o[d][1] *= corr[0];
-        o[d][2] *= corr[1], o[d][3] *= corr[1];
-      }
-      std::uint32_t pa[kBN / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        pa[kk][0] = pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]);
-        pa[kk][1] = pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]);
-        pa[kk][2] = pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-        pa[kk][3] = pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        // Keys 16 kk .. 16 kk + 15: two 8-row atoms of every channel box.
-        sm90::wgmma_rs_n_major<T, HD>(o, pa[kk], sm90::sw128_mn_descriptor(sv + kk * 16 * 128, kBN * 128), 1);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_tile(o);
+    for (int ks = 0; ks < HD / 16; ++ks) {
+      const std::uint32_t col = (ks % 4) * 32;  // the k16 step's bytes in its 128-byte box row
+      const std::uint64_t qd = sw128_descriptor(sq + (ks / 4) * kBM * 128 + wg * 64 * 128 + col);
+      const std::uint64_t kd = sw128_descriptor(k_tile(t) + (ks / 4) * kBN * 128 + col);
+      sm90::wgmma_ss<T, kBN>(sc, qd, kd, ks > 0);
     }
-    if (lane == 0) mbarrier_arrive(empty0 + 8 * s);  // this warp is done with the stage
+  };
+  // O += P V_t, issued.
+  auto issue_pv = [&](int t) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      // Keys 16 kk .. 16 kk + 15: two 8-row atoms of every channel box.
+      sm90::wgmma_rs_n_major<T, HD>(o, pa[kk], sm90::sw128_mn_descriptor(v_tile(t) + kk * 16 * 128, kBN * 128), 1);
+    }
+  };
+  // The mask (tiles that cross the diagonal or the sequence's end) and the online
+  // softmax of S_t; corr: the factor O and l take.
+  auto softmax = [&](int t, float (&corr)[2]) {
+    const int n0 = t * kBN;
+    if (n0 + kBN > k_len || (a.causal && n0 + kBN - 1 > offset + row_lo)) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + j * 8 + 2 * c + (e & 1), row = row_lo + r + 8 * (e >> 1);
+          if (key >= k_len || (a.causal && key > offset + row)) sc[j][e] = -INFINITY;
+        }
+    }
+    softmax_tile<kBN>(sc, m, l, a.sl2, corr);
+  };
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]);
+      pa[kk][1] = pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]);
+      pa[kk][2] = pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pa[kk][3] = pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+    }
+  };
+  auto release = [&](std::uint32_t ring, int t) {
+    if (lane == 0) mbarrier_arrive(bar(ring, t));  // this warp is done with the stage
+  };
+
+  mbarrier_wait(q_bar, 0);
+  // S_0 alone; then each step issues S_t and P_t-1 V_t-1 together: the softmax of S_t runs
+  // while P_t-1 V_t-1 is on the tensor cores, and O is rescaled once that is done.
+  mbarrier_wait(bar(k_full, 0), 0);
+  wgmma_fence();
+  issue_s(0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_tile(sc);
+  release(k_empty, 0);
+  {
+    float corr[2];
+    softmax(0, corr);  // O is still zero: nothing to rescale
+  }
+  pack_p();
+  for (int t = 1; t < wg_tiles; ++t) {
+    mbarrier_wait(bar(k_full, t), parity(t));
+    mbarrier_wait(bar(v_full, t - 1), parity(t - 1));
+    wgmma_fence();
+    issue_s(t);
+    wgmma_commit();
+    issue_pv(t - 1);
+    wgmma_commit();
+    wgmma_wait<1>();  // S_t is done; P_t-1 V_t-1 may still run
+    fence_tile(sc);
+    release(k_empty, t);
+    float corr[2];
+    softmax(t, corr);
+    wgmma_wait<0>();
+    fence_tile(o);
+    release(v_empty, t - 1);
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      o[d][0] *= corr[0], o[d][1] *= corr[0];
+      o[d][2] *= corr[1], o[d][3] *= corr[1];
+    }
+    pack_p();
+  }
+  mbarrier_wait(bar(v_full, wg_tiles - 1), parity(wg_tiles - 1));
+  wgmma_fence();
+  issue_pv(wg_tiles - 1);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_tile(o);
+  release(v_empty, wg_tiles - 1);
+  // Tiles past this warpgroup's diagonal (the other one's): released once they land, so
+  // the producer never refills a stage that TMA is still writing.
+  for (int t = wg_tiles; t < tiles; ++t) {
+    mbarrier_wait(bar(k_full, t), parity(t));
+    release(k_empty, t);
+    mbarrier_wait(bar(v_full, t), parity(t));
+    release(v_empty, t);
   }
 
 #pragma unroll
