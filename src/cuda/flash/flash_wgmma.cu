@@ -1,7 +1,6 @@
 // flash_attention on Hopper's tensor cores (sm_90a): FlashAttention-2's algorithm with
-// the matmuls as wgmma and the K / V tiles brought in by TMA, warp-specialized and
-// pipelined within a warpgroup as FlashAttention-3 is (not its ping-pong scheduling of
-// the two consumers).
+// the matmuls as wgmma and the K / V tiles brought in by TMA, warp-specialized,
+// pipelined within a warpgroup and ping-ponged between two as FlashAttention-3 is.
 //
 // A block owns 128 query rows of one head of one sequence (the grid of the mma.sync
 // kernel: heads x query tiles, longest first x sequences) and has three warpgroups:
@@ -16,10 +15,12 @@
 //     (cuda/flash_tile.cuh's, on the accumulators as they lie), O += P_t V_t (wgmma with
 //     P from registers and V's tile read N-major: its rows are keys, the wgmma's K).
 //     S_t+1 and P_t V_t are issued together, so the softmax of S_t+1 runs while P_t V_t
-//     is on the tensor cores (and the other consumer's wgmmas fill the gaps).
+//     is on the tensor cores; the two consumers take turns to issue (ping-pong), so one's
+//     softmax runs under the other's products.
 // Rows past a sequence's end read the next sequence's (or TMA's zeros) and are never
-// written; keys past it are masked. A consumer skips tiles wholly above its rows' diagonal
-// (still releasing them); the producer loads no tile past the block's last visible key.
+// written; keys past it are masked. Both consumers take every tile the block sees (the
+// producer loads none past the block's last visible key; with 128-row and 128-key tiles
+// the first consumer's diagonal ends in the same tile as the second's when L is aligned).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -146,8 +147,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
   const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int r = lane / 4, c = lane % 4;
   const int wg_lo = t0 + wg * 64, row_lo = wg_lo + warp * 16;  // the warpgroup's and the warp's first query
-  // The warpgroup's tiles: a prefix of the block's (causal: up to its last row's diagonal).
-  const int wg_tiles = a.causal ? min(tiles, (min(k_len, offset + wg_lo + 64) + kBN - 1) / kBN) : tiles;
   float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float sc[kBN / 8][4];  // S_j, then its softmax weights
@@ -198,14 +197,27 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
   auto release = [&](std::uint32_t ring, int t) {
     if (lane == 0) mbarrier_arrive(bar(ring, t));  // this warp is done with the stage
   };
+  // Ping-pong (FlashAttention-3): the two consumers take turns to issue their wgmmas, so
+  // one's softmax runs while the other's products hold the tensor cores. Named barrier
+  // 1 + w is consumer w's turn: it waits there (bar.sync) and hands the turn over with
+  // the other's (bar.arrive). Both take tiles + 1 turns; consumer 1 gives consumer 0 its
+  // first turn and skips handing over its last, so every barrier's arrivals match.
+  int turns = 0;
+  auto take_turn = [&] { named_barrier(1 + wg, 256); };
+  auto hand_over = [&] {
+    if (++turns <= tiles || wg == 0) named_barrier_arrive(2 - wg, 256);
+  };
+  if (wg == 1) named_barrier_arrive(1, 256);
 
   mbarrier_wait(q_bar, 0);
   // S_0 alone; then each step issues S_t and P_t-1 V_t-1 together: the softmax of S_t runs
   // while P_t-1 V_t-1 is on the tensor cores, and O is rescaled once that is done.
   mbarrier_wait(bar(k_full, 0), 0);
+  take_turn();
   wgmma_fence();
   issue_s(0);
   wgmma_commit();
+  hand_over();
   wgmma_wait<0>();
   fence_tile(sc);
   release(k_empty, 0);
@@ -214,14 +226,16 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
     softmax(0, corr);  // O is still zero: nothing to rescale
   }
   pack_p();
-  for (int t = 1; t < wg_tiles; ++t) {
+  for (int t = 1; t < tiles; ++t) {
     mbarrier_wait(bar(k_full, t), parity(t));
     mbarrier_wait(bar(v_full, t - 1), parity(t - 1));
+    take_turn();
     wgmma_fence();
     issue_s(t);
     wgmma_commit();
     issue_pv(t - 1);
     wgmma_commit();
+    hand_over();
     wgmma_wait<1>();  // S_t is done; P_t-1 V_t-1 may still run
     fence_tile(sc);
     release(k_empty, t);
@@ -237,21 +251,15 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
     }
     pack_p();
   }
-  mbarrier_wait(bar(v_full, wg_tiles - 1), parity(wg_tiles - 1));
+  mbarrier_wait(bar(v_full, tiles - 1), parity(tiles - 1));
+  take_turn();
   wgmma_fence();
-  issue_pv(wg_tiles - 1);
+  issue_pv(tiles - 1);
   wgmma_commit();
+  hand_over();
   wgmma_wait<0>();
   fence_tile(o);
-  release(v_empty, wg_tiles - 1);
-  // Tiles past this warpgroup's diagonal (the other one's): released once they land, so
-  // the producer never refills a stage that TMA is still writing.
-  for (int t = wg_tiles; t < tiles; ++t) {
-    mbarrier_wait(bar(k_full, t), parity(t));
-    release(k_empty, t);
-    mbarrier_wait(bar(v_full, t), parity(t));
-    release(v_empty, t);
-  }
+  release(v_empty, tiles - 1);
 
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
