@@ -26,7 +26,7 @@ int run_flash_bench(const FlashBenchOptions& o) {
   std::printf("# lowbit bench attention\n\ncommit %s, %s\ngpu: %s, driver %s\n\n", info.commit.c_str(),
               info.date.c_str(), info.gpu.c_str(), info.driver.c_str());
   std::printf("flash_attention, one sequence of L %lld, %lld query heads over %lld KV heads (the peer, PyTorch's "
-              "SDPA: python -m lowbit.bench_attention)\n\n",
+              "SDPA: python -m lowbit.bench_attention, or bench/attention/sdpa_peer.py alone)\n\n",
               static_cast<long long>(o.seq_len), static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads));
   std::printf("| kernel | dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) |\n"
               "|---|---|---:|---|---:|---:|---:|---:|\n");
