@@ -152,9 +152,9 @@ DEFAULT_FIGURES = {
                              for m in (1, 16) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))},
     "prefill": {f"{p}_{c}_mma_tflops": f"rows[context={c},policy={p},kernel=mma].tflops"
                 for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192, 32768)},
-    "attention": {f"{t}_d{d}_{'causal' if m else 'full'}_tflops":
-                  f"rows[dtype={t},head_dim={d},causal={'true' if m else 'false'}].tflops"
-                  for t in ("f16", "bf16") for d in (64, 128) for m in (True, False)},
+    "attention": {f"{k.replace('.', '')}_{t}_d{d}_{'causal' if m else 'full'}_tflops":
+                  f"rows[kernel={k},dtype={t},head_dim={d},causal={'true' if m else 'false'}].tflops"
+                  for k in ("wgmma", "mma.sync") for t in ("f16", "bf16") for d in (64, 128) for m in (True, False)},
     "weight-only-wgmma": {f"{op}_m{m}_{v.replace(' ', '')}_ms":
                           _gemm("weight_only_wgmma", f"{op_name}", v, m, 28672, 8192) + ".ms"
                           for op, op_name in (("q4_1", "w4a16 g32 zp (Q4_1)"), ("q8_0", "w8a16 g32 (Q8_0)"))

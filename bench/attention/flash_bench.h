@@ -1,5 +1,6 @@
 // `lowbit bench attention`: flash_attention (include/lowbit/flash_attention.h) at prefill
-// shapes: one sequence of L tokens, per dtype, head_dim and mask; min / median / max ms and
+// shapes: one sequence of L tokens, per kernel (mma.sync; wgmma where it runs), dtype,
+// head_dim and mask; min / median / max ms and
 // TFLOPS at the median. PyTorch's scaled_dot_product_attention, the peer, runs in
 // `python -m lowbit.bench_attention` (the same shapes, both in one process).
 #pragma once

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/fast_math.cuh"
 #include "cuda/mma.cuh"
 
 namespace lowbit::cuda::flash {
@@ -87,14 +88,14 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float (&m)[
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m[hr], mx * sl2);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
-    corr[hr] = exp2f(m[hr] - m_use);
+    corr[hr] = exp2_approx(m[hr] - m_use);
     m[hr] = m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
       for (int e = 2 * hr; e < 2 * hr + 2; ++e) {
-        s[j][e] = exp2f(fmaf(s[j][e], sl2, -m_use));
+        s[j][e] = exp2_approx(fmaf(s[j][e], sl2, -m_use));
         sum += s[j][e];
       }
     }

@@ -1,5 +1,6 @@
 // flash_attention on the GPU against its CPU path in double (src/cpu/flash_attention.h),
-// on fresh random inputs: f16 and bf16, head_dim 64 and 128, GQA groups 1, 3, 4 and 8,
+// each kernel (the mma.sync kernel, and the wgmma kernel where the device runs it; the
+// public entry picks one) on fresh random inputs: f16 and bf16, head_dim 64 and 128, GQA groups 1, 3, 4 and 8,
 // causal and not; single sequences of 1, 63, 65, 130 and 4097 queries (around the
 // kernel's 128-row and 64-key tiles), a batch of mixed lengths (blocks of short sequences
 // exit, long ones take several tiles), and causal chunks at the end of longer keys
@@ -24,6 +25,7 @@
 #include "common/random.h"
 #include "core/device_buffer.h"
 #include "cpu/flash_attention.h"
+#include "cuda/flash/flash_cuda.h"
 #include "lowbit/flash_attention.h"
 
 namespace lowbit::test {
@@ -31,10 +33,24 @@ namespace {
 
 class FlashAttentionGpu : public GpuTest {};
 
+using cuda::flash::FlashKernel;
+
+// The kernels to check on this device: mma.sync always, wgmma where it runs.
+std::vector<FlashKernel> kernels_here() {
+  std::vector<FlashKernel> kernels{FlashKernel::mma};
+  if (cuda::flash::flash_wgmma_available()) kernels.push_back(FlashKernel::wgmma);
+  return kernels;
+}
+
+const char* kernel_name(FlashKernel kernel) { return kernel == FlashKernel::wgmma ? "wgmma" : "mma.sync"; }
+
 using Lengths = std::vector<std::pair<std::int32_t, std::int32_t>>;
 
 // Runs one case; returns the worst error as a fraction of its tolerance.
-double check_case(std::mt19937& rng, const FlashAttentionParams& p, DType dtype, const Lengths& lengths) {
+// kernel automatic: through the public entry (validation, the prefix sums' upload);
+// else the named kernel through cuda::flash::flash_attention.
+double check_case(std::mt19937& rng, const FlashAttentionParams& p, DType dtype, const Lengths& lengths,
+                  FlashKernel kernel) {
   FlashInputs in(rng, p, dtype, lengths, 1.5f);
   const std::vector<double> want = cpu::flash_attention_f64(
       in.view(in.q, in.rows_q(), in.q_cols(), in.ldq), in.view(in.k, in.rows_k(), in.kv_cols(), in.ldk),
@@ -50,10 +66,22 @@ double check_case(std::mt19937& rng, const FlashAttentionParams& p, DType dtype,
   auto matrix = [&](const core::DeviceBuffer& b, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
     return TensorView::matrix(b.data(), dtype, Device::cuda, rows, cols, ld);
   };
-  flash_attention(matrix(q, in.rows_q(), in.q_cols(), in.ldq), matrix(k, in.rows_k(), in.kv_cols(), in.ldk),
-                  matrix(v, in.rows_k(), in.kv_cols(), in.ldk),
-                  TensorView::matrix(out.data(), dtype, Device::cuda, in.rows_q(), in.q_cols(), in.ldo), in.cu_q,
-                  in.cu_k, p, Workspace{ws.data(), ws.bytes()}, nullptr);
+  const TensorView out_view = TensorView::matrix(out.data(), dtype, Device::cuda, in.rows_q(), in.q_cols(), in.ldo);
+  if (kernel == FlashKernel::automatic) {
+    flash_attention(matrix(q, in.rows_q(), in.q_cols(), in.ldq), matrix(k, in.rows_k(), in.kv_cols(), in.ldk),
+                    matrix(v, in.rows_k(), in.kv_cols(), in.ldk), out_view, in.cu_q, in.cu_k, p,
+                    Workspace{ws.data(), ws.bytes()}, nullptr);
+  } else {
+    auto* cu = static_cast<std::int32_t*>(ws.data());
+    LOWBIT_CUDA_CHECK(cudaMemcpy(cu, in.cu_q.data(), in.cu_q.size() * 4, cudaMemcpyHostToDevice));
+    LOWBIT_CUDA_CHECK(cudaMemcpy(cu + in.cu_q.size(), in.cu_k.data(), in.cu_k.size() * 4, cudaMemcpyHostToDevice));
+    std::int32_t longest = 0;
+    for (std::size_t b = 0; b < lengths.size(); ++b) longest = std::max(longest, in.cu_q[b + 1] - in.cu_q[b]);
+    cuda::flash::flash_attention(matrix(q, in.rows_q(), in.q_cols(), in.ldq),
+                                 matrix(k, in.rows_k(), in.kv_cols(), in.ldk),
+                                 matrix(v, in.rows_k(), in.kv_cols(), in.ldk), out_view, cu, cu + in.cu_q.size(), batch,
+                                 longest, p, nullptr, kernel);
+  }
   LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_TRUE(out.guards_intact("out"));
   const auto got = download<std::uint16_t>(out.data(), static_cast<std::size_t>(in.rows_q() * in.ldo));
@@ -110,25 +138,39 @@ TEST_F(FlashAttentionGpu, MatchesTheCpuInDouble) {
       {{1, 129}, {70, 300}},                                // causal chunks at the end of their keys
       {{7, 7}, {200, 200}, {1, 1}, {65, 80}, {129, 129}},   // a batch of mixed lengths
   };
+  for (FlashKernel kernel : kernels_here()) {
   for (DType dtype : {DType::f16, DType::bf16}) {
     for (std::int64_t hd : {64, 128}) {
       for (auto [heads, kv] : {std::pair{8, 8}, std::pair{9, 3}, std::pair{16, 4}, std::pair{16, 2}}) {
         for (bool causal : {true, false}) {
           double worst = 0;
           for (const Lengths& lengths : shapes) {
-            SCOPED_TRACE(std::string(dtype_name(dtype)) + " D " + std::to_string(hd) + " heads " +
+            SCOPED_TRACE(std::string(kernel_name(kernel)) + " " + dtype_name(dtype) + " D " + std::to_string(hd) + " heads " +
                          std::to_string(heads) + "/" + std::to_string(kv) + (causal ? " causal" : " non-causal") +
                          " sequences " + std::to_string(lengths.size()) + " first " + std::to_string(lengths[0].first) +
                          "/" + std::to_string(lengths[0].second));
             const FlashAttentionParams p{heads, kv, hd, causal, 0.0f};
-            worst = std::max(worst, check_case(rng, p, dtype, lengths));
+            worst = std::max(worst, check_case(rng, p, dtype, lengths, kernel));
             if (HasFailure()) return;
           }
-          std::printf("flash_attention %s D %lld heads %d/%d %s: worst error %.3f of tolerance\n", dtype_name(dtype),
-                      static_cast<long long>(hd), heads, kv, causal ? "causal" : "non-causal", worst);
+          std::printf("flash_attention %s %s D %lld heads %d/%d %s: worst error %.3f of tolerance\n",
+                      kernel_name(kernel), dtype_name(dtype), static_cast<long long>(hd), heads, kv,
+                      causal ? "causal" : "non-causal", worst);
         }
       }
     }
+  }
+  }
+}
+
+// The public entry (validation, the prefix sums uploaded from the host, the kernel it
+// picks) on a batch of mixed lengths with causal chunks.
+TEST_F(FlashAttentionGpu, PublicEntry) {
+  LOWBIT_TEST_RNG(rng);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const FlashAttentionParams p{12, 4, 128, true, 0.0f};
+    check_case(rng, p, dtype, {{5, 300}, {129, 129}, {1, 1}, {250, 260}}, FlashKernel::automatic);
+    if (HasFailure()) return;
   }
 }
 
@@ -138,8 +180,11 @@ TEST_F(FlashAttentionGpu, LongSequenceAndGivenScale) {
   LOWBIT_TEST_RNG(rng);
   for (DType dtype : {DType::f16, DType::bf16}) {
     const FlashAttentionParams p{4, 1, 128, true, 0.05f};
-    check_case(rng, p, dtype, {{4097, 4097}});
-    if (HasFailure()) return;
+    for (FlashKernel kernel : kernels_here()) {
+      SCOPED_TRACE(kernel_name(kernel));
+      check_case(rng, p, dtype, {{4097, 4097}}, kernel);
+      if (HasFailure()) return;
+    }
   }
 }
 

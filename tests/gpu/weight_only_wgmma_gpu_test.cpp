@@ -164,8 +164,9 @@ TEST_F(WeightOnlyWgmmaGpu, PublicEntryDispatches) {
     if (m <= wo::kGemvMaxRows) {
       EXPECT_TRUE(chosen == wo::Kernel::gemv || chosen == wo::Kernel::small_gemv) << "M " << m;
     } else {
-      EXPECT_EQ(chosen, m < wo::kWgmmaMinRows ? wo::Kernel::mma : wo::Kernel::wgmma) << "M " << m;
+      EXPECT_EQ(chosen, wo::Kernel::wgmma) << "M " << m;
     }
+    static_assert(wo::kWgmmaMinRows == wo::kGemvMaxRows + 1, "the rows above the GEMVs go to wgmma");
     const wo::Variant int8 = wo::pick(p, wo::Form::int8);
     EXPECT_EQ(int8.kernel == wo::Kernel::wgmma, m > wo::kGemvMaxRows) << "M " << m;
     EXPECT_EQ(int8.tma, m > wo::kGemvMaxRows) << "M " << m;  // x's rows are 16-byte aligned here

@@ -21,27 +21,15 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/flash/flash_cuda.h"
+#include "cuda/flash/flash_kernels.h"
 #include "cuda/flash_tile.cuh"
 #include "lowbit/cuda_check.h"
+#include "lowbit/error.h"
 
 namespace lowbit::cuda::flash {
 namespace {
 
-constexpr int kBM = 128, kBN = 64, kWarps = 8, kThreads = kWarps * 32;
-
-struct Args {
-  const std::uint16_t* q;
-  const std::uint16_t* k;
-  const std::uint16_t* v;
-  std::uint16_t* out;
-  long long ldq, ldk, ldv, ldo;  // elements
-  const std::int32_t* cu_q;  // null: one sequence of q_len queries and k_len keys
-  const std::int32_t* cu_k;
-  int q_len, k_len;
-  int group;  // query heads a KV head
-  bool causal;
-  float sl2;  // the softmax scale times log2(e)
-};
+constexpr int kBM = kQueryTile, kBN = 64, kWarps = 8, kThreads = kWarps * 32;
 
 template <int HD>
 struct Layout {
@@ -157,9 +145,11 @@ void launch(const Args& a, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
+bool flash_wgmma_available() { return wgmma_ready(); }
+
 void flash_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                      const std::int32_t* cu_q, const std::int32_t* cu_k, std::int64_t batch, std::int64_t max_q_len,
-                     const FlashAttentionParams& p, cuda_stream_t stream) {
+                     const FlashAttentionParams& p, cuda_stream_t stream, FlashKernel kernel) {
   const float scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   const Args a{static_cast<const std::uint16_t*>(q.data),
                static_cast<const std::uint16_t*>(k.data),
@@ -179,6 +169,14 @@ void flash_attention(const TensorView& q, const TensorView& k, const TensorView&
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>((max_q_len + kBM - 1) / kBM),
                   static_cast<unsigned>(batch));
   const bool bf16 = q.dtype == DType::bf16;
+  if (kernel != FlashKernel::mma && wgmma_ready() &&
+      launch_wgmma(a, static_cast<int>(p.heads), static_cast<int>(p.kv_heads), static_cast<int>(p.head_dim), bf16,
+                   grid.y, grid.z, stream)) {
+    return;
+  }
+  LOWBIT_CHECK(kernel != FlashKernel::wgmma, "flash_attention: the wgmma kernel was asked for, but ",
+               wgmma_ready() ? "TMA cannot read these operands (the driver refused a tensor map)"
+                             : "this device or build does not run it (Hopper and an sm_90a image needed)");
   if (p.head_dim == 64) {
     bf16 ? launch<64, __nv_bfloat16>(a, grid, stream) : launch<64, __half>(a, grid, stream);
   } else {

@@ -55,6 +55,11 @@ const char* encode_int8_k_major(CUtensorMap* map, const void* base, std::int64_t
   return encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, k, rows, ld, box_k, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+const char* encode_swizzled_128(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,
+                                std::int64_t rows, std::int64_t row_bytes, int box_inner, int box_rows) {
+  return encode_2d(map, type, base, inner, rows, row_bytes, box_inner, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 const char* encode_rows(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,
                         std::int64_t rows, std::int64_t row_bytes, int box_inner, int box_rows) {
   return encode_2d(map, type, base, inner, rows, row_bytes, box_inner, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE);

@@ -21,6 +21,13 @@ const char* encode_int8_k_major(CUtensorMap* map, const void* base, std::int64_t
                                 std::int64_t ld, int box_rows, int box_k);
 
 // A tiled map over `rows` rows of `inner` elements of `type`, `row_bytes` apart, read in
+// boxes of box_rows x box_inner elements with the 128-byte swizzle (box_inner times the
+// element size must be 128), as wgmma's swizzled descriptors read them. Same rules and
+// cost as above.
+const char* encode_swizzled_128(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,
+                                std::int64_t rows, std::int64_t row_bytes, int box_inner, int box_rows);
+
+// A tiled map over `rows` rows of `inner` elements of `type`, `row_bytes` apart, read in
 // boxes of box_rows x box_inner elements into dense shared memory (no swizzle): box_inner
 // times the element size a multiple of 16 bytes, at most 256 elements each way. Elements
 // outside the matrix load as zeros. Same rules and cost as above.

@@ -163,6 +163,12 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives on named barrier `id` without waiting: the threads that bar.sync on it wait
+// for these arrivals too (`threads` counts both).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 }  // namespace lowbit::cuda::gemm::sm90
 
 #endif  // LOWBIT_SM90A_DEVICE

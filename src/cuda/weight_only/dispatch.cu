@@ -72,7 +72,7 @@ Variant pick(const Params& p, Form form) {
   if (p.swiglu) return Variant{Kernel::gemv};
   if (small_gemv_takes(p, form) && small_gemv_pays(p, form)) return Variant{Kernel::small_gemv};
   if (p.m <= kGemvMaxRows) return Variant{Kernel::gemv};
-  if (p.m < wgmma_min_rows(form) || !wgmma_available(form)) return Variant{Kernel::mma};
+  if (p.m < kWgmmaMinRows || !wgmma_available(form)) return Variant{Kernel::mma};
   // The stage loads as TMA wherever the activations allow it: 1.06-1.36x over the
   // cp.async loader at every M measured (bench/notes/weight_only.md).
   Variant v{Kernel::wgmma};

@@ -103,15 +103,13 @@ bool takes(const Variant& variant, const Params& p, Form form);
 
 // The production choice: for M <= 16 the small-matrix kernel where it takes the shape,
 // else the streaming GEMV; above, the wgmma kernel where the device runs it (Hopper,
-// grouped forms) from wgmma_min_rows(form) rows, else the tiled mma.sync kernel, the
-// stages loaded as TMA where the activations allow. The crossover as measured (H200,
-// `lowbit bench gemm --section weight_only_wgmma`, TMA loads, median ms mma.sync vs
-// wgmma at M = 32): INT4 even (Q4_1 28672 x 8192 0.078 vs 0.079, 4096 x 4096 0.016 vs
-// 0.016, 4096 x 14336 0.036 vs 0.038), INT8 wgmma 1.2-1.3x faster (Q8_0 0.101 vs 0.076,
-// 0.021 vs 0.016, 0.046 vs 0.038); from 64 wgmma everywhere (Q4_1 64 x 28672 x 8192
-// 0.145 vs 0.089).
-constexpr std::int64_t kWgmmaMinRows = 64;
-constexpr std::int64_t wgmma_min_rows(Form form) { return form == Form::int8 ? kGemvMaxRows + 1 : kWgmmaMinRows; }
+// grouped forms), else the tiled mma.sync kernel, the stages loaded as TMA where the
+// activations allow. The crossover as measured (H200, `lowbit bench gemm --section
+// weight_only_wgmma`, median ms mma.sync vs wgmma at M = 32): INT8 wgmma 1.2-1.3x faster
+// (Q8_0 28672 x 8192 0.101 vs 0.076); INT4 since its A registers come straight from their
+// words (session 20) 1.07-1.13x (Q4_1 28672 x 8192 0.078 vs 0.069, 4096 x 4096 0.016 vs
+// 0.015); from 64 wgmma everywhere (Q4_1 64 x 28672 x 8192 0.146 vs 0.085).
+constexpr std::int64_t kWgmmaMinRows = kGemvMaxRows + 1;
 Variant pick(const Params& p, Form form);
 
 // Runs `variant` (which must take p) on `stream`.

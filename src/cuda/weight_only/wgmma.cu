@@ -39,13 +39,12 @@
 // output stores whole 16-byte rows of N.
 #include <cooperative_groups.h>
 
-#include <array>
-#include <atomic>
 #include <cstdint>
 
 #include "core/device.h"
 #include "core/split_k.h"
 #include "cuda/gemm/tma.h"
+#include "cuda/sm90_kernel.h"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "cuda/wgmma_rs.cuh"
@@ -493,33 +492,13 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
-// Whether this device runs the kernel: compute capability 9.0 and an image with the
-// sm_90a body (its static marker), once per device; and the shared memory opt-in.
+// Whether this device runs the kernel (cuda/sm90_kernel.h: compute capability 9.0, the
+// sm_90a body's static marker, the shared memory opt-in), once per device.
 template <class T, Form F, int kBN, int kMi, bool kTma>
 bool kernel_ready() {
-  static std::array<std::atomic<int>, 64> cached{};  // 0: not known, 1: ready, 2: not
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  std::atomic<int>& slot = cached[static_cast<std::size_t>(device) % cached.size()];
-  int state = slot.load(std::memory_order_acquire);
-  if (state == 0) {
-    int major = 0, minor = 0;
-    cudaFuncAttributes attributes{};
-    const bool ready =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
-        minor == 0 && cudaFuncGetAttributes(&attributes, wgmma_kernel<T, F, kBN, kMi, kTma>) == cudaSuccess &&
-        attributes.binaryVersion == 90 && attributes.sharedSizeBytes >= sizeof(int) &&
-        cudaFuncSetAttribute(wgmma_kernel<T, F, kBN, kMi, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Layout<F, kBN, kMi>::kSmem) == cudaSuccess;
-    (void)cudaGetLastError();
-    state = ready ? 1 : 2;
-    slot.store(state, std::memory_order_release);
-  }
-  return state == 1;
+  static Sm90KernelReady ready;
+  return ready(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma>), sizeof(int),
+               Layout<F, kBN, kMi>::kSmem);
 }
 
 // Resident blocks per SM of an instantiation (occupancy query, once per process).

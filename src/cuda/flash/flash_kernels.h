@@ -1,0 +1,40 @@
+// The two kernels behind cuda::flash::flash_attention (flash_cuda.h): the mma.sync kernel
+// (flash_attention.cu, any NVIDIA GPU this build targets) and the Hopper wgmma kernel
+// (flash_wgmma.cu). Host-side declarations shared by the two files; no CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+#include "lowbit/tensor.h"
+
+namespace lowbit::cuda::flash {
+
+// One launch's arguments: element pointers and row strides as the API validated them.
+struct Args {
+  const std::uint16_t* q;
+  const std::uint16_t* k;
+  const std::uint16_t* v;
+  std::uint16_t* out;
+  long long ldq, ldk, ldv, ldo;  // elements
+  const std::int32_t* cu_q;  // null: one sequence of q_len queries and k_len keys
+  const std::int32_t* cu_k;
+  int q_len, k_len;  // q's and k's rows (all sequences)
+  int group;  // query heads a KV head
+  bool causal;
+  float sl2;  // the softmax scale times log2(e)
+};
+
+// The launch shape both kernels share: heads x query tiles of the longest sequence x
+// sequences; each kernel's block owns 128 query rows of one head of one sequence.
+constexpr int kQueryTile = 128;
+
+// Whether the wgmma kernel runs on the current device (compute capability 9.0, an sm_90a
+// image in this build, the driver's TMA encoder), once per device.
+bool wgmma_ready();
+
+// Runs the wgmma kernel; false (nothing launched) where TMA cannot read the operands
+// (the driver refused a tensor map), so the caller runs the mma.sync kernel instead.
+bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, unsigned query_tiles,
+                  unsigned batch, cuda_stream_t stream);
+
+}  // namespace lowbit::cuda::flash

@@ -1,0 +1,325 @@
+// flash_attention on Hopper's tensor cores (sm_90a): FlashAttention-2's algorithm with
+// the matmuls as wgmma and the K / V tiles brought in by TMA, warp-specialized,
+// pipelined within a warpgroup and ping-ponged between two as FlashAttention-3 is.
+//
+// A block owns 128 query rows of one head of one sequence (the grid of the mma.sync
+// kernel: heads x query tiles, longest first x sequences) and has three warpgroups:
+//   - the producer (one thread; its registers given up with setmaxnreg) loads the Q
+//     tile once and streams the key range in tiles of 128 keys through two rings of
+//     kStages stages, one for K and one for V: TMA boxes of 64 channels (128 bytes,
+//     written with the 128-byte swizzle) x 128 rows, completing on the stage's full
+//     barrier; it refills a stage when all 8 consumer warps have arrived on its empty
+//     barrier;
+//   - two consumers, 64 query rows each: S_t = Q K_t^T (wgmma m64 n128 k16, Q and K
+//     K-major from shared memory), the mask and the online softmax in registers
+//     (cuda/flash_tile.cuh's, on the accumulators as they lie), O += P_t V_t (wgmma with
+//     P from registers and V's tile read N-major: its rows are keys, the wgmma's K).
+//     S_t+1 and P_t V_t are issued together, so the softmax of S_t+1 runs while P_t V_t
+//     is on the tensor cores; the two consumers take turns to issue (ping-pong), so one's
+//     softmax runs under the other's products.
+// Rows past a sequence's end read the next sequence's (or TMA's zeros) and are never
+// written; keys past it are masked. Both consumers take every tile the block sees (the
+// producer loads none past the block's last visible key; with 128-row and 128-key tiles
+// the first consumer's diagonal ends in the same tile as the second's when L is aligned).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/flash/flash_kernels.h"
+#include "cuda/flash/wgmma_attention.cuh"
+#include "cuda/flash_tile.cuh"
+#include "cuda/gemm/tma.h"
+#include "cuda/gemm/wgmma.cuh"
+#include "cuda/sm90_kernel.h"
+#include "lowbit/cuda_check.h"
+
+namespace lowbit::cuda::flash {
+namespace {
+
+constexpr int kBM = kQueryTile, kBN = 128, kConsumers = 2, kThreads = 128 * (1 + kConsumers);
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+static_assert(kBM == 64 * kConsumers, "one m64 row block per consumer warpgroup");
+constexpr int kBox = 64;  // channels a TMA box: 128 bytes, the swizzle's span
+
+template <int HD>
+struct WgLayout {
+  static constexpr int kBoxes = HD / kBox;  // column boxes a row
+  static constexpr int kQ = kBM * HD * 2;  // the Q tile: kBoxes boxes of kBM rows
+  static constexpr int kKV = kBN * HD * 2;  // one K or V tile: kBoxes boxes of kBN rows
+  static constexpr int kStages = 2;
+  static constexpr int kSmem = kQ + kStages * 2 * kKV + 1024;  // + slack to align to the swizzle's 1024 bytes
+};
+
+// K and V in rings of their own (FlashAttention-3's two pipelines): tile j's K is released
+// as soon as S_j is computed, its V only after P_j V_j, which runs alongside S_j+1.
+struct Barriers {
+  std::uint64_t q;
+  std::uint64_t k_full[2], k_empty[2];
+  std::uint64_t v_full[2], v_empty[2];
+};
+
+struct Maps {
+  CUtensorMap q, k, v;
+};
+
+#if defined(LOWBIT_SM90A_DEVICE)
+
+template <int N>
+__device__ __forceinline__ void fence_tile(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+#endif  // LOWBIT_SM90A_DEVICE
+
+template <int HD, class T>
+__global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a) {
+#if defined(LOWBIT_SM90A_DEVICE)
+  using namespace gemm::sm90;
+  using L = WgLayout<HD>;
+  static_assert(L::kStages == 2, "Barriers holds two stages");
+  __shared__ Barriers bars;  // also the sm_90a body's static marker (cuda/sm90_kernel.h)
+  extern __shared__ std::uint8_t dynamic_smem[];
+  const std::uint32_t sq = (smem_address(dynamic_smem) + 1023u) & ~1023u, skv = sq + L::kQ;
+  const int h = blockIdx.x, b = blockIdx.z, g = h / a.group;
+  const int q_first = a.cu_q ? a.cu_q[b] : 0, q_len = a.cu_q ? a.cu_q[b + 1] - q_first : a.q_len;
+  const int k_first = a.cu_k ? a.cu_k[b] : 0, k_len = a.cu_k ? a.cu_k[b + 1] - k_first : a.k_len;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * kBM;  // the block's first query of the sequence
+  if (t0 >= q_len) return;
+  // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
+  const int offset = a.causal ? k_len - q_len : 0;
+  const int n_end = a.causal ? min(k_len, offset + t0 + kBM) : k_len;
+  const int tiles = (n_end + kBN - 1) / kBN;
+  const std::uint32_t q_bar = smem_address(&bars.q);
+  const std::uint32_t k_full = smem_address(&bars.k_full[0]), k_empty = smem_address(&bars.k_empty[0]);
+  const std::uint32_t v_full = smem_address(&bars.v_full[0]), v_empty = smem_address(&bars.v_empty[0]);
+  // Stage t % 2 of each ring holds tile t: its K at skv + stage * 2 kKV, its V kKV further.
+  auto k_tile = [&](int t) { return skv + (t % L::kStages) * 2 * L::kKV; };
+  auto v_tile = [&](int t) { return k_tile(t) + L::kKV; };
+  auto bar = [](std::uint32_t ring, int t) { return ring + 8 * (t % L::kStages); };
+  auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(q_bar, 1);
+#pragma unroll
+    for (int s = 0; s < L::kStages; ++s) {
+      mbarrier_init(k_full + 8 * s, 1);  // the producer's arrive + the TMA bytes
+      mbarrier_init(v_full + 8 * s, 1);
+      mbarrier_init(k_empty + 8 * s, kConsumers * 4);  // one arrive per consumer warp
+      mbarrier_init(v_empty + 8 * s, kConsumers * 4);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  if (warpgroup == 0) {
+    release_registers<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      prefetch_tensor_map(&maps.q);
+      prefetch_tensor_map(&maps.k);
+      prefetch_tensor_map(&maps.v);
+      mbarrier_arrive_expect_tx(q_bar, L::kQ);
+#pragma unroll
+      for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(sq + x * kBM * 128, &maps.q, q_bar, h * HD + x * kBox, q_first + t0);
+      for (int t = 0; t < tiles; ++t) {
+        const int key = k_first + t * kBN;
+        mbarrier_wait(bar(k_empty, t), parity(t) ^ 1);
+        mbarrier_arrive_expect_tx(bar(k_full, t), L::kKV);
+#pragma unroll
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(k_tile(t) + x * kBN * 128, &maps.k, bar(k_full, t), g * HD + x * kBox, key);
+        mbarrier_wait(bar(v_empty, t), parity(t) ^ 1);
+        mbarrier_arrive_expect_tx(bar(v_full, t), L::kKV);
+#pragma unroll
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(v_tile(t) + x * kBN * 128, &maps.v, bar(v_full, t), g * HD + x * kBox, key);
+      }
+    }
+    return;
+  }
+
+  claim_registers<kConsumerRegs>();
+  const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
+  const int r = lane / 4, c = lane % 4;
+  const int wg_lo = t0 + wg * 64, row_lo = wg_lo + warp * 16;  // the warpgroup's and the warp's first query
+  float o[HD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float sc[kBN / 8][4];  // S_j, then its softmax weights
+  std::uint32_t pa[kBN / 16][4];  // P_j: the weights rounded to T, wgmma's A fragments
+
+  // S = Q K_t^T, issued (not waited for).
+  auto issue_s = [&](int t) {
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+      const std::uint32_t col = (ks % 4) * 32;  // the k16 step's bytes in its 128-byte box row
+      const std::uint64_t qd = sw128_descriptor(sq + (ks / 4) * kBM * 128 + wg * 64 * 128 + col);
+      const std::uint64_t kd = sw128_descriptor(k_tile(t) + (ks / 4) * kBN * 128 + col);
+      sm90::wgmma_ss<T, kBN>(sc, qd, kd, ks > 0);
+    }
+  };
+  // O += P V_t, issued.
+  auto issue_pv = [&](int t) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      // Keys 16 kk .. 16 kk + 15: two 8-row atoms of every channel box.
+      sm90::wgmma_rs_n_major<T, HD>(o, pa[kk], sm90::sw128_mn_descriptor(v_tile(t) + kk * 16 * 128, kBN * 128), 1);
+    }
+  };
+  // The mask (tiles that cross the diagonal or the sequence's end) and the online
+  // softmax of S_t; corr: the factor O and l take.
+  auto softmax = [&](int t, float (&corr)[2]) {
+    const int n0 = t * kBN;
+    if (n0 + kBN > k_len || (a.causal && n0 + kBN - 1 > offset + row_lo)) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + j * 8 + 2 * c + (e & 1), row = row_lo + r + 8 * (e >> 1);
+          if (key >= k_len || (a.causal && key > offset + row)) sc[j][e] = -INFINITY;
+        }
+    }
+    softmax_tile<kBN>(sc, m, l, a.sl2, corr);
+  };
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]);
+      pa[kk][1] = pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]);
+      pa[kk][2] = pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pa[kk][3] = pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+    }
+  };
+  auto release = [&](std::uint32_t ring, int t) {
+    if (lane == 0) mbarrier_arrive(bar(ring, t));  // this warp is done with the stage
+  };
+  // Ping-pong (FlashAttention-3): the two consumers take turns to issue their wgmmas, so
+  // one's softmax runs while the other's products hold the tensor cores. Named barrier
+  // 1 + w is consumer w's turn: it waits there (bar.sync) and hands the turn over with
+  // the other's (bar.arrive). Both take tiles + 1 turns; consumer 1 gives consumer 0 its
+  // first turn and skips handing over its last, so every barrier's arrivals match.
+  int turns = 0;
+  auto take_turn = [&] { named_barrier(1 + wg, 256); };
+  auto hand_over = [&] {
+    if (++turns <= tiles || wg == 0) named_barrier_arrive(2 - wg, 256);
+  };
+  if (wg == 1) named_barrier_arrive(1, 256);
+
+  mbarrier_wait(q_bar, 0);
+  // S_0 alone; then each step issues S_t and P_t-1 V_t-1 together: the softmax of S_t runs
+  // while P_t-1 V_t-1 is on the tensor cores, and O is rescaled once that is done.
+  mbarrier_wait(bar(k_full, 0), 0);
+  take_turn();
+  wgmma_fence();
+  issue_s(0);
+  wgmma_commit();
+  hand_over();
+  wgmma_wait<0>();
+  fence_tile(sc);
+  release(k_empty, 0);
+  {
+    float corr[2];
+    softmax(0, corr);  // O is still zero: nothing to rescale
+  }
+  pack_p();
+  for (int t = 1; t < tiles; ++t) {
+    mbarrier_wait(bar(k_full, t), parity(t));
+    mbarrier_wait(bar(v_full, t - 1), parity(t - 1));
+    take_turn();
+    wgmma_fence();
+    issue_s(t);
+    wgmma_commit();
+    issue_pv(t - 1);
+    wgmma_commit();
+    hand_over();
+    wgmma_wait<1>();  // S_t is done; P_t-1 V_t-1 may still run
+    fence_tile(sc);
+    release(k_empty, t);
+    float corr[2];
+    softmax(t, corr);
+    wgmma_wait<0>();
+    fence_tile(o);
+    release(v_empty, t - 1);
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      o[d][0] *= corr[0], o[d][1] *= corr[0];
+      o[d][2] *= corr[1], o[d][3] *= corr[1];
+    }
+    pack_p();
+  }
+  mbarrier_wait(bar(v_full, tiles - 1), parity(tiles - 1));
+  take_turn();
+  wgmma_fence();
+  issue_pv(tiles - 1);
+  wgmma_commit();
+  hand_over();
+  wgmma_wait<0>();
+  fence_tile(o);
+  release(v_empty, tiles - 1);
+
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float sum = l[hr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int row = row_lo + r + 8 * hr;
+    if (row >= q_len) continue;
+    std::uint16_t* dst = a.out + static_cast<long long>(q_first + row) * a.ldo + h * HD + 2 * c;
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      *reinterpret_cast<std::uint32_t*>(dst + d * 8) = pack_pair<T>(o[d][2 * hr] * inv, o[d][2 * hr + 1] * inv);
+    }
+  }
+#else
+  (void)maps, (void)a;
+#endif  // LOWBIT_SM90A_DEVICE
+}
+
+template <int HD, class T>
+bool instance_ready() {
+  static Sm90KernelReady ready;
+  return ready(reinterpret_cast<const void*>(flash_wgmma_kernel<HD, T>), sizeof(Barriers), WgLayout<HD>::kSmem);
+}
+
+template <int HD, class T>
+bool launch_instance(const Args& a, int heads, int kv_heads, dim3 grid, cudaStream_t stream) {
+  if (!instance_ready<HD, T>()) return false;
+  // Three maps a call (~1-2 us of host time each), not cached: a cache keyed by pointers
+  // goes stale when memory is freed and reused.
+  Maps maps;
+  const CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT16;  // the bits as they are, f16 or bf16
+  if (gemm::encode_swizzled_128(&maps.q, type, a.q, static_cast<std::int64_t>(heads) * HD, a.q_len, a.ldq * 2, kBox,
+                                kBM) != nullptr ||
+      gemm::encode_swizzled_128(&maps.k, type, a.k, static_cast<std::int64_t>(kv_heads) * HD, a.k_len, a.ldk * 2,
+                                kBox, kBN) != nullptr ||
+      gemm::encode_swizzled_128(&maps.v, type, a.v, static_cast<std::int64_t>(kv_heads) * HD, a.k_len, a.ldv * 2,
+                                kBox, kBN) != nullptr) {
+    return false;
+  }
+  flash_wgmma_kernel<HD, T><<<grid, kThreads, WgLayout<HD>::kSmem, stream>>>(maps, a);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace
+
+bool wgmma_ready() { return instance_ready<128, __half>(); }  // built together, for the same targets
+
+bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, unsigned query_tiles,
+                  unsigned batch, cuda_stream_t stream) {
+  const dim3 grid(static_cast<unsigned>(heads), query_tiles, batch);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (head_dim == 64) {
+    return bf16 ? launch_instance<64, __nv_bfloat16>(a, heads, kv_heads, grid, s)
+                : launch_instance<64, __half>(a, heads, kv_heads, grid, s);
+  }
+  return bf16 ? launch_instance<128, __nv_bfloat16>(a, heads, kv_heads, grid, s)
+              : launch_instance<128, __half>(a, heads, kv_heads, grid, s);
+}
+
+}  // namespace lowbit::cuda::flash
