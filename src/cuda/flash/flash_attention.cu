@@ -29,7 +29,7 @@
 namespace lowbit::cuda::flash {
 namespace {
 
-constexpr int kBM = kQueryTile, kBN = 64, kWarps = 8, kThreads = kWarps * 32;
+constexpr int kBM = 128, kBN = 64, kWarps = 8, kThreads = kWarps * 32;
 
 template <int HD>
 struct Layout {
@@ -171,7 +171,7 @@ void flash_attention(const TensorView& q, const TensorView& k, const TensorView&
   const bool bf16 = q.dtype == DType::bf16;
   if (kernel != FlashKernel::mma && wgmma_ready() &&
       launch_wgmma(a, static_cast<int>(p.heads), static_cast<int>(p.kv_heads), static_cast<int>(p.head_dim), bf16,
-                   grid.y, grid.z, stream)) {
+                   max_q_len, grid.z, stream)) {
     return;
   }
   LOWBIT_CHECK(kernel != FlashKernel::wgmma, "flash_attention: the wgmma kernel was asked for, but ",

@@ -24,17 +24,14 @@ struct Args {
   float sl2;  // the softmax scale times log2(e)
 };
 
-// The launch shape both kernels share: heads x query tiles of the longest sequence x
-// sequences; each kernel's block owns 128 query rows of one head of one sequence.
-constexpr int kQueryTile = 128;
-
 // Whether the wgmma kernel runs on the current device (compute capability 9.0, an sm_90a
 // image in this build, the driver's TMA encoder), once per device.
 bool wgmma_ready();
 
 // Runs the wgmma kernel; false (nothing launched) where TMA cannot read the operands
 // (the driver refused a tensor map), so the caller runs the mma.sync kernel instead.
-bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, unsigned query_tiles,
+// Its grid: heads x query tiles of the longest sequence (max_q_len) x sequences.
+bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, std::int64_t max_q_len,
                   unsigned batch, cuda_stream_t stream);
 
 }  // namespace lowbit::cuda::flash

@@ -2,25 +2,25 @@
 // the matmuls as wgmma and the K / V tiles brought in by TMA, warp-specialized,
 // pipelined within a warpgroup and ping-ponged between two as FlashAttention-3 is.
 //
-// A block owns 128 query rows of one head of one sequence (the grid of the mma.sync
-// kernel: heads x query tiles, longest first x sequences) and has three warpgroups:
+// A block owns 128 query rows (head_dim 128; 192 at 64) of one head of one sequence
+// (grid: heads x query tiles, longest first x sequences) and has 1 + kConsumers warpgroups:
 //   - the producer (one thread; its registers given up with setmaxnreg) loads the Q
 //     tile once and streams the key range in tiles of 128 keys through two rings of
 //     kStages stages, one for K and one for V: TMA boxes of 64 channels (128 bytes,
 //     written with the 128-byte swizzle) x 128 rows, completing on the stage's full
 //     barrier; it refills a stage when all 8 consumer warps have arrived on its empty
 //     barrier;
-//   - two consumers, 64 query rows each: S_t = Q K_t^T (wgmma m64 n128 k16, Q and K
+//   - two consumers (three at head_dim 64), 64 query rows each: S_t = Q K_t^T (wgmma m64 n128 k16, Q and K
 //     K-major from shared memory), the mask and the online softmax in registers
 //     (cuda/flash_tile.cuh's, on the accumulators as they lie), O += P_t V_t (wgmma with
 //     P from registers and V's tile read N-major: its rows are keys, the wgmma's K).
 //     S_t+1 and P_t V_t are issued together, so the softmax of S_t+1 runs while P_t V_t
-//     is on the tensor cores; the two consumers take turns to issue (ping-pong), so one's
-//     softmax runs under the other's products.
+//     is on the tensor cores; the consumers take turns to issue (ping-pong), so one's
+//     softmax runs under another's products.
 // Rows past a sequence's end read the next sequence's (or TMA's zeros) and are never
-// written; keys past it are masked. Both consumers take every tile the block sees (the
-// producer loads none past the block's last visible key; with 128-row and 128-key tiles
-// the first consumer's diagonal ends in the same tile as the second's when L is aligned).
+// written; keys past it are masked. The producer loads no tile past the block's last
+// visible key; a consumer computes none wholly above its rows' diagonal (it passes on its
+// turn and releases the stages).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -39,14 +39,20 @@
 namespace lowbit::cuda::flash {
 namespace {
 
-constexpr int kBM = kQueryTile, kBN = 128, kConsumers = 2, kThreads = 128 * (1 + kConsumers);
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
-static_assert(kBM == 64 * kConsumers, "one m64 row block per consumer warpgroup");
+constexpr int kBN = 128;  // keys a tile
+constexpr int kProducerRegs = 24;
 constexpr int kBox = 64;  // channels a TMA box: 128 bytes, the swizzle's span
 
+// head_dim 128: two consumers of 64 query rows (128-row blocks); head_dim 64, where the
+// softmax is as long as the two products, three (192-row blocks, FlashAttention-3's
+// choice), within the register file: 160 registers a consumer thread instead of 240.
 template <int HD>
 struct WgLayout {
+  static constexpr int kConsumers = HD == 64 ? 3 : 2;
+  static constexpr int kBM = 64 * kConsumers;  // query rows a block: one m64 row block a consumer
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
   static constexpr int kBoxes = HD / kBox;  // column boxes a row
   static constexpr int kQ = kBM * HD * 2;  // the Q tile: kBoxes boxes of kBM rows
   static constexpr int kKV = kBN * HD * 2;  // one K or V tile: kBoxes boxes of kBN rows
@@ -79,7 +85,7 @@ __device__ __forceinline__ void fence_tile(float (&d)[N][4]) {
 #endif  // LOWBIT_SM90A_DEVICE
 
 template <int HD, class T>
-__global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a) {
+__global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using namespace gemm::sm90;
   using L = WgLayout<HD>;
@@ -90,6 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
   const int h = blockIdx.x, b = blockIdx.z, g = h / a.group;
   const int q_first = a.cu_q ? a.cu_q[b] : 0, q_len = a.cu_q ? a.cu_q[b + 1] - q_first : a.q_len;
   const int k_first = a.cu_k ? a.cu_k[b] : 0, k_len = a.cu_k ? a.cu_k[b + 1] - k_first : a.k_len;
+  constexpr int kBM = L::kBM, kConsumers = L::kConsumers;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * kBM;  // the block's first query of the sequence
   if (t0 >= q_len) return;
   // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
@@ -143,10 +150,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
     return;
   }
 
-  claim_registers<kConsumerRegs>();
+  claim_registers<L::kConsumerRegs>();
   const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int r = lane / 4, c = lane % 4;
   const int wg_lo = t0 + wg * 64, row_lo = wg_lo + warp * 16;  // the warpgroup's and the warp's first query
+  // The warpgroup's tiles: a prefix of the block's (causal: up to its last row's diagonal).
+  const int wg_tiles = a.causal ? min(tiles, (min(k_len, offset + wg_lo + 64) + kBN - 1) / kBN) : tiles;
   float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float sc[kBN / 8][4];  // S_j, then its softmax weights
@@ -197,17 +206,19 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
   auto release = [&](std::uint32_t ring, int t) {
     if (lane == 0) mbarrier_arrive(bar(ring, t));  // this warp is done with the stage
   };
-  // Ping-pong (FlashAttention-3): the two consumers take turns to issue their wgmmas, so
-  // one's softmax runs while the other's products hold the tensor cores. Named barrier
-  // 1 + w is consumer w's turn: it waits there (bar.sync) and hands the turn over with
-  // the other's (bar.arrive). Both take tiles + 1 turns; consumer 1 gives consumer 0 its
-  // first turn and skips handing over its last, so every barrier's arrivals match.
+  // Ping-pong (FlashAttention-3): the consumers take turns to issue their wgmmas, so one's
+  // softmax runs while another's products hold the tensor cores. Named barrier 1 + w is
+  // consumer w's turn: it waits there (bar.sync) and hands the turn to the next (w + 1
+  // mod kConsumers) with bar.arrive. Each takes tiles + 1 turns (those of skipped tiles
+// too); the last consumer gives
+  // consumer 0 its first turn and skips handing over its last, so every barrier's
+  // arrivals match its waits.
   int turns = 0;
   auto take_turn = [&] { named_barrier(1 + wg, 256); };
   auto hand_over = [&] {
-    if (++turns <= tiles || wg == 0) named_barrier_arrive(2 - wg, 256);
+    if (++turns <= tiles || wg != kConsumers - 1) named_barrier_arrive(1 + (wg + 1) % kConsumers, 256);
   };
-  if (wg == 1) named_barrier_arrive(1, 256);
+  if (wg == kConsumers - 1) named_barrier_arrive(1, 256);
 
   mbarrier_wait(q_bar, 0);
   // S_0 alone; then each step issues S_t and P_t-1 V_t-1 together: the softmax of S_t runs
@@ -226,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
     softmax(0, corr);  // O is still zero: nothing to rescale
   }
   pack_p();
-  for (int t = 1; t < tiles; ++t) {
+  for (int t = 1; t < wg_tiles; ++t) {
     mbarrier_wait(bar(k_full, t), parity(t));
     mbarrier_wait(bar(v_full, t - 1), parity(t - 1));
     take_turn();
@@ -251,15 +262,25 @@ __global__ void __launch_bounds__(kThreads, 1) flash_wgmma_kernel(const __grid_c
     }
     pack_p();
   }
-  mbarrier_wait(bar(v_full, tiles - 1), parity(tiles - 1));
+  mbarrier_wait(bar(v_full, wg_tiles - 1), parity(wg_tiles - 1));
   take_turn();
   wgmma_fence();
-  issue_pv(tiles - 1);
+  issue_pv(wg_tiles - 1);
   wgmma_commit();
   hand_over();
   wgmma_wait<0>();
   fence_tile(o);
-  release(v_empty, tiles - 1);
+  release(v_empty, wg_tiles - 1);
+  // Tiles wholly above this warpgroup's diagonal (another's): their turns are passed on
+  // at once and their stages released once they land (never while TMA still writes).
+  for (int t = wg_tiles; t < tiles; ++t) {
+    mbarrier_wait(bar(k_full, t), parity(t));
+    mbarrier_wait(bar(v_full, t), parity(t));
+    take_turn();
+    hand_over();
+    release(k_empty, t);
+    release(v_empty, t);
+  }
 
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -287,21 +308,24 @@ bool instance_ready() {
 }
 
 template <int HD, class T>
-bool launch_instance(const Args& a, int heads, int kv_heads, dim3 grid, cudaStream_t stream) {
+bool launch_instance(const Args& a, int heads, int kv_heads, std::int64_t max_q_len, unsigned batch,
+                     cudaStream_t stream) {
+  using L = WgLayout<HD>;
   if (!instance_ready<HD, T>()) return false;
   // Three maps a call (~1-2 us of host time each), not cached: a cache keyed by pointers
   // goes stale when memory is freed and reused.
   Maps maps;
   const CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT16;  // the bits as they are, f16 or bf16
   if (gemm::encode_swizzled_128(&maps.q, type, a.q, static_cast<std::int64_t>(heads) * HD, a.q_len, a.ldq * 2, kBox,
-                                kBM) != nullptr ||
+                                L::kBM) != nullptr ||
       gemm::encode_swizzled_128(&maps.k, type, a.k, static_cast<std::int64_t>(kv_heads) * HD, a.k_len, a.ldk * 2,
                                 kBox, kBN) != nullptr ||
       gemm::encode_swizzled_128(&maps.v, type, a.v, static_cast<std::int64_t>(kv_heads) * HD, a.k_len, a.ldv * 2,
                                 kBox, kBN) != nullptr) {
     return false;
   }
-  flash_wgmma_kernel<HD, T><<<grid, kThreads, WgLayout<HD>::kSmem, stream>>>(maps, a);
+  const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>((max_q_len + L::kBM - 1) / L::kBM), batch);
+  flash_wgmma_kernel<HD, T><<<grid, L::kThreads, L::kSmem, stream>>>(maps, a);
   LOWBIT_CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -310,16 +334,15 @@ bool launch_instance(const Args& a, int heads, int kv_heads, dim3 grid, cudaStre
 
 bool wgmma_ready() { return instance_ready<128, __half>(); }  // built together, for the same targets
 
-bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, unsigned query_tiles,
+bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, std::int64_t max_q_len,
                   unsigned batch, cuda_stream_t stream) {
-  const dim3 grid(static_cast<unsigned>(heads), query_tiles, batch);
   const auto s = static_cast<cudaStream_t>(stream);
   if (head_dim == 64) {
-    return bf16 ? launch_instance<64, __nv_bfloat16>(a, heads, kv_heads, grid, s)
-                : launch_instance<64, __half>(a, heads, kv_heads, grid, s);
+    return bf16 ? launch_instance<64, __nv_bfloat16>(a, heads, kv_heads, max_q_len, batch, s)
+                : launch_instance<64, __half>(a, heads, kv_heads, max_q_len, batch, s);
   }
-  return bf16 ? launch_instance<128, __nv_bfloat16>(a, heads, kv_heads, grid, s)
-              : launch_instance<128, __half>(a, heads, kv_heads, grid, s);
+  return bf16 ? launch_instance<128, __nv_bfloat16>(a, heads, kv_heads, max_q_len, batch, s)
+              : launch_instance<128, __half>(a, heads, kv_heads, max_q_len, batch, s);
 }
 
 }  // namespace lowbit::cuda::flash
