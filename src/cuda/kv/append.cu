@@ -250,6 +250,75 @@ __device__ void quantize_head(const BodyRow& rows, int head, const float (&x)[D 
   }
 }
 
+// Key blocks (core/kv_layout.h): block `block` of K's body, complete in the staging ring,
+// quantized per channel over its B positions: a lane owns its E channels c0 .. c0 + E - 1
+// in every slot (it wrote them, or its counterpart in an earlier launch did), takes their
+// statistics over the B slots, then encodes each slot into its position's code row. The
+// arithmetic of quantize_head per channel: cpu::kv_quantize over the transposed block.
+template <int D, class Scheme>
+__device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, int head, long long block) {
+  constexpr int E = D / 32;
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const int b = static_cast<int>(s.key_block);
+  const std::uint16_t* staged = part.staged + static_cast<long long>(head) * b * D + c0;
+  std::uint32_t abs_bits[E];
+  float lo[E], hi[E];
+  {
+    float x[E];
+    load_halves(staged, x);
+#pragma unroll
+    for (int e = 0; e < E; ++e) abs_bits[e] = formats::abs_bits(x[e]), lo[e] = x[e], hi[e] = x[e];
+  }
+  for (int i = 1; i < b; ++i) {
+    float x[E];
+    load_halves(staged + static_cast<long long>(i) * D, x);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      abs_bits[e] = max(abs_bits[e], formats::abs_bits(x[e]));
+      lo[e] = fminf(lo[e], x[e]);
+      hi[e] = fmaxf(hi[e], x[e]);
+    }
+  }
+  formats::HalfParams<Scheme> p[E];
+  const long long param = (block * s.kv_heads + head) * D + c0;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    p[e] = formats::HalfParams<Scheme>::from_range(formats::bits_to_float(abs_bits[e]), lo[e], hi[e]);
+    part.scales[param + e] = p[e].scale.bits;
+    if constexpr (Scheme::kBits == 4) part.mins[param + e] = p[e].min.bits;
+  }
+  for (int i = 0; i < b; ++i) {
+    float x[E];
+    load_halves(staged + static_cast<long long>(i) * D, x);
+    const long long pos = s.body_base + block * b + i;
+    std::uint8_t* codes = contiguous_body_row(s, part, pos).codes + head * (Scheme::kBits == 8 ? D : D / 2);
+    std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
+#pragma unroll
+    for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[e])) << (Scheme::kBits * e);
+    if constexpr (Scheme::kBits == 8 && E == 2) {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+    } else if constexpr (Scheme::kBits == 8) {
+      reinterpret_cast<std::uint32_t*>(codes)[threadIdx.x] = packed;
+    } else if constexpr (E == 2) {
+      codes[threadIdx.x] = static_cast<std::uint8_t>(packed);
+    } else {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+    }
+  }
+}
+
+// Key blocks: a lane's E FP16 values of K at body position pos into the staging ring;
+// the warp quantizes the block when pos completes it.
+template <int D, class Scheme>
+__device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, long long pos, const float (&x)[D / 32]) {
+  constexpr int E = D / 32;
+  const long long slot = s.staged_slot(pos);
+  std::uint16_t* dst = part.staged + (head * s.key_block + slot) * D + static_cast<int>(threadIdx.x) * E;
+#pragma unroll
+  for (int e = 0; e < E; ++e) dst[e] = __half_as_ushort(__float2half_rn(x[e]));  // exact: f16 values
+  if (slot == s.key_block - 1) quantize_key_block<D, Scheme>(s, part, head, (pos - s.body_base) / s.key_block);
+}
+
 // Where the append of position pos writes (Paged: through the row's table; a page the
 // table does not hold is flagged and yields null: nothing is written).
 template <bool Paged>
@@ -315,8 +384,12 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
       const std::uint16_t* slot = f16_slot();
       float old[E];
       load_halves(slot, old);
-      const BodyRow rows = body_rows(pos - s.window);
-      if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
+      if (!Paged && !is_v && s.key_block > 0) {  // key blocks: staged (the block quantized when complete)
+        stage_key<D, Scheme>(s, part, head, pos - s.window, old);
+      } else {
+        const BodyRow rows = body_rows(pos - s.window);
+        if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
+      }
       if (a.ring_backup) {  // so that this append can be taken back (kv_restore_ring_slot)
         std::uint16_t* b = a.ring_backup + ((is_v ? s.kv_heads : 0) + head) * D + c0;
 #pragma unroll
@@ -338,7 +411,11 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
   if (!is_v && a.rope.hadamard) hadamard_head<E>(x);  // the warp's branch is uniform (blockIdx.y)
 
   if constexpr (Scheme::kBits != 0) {
-    if (s.window == 0) {  // int8 / int4: every token quantized on arrival
+    if (s.window == 0) {  // int8 / int4: every token quantized on arrival (key blocks: staged)
+      if (!Paged && !is_v && s.key_block > 0) {
+        stage_key<D, Scheme>(s, part, head, pos, x);
+        return;
+      }
       const BodyRow rows = body_rows(pos);
       if (rows.codes) quantize_head<D, Scheme>(rows, head, x);
       return;
@@ -473,6 +550,7 @@ void launch(const AppendArgs& a, cudaStream_t stream, unsigned rows) {
 void run(const AppendArgs& a, cudaStream_t stream, unsigned rows = 1) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
+  check_key_blocks(a.shape, a.layer, a.paged.descs != nullptr, "kv_append");
   LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos,
                "kv_append: the Hadamard rotation rides on the fused rope (set its tables and q)");
   if (a.rope.cos) {
@@ -565,6 +643,8 @@ void append_rows(const AppendRowsArgs& a, void* snapshot, cudaStream_t stream) {
 void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
                     cuda_stream_t stream) {
   check_chunk_rows(shape, chunk, "kv_append_rows");
+  LOWBIT_CHECK(shape.key_block == 0, "kv_append_rows: key blocks (--kv-key-block ", shape.key_block,
+               ") have no rows form; append row by row (kv_append), as attend_rows_one_by_one does");
   append_rows(AppendRowsArgs{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)}, snapshot, stream);
 }
 
@@ -572,6 +652,7 @@ void paged_kv_append_rows(const KvPageLayout& layout, const KvPagedLayer& layer,
                           const std::int32_t* tables, const ChunkRows& chunk, void* snapshot, cuda_stream_t stream,
                           std::int32_t* status) {
   check_chunk_rows(layout.shape, chunk, "paged_kv_append_rows");
+  check_key_blocks(layout.shape, KvLayerBuffers{}, true, "paged_kv_append_rows");
   check_paged_rows_call(layout, layer, slot, tables, chunk, "paged_kv_append_rows");
   AppendRowsArgs a{layout.shape, core::kv_fixed_area(layout, layer, slot), chunk,
                    static_cast<const std::uint16_t*>(snapshot)};

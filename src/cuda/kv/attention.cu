@@ -145,8 +145,56 @@ __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head
   decode_raw<Bits>(load_raw<D, Bits, Rows, Paged>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
 }
 
-template <int D, int GQ, int Bits, bool Rows, bool Paged>
+// Key blocks (core/kv_layout.h; the kernel's KB instantiation): the 16 channels of K at
+// visible position pos. The complete blocks' codes decoded with their channels' f16
+// parameters (the twin's values exactly: q * s, fma(q, s, min)), the open block
+// [open, recent_begin) FP16 from the staging ring, the sink and window as ever.
+template <int D, int Bits>
+__device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head, int pos, int sub, int open,
+                                                   float (&x)[kChannels]) {
+  const KvLayerShape& s = a.shape;
+  const KvPart& part = a.layer.k;
+  if (!in_body<Bits>(a, pos)) {
+    load_row<D, Bits, false, false>(a, false, head, pos, sub, x);
+    return;
+  }
+  if (pos >= open) {
+    const auto* p = reinterpret_cast<const uint4*>(part.staged + (head * s.key_block + s.staged_slot(pos)) * D +
+                                                   sub * kChannels);
+    halves(__ldg(p), x);
+    halves(__ldg(p + 1), x + 8);
+    return;
+  }
+  if constexpr (Bits != 0) {
+    const long long block = (pos - s.body_base) / s.key_block;
+    const long long param = (block * s.kv_heads + head) * D + sub * kChannels;
+    const auto* sp = reinterpret_cast<const uint4*>(part.scales + param);
+    float scale[kChannels];
+    halves(__ldg(sp), scale);
+    halves(__ldg(sp + 1), scale + 8);
+    const BodyRow body = contiguous_body_row(s, part, pos);
+    if constexpr (Bits == 8) {
+      const uint4 c = __ldg(reinterpret_cast<const uint4*>(body.codes + head * D + sub * kChannels));
+      const std::uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale[i];
+    } else {
+      const auto* mp = reinterpret_cast<const uint4*>(part.mins + param);
+      float min[kChannels];
+      halves(__ldg(mp), min);
+      halves(__ldg(mp + 1), min + 8);
+      const uint2 c = __ldg(reinterpret_cast<const uint2*>(body.codes + head * (D / 2) + sub * (kChannels / 2)));
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? c.x : c.y, i % 8), scale[i], min[i]);
+    }
+  }
+}
+
+// KB: K in key blocks (contiguous decode forms only; the host turns prefetch off, since
+// the append that completes a block rewrites its codes).
+template <int D, int GQ, int Bits, bool Rows, bool Paged, bool KB = false>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
+  static_assert(!KB || (!Rows && !Paged && Bits != 0), "key blocks: the contiguous decode forms of a body");
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
@@ -183,6 +231,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   // Visible index -> position: the window policy skips the dropped middle.
   const int skip = a.shape.drops() ? a.recent_begin - a.sink_end : 0;
   auto position = [&](int i) { return i < a.sink_end ? i : i + skip; };
+  const int open = KB ? static_cast<int>(a.shape.open_block_begin(a.recent_begin)) : 0;  // KB: the open block's first
 
   // The rows of the first kPrefetchSteps steps, K and V; under prefetch all but the
   // append's are loaded before the wait.
@@ -194,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
       if (j >= n) continue;
       const int p = position(i0 + j);
       if ((a.prefetch && appended_now(a, p)) != appended) continue;
-      kpre[t] = load_raw<D, Bits, Rows, Paged>(a, false, head, p, sub);
+      if constexpr (!KB) kpre[t] = load_raw<D, Bits, Rows, Paged>(a, false, head, p, sub);  // KB: K decoded in pass 1
       vpre[t] = load_raw<D, Bits, Rows, Paged>(a, true, head, p, sub);
     }
   };
@@ -236,14 +285,22 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   for (int t = 0; t < kPrefetchSteps; ++t) {
     const int j = warp * kPosPerWarp + t * kStep + row;
     float x[kChannels] = {};
-    if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    if constexpr (KB) {
+      if (j < n) load_key_block_row<D, Bits>(a, head, position(i0 + j), sub, open, x);
+    } else {
+      if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    }
     score(j, x);
   }
 #pragma unroll 2
   for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
     const int j = base + row;
     float x[kChannels] = {};
-    if (j < n) load_row<D, Bits, Rows, Paged>(a, false, head, position(i0 + j), sub, x);
+    if constexpr (KB) {
+      if (j < n) load_key_block_row<D, Bits>(a, head, position(i0 + j), sub, open, x);
+    } else {
+      if (j < n) load_row<D, Bits, Rows, Paged>(a, false, head, position(i0 + j), sub, x);
+    }
     score(j, x);
   }
   __syncthreads();
@@ -403,6 +460,14 @@ namespace {
 
 template <int D, int GQ, bool Rows, bool Paged>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
+  if constexpr (!Rows && !Paged) {
+    if (a.shape.key_block > 0) {  // key blocks (check_key_blocks: a body)
+      a.shape.body == KvBody::int8
+          ? launch_pdl(decode_split_kernel<D, GQ, 8, false, false, true>, grid, kThreads, 0, stream, a)
+          : launch_pdl(decode_split_kernel<D, GQ, 4, false, false, true>, grid, kThreads, 0, stream, a);
+      return;
+    }
+  }
   switch (a.shape.body) {
     case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0, Rows, Paged>, grid, kThreads, 0, stream, a); break;
     case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8, Rows, Paged>, grid, kThreads, 0, stream, a); break;
@@ -443,6 +508,11 @@ std::size_t counters_bytes(std::size_t counters) { return (counters * sizeof(uns
 // Whether the decode forms run on the tensor-core kernel.
 bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
   if (kernel == AttentionKernel::simt) return false;
+  if (shape.key_block > 0) {  // key blocks: the simt kernel reads them
+    LOWBIT_CHECK(kernel == AttentionKernel::automatic, "kv_attention: key blocks (--kv-key-block ", shape.key_block,
+                 ") are read by the simt kernel only, not mma / mma_swap");
+    return false;
+  }
   const bool fits = n_heads / shape.kv_heads <= kMmaMaxGroup;
   LOWBIT_CHECK(fits || kernel == AttentionKernel::automatic, "kv_attention: the mma kernel takes GQA groups of up to ",
                kMmaMaxGroup, " query heads, got ", n_heads / shape.kv_heads);
@@ -520,6 +590,11 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                    const PagedLaunch* paged = nullptr, std::int64_t split_len = 0) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
+  check_key_blocks(shape, layer, paged != nullptr, "kv_attention");
+  LOWBIT_CHECK(!rows || shape.key_block == 0, "kv_attention_rows: key blocks have no rows form");
+  // Key blocks: the append that completes a block rewrites its codes, so no row is read
+  // before the append's grid is done.
+  prefetch = prefetch && shape.key_block == 0;
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "kv_attention: out dtype ",
                dtype_name(out_dtype), ", expected f32 or f16");
   LOWBIT_CHECK(0 <= span.sink_end && span.sink_end <= span.recent_begin && span.recent_begin <= span.end &&
@@ -666,6 +741,8 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                     const std::int32_t* table, AttentionKernel kernel) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
+  LOWBIT_CHECK(shape.key_block == 0, "kv_attention_rows: key blocks (--kv-key-block ", shape.key_block,
+               ") have no rows form; attend row by row (kv_append, kv_attention), as attend_rows_one_by_one does");
   LOWBIT_CHECK(n_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention_rows: n_heads = ", n_heads,
                " is not a multiple of kv_heads = ", shape.kv_heads);
   LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,

@@ -138,6 +138,21 @@ inline void check_chunk_rows(const KvLayerShape& shape, const ChunkRows& c, cons
                    aligned(c.v_col),
                what, ": chunk rows and their K / V columns must be 16-byte aligned");
 }
+// The checks of a cache with key blocks (shape.key_block > 0; nothing for 0): the
+// contiguous cache only (paged: the batched engine's pool has no staging ring), a body,
+// an even size up to 1024, and K's staging ring and parameters set. `what` names the caller.
+inline void check_key_blocks(const KvLayerShape& s, const KvLayerBuffers& layer, bool paged, const char* what) {
+  if (s.key_block == 0) return;
+  LOWBIT_CHECK(!paged, what, ": key blocks (--kv-key-block ", s.key_block,
+               ") are not supported by the paged cache (batched serving); use 0 (keys per token)");
+  LOWBIT_CHECK(s.key_blocks() && s.key_block % 2 == 0 && s.key_block <= 1024, what, ": key_block ", s.key_block,
+               ", expected an even 2..1024 on a quantizing policy");
+  auto aligned = [](const void* p) { return p && reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const bool blocks = s.key_param_count() > 0;  // a cache shorter than a block has no parameters
+  LOWBIT_CHECK(aligned(layer.k.staged) && (!blocks || aligned(layer.k.scales)) &&
+                   (!blocks || !s.has_mins() || aligned(layer.k.mins)),
+               what, ": key blocks need K's staging ring, scales and mins (16-byte aligned: the kernel's loads)");
+}
 // Rotates every row's query heads and K in place by the angles of its position (then by
 // the Hadamard transform, with rope.hadamard).
 void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream);
@@ -161,6 +176,13 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                        std::size_t workspace_bytes, cuda_stream_t stream,
                        AttentionKernel kernel = AttentionKernel::automatic);
+// The same results for a cache without a rows form (key blocks: a row reads FP16 keys of
+// a block a later row completes) and for any other: rows appended and attended one at a
+// time (rows_one_by_one.cpp), after rope_rows. Its workspace: kv_attention_rows_workspace
+// of one row or more.
+void kv_attend_rows_one_by_one(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                               std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                               std::size_t workspace_bytes, cuda_stream_t stream);
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
                                             std::int64_t max_length);
 // Workspace bytes enough for kv_attention / kv_attention_at at any length up to
