@@ -37,6 +37,17 @@ struct KvTwin {
   TwinPart k, v;
 };
 
+// The policies with a quantized body, as the key-block tests sweep them.
+struct QuantizingPolicy {
+  KvPolicy policy;
+  int bits;
+  const char* name;
+};
+inline constexpr QuantizingPolicy kQuantizingPolicies[] = {{KvPolicy::selective, 8, "selective INT8"},
+                                                           {KvPolicy::selective, 4, "selective INT4"},
+                                                           {KvPolicy::int8, 8, "int8"},
+                                                           {KvPolicy::int4, 4, "int4"}};
+
 // Random f16 values of n rows x cols, N(0, 1) with a few loud channels (as real keys
 // have), times `gain`.
 inline std::vector<std::uint16_t> random_f16(std::mt19937& rng, std::int64_t rows, std::int64_t cols, float gain) {

@@ -20,15 +20,8 @@
 namespace lowbit::test {
 namespace {
 
-struct Policy {
-  KvPolicy policy;
-  int bits;
-  const char* name;
-};
-const Policy kPolicies[] = {{KvPolicy::selective, 8, "selective INT8"},
-                            {KvPolicy::selective, 4, "selective INT4"},
-                            {KvPolicy::int8, 8, "int8"},
-                            {KvPolicy::int4, 4, "int4"}};
+using Policy = QuantizingPolicy;
+constexpr const auto& kPolicies = kQuantizingPolicies;
 
 TEST(KvKeyBlockTwin, ReadsWhatTheEngineCacheReads) {
   LOWBIT_TEST_RNG(rng);

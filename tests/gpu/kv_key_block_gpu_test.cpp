@@ -35,15 +35,8 @@ namespace {
 
 namespace ce = cuda::kv;
 
-struct Policy {
-  KvPolicy policy;
-  int bits;
-  const char* name;
-};
-const Policy kPolicies[] = {{KvPolicy::selective, 8, "selective INT8"},
-                            {KvPolicy::selective, 4, "selective INT4"},
-                            {KvPolicy::int8, 8, "int8"},
-                            {KvPolicy::int4, 4, "int4"}};
+using Policy = QuantizingPolicy;
+constexpr const auto& kPolicies = kQuantizingPolicies;
 
 constexpr std::int64_t kSink = 5, kWindow = 11;
 

@@ -158,16 +158,19 @@ __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head,
     load_row<D, Bits, false, false>(a, false, head, pos, sub, x);
     return;
   }
+  // 32-bit index arithmetic (positions < 2^30, checked on the host): a 64-bit division
+  // is a long call on the GPU, and this runs for every position.
+  const int b = static_cast<int>(s.key_block), j = pos - static_cast<int>(s.body_base);
+  const int block = j / b;
   if (pos >= open) {
-    const auto* p = reinterpret_cast<const uint4*>(part.staged + (head * s.key_block + s.staged_slot(pos)) * D +
+    const auto* p = reinterpret_cast<const uint4*>(part.staged + (static_cast<long long>(head) * b + (j - block * b)) * D +
                                                    sub * kChannels);
     halves(__ldg(p), x);
     halves(__ldg(p + 1), x + 8);
     return;
   }
   if constexpr (Bits != 0) {
-    const long long block = (pos - s.body_base) / s.key_block;
-    const long long param = (block * s.kv_heads + head) * D + sub * kChannels;
+    const long long param = (static_cast<long long>(block) * s.kv_heads + head) * D + sub * kChannels;
     const auto* sp = reinterpret_cast<const uint4*>(part.scales + param);
     float scale[kChannels];
     halves(__ldg(sp), scale);
