@@ -82,6 +82,13 @@ struct KvLayerShape {
     return body_base + n / key_block * key_block;
   }
   LOWBIT_HD std::int64_t staged_slot(std::int64_t pos) const { return (pos - body_base) % key_block; }
+  // The first position >= t whose append completes a block: its body token (the token
+  // itself, or under selective the one leaving the window, t - window) is a block's last.
+  LOWBIT_HD std::int64_t next_block_completion(std::int64_t t) const {
+    const std::int64_t offset = body_base + window;  // int8 / int4: window 0, body_base 0
+    const std::int64_t j = t > offset ? t - offset : 0;
+    return offset + j + (key_block - 1 - j % key_block);
+  }
   // Scales (and as many mins) of K: one per channel per complete block.
   std::size_t key_param_count() const {
     return key_blocks() ? static_cast<std::size_t>(body_slots / key_block * kv_heads * head_dim) : param_count();

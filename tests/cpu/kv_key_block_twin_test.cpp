@@ -54,7 +54,10 @@ TEST(KvKeyBlockTwin, ReadsWhatTheEngineCacheReads) {
           engine::KvCache cache(engine::KvShape{1, hkv, d}, o, n);
           std::vector<float> kf(static_cast<std::size_t>(row)), vf(kf.size());
           for (std::int64_t pos = 0; pos < n; ++pos) {
+            const std::vector<std::uint16_t> scales_before = twin.k.scales;
             cpu::kv_append(s, buffers, pos, k.data() + pos * row, d, v.data() + pos * row, d);
+            // A block is quantized exactly by the appends the prefill cuts its chunks after.
+            ASSERT_EQ(twin.k.scales != scales_before, s.next_block_completion(pos) == pos) << "position " << pos;
             for (std::int64_t c = 0; c < row; ++c) {
               kf[static_cast<std::size_t>(c)] = formats::half_to_float({k[static_cast<std::size_t>(pos * row + c)]});
               vf[static_cast<std::size_t>(c)] = formats::half_to_float({v[static_cast<std::size_t>(pos * row + c)]});
@@ -92,6 +95,14 @@ TEST(KvKeyBlockTwin, BadBlockSizesAreNamed) {
   EXPECT_EQ(b.staged_bytes(), 2u * 32 * 64 * 2);
   EXPECT_EQ(b.key_param_count(), 3u * 2 * 64);  // 100 positions: 3 complete blocks
   EXPECT_EQ(b.param_count(), 100u * 2);         // V: per token
+  // The appends that complete a block: int4 at 31, 63, ...; selective (sink 5, window 11)
+  // when body token 31 (position 36) leaves the window, at 47.
+  EXPECT_EQ(b.next_block_completion(0), 31);
+  EXPECT_EQ(b.next_block_completion(32), 63);
+  const KvLayerShape sel = core::with_key_block(kv_shape(KvPolicy::selective, 2, 64, 5, 11, 4, 200), 32);
+  EXPECT_EQ(sel.next_block_completion(0), 47);
+  EXPECT_EQ(sel.next_block_completion(47), 47);
+  EXPECT_EQ(sel.next_block_completion(48), 79);
 }
 
 }  // namespace

@@ -265,16 +265,17 @@ TEST_F(KvKeyBlockGpu, AttentionMatchesTheTwinInDouble) {
   }
 }
 
-// The prefill of a key-blocked cache (the engine's attend_chunk): a chunk of rows at
-// pos0, appended and attended one at a time; the cache bytes are the twin's after the
-// chunk, and each row's output matches the twin's attention at its length.
-TEST_F(KvKeyBlockGpu, RowsOneByOneMatchTheTwin) {
+// The prefill of a key-blocked cache (the engine's attend_chunk, kv_prefill_key_blocks):
+// a chunk of rows at pos0 that crosses two block completions, in pieces; the cache bytes
+// are the twin's after the chunk, and each row's output matches the twin's attention at
+// its length.
+TEST_F(KvKeyBlockGpu, PrefillMatchesTheTwin) {
   LOWBIT_TEST_RNG(rng);
   const Heads hh{9, 3};
   for (const Policy& p : kPolicies) {
     for (const std::int64_t d : {64, 128}) {
       for (const std::int64_t b : {32, 64}) {
-        const std::int64_t pos0 = kSink + kWindow + b - 7, rows = b + 9, length = pos0 + rows;
+        const std::int64_t pos0 = kSink + kWindow + b - 7, rows = b + 9 + (b == 32 ? 64 : 0), length = pos0 + rows;
         SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " B " + std::to_string(b));
         const ce::KvLayerShape s = blocked_shape(p, hh.hkv, d, b, length);
         const std::int64_t kv = hh.hkv * d, qdim = hh.h * d, ld = qdim + 2 * kv;
@@ -292,15 +293,20 @@ TEST_F(KvKeyBlockGpu, RowsOneByOneMatchTheTwin) {
         layer.poison();
         const core::DeviceBuffer kd = to_device(k), vd = to_device(v), chunk_d = to_device(chunk);
         append_all(s, layer.dev, pos0, kd, vd, false);
-        const std::size_t ws_bytes = ce::kv_attention_rows_workspace(s, hh.h, 1, length);
+        // Workspace for 3 rows a launch: pieces of more rows take several launches.
+        const std::size_t ws_bytes = ce::kv_attention_rows_workspace(s, hh.h, 3, length);
         GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(rows * qdim) * 2);
+        GuardedBuffer snapshot(ce::ring_snapshot_bytes(s));
         ws.poison(kFloatPoison);
         out.poison(kFloatPoison);
+        snapshot.poison(kFloatPoison);
         const ce::ChunkRows c{chunk_d.data(), rows, ld, qdim, qdim + kv, pos0};
-        ce::kv_attend_rows_one_by_one(s, layer.dev, c, hh.h, out.data(), qdim, ws.data(), ws_bytes, nullptr);
+        ce::kv_prefill_key_blocks(s, layer.dev, c, snapshot.bytes() ? snapshot.data() : nullptr, hh.h, out.data(),
+                                  qdim, ws.data(), ws_bytes, nullptr);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(ws.guards_intact("workspace"));
         EXPECT_TRUE(out.guards_intact("out"));
+        EXPECT_TRUE(snapshot.guards_intact("snapshot"));
         expect_same_bytes(layer, build_kv_twin(s, length, k, v));
         const std::vector<std::uint8_t> raw = out.download_bytes();
         for (std::int64_t r = 0; r < rows; ++r) {
@@ -326,11 +332,15 @@ TEST_F(KvKeyBlockGpu, UnsupportedFormsAreRefusedByName) {
   EXPECT_LOWBIT_ERROR(ce::kv_attention(s, layer.dev, span, q.data(), 2, out.data(), DType::f32, ws.data(), ws.bytes(),
                                        nullptr, ce::AttentionKernel::mma),
                       "read by the simt kernel only");
-  const ce::ChunkRows c{chunk.data(), 4, 6 * 64, 2 * 64, 4 * 64, 0};
+  // Rows 30..33: the append of 31 completes the first block, before the last row.
+  const ce::ChunkRows c{chunk.data(), 4, 6 * 64, 2 * 64, 4 * 64, 30};
   EXPECT_LOWBIT_ERROR(ce::kv_append_rows(s, layer.dev, c, nullptr, nullptr), "key blocks (--kv-key-block 32)");
   EXPECT_LOWBIT_ERROR(ce::kv_attention_rows(s, layer.dev, c, nullptr, 2, out.data(), 2 * 64, ws.data(), ws.bytes(),
                                             nullptr),
-                      "key blocks (--kv-key-block 32)");
+                      "the row at 31 completes a block before the chunk's last row (33)");
+  EXPECT_EQ(s.next_block_completion(0), 31);
+  EXPECT_EQ(s.next_block_completion(31), 31);
+  EXPECT_EQ(s.next_block_completion(32), 63);
   ce::KvLayerBuffers no_ring = layer.dev;
   no_ring.k.staged = nullptr;
   EXPECT_LOWBIT_ERROR(ce::kv_append(s, no_ring, 0, q.data(), q.data(), nullptr), "staging ring");

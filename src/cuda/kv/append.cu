@@ -600,6 +600,21 @@ std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
   return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2);
 }
 
+void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, void* snapshot, cuda_stream_t stream) {
+  if (shape.window == 0) return;
+  LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
+  const std::int64_t d = shape.head_dim;
+  const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
+  const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
+  const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
+  auto* dst = static_cast<std::uint8_t*>(snapshot);
+  for (const KvPart* part : {&layer.k, &layer.v}) {
+    const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
+    LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
+    dst += width * rows;
+  }
+}
+
 namespace {
 
 template <int D, bool Paged>
@@ -617,18 +632,7 @@ void append_rows(const AppendRowsArgs& a, void* snapshot, cudaStream_t stream) {
   const KvLayerBuffers& layer = a.layer;
   const ChunkRows& chunk = a.chunk;
   const std::int64_t d = shape.head_dim;
-  if (shape.window > 0) {
-    LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
-    const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
-    const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
-    const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
-    auto* dst = static_cast<std::uint8_t*>(snapshot);
-    for (const KvPart* part : {&layer.k, &layer.v}) {
-      const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
-      LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
-      dst += width * rows;
-    }
-  }
+  kv_snapshot_ring(shape, layer, snapshot, stream);
   const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
   const bool paged = a.table != nullptr;
   if (d == 64) {
@@ -644,7 +648,7 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                     cuda_stream_t stream) {
   check_chunk_rows(shape, chunk, "kv_append_rows");
   LOWBIT_CHECK(shape.key_block == 0, "kv_append_rows: key blocks (--kv-key-block ", shape.key_block,
-               ") have no rows form; append row by row (kv_append), as attend_rows_one_by_one does");
+               ") are appended in order, row by row (kv_prefill_key_blocks)");
   append_rows(AppendRowsArgs{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)}, snapshot, stream);
 }
 

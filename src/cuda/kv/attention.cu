@@ -149,13 +149,14 @@ __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head
 // visible position pos. The complete blocks' codes decoded with their channels' f16
 // parameters (the twin's values exactly: q * s, fma(q, s, min)), the open block
 // [open, recent_begin) FP16 from the staging ring, the sink and window as ever.
-template <int D, int Bits>
+// Rows: the rows form's (its FP16 ring positions from the chunk or the snapshot).
+template <int D, int Bits, bool Rows>
 __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head, int pos, int sub, int open,
                                                    float (&x)[kChannels]) {
   const KvLayerShape& s = a.shape;
   const KvPart& part = a.layer.k;
   if (!in_body<Bits>(a, pos)) {
-    load_row<D, Bits, false, false>(a, false, head, pos, sub, x);
+    load_row<D, Bits, Rows, false>(a, false, head, pos, sub, x);
     return;
   }
   // 32-bit index arithmetic (positions < 2^30, checked on the host): a 64-bit division
@@ -193,11 +194,11 @@ __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head,
   }
 }
 
-// KB: K in key blocks (contiguous decode forms only; the host turns prefetch off, since
+// KB: K in key blocks (the contiguous cache's forms; the host turns prefetch off, since
 // the append that completes a block rewrites its codes).
 template <int D, int GQ, int Bits, bool Rows, bool Paged, bool KB = false>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
-  static_assert(!KB || (!Rows && !Paged && Bits != 0), "key blocks: the contiguous decode forms of a body");
+  static_assert(!KB || (!Paged && Bits != 0), "key blocks: the contiguous cache's forms of a body");
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
@@ -289,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     const int j = warp * kPosPerWarp + t * kStep + row;
     float x[kChannels] = {};
     if constexpr (KB) {
-      if (j < n) load_key_block_row<D, Bits>(a, head, position(i0 + j), sub, open, x);
+      if (j < n) load_key_block_row<D, Bits, Rows>(a, head, position(i0 + j), sub, open, x);
     } else {
       if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
     }
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     const int j = base + row;
     float x[kChannels] = {};
     if constexpr (KB) {
-      if (j < n) load_key_block_row<D, Bits>(a, head, position(i0 + j), sub, open, x);
+      if (j < n) load_key_block_row<D, Bits, Rows>(a, head, position(i0 + j), sub, open, x);
     } else {
       if (j < n) load_row<D, Bits, Rows, Paged>(a, false, head, position(i0 + j), sub, x);
     }
@@ -463,11 +464,11 @@ namespace {
 
 template <int D, int GQ, bool Rows, bool Paged>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
-  if constexpr (!Rows && !Paged) {
+  if constexpr (!Paged) {
     if (a.shape.key_block > 0) {  // key blocks (check_key_blocks: a body)
       a.shape.body == KvBody::int8
-          ? launch_pdl(decode_split_kernel<D, GQ, 8, false, false, true>, grid, kThreads, 0, stream, a)
-          : launch_pdl(decode_split_kernel<D, GQ, 4, false, false, true>, grid, kThreads, 0, stream, a);
+          ? launch_pdl(decode_split_kernel<D, GQ, 8, Rows, false, true>, grid, kThreads, 0, stream, a)
+          : launch_pdl(decode_split_kernel<D, GQ, 4, Rows, false, true>, grid, kThreads, 0, stream, a);
       return;
     }
   }
@@ -593,8 +594,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                    const PagedLaunch* paged = nullptr, std::int64_t split_len = 0) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
-  check_key_blocks(shape, layer, paged != nullptr, "kv_attention");
-  LOWBIT_CHECK(!rows || shape.key_block == 0, "kv_attention_rows: key blocks have no rows form");
+  check_key_blocks(shape, layer, paged != nullptr || (rows && rows->table), "kv_attention");
   // Key blocks: the append that completes a block rewrites its codes, so no row is read
   // before the append's grid is done.
   prefetch = prefetch && shape.key_block == 0;
@@ -744,8 +744,16 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                     const std::int32_t* table, AttentionKernel kernel) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
-  LOWBIT_CHECK(shape.key_block == 0, "kv_attention_rows: key blocks (--kv-key-block ", shape.key_block,
-               ") have no rows form; attend row by row (kv_append, kv_attention), as attend_rows_one_by_one does");
+  // Key blocks: the rows after in-order appends (kv_append), none but the last
+  // completing a block, so that the others read its FP16 keys from the staging ring
+  // (kv_prefill_key_blocks cuts a chunk so); the simt kernel.
+  const bool key_blocks = shape.key_block > 0;
+  LOWBIT_CHECK(!key_blocks || shape.next_block_completion(chunk.pos0) >= chunk.pos0 + chunk.rows - 1,
+               "kv_attention_rows: key blocks (--kv-key-block ", shape.key_block, "): the row at ",
+               shape.next_block_completion(chunk.pos0), " completes a block before the chunk's last row (",
+               chunk.pos0 + chunk.rows - 1, "); cut the chunk there (kv_prefill_key_blocks)");
+  LOWBIT_CHECK(!key_blocks || kernel != AttentionKernel::mma, "kv_attention_rows: key blocks are read by the simt "
+               "kernel only");
   LOWBIT_CHECK(n_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention_rows: n_heads = ", n_heads,
                " is not a multiple of kv_heads = ", shape.kv_heads);
   LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
@@ -757,7 +765,7 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                "kv_attention_rows: the ring's positions before the chunk need its snapshot");
   LOWBIT_CHECK(kernel != AttentionKernel::mma_swap, "kv_attention_rows: mma_swap is a decode kernel; the rows form "
                "runs mma (tensor cores) or simt");
-  if (kernel != AttentionKernel::simt && rows_mma_takes(shape, n_heads)) {
+  if (kernel != AttentionKernel::simt && !key_blocks && rows_mma_takes(shape, n_heads)) {
     RowsMmaArgs a{shape, layer, paged, table};
     a.chunk = static_cast<const __half*>(chunk.base);
     a.ld = chunk.ld;

@@ -159,6 +159,9 @@ void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRo
 // Bytes of the ring snapshot (window and selective; 0 for the other forms): the ring's
 // FP16 slots of K and V as they were before the chunk, f16 [2][kv_heads][window][D].
 std::size_t ring_snapshot_bytes(const KvLayerShape& shape);
+// Copies the ring's slots (as they are before a chunk) into the snapshot; nothing for a
+// cache without a ring.
+void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, void* snapshot, cuda_stream_t stream);
 // Snapshots the ring, then writes every row's slot (the ring's last writers only) and,
 // under selective, quantizes each token that leaves the window from its FP16 value (in
 // the chunk or the snapshot); int8 / int4 quantize every row. K must be rotated already.
@@ -176,13 +179,16 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                        std::size_t workspace_bytes, cuda_stream_t stream,
                        AttentionKernel kernel = AttentionKernel::automatic);
-// The same results for a cache without a rows form (key blocks: a row reads FP16 keys of
-// a block a later row completes) and for any other: rows appended and attended one at a
-// time (rows_one_by_one.cpp), after rope_rows. Its workspace: kv_attention_rows_workspace
-// of one row or more.
-void kv_attend_rows_one_by_one(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
-                               std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
-                               std::size_t workspace_bytes, cuda_stream_t stream);
+// Prefill of a cache with key blocks (prefill_key_blocks.cpp), after rope_rows: the
+// appends and attention of kv_append_rows + kv_attention_rows, the same results. A row
+// must read the FP16 keys of a block that a later row completes, so the chunk is cut
+// after each row whose append completes a block (core next_block_completion); a piece's
+// rows are appended in order (kv_append, one launch a row) after a snapshot of the ring,
+// then attended at once (kv_attention_rows, simt). Its workspace and snapshot:
+// kv_attention_rows_workspace of one row or more, ring_snapshot_bytes.
+void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                           void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                           std::size_t workspace_bytes, cuda_stream_t stream);
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
                                             std::int64_t max_length);
 // Workspace bytes enough for kv_attention / kv_attention_at at any length up to
