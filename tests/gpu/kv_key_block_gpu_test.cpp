@@ -1,5 +1,6 @@
 // Key blocks on the GPU (core/kv_layout.h; the engine's --kv-key-block): the append
-// (kv_append, and kv_append_at by device position) writes the CPU twin's bytes exactly
+// (kv_append, kv_append_at by device position, kv_append_rows_in_order over chunks)
+// writes the CPU twin's bytes exactly
 // (FP16 slots, the staging ring, codes by position, per block and channel f16 scales and
 // mins, V per token), and the decode attention (kv_attention, kv_attention_at, the
 // prefill's kv_attend_rows_one_by_one) matches the twin's attention in double, for every
@@ -13,6 +14,7 @@
 // and sums): Vmax ((D + 4) 2u Smax + 2^-15), plus 2^-11 |o| for an f16 output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -123,11 +125,38 @@ std::vector<std::int64_t> lengths_of(const Policy& p, std::int64_t b) {
   return {1, base + b - 1, base + b, base + 2 * b + b / 2 + 3};
 }
 
-// Appends tokens 0 .. length - 1 one at a time: by host position, or (by_device) by a
-// device position with history_complete, as the engine's decode graph does.
+// How a test appends: kv_append by host position; kv_append_at by a device position with
+// history_complete, as the engine's decode graph does; kv_append_rows_in_order over
+// chunks of 37 rows (the prefill's).
+enum class AppendForm { host, device, rows_in_order };
+const char* form_name(AppendForm f) {
+  return f == AppendForm::host ? "kv_append" : f == AppendForm::device ? "kv_append_at" : "kv_append_rows_in_order";
+}
+
+// Appends tokens 0 .. length - 1 of k, v (f16 [length][H][D]) in order.
 void append_all(const ce::KvLayerShape& s, const ce::KvLayerBuffers& layer, std::int64_t length,
-                const core::DeviceBuffer& k, const core::DeviceBuffer& v, bool by_device) {
+                const core::DeviceBuffer& k, const core::DeviceBuffer& v, AppendForm form) {
   const std::int64_t row = s.kv_heads * s.head_dim;
+  if (form == AppendForm::rows_in_order) {
+    // The chunk rows [k | v] of every position, 37 at a time.
+    const std::vector<std::uint16_t> kh = download<std::uint16_t>(k.data(), k.bytes() / 2);
+    const std::vector<std::uint16_t> vh = download<std::uint16_t>(v.data(), v.bytes() / 2);
+    std::vector<std::uint16_t> rows(static_cast<std::size_t>(2 * length * row));
+    for (std::int64_t p = 0; p < length; ++p) {
+      std::copy(kh.begin() + p * row, kh.begin() + (p + 1) * row, rows.begin() + 2 * p * row);
+      std::copy(vh.begin() + p * row, vh.begin() + (p + 1) * row, rows.begin() + (2 * p + 1) * row);
+    }
+    core::DeviceBuffer rows_d(rows.size() * 2);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(rows_d.data(), rows.data(), rows_d.bytes(), cudaMemcpyHostToDevice));
+    for (std::int64_t p0 = 0; p0 < length; p0 += 37) {
+      const ce::ChunkRows c{rows_d.as<std::uint16_t>() + 2 * p0 * row, std::min<std::int64_t>(37, length - p0),
+                            2 * row, 0, row, p0};
+      ce::kv_append_rows_in_order(s, layer, c, nullptr);
+    }
+    LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+    return;
+  }
+  const bool by_device = form == AppendForm::device;
   core::DeviceBuffer pos_d(4);
   for (std::int64_t pos = 0; pos < length; ++pos) {
     const std::uint16_t* kp = k.as<std::uint16_t>() + pos * row;
@@ -151,17 +180,17 @@ TEST_F(KvKeyBlockGpu, AppendWritesTheTwinsBytes) {
     for (const std::int64_t d : {64, 128}) {
       for (const std::int64_t hkv : {1, 3}) {
         for (const std::int64_t b : {32, 64}) {
-          for (const bool by_device : {false, true}) {
+          for (const AppendForm form : {AppendForm::host, AppendForm::device, AppendForm::rows_in_order}) {
             const std::int64_t length = lengths_of(p, b).back();
             SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " kv_heads " + std::to_string(hkv) +
-                         " B " + std::to_string(b) + (by_device ? " by device position" : ""));
+                         " B " + std::to_string(b) + " " + form_name(form));
             const ce::KvLayerShape s = blocked_shape(p, hkv, d, b, length);
             const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 2.0f);
             const KvTwin twin = build_kv_twin(s, length, k, v);
             const core::DeviceBuffer kd = to_device(k), vd = to_device(v);
             BlockedLayer layer(s);
             layer.poison();
-            append_all(s, layer.dev, length, kd, vd, by_device);
+            append_all(s, layer.dev, length, kd, vd, form);
             expect_same_bytes(layer, twin);
             if (HasFailure()) return;
           }
@@ -292,7 +321,7 @@ TEST_F(KvKeyBlockGpu, PrefillMatchesTheTwin) {
         BlockedLayer layer(s);
         layer.poison();
         const core::DeviceBuffer kd = to_device(k), vd = to_device(v), chunk_d = to_device(chunk);
-        append_all(s, layer.dev, pos0, kd, vd, false);
+        append_all(s, layer.dev, pos0, kd, vd, AppendForm::host);
         // Workspace for 3 rows a launch: pieces of more rows take several launches.
         const std::size_t ws_bytes = ce::kv_attention_rows_workspace(s, hh.h, 3, length);
         GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(rows * qdim) * 2);

@@ -567,7 +567,66 @@ void run(const AppendArgs& a, cudaStream_t stream, unsigned rows = 1) {
   }
 }
 
+// Key blocks, prefill: grid (kv_heads, 2 (K, V)), one warp each, the chunk's rows in
+// order (RoPE applied already): what `rows` kv_append launches write, in one. A lane
+// reads and writes only its own channels (the ring slot of the token leaving the window
+// before the new token overwrites it, the staging ring), so program order is the only
+// order needed; quantize_head's shuffles take the whole warp (uniform branches).
+template <int D, class Scheme>
+__global__ void __launch_bounds__(32) kv_append_rows_in_order_kernel(KvLayerShape s, KvLayerBuffers layer,
+                                                                     ChunkRows c) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
+  const int head = static_cast<int>(blockIdx.x);
+  const bool is_v = blockIdx.y == 1;
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const KvPart& part = is_v ? layer.v : layer.k;
+  for (long long r = 0; r < c.rows; ++r) {
+    const long long pos = c.pos0 + r;
+    float x[E];
+    load_halves(static_cast<const __half*>(c.base) + r * c.ld + (is_v ? c.v_col : c.k_col) + head * D + c0, x);
+    if (s.window == 0) {  // int8 / int4: K staged, V quantized on arrival
+      if (is_v) {
+        quantize_head<D, Scheme>(contiguous_body_row(s, part, pos), head, x);
+      } else {
+        stage_key<D, Scheme>(s, part, head, pos, x);
+      }
+      continue;
+    }
+    std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + c0;
+    if (pos >= s.sink + s.window) {  // selective: pos - window leaves the window (its slot is pos's)
+      float old[E];
+      load_halves(slot, old);
+      if (is_v) {
+        quantize_head<D, Scheme>(contiguous_body_row(s, part, pos - s.window), head, old);
+      } else {
+        stage_key<D, Scheme>(s, part, head, pos - s.window, old);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));  // exact: f16 values
+  }
+}
+
 }  // namespace
+
+void kv_append_rows_in_order(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                             cuda_stream_t stream) {
+  check_chunk_rows(shape, chunk, "kv_append_rows_in_order");
+  check_key_blocks(shape, layer, false, "kv_append_rows_in_order");
+  LOWBIT_CHECK(shape.key_blocks(), "kv_append_rows_in_order: a cache with key blocks (else kv_append_rows)");
+  const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2);
+  auto go = [&](auto kernel) { launch_pdl(kernel, grid, 32, 0, stream, shape, layer, chunk); };
+  const bool int8 = shape.body == KvBody::int8;
+  if (shape.head_dim == 64) {
+    int8 ? go(kv_append_rows_in_order_kernel<64, formats::Int8Symmetric>)
+         : go(kv_append_rows_in_order_kernel<64, formats::Int4Asymmetric>);
+  } else {
+    int8 ? go(kv_append_rows_in_order_kernel<128, formats::Int8Symmetric>)
+         : go(kv_append_rows_in_order_kernel<128, formats::Int4Asymmetric>);
+  }
+}
 
 void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope) {

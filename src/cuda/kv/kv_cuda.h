@@ -183,9 +183,13 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
 // appends and attention of kv_append_rows + kv_attention_rows, the same results. A row
 // must read the FP16 keys of a block that a later row completes, so the chunk is cut
 // after each row whose append completes a block (core next_block_completion); a piece's
-// rows are appended in order (kv_append, one launch a row) after a snapshot of the ring,
+// rows are appended in order (kv_append_rows_in_order) after a snapshot of the ring,
 // then attended at once (kv_attention_rows, simt). Its workspace and snapshot:
 // kv_attention_rows_workspace of one row or more, ring_snapshot_bytes.
+// kv_append_rows_in_order: a chunk's rows appended one after the other in one launch
+// (a warp per head and part), the bytes of `rows` kv_append calls; key blocks only.
+void kv_append_rows_in_order(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                             cuda_stream_t stream);
 void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                            void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                            std::size_t workspace_bytes, cuda_stream_t stream);

@@ -1,6 +1,6 @@
 // Prefill of a cache with key blocks (kv_cuda.h, kv_prefill_key_blocks): the chunk in
 // pieces that end where a row's append completes a block, each piece's rows appended in
-// order and attended at once. Within a piece no block is quantized before its last row,
+// order (one launch) and attended at once (three launches a piece with the snapshot). Within a piece no block is quantized before its last row,
 // so every row reads the open block's FP16 keys from the staging ring, as it would one
 // token at a time; the piece's last row reads the block it completed quantized.
 #include <algorithm>
@@ -23,10 +23,7 @@ void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& laye
     piece.rows = last - first + 1;
     piece.pos0 = chunk.pos0 + first;
     kv_snapshot_ring(shape, layer, snapshot, stream);  // the ring before the piece (the rows kernel reads it)
-    for (std::int64_t r = 0; r < piece.rows; ++r) {
-      const std::uint16_t* row = static_cast<const std::uint16_t*>(piece.base) + r * piece.ld;
-      kv_append(shape, layer, piece.pos0 + r, row + piece.k_col, row + piece.v_col, stream);
-    }
+    kv_append_rows_in_order(shape, layer, piece, stream);
     kv_attention_rows(shape, layer, piece, snapshot, n_heads, static_cast<std::uint16_t*>(out) + first * out_ld,
                       out_ld, workspace, workspace_bytes, stream, AttentionKernel::simt);
     first = last + 1;
