@@ -99,7 +99,8 @@ std::vector<PolicyCase> policy_cases() {
           {"int4_key_block_32", key_blocks(policy(KvPolicy::int4), 32)},
           {"int8_key_block_64", key_blocks(policy(KvPolicy::int8), 64)},
           {"selective_int4_key_block_32", key_blocks(policy(KvPolicy::selective, 4), 32)},
-          {"selective_int8_key_block_64", key_blocks(policy(KvPolicy::selective, 8), 64)}};
+          {"selective_int8_key_block_64", key_blocks(policy(KvPolicy::selective, 8), 64)},
+          {"selective_int4_key_block_32_rotate_k", rotated(key_blocks(policy(KvPolicy::selective, 4), 32), KvRotate::k)}};
 }
 
 // The GPU rounds every GEMM input and output to f16 (W4A16) where the CPU keeps f32:
@@ -273,7 +274,8 @@ std::vector<PolicyCase> qwen2_policy_cases() {
   return {{"full", rotated(policy(KvPolicy::full), KvRotate::off)},
           {"selective_int8", rotated(policy(KvPolicy::selective, 8), KvRotate::off)},
           {"selective_int4", rotated(policy(KvPolicy::selective, 4), KvRotate::off)},
-          {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)}};  // Hadamard after NEOX
+          {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)},  // Hadamard after NEOX
+          {"int4_key_block_32", key_blocks(policy(KvPolicy::int4, 4), 32)}};  // kv_bits 4: the INT4 tolerance
 }
 
 // qwen2 within the llama's tolerance: the same f16 roundings, and the bias's own f16
