@@ -158,7 +158,8 @@ void quantize_key_block(const KvLayerShape& s, const KvPart& p, std::int64_t blo
   }
   const std::int64_t row_bytes = bits == 8 ? b : b / 2;  // channel-major codes of the block
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(hd * row_bytes));
-  kv_quantize(bits, t.data(), hd, b, b, codes.data(), p.scales + block * hd, s.has_mins() ? p.mins + block * hd : nullptr);
+  std::uint16_t* mins = s.has_mins() ? p.mins + block * hd : nullptr;
+  kv_quantize(bits, t.data(), hd, b, b, codes.data(), p.scales + block * hd, mins);
   std::uint8_t* out = body_codes(s, p, block * b);  // the block's first position, head 0
   for (std::int64_t i = 0; i < b; ++i) {
     for (std::int64_t r = 0; r < hd; ++r) {

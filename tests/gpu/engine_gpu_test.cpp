@@ -100,7 +100,8 @@ std::vector<PolicyCase> policy_cases() {
           {"int8_key_block_64", key_blocks(policy(KvPolicy::int8), 64)},
           {"selective_int4_key_block_32", key_blocks(policy(KvPolicy::selective, 4), 32)},
           {"selective_int8_key_block_64", key_blocks(policy(KvPolicy::selective, 8), 64)},
-          {"selective_int4_key_block_32_rotate_k", rotated(key_blocks(policy(KvPolicy::selective, 4), 32), KvRotate::k)}};
+          {"selective_int4_key_block_32_rotate_k",
+           rotated(key_blocks(policy(KvPolicy::selective, 4), 32), KvRotate::k)}};
 }
 
 // The GPU rounds every GEMM input and output to f16 (W4A16) where the CPU keeps f32:

@@ -310,7 +310,8 @@ __device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, in
 // Key blocks: a lane's E FP16 values of K at body position pos into the staging ring;
 // the warp quantizes the block when pos completes it.
 template <int D, class Scheme>
-__device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, long long pos, const float (&x)[D / 32]) {
+__device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, long long pos,
+                          const float (&x)[D / 32]) {
   constexpr int E = D / 32;
   const long long slot = s.staged_slot(pos);
   std::uint16_t* dst = part.staged + (head * s.key_block + slot) * D + static_cast<int>(threadIdx.x) * E;

@@ -164,8 +164,8 @@ __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head,
   const int b = static_cast<int>(s.key_block), j = pos - static_cast<int>(s.body_base);
   const int block = j / b;
   if (pos >= open) {
-    const auto* p = reinterpret_cast<const uint4*>(part.staged + (static_cast<long long>(head) * b + (j - block * b)) * D +
-                                                   sub * kChannels);
+    const long long slot = static_cast<long long>(head) * b + (j - block * b);
+    const auto* p = reinterpret_cast<const uint4*>(part.staged + slot * D + sub * kChannels);
     halves(__ldg(p), x);
     halves(__ldg(p + 1), x + 8);
     return;

@@ -1,8 +1,9 @@
 // Prefill of a cache with key blocks (kv_cuda.h, kv_prefill_key_blocks): the chunk in
 // pieces that end where a row's append completes a block, each piece's rows appended in
-// order (one launch) and attended at once (three launches a piece with the snapshot). Within a piece no block is quantized before its last row,
-// so every row reads the open block's FP16 keys from the staging ring, as it would one
-// token at a time; the piece's last row reads the block it completed quantized.
+// order (one launch) and attended at once (the simt rows form). Within a piece no block
+// is quantized before its last row, so every row reads the open block's FP16 keys from
+// the staging ring, as it would one token at a time; the piece's last row reads the
+// block it completed quantized.
 #include <algorithm>
 
 #include "cuda/kv/kv_cuda.h"
