@@ -186,7 +186,8 @@ benchmarks() {
 # for racecheck and synccheck; EngineGpu and GpuBatchEngineGpu run the same kernels on the
 # whole model.
 shared_memory_suites="AllSpecs/QuantProduction SeedVariants NonFinite ZeroDomains BlockFormatsGpu IntGemmGpu
-  WeightOnlyGpu WeightOnlyWgmmaGpu AttentionGpu FlashAttentionGpu KvCacheGpu PagedKvGpu ForwardKernelsGpu SamplingGpu"
+  WeightOnlyGpu WeightOnlyWgmmaGpu AttentionGpu FlashAttentionGpu KvCacheGpu KvKeyBlockGpu PagedKvGpu ForwardKernelsGpu
+  SamplingGpu"
 # Tests left out of racecheck and synccheck: the same kernels as their suites' other
 # tests, at shapes too large for the tools (minutes of hazard tracking per launch).
 # (racecheck did not finish KvCacheGpu's rows-form tests or FlashAttentionGpu in 120-170 s

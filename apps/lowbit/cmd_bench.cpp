@@ -92,6 +92,8 @@ int bench_decode(const Args& args) {
   cli.integer("--runs", &runs, 1, 100, "runs a case (default 3)");
   cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens of window / selective (default 16)");
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens of window / selective (default 32)");
+  cli.integer("--kv-key-block", &options.kv_key_block, 0, 1024,
+              "keys per channel over blocks of N tokens (KIVI; even N; 0: per token, the default)");
   bool no_pdl = false;
   cli.flag("--no-pdl", &no_pdl, "kernels launch without programmatic dependent launch (for comparison)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");

@@ -52,6 +52,7 @@ engine::KvCacheOptions cache_options(const std::string& policy, const DecodeBenc
   const KvPolicyBits choice = parse_kv_policy_bits(policy.c_str());
   c.policy = choice.policy;
   c.kv_bits = choice.bits;
+  c.kv_key_block = o.kv_key_block;  // quantizing policies only (full and window keep FP16 keys)
   return c;
 }
 
@@ -182,6 +183,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     Json doc = run_info_json("decode", info);
     doc.set("model", o.model_path).set("config", config.describe()).set("gpu_copy_gbps", copy_gbps);
     doc.set("steps", o.steps).set("runs", o.runs).set("programmatic_launch", o.programmatic_launch);
+    doc.set("kv_key_block", o.kv_key_block);
     doc.set("rows", results);
     doc.write_file(o.json_path);
   }

@@ -19,6 +19,7 @@ struct DecodeBenchOptions {
   std::int64_t steps = 128;                  // decode steps a run
   int runs = 3;                              // runs a (context, policy), back to back
   std::int64_t sink = 16, window = 32;
+  std::int64_t kv_key_block = 0;    // keys per channel over blocks of this many tokens (KIVI; 0: per token)
   bool programmatic_launch = true;  // off: the kernels launch without programmatic dependent launch
   std::string json_path;
 };

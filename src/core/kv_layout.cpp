@@ -75,6 +75,14 @@ KvLayerShape kv_layer_shape(const KvCacheSpec& spec) {
   return s;
 }
 
+KvLayerShape with_key_block(KvLayerShape s, std::int64_t key_block) {
+  LOWBIT_CHECK(key_block == 0 || (key_block >= 2 && key_block <= 1024 && key_block % 2 == 0),
+               "kv cache: kv_key_block = ", key_block, ", expected 0 (off) or an even 2..1024 on the GPU");
+  // Policies without a body (full, window) keep every key FP16: nothing to block.
+  s.key_block = s.body == KvBody::none ? 0 : key_block;
+  return s;
+}
+
 }  // namespace core
 
 KvCacheSizes kv_cache_sizes(const KvCacheSpec& spec) {

@@ -15,6 +15,18 @@
 //          the f32 scale / min rounded to f16, the codes encoded with the rounded values.
 // Only the default group (one scale (+ min) per token per KV head) is laid out here.
 //
+// Key blocks (key_block = B > 0, KIVI; the engine's --kv-key-block; contiguous cache
+// only): K's body is quantized per channel over blocks of B body positions (body index
+// j = pos - body_base, block j / B) once the block is complete, from FP16 values kept
+// until then in a staging ring. V is unchanged. K then has:
+//   codes  as above, by position ([body_pos][H][code_bytes]), each code that of its
+//          channel's group in its block;
+//   scales [block][H][D] f16, mins [block][H][D] f16 (INT4): per block and channel;
+//   staged [H][B][D] FP16 bits: body index j in slot j % B. The open block (the body
+//          positions past the last complete block) is read from here.
+// The codes and parameters equal cpu::kv_quantize over the block's transposed [H*D x B]
+// FP16 values (one group per channel): what the engine's KvCache (stage_key) computes.
+//
 // A query at the last position sees (DecodeSpan):
 //   [0, sink_end)              FP16, slot = pos
 //   [sink_end, recent_begin)   the quantized body (selective, int8, int4), or dropped
@@ -44,6 +56,7 @@ struct KvLayerShape {
   KvBody body = KvBody::none;
   std::int64_t body_base = 0;   // first quantized position (selective: sink)
   std::int64_t body_slots = 0;  // positions the body holds
+  std::int64_t key_block = 0;   // K per channel over blocks of this many body positions (0: per token)
 
   LOWBIT_HD std::int64_t f16_slots() const { return sink + window; }
   LOWBIT_HD std::int64_t code_bytes() const { return body == KvBody::int4 ? head_dim / 2 : head_dim; }
@@ -60,6 +73,29 @@ struct KvLayerShape {
   }
   static constexpr std::size_t kParamBytes = 2;  // f16 scales and mins
   std::size_t param_bytes_total() const { return param_count() * kParamBytes * (has_mins() ? 2 : 1); }
+
+  // Key blocks (key_block > 0 with a body).
+  LOWBIT_HD bool key_blocks() const { return key_block > 0 && body != KvBody::none; }
+  // The first body position of the open block when the body holds [body_base, body_end).
+  LOWBIT_HD std::int64_t open_block_begin(std::int64_t body_end) const {
+    const std::int64_t n = body_end > body_base ? body_end - body_base : 0;
+    return body_base + n / key_block * key_block;
+  }
+  LOWBIT_HD std::int64_t staged_slot(std::int64_t pos) const { return (pos - body_base) % key_block; }
+  // The first position >= t whose append completes a block: its body token (the token
+  // itself, or under selective the one leaving the window, t - window) is a block's last.
+  LOWBIT_HD std::int64_t next_block_completion(std::int64_t t) const {
+    const std::int64_t offset = body_base + window;  // int8 / int4: window 0, body_base 0
+    const std::int64_t j = t > offset ? t - offset : 0;
+    return offset + j + (key_block - 1 - j % key_block);
+  }
+  // Scales (and as many mins) of K: one per channel per complete block.
+  std::size_t key_param_count() const {
+    return key_blocks() ? static_cast<std::size_t>(body_slots / key_block * kv_heads * head_dim) : param_count();
+  }
+  std::size_t staged_bytes() const {
+    return key_blocks() ? static_cast<std::size_t>(kv_heads * key_block * head_dim * 2) : 0;
+  }
 };
 
 // One part (K or V) of one layer on the device.
@@ -68,6 +104,7 @@ struct KvPart {
   std::uint8_t* codes = nullptr;
   std::uint16_t* scales = nullptr;  // f16 bits
   std::uint16_t* mins = nullptr;    // f16 bits, INT4 only
+  std::uint16_t* staged = nullptr;  // K with key blocks: the open block's FP16 bits, [H][key_block][D]
 };
 
 struct KvLayerBuffers {
@@ -85,6 +122,10 @@ struct DecodeSpan {
 
 // The layer shape of a spec; throws lowbit::Error naming the field of a bad one.
 KvLayerShape kv_layer_shape(const KvCacheSpec& spec);
+// The shape with K in blocks of key_block body positions (0: per token; policies without
+// a body ignore it); throws lowbit::Error naming kv_key_block for a bad size (the GPU
+// takes even sizes 2..1024: its INT4 bytes pair channels, the twin's pair tokens).
+KvLayerShape with_key_block(KvLayerShape s, std::int64_t key_block);
 
 // What the query at the last of `length` (>= 1) positions reads; unchecked, for kernels
 // that read the length from device memory.

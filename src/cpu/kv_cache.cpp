@@ -7,6 +7,8 @@
 
 #include "formats/code_scheme.h"
 #include "formats/float16.h"
+#include "formats/int4.h"
+#include "formats/int8.h"
 #include "lowbit/error.h"
 
 namespace lowbit::cpu {
@@ -141,16 +143,65 @@ void quantize_token(const KvLayerShape& s, const KvPart& p, std::int64_t b, cons
   kv_quantize(body_bits(s), in.data(), h, d, d, body_codes(s, p, b), body_scales(s, p, b), body_mins(s, p, b));
 }
 
-void append_part(const KvLayerShape& s, const KvPart& p, std::int64_t pos, const std::uint16_t* x, std::int64_t ld) {
-  if (all_quantized(s)) {  // int8 / int4: quantized on arrival
-    quantize_token(s, p, pos - s.body_base, x, ld);
+// Key blocks: block `block` of K's body from the staging ring, as the engine's KvCache
+// (stage_key) quantizes it: cpu::kv_quantize over the block's [H*D x B] transposed
+// values, one group per channel; the codes then go to their positions' rows.
+void quantize_key_block(const KvLayerShape& s, const KvPart& p, std::int64_t block) {
+  const std::int64_t hd = s.kv_heads * s.head_dim, b = s.key_block, d = s.head_dim;
+  const int bits = body_bits(s);
+  std::vector<float> t(static_cast<std::size_t>(hd * b));
+  for (std::int64_t r = 0; r < hd; ++r) {  // r = head * D + channel
+    for (std::int64_t i = 0; i < b; ++i) {
+      const std::uint16_t bits16 = p.staged[((r / d) * b + i) * d + r % d];
+      t[static_cast<std::size_t>(r * b + i)] = formats::half_to_float({bits16});
+    }
+  }
+  const std::int64_t row_bytes = bits == 8 ? b : b / 2;  // channel-major codes of the block
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(hd * row_bytes));
+  std::uint16_t* mins = s.has_mins() ? p.mins + block * hd : nullptr;
+  kv_quantize(bits, t.data(), hd, b, b, codes.data(), p.scales + block * hd, mins);
+  std::uint8_t* out = body_codes(s, p, block * b);  // the block's first position, head 0
+  for (std::int64_t i = 0; i < b; ++i) {
+    for (std::int64_t r = 0; r < hd; ++r) {
+      if (bits == 8) {
+        out[i * hd + r] = codes[static_cast<std::size_t>(r * b + i)];
+      } else {  // token i's nibble of channel r, into byte r / 2 of token i (channel 2j low)
+        const std::uint8_t byte = codes[static_cast<std::size_t>(r * row_bytes + i / 2)];
+        const std::uint8_t code = i % 2 == 0 ? byte & 0xFu : byte >> 4u;
+        std::uint8_t& dst = out[(i * hd + r) / 2];
+        dst = r % 2 == 0 ? static_cast<std::uint8_t>((dst & 0xF0u) | code)
+                         : static_cast<std::uint8_t>((dst & 0x0Fu) | (code << 4u));
+      }
+    }
+  }
+}
+
+// Key blocks: the FP16 key (f16 bits [H x D], row stride ld) of body position pos into
+// the staging ring; quantizes its block when pos completes it.
+void stage_key(const KvLayerShape& s, const KvPart& p, std::int64_t pos, const std::uint16_t* x, std::int64_t ld) {
+  const std::int64_t d = s.head_dim, b = s.key_block, j = pos - s.body_base;
+  for (std::int64_t head = 0; head < s.kv_heads; ++head) {
+    std::memcpy(p.staged + (head * b + j % b) * d, x + head * ld, static_cast<std::size_t>(d) * 2);
+  }
+  if (j % b == b - 1) quantize_key_block(s, p, j / b);
+}
+
+void append_part(const KvLayerShape& s, const KvPart& p, std::int64_t pos, const std::uint16_t* x, std::int64_t ld,
+                 bool key_blocks) {
+  if (all_quantized(s)) {  // int8 / int4: quantized on arrival (blocked keys: when the block is complete)
+    key_blocks ? stage_key(s, p, pos, x, ld) : quantize_token(s, p, pos - s.body_base, x, ld);
     return;
   }
   const std::int64_t h = s.kv_heads, d = s.head_dim, head_stride = s.f16_slots() * d;
   std::uint16_t* slot = p.f16 + s.slot(pos) * d;  // head 0; heads are head_stride apart
   if (s.body != KvBody::none && pos >= s.sink + s.window) {
-    // pos - window leaves the window; its ring slot is pos's: quantize it before the overwrite.
-    quantize_token(s, p, pos - s.window - s.body_base, slot, head_stride);
+    // pos - window leaves the window; its ring slot is pos's: quantize (or stage) it before
+    // the overwrite.
+    if (key_blocks) {
+      stage_key(s, p, pos - s.window, slot, head_stride);
+    } else {
+      quantize_token(s, p, pos - s.window - s.body_base, slot, head_stride);
+    }
   }
   for (std::int64_t head = 0; head < h; ++head) {
     std::memcpy(slot + head * head_stride, x + head * ld, static_cast<std::size_t>(d) * 2);
@@ -169,8 +220,41 @@ void read_f16(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::i
   }
 }
 
+// Key blocks: K's body positions [first, end) as f32 [pos][head][d]: the complete blocks'
+// codes decoded with their channel's parameters (the formats' formulas, as the kernels
+// decode), the open block's FP16 values from the staging ring.
+void read_key_blocks(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::int64_t end, float* out) {
+  const std::int64_t h = s.kv_heads, d = s.head_dim, open = s.open_block_begin(end);
+  for (std::int64_t pos = first; pos < end; ++pos) {
+    const std::int64_t j = pos - s.body_base, block = j / s.key_block;
+    for (std::int64_t head = 0; head < h; ++head) {
+      float* o = out + ((pos - first) * h + head) * d;
+      for (std::int64_t c = 0; c < d; ++c) {
+        if (pos >= open) {
+          o[c] = formats::half_to_float({p.staged[(head * s.key_block + s.staged_slot(pos)) * d + c]});
+          continue;
+        }
+        const std::int64_t param = (block * h + head) * d + c;
+        const float scale = formats::half_to_float({p.scales[param]});
+        const std::uint8_t* row = body_codes(s, p, j) + head * s.code_bytes();
+        if (s.body == KvBody::int8) {
+          o[c] = formats::int8_decode(static_cast<std::int8_t>(row[c]), scale);
+        } else {
+          const std::uint8_t byte = row[c / 2];
+          const auto code = static_cast<std::uint8_t>(c % 2 == 0 ? byte & 0xFu : byte >> 4u);
+          o[c] = formats::int4_decode(code, scale, formats::half_to_float({p.mins[param]}));
+        }
+      }
+    }
+  }
+}
+
 void read_body(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::int64_t end, float* out) {
   if (end <= first) return;
+  if (s.key_blocks() && p.staged) {  // K's part (V has no staging ring)
+    read_key_blocks(s, p, first, end, out);
+    return;
+  }
   const std::int64_t b = first - s.body_base;
   kv_dequantize(body_bits(s), body_codes(s, p, b), body_scales(s, p, b), body_mins(s, p, b), (end - first) * s.kv_heads,
                 s.head_dim, s.head_dim, out);
@@ -180,8 +264,9 @@ void read_body(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::
 
 void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const std::uint16_t* k,
                std::int64_t k_ld, const std::uint16_t* v, std::int64_t v_ld) {
-  append_part(shape, layer.k, pos, k, k_ld);
-  append_part(shape, layer.v, pos, v, v_ld);
+  LOWBIT_CHECK(!shape.key_blocks() || layer.k.staged, "kv append: key blocks need K's staging ring");
+  append_part(shape, layer.k, pos, k, k_ld, shape.key_blocks());
+  append_part(shape, layer.v, pos, v, v_ld, false);
 }
 
 std::vector<float> kv_visible_values(const KvLayerShape& s, const KvPart& p, std::int64_t length) {

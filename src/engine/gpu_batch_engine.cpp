@@ -65,7 +65,7 @@ GpuBatchEngine::GpuBatchEngine(const GpuModel& model, KvCacheOptions cache, std:
                                std::int64_t max_sequence_tokens, bool use_graphs)
     : model_(&model),
       cache_(cache),
-      hadamard_(check_gpu_kv_options(model.config(), cache, "gpu batch engine")),
+      hadamard_(check_gpu_kv_options(model.config(), cache, "gpu batch engine", /*paged=*/true)),
       budget_(kv_budget_bytes),
       max_sequence_tokens_(max_sequence_tokens > 0 ? max_sequence_tokens : model.config().context_length),
       act_(model.config(), kPassRows),

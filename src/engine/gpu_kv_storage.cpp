@@ -25,14 +25,16 @@ std::size_t carve(const core::KvLayerShape& s, std::int64_t n_layers, std::uint8
     offset += aligned(bytes);
     return p;
   };
-  const std::size_t params = s.param_count() * core::KvLayerShape::kParamBytes;
   for (std::int64_t l = 0; l < n_layers; ++l) {
     core::KvLayerBuffers layer;
     for (core::KvPart* part : {&layer.k, &layer.v}) {
+      const bool is_k = part == &layer.k;  // key blocks: K's parameters per block and channel, its staging ring
+      const std::size_t params = (is_k ? s.key_param_count() : s.param_count()) * core::KvLayerShape::kParamBytes;
       part->f16 = reinterpret_cast<std::uint16_t*>(take(s.f16_bytes()));
       part->codes = take(s.code_bytes_total());
       part->scales = reinterpret_cast<std::uint16_t*>(take(params));
       part->mins = s.has_mins() ? reinterpret_cast<std::uint16_t*>(take(params)) : nullptr;
+      part->staged = is_k ? reinterpret_cast<std::uint16_t*>(take(s.staged_bytes())) : nullptr;
     }
     if (layers) layers->push_back(layer);
   }
@@ -41,7 +43,7 @@ std::size_t carve(const core::KvLayerShape& s, std::int64_t n_layers, std::uint8
 
 }  // namespace
 
-bool check_gpu_kv_options(const ModelConfig& c, const KvCacheOptions& cache, const char* who) {
+bool check_gpu_kv_options(const ModelConfig& c, const KvCacheOptions& cache, const char* who, bool paged) {
   LOWBIT_CHECK(cache.kv_group == 0 || cache.kv_group == c.head_dim, who, ": --kv-group ", cache.kv_group,
                " is not supported on the GPU (one scale per token per head: 0 or head_dim ", c.head_dim, ")");
   // The GPU cache reads rotated keys as they are (the query is rotated with them, after
@@ -49,8 +51,8 @@ bool check_gpu_kv_options(const ModelConfig& c, const KvCacheOptions& cache, con
   // no GPU layout yet.
   LOWBIT_CHECK(cache.kv_rotate != KvRotate::kv, who, ": --kv-rotate kv is not supported on the GPU (k or off)");
   LOWBIT_CHECK(!cache.kv_symmetric, who, ": --kv-symmetric on is not supported on the GPU");
-  LOWBIT_CHECK(cache.kv_key_block == 0, who, ": --kv-key-block ", cache.kv_key_block,
-               " is not supported on the GPU (keys per token: 0)");
+  LOWBIT_CHECK(!paged || cache.kv_key_block == 0, who, ": --kv-key-block ", cache.kv_key_block,
+               " is not supported by the paged GPU cache (batched serving; keys per token: 0)");
   const bool hadamard =
       cache.kv_rotate == KvRotate::k && cache.policy != KvPolicy::full && cache.policy != KvPolicy::window;
   LOWBIT_CHECK(!hadamard || c.head_dim == 64 || c.head_dim == 128, who,
@@ -59,7 +61,8 @@ bool check_gpu_kv_options(const ModelConfig& c, const KvCacheOptions& cache, con
 }
 
 GpuKvStorage::GpuKvStorage(const ModelConfig& c, const KvCacheOptions& cache, std::int64_t capacity)
-    : shape_(core::kv_layer_shape(spec_of(c, cache, capacity))), capacity_(capacity) {
+    : shape_(core::with_key_block(core::kv_layer_shape(spec_of(c, cache, capacity)), cache.kv_key_block)),
+      capacity_(capacity) {
   const std::size_t bytes = carve(shape_, c.n_layers, nullptr, nullptr);
   buffer_ = core::DeviceBuffer(bytes);
   layers_.reserve(static_cast<std::size_t>(c.n_layers));

@@ -17,10 +17,11 @@
 namespace lowbit::engine {
 
 // Throws lowbit::Error for a cache option the GPU layout lacks (kv_group other than one
-// scale per token per head, --kv-rotate kv, --kv-symmetric on, --kv-key-block) or a
-// head_dim other than 64 / 128 with --kv-rotate k; `who` names the caller. Returns
-// whether keys (and queries) are rotated after RoPE (--kv-rotate k on a quantizing policy).
-bool check_gpu_kv_options(const ModelConfig& c, const KvCacheOptions& cache, const char* who);
+// scale per token per head, --kv-rotate kv, --kv-symmetric on, --kv-key-block on the
+// paged cache (`paged`: the batch engine's)) or a head_dim other
+// than 64 / 128 with --kv-rotate k; `who` names the caller. Returns whether keys (and
+// queries) are rotated after RoPE (--kv-rotate k on a quantizing policy).
+bool check_gpu_kv_options(const ModelConfig& c, const KvCacheOptions& cache, const char* who, bool paged);
 
 class GpuKvStorage {
  public:

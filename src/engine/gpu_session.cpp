@@ -26,7 +26,7 @@ std::uint16_t* f16_at(const DeviceBuffer& b, std::int64_t offset) { return b.as<
 GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t max_tokens, bool use_graphs)
     : model_(&model),
       options_(cache),
-      hadamard_(check_gpu_kv_options(model.config(), cache, "gpu session")),
+      hadamard_(check_gpu_kv_options(model.config(), cache, "gpu session", /*paged=*/false)),
       max_tokens_(max_tokens),
       use_graphs_(use_graphs),
       kv_(model.config(), cache, max_tokens),

@@ -62,7 +62,8 @@ struct KvCacheOptions {
   // its last token arrives; selective: when its last token leaves the FP16 window), from
   // their FP16 values, one f16 scale (+ min) per channel per block; until then its
   // tokens stay FP16 in a staging area of kv_key_block slots (counted in bytes()).
-  // CPU only (the GPU session refuses it). 2..1024.
+  // 2..1024; the GPU takes even sizes in its one-sequence cache (GpuSession), not in the
+  // paged one (GpuBatchEngine).
   std::int64_t kv_key_block = 0;
 };
 

@@ -25,7 +25,8 @@ using core::KvLayerShape;
 struct TwinPart {
   std::vector<std::uint16_t> f16;  // [H][f16_slots][D]
   std::vector<std::uint8_t> codes;  // [body_slots][H][code_bytes]
-  std::vector<std::uint16_t> scales, mins;  // [body_slots][H] f16 bits
+  std::vector<std::uint16_t> scales, mins;  // [body_slots][H] f16 bits (K with key blocks: [block][H][D])
+  std::vector<std::uint16_t> staged;        // K with key blocks: [H][key_block][D] FP16 bits
   std::vector<float> visible;       // [visible][H][D]: what the newest query reads, in position order
 };
 
@@ -35,6 +36,17 @@ struct KvTwin {
   DecodeSpan span;
   TwinPart k, v;
 };
+
+// The policies with a quantized body, as the key-block tests sweep them.
+struct QuantizingPolicy {
+  KvPolicy policy;
+  int bits;
+  const char* name;
+};
+inline constexpr QuantizingPolicy kQuantizingPolicies[] = {{KvPolicy::selective, 8, "selective INT8"},
+                                                           {KvPolicy::selective, 4, "selective INT4"},
+                                                           {KvPolicy::int8, 8, "int8"},
+                                                           {KvPolicy::int4, 4, "int4"}};
 
 // Random f16 values of n rows x cols, N(0, 1) with a few loud channels (as real keys
 // have), times `gain`.
@@ -57,15 +69,19 @@ inline KvLayerShape kv_shape(KvPolicy policy, std::int64_t kv_heads, std::int64_
 
 inline std::uint16_t poison_f16() { return static_cast<std::uint16_t>(0x0101u * kFloatPoison); }
 
-inline void poison_part(const KvLayerShape& s, TwinPart& p) {
+// is_k: the part that key blocks (shape.key_block) lay out per block and channel.
+inline void poison_part(const KvLayerShape& s, TwinPart& p, bool is_k = false) {
+  const std::size_t params = is_k ? s.key_param_count() : s.param_count();
   p.f16.assign(static_cast<std::size_t>(s.kv_heads * s.f16_slots() * s.head_dim), poison_f16());
   p.codes.assign(s.code_bytes_total(), kCodePoison);
-  p.scales.assign(s.param_count(), poison_f16());
-  p.mins.assign(s.has_mins() ? s.param_count() : 0, poison_f16());
+  p.scales.assign(params, poison_f16());
+  p.mins.assign(s.has_mins() ? params : 0, poison_f16());
+  p.staged.assign(is_k ? s.staged_bytes() / 2 : 0, poison_f16());
 }
 
 inline core::KvPart part_buffers(TwinPart& p) {
-  return core::KvPart{p.f16.data(), p.codes.data(), p.scales.data(), p.mins.empty() ? nullptr : p.mins.data()};
+  return core::KvPart{p.f16.data(), p.codes.data(), p.scales.data(), p.mins.empty() ? nullptr : p.mins.data(),
+                      p.staged.empty() ? nullptr : p.staged.data()};
 }
 
 inline core::KvLayerBuffers twin_buffers(KvTwin& t) { return {part_buffers(t.k), part_buffers(t.v)}; }
@@ -77,7 +93,7 @@ inline KvTwin build_kv_twin(const KvLayerShape& shape, std::int64_t length, cons
   t.shape = shape;
   t.length = length;
   t.span = core::decode_span(shape, length);
-  poison_part(shape, t.k);
+  poison_part(shape, t.k, true);
   poison_part(shape, t.v);
   const core::KvLayerBuffers b = twin_buffers(t);
   const std::int64_t row = shape.kv_heads * shape.head_dim;

@@ -76,6 +76,11 @@ KvCacheOptions rotated(KvCacheOptions o, engine::KvRotate r) {
   return o;
 }
 
+KvCacheOptions key_blocks(KvCacheOptions o, std::int64_t b) {
+  o.kv_key_block = b;
+  return o;
+}
+
 std::vector<PolicyCase> policy_cases() {
   using engine::KvRotate;
   return {{"full", rotated(policy(KvPolicy::full), KvRotate::off)},
@@ -89,7 +94,14 @@ std::vector<PolicyCase> policy_cases() {
           {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)},
           {"int4_rotate_k", rotated(policy(KvPolicy::int4), KvRotate::k)},
           {"int8_rotate_k", rotated(policy(KvPolicy::int8), KvRotate::k)},
-          {"full_rotate_k", rotated(policy(KvPolicy::full), KvRotate::k)}};  // nothing quantized: not rotated
+          {"full_rotate_k", rotated(policy(KvPolicy::full), KvRotate::k)},  // nothing quantized: not rotated
+          // Keys per channel over blocks (KIVI): staged FP16, quantized a block at a time.
+          {"int4_key_block_32", key_blocks(policy(KvPolicy::int4), 32)},
+          {"int8_key_block_64", key_blocks(policy(KvPolicy::int8), 64)},
+          {"selective_int4_key_block_32", key_blocks(policy(KvPolicy::selective, 4), 32)},
+          {"selective_int8_key_block_64", key_blocks(policy(KvPolicy::selective, 8), 64)},
+          {"selective_int4_key_block_32_rotate_k",
+           rotated(key_blocks(policy(KvPolicy::selective, 4), 32), KvRotate::k)}};
 }
 
 // The GPU rounds every GEMM input and output to f16 (W4A16) where the CPU keeps f32:
@@ -263,7 +275,8 @@ std::vector<PolicyCase> qwen2_policy_cases() {
   return {{"full", rotated(policy(KvPolicy::full), KvRotate::off)},
           {"selective_int8", rotated(policy(KvPolicy::selective, 8), KvRotate::off)},
           {"selective_int4", rotated(policy(KvPolicy::selective, 4), KvRotate::off)},
-          {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)}};  // Hadamard after NEOX
+          {"selective_int4_rotate_k", rotated(policy(KvPolicy::selective, 4), KvRotate::k)},  // Hadamard after NEOX
+          {"int4_key_block_32", key_blocks(policy(KvPolicy::int4, 4), 32)}};  // kv_bits 4: the INT4 tolerance
 }
 
 // qwen2 within the llama's tolerance: the same f16 roundings, and the bias's own f16
@@ -410,6 +423,7 @@ TEST_F(EngineGpu, BadInputGetsClearErrors) {
   KvCacheOptions symmetric = policy(KvPolicy::int4);
   symmetric.kv_symmetric = true;
   EXPECT_LOWBIT_ERROR(GpuSession s(f.gpu, symmetric, 16), "--kv-symmetric on is not supported on the GPU");
+  EXPECT_LOWBIT_ERROR(GpuSession s(f.gpu, key_blocks(policy(KvPolicy::int4), 33), 16), "kv_key_block = 33");
 
   TinyLlamaSpec untied = gpu_spec();
   untied.tied = false;  // an F16 output.weight: no weight-only form

@@ -250,6 +250,76 @@ __device__ void quantize_head(const BodyRow& rows, int head, const float (&x)[D 
   }
 }
 
+// Key blocks (core/kv_layout.h): block `block` of K's body, complete in the staging ring,
+// quantized per channel over its B positions: a lane owns its E channels c0 .. c0 + E - 1
+// in every slot (it wrote them, or its counterpart in an earlier launch did), takes their
+// statistics over the B slots, then encodes each slot into its position's code row. The
+// arithmetic of quantize_head per channel: cpu::kv_quantize over the transposed block.
+template <int D, class Scheme>
+__device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, int head, long long block) {
+  constexpr int E = D / 32;
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const int b = static_cast<int>(s.key_block);
+  const std::uint16_t* staged = part.staged + static_cast<long long>(head) * b * D + c0;
+  std::uint32_t abs_bits[E];
+  float lo[E], hi[E];
+  {
+    float x[E];
+    load_halves(staged, x);
+#pragma unroll
+    for (int e = 0; e < E; ++e) abs_bits[e] = formats::abs_bits(x[e]), lo[e] = x[e], hi[e] = x[e];
+  }
+  for (int i = 1; i < b; ++i) {
+    float x[E];
+    load_halves(staged + static_cast<long long>(i) * D, x);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      abs_bits[e] = max(abs_bits[e], formats::abs_bits(x[e]));
+      lo[e] = fminf(lo[e], x[e]);
+      hi[e] = fmaxf(hi[e], x[e]);
+    }
+  }
+  formats::HalfParams<Scheme> p[E];
+  const long long param = (block * s.kv_heads + head) * D + c0;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    p[e] = formats::HalfParams<Scheme>::from_range(formats::bits_to_float(abs_bits[e]), lo[e], hi[e]);
+    part.scales[param + e] = p[e].scale.bits;
+    if constexpr (Scheme::kBits == 4) part.mins[param + e] = p[e].min.bits;
+  }
+  for (int i = 0; i < b; ++i) {
+    float x[E];
+    load_halves(staged + static_cast<long long>(i) * D, x);
+    const long long pos = s.body_base + block * b + i;
+    std::uint8_t* codes = contiguous_body_row(s, part, pos).codes + head * (Scheme::kBits == 8 ? D : D / 2);
+    std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
+#pragma unroll
+    for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[e])) << (Scheme::kBits * e);
+    if constexpr (Scheme::kBits == 8 && E == 2) {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+    } else if constexpr (Scheme::kBits == 8) {
+      reinterpret_cast<std::uint32_t*>(codes)[threadIdx.x] = packed;
+    } else if constexpr (E == 2) {
+      codes[threadIdx.x] = static_cast<std::uint8_t>(packed);
+    } else {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+    }
+  }
+}
+
+// Key blocks: a lane's E FP16 values of K at body position pos into the staging ring;
+// the warp quantizes the block when pos completes it.
+template <int D, class Scheme>
+__device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, long long pos,
+                          const float (&x)[D / 32]) {
+  constexpr int E = D / 32;
+  const long long slot = s.staged_slot(pos);
+  std::uint16_t* dst = part.staged + (head * s.key_block + slot) * D + static_cast<int>(threadIdx.x) * E;
+#pragma unroll
+  for (int e = 0; e < E; ++e) dst[e] = __half_as_ushort(__float2half_rn(x[e]));  // exact: f16 values
+  if (slot == s.key_block - 1) quantize_key_block<D, Scheme>(s, part, head, (pos - s.body_base) / s.key_block);
+}
+
 // Where the append of position pos writes (Paged: through the row's table; a page the
 // table does not hold is flagged and yields null: nothing is written).
 template <bool Paged>
@@ -315,8 +385,12 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
       const std::uint16_t* slot = f16_slot();
       float old[E];
       load_halves(slot, old);
-      const BodyRow rows = body_rows(pos - s.window);
-      if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
+      if (!Paged && !is_v && s.key_block > 0) {  // key blocks: staged (the block quantized when complete)
+        stage_key<D, Scheme>(s, part, head, pos - s.window, old);
+      } else {
+        const BodyRow rows = body_rows(pos - s.window);
+        if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
+      }
       if (a.ring_backup) {  // so that this append can be taken back (kv_restore_ring_slot)
         std::uint16_t* b = a.ring_backup + ((is_v ? s.kv_heads : 0) + head) * D + c0;
 #pragma unroll
@@ -338,7 +412,11 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
   if (!is_v && a.rope.hadamard) hadamard_head<E>(x);  // the warp's branch is uniform (blockIdx.y)
 
   if constexpr (Scheme::kBits != 0) {
-    if (s.window == 0) {  // int8 / int4: every token quantized on arrival
+    if (s.window == 0) {  // int8 / int4: every token quantized on arrival (key blocks: staged)
+      if (!Paged && !is_v && s.key_block > 0) {
+        stage_key<D, Scheme>(s, part, head, pos, x);
+        return;
+      }
       const BodyRow rows = body_rows(pos);
       if (rows.codes) quantize_head<D, Scheme>(rows, head, x);
       return;
@@ -473,6 +551,7 @@ void launch(const AppendArgs& a, cudaStream_t stream, unsigned rows) {
 void run(const AppendArgs& a, cudaStream_t stream, unsigned rows = 1) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
+  check_key_blocks(a.shape, a.layer, a.paged.descs != nullptr, "kv_append");
   LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos,
                "kv_append: the Hadamard rotation rides on the fused rope (set its tables and q)");
   if (a.rope.cos) {
@@ -489,7 +568,66 @@ void run(const AppendArgs& a, cudaStream_t stream, unsigned rows = 1) {
   }
 }
 
+// Key blocks, prefill: grid (kv_heads, 2 (K, V)), one warp each, the chunk's rows in
+// order (RoPE applied already): what `rows` kv_append launches write, in one. A lane
+// reads and writes only its own channels (the ring slot of the token leaving the window
+// before the new token overwrites it, the staging ring), so program order is the only
+// order needed; quantize_head's shuffles take the whole warp (uniform branches).
+template <int D, class Scheme>
+__global__ void __launch_bounds__(32) kv_append_rows_in_order_kernel(KvLayerShape s, KvLayerBuffers layer,
+                                                                     ChunkRows c) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
+  const int head = static_cast<int>(blockIdx.x);
+  const bool is_v = blockIdx.y == 1;
+  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const KvPart& part = is_v ? layer.v : layer.k;
+  for (long long r = 0; r < c.rows; ++r) {
+    const long long pos = c.pos0 + r;
+    float x[E];
+    load_halves(static_cast<const __half*>(c.base) + r * c.ld + (is_v ? c.v_col : c.k_col) + head * D + c0, x);
+    if (s.window == 0) {  // int8 / int4: K staged, V quantized on arrival
+      if (is_v) {
+        quantize_head<D, Scheme>(contiguous_body_row(s, part, pos), head, x);
+      } else {
+        stage_key<D, Scheme>(s, part, head, pos, x);
+      }
+      continue;
+    }
+    std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + c0;
+    if (pos >= s.sink + s.window) {  // selective: pos - window leaves the window (its slot is pos's)
+      float old[E];
+      load_halves(slot, old);
+      if (is_v) {
+        quantize_head<D, Scheme>(contiguous_body_row(s, part, pos - s.window), head, old);
+      } else {
+        stage_key<D, Scheme>(s, part, head, pos - s.window, old);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));  // exact: f16 values
+  }
+}
+
 }  // namespace
+
+void kv_append_rows_in_order(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                             cuda_stream_t stream) {
+  check_chunk_rows(shape, chunk, "kv_append_rows_in_order");
+  check_key_blocks(shape, layer, false, "kv_append_rows_in_order");
+  LOWBIT_CHECK(shape.key_blocks(), "kv_append_rows_in_order: a cache with key blocks (else kv_append_rows)");
+  const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2);
+  auto go = [&](auto kernel) { launch_pdl(kernel, grid, 32, 0, stream, shape, layer, chunk); };
+  const bool int8 = shape.body == KvBody::int8;
+  if (shape.head_dim == 64) {
+    int8 ? go(kv_append_rows_in_order_kernel<64, formats::Int8Symmetric>)
+         : go(kv_append_rows_in_order_kernel<64, formats::Int4Asymmetric>);
+  } else {
+    int8 ? go(kv_append_rows_in_order_kernel<128, formats::Int8Symmetric>)
+         : go(kv_append_rows_in_order_kernel<128, formats::Int4Asymmetric>);
+  }
+}
 
 void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos, const void* k, const void* v,
                cuda_stream_t stream, const AppendRope* rope) {
@@ -522,6 +660,21 @@ std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
   return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2);
 }
 
+void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, void* snapshot, cuda_stream_t stream) {
+  if (shape.window == 0) return;
+  LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
+  const std::int64_t d = shape.head_dim;
+  const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
+  const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
+  const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
+  auto* dst = static_cast<std::uint8_t*>(snapshot);
+  for (const KvPart* part : {&layer.k, &layer.v}) {
+    const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
+    LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
+    dst += width * rows;
+  }
+}
+
 namespace {
 
 template <int D, bool Paged>
@@ -539,18 +692,7 @@ void append_rows(const AppendRowsArgs& a, void* snapshot, cudaStream_t stream) {
   const KvLayerBuffers& layer = a.layer;
   const ChunkRows& chunk = a.chunk;
   const std::int64_t d = shape.head_dim;
-  if (shape.window > 0) {
-    LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
-    const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
-    const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
-    const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
-    auto* dst = static_cast<std::uint8_t*>(snapshot);
-    for (const KvPart* part : {&layer.k, &layer.v}) {
-      const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
-      LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
-      dst += width * rows;
-    }
-  }
+  kv_snapshot_ring(shape, layer, snapshot, stream);
   const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
   const bool paged = a.table != nullptr;
   if (d == 64) {
@@ -565,6 +707,8 @@ void append_rows(const AppendRowsArgs& a, void* snapshot, cudaStream_t stream) {
 void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
                     cuda_stream_t stream) {
   check_chunk_rows(shape, chunk, "kv_append_rows");
+  LOWBIT_CHECK(shape.key_block == 0, "kv_append_rows: key blocks (--kv-key-block ", shape.key_block,
+               ") are appended in order, row by row (kv_prefill_key_blocks)");
   append_rows(AppendRowsArgs{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)}, snapshot, stream);
 }
 
@@ -572,6 +716,7 @@ void paged_kv_append_rows(const KvPageLayout& layout, const KvPagedLayer& layer,
                           const std::int32_t* tables, const ChunkRows& chunk, void* snapshot, cuda_stream_t stream,
                           std::int32_t* status) {
   check_chunk_rows(layout.shape, chunk, "paged_kv_append_rows");
+  check_key_blocks(layout.shape, KvLayerBuffers{}, true, "paged_kv_append_rows");
   check_paged_rows_call(layout, layer, slot, tables, chunk, "paged_kv_append_rows");
   AppendRowsArgs a{layout.shape, core::kv_fixed_area(layout, layer, slot), chunk,
                    static_cast<const std::uint16_t*>(snapshot)};

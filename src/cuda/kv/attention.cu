@@ -145,8 +145,60 @@ __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head
   decode_raw<Bits>(load_raw<D, Bits, Rows, Paged>(a, is_v, head, pos, sub), in_body<Bits>(a, pos), x);
 }
 
-template <int D, int GQ, int Bits, bool Rows, bool Paged>
+// Key blocks (core/kv_layout.h; the kernel's KB instantiation): the 16 channels of K at
+// visible position pos. The complete blocks' codes decoded with their channels' f16
+// parameters (the twin's values exactly: q * s, fma(q, s, min)), the open block
+// [open, recent_begin) FP16 from the staging ring, the sink and window as ever.
+// Rows: the rows form's (its FP16 ring positions from the chunk or the snapshot).
+template <int D, int Bits, bool Rows>
+__device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head, int pos, int sub, int open,
+                                                   float (&x)[kChannels]) {
+  const KvLayerShape& s = a.shape;
+  const KvPart& part = a.layer.k;
+  if (!in_body<Bits>(a, pos)) {
+    load_row<D, Bits, Rows, false>(a, false, head, pos, sub, x);
+    return;
+  }
+  // 32-bit index arithmetic (positions < 2^30, checked on the host): a 64-bit division
+  // is a long call on the GPU, and this runs for every position.
+  const int b = static_cast<int>(s.key_block), j = pos - static_cast<int>(s.body_base);
+  const int block = j / b;
+  if (pos >= open) {
+    const long long slot = static_cast<long long>(head) * b + (j - block * b);
+    const auto* p = reinterpret_cast<const uint4*>(part.staged + slot * D + sub * kChannels);
+    halves(__ldg(p), x);
+    halves(__ldg(p + 1), x + 8);
+    return;
+  }
+  if constexpr (Bits != 0) {
+    const long long param = (static_cast<long long>(block) * s.kv_heads + head) * D + sub * kChannels;
+    const auto* sp = reinterpret_cast<const uint4*>(part.scales + param);
+    float scale[kChannels];
+    halves(__ldg(sp), scale);
+    halves(__ldg(sp + 1), scale + 8);
+    const BodyRow body = contiguous_body_row(s, part, pos);
+    if constexpr (Bits == 8) {
+      const uint4 c = __ldg(reinterpret_cast<const uint4*>(body.codes + head * D + sub * kChannels));
+      const std::uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale[i];
+    } else {
+      const auto* mp = reinterpret_cast<const uint4*>(part.mins + param);
+      float min[kChannels];
+      halves(__ldg(mp), min);
+      halves(__ldg(mp + 1), min + 8);
+      const uint2 c = __ldg(reinterpret_cast<const uint2*>(body.codes + head * (D / 2) + sub * (kChannels / 2)));
+#pragma unroll
+      for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? c.x : c.y, i % 8), scale[i], min[i]);
+    }
+  }
+}
+
+// KB: K in key blocks (the contiguous cache's forms; the host turns prefetch off, since
+// the append that completes a block rewrites its codes).
+template <int D, int GQ, int Bits, bool Rows, bool Paged, bool KB = false>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
+  static_assert(!KB || (!Paged && Bits != 0), "key blocks: the contiguous cache's forms of a body");
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
@@ -183,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   // Visible index -> position: the window policy skips the dropped middle.
   const int skip = a.shape.drops() ? a.recent_begin - a.sink_end : 0;
   auto position = [&](int i) { return i < a.sink_end ? i : i + skip; };
+  const int open = KB ? static_cast<int>(a.shape.open_block_begin(a.recent_begin)) : 0;  // KB: the open block's first
 
   // The rows of the first kPrefetchSteps steps, K and V; under prefetch all but the
   // append's are loaded before the wait.
@@ -194,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
       if (j >= n) continue;
       const int p = position(i0 + j);
       if ((a.prefetch && appended_now(a, p)) != appended) continue;
-      kpre[t] = load_raw<D, Bits, Rows, Paged>(a, false, head, p, sub);
+      if constexpr (!KB) kpre[t] = load_raw<D, Bits, Rows, Paged>(a, false, head, p, sub);  // KB: K decoded in pass 1
       vpre[t] = load_raw<D, Bits, Rows, Paged>(a, true, head, p, sub);
     }
   };
@@ -236,14 +289,22 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   for (int t = 0; t < kPrefetchSteps; ++t) {
     const int j = warp * kPosPerWarp + t * kStep + row;
     float x[kChannels] = {};
-    if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    if constexpr (KB) {
+      if (j < n) load_key_block_row<D, Bits, Rows>(a, head, position(i0 + j), sub, open, x);
+    } else {
+      if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
+    }
     score(j, x);
   }
 #pragma unroll 2
   for (int base = warp * kPosPerWarp + kPrefetchSteps * kStep; base < n; base += kStep) {
     const int j = base + row;
     float x[kChannels] = {};
-    if (j < n) load_row<D, Bits, Rows, Paged>(a, false, head, position(i0 + j), sub, x);
+    if constexpr (KB) {
+      if (j < n) load_key_block_row<D, Bits, Rows>(a, head, position(i0 + j), sub, open, x);
+    } else {
+      if (j < n) load_row<D, Bits, Rows, Paged>(a, false, head, position(i0 + j), sub, x);
+    }
     score(j, x);
   }
   __syncthreads();
@@ -403,6 +464,14 @@ namespace {
 
 template <int D, int GQ, bool Rows, bool Paged>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
+  if constexpr (!Paged) {
+    if (a.shape.key_block > 0) {  // key blocks (check_key_blocks: a body)
+      a.shape.body == KvBody::int8
+          ? launch_pdl(decode_split_kernel<D, GQ, 8, Rows, false, true>, grid, kThreads, 0, stream, a)
+          : launch_pdl(decode_split_kernel<D, GQ, 4, Rows, false, true>, grid, kThreads, 0, stream, a);
+      return;
+    }
+  }
   switch (a.shape.body) {
     case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0, Rows, Paged>, grid, kThreads, 0, stream, a); break;
     case KvBody::int8: launch_pdl(decode_split_kernel<D, GQ, 8, Rows, Paged>, grid, kThreads, 0, stream, a); break;
@@ -443,6 +512,11 @@ std::size_t counters_bytes(std::size_t counters) { return (counters * sizeof(uns
 // Whether the decode forms run on the tensor-core kernel.
 bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
   if (kernel == AttentionKernel::simt) return false;
+  if (shape.key_block > 0) {  // key blocks: the simt kernel reads them
+    LOWBIT_CHECK(kernel == AttentionKernel::automatic, "kv_attention: key blocks (--kv-key-block ", shape.key_block,
+                 ") are read by the simt kernel only, not mma / mma_swap");
+    return false;
+  }
   const bool fits = n_heads / shape.kv_heads <= kMmaMaxGroup;
   LOWBIT_CHECK(fits || kernel == AttentionKernel::automatic, "kv_attention: the mma kernel takes GQA groups of up to ",
                kMmaMaxGroup, " query heads, got ", n_heads / shape.kv_heads);
@@ -520,6 +594,10 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                    const PagedLaunch* paged = nullptr, std::int64_t split_len = 0) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
+  check_key_blocks(shape, layer, paged != nullptr || (rows && rows->table), "kv_attention");
+  // Key blocks: the append that completes a block rewrites its codes, so no row is read
+  // before the append's grid is done.
+  prefetch = prefetch && shape.key_block == 0;
   LOWBIT_CHECK(out_dtype == DType::f32 || out_dtype == DType::f16, "kv_attention: out dtype ",
                dtype_name(out_dtype), ", expected f32 or f16");
   LOWBIT_CHECK(0 <= span.sink_end && span.sink_end <= span.recent_begin && span.recent_begin <= span.end &&
@@ -666,6 +744,16 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                     const std::int32_t* table, AttentionKernel kernel) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
+  // Key blocks: the rows after in-order appends (kv_append), none but the last
+  // completing a block, so that the others read its FP16 keys from the staging ring
+  // (kv_prefill_key_blocks cuts a chunk so); the simt kernel.
+  const bool key_blocks = shape.key_block > 0;
+  LOWBIT_CHECK(!key_blocks || shape.next_block_completion(chunk.pos0) >= chunk.pos0 + chunk.rows - 1,
+               "kv_attention_rows: key blocks (--kv-key-block ", shape.key_block, "): the row at ",
+               shape.next_block_completion(chunk.pos0), " completes a block before the chunk's last row (",
+               chunk.pos0 + chunk.rows - 1, "); cut the chunk there (kv_prefill_key_blocks)");
+  LOWBIT_CHECK(!key_blocks || kernel != AttentionKernel::mma, "kv_attention_rows: key blocks are read by the simt "
+               "kernel only");
   LOWBIT_CHECK(n_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention_rows: n_heads = ", n_heads,
                " is not a multiple of kv_heads = ", shape.kv_heads);
   LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
@@ -677,7 +765,7 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                "kv_attention_rows: the ring's positions before the chunk need its snapshot");
   LOWBIT_CHECK(kernel != AttentionKernel::mma_swap, "kv_attention_rows: mma_swap is a decode kernel; the rows form "
                "runs mma (tensor cores) or simt");
-  if (kernel != AttentionKernel::simt && rows_mma_takes(shape, n_heads)) {
+  if (kernel != AttentionKernel::simt && !key_blocks && rows_mma_takes(shape, n_heads)) {
     RowsMmaArgs a{shape, layer, paged, table};
     a.chunk = static_cast<const __half*>(chunk.base);
     a.ld = chunk.ld;

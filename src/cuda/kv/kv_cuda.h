@@ -138,12 +138,30 @@ inline void check_chunk_rows(const KvLayerShape& shape, const ChunkRows& c, cons
                    aligned(c.v_col),
                what, ": chunk rows and their K / V columns must be 16-byte aligned");
 }
+// The checks of a cache with key blocks (shape.key_block > 0; nothing for 0): the
+// contiguous cache only (paged: the batched engine's pool has no staging ring), a body,
+// an even size up to 1024, and K's staging ring and parameters set. `what` names the caller.
+inline void check_key_blocks(const KvLayerShape& s, const KvLayerBuffers& layer, bool paged, const char* what) {
+  if (s.key_block == 0) return;
+  LOWBIT_CHECK(!paged, what, ": key blocks (--kv-key-block ", s.key_block,
+               ") are not supported by the paged cache (batched serving); use 0 (keys per token)");
+  LOWBIT_CHECK(s.key_blocks() && s.key_block % 2 == 0 && s.key_block <= 1024, what, ": key_block ", s.key_block,
+               ", expected an even 2..1024 on a quantizing policy");
+  auto aligned = [](const void* p) { return p && reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const bool blocks = s.key_param_count() > 0;  // a cache shorter than a block has no parameters
+  LOWBIT_CHECK(aligned(layer.k.staged) && (!blocks || aligned(layer.k.scales)) &&
+                   (!blocks || !s.has_mins() || aligned(layer.k.mins)),
+               what, ": key blocks need K's staging ring, scales and mins (16-byte aligned: the kernel's loads)");
+}
 // Rotates every row's query heads and K in place by the angles of its position (then by
 // the Hadamard transform, with rope.hadamard).
 void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream);
 // Bytes of the ring snapshot (window and selective; 0 for the other forms): the ring's
 // FP16 slots of K and V as they were before the chunk, f16 [2][kv_heads][window][D].
 std::size_t ring_snapshot_bytes(const KvLayerShape& shape);
+// Copies the ring's slots (as they are before a chunk) into the snapshot; nothing for a
+// cache without a ring.
+void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, void* snapshot, cuda_stream_t stream);
 // Snapshots the ring, then writes every row's slot (the ring's last writers only) and,
 // under selective, quantizes each token that leaves the window from its FP16 value (in
 // the chunk or the snapshot); int8 / int4 quantize every row. K must be rotated already.
@@ -161,6 +179,20 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                        std::size_t workspace_bytes, cuda_stream_t stream,
                        AttentionKernel kernel = AttentionKernel::automatic);
+// Prefill of a cache with key blocks (prefill_key_blocks.cpp), after rope_rows: the
+// appends and attention of kv_append_rows + kv_attention_rows, the same results. A row
+// must read the FP16 keys of a block that a later row completes, so the chunk is cut
+// after each row whose append completes a block (core next_block_completion); a piece's
+// rows are appended in order (kv_append_rows_in_order) after a snapshot of the ring,
+// then attended at once (kv_attention_rows, simt). Its workspace and snapshot:
+// kv_attention_rows_workspace of one row or more, ring_snapshot_bytes.
+// kv_append_rows_in_order: a chunk's rows appended one after the other in one launch
+// (a warp per head and part), the bytes of `rows` kv_append calls; key blocks only.
+void kv_append_rows_in_order(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                             cuda_stream_t stream);
+void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                           void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                           std::size_t workspace_bytes, cuda_stream_t stream);
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
                                             std::int64_t max_length);
 // Workspace bytes enough for kv_attention / kv_attention_at at any length up to

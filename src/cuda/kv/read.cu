@@ -46,6 +46,7 @@ __global__ void kv_read_kernel(KvLayerShape s, KvLayerBuffers layer, DecodeSpan 
 
 void kv_read(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span, void* k_out, void* v_out,
              cuda_stream_t stream) {
+  LOWBIT_CHECK(shape.key_block == 0, "kv_read: key blocks (--kv-key-block) are not read back here");
   const dim3 grid(static_cast<unsigned>(span.visible(shape)), static_cast<unsigned>(shape.kv_heads), 2);
   auto* k = static_cast<__half*>(k_out);
   auto* v = static_cast<__half*>(v_out);
