@@ -44,6 +44,7 @@
 
 #include "core/pdl.cuh"
 #include "cuda/async_copy.cuh"
+#include "cuda/fast_math.cuh"
 #include "cuda/kv/attention_common.cuh"
 #include "cuda/kv/kv_cuda.h"
 #include "cuda/lop3.cuh"
@@ -200,16 +201,6 @@ struct WarpState {
   float o[Swap ? D / 16 : D / 8][4];
   float m[2], l[2], vmin[2];
 };
-
-// 2^x (x <= 0 here) by the MUFU alone: ex2.approx.ftz flushes results below 2^-126 to 0,
-// which a softmax weight may be; exp2f's fix-up for subnormal results took 4 more
-// instructions an exponential, 6 exponentials a tile. Its error (2 ulp) is far below the
-// f16 rounding of the weights.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Tile-local index of S column / V row u of lane (g, c).
 __device__ __forceinline__ int column_of(int c, int u) { return 2 * c + (u & 1) + 8 * (u >> 1); }
