@@ -2,36 +2,24 @@
 """PyTorch's scaled_dot_product_attention alone (its default backend choice) at `lowbit bench
 attention`'s shapes, for the GPU machine where lowbit's Python package is not built: the peer
 of that benchmark, run in the same lease. Timing as lowbit.bench_attention's: back-to-back
-calls between CUDA events, min / median / max of 15 samples, TFLOPS at the median.
+calls between CUDA events (python/lowbit/_cuda_timing.py), min / median / max of 15 samples,
+TFLOPS at the median.
 
     python3 bench/attention/sdpa_peer.py OUT.json [--seq-len 8192] [--heads 32]
 """
 import argparse
+import importlib.util
 import json
-import statistics
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-
-def time_ms(call, samples=15, min_ms=2.0):
-    call()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    call()
-    stop.record()
-    stop.synchronize()
-    repeat = max(1, int(min_ms / max(start.elapsed_time(stop), 1e-3)))
-    times = []
-    for _ in range(samples):
-        start.record()
-        for _ in range(repeat):
-            call()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / repeat)
-    return min(times), statistics.median(times), max(times)
+# lowbit's event timing, loaded alone: the package's __init__ needs its built extension.
+_spec = importlib.util.spec_from_file_location(
+    "lowbit_cuda_timing", Path(__file__).resolve().parents[2] / "python" / "lowbit" / "_cuda_timing.py")
+_timing = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_timing)
 
 
 def main():
@@ -48,7 +36,7 @@ def main():
         for head_dim in (128, 64):
             q, k, v = (torch.randn(1, heads, seq, head_dim, device="cuda", dtype=getattr(torch, dtype)) for _ in range(3))
             for causal in (True, False):
-                t = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                t = _timing.time_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
                 tflops = 4.0 * head_dim * heads * seq * seq / (2 if causal else 1) / (t[1] * 1e9)
                 mask = "causal" if causal else "none"
                 print(f"| {dtype} | {head_dim} | {mask} | {t[0]:.3f} | {t[1]:.3f} | {t[2]:.3f} | {tflops:.0f} |")

@@ -15,32 +15,11 @@ is written but the JSON.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import lowbit
+from lowbit._cuda_timing import time_ms
 from lowbit._json import write_json
-
-
-def _time_ms(torch, call, samples: int = 15, min_ms: float = 2.0):
-    """min / median / max ms of one call over `samples` samples of back-to-back calls."""
-    call()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    call()
-    stop.record()
-    stop.synchronize()
-    repeat = max(1, int(min_ms / max(start.elapsed_time(stop), 1e-3)))
-    times = []
-    for _ in range(samples):
-        start.record()
-        for _ in range(repeat):
-            call()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / repeat)
-    return min(times), statistics.median(times), max(times)
 
 
 def main(argv=None) -> int:
@@ -85,8 +64,8 @@ def main(argv=None) -> int:
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=kv != heads)
 
                 diff = (ours().float() - sdpa()[0].transpose(0, 1).float()).abs().max().item()
-                t_sdpa = _time_ms(torch, sdpa)
-                t_ours = _time_ms(torch, ours)
+                t_sdpa = time_ms(torch, sdpa)
+                t_ours = time_ms(torch, ours)
                 mask = "causal" if causal else "none"
                 for name, t in (("lowbit", t_ours), ("sdpa", t_sdpa)):
                     tflops = flops / (t[1] * 1e9)

@@ -129,4 +129,27 @@ __device__ __forceinline__ void pv_tile(float (&o)[HD / 8][4], const float (&cor
   }
 }
 
+// The end of a row block: o / l for the rows row0 and row0 + 8 of a sequence (l this
+// lane's part of the sums, reduced over the row's 4 lanes here), written as T pairs at
+// out + (first + row) ld + col (first: the sequence's first row of out, col: the head's
+// first channel); rows from q_len on are not written. Lane c holds channels 8d + 2c, + 1.
+template <int HD, class T>
+__device__ __forceinline__ void store_rows(const float (&o)[HD / 8][4], const float (&l)[2], std::uint16_t* out,
+                                           long long ld, int first, int col, int row0, int q_len, int c) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float sum = l[hr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int row = row0 + 8 * hr;
+    if (row >= q_len) continue;
+    std::uint16_t* dst = out + static_cast<long long>(first + row) * ld + col + 2 * c;
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      *reinterpret_cast<std::uint32_t*>(dst + d * 8) = pack_pair<T>(o[d][2 * hr] * inv, o[d][2 * hr + 1] * inv);
+    }
+  }
+}
+
 }  // namespace lowbit::cuda::flash

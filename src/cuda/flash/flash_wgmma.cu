@@ -285,20 +285,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
     release(v_empty, t);
   }
 
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float sum = l[hr];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const int row = row_lo + r + 8 * hr;
-    if (row >= q_len) continue;
-    std::uint16_t* dst = a.out + static_cast<long long>(q_first + row) * a.ldo + h * HD + 2 * c;
-#pragma unroll
-    for (int d = 0; d < HD / 8; ++d) {
-      *reinterpret_cast<std::uint32_t*>(dst + d * 8) = pack_pair<T>(o[d][2 * hr] * inv, o[d][2 * hr + 1] * inv);
-    }
-  }
+  store_rows<HD, T>(o, l, a.out, a.ldo, q_first, h * HD, row_lo + r, q_len, c);
 #else
   (void)maps, (void)a;
 #endif  // LOWBIT_SM90A_DEVICE
