@@ -1,8 +1,9 @@
 // flash_attention on tensor cores: FlashAttention-2 on mma.sync m16n8k16 (the tile steps of
 // cuda/flash_tile.cuh), for f16 and bf16, any GQA group, a batch of sequences of different
-// lengths, and causal chunks (queries at the end of a longer key range). Also the
-// attention kernel of the seed-004 pipeline ("ours", cuda/qattention/dispatch.cu): one
-// sequence, Q, K and V column blocks of one matrix.
+// lengths, and causal chunks (queries at the end of a longer key range); and the entry
+// that picks between it and the Hopper kernel (flash_wgmma.cu), which runs where the
+// device and TMA allow. Also the attention of the seed-004 pipeline ("ours",
+// cuda/qattention/dispatch.cu): one sequence, Q, K and V column blocks of one matrix.
 //
 // Grid (heads, query tiles of the longest sequence, sequences): a block owns 128 query
 // rows of one head of one sequence (8 warps x 16 rows), the longest tiles of every head

@@ -8,10 +8,11 @@
 //     tile once and streams the key range in tiles of 128 keys through two rings of
 //     kStages stages, one for K and one for V: TMA boxes of 64 channels (128 bytes,
 //     written with the 128-byte swizzle) x 128 rows, completing on the stage's full
-//     barrier; it refills a stage when all 8 consumer warps have arrived on its empty
+//     barrier; it refills a stage when every consumer warp has arrived on its empty
 //     barrier;
-//   - two consumers (three at head_dim 64), 64 query rows each: S_t = Q K_t^T (wgmma m64 n128 k16, Q and K
-//     K-major from shared memory), the mask and the online softmax in registers
+//   - two consumers (three at head_dim 64), 64 query rows each: S_t = Q K_t^T (wgmma
+//     m64 n128 k16, Q and K K-major from shared memory), the mask and the online softmax
+//     in registers
 //     (cuda/flash_tile.cuh's, on the accumulators as they lie), O += P_t V_t (wgmma with
 //     P from registers and V's tile read N-major: its rows are keys, the wgmma's K).
 //     S_t+1 and P_t V_t are issued together, so the softmax of S_t+1 runs while P_t V_t
