@@ -25,7 +25,8 @@ struct Args {
 };
 
 // Whether the wgmma kernel runs on the current device (compute capability 9.0, an sm_90a
-// image in this build, the driver's TMA encoder), once per device.
+// image in this build; cuda/sm90_kernel.h), once per device. TMA's encoder is asked at
+// each launch (launch_wgmma).
 bool wgmma_ready();
 
 // Runs the wgmma kernel; false (nothing launched) where TMA cannot read the operands
