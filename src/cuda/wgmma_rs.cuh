@@ -43,6 +43,15 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for accumulators laid out as mma.sync's tiles (float d[N][4], the flash steps').
+template <int kN>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
 // One definition per N for both types (the instruction spells the type).
 #define LOWBIT_WGMMA_RS_N32(T, PTX_TYPE) \
   template <> \

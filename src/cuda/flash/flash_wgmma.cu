@@ -35,6 +35,7 @@
 #include "cuda/gemm/tma.h"
 #include "cuda/gemm/wgmma.cuh"
 #include "cuda/sm90_kernel.h"
+#include "cuda/wgmma_rs.cuh"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda::flash {
@@ -72,18 +73,6 @@ struct Barriers {
 struct Maps {
   CUtensorMap q, k, v;
 };
-
-#if defined(LOWBIT_SM90A_DEVICE)
-
-template <int N>
-__device__ __forceinline__ void fence_tile(float (&d)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
-}
-
-#endif  // LOWBIT_SM90A_DEVICE
 
 template <int HD, class T>
 __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a) {
@@ -234,7 +223,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
   wgmma_commit();
   hand_over();
   wgmma_wait<0>();
-  fence_tile(sc);
+  fence_accumulators(sc);
   release(k_empty, 0);
   {
     float corr[2];
@@ -252,12 +241,12 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
     wgmma_commit();
     hand_over();
     wgmma_wait<1>();  // S_t is done; P_t-1 V_t-1 may still run
-    fence_tile(sc);
+    fence_accumulators(sc);
     release(k_empty, t);
     float corr[2];
     softmax(t, corr);
     wgmma_wait<0>();
-    fence_tile(o);
+    fence_accumulators(o);
     release(v_empty, t - 1);
 #pragma unroll
     for (int d = 0; d < HD / 8; ++d) {
@@ -273,7 +262,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
   wgmma_commit();
   hand_over();
   wgmma_wait<0>();
-  fence_tile(o);
+  fence_accumulators(o);
   release(v_empty, wg_tiles - 1);
   // Tiles wholly above this warpgroup's diagonal (another's): their turns are passed on
   // at once and their stages released once they land (never while TMA still writes).
