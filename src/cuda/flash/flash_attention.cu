@@ -5,9 +5,10 @@
 // device and TMA allow. Also the attention of the seed-004 pipeline ("ours",
 // cuda/qattention/dispatch.cu): one sequence, Q, K and V column blocks of one matrix.
 //
-// Grid (heads, query tiles of the longest sequence, sequences): a block owns 128 query
-// rows of one head of one sequence (8 warps x 16 rows), the longest tiles of every head
-// first (grid.y reversed: under the causal mask their rows see the most keys), and streams tiles of 64
+// Grid (query tiles of the longest sequence, heads, sequences): a block owns 128 query
+// rows of one head of one sequence (8 warps x 16 rows), each head's longest tiles first
+// (grid.x reversed: under the causal mask their rows see the most keys; query tiles
+// fastest so that resident blocks share a head's K and V in L2), and streams tiles of 64
 // keys of its KV head through shared memory, double-buffered with cp.async (16-byte chunks
 // swizzled per row, so ldmatrix is conflict-free). Key tiles past the block's last
 // visible key are never loaded; a warp skips tiles entirely above its rows; only tiles
@@ -48,10 +49,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(const Args a) {
   const std::uint32_t sq = smem_address(smem);
   const std::uint32_t sk = sq + L::kQ, sv = sk + 2 * L::kKV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, r = lane / 4, c = lane % 4;
-  const int h = blockIdx.x, b = blockIdx.z, g = h / a.group;
+  const int h = blockIdx.y, b = blockIdx.z, g = h / a.group;
   const int q_first = a.cu_q ? a.cu_q[b] : 0, q_len = a.cu_q ? a.cu_q[b + 1] - q_first : a.q_len;
   const int k_first = a.cu_k ? a.cu_k[b] : 0, k_len = a.cu_k ? a.cu_k[b + 1] - k_first : a.k_len;
-  const int t0 = (gridDim.y - 1 - blockIdx.y) * kBM;  // the block's first query of the sequence
+  // Query tiles run fastest (the last first: causal ones are the longest), so the blocks
+  // resident together share one or two heads' K and V in L2 instead of streaming all heads'.
+  const int t0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the block's first query of the sequence
   if (t0 >= q_len) return;
   // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
   const int offset = a.causal ? k_len - q_len : 0;
@@ -154,7 +157,7 @@ void flash_attention(const TensorView& q, const TensorView& k, const TensorView&
                static_cast<int>(p.heads / p.kv_heads),
                p.causal,
                scale * 1.4426950408889634f};
-  const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>((max_q_len + kBM - 1) / kBM),
+  const dim3 grid(static_cast<unsigned>((max_q_len + kBM - 1) / kBM), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(batch));
   const bool bf16 = q.dtype == DType::bf16;
   if (kernel != FlashKernel::mma && wgmma_ready() &&
