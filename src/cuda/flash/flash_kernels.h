@@ -31,7 +31,7 @@ bool wgmma_ready();
 
 // Runs the wgmma kernel; false (nothing launched) where TMA cannot read the operands
 // (the driver refused a tensor map), so the caller runs the mma.sync kernel instead.
-// Its grid: heads x query tiles of the longest sequence (max_q_len) x sequences.
+// Its grid: query tiles of the longest sequence (max_q_len) x heads x sequences.
 bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, std::int64_t max_q_len,
                   unsigned batch, cuda_stream_t stream);
 
