@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(const Args a) {
   const int n_end = a.causal ? min(k_len, offset + t0 + kBM) : k_len;
   const int tiles = (n_end + kBN - 1) / kBN;
   const std::uint16_t* qg = a.q + static_cast<long long>(q_first) * a.ldq + h * HD;
-  const std::uint16_t* kg = a.k + static_cast<long long>(k_first) * a.ldk + g * HD;
-  const std::uint16_t* vg = a.v + static_cast<long long>(k_first) * a.ldv + g * HD;
+  const std::uint16_t* kg = a.k + static_cast<long long>(k_first) * a.ldk + g * a.kh;
+  const std::uint16_t* vg = a.v + static_cast<long long>(k_first) * a.ldv + g * a.vh;
 
   // Q tile (rows past the sequence read as zeros).
 #pragma unroll
@@ -150,6 +150,8 @@ void flash_attention(const TensorView& q, const TensorView& k, const TensorView&
                k.row_stride(),
                v.row_stride(),
                out.row_stride(),
+               p.head_dim,
+               p.head_dim,
                cu_q,
                cu_k,
                static_cast<int>(q.rows()),
@@ -173,6 +175,43 @@ void flash_attention(const TensorView& q, const TensorView& k, const TensorView&
   } else {
     bf16 ? launch<128, __nv_bfloat16>(a, grid, stream) : launch<128, __half>(a, grid, stream);
   }
+}
+
+bool flash_attention_over_cache(const CacheAttention& c, cuda_stream_t stream) {
+  const std::int64_t d = c.head_dim, q_cols = c.heads * d;
+  LOWBIT_CHECK(c.q && c.k && c.v && c.out, "flash_attention_over_cache: null q, k, v or out");
+  LOWBIT_CHECK(c.kv_heads >= 1 && c.heads >= c.kv_heads && c.heads <= 65535 && c.heads % c.kv_heads == 0,
+               "flash_attention_over_cache: heads ", c.heads, " must be a multiple of kv_heads ", c.kv_heads,
+               " (at most 65535)");
+  LOWBIT_CHECK(c.rows >= 1 && c.pos0 >= 0 && c.pos0 + c.rows < (std::int64_t{1} << 31),
+               "flash_attention_over_cache: ", c.rows, " rows at position ", c.pos0,
+               " (>= 1 rows, positions below 2^31)");
+  LOWBIT_CHECK(c.ldq >= q_cols && c.ldo >= q_cols && c.ldo % 2 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(c.out) % 4 == 0,
+               "flash_attention_over_cache: ldq ", c.ldq, " and ldo ", c.ldo, " must hold the ", q_cols,
+               " query columns (ldo even, out 4-byte aligned)");
+  LOWBIT_CHECK(c.key_stride >= d && c.head_stride >= d, "flash_attention_over_cache: key_stride ", c.key_stride,
+               " and head_stride ", c.head_stride, " below head_dim ", d);
+  if ((d != 64 && d != 128) || !wgmma_ready()) return false;
+  const Args a{static_cast<const std::uint16_t*>(c.q),
+               static_cast<const std::uint16_t*>(c.k),
+               static_cast<const std::uint16_t*>(c.v),
+               static_cast<std::uint16_t*>(c.out),
+               c.ldq,
+               c.key_stride,
+               c.key_stride,
+               c.ldo,
+               c.head_stride,
+               c.head_stride,
+               nullptr,
+               nullptr,
+               static_cast<int>(c.rows),
+               static_cast<int>(c.pos0 + c.rows),  // causal: the queries are the last rows of the keys
+               static_cast<int>(c.heads / c.kv_heads),
+               true,
+               1.4426950408889634f / std::sqrt(static_cast<float>(d))};
+  return launch_wgmma(a, static_cast<int>(c.heads), static_cast<int>(c.kv_heads), static_cast<int>(d), false, c.rows,
+                      1, stream);
 }
 
 }  // namespace lowbit::cuda::flash

@@ -15,7 +15,9 @@ struct Args {
   const std::uint16_t* k;
   const std::uint16_t* v;
   std::uint16_t* out;
-  long long ldq, ldk, ldv, ldo;  // elements
+  long long ldq, ldk, ldv, ldo;  // elements between rows (K, V: between keys)
+  long long kh, vh;  // elements between KV heads of K and V: head_dim in a [keys][kv_heads x D]
+                     // matrix, the slots' span in a decode cache's [kv_heads][slots][D]
   const std::int32_t* cu_q;  // null: one sequence of q_len queries and k_len keys
   const std::int32_t* cu_k;
   int q_len, k_len;  // q's and k's rows (all sequences)

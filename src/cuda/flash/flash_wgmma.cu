@@ -7,9 +7,11 @@
 //   - the producer (one thread; its registers given up with setmaxnreg) loads the Q
 //     tile once and streams the key range in tiles of 128 keys through two rings of
 //     kStages stages, one for K and one for V: TMA boxes of 64 channels (128 bytes,
-//     written with the 128-byte swizzle) x 128 rows, completing on the stage's full
-//     barrier; it refills a stage when every consumer warp has arrived on its empty
-//     barrier;
+//     written with the 128-byte swizzle) x 128 keys of one KV head, completing on the
+//     stage's full barrier; it refills a stage when every consumer warp has arrived on
+//     its empty barrier. K and V are read through 3D maps (channel, key, KV head), so the
+//     same code reads a [keys][kv_heads x D] matrix and a decode cache's [kv_heads][slots][D]
+//     (Args' head strides);
 //   - two consumers (three at head_dim 64), 64 query rows each: S_t = Q K_t^T (wgmma
 //     m64 n128 k16, Q and K K-major from shared memory), the mask and the online softmax
 //     in registers
@@ -132,11 +134,11 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
         mbarrier_wait(bar(k_empty, t), parity(t) ^ 1);
         mbarrier_arrive_expect_tx(bar(k_full, t), L::kKV);
 #pragma unroll
-        for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(k_tile(t) + x * kBN * 128, &maps.k, bar(k_full, t), g * HD + x * kBox, key);
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_3d(k_tile(t) + x * kBN * 128, &maps.k, bar(k_full, t), x * kBox, key, g);
         mbarrier_wait(bar(v_empty, t), parity(t) ^ 1);
         mbarrier_arrive_expect_tx(bar(v_full, t), L::kKV);
 #pragma unroll
-        for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(v_tile(t) + x * kBN * 128, &maps.v, bar(v_full, t), g * HD + x * kBox, key);
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_3d(v_tile(t) + x * kBN * 128, &maps.v, bar(v_full, t), x * kBox, key, g);
       }
     }
     return;
@@ -295,15 +297,16 @@ bool launch_instance(const Args& a, int heads, int kv_heads, std::int64_t max_q_
   using L = WgLayout<HD>;
   if (!instance_ready<HD, T>()) return false;
   // Three maps a call (~1-2 us of host time each), not cached: a cache keyed by pointers
-  // goes stale when memory is freed and reused.
+  // goes stale when memory is freed and reused. K and V by (channel, key, KV head): keys
+  // bounded at k_len (TMA's zeros past it), any head stride.
   Maps maps;
   const CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT16;  // the bits as they are, f16 or bf16
   if (gemm::encode_swizzled_128(&maps.q, type, a.q, static_cast<std::int64_t>(heads) * HD, a.q_len, a.ldq * 2, kBox,
                                 L::kBM) != nullptr ||
-      gemm::encode_swizzled_128(&maps.k, type, a.k, static_cast<std::int64_t>(kv_heads) * HD, a.k_len, a.ldk * 2,
-                                kBox, kBN) != nullptr ||
-      gemm::encode_swizzled_128(&maps.v, type, a.v, static_cast<std::int64_t>(kv_heads) * HD, a.k_len, a.ldv * 2,
-                                kBox, kBN) != nullptr) {
+      gemm::encode_swizzled_128_3d(&maps.k, type, a.k, HD, a.k_len, kv_heads, a.ldk * 2, a.kh * 2, kBox, kBN) !=
+          nullptr ||
+      gemm::encode_swizzled_128_3d(&maps.v, type, a.v, HD, a.k_len, kv_heads, a.ldv * 2, a.vh * 2, kBox, kBN) !=
+          nullptr) {
     return false;
   }
   const dim3 grid(static_cast<unsigned>((max_q_len + L::kBM - 1) / L::kBM), static_cast<unsigned>(heads), batch);

@@ -29,24 +29,36 @@ EncodeTiled encoder() {
   return fn;
 }
 
-// A 2D map: rows of `inner` elements, row_bytes apart (the inner stride is the element),
-// read in boxes of box_rows x box_inner; nullptr, or why the driver refused it.
+// A 2D map: rows of `inner` elements, row_bytes apart, read in boxes of box_rows x
+// box_inner.
 const char* encode_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,
                       std::int64_t rows, std::int64_t row_bytes, int box_inner, int box_rows,
                       CUtensorMapSwizzle swizzle) {
-  const EncodeTiled encode = encoder();
-  if (!encode) return "the driver does not provide cuTensorMapEncodeTiled";
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled refused the operand (alignment or size)";
+  const std::int64_t dims[2] = {inner, rows}, strides[1] = {row_bytes};
+  const int box[2] = {box_inner, box_rows};
+  return encode_nd(map, type, 2, base, dims, strides, box, swizzle);
 }
 
 }  // namespace
+
+const char* encode_nd(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* base, const std::int64_t* dims,
+                      const std::int64_t* strides, const int* box, CUtensorMapSwizzle swizzle) {
+  const EncodeTiled encode = encoder();
+  if (!encode) return "the driver does not provide cuTensorMapEncodeTiled";
+  if (rank < 1 || rank > kMaxRank) return "a tensor map has 1 to 5 dimensions";
+  cuuint64_t d[kMaxRank] = {}, st[kMaxRank] = {};
+  cuuint32_t b[kMaxRank] = {}, element_strides[kMaxRank] = {};
+  for (int i = 0; i < rank; ++i) {
+    d[i] = static_cast<cuuint64_t>(dims[i]);
+    b[i] = static_cast<cuuint32_t>(box[i]);
+    element_strides[i] = 1;
+    if (i + 1 < rank) st[i] = static_cast<cuuint64_t>(strides[i]);
+  }
+  const CUresult result = encode(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, st, b,
+                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? nullptr : "cuTensorMapEncodeTiled refused the operand (alignment or size)";
+}
 
 bool tensor_map_encoder_available() { return encoder() != nullptr; }
 
@@ -58,6 +70,14 @@ const char* encode_int8_k_major(CUtensorMap* map, const void* base, std::int64_t
 const char* encode_swizzled_128(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,
                                 std::int64_t rows, std::int64_t row_bytes, int box_inner, int box_rows) {
   return encode_2d(map, type, base, inner, rows, row_bytes, box_inner, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+const char* encode_swizzled_128_3d(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,
+                                   std::int64_t rows, std::int64_t heads, std::int64_t row_bytes,
+                                   std::int64_t head_bytes, int box_inner, int box_rows) {
+  const std::int64_t dims[3] = {inner, rows, heads}, strides[2] = {row_bytes, head_bytes};
+  const int box[3] = {box_inner, box_rows, 1};
+  return encode_nd(map, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 const char* encode_rows(CUtensorMap* map, CUtensorMapDataType type, const void* base, std::int64_t inner,

@@ -76,6 +76,16 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
+// The box of a 3D `map` at (c0 inner, c1, c2 outermost), as tma_load_2d.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 // ---------------------------------------------------------------- wgmma
 
 // Shared-memory matrix descriptor of a K-major operand tile written by TMA with the
