@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "cuda/flash/flash_cuda.h"
 #include "cuda/kv/attention_common.cuh"
 #include "cuda/kv/kv_cuda.h"
 #include "core/pdl.cuh"
@@ -765,6 +766,14 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                "kv_attention_rows: the ring's positions before the chunk need its snapshot");
   LOWBIT_CHECK(kernel != AttentionKernel::mma_swap, "kv_attention_rows: mma_swap is a decode kernel; the rows form "
                "runs mma (tensor cores) or simt");
+  // The full policy on a contiguous cache is flash's causal chunk over the FP16 slots
+  // (slot = position, [kv_heads][slots][D]): the Hopper wgmma kernel, where it runs.
+  if (kernel == AttentionKernel::automatic && table == nullptr && shape.body == KvBody::none &&
+      shape.window == 0 && !key_blocks) {
+    const flash::CacheAttention c{chunk.base, chunk.ld, layer.k.f16, layer.v.f16, d, shape.f16_slots() * d, out,
+                                  out_ld, chunk.rows, chunk.pos0, n_heads, shape.kv_heads, d};
+    if (flash::flash_attention_over_cache(c, stream)) return;
+  }
   if (kernel != AttentionKernel::simt && !key_blocks && rows_mma_takes(shape, n_heads)) {
     RowsMmaArgs a{shape, layer, paged, table};
     a.chunk = static_cast<const __half*>(chunk.base);

@@ -173,6 +173,9 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
 // kernel: automatic / mma run the tensor-core kernel (attention_rows_mma.cu: GQA groups
 // up to 64; P and the quantized positions' values rounded to f16 for the mma), which uses
 // the workspace for split-K partials where it holds them (any size, none included);
+// automatic on the full policy's contiguous cache runs flash's Hopper wgmma kernel over
+// the FP16 slots instead where it runs (cuda/flash flash_attention_over_cache: P rounded
+// to f16 as well; no workspace), else the mma kernel;
 // simt runs the decode kernel row by row (f32 throughout; the reference), whose
 // workspace takes kv_attention_rows_workspace(..., r) bytes for r rows at a time.
 void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
