@@ -28,6 +28,7 @@
 #include "common/poison.h"
 #include "common/random.h"
 #include "core/device_buffer.h"
+#include "cuda/flash/flash_cuda.h"
 #include "cuda/kv/kv_cuda.h"
 #include "formats/float16.h"
 #include "formats/hadamard.h"
@@ -633,11 +634,19 @@ struct RowsSetup {
   }
   // kv_attention_rows into a poisoned buffer; its f16 outputs as floats [rows][q_cols].
   std::vector<float> attend(ce::AttentionKernel kernel, std::size_t workspace_bytes) {
+    core::DeviceBuffer ws(workspace_bytes);
+    return attend_with([&](void* out) {
+      ce::kv_attention_rows(s, layer.dev, chunk, snapshot.data(), heads, out, out_ld, ws.data(), workspace_bytes,
+                            nullptr, kernel);
+    });
+  }
+  // `run(out)` writes the chunk's attention into a poisoned [rows][out_ld] f16 buffer;
+  // its outputs as floats [rows][q_cols], the rows' gaps checked untouched.
+  template <class Run>
+  std::vector<float> attend_with(Run run) {
     GuardedBuffer out(static_cast<std::size_t>(chunk.rows * out_ld * 2));
     out.poison(kFloatPoison);
-    core::DeviceBuffer ws(workspace_bytes);
-    ce::kv_attention_rows(s, layer.dev, chunk, snapshot.data(), heads, out.data(), out_ld, ws.data(), workspace_bytes,
-                          nullptr, kernel);
+    run(out.data());
     LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_TRUE(out.guards_intact("out"));
     const auto bits = download<std::uint16_t>(out.data(), static_cast<std::size_t>(chunk.rows * out_ld));
@@ -734,11 +743,40 @@ TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheTwinInDouble) {
   }
 }
 
+// A whole case's bounds: Vmax, the largest |v| stored, 1.1x for a decoded value; Smax,
+// the largest sum |q_d| max |k_d| / sqrt(D) of the chunk's queries.
+struct CaseBounds {
+  double vmax = 0.0, smax = 0.0;
+};
+CaseBounds case_bounds(const RowsSetup& t) {
+  const std::int64_t d = t.s.head_dim, end = t.chunk.pos0 + t.chunk.rows, hkv_d = t.s.kv_heads * d;
+  CaseBounds b;
+  std::vector<double> kmax(static_cast<std::size_t>(d), 0.0);
+  for (std::int64_t p = 0; p < end; ++p) {
+    for (std::int64_t i = 0; i < hkv_d; ++i) {
+      const std::uint16_t* row = t.data.data() + p * t.ld + t.q_cols;
+      const double k = std::fabs(formats::half_to_float({row[i]}));
+      kmax[static_cast<std::size_t>(i % d)] = std::max(kmax[static_cast<std::size_t>(i % d)], 1.1 * k);
+      b.vmax = std::max(b.vmax, 1.1 * std::fabs(formats::half_to_float({row[hkv_d + i]})));
+    }
+  }
+  for (std::int64_t p = t.chunk.pos0; p < end; ++p) {
+    for (std::int64_t h = 0; h < t.heads; ++h) {
+      double mag = 0.0;
+      for (std::int64_t i = 0; i < d; ++i) {
+        mag += std::fabs(formats::half_to_float({t.data[static_cast<std::size_t>(p * t.ld + h * d + i)]})) *
+               kmax[static_cast<std::size_t>(i)];
+      }
+      b.smax = std::max(b.smax, mag / std::sqrt(static_cast<double>(d)));
+    }
+  }
+  return b;
+}
+
 // The tensor-core rows form against the SIMT one at prefill sizes (a chunk of 600 rows
 // after 700, 100 rows after 3000 with split-K, a first chunk of 512), GQA 32/8, 64/1 and
-// 8/8, every policy: within the rounding above, bounded over the whole case (Vmax: the
-// largest |v| stored, 1.1x for a decoded value; Smax: the largest sum |q_d| max |k_d| /
-// sqrt(D)), plus both outputs' f16 rounding.
+// 8/8, every policy: within the rounding above, bounded over the whole case
+// (case_bounds), plus both outputs' f16 rounding.
 TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheSimtKernel) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : kCases) {
@@ -752,27 +790,7 @@ TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheSimtKernel) {
           const std::size_t ws = ce::kv_attention_rows_workspace(t.s, t.heads, ch.rows, ch.capacity);
           const std::vector<float> want = t.attend(ce::AttentionKernel::simt, ws);
           const std::vector<float> got = t.attend(ce::AttentionKernel::automatic, ws);
-          double vmax = 0.0, smax = 0.0;
-          const std::int64_t end = ch.pos0 + ch.rows, hkv_d = hh.hkv * d;
-          std::vector<double> kmax(static_cast<std::size_t>(d), 0.0);
-          for (std::int64_t p = 0; p < end; ++p) {
-            for (std::int64_t i = 0; i < hkv_d; ++i) {
-              const std::uint16_t* row = t.data.data() + p * t.ld + t.q_cols;
-              const double k = std::fabs(formats::half_to_float({row[i]}));
-              kmax[static_cast<std::size_t>(i % d)] = std::max(kmax[static_cast<std::size_t>(i % d)], 1.1 * k);
-              vmax = std::max(vmax, 1.1 * std::fabs(formats::half_to_float({row[hkv_d + i]})));
-            }
-          }
-          for (std::int64_t p = ch.pos0; p < end; ++p) {
-            for (std::int64_t h = 0; h < hh.h; ++h) {
-              double mag = 0.0;
-              for (std::int64_t i = 0; i < d; ++i) {
-                mag += std::fabs(formats::half_to_float({t.data[static_cast<std::size_t>(p * t.ld + h * d + i)]})) *
-                       kmax[static_cast<std::size_t>(i)];
-              }
-              smax = std::max(smax, mag / std::sqrt(static_cast<double>(d)));
-            }
-          }
+          const auto [vmax, smax] = case_bounds(t);
           const bool quantized = t.s.body != KvBody::none;
           int bad = 0;
           for (std::size_t e = 0; e < got.size(); ++e) {
@@ -794,6 +812,89 @@ TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheSimtKernel) {
   const Case& c = kCases[0];
   RowsSetup t(rng, c, 64, RowsHeads{8, 8}, RowsChunk{0, 4, 16});
   EXPECT_THROW(t.attend(ce::AttentionKernel::mma_swap, 0), lowbit::Error);
+}
+
+// flash_attention_over_cache (cuda/flash: the Hopper wgmma kernel over the full policy's
+// FP16 slots, kv_attention_rows' automatic kernel there) against the rows kernels, on a
+// full cache after a history appended by the rows form: chunks of 1, 17, 128 and 300 rows
+// at positions 0, 1, 127, 130 and 1000 (partial query blocks of 128 / 192 rows, keys
+// ending mid-tile), head_dim 64 / 128, GQA groups 1, 4 and 8. The slots past the chunk
+// hold poison (NaN): the key range ends at pos0 + rows for TMA too. Against simt (f32,
+// the reference) and mma: the bound above (case_bounds) with both sides' P rounded to
+// f16 (2^-11 Vmax each) and both sides' f32 scores ((D + 4) 2^-24 Smax each, moving the
+// output by twice that times Vmax), twice the sum. Automatic returns flash's bits.
+TEST_F(KvCacheGpu, FlashOverTheCacheMatchesTheRowsKernels) {
+  if (!cuda::flash::flash_wgmma_available()) GTEST_SKIP() << "the flash wgmma kernel needs Hopper and an sm_90a build";
+  LOWBIT_TEST_RNG(rng);
+  const Case& full = kCases[0];
+  for (std::int64_t d : {64, 128}) {
+    for (RowsHeads hh : {RowsHeads{8, 8}, RowsHeads{16, 4}, RowsHeads{32, 4}}) {
+      double worst = 0.0;
+      for (std::int64_t pos0 : {0, 1, 127, 130, 1000}) {
+        for (std::int64_t n : {1, 17, 128, 300}) {
+          const RowsChunk ch{pos0, n, pos0 + n + 45};
+          SCOPED_TRACE("D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" + std::to_string(hh.hkv) +
+                       " chunk at " + std::to_string(pos0) + " of " + std::to_string(n));
+          RowsSetup t(rng, full, d, hh, ch);
+          const std::vector<float> got = t.attend_with([&](void* out) {
+            const cuda::flash::CacheAttention a{t.chunk.base, t.chunk.ld, t.layer.dev.k.f16, t.layer.dev.v.f16,
+                                                d, t.s.f16_slots() * d, out, t.out_ld, n, pos0, hh.h, hh.hkv, d};
+            EXPECT_TRUE(cuda::flash::flash_attention_over_cache(a, nullptr)) << "the wgmma kernel did not run";
+          });
+          const std::size_t ws = ce::kv_attention_rows_workspace(t.s, t.heads, n, ch.capacity);
+          EXPECT_TRUE(t.attend(ce::AttentionKernel::automatic, ws) == got) << "automatic is not flash's";
+          const auto [vmax, smax] = case_bounds(t);
+          const double rounding = 2 * 0x1p-11 + 0x1p-15 + 4.0 * static_cast<double>(d + 4) * 0x1p-24 * smax;
+          for (ce::AttentionKernel kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
+            const std::vector<float> want = t.attend(kernel, ws);
+            int bad = 0;
+            for (std::size_t e = 0; e < got.size(); ++e) {
+              const double tol = 2.0 * (vmax * rounding + 0x1p-10 * std::fabs(want[e])) + 1e-6;
+              const double err = std::fabs(static_cast<double>(got[e]) - want[e]);
+              if (!(err <= tol) && bad++ < 5) {
+                ADD_FAILURE() << "row " << e / static_cast<std::size_t>(t.q_cols) << " element "
+                              << e % static_cast<std::size_t>(t.q_cols) << ": flash " << got[e] << ", "
+                              << kernel_label(kernel) << " " << want[e] << " (tolerance " << tol << ")";
+              }
+              if (err == err) worst = std::max(worst, err / tol);
+            }
+            EXPECT_EQ(bad, 0) << "elements out of tolerance against " << kernel_label(kernel);
+          }
+          if (HasFailure()) return;
+        }
+      }
+      std::printf("flash over the cache, D %lld H %lld/%lld: worst error %.3f of tolerance\n",
+                  static_cast<long long>(d), static_cast<long long>(hh.h), static_cast<long long>(hh.hkv), worst);
+    }
+  }
+}
+
+// flash_attention_over_cache's checks: a malformed call throws, naming what is wrong,
+// before anything runs; a head_dim the kernel lacks returns false (the caller's fallback).
+TEST_F(KvCacheGpu, FlashOverTheCacheChecksItsArguments) {
+  core::DeviceBuffer buf(1 << 16);
+  const cuda::flash::CacheAttention ok{buf.data(), 512, buf.data(), buf.data(), 64, 64 * 16, buf.data(), 512,
+                                       4, 0, 8, 2, 64};
+  auto throws = [&](auto change, const char* what) {
+    cuda::flash::CacheAttention a = ok;
+    change(a);
+    try {
+      cuda::flash::flash_attention_over_cache(a, nullptr);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const lowbit::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  throws([](auto& a) { a.q = nullptr; }, "null q");
+  throws([](auto& a) { a.kv_heads = 3; }, "multiple of kv_heads");
+  throws([](auto& a) { a.rows = 0; }, "rows at position");
+  throws([](auto& a) { a.ldo = 511; }, "ldo");
+  throws([](auto& a) { a.key_stride = 32; }, "key_stride");
+  cuda::flash::CacheAttention wide = ok;
+  wide.head_dim = 96;
+  wide.ldq = wide.ldo = 8 * 96;
+  wide.key_stride = 96;
+  EXPECT_FALSE(cuda::flash::flash_attention_over_cache(wide, nullptr));
 }
 
 // The public entry points (include/lowbit/kv_cache.h) on CUDA views: appends leave the
