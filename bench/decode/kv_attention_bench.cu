@@ -117,8 +117,15 @@ const char* kernel_name(cuda::kv::AttentionKernel k) {
   return k == cuda::kv::AttentionKernel::mma ? "mma" : k == cuda::kv::AttentionKernel::mma_swap ? "mma_swap" : "simt";
 }
 
+// The rows form's kernels: automatic is flash's wgmma kernel where kv_attention_rows
+// takes it (the full policy on Hopper), else mma.
+const char* rows_kernel_name(cuda::kv::AttentionKernel k) {
+  return k == cuda::kv::AttentionKernel::automatic ? "auto" : kernel_name(k);
+}
+
 // Prefill (--rows N): a chunk of N rows ending at the context, each row over what it sees
-// at its position (kv_attention_rows), on the SIMT kernel and on tensor cores. FLOPs: 4 D
+// at its position (kv_attention_rows), on the SIMT kernel, on tensor cores (mma) and, for
+// the full policy, on automatic's kernel (flash wgmma on Hopper). FLOPs: 4 D
 // per query head and position a row reads (Q K^T and P V); a quantized position is read
 // once per view that holds it.
 int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaStream_t stream) {
@@ -149,7 +156,10 @@ int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaSt
       DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(o.rows * q_cols) * 2), out(ref.bytes());
       std::vector<std::uint16_t> ref_host(static_cast<std::size_t>(o.rows * q_cols)), out_host(ref_host.size());
       double simt_ms = 0;
-      for (const auto kernel : {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma}) {
+      // automatic: the full policy's flash kernel (wgmma over the FP16 slots) on Hopper.
+      std::vector<cuda::kv::AttentionKernel> kernels{cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma};
+      if (s.body == core::KvBody::none && s.window == 0) kernels.push_back(cuda::kv::AttentionKernel::automatic);
+      for (const auto kernel : kernels) {
         auto launch = [&](void* dst) {
           cuda::kv::kv_attention_rows(s, layer.buffers, chunk, snapshot.data(), o.n_heads, dst, q_cols, ws.data(),
                                       ws_bytes, stream, kernel);
@@ -178,9 +188,9 @@ int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaSt
         if (simt) simt_ms = ms;
         const double tflops = flops / (ms * 1e9);
         std::printf("| %lld | %s | %s | %.3f | %.3f | %.3f | %.1f | %.1fx | %s |\n", static_cast<long long>(context),
-                    policy.c_str(), simt ? "simt" : "mma", ms_min, ms, ms_max, tflops, simt_ms / ms, check.c_str());
+                    policy.c_str(), rows_kernel_name(kernel), ms_min, ms, ms_max, tflops, simt_ms / ms, check.c_str());
         Json row = Json::object();
-        row.set("context", context).set("rows", o.rows).set("policy", policy).set("kernel", simt ? "simt" : "mma");
+        row.set("context", context).set("rows", o.rows).set("policy", policy).set("kernel", rows_kernel_name(kernel));
         row.set("ms", ms).set("ms_min", ms_min).set("ms_max", ms_max).set("tflops", tflops).set("check", check);
         rows.push(row);
       }
