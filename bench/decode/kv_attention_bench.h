@@ -3,7 +3,8 @@
 // must read (the visible cache as held, q and the output), and that against the copy
 // ceiling measured in the same run. The two kernels' outputs are compared first.
 // With rows > 1, the prefill form instead: a chunk of `rows` query rows ending at the
-// context (kv_attention_rows), simt against tensor cores, in TFLOPS.
+// context (kv_attention_rows), simt against tensor cores (mma; and for the full policy
+// auto, the flash wgmma kernel on Hopper), in TFLOPS.
 // With batches, the serving form instead: B sequences of `context` positions each in a
 // paged pool, one launch for all (paged_kv_attention), per kernel, against the copy
 // ceiling.
