@@ -101,7 +101,9 @@ struct PagedSequenceLayer {
   bool hadamard = false;
 };
 
-// attend_chunk on the sequence's pages (the paged rows form: the same arithmetic).
+// attend_chunk on the sequence's pages (the paged rows form: the same arithmetic, but
+// for the full policy on Hopper, where attend_chunk runs flash's wgmma kernel and this
+// the mma rows kernel: equal up to their rounding).
 void attend_chunk_paged(const ModelConfig& c, const PagedSequenceLayer& s, std::uint16_t* qkv, std::int64_t n,
                         std::int64_t pos0, std::uint16_t* att, void* snapshot, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t stream);

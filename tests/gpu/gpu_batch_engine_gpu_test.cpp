@@ -3,7 +3,9 @@
 // Q4_1 matrices, a 500-token vocabulary):
 // - one sequence in an engine whose max_sequence_tokens equals the session's max_tokens
 //   (256) gives the session's prefill log-probabilities exactly (the same GEMMs at the
-//   same M; the paged rows form is the contiguous one bit for bit) and its decode_greedy
+//   same M; the paged rows form is the contiguous one bit for bit; but for the full
+//   policy on Hopper, where the session's prefill runs flash's wgmma kernel and the
+//   paged form the mma rows kernel: within kLogprobTolerance) and its decode_greedy
 //   tokens (the batch's decode split plan, of max_length 256 at batch 1, is the
 //   session's);
 // - sequences of mixed prompt lengths (1 to 600: one crosses the 512-token piece and the
@@ -38,6 +40,7 @@
 #include "common/expect_error.h"
 #include "common/gpu.h"
 #include "common/tokenizer_source.h"
+#include "cuda/flash/flash_cuda.h"
 #include "engine/generate.h"
 #include "engine/gpu_batch_engine.h"
 #include "engine/gpu_session.h"
@@ -126,8 +129,17 @@ TEST_F(GpuBatchEngineGpu, OneSequenceIsGpuSessionBitForBit) {
     engine.step(std::span(&first, 1), out);
     const std::vector<float> logits = session.forward(prompt, false);
     forward_session.forward(prompt, false);
-    ASSERT_EQ(out[0].token, engine::argmax(logits));
-    EXPECT_EQ(logprob_error(out[0].logprobs, logits), 0.0) << "prefill: the same logits bit for bit";
+    // The session's full-policy prefill on Hopper is flash's (gpu_forward.h): the paged
+    // form's within rounding, the greedy token the same but at a near-tie.
+    const bool flash = cache.policy == KvPolicy::full && cuda::flash::flash_wgmma_available();
+    if (!flash || top_gap(logits) > kLogprobTolerance) {
+      ASSERT_EQ(out[0].token, engine::argmax(logits));
+    }
+    if (flash) {
+      EXPECT_LT(logprob_error(out[0].logprobs, logits), kLogprobTolerance) << "prefill: flash against mma";
+    } else {
+      EXPECT_EQ(logprob_error(out[0].logprobs, logits), 0.0) << "prefill: the same logits bit for bit";
+    }
     std::int32_t token = out[0].token;
     for (int s = 0; s < 24; ++s) {
       const StepRow row = greedy_row(7, std::span(&token, 1));

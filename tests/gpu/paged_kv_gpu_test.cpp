@@ -493,9 +493,12 @@ TEST_F(PagedKvGpu, RowsFormEqualsContiguousRowsForm) {
           ce::paged_kv_attention_rows(l, layer, slots[i], tables.as<std::int32_t>(), chunk, snap_paged.data(), kHeads,
                                       out_paged.data(), out_ld, ws_paged.data(), ws_bytes, nullptr,
                                       status.as<std::int32_t>(), kernel);
+          // The paged form's automatic kernel is mma: so the contiguous one's here (its
+          // automatic runs flash for the full policy on Hopper, which rounds differently).
           ce::kv_append_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), nullptr);
           ce::kv_attention_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), kHeads, out_flat.data(), out_ld,
-                                ws_flat.data(), ws_bytes, nullptr, kernel);
+                                ws_flat.data(), ws_bytes, nullptr,
+                                kernel == ce::AttentionKernel::automatic ? ce::AttentionKernel::mma : kernel);
           LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
           ce::paged_kv_check_status(status.as<std::int32_t>(), nullptr);
           EXPECT_TRUE(out_paged.guards_intact("paged out"));
