@@ -5,8 +5,7 @@
 // A block owns 128 query rows (head_dim 128; 192 at 64) of one head of one sequence
 // (grid: query tiles, longest first x heads x sequences) and has 1 + kConsumers warpgroups:
 //   - the producer (one thread; its registers given up with setmaxnreg) loads the Q
-//     tile once and streams the key range in tiles of 128 keys (176 at head_dim 128 without the causal
-//     mask) through two rings of
+//     tile once and streams the key range in tiles of 128 keys through two rings of
 //     kStages stages, one for K and one for V: TMA boxes of 64 channels (128 bytes,
 //     written with the 128-byte swizzle) x 128 keys of one KV head, completing on the
 //     stage's full barrier; it refills a stage when every consumer warp has arrived on
@@ -44,18 +43,15 @@
 namespace lowbit::cuda::flash {
 namespace {
 
+constexpr int kBN = 128;  // keys a tile
 constexpr int kProducerRegs = 24;
 constexpr int kBox = 64;  // channels a TMA box: 128 bytes, the swizzle's span
 
 // head_dim 128: two consumers of 64 query rows (128-row blocks); head_dim 64, where the
 // softmax is as long as the two products, three (192-row blocks, FlashAttention-3's
 // choice), within the register file: 160 registers a consumer thread instead of 240.
-// BN keys a tile: 128, or 176 at head_dim 128 without the causal mask (FlashAttention-3's
-// choice there: the softmax's per-tile work, the barriers and the pipeline's turns spread
-// over 1.375x the keys; S and P take 132 of the 240 registers, the ring 176 KB).
-template <int HD, int BN>
+template <int HD>
 struct WgLayout {
-  static constexpr int kBN = BN;
   static constexpr int kConsumers = HD == 64 ? 3 : 2;
   static constexpr int kBM = 64 * kConsumers;  // query rows a block: one m64 row block a consumer
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -80,12 +76,11 @@ struct Maps {
   CUtensorMap q, k, v;
 };
 
-template <int HD, int BN, class T>
-__global__ void __launch_bounds__(WgLayout<HD, BN>::kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a) {
+template <int HD, class T>
+__global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using namespace gemm::sm90;
-  using L = WgLayout<HD, BN>;
-  constexpr int kBN = BN;
+  using L = WgLayout<HD>;
   static_assert(L::kStages == 2, "Barriers holds two stages");
   __shared__ Barriers bars;  // also the sm_90a body's static marker (cuda/sm90_kernel.h)
   extern __shared__ std::uint8_t dynamic_smem[];
@@ -290,17 +285,17 @@ __global__ void __launch_bounds__(WgLayout<HD, BN>::kThreads, 1) flash_wgmma_ker
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
-template <int HD, int BN, class T>
+template <int HD, class T>
 bool instance_ready() {
   static Sm90KernelReady ready;
-  return ready(reinterpret_cast<const void*>(flash_wgmma_kernel<HD, BN, T>), sizeof(Barriers), WgLayout<HD, BN>::kSmem);
+  return ready(reinterpret_cast<const void*>(flash_wgmma_kernel<HD, T>), sizeof(Barriers), WgLayout<HD>::kSmem);
 }
 
-template <int HD, int BN, class T>
+template <int HD, class T>
 bool launch_instance(const Args& a, int heads, int kv_heads, std::int64_t max_q_len, unsigned batch,
                      cudaStream_t stream) {
-  using L = WgLayout<HD, BN>;
-  if (!instance_ready<HD, BN, T>()) return false;
+  using L = WgLayout<HD>;
+  if (!instance_ready<HD, T>()) return false;
   // Three maps a call (~1-2 us of host time each), not cached: a cache keyed by pointers
   // goes stale when memory is freed and reused. K and V by (channel, key, KV head): keys
   // bounded at k_len (TMA's zeros past it), any head stride.
@@ -308,35 +303,31 @@ bool launch_instance(const Args& a, int heads, int kv_heads, std::int64_t max_q_
   const CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT16;  // the bits as they are, f16 or bf16
   if (gemm::encode_swizzled_128(&maps.q, type, a.q, static_cast<std::int64_t>(heads) * HD, a.q_len, a.ldq * 2, kBox,
                                 L::kBM) != nullptr ||
-      gemm::encode_swizzled_128_3d(&maps.k, type, a.k, HD, a.k_len, kv_heads, a.ldk * 2, a.kh * 2, kBox, BN) !=
+      gemm::encode_swizzled_128_3d(&maps.k, type, a.k, HD, a.k_len, kv_heads, a.ldk * 2, a.kh * 2, kBox, kBN) !=
           nullptr ||
-      gemm::encode_swizzled_128_3d(&maps.v, type, a.v, HD, a.k_len, kv_heads, a.ldv * 2, a.vh * 2, kBox, BN) !=
+      gemm::encode_swizzled_128_3d(&maps.v, type, a.v, HD, a.k_len, kv_heads, a.ldv * 2, a.vh * 2, kBox, kBN) !=
           nullptr) {
     return false;
   }
   const dim3 grid(static_cast<unsigned>((max_q_len + L::kBM - 1) / L::kBM), static_cast<unsigned>(heads), batch);
-  flash_wgmma_kernel<HD, BN, T><<<grid, L::kThreads, L::kSmem, stream>>>(maps, a);
+  flash_wgmma_kernel<HD, T><<<grid, L::kThreads, L::kSmem, stream>>>(maps, a);
   LOWBIT_CUDA_CHECK_LAUNCH();
   return true;
 }
 
 }  // namespace
 
-bool wgmma_ready() { return instance_ready<128, 128, __half>(); }  // built together, for the same targets
+bool wgmma_ready() { return instance_ready<128, __half>(); }  // built together, for the same targets
 
 bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, std::int64_t max_q_len,
                   unsigned batch, cuda_stream_t stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (head_dim == 64) {
-    return bf16 ? launch_instance<64, 128, __nv_bfloat16>(a, heads, kv_heads, max_q_len, batch, s)
-                : launch_instance<64, 128, __half>(a, heads, kv_heads, max_q_len, batch, s);
+    return bf16 ? launch_instance<64, __nv_bfloat16>(a, heads, kv_heads, max_q_len, batch, s)
+                : launch_instance<64, __half>(a, heads, kv_heads, max_q_len, batch, s);
   }
-  if (!a.causal) {
-    return bf16 ? launch_instance<128, 176, __nv_bfloat16>(a, heads, kv_heads, max_q_len, batch, s)
-                : launch_instance<128, 176, __half>(a, heads, kv_heads, max_q_len, batch, s);
-  }
-  return bf16 ? launch_instance<128, 128, __nv_bfloat16>(a, heads, kv_heads, max_q_len, batch, s)
-              : launch_instance<128, 128, __half>(a, heads, kv_heads, max_q_len, batch, s);
+  return bf16 ? launch_instance<128, __nv_bfloat16>(a, heads, kv_heads, max_q_len, batch, s)
+              : launch_instance<128, __half>(a, heads, kv_heads, max_q_len, batch, s);
 }
 
 }  // namespace lowbit::cuda::flash

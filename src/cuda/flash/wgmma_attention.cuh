@@ -3,7 +3,7 @@
 // the same columns 8 rows below; warp w of the warpgroup, lane 4g + c), so the flash
 // steps of cuda/flash_tile.cuh (softmax, the P fragments) read them as they are:
 //   S = Q K^T: both operands K-major in shared memory (Q's and K's rows as they are), the
-//     "SS" form m64 n(keys a tile: 64, 128 or 176) k16;
+//     "SS" form m64 n128 k16;
 //   O += P V: P from registers (the S accumulators rounded to T, the "RS" form), V's rows
 //     as they are, which makes B N-major: transposed (imm-trans-b 1) with an MN-major
 //     descriptor (sw128_mn_descriptor), m64 n(head_dim) k16.
@@ -89,22 +89,6 @@ LOWBIT_WGMMA_RS_T_N64(__nv_bfloat16, "bf16")
 LOWBIT_WGMMA_SS_N128(__half, "f16")
 LOWBIT_WGMMA_SS_N128(__nv_bfloat16, "bf16")
 #undef LOWBIT_WGMMA_SS_N128
-
-#define LOWBIT_WGMMA_SS_N176(T, PTX_TYPE) \
-  template <> \
-  __device__ __forceinline__ void wgmma_ss<T, 176>(float(&d)[22][4], std::uint64_t a_desc, std::uint64_t b_desc, \
-                                               int accumulate) { \
-    asm volatile( \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n176k16.f32." PTX_TYPE "." PTX_TYPE " {" \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87" \
-        "}, %88, %89, p, 1, 1, 0, 0;\n}\n" \
-        : LOWBIT_D4(0), LOWBIT_D4(1), LOWBIT_D4(2), LOWBIT_D4(3), LOWBIT_D4(4), LOWBIT_D4(5), LOWBIT_D4(6), LOWBIT_D4(7), LOWBIT_D4(8), LOWBIT_D4(9), LOWBIT_D4(10), LOWBIT_D4(11), LOWBIT_D4(12), LOWBIT_D4(13), LOWBIT_D4(14), LOWBIT_D4(15), LOWBIT_D4(16), LOWBIT_D4(17), LOWBIT_D4(18), LOWBIT_D4(19), LOWBIT_D4(20), LOWBIT_D4(21) \
-        : "l"(a_desc), "l"(b_desc), "r"(accumulate)); \
-  }
-LOWBIT_WGMMA_SS_N176(__half, "f16")
-LOWBIT_WGMMA_SS_N176(__nv_bfloat16, "bf16")
-#undef LOWBIT_WGMMA_SS_N176
 
 #define LOWBIT_WGMMA_RS_T_N128(T, PTX_TYPE) \
   template <> \
