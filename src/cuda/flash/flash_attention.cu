@@ -5,10 +5,9 @@
 // device and TMA allow. Also the attention of the seed-004 pipeline ("ours",
 // cuda/qattention/dispatch.cu): one sequence, Q, K and V column blocks of one matrix.
 //
-// Grid (query tiles of the longest sequence, heads, sequences): a block owns 128 query
-// rows of one head of one sequence (8 warps x 16 rows), each head's longest tiles first
-// (grid.x reversed: under the causal mask their rows see the most keys; query tiles
-// fastest so that resident blocks share a head's K and V in L2), and streams tiles of 64
+// Grid (query tiles of the longest sequence, heads, sequences), taken in block_order.cuh's
+// order (groups of heads, each group's longest tiles first): a block owns 128 query
+// rows of one head of one sequence (8 warps x 16 rows), and streams tiles of 64
 // keys of its KV head through shared memory, double-buffered with cp.async (16-byte chunks
 // swizzled per row, so ldmatrix is conflict-free). Key tiles past the block's last
 // visible key are never loaded; a warp skips tiles entirely above its rows; only tiles
@@ -17,11 +16,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "core/device.h"
 #include "cuda/async_copy.cuh"
+#include "cuda/flash/block_order.cuh"
 #include "cuda/flash/flash_cuda.h"
 #include "cuda/flash/flash_kernels.h"
 #include "cuda/flash_tile.cuh"
@@ -49,12 +51,11 @@ __global__ void __launch_bounds__(kThreads, 1) flash_kernel(const Args a) {
   const std::uint32_t sq = smem_address(smem);
   const std::uint32_t sk = sq + L::kQ, sv = sk + 2 * L::kKV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, r = lane / 4, c = lane % 4;
-  const int h = blockIdx.y, b = blockIdx.z, g = h / a.group;
+  const BlockTile tile = block_tile(a, kBM);
+  const int h = tile.head, b = blockIdx.z, g = h / a.group;
   const int q_first = a.cu_q ? a.cu_q[b] : 0, q_len = a.cu_q ? a.cu_q[b + 1] - q_first : a.q_len;
   const int k_first = a.cu_k ? a.cu_k[b] : 0, k_len = a.cu_k ? a.cu_k[b + 1] - k_first : a.k_len;
-  // Query tiles run fastest (the last first: causal ones are the longest), so the blocks
-  // resident together share one or two heads' K and V in L2 instead of streaming all heads'.
-  const int t0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the block's first query of the sequence
+  const int t0 = tile.t0;  // the block's first query of the sequence
   if (t0 >= q_len) return;
   // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
   const int offset = a.causal ? k_len - q_len : 0;
@@ -130,11 +131,20 @@ void launch(const Args& a, dim3 grid, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
-  flash_kernel<HD, T><<<grid, kThreads, Layout<HD>::kSmem, stream>>>(a);
+  Args ordered = a;
+  ordered.head_group = head_group_for(grid.x, static_cast<int>(grid.y));
+  flash_kernel<HD, T><<<grid, kThreads, Layout<HD>::kSmem, stream>>>(ordered);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
+
+int head_group_for(std::int64_t q_tiles, int heads) {
+  LOWBIT_CHECK(q_tiles * heads < (std::int64_t{1} << 31), "flash_attention: ", q_tiles, " query tiles x ", heads,
+               " heads is more blocks than the grid's order indexes (2^31)");
+  const std::int64_t two_waves = 2 * core::multiprocessor_count();
+  return static_cast<int>(std::clamp<std::int64_t>((two_waves + q_tiles - 1) / q_tiles, 1, heads));
+}
 
 bool flash_wgmma_available() { return wgmma_ready(); }
 

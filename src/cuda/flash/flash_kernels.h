@@ -24,7 +24,14 @@ struct Args {
   int group;  // query heads a KV head
   bool causal;
   float sl2;  // the softmax scale times log2(e)
+  int head_group = 1;  // heads a group of the blocks' order (block_order.cuh; head_group_for)
 };
+
+// Heads a group of the blocks' order for a grid of q_tiles query tiles per head: enough
+// that a group spans two waves of one block per SM, so its longest tiles start well
+// before its last wave (causal balance), and few enough that the group's K and V stay
+// in L2 (5 heads of 4 MB at L 8192, head_dim 128).
+int head_group_for(std::int64_t q_tiles, int heads);
 
 // Whether the wgmma kernel runs on the current device (compute capability 9.0, an sm_90a
 // image in this build; cuda/sm90_kernel.h), once per device. TMA's encoder is asked at
@@ -33,7 +40,8 @@ bool wgmma_ready();
 
 // Runs the wgmma kernel; false (nothing launched) where TMA cannot read the operands
 // (the driver refused a tensor map), so the caller runs the mma.sync kernel instead.
-// Its grid: query tiles of the longest sequence (max_q_len) x heads x sequences.
+// Its grid: query tiles of the longest sequence (max_q_len) x heads x sequences, in
+// block_order.cuh's order (it sets Args::head_group).
 bool launch_wgmma(const Args& a, int heads, int kv_heads, int head_dim, bool bf16, std::int64_t max_q_len,
                   unsigned batch, cuda_stream_t stream);
 

@@ -3,7 +3,7 @@
 // pipelined within a warpgroup and ping-ponged between two as FlashAttention-3 is.
 //
 // A block owns 128 query rows (head_dim 128; 192 at 64) of one head of one sequence
-// (grid: query tiles, longest first x heads x sequences) and has 1 + kConsumers warpgroups:
+// (grid: query tiles x heads x sequences, taken in block_order.cuh's order) and has 1 + kConsumers warpgroups:
 //   - the producer (one thread; its registers given up with setmaxnreg) loads the Q
 //     tile once and streams the key range in tiles of 128 keys through two rings of
 //     kStages stages, one for K and one for V: TMA boxes of 64 channels (128 bytes,
@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/flash/block_order.cuh"
 #include "cuda/flash/flash_kernels.h"
 #include "cuda/flash/wgmma_attention.cuh"
 #include "cuda/flash_tile.cuh"
@@ -85,13 +86,12 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
   __shared__ Barriers bars;  // also the sm_90a body's static marker (cuda/sm90_kernel.h)
   extern __shared__ std::uint8_t dynamic_smem[];
   const std::uint32_t sq = (smem_address(dynamic_smem) + 1023u) & ~1023u, skv = sq + L::kQ;
-  const int h = blockIdx.y, b = blockIdx.z, g = h / a.group;
+  const BlockTile tile = block_tile(a, L::kBM);
+  const int h = tile.head, b = blockIdx.z, g = h / a.group;
   const int q_first = a.cu_q ? a.cu_q[b] : 0, q_len = a.cu_q ? a.cu_q[b + 1] - q_first : a.q_len;
   const int k_first = a.cu_k ? a.cu_k[b] : 0, k_len = a.cu_k ? a.cu_k[b + 1] - k_first : a.k_len;
   constexpr int kBM = L::kBM, kConsumers = L::kConsumers;
-  // Query tiles run fastest (the last first: causal ones are the longest), so the blocks
-  // resident together share one or two heads' K and V in L2 instead of streaming all heads'.
-  const int t0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // the block's first query of the sequence
+  const int t0 = tile.t0;  // the block's first query of the sequence
   if (t0 >= q_len) return;
   // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
   const int offset = a.causal ? k_len - q_len : 0;
@@ -309,8 +309,11 @@ bool launch_instance(const Args& a, int heads, int kv_heads, std::int64_t max_q_
           nullptr) {
     return false;
   }
-  const dim3 grid(static_cast<unsigned>((max_q_len + L::kBM - 1) / L::kBM), static_cast<unsigned>(heads), batch);
-  flash_wgmma_kernel<HD, T><<<grid, L::kThreads, L::kSmem, stream>>>(maps, a);
+  const std::int64_t q_tiles = (max_q_len + L::kBM - 1) / L::kBM;
+  Args ordered = a;
+  ordered.head_group = head_group_for(q_tiles, heads);
+  const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(heads), batch);
+  flash_wgmma_kernel<HD, T><<<grid, L::kThreads, L::kSmem, stream>>>(maps, ordered);
   LOWBIT_CUDA_CHECK_LAUNCH();
   return true;
 }
