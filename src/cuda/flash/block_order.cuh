@@ -2,10 +2,10 @@
 // (query tiles, heads, sequences); its blocks start in linear order (x fastest), and the
 // linear index walks groups of Args::head_group heads, each group's query tiles longest
 // first (the last tile first: under the causal mask its rows see the most keys) with the
-// group's heads fastest. So the blocks resident together read a few heads' K and V
-// (from L2 after the first read, where all heads at once did not fit and every block
-// streamed its head's from HBM), and every group's longest tiles start early, leaving
-// short ones for the tail.
+// group's heads fastest. One head a group: the blocks resident together share its K and
+// V in L2 (all heads at once did not fit, and every block streamed its head's from HBM).
+// All heads in one group: the longest tiles of every head start first, leaving short
+// ones for the tail (causal balance). The launchers choose (as measured).
 #pragma once
 
 #include "cuda/flash/flash_kernels.h"

@@ -16,12 +16,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
-#include "core/device.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/flash/block_order.cuh"
 #include "cuda/flash/flash_cuda.h"
@@ -131,19 +129,21 @@ void launch(const Args& a, dim3 grid, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
+  // Causal: the longest tiles of every head first (one group of all heads), which
+  // measured better here than query tiles fastest (H200: head_dim 64 211 -> 184-199
+  // TFLOPS, 128 288 -> 275; bench/notes/flash.md step 7); non-causal: query tiles fastest.
+  check_block_count(grid.x, static_cast<int>(grid.y));
   Args ordered = a;
-  ordered.head_group = head_group_for(grid.x, static_cast<int>(grid.y));
+  ordered.head_group = a.causal ? static_cast<int>(grid.y) : 1;
   flash_kernel<HD, T><<<grid, kThreads, Layout<HD>::kSmem, stream>>>(ordered);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-int head_group_for(std::int64_t q_tiles, int heads) {
+void check_block_count(std::int64_t q_tiles, int heads) {
   LOWBIT_CHECK(q_tiles * heads < (std::int64_t{1} << 31), "flash_attention: ", q_tiles, " query tiles x ", heads,
                " heads is more blocks than the grid's order indexes (2^31)");
-  const std::int64_t two_waves = 2 * core::multiprocessor_count();
-  return static_cast<int>(std::clamp<std::int64_t>((two_waves + q_tiles - 1) / q_tiles, 1, heads));
 }
 
 bool flash_wgmma_available() { return wgmma_ready(); }

@@ -24,14 +24,11 @@ struct Args {
   int group;  // query heads a KV head
   bool causal;
   float sl2;  // the softmax scale times log2(e)
-  int head_group = 1;  // heads a group of the blocks' order (block_order.cuh; head_group_for)
+  int head_group = 1;  // heads a group of the blocks' order (block_order.cuh), set by the launcher
 };
 
-// Heads a group of the blocks' order for a grid of q_tiles query tiles per head: enough
-// that a group spans two waves of one block per SM, so its longest tiles start well
-// before its last wave (causal balance), and few enough that the group's K and V stay
-// in L2 (5 heads of 4 MB at L 8192, head_dim 128).
-int head_group_for(std::int64_t q_tiles, int heads);
+// Checks that the grid's q_tiles x heads blocks fit the order's int index.
+void check_block_count(std::int64_t q_tiles, int heads);
 
 // Whether the wgmma kernel runs on the current device (compute capability 9.0, an sm_90a
 // image in this build; cuda/sm90_kernel.h), once per device. TMA's encoder is asked at
