@@ -46,7 +46,9 @@ struct VariantResult {
 
 // Bytes the variant's kernels read and write in global memory, counted from their
 // load and store instructions (re-reads that caches may serve included).
-std::size_t counted_bytes(const AttentionConfig& c, AttentionVariant v);
+// kernel1_rows: the activation rows a block of ours' kernel 1 takes (128 for the mma.sync
+// kernel, 256 for the wgmma one: its weights are re-read L / kernel1_rows times).
+std::size_t counted_bytes(const AttentionConfig& c, AttentionVariant v, int kernel1_rows = 128);
 
 struct GpuEvalOptions {
   std::int64_t max_naive_l = 2048, max_sequential_l = 4096;

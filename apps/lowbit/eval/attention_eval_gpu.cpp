@@ -137,6 +137,7 @@ VariantResult run_ours_mma(const VariantResult& ours, const AttentionConfig& c, 
   if (options.ref_rows > 0) check_rows(out, reference, options.ref_rows, c.heads * c.head_dim, r);
   r.ms = bench::gpu_median_ms([&](int) { call(); }, stream, 15);
   r.qkv_kernel = "mma";
+  r.bytes_moved = counted_bytes(c, AttentionVariant::fused_two_kernel, 128);
   r.qkv_ms = time_qkv(x, w, c, workspace, cuda::attention::QkvKernel::mma, stream);
   std::fprintf(stderr, "    %-16s %10.3f ms  max |err| %.3g\n", r.name.c_str(), r.ms, r.max_abs_error);
   return r;
@@ -200,6 +201,7 @@ std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vect
     if (v == AttentionVariant::fused_two_kernel) {
       const bool wgmma = cuda::attention::qkv_wgmma_available();
       r.qkv_kernel = wgmma ? "wgmma" : "mma";
+      r.bytes_moved = counted_bytes(c, v, wgmma ? 256 : 128);
       r.qkv_ms = time_qkv(x, w, c, workspace, cuda::attention::QkvKernel::automatic, stream);
       results.push_back(r);
       if (wgmma) results.push_back(run_ours_mma(r, c, x, w, out, o, workspace, reference, options, stream));
