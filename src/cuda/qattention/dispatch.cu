@@ -110,9 +110,8 @@ void run_qkv_kernel(const TensorView& x, const AttentionWeights& w, const Attent
 void run(const TensorView& x, const AttentionWeights& w, const AttentionConfig& c, AttentionVariant variant,
          const TensorView& out, const Workspace& workspace, cuda_stream_t stream, QkvKernel kernel) {
   LOWBIT_CHECK(kernel == QkvKernel::automatic || variant == AttentionVariant::fused_two_kernel,
-               "quantized_attention: kernel 1 \"", qkv_kernel_name(kernel), "\" was asked for, but only ours (",
-               attention_variant_name(AttentionVariant::fused_two_kernel), ") has a choice, not ",
-               attention_variant_name(variant));
+               "quantized_attention: kernel 1 \"", qkv_kernel_name(kernel), "\" was asked for ",
+               attention_variant_name(variant), ", but only ours (fused_two_kernel) has a choice of kernel 1");
   const WorkspaceLayout layout = workspace_layout(c, variant);
   auto* base = static_cast<std::uint8_t*>(workspace.data);
   const std::int64_t nq = c.heads * c.head_dim, nkv = c.kv_heads * c.head_dim;
