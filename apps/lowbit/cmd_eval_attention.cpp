@@ -2,7 +2,8 @@
 // kv_heads, format, causal): the four variants' time, the speed-up of ours over each,
 // the global-memory bytes their kernels move (counted), peak memory (workspace +
 // output) and the error against the CPU FP64 reference (on the first rows for long
-// causal sequences); and, per format, the weights' round-trip error and memory against
+// causal sequences), the attention kernel's and kernel 1's times alone (ours once per
+// kernel 1: wgmma and mma.sync where the wgmma one runs; the cuBLAS peer's GEMM); and, per format, the weights' round-trip error and memory against
 // FP32 and FP16. Without a GPU it prints the CPU-only parts and says so.
 #include <algorithm>
 #include <chrono>
@@ -246,13 +247,14 @@ int cmd_eval_attention(const Args& args) {
       char line[512];
       const double tflops = r.attention_ms > 0 ? attention_flops(config) / (r.attention_ms * 1e9) : 0.0;
       if (r.ran) {
-        std::snprintf(line, sizeof line, "| %s | %s | %s | %.3f | %.2fx | %.3f | %.1f | %s | %s |\n", name.c_str(),
+        std::snprintf(line, sizeof line, "| %s | %s | %s | %.3f | %.2fx | %.3f | %.1f | %s | %s | %s |\n", name.c_str(),
                       describe(config).c_str(), r.name.c_str(), r.ms, r.ms / ours.ms,
                       r.bytes_moved / 1e9, r.peak_bytes / 1048576.0,
                       r.max_abs_error >= 0 ? (std::to_string(r.max_abs_error) + " / " + std::to_string(r.max_rel_error)).c_str() : "-",
-                      tflops > 0 ? (std::to_string(r.attention_ms) + " ms, " + std::to_string(tflops) + " TFLOPS").c_str() : "");
+                      tflops > 0 ? (std::to_string(r.attention_ms) + " ms, " + std::to_string(tflops) + " TFLOPS").c_str() : "",
+                      r.qkv_ms > 0 ? (std::to_string(r.qkv_ms) + " ms (" + r.qkv_kernel + ")").c_str() : "");
       } else {
-        std::snprintf(line, sizeof line, "| %s | %s | %s | skipped: %s | | %.3f | %.1f | | |\n", name.c_str(),
+        std::snprintf(line, sizeof line, "| %s | %s | %s | skipped: %s | | %.3f | %.1f | | | |\n", name.c_str(),
                       describe(config).c_str(), r.name.c_str(), r.skipped.c_str(),
                       r.bytes_moved / 1e9, r.peak_bytes / 1048576.0);
       }
@@ -266,6 +268,8 @@ int cmd_eval_attention(const Args& args) {
       j.set("max_rel_error", r.max_rel_error >= 0 ? bench::Json(r.max_rel_error) : bench::Json());
       j.set("attention_kernel_ms", r.attention_ms > 0 ? bench::Json(r.attention_ms) : bench::Json());
       j.set("attention_kernel_tflops", tflops > 0 ? bench::Json(tflops) : bench::Json());
+      j.set("qkv_kernel_ms", r.qkv_ms > 0 ? bench::Json(r.qkv_ms) : bench::Json());
+      j.set("qkv_kernel", r.qkv_kernel.empty() ? bench::Json() : bench::Json(r.qkv_kernel));
       vj.push(std::move(j));
     }
     cj.set("variants", std::move(vj));
@@ -273,7 +277,8 @@ int cmd_eval_attention(const Args& args) {
     cases_json.push(std::move(cj));
   }
   std::printf("\n## Pipelines (%s)\n\n| case | shape | variant | ms (median) | vs ours | GB moved (counted) | peak MiB | "
-              "max abs / rel err vs FP64 | attention kernel alone |\n|---|---|---|---:|---:|---:|---:|---|---|\n%s",
+              "max abs / rel err vs FP64 | attention kernel alone | kernel 1 (Q|K|V) alone |\n"
+              "|---|---|---|---:|---:|---:|---:|---|---|---|\n%s",
               gpu ? info.gpu.c_str() : "no GPU: the four variants were not run; CPU FP64 reference only",
               table.c_str());
   if (!gpu) std::printf("\nNo GPU here: the GPU pipelines were not run (build with CUDA and run on a GPU machine).\n");

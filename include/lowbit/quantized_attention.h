@@ -20,8 +20,9 @@
 //   tiled_fused        3 kernels: dequantize; one tensor-core (WMMA) matmul writing
 //                      Q|K|V; a flash-style (online softmax) attention kernel in FP32
 //   fused_two_kernel   "ours", 2 kernels: the block decode fused into a multistage
-//                      mma.sync matmul (weights never written to memory), then a
-//                      FlashAttention-2 style tensor-core kernel
+//                      tensor-core matmul (wgmma on Hopper with an sm_90a build, else
+//                      mma.sync; weights never written to memory), then the
+//                      flash_attention kernel
 // CPU views run the CPU reference whatever the variant.
 #pragma once
 

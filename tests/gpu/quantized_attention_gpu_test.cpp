@@ -1,7 +1,9 @@
 // Every attention variant on the GPU against the CPU FP64 reference: the three block
 // formats, causal and not, odd L (1, 7, 33, 130 and a 300-row case with several
 // query and key tiles), GQA (H 8 / Hkv 2, H 3 / Hkv 1) and MHA, head_dim 64 and 128,
-// biases, fresh random inputs, outputs poisoned first (NaN), guard bytes checked.
+// biases, fresh random inputs, outputs poisoned first (NaN), guard bytes checked. Ours
+// runs its automatic kernel 1 here (wgmma on Hopper; both kernels 1 by name:
+// qkv_wgmma_gpu_test.cpp).
 //
 // Tolerance, per output element o[i, h, d] (u = 2^-11, f16's unit roundoff). The
 // weights are exactly the reference's (both use the f16-rounded decode), so the GPU
@@ -25,54 +27,20 @@
 #include <vector>
 
 #include "common/attention_inputs.h"
+#include "common/device_attention.h"
 #include "common/expect_error.h"
 #include "common/gpu.h"
 #include "common/poison.h"
 #include "common/random.h"
 #include "cpu/quantized_attention.h"
 #include "core/device_buffer.h"
+#include "cuda/qattention/qattention_cuda.h"
 #include "lowbit/quantized_attention.h"
 
 namespace lowbit::test {
 namespace {
 
 constexpr double kU = 1.0 / 2048.0;
-
-// The host problem copied to the device (each tensor in its own guarded buffer).
-struct DeviceAttention {
-  std::vector<GuardedBuffer> buffers;
-  TensorView x;
-  AttentionWeights w;
-
-  explicit DeviceAttention(HostAttention& h) {
-    buffers.reserve(16);
-    auto up = [&](const void* data, std::size_t bytes) {
-      buffers.emplace_back(bytes);
-      buffers.back().poison(0);
-      buffers.back().upload(data, bytes);
-      return buffers.back().data();
-    };
-    const AttentionConfig& c = h.config;
-    x = TensorView::matrix(up(h.x.data(), h.x.size() * 2), DType::f16, Device::cuda, c.seq_len, c.d_model);
-    auto weight = [&](HostBlockWeight& hw) {
-      BlockQuantizedView v = hw.view();
-      v.codes.data = up(hw.codes.data(), hw.codes.size());
-      v.codes.device = Device::cuda;
-      v.scales.data = up(hw.scales.data(), hw.scales.size());
-      v.scales.device = Device::cuda;
-      if (v.global_scale.data) {
-        v.global_scale.data = up(hw.global.data(), 4);
-        v.global_scale.device = Device::cuda;
-      }
-      return v;
-    };
-    w.wq = weight(h.wq), w.wk = weight(h.wk), w.wv = weight(h.wv);
-    auto bias = [&](std::vector<formats::Half>& b) {
-      return TensorView::vector(up(b.data(), b.size() * 2), DType::f16, Device::cuda, static_cast<std::int64_t>(b.size()));
-    };
-    if (!h.bq.empty()) w.bq = bias(h.bq), w.bk = bias(h.bk), w.bv = bias(h.bv);
-  }
-};
 
 struct Reference {
   std::vector<double> o, tol;
@@ -189,6 +157,19 @@ TEST_F(AttentionGpu, BadDeviceInput) {
   EXPECT_LOWBIT_ERROR(quantized_attention(x, d.w, c, AttentionVariant::fused_two_kernel, o,
                                           Workspace{ws.data(), ws.bytes()}, nullptr),
                       "x: the GPU kernels need 16-byte aligned rows");
+  // Kernel 1's choice (cuda/qattention/qattention_cuda.h): only ours has one; the wgmma
+  // kernel named where it cannot run; kernel 1 alone with too small a workspace.
+  namespace qa = cuda::attention;
+  EXPECT_LOWBIT_ERROR(qa::run(d.x, d.w, c, AttentionVariant::tiled_fused, o, Workspace{ws.data(), ws.bytes()},
+                              nullptr, qa::QkvKernel::wgmma),
+                      "only ours");
+  EXPECT_LOWBIT_ERROR(qa::run_qkv_kernel(d.x, d.w, c, Workspace{ws.data(), 256}, nullptr), "expected a workspace of");
+  if (!qa::qkv_wgmma_available()) {
+    EXPECT_LOWBIT_ERROR(qa::run_qkv_kernel(d.x, d.w, c, Workspace{ws.data(), ws.bytes()}, nullptr,
+                                           qa::QkvKernel::wgmma),
+                        "Hopper and an sm_90a image needed");
+  }
+  EXPECT_TRUE(out.guards_intact("out"));
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ AttentionWeights AttentionProblem::weights() {
   return w;
 }
 
-std::size_t counted_bytes(const AttentionConfig& c, AttentionVariant v) {
+std::size_t counted_bytes(const AttentionConfig& c, AttentionVariant v, int kernel1_rows) {
   const double l = static_cast<double>(c.seq_len), k = static_cast<double>(c.d_model);
   const double hd = static_cast<double>(c.head_dim), h = static_cast<double>(c.heads);
   const double nq = h * hd, nkv = static_cast<double>(c.kv_heads) * hd, n = nq + 2 * nkv;
@@ -78,7 +78,8 @@ std::size_t counted_bytes(const AttentionConfig& c, AttentionVariant v) {
       bytes += l * nq * 2 + h * keys_read(32) * hd * 2 * 2 + o;
       break;
     case AttentionVariant::fused_two_kernel:
-      bytes = x * ceil(n, 128) + packed * ceil(l, 128) + qkv;  // 128 x 128 tiles, 4-bit weights
+      // kernel1_rows x 128 tiles (X rows x Q|K|V columns), 4-bit weights
+      bytes = x * ceil(n, 128) + packed * ceil(l, kernel1_rows) + qkv;
       bytes += l * nq * 2 + h * keys_read(128) * hd * 2 * 2 + o;
       break;
   }

@@ -103,7 +103,42 @@ VariantResult run_predequantized_peer(const AttentionProblem& p, const TensorVie
   r.attention_ms = bench::gpu_median_ms(
       [&](int) { cuda::attention::run_attention_kernel(c, AttentionVariant::fused_two_kernel, o, workspace, stream); },
       stream, 15);
+  r.qkv_ms = bench::gpu_median_ms(
+      [&](int) {
+        blas.float_gemm(DType::f16, x.data, weights.data(), qkv.data(), c.seq_len, attention_qkv_cols(c), c.d_model);
+      },
+      stream, 15);
+  r.qkv_kernel = "cuBLAS";
   r.ran = true;
+  std::fprintf(stderr, "    %-16s %10.3f ms  max |err| %.3g\n", r.name.c_str(), r.ms, r.max_abs_error);
+  return r;
+}
+
+// Kernel 1 of ours alone (`kernel`), into the workspace's Q|K|V.
+double time_qkv(const TensorView& x, const AttentionWeights& w, const AttentionConfig& c, const Workspace& workspace,
+                cuda::attention::QkvKernel kernel, cudaStream_t stream) {
+  return bench::gpu_median_ms([&](int) { cuda::attention::run_qkv_kernel(x, w, c, workspace, stream, kernel); },
+                              stream, 15);
+}
+
+// kOursMma: ours' row `ours` again with the mma.sync kernel 1 (same workspace and memory).
+VariantResult run_ours_mma(const VariantResult& ours, const AttentionConfig& c, const TensorView& x, const AttentionWeights& w,
+                           core::DeviceBuffer& out, const TensorView& o, const Workspace& workspace,
+                           const std::vector<double>& reference, const GpuEvalOptions& options, cudaStream_t stream) {
+  VariantResult r = ours;
+  r.name = kOursMma;
+  const auto call = [&] {
+    cuda::attention::run(x, w, c, AttentionVariant::fused_two_kernel, o, workspace, stream,
+                         cuda::attention::QkvKernel::mma);
+  };
+  LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));  // NaN until written
+  call();
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (options.ref_rows > 0) check_rows(out, reference, options.ref_rows, c.heads * c.head_dim, r);
+  r.ms = bench::gpu_median_ms([&](int) { call(); }, stream, 15);
+  r.qkv_kernel = "mma";
+  r.bytes_moved = counted_bytes(c, AttentionVariant::fused_two_kernel, 128);
+  r.qkv_ms = time_qkv(x, w, c, workspace, cuda::attention::QkvKernel::mma, stream);
   std::fprintf(stderr, "    %-16s %10.3f ms  max |err| %.3g\n", r.name.c_str(), r.ms, r.max_abs_error);
   return r;
 }
@@ -163,6 +198,15 @@ std::vector<VariantResult> run_gpu_variants(AttentionProblem& p, const std::vect
     }
     r.ran = true;
     std::fprintf(stderr, "    %-16s %10.3f ms  max |err| %.3g\n", attention_variant_name(v), r.ms, r.max_abs_error);
+    if (v == AttentionVariant::fused_two_kernel) {
+      const bool wgmma = cuda::attention::qkv_wgmma_available();
+      r.qkv_kernel = wgmma ? "wgmma" : "mma";
+      r.bytes_moved = counted_bytes(c, v, wgmma ? 256 : 128);
+      r.qkv_ms = time_qkv(x, w, c, workspace, cuda::attention::QkvKernel::automatic, stream);
+      results.push_back(r);
+      if (wgmma) results.push_back(run_ours_mma(r, c, x, w, out, o, workspace, reference, options, stream));
+      continue;
+    }
     results.push_back(r);
   }
   results.push_back(run_predequantized_peer(p, x, w, out, o, reference, options, stream));

@@ -5,6 +5,7 @@
 #include "cuda/qattention/kernels.h"
 #include "cuda/block_formats/block_formats_cuda.h"
 #include "cuda/flash/flash_cuda.h"
+#include "lowbit/error.h"
 
 namespace lowbit::cuda::attention {
 namespace {
@@ -33,7 +34,43 @@ void flash_on_qkv(const AttnArgs& a, cudaStream_t stream) {
                                out, nullptr, nullptr, 1, a.seq_len, p, stream);
 }
 
+// Ours' kernel 1, the one `kernel` names (qattention_cuda.h).
+void ours_qkv(const ProjectionArgs& p, BlockFormat format, QkvKernel kernel, cudaStream_t stream) {
+  if (kernel != QkvKernel::mma && qkv_wgmma_available()) return qkv_fused_wgmma(p, format, stream);
+  LOWBIT_CHECK(kernel != QkvKernel::wgmma, "quantized_attention: the wgmma kernel 1 was asked for, but this device "
+                                           "or build does not run it (Hopper and an sm_90a image needed)");
+  qkv_fused(p, format, stream);
+}
+
+// X, the three weights and Q|K|V in the workspace, as kernel 1 of every variant reads them.
+ProjectionArgs projection_args(const TensorView& x, const AttentionWeights& w, const AttentionConfig& c,
+                               const WorkspaceLayout& layout, std::uint8_t* base) {
+  const std::int64_t nq = c.heads * c.head_dim, nkv = c.kv_heads * c.head_dim;
+  const std::int64_t cols = attention_qkv_cols(c);
+  ProjectionArgs p;
+  p.x = x.ptr<const __half>();
+  p.ldx = x.row_stride();
+  p.m = static_cast<int>(c.seq_len);
+  p.k = static_cast<int>(c.d_model);
+  p.n = static_cast<int>(cols);
+  p.seg[0] = segment(w.wq, w.bq, nq);
+  p.seg[1] = segment(w.wk, w.bk, nkv);
+  p.seg[2] = segment(w.wv, w.bv, nkv);
+  p.out = reinterpret_cast<__half*>(base + layout.qkv);
+  p.ldo = cols;
+  return p;
+}
+
 }  // namespace
+
+const char* qkv_kernel_name(QkvKernel kernel) {
+  switch (kernel) {
+    case QkvKernel::automatic: return "automatic";
+    case QkvKernel::mma: return "mma";
+    case QkvKernel::wgmma: return "wgmma";
+  }
+  return "unknown";
+}
 
 static AttnArgs attention_args(const AttentionConfig& c, const WorkspaceLayout& layout, std::uint8_t* base,
                         const TensorView& out) {
@@ -62,29 +99,27 @@ void run_attention_kernel(const AttentionConfig& c, AttentionVariant variant, co
   }
 }
 
+void run_qkv_kernel(const TensorView& x, const AttentionWeights& w, const AttentionConfig& c,
+                    const Workspace& workspace, cuda_stream_t stream, QkvKernel kernel) {
+  const WorkspaceLayout layout = workspace_layout(c, AttentionVariant::fused_two_kernel);
+  LOWBIT_CHECK(workspace.data != nullptr && workspace.bytes >= layout.total, "run_qkv_kernel: expected a workspace of ",
+               layout.total, " bytes, got ", workspace.bytes);
+  ours_qkv(projection_args(x, w, c, layout, static_cast<std::uint8_t*>(workspace.data)), c.format, kernel, stream);
+}
+
 void run(const TensorView& x, const AttentionWeights& w, const AttentionConfig& c, AttentionVariant variant,
-         const TensorView& out, const Workspace& workspace, cuda_stream_t stream) {
+         const TensorView& out, const Workspace& workspace, cuda_stream_t stream, QkvKernel kernel) {
+  LOWBIT_CHECK(kernel == QkvKernel::automatic || variant == AttentionVariant::fused_two_kernel,
+               "quantized_attention: kernel 1 \"", qkv_kernel_name(kernel), "\" was asked for ",
+               attention_variant_name(variant), ", but only ours (fused_two_kernel) has a choice of kernel 1");
   const WorkspaceLayout layout = workspace_layout(c, variant);
   auto* base = static_cast<std::uint8_t*>(workspace.data);
   const std::int64_t nq = c.heads * c.head_dim, nkv = c.kv_heads * c.head_dim;
-  const std::int64_t cols = attention_qkv_cols(c);
-
-  ProjectionArgs p;
-  p.x = x.ptr<const __half>();
-  p.ldx = x.row_stride();
-  p.m = static_cast<int>(c.seq_len);
-  p.k = static_cast<int>(c.d_model);
-  p.n = static_cast<int>(cols);
-  p.seg[0] = segment(w.wq, w.bq, nq);
-  p.seg[1] = segment(w.wk, w.bk, nkv);
-  p.seg[2] = segment(w.wv, w.bv, nkv);
-  p.out = reinterpret_cast<__half*>(base + layout.qkv);
-  p.ldo = cols;
-
+  ProjectionArgs p = projection_args(x, w, c, layout, base);
   const AttnArgs a = attention_args(c, layout, base, out);
 
   if (variant == AttentionVariant::fused_two_kernel) {
-    qkv_fused(p, c.format, stream);
+    ours_qkv(p, c.format, kernel, stream);
     flash_on_qkv(a, stream);
     return;
   }

@@ -53,4 +53,9 @@ void flash_simt(const AttnArgs& a, cudaStream_t stream);
 // flash_attention's tensor-core kernel (cuda/flash/flash_cuda.h, dispatch.cu).
 void qkv_fused(const ProjectionArgs& p, BlockFormat format, cudaStream_t stream);
 
+// Ours' kernel 1 on Hopper's wgmma (qkv_fused_wgmma.cu): the same result as qkv_fused
+// (the same f16 weights; only the f32 summation order differs). Throws where it cannot
+// run (qkv_wgmma_available(), qattention_cuda.h, says whether it does).
+void qkv_fused_wgmma(const ProjectionArgs& p, BlockFormat format, cudaStream_t stream);
+
 }  // namespace lowbit::cuda::attention

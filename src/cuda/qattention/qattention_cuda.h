@@ -20,8 +20,25 @@ struct WorkspaceLayout {
 
 WorkspaceLayout workspace_layout(const AttentionConfig& config, AttentionVariant variant);
 
+// Which kernel 1 ours (fused_two_kernel) runs: the wgmma one where it runs (Hopper and an
+// sm_90a image), else the mma.sync one; or one of them by name (tests and benchmarks;
+// wgmma throws where it cannot run). The baselines have no choice: they take automatic.
+enum class QkvKernel { automatic, mma, wgmma };
+
+const char* qkv_kernel_name(QkvKernel kernel);  // "automatic", "mma", "wgmma"
+
+// Whether the wgmma kernel 1 runs on the current device.
+bool qkv_wgmma_available();
+
 void run(const TensorView& x, const AttentionWeights& weights, const AttentionConfig& config,
-         AttentionVariant variant, const TensorView& out, const Workspace& workspace, cuda_stream_t stream);
+         AttentionVariant variant, const TensorView& out, const Workspace& workspace, cuda_stream_t stream,
+         QkvKernel kernel = QkvKernel::automatic);
+
+// Only ours' kernel 1: Q|K|V [L x (H + 2 Hkv) hd] f16 into `workspace` at
+// workspace_layout(config, fused_two_kernel).qkv (for tests and for timing the kernel
+// alone). Arguments as quantized_attention() validates them.
+void run_qkv_kernel(const TensorView& x, const AttentionWeights& weights, const AttentionConfig& config,
+                    const Workspace& workspace, cuda_stream_t stream, QkvKernel kernel = QkvKernel::automatic);
 
 // Only the attention kernel of `variant` (tiled_fused: the SIMT flash kernel; ours:
 // the tensor-core one) over the Q|K|V already in `workspace` (left there by a full

@@ -16,8 +16,7 @@
 #include <cstdint>
 
 #include "cuda/qattention/kernels.h"
-#include "formats/minifloat.h"
-#include "formats/nf4.h"
+#include "cuda/qattention/qkv_decode.cuh"
 #include "lowbit/cuda_check.h"
 
 namespace lowbit::cuda::attention {
@@ -28,42 +27,6 @@ constexpr int kXStage = kBM * kBK * 2;      // 16 KB
 constexpr int kCodeStage = kBN * kBK / 2;   // 4 KB
 constexpr int kStage = kXStage + kCodeStage;
 constexpr int kSmem = kStages * kStage + 16 * 4;
-
-// Per format: the code table, the scale word of (row, K step) and the factor of k16 step s.
-struct Nf4Fmt {
-  using Word = std::uint32_t;  // f32 absmax, one block per K step
-  static constexpr bool kGlobal = false;
-  static __device__ float table(int i) { return formats::nf4_level(i); }
-  static __device__ float factor(std::uint32_t w, int) { return __uint_as_float(w); }
-};
-struct Mxfp4Fmt {
-  using Word = std::uint16_t;  // two E8M0 bytes, blocks of 32
-  static constexpr bool kGlobal = false;
-  static __device__ float table(int i) { return formats::e2m1_decode(i); }
-  static __device__ float factor(std::uint32_t w, int s) {
-    return formats::e8m0_decode(static_cast<std::uint8_t>(w >> (8 * (s / 2))));
-  }
-};
-struct Nvfp4Fmt {
-  using Word = std::uint32_t;  // four E4M3 bytes, blocks of 16
-  static constexpr bool kGlobal = true;
-  static __device__ float table(int i) { return formats::e2m1_decode(i); }
-  static __device__ float factor(std::uint32_t w, int s) {
-    return formats::e4m3_decode(static_cast<std::uint8_t>(w >> (8 * s)));
-  }
-};
-
-// Two codes of one byte -> the f16 pair of a fragment register (low nibble = lower k).
-template <class F>
-__device__ __forceinline__ std::uint32_t decode_pair(const float* table, std::uint32_t byte, float f, float g) {
-  float lo = table[byte & 15u] * f, hi = table[(byte >> 4) & 15u] * f;
-  if constexpr (F::kGlobal) lo *= g, hi *= g;
-  return pack_half2(lo, hi);
-}
-
-__device__ __forceinline__ int segment_of(const ProjectionArgs& p, int col) {
-  return col < p.seg[0].rows ? 0 : (col < p.seg[0].rows + p.seg[1].rows ? 1 : 2);
-}
 
 template <class F>
 __global__ void __launch_bounds__(kThreads, 1) qkv_fused_kernel(const ProjectionArgs p) {
@@ -90,8 +53,8 @@ __global__ void __launch_bounds__(kThreads, 1) qkv_fused_kernel(const Projection
   const std::uint8_t* csrc;
   {
     const int s = segment_of(p, cok ? ccol : 0);
-    const int base = s == 0 ? 0 : (s == 1 ? p.seg[0].rows : p.seg[0].rows + p.seg[1].rows);
-    const FusedSegment& seg = s == 0 ? p.seg[0] : (s == 1 ? p.seg[1] : p.seg[2]);
+    const int base = segment_base(p, s);
+    const FusedSegment& seg = segment_at(p, s);
     csrc = seg.codes + static_cast<std::int64_t>(cok ? ccol - base : 0) * seg.code_stride + cc * 16;
   }
   const std::uint32_t cdst = kXStage + cr * 32 + ((cc ^ ((cr >> 2) & 1)) * 16);
@@ -110,8 +73,8 @@ __global__ void __launch_bounds__(kThreads, 1) qkv_fused_kernel(const Projection
   const int wcol = n0 + wn * 32;
   const bool wok = wcol < p.n;
   const int ws = segment_of(p, wok ? wcol : 0);
-  const FusedSegment& seg = ws == 0 ? p.seg[0] : (ws == 1 ? p.seg[1] : p.seg[2]);
-  const int wbase = ws == 0 ? 0 : (ws == 1 ? p.seg[0].rows : p.seg[0].rows + p.seg[1].rows);
+  const FusedSegment& seg = segment_at(p, ws);
+  const int wbase = segment_base(p, ws);
   const auto* words = static_cast<const typename F::Word*>(seg.scales) +
                       static_cast<std::int64_t>(wok ? wcol - wbase + r : 0) * steps;
   const std::int64_t row8 = 8LL * steps;  // words between rows j and j + 1 of the lane
