@@ -70,13 +70,15 @@ _GEMM_FIGURES = {
 }
 
 def _decode_figures(contexts):
-    """`lowbit bench decode`: decode tok/s per context and policy, and % of the copy ceiling."""
+    """`lowbit bench decode`: decode tok/s per context and policy, % of the copy ceiling and
+    the prompt's prefill tok/s."""
     out = {}
     for context in contexts:
         for policy in ("full", "selective8", "selective4", "int8", "int4"):
             row = f"rows[context={context},policy={policy}]"
             out[f"{policy}_{context}_tok_s"] = row + ".decode_tokens_per_s"
             out[f"{policy}_{context}_pct_copy"] = row + ".pct_copy"
+            out[f"{policy}_{context}_prefill_tok_s"] = row + ".prefill_tokens_per_s"
     return out
 
 
@@ -90,6 +92,7 @@ def _kv_attention_figures(contexts):
 
 DEFAULT_FIGURES = {
     "decode-8b": _decode_figures((2048, 8192, 32768)),
+    "decode-8b-32k": _decode_figures((2048, 8192, 32768)),
     # the same with the GEMVs' late PDL trigger, before it became the default (2a6c2da)
     "decode-8b-pdl-late": _decode_figures((2048, 8192)),
     "decode-1b": _decode_figures((2048, 8192)),
