@@ -158,7 +158,7 @@ int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaSt
       double simt_ms = 0;
       // automatic: the full policy's flash kernel (wgmma over the FP16 slots) on Hopper.
       std::vector<cuda::kv::AttentionKernel> kernels{cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma};
-      if (s.body == core::KvBody::none && s.window == 0) kernels.push_back(cuda::kv::AttentionKernel::automatic);
+      if (s.full()) kernels.push_back(cuda::kv::AttentionKernel::automatic);
       for (const auto kernel : kernels) {
         auto launch = [&](void* dst) {
           cuda::kv::kv_attention_rows(s, layer.buffers, chunk, snapshot.data(), o.n_heads, dst, q_cols, ws.data(),

@@ -62,6 +62,7 @@ struct KvLayerShape {
   LOWBIT_HD std::int64_t code_bytes() const { return body == KvBody::int4 ? head_dim / 2 : head_dim; }
   LOWBIT_HD bool has_mins() const { return body == KvBody::int4; }
   LOWBIT_HD bool drops() const { return body == KvBody::none && window > 0; }  // window policy
+  LOWBIT_HD bool full() const { return body == KvBody::none && window == 0; }  // full policy: every slot FP16
   LOWBIT_HD std::int64_t slot(std::int64_t pos) const { return pos < sink ? pos : sink + pos % window; }
 
   std::size_t f16_bytes() const { return static_cast<std::size_t>(kv_heads * f16_slots() * head_dim * 2); }

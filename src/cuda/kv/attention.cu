@@ -768,8 +768,7 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                "runs mma (tensor cores) or simt");
   // The full policy on a contiguous cache is flash's causal chunk over the FP16 slots
   // (slot = position, [kv_heads][slots][D]): the Hopper wgmma kernel, where it runs.
-  if (kernel == AttentionKernel::automatic && table == nullptr && shape.body == KvBody::none &&
-      shape.window == 0 && !key_blocks) {
+  if (kernel == AttentionKernel::automatic && table == nullptr && shape.full() && !key_blocks) {
     const flash::CacheAttention c{chunk.base, chunk.ld, layer.k.f16, layer.v.f16, d, shape.f16_slots() * d, out,
                                   out_ld, chunk.rows, chunk.pos0, n_heads, shape.kv_heads, d};
     if (flash::flash_attention_over_cache(c, stream)) return;
