@@ -287,9 +287,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
           load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
         }
         if constexpr (kSub) {
-          compute_step_sub<F, kTN, kStages, kChunk>(x[0], lane, slot, cc, ring, acc);
+          compute_step_sub<F, kTN>(x[0], lane, slot, cc, ring, acc);
         } else {
-          compute_step<T, F, kRowGroups, kTN, kStages, kChunk>(p, x, lane, slot, cc, ring, acc);
+          compute_step<T, F, kRowGroups, kTN>(p, x, lane, slot, cc, ring, acc);
         }
         ++step;
 #pragma unroll

@@ -10,9 +10,9 @@
 //   a contiguous run that may cross pairs: every SM and every warp streams the same bytes
 //   to within one unit;
 // - a warp's ring holds kStages slots of up to kChunk steps of one pair, filled by bulk
-//   copies (cp.async.bulk: one unit, or one step's scales or mins, of one tile each, issued
-//   by one lane each) that complete on the slot's mbarrier: no registers or issue slots
-//   for addresses, and ~200 KB of ring a SM in flight;
+//   copies (cp.async.bulk: a tile's units, scales or mins of the chunk, each contiguous,
+//   issued by one lane each) that complete on the slot's mbarrier: no registers or issue
+//   slots for addresses, and ~200 KB of ring a SM in flight;
 // - a pair split between warps is summed through shared memory after the loop, in warp
 //   order (deterministic, no atomics).
 #include <algorithm>
@@ -35,7 +35,7 @@ using namespace gemv_step;
 constexpr int kRingBudget = 200 * 1024;  // shared memory for the rings of a block (one block a SM)
 
 template <Form F, int kChunk>
-using Slot = Ring<F, 2, 1, kChunk>;  // one slot: kChunk steps of a tile pair
+using Slot = PairRing<F, 1, kChunk>;  // one slot: kChunk steps of a tile pair
 
 template <Form F, int kWarps, int kChunk>
 constexpr int stages() {
@@ -44,7 +44,7 @@ constexpr int stages() {
 }
 
 template <Form F, int kWarps, int kChunk>
-using WarpRing = Ring<F, 2, stages<F, kWarps, kChunk>(), kChunk>;
+using WarpRing = PairRing<F, stages<F, kWarps, kChunk>(), kChunk>;
 
 // The rings, then one mbarrier a slot.
 template <Form F, int kWarps, int kChunk>
@@ -75,7 +75,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) gemv_bulk_kernel(const Params 
   constexpr bool kScales = !is_block_form(F);  // (the block forms' units hold theirs)
   constexpr bool kMins = F == Form::q4_zero_point;
   constexpr int kLists = 1 + (kScales ? 1 : 0) + (kMins ? 1 : 0);
-  static_assert(kLists * 2 * kChunk <= 32, "one lane a copy");
   // pdl as gemv_kernel's: weights are issued before griddepcontrol.wait, activations after.
   if (pdl == 1 || pdl == 2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -108,27 +107,29 @@ __global__ void __launch_bounds__(kWarps * 32, 1) gemv_bulk_kernel(const Params 
   auto chunk_len = [&](std::int64_t step, std::int64_t u) {
     return static_cast<int>(std::min<std::int64_t>({kChunk, ks - step, u1 - u}));
   };
-  // Copies a chunk into `slot`: lane (list, tile, step) copies one unit or one step's scales
-  // or mins of one tile; lane 0 first announces the bytes.
+  // Copies a chunk into `slot`: lane (list, tile) copies the chunk's units, or its scales or
+  // mins, of one tile (contiguous in the packed weights and in the slot); lane 0 first
+  // announces the bytes.
   auto issue = [&](int slot, std::int64_t pair, std::int64_t step, int len) {
     const std::int64_t tile = 2 * (pair0 + pair);
     const int tiles = p.n_tiles - tile >= 2 ? 2 : 1;
-    const int scale_bytes = (p.groups_per_step > 0 ? p.groups_per_step : 1) * 16;
+    // One scale chunk of 16 bytes a group; a per-channel scale (groups_per_step 0) once.
+    const int scale_bytes = p.groups_per_step > 0 ? len * p.groups_per_step * 16 : 16;
     const std::uint32_t bar = sm90::smem_address(&full[slot]);
     if (lane == 0) {
-      const int per_step = kUnit + (kScales ? scale_bytes : 0) + (kMins ? scale_bytes : 0);
-      sm90::mbarrier_arrive_expect_tx(bar, static_cast<std::uint32_t>(tiles * len * per_step));
+      const int per_tile = len * kUnit + (kScales ? scale_bytes : 0) + (kMins ? scale_bytes : 0);
+      sm90::mbarrier_arrive_expect_tx(bar, static_cast<std::uint32_t>(tiles * per_tile));
     }
     __syncwarp();
-    const int cc = lane % kChunk, t = lane / kChunk % 2, list = lane / (2 * kChunk);
-    if (list < kLists && cc < len && t < tiles) {
-      const std::int64_t n_tile = tile + t, s = step + cc;
+    const int t = lane % 2, list = lane / 2;
+    if (list < kLists && t < tiles) {
+      const std::int64_t n_tile = tile + t;
       if (list == 0) {
-        sm90::bulk_load(sm90::smem_address(&ring.codes[slot][cc][t][0]), p.codes + (n_tile * ks + s) * kUnit, kUnit,
-                        bar);
+        sm90::bulk_load(sm90::smem_address(&ring.codes[slot][t][0][0]), p.codes + (n_tile * ks + step) * kUnit,
+                        static_cast<std::uint32_t>(len * kUnit), bar);
       } else {
-        const std::uint16_t* src = (list == 1 ? p.scales : p.mins) + (n_tile * p.groups + s * p.groups_per_step) * 8;
-        const void* dst = list == 1 ? &ring.scales[slot][cc][t][0][0] : &ring.mins[slot][cc][t][0][0];
+        const std::uint16_t* src = (list == 1 ? p.scales : p.mins) + (n_tile * p.groups + step * p.groups_per_step) * 8;
+        const void* dst = list == 1 ? &ring.scales[slot][t][0][0] : &ring.mins[slot][t][0][0];
         sm90::bulk_load(sm90::smem_address(dst), src, static_cast<std::uint32_t>(scale_bytes), bar);
       }
     }
@@ -179,9 +180,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) gemv_bulk_kernel(const Params 
       std::uint32_t x[kRowGroups][16];
       load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
       if constexpr (kSub) {
-        compute_step_sub<F, 2, kStages, kChunk>(x[0], lane, slot, cc, ring, acc);
+        compute_step_sub<F, 2>(x[0], lane, slot, cc, ring, acc);
       } else {
-        compute_step<T, F, kRowGroups, 2, kStages, kChunk>(p, x, lane, slot, cc, ring, acc);
+        compute_step<T, F, kRowGroups, 2>(p, x, lane, slot, cc, ring, acc);
       }
     }
     __syncwarp();               // every lane has read the slot ...
@@ -277,9 +278,9 @@ void run_gemv_bulk(const Params& p, const Variant& v, cudaStream_t stream) {
   LOWBIT_CHECK(p.m <= kGemvMaxRows, "weight_only: the bulk-copy GEMV takes M <= ", kGemvMaxRows, ", got ", p.m);
   if constexpr (std::is_same_v<T, __half> && F == Form::q4_zero_point) {
     switch (v.shape) {
-      case 1: return launch_rows<T, F, 16, 1>(p, v, stream);
-      case 2: return launch_rows<T, F, 8, 2>(p, v, stream);
-      case 3: return launch_rows<T, F, 8, 4>(p, v, stream);
+      case 1: return launch_rows<T, F, 16, 4>(p, v, stream);
+      case 2: return launch_rows<T, F, 8, 4>(p, v, stream);
+      case 3: return launch_rows<T, F, 8, 8>(p, v, stream);
       default: break;
     }
   }

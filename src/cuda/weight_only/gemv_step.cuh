@@ -21,6 +21,29 @@ struct Ring {
   uint4 codes[kStages][kChunk][kTN][kVecs];  // vector h * 32 + lane: the lane's load h
   std::uint16_t scales[kStages][kChunk][kTN][kMaxChunks][8];
   std::uint16_t mins[kStages][kChunk][kTN][kMaxChunks][8];
+  // Step c of tile j in a slot: its unit, and the scale / min of group g (of the step), row r.
+  __device__ const uint4* unit(int slot, int c, int j) const { return codes[slot][c][j]; }
+  __device__ std::uint16_t scale(int slot, int c, int j, int g, int r, int) const { return scales[slot][c][j][g][r]; }
+  __device__ std::uint16_t minimum(int slot, int c, int j, int g, int r, int) const { return mins[slot][c][j][g][r]; }
+};
+
+// The same for a pair of tiles, tile-major: a tile's kChunk steps of units, and of scales /
+// mins, are contiguous in a slot as in the packed weights (groups_per_step groups a step),
+// so one bulk copy a tile and list fills a slot (gemv_bulk.cu).
+template <Form F, int kStages, int kChunk>
+struct PairRing {
+  static constexpr int kVecs = form_unit_bytes<F>() / 16;
+  static constexpr int kLoads = (kVecs + 31) / 32;
+  uint4 codes[kStages][2][kChunk][kVecs];
+  std::uint16_t scales[kStages][2][kChunk * kMaxChunks][8];  // group c * groups_per_step + g
+  std::uint16_t mins[kStages][2][kChunk * kMaxChunks][8];
+  __device__ const uint4* unit(int slot, int c, int j) const { return codes[slot][j][c]; }
+  __device__ std::uint16_t scale(int slot, int c, int j, int g, int r, int groups_per_step) const {
+    return scales[slot][j][c * groups_per_step + g][r];
+  }
+  __device__ std::uint16_t minimum(int slot, int c, int j, int g, int r, int groups_per_step) const {
+    return mins[slot][j][c * groups_per_step + g][r];
+  }
 };
 
 // The slow path (the ragged end of K, or rows not 16-byte aligned), kept out of line
@@ -35,18 +58,16 @@ static __device__ __noinline__ void load_x_run_ragged(const std::uint16_t* x, st
 
 // Dequantizes and multiplies one step (chunk entry c of a slot): per tile pair and
 // packed word, 8 weights x 2 tiles of A fragments against the activation rows in B.
-template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+template <class T, Form F, int kRowGroups, int kTN, class RingT>
 __device__ __forceinline__ void compute_step(const Params& p, const std::uint32_t (&x)[kRowGroups][16], int lane,
-                                             int slot, int c, const Ring<F, kTN, kStages, kChunk>& ring,
-                                             float (&acc)[kTN / 2][kRowGroups][4]) {
-  using RingT = Ring<F, kTN, kStages, kChunk>;
+                                             int slot, int c, const RingT& ring, float (&acc)[kTN / 2][kRowGroups][4]) {
   if constexpr (is_block_form(F)) {  // the unit holds the lane's scales: see BlockLane
 #pragma unroll
     for (int jp = 0; jp < kTN / 2; ++jp) {
       BlockLane<F> bl[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        bl[u] = load_block_lane<F>(reinterpret_cast<const std::uint8_t*>(ring.codes[slot][c][2 * jp + u]), lane);
+        bl[u] = load_block_lane<F>(reinterpret_cast<const std::uint8_t*>(ring.unit(slot, c, 2 * jp + u)), lane);
       }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
@@ -71,10 +92,10 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint32_
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       const int j = 2 * jp + u;
-      sc[u].s = Act<T>::splat(ring.scales[slot][c][j][g][r]);
-      sc[u].m = Act<T>::splat(F == Form::q4_zero_point ? ring.mins[slot][c][j][g][r] : std::uint16_t{0});
+      sc[u].s = Act<T>::splat(ring.scale(slot, c, j, g, r, p.groups_per_step));
+      sc[u].m = Act<T>::splat(F == Form::q4_zero_point ? ring.minimum(slot, c, j, g, r, p.groups_per_step) : std::uint16_t{0});
 #pragma unroll
-      for (int h = 0; h < RingT::kLoads; ++h) v[u][h] = ring.codes[slot][c][j][h * 32 + lane];
+      for (int h = 0; h < RingT::kLoads; ++h) v[u][h] = ring.unit(slot, c, j)[h * 32 + lane];
     }
     // Chunk w (k 32c + 8w .. + 7 of the lane) is products t = 2w, 2w + 1.
 #pragma unroll
@@ -107,10 +128,9 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint32_
 // B column (row r / 4 of x where c == r % 4, else 0); acc[jp][0][i] is the FP32 sum of
 // tile 2 jp + i / 2, row r, B column 2c + i % 2 (one sub-block column of one M row),
 // turned into gemv_kernel's D layout after the loop (sub_to_rows).
-template <Form F, int kTN, int kStages, int kChunk>
+template <Form F, int kTN, class RingT>
 __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], int lane, int slot, int c,
-                                                 const Ring<F, kTN, kStages, kChunk>& ring,
-                                                 float (&acc)[kTN / 2][1][4]) {
+                                                 const RingT& ring, float (&acc)[kTN / 2][1][4]) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
   constexpr bool kHalves = formats::block_halves(kB);  // two sub-blocks of 16 a lane: words 0-1, 2-3
   constexpr int kLow = formats::block_low_bytes(kB);
@@ -137,7 +157,7 @@ __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], i
     std::uint32_t h0[2] = {0, 0}, h1[2] = {0, 0};
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      unit[u] = reinterpret_cast<const std::uint8_t*>(ring.codes[slot][c][2 * jp + u]);
+      unit[u] = reinterpret_cast<const std::uint8_t*>(ring.unit(slot, c, 2 * jp + u));
       q[u] = load_low_plane<kB>(unit[u], lane);
       if constexpr (formats::block_high_planes(kB) >= 1) h0[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + kLow + 4 * lane);
       if constexpr (formats::block_high_planes(kB) >= 2) {
