@@ -418,11 +418,6 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
                                   wo::Variant{wo::Kernel::gemv, shape, k_slices});
           }
         }
-        if (wo::gemv_bulk_available()) {
-          for (int shape = 0; shape < wo::kGemvBulkShapes; ++shape) {
-            variants.emplace_back("gemv_bulk shape " + std::to_string(shape), wo::Variant{wo::Kernel::gemv_bulk, shape});
-          }
-        }
         const int copies = static_cast<int>(dev.views.size());
         for (const auto& [name, variant] : variants) {
           const wo::Params p = wo::make_params(xv, dev.views[0], TensorView{}, ov);
@@ -647,22 +642,15 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
         const bool both = wo::is_block_form(form) && m <= 2;
         const bool k_quant = form == wo::Form::q4_k || form == wo::Form::q5_k || form == wo::Form::q6_k ||
                              form == wo::Form::q3_k || form == wo::Form::q2_k;
-        // Then the bulk-copy GEMV with its default decode, where the device runs it.
         const int other = k_quant ? 0 : 1;
-        struct Run {
-          const char* name;  // the row's variant; "production": the public entry
-          wo::Variant variant;
-        };
-        std::vector<Run> runs{{"production", {}}};
-        if (both) runs.push_back({other == 0 ? "per_weight_decode" : "sub_block_decode", {wo::Kernel::gemv, -1, 0, false, -1, other}});
-        if (wo::gemv_bulk_available()) runs.push_back({"bulk", {wo::Kernel::gemv_bulk}});
-        for (const Run& r : runs) {
-          const bool production = std::string(r.name) == "production";
+        for (const int decode : {-1, other}) {
+          if (decode >= 0 && !both) continue;
+          const wo::Variant variant{wo::Kernel::gemv, -1, 0, false, -1, decode};
           auto run = [&](const PackedWeights& w) {
-            if (production) {
+            if (decode < 0) {
               weight_only_gemm(xv, w, TensorView{}, ov, stream);
             } else {
-              wo::launch(wo::make_params(xv, w, TensorView{}, ov), DType::f16, form, r.variant, stream);
+              wo::launch(wo::make_params(xv, w, TensorView{}, ov), DType::f16, form, variant, stream);
             }
           };
           LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
@@ -680,8 +668,12 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                       std::string(info.name).c_str(), static_cast<long long>(n), static_cast<long long>(k),
                       static_cast<long long>(m), static_cast<double>(held) / 1e6, ms.front() * 1e3, med * 1e3,
                       ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps, check,
-                      production ? "" : ("  [" + std::string(r.name) + "]").c_str());
-          GemmRow row = GemmRow::make("weight_only_blocks", std::string(info.name), r.name, m, n, k, "n_by_k", "f16");
+                      decode == 0 ? "  [per-weight decode]" : decode == 1 ? "  [sub-block decode]" : "");
+          GemmRow row = GemmRow::make("weight_only_blocks", std::string(info.name),
+                                      decode == 0   ? "per_weight_decode"
+                                      : decode == 1 ? "sub_block_decode"
+                                                    : "production",
+                                      m, n, k, "n_by_k", "f16");
           row.ms = med;
           row.ops = 2.0 * m * n * k;
           row.bytes = static_cast<double>(held) + 2.0 * m * k + 2.0 * m * n;

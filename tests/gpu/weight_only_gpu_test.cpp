@@ -156,9 +156,6 @@ TEST_F(WeightOnlyGpu, SwigluEpilogueEqualsTheProductThenSiluMul) {
     make_weights(rng, spec, 2 * f, k, w);
     const wo::Form form = wo::form_of(spec);
     std::vector<wo::Variant> variants{wo::Variant{wo::Kernel::gemv}};
-    if (wo::gemv_bulk_available()) {
-      for (int shape = -1; shape < wo::kGemvBulkShapes; ++shape) variants.push_back({wo::Kernel::gemv_bulk, shape});
-    }
     if (form == wo::Form::q4_zero_point) {
       for (int shape = 0; shape < wo::kGemvShapes; ++shape) {
         if (!under_sanitizer() || shape % 4 == 0) variants.push_back({wo::Kernel::gemv, shape, shape % 3 == 0 ? 2 : 0});
@@ -185,7 +182,7 @@ TEST_F(WeightOnlyGpu, SwigluEpilogueEqualsTheProductThenSiluMul) {
         cuda::model::silu_mul(static_cast<const std::uint16_t*>(d_gu.data()), m, f,
                               static_cast<std::uint16_t*>(d_want.data()), nullptr, /*swiglu_tiles=*/true);
         wo::weight_only_gemm_swiglu(xv, w.device, TensorView::matrix(d_got.data(), DType::f16, Device::cuda, m, f, ldo),
-                                    nullptr, v.kernel == wo::Kernel::gemv && v.shape < 0 ? nullptr : &v);
+                                    nullptr, v.shape < 0 ? nullptr : &v);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(d_got.guards_intact("out"));
         const std::vector<std::uint16_t> want = download<std::uint16_t>(d_want.data(), static_cast<std::size_t>(m * f));
@@ -390,61 +387,6 @@ TEST_F(WeightOnlyGpu, GgmlBlockFormsAtModelShapes) {
       }
       run_case(rng, w.host.spec, w, 16, true, true);
       run_case(rng, w.host.spec, w, 64, false, true);
-    }
-  }
-}
-
-// The bulk-copy GEMV (Hopper): every shape of its table, every pdl mode, every grouped form
-// with and without a per-channel scale, M on both sides of the second row group, shapes
-// whose pairs of tiles are shared by several warps (a few steps a pair over 16 warps: the
-// partials' sum in warp order) or cross warps' runs, an odd N (a pair's missing second
-// tile), ragged K, unaligned activation rows, with and without bias.
-TEST_F(WeightOnlyGpu, BulkGemvMatchesTheCpuReference) {
-  if (!wo::gemv_bulk_available()) GTEST_SKIP() << "the bulk-copy GEMV needs an sm_90a GPU";
-  LOWBIT_TEST_RNG(rng);
-  struct Shape {
-    std::int64_t n, k;
-  };
-  int round = 0;
-  for (const WeightOnlySpec& form : kForms) {
-    for (const Shape shape : {Shape{13, 100}, Shape{1000, 1700}, Shape{20003, 650}}) {
-      for (const bool per_channel : {false, true}) {
-        if (per_channel && shape.n != 1000) continue;
-        WeightOnlySpec spec = form;
-        if (per_channel) spec.group_size = shape.k;
-        DeviceWeights w;
-        make_weights(rng, spec, shape.n, shape.k, w);
-        for (int bulk_shape = -1; bulk_shape < wo::kGemvBulkShapes; ++bulk_shape) {
-          const wo::Variant bulk{wo::Kernel::gemv_bulk, bulk_shape, 0, false, (round / 3) % 4};
-          SCOPED_TRACE(testing::Message() << "bulk shape " << bulk_shape << " pdl " << bulk.pdl);
-          for (const std::int64_t m : sanitizer_subset<std::int64_t>({1, 2, 8, 9, 16}, {0, 3})) {
-            ++round;
-            run_case(rng, spec, w, m, round % 2 == 0, round % 3 != 0, &bulk, Entry::variant_only);
-            if (HasFailure()) return;
-          }
-        }
-      }
-    }
-  }
-}
-
-// The bulk-copy GEMV on the GGML block forms: both decodes at M <= 2, the per-weight one
-// above, at a small and a decode-sized shape.
-TEST_F(WeightOnlyGpu, BulkGemvGgmlBlockForms) {
-  if (!wo::gemv_bulk_available()) GTEST_SKIP() << "the bulk-copy GEMV needs an sm_90a GPU";
-  LOWBIT_TEST_RNG(rng);
-  const wo::Variant bulk{wo::Kernel::gemv_bulk};
-  const wo::Variant per_weight{wo::Kernel::gemv_bulk, -1, 0, false, -1, 0};
-  for (const BlockCase& c : kBlockCases) {
-    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{37, c.k}, {2048, 1024}}) {
-      SCOPED_TRACE(testing::Message() << weight_blocks_name(c.blocks) << " N " << n << " K " << k);
-      DeviceWeights w;
-      make_block_weights(rng, c, n, k, w);
-      for (const std::int64_t m : {1, 2, 3, 16}) {
-        run_case(rng, w.host.spec, w, m, m % 2 == 1, m != 16, &bulk, Entry::variant_only);
-        if (m <= 2) run_case(rng, w.host.spec, w, m, true, true, &per_weight, Entry::variant_only);
-      }
-      if (HasFailure()) return;
     }
   }
 }

@@ -76,18 +76,6 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
-// `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) from global
-// memory into shared memory at `dst`, completion counted in bytes on `bar` (no tensor map).
-__device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes, std::uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
-// Orders this thread's generic-proxy shared-memory accesses before its later async-proxy
-// ones (a bulk copy overwriting what it read or wrote).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
 // The box of a 3D `map` at (c0 inner, c1, c2 outermost), as tma_load_2d.
 __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap* map, std::uint32_t bar, int c0,
                                             int c1, int c2) {

@@ -51,16 +51,13 @@ Params make_params(const TensorView& x, const PackedWeights& w, const TensorView
 }
 
 bool takes(const Variant& v, const Params& p, Form form) {
-  if (p.swiglu && v.kernel != Kernel::gemv && v.kernel != Kernel::gemv_bulk) return false;  // the GEMVs' epilogue only
+  if (p.swiglu && v.kernel != Kernel::gemv) return false;  // the GEMV's epilogue only
   switch (v.kernel) {
     case Kernel::small_gemv: return small_gemv_takes(p, form);
     case Kernel::gemv:
       return (p.m <= kGemvMaxRows || (v.shape >= 0 && p.m <= kGemvShapeMaxRows)) &&
              (v.shape < 0 || (form == Form::q4_zero_point && v.shape < kGemvShapes)) &&
              (v.block_decode != 1 || (is_block_form(form) && p.m <= 2));
-    case Kernel::gemv_bulk:
-      return p.m <= kGemvMaxRows && v.shape < kGemvBulkShapes && (v.block_decode != 1 || (is_block_form(form) && p.m <= 2)) &&
-             gemv_bulk_available();
     case Kernel::mma: return true;
     case Kernel::wgmma:
       return wgmma_available(form) && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
@@ -92,7 +89,6 @@ void run(const Params& p, const Variant& v, cudaStream_t stream) {
       if constexpr (!is_block_form(F)) return run_small_gemv<T, F>(p, v, stream);
       break;  // (takes() refuses it)
     case Kernel::gemv: return run_gemv<T, F>(p, v, stream);
-    case Kernel::gemv_bulk: return run_gemv_bulk<T, F>(p, v, stream);
     case Kernel::mma: return run_mma<T, F>(p, v, stream);
     case Kernel::wgmma:
       if constexpr (!is_block_form(F)) return run_wgmma<T, F>(p, v, stream);
@@ -160,8 +156,7 @@ static Params swiglu_params(const TensorView& x, const PackedWeights& w, const T
 bool swiglu_epilogue_pays(const TensorView& x, const PackedWeights& w) {
   if (x.rows() > kGemvMaxRows || w.spec.act_dtype != DType::f16 || w.n % 16 != 0) return false;
   const Params p = make_params(x, w, TensorView{}, TensorView::matrix(nullptr, DType::f16, Device::cuda, x.rows(), w.n));
-  const Kernel chosen = pick(p, form_of(w.spec)).kernel;
-  return chosen == Kernel::gemv || chosen == Kernel::gemv_bulk;
+  return pick(p, form_of(w.spec)).kernel == Kernel::gemv;
 }
 
 void weight_only_gemm_swiglu(const TensorView& x, const PackedWeights& w, const TensorView& out,

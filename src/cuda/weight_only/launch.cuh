@@ -16,8 +16,6 @@ void run_small_gemv(const Params& p, const Variant& v, cudaStream_t stream);
 template <class T, Form F>
 void run_gemv(const Params& p, const Variant& v, cudaStream_t stream);
 template <class T, Form F>
-void run_gemv_bulk(const Params& p, const Variant& v, cudaStream_t stream);
-template <class T, Form F>
 void run_mma(const Params& p, const Variant& v, cudaStream_t stream);
 template <class T, Form F>
 void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream);

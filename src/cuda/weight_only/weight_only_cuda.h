@@ -9,8 +9,6 @@
 //               its tile pair's codes in registers, loaded before the dependency wait
 //   gemv        M <= 16: weights streamed through a per-warp cp.async ring, mma.sync;
 //               for M > 8 with the activations staged once per k-slice group
-//   gemv_bulk   M <= 16, Hopper (sm_90a) only: gemv's step with each warp's ring filled
-//               by bulk copies on mbarriers, one block a SM, the units split evenly
 //   mma         any M: a tiled tensor-core kernel (mma.sync), split-K over a cluster
 //   wgmma       any M, Hopper (sm_90a) only: wgmma with the weights dequantized into its
 //               register A operand, split-K over a cluster (wgmma.cu)
@@ -57,15 +55,14 @@ struct Params {
 constexpr std::int64_t kGemvMaxRows = 16;
 constexpr std::int64_t kGemvShapeMaxRows = 32;
 
-enum class Kernel : int { small_gemv, gemv, gemv_bulk, mma, wgmma };
+enum class Kernel : int { small_gemv, gemv, mma, wgmma };
 
 // A kernel and its tuning: the dispatch's choice (pick) or a benchmark's sweep.
 struct Variant {
   Kernel kernel = Kernel::gemv;
   // gemv (f16 weights with zero points only): an entry of its shape table, 0..8 the
   // streaming kernel's {tiles a warp, ring stages, steps a slot}, 9..15 the staged-
-  // activation kernel's; -1: the rules of gemv.cu. gemv_bulk: {warps, steps a slot}
-  // (gemv_bulk.cu), 0..kGemvBulkShapes - 1; -1 its default.
+  // activation kernel's; -1: the rules of gemv.cu.
   int shape = -1;
   // gemv: the K split inside a block; wgmma: the blocks of a cluster along K (1, 2, 4,
   // 8); 0: the kernel's rule.
@@ -91,7 +88,6 @@ struct Variant {
   bool tma = false;
 };
 constexpr int kGemvShapes = 16;
-constexpr int kGemvBulkShapes = 4;
 
 Form form_of(const WeightOnlySpec& spec);
 
@@ -101,10 +97,6 @@ Params make_params(const TensorView& x, const PackedWeights& w, const TensorView
 // Whether the wgmma kernel runs on the current device (compute capability 9.0 and an
 // sm_90a image in this build) and takes the form (the grouped INT4 / INT8 forms).
 bool wgmma_available(Form form);
-
-// Whether the bulk-copy GEMV runs on the current device (compute capability 9.0 and an
-// sm_90a image in this build).
-bool gemv_bulk_available();
 
 // Whether a variant takes these arguments (M range, register or shared-memory limits).
 bool takes(const Variant& variant, const Params& p, Form form);
