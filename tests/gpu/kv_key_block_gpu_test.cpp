@@ -204,10 +204,6 @@ TEST_F(KvKeyBlockGpu, AppendWritesTheTwinsBytes) {
   }
 }
 
-struct Heads {
-  std::int64_t h, hkv;
-};
-
 // Whether out (n_heads x d, f32 or f16) is within the tolerance of the twin's attention.
 // f16_p: mma_swap's weights rounded to f16 (the Vmax 2^-10 term).
 ::testing::AssertionResult close_to_twin(const std::vector<std::uint8_t>& raw, DType dtype, const TwinAttention& ref,
@@ -238,75 +234,41 @@ struct Heads {
   return ::testing::AssertionFailure() << bad << " elements out of tolerance, first " << first;
 }
 
-// kv_attention (two launches) and kv_attention_at (by device position, fused combine)
-// over a cache the twin wrote, against the twin in double.
-TEST_F(KvKeyBlockGpu, AttentionMatchesTheTwinInDouble) {
-  LOWBIT_TEST_RNG(rng);
-  for (const Policy& p : kPolicies) {
-    for (const std::int64_t d : {64, 128}) {
-      for (const Heads hh : {Heads{9, 3}, Heads{8, 2}, Heads{2, 2}}) {
-        for (const std::int64_t b : {32, 64}) {
-          std::vector<std::int64_t> lengths = lengths_of(p, b);
-          lengths.push_back(1500 + b / 2);  // several splits
-          for (const std::int64_t length : sanitizer_subset(lengths, {1, 3})) {
-            for (const DType out_dtype : {DType::f32, DType::f16}) {
-              for (const bool graph : {false, true}) {
-                SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
-                             std::to_string(hh.hkv) + " B " + std::to_string(b) + " length " +
-                             std::to_string(length) + " out " + dtype_name(out_dtype) +
-                             (graph ? " kv_attention_at" : " kv_attention"));
-                const ce::KvLayerShape s = blocked_shape(p, hh.hkv, d, b, length);
-                const auto k = random_f16(rng, length * hh.hkv, d, 1.0f);
-                const auto v = random_f16(rng, length * hh.hkv, d, 1.0f);
-                const auto q = random_f16(rng, hh.h, d, 1.5f);
-                const KvTwin twin = build_kv_twin(s, length, k, v);
-                const TwinAttention ref = twin_attention(twin, q, hh.h);
-                BlockedLayer layer(s);
-                layer.upload(twin);
-                const core::DeviceBuffer qd = to_device(q);
-                GuardedBuffer out(static_cast<std::size_t>(hh.h * d) * dtype_size(out_dtype));
-                out.poison(kFloatPoison);
-                if (graph) {
-                  const std::size_t ws_bytes = ce::kv_attention_workspace_bound(s, hh.h, length);
-                  GuardedBuffer ws(ws_bytes);
-                  ws.poison(kFloatPoison);
-                  LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));  // the fused combine's counters
-                  core::DeviceBuffer pos_d(4);
-                  const auto last = static_cast<std::int32_t>(length - 1);
-                  LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &last, 4, cudaMemcpyHostToDevice));
-                  ce::kv_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), length, qd.data(), hh.h, out.data(),
-                                      out_dtype, ws.data(), ws_bytes, nullptr);
-                  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-                  EXPECT_TRUE(ws.guards_intact("workspace"));
-                } else {
-                  const ce::DecodeSplitPlan plan = ce::kv_attention_plan(s, twin.span, hh.h);
-                  const std::size_t ws_bytes = core::decode_workspace_bytes(hh.h, d, plan.splits);
-                  GuardedBuffer ws(ws_bytes);
-                  ws.poison(kFloatPoison);
-                  ce::kv_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(),
-                                   ws_bytes, nullptr);
-                  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-                  EXPECT_TRUE(ws.guards_intact("workspace"));
-                }
-                EXPECT_TRUE(out.guards_intact("out"));
-                // automatic: mma_swap (groups up to 8, key blocks of a multiple of 16).
-                EXPECT_TRUE(close_to_twin(out.download_bytes(), out_dtype, ref, hh.h, d, /*f16_p=*/true));
-                if (HasFailure()) return;
-              }
-            }
-          }
-        }
-      }
-    }
+struct Heads {
+  std::int64_t h, hkv;
+};
+
+// A decode case: random keys, values (N(0, 1) with loud channels) and queries (gain 1.5)
+// of a cache of `length` positions, the twin's cache and its attention in double, and
+// the cache and q on the device.
+struct BlockedCase {
+  ce::KvLayerShape s;
+  std::vector<std::uint16_t> q_host;
+  KvTwin twin;
+  TwinAttention ref;
+  BlockedLayer layer;
+  core::DeviceBuffer q;
+
+  BlockedCase(Rng& rng, const Policy& p, Heads hh, std::int64_t d, std::int64_t b, std::int64_t length)
+      : s(blocked_shape(p, hh.hkv, d, b, length)), layer(s) {
+    const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
+    q_host = random_f16(rng, hh.h, d, 1.5f);
+    twin = build_kv_twin(s, length, k, v);
+    ref = twin_attention(twin, q_host, hh.h);
+    layer.upload(twin);
+    q = to_device(q_host);
   }
-}
+};
 
 // One decode attention of a key-blocked cache into a poisoned, guarded out: kv_attention
 // (two launches; split_len > 0 replaces the plan's split length) or, graph, kv_attention_at
 // (by device position, fused combine). The output's bytes.
-std::vector<std::uint8_t> attend(const ce::KvLayerShape& s, const BlockedLayer& layer, const KvTwin& twin,
-                                 const core::DeviceBuffer& q, std::int64_t n_heads, DType out_dtype, bool graph,
+std::vector<std::uint8_t> attend(const BlockedCase& c, std::int64_t n_heads, DType out_dtype, bool graph,
                                  ce::AttentionKernel kernel, std::int64_t split_len = 0) {
+  const ce::KvLayerShape& s = c.s;
+  const KvTwin& twin = c.twin;
+  const BlockedLayer& layer = c.layer;
+  const core::DeviceBuffer& q = c.q;
   const std::int64_t d = s.head_dim;
   GuardedBuffer out(static_cast<std::size_t>(n_heads * d) * dtype_size(out_dtype));
   out.poison(kFloatPoison);
@@ -368,6 +330,37 @@ std::vector<std::uint8_t> attend(const ce::KvLayerShape& s, const BlockedLayer& 
   return ::testing::AssertionSuccess();
 }
 
+// kv_attention (two launches) and kv_attention_at (by device position, fused combine)
+// over a cache the twin wrote, against the twin in double.
+TEST_F(KvKeyBlockGpu, AttentionMatchesTheTwinInDouble) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Policy& p : kPolicies) {
+    for (const std::int64_t d : {64, 128}) {
+      for (const Heads hh : {Heads{9, 3}, Heads{8, 2}, Heads{2, 2}}) {
+        for (const std::int64_t b : {32, 64}) {
+          std::vector<std::int64_t> lengths = lengths_of(p, b);
+          lengths.push_back(1500 + b / 2);  // several splits
+          for (const std::int64_t length : sanitizer_subset(lengths, {1, 3})) {
+            for (const DType out_dtype : {DType::f32, DType::f16}) {
+              for (const bool graph : {false, true}) {
+                SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
+                             std::to_string(hh.hkv) + " B " + std::to_string(b) + " length " +
+                             std::to_string(length) + " out " + dtype_name(out_dtype) +
+                             (graph ? " kv_attention_at" : " kv_attention"));
+                const BlockedCase bc(rng, p, hh, d, b, length);
+                const auto out = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::automatic);
+                // automatic: mma_swap (groups up to 8, key blocks of a multiple of 16).
+                EXPECT_TRUE(close_to_twin(out, out_dtype, bc.ref, hh.h, d, /*f16_p=*/true));
+                if (HasFailure()) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The tensor-core kernel (mma_swap, named and as automatic's choice) over key blocks
 // against the twin in double and against the simt kernel: every policy, D 64 and 128,
 // GQA groups 1, 4 and 8, B 32 and 64, lengths 1 (FP16 only), 31, 32, 33 (the open block
@@ -390,30 +383,22 @@ TEST_F(KvKeyBlockGpu, TensorCoreKernelMatchesTheTwinAndSimt) {
           for (const std::int64_t length : sanitizer_subset(lengths, {0, 3, 5})) {
             SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
                          std::to_string(hh.hkv) + " B " + std::to_string(b) + " length " + std::to_string(length));
-            const ce::KvLayerShape s = blocked_shape(p, hh.hkv, d, b, length);
-            const auto k = random_f16(rng, length * hh.hkv, d, 1.0f);
-            const auto v = random_f16(rng, length * hh.hkv, d, 1.0f);
-            const auto q = random_f16(rng, hh.h, d, 1.5f);
-            const KvTwin twin = build_kv_twin(s, length, k, v);
-            const TwinAttention ref = twin_attention(twin, q, hh.h);
-            BlockedLayer layer(s);
-            layer.poison();  // what the twin leaves unwritten stays poison
-            layer.upload(twin);
-            const core::DeviceBuffer qd = to_device(q);
+            const BlockedCase bc(rng, p, hh, d, b, length);
+            const TwinAttention& ref = bc.ref;
             for (const DType out_dtype : {DType::f32, DType::f16}) {
               for (const bool graph : {false, true}) {
                 SCOPED_TRACE(std::string("out ") + dtype_name(out_dtype) + (graph ? " kv_attention_at" : " kv_attention"));
-                const auto simt = attend(s, layer, twin, qd, hh.h, out_dtype, graph, ce::AttentionKernel::simt);
-                const auto swap = attend(s, layer, twin, qd, hh.h, out_dtype, graph, ce::AttentionKernel::mma_swap);
+                const auto simt = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::simt);
+                const auto swap = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::mma_swap);
                 const auto automatic =
-                    attend(s, layer, twin, qd, hh.h, out_dtype, graph, ce::AttentionKernel::automatic);
+                    attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::automatic);
                 EXPECT_TRUE(close_to_twin(simt, out_dtype, ref, hh.h, d));
                 EXPECT_TRUE(close_to_twin(swap, out_dtype, ref, hh.h, d, /*f16_p=*/true));
                 EXPECT_TRUE(close_to_each_other(swap, simt, out_dtype, ref, hh.h, d));
                 EXPECT_EQ(automatic, swap) << "automatic should run mma_swap, bit for bit";
                 if (!graph && out_dtype == DType::f32) {
                   const auto short_splits =
-                      attend(s, layer, twin, qd, hh.h, out_dtype, false, ce::AttentionKernel::mma_swap, 48);
+                      attend(bc, hh.h, out_dtype, false, ce::AttentionKernel::mma_swap, 48);
                   EXPECT_TRUE(close_to_twin(short_splits, out_dtype, ref, hh.h, d, /*f16_p=*/true)) << "split_len 48";
                 }
                 if (HasFailure()) return;
