@@ -11,7 +11,11 @@
 //
 // Tolerance, per output element: that of kv_cache_gpu_test's simt kernel (the kernel
 // decodes a blocked key to the twin's f32 value, then the same f32 dot product, softmax
-// and sums): Vmax ((D + 4) 2u Smax + 2^-15), plus 2^-11 |o| for an f16 output.
+// and sums): Vmax ((D + 4) 2u Smax + 2^-15), plus 2^-11 |o| for an f16 output. The
+// tensor-core kernel (mma_swap, automatic's choice for GQA groups up to 8 and key blocks
+// of a multiple of 16) scores a blocked key as (q' s')_hi . codes + (q' s')_lo . codes
+// (exact up to lo's subnormals) plus q' . m in f32, so the same bound, plus mma_swap's
+// f16 weights: Vmax 2^-10 (kv_cache_gpu_test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -200,13 +204,10 @@ TEST_F(KvKeyBlockGpu, AppendWritesTheTwinsBytes) {
   }
 }
 
-struct Heads {
-  std::int64_t h, hkv;
-};
-
 // Whether out (n_heads x d, f32 or f16) is within the tolerance of the twin's attention.
+// f16_p: mma_swap's weights rounded to f16 (the Vmax 2^-10 term).
 ::testing::AssertionResult close_to_twin(const std::vector<std::uint8_t>& raw, DType dtype, const TwinAttention& ref,
-                                         std::int64_t n_heads, std::int64_t d) {
+                                         std::int64_t n_heads, std::int64_t d, bool f16_p = false) {
   int bad = 0;
   std::string first;
   for (std::int64_t i = 0; i < n_heads * d; ++i) {
@@ -220,8 +221,9 @@ struct Heads {
       std::memcpy(&bits, raw.data() + 2 * e, 2);
       got = formats::half_to_float({bits});
     }
-    const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) +
-                       (dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
+    const double tol =
+        ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15 + (f16_p ? 0x1p-10 : 0.0)) +
+        (dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
     const double err = std::fabs(static_cast<double>(got) - ref.out[e]);
     if (!(err <= tol) && bad++ == 0) {
       first = "head " + std::to_string(h) + " channel " + std::to_string(i % d) + ": got " + std::to_string(got) +
@@ -230,6 +232,102 @@ struct Heads {
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " elements out of tolerance, first " << first;
+}
+
+struct Heads {
+  std::int64_t h, hkv;
+};
+
+// A decode case: random keys, values (N(0, 1) with loud channels) and queries (gain 1.5)
+// of a cache of `length` positions, the twin's cache and its attention in double, and
+// the cache and q on the device.
+struct BlockedCase {
+  ce::KvLayerShape s;
+  std::vector<std::uint16_t> q_host;
+  KvTwin twin;
+  TwinAttention ref;
+  BlockedLayer layer;
+  core::DeviceBuffer q;
+
+  BlockedCase(Rng& rng, const Policy& p, Heads hh, std::int64_t d, std::int64_t b, std::int64_t length)
+      : s(blocked_shape(p, hh.hkv, d, b, length)), layer(s) {
+    const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
+    q_host = random_f16(rng, hh.h, d, 1.5f);
+    twin = build_kv_twin(s, length, k, v);
+    ref = twin_attention(twin, q_host, hh.h);
+    layer.upload(twin);
+    q = to_device(q_host);
+  }
+};
+
+// One decode attention of a key-blocked cache into a poisoned, guarded out: kv_attention
+// (two launches; split_len > 0 replaces the plan's split length) or, graph, kv_attention_at
+// (by device position, fused combine). The output's bytes.
+std::vector<std::uint8_t> attend(const BlockedCase& c, std::int64_t n_heads, DType out_dtype, bool graph,
+                                 ce::AttentionKernel kernel, std::int64_t split_len = 0) {
+  const ce::KvLayerShape& s = c.s;
+  const KvTwin& twin = c.twin;
+  const BlockedLayer& layer = c.layer;
+  const core::DeviceBuffer& q = c.q;
+  const std::int64_t d = s.head_dim;
+  GuardedBuffer out(static_cast<std::size_t>(n_heads * d) * dtype_size(out_dtype));
+  out.poison(kFloatPoison);
+  if (graph) {
+    const std::size_t ws_bytes = ce::kv_attention_workspace_bound(s, n_heads, twin.length);
+    GuardedBuffer ws(ws_bytes);
+    ws.poison(kFloatPoison);
+    LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));  // the fused combine's counters
+    core::DeviceBuffer pos_d(4);
+    const auto last = static_cast<std::int32_t>(twin.length - 1);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &last, 4, cudaMemcpyHostToDevice));
+    ce::kv_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), twin.length, q.data(), n_heads, out.data(), out_dtype,
+                        ws.data(), ws_bytes, nullptr, /*history_complete=*/false, kernel);
+    LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(ws.guards_intact("workspace"));
+  } else {
+    const std::int64_t visible = twin.span.visible(s);
+    const std::int64_t splits = split_len > 0 ? (visible + split_len - 1) / split_len
+                                              : ce::kv_attention_plan(s, twin.span, n_heads, kernel).splits;
+    const std::size_t ws_bytes = core::decode_workspace_bytes(n_heads, d, splits);
+    GuardedBuffer ws(ws_bytes);
+    ws.poison(kFloatPoison);
+    ce::kv_attention(s, layer.dev, twin.span, q.data(), n_heads, out.data(), out_dtype, ws.data(), ws_bytes, nullptr,
+                     kernel, split_len);
+    LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(ws.guards_intact("workspace"));
+  }
+  EXPECT_TRUE(out.guards_intact("out"));
+  return out.download_bytes();
+}
+
+// Whether two outputs (n_heads x d, f32 or f16) differ by at most the sum of their
+// tolerances against the twin (simt's, and mma_swap's with f16 weights).
+::testing::AssertionResult close_to_each_other(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b,
+                                               DType dtype, const TwinAttention& ref, std::int64_t n_heads,
+                                               std::int64_t d) {
+  auto value = [&](const std::vector<std::uint8_t>& raw, std::size_t e) {
+    if (dtype == DType::f32) {
+      float f;
+      std::memcpy(&f, raw.data() + 4 * e, 4);
+      return static_cast<double>(f);
+    }
+    std::uint16_t bits;
+    std::memcpy(&bits, raw.data() + 2 * e, 2);
+    return static_cast<double>(formats::half_to_float({bits}));
+  };
+  for (std::int64_t i = 0; i < n_heads * d; ++i) {
+    const auto e = static_cast<std::size_t>(i);
+    const std::size_t h = e / static_cast<std::size_t>(d);
+    const double twin_tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15) +
+                            (dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
+    const double tol = 2.0 * twin_tol + ref.vmax[h] * 0x1p-10;
+    const double x = value(a, e), y = value(b, e);
+    if (!(std::fabs(x - y) <= tol)) {
+      return ::testing::AssertionFailure() << "head " << h << " channel " << i % d << ": mma_swap " << x << ", simt "
+                                           << y << " (tolerance " << tol << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // kv_attention (two launches) and kv_attention_at (by device position, fused combine)
@@ -249,41 +347,60 @@ TEST_F(KvKeyBlockGpu, AttentionMatchesTheTwinInDouble) {
                              std::to_string(hh.hkv) + " B " + std::to_string(b) + " length " +
                              std::to_string(length) + " out " + dtype_name(out_dtype) +
                              (graph ? " kv_attention_at" : " kv_attention"));
-                const ce::KvLayerShape s = blocked_shape(p, hh.hkv, d, b, length);
-                const auto k = random_f16(rng, length * hh.hkv, d, 1.0f);
-                const auto v = random_f16(rng, length * hh.hkv, d, 1.0f);
-                const auto q = random_f16(rng, hh.h, d, 1.5f);
-                const KvTwin twin = build_kv_twin(s, length, k, v);
-                const TwinAttention ref = twin_attention(twin, q, hh.h);
-                BlockedLayer layer(s);
-                layer.upload(twin);
-                const core::DeviceBuffer qd = to_device(q);
-                GuardedBuffer out(static_cast<std::size_t>(hh.h * d) * dtype_size(out_dtype));
-                out.poison(kFloatPoison);
-                if (graph) {
-                  const std::size_t ws_bytes = ce::kv_attention_workspace_bound(s, hh.h, length);
-                  GuardedBuffer ws(ws_bytes);
-                  ws.poison(kFloatPoison);
-                  LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));  // the fused combine's counters
-                  core::DeviceBuffer pos_d(4);
-                  const auto last = static_cast<std::int32_t>(length - 1);
-                  LOWBIT_CUDA_CHECK(cudaMemcpy(pos_d.data(), &last, 4, cudaMemcpyHostToDevice));
-                  ce::kv_attention_at(s, layer.dev, pos_d.as<std::int32_t>(), length, qd.data(), hh.h, out.data(),
-                                      out_dtype, ws.data(), ws_bytes, nullptr);
-                  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-                  EXPECT_TRUE(ws.guards_intact("workspace"));
-                } else {
-                  const ce::DecodeSplitPlan plan = ce::kv_attention_plan(s, twin.span, hh.h);
-                  const std::size_t ws_bytes = core::decode_workspace_bytes(hh.h, d, plan.splits);
-                  GuardedBuffer ws(ws_bytes);
-                  ws.poison(kFloatPoison);
-                  ce::kv_attention(s, layer.dev, twin.span, qd.data(), hh.h, out.data(), out_dtype, ws.data(),
-                                   ws_bytes, nullptr);
-                  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-                  EXPECT_TRUE(ws.guards_intact("workspace"));
+                const BlockedCase bc(rng, p, hh, d, b, length);
+                const auto out = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::automatic);
+                // automatic: mma_swap (groups up to 8, key blocks of a multiple of 16).
+                EXPECT_TRUE(close_to_twin(out, out_dtype, bc.ref, hh.h, d, /*f16_p=*/true));
+                if (HasFailure()) return;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The tensor-core kernel (mma_swap, named and as automatic's choice) over key blocks
+// against the twin in double and against the simt kernel: every policy, D 64 and 128,
+// GQA groups 1, 4 and 8, B 32 and 64, lengths 1 (FP16 only), 31, 32, 33 (the open block
+// empty and partly full around the first block; selective: the same offsets past its
+// sink and window, and its blocks start at the sink of 5, so tiles of 16 cross them),
+// 1000 and 4097 (several splits; 4097 one position in the last), the two-launch and the
+// graph forms, f32 and f16 outputs, and a split length of 48 (three tiles a split: a
+// warp without tiles). Outputs and workspaces are poisoned and guarded.
+TEST_F(KvKeyBlockGpu, TensorCoreKernelMatchesTheTwinAndSimt) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Policy& p : kPolicies) {
+    for (const std::int64_t d : {64, 128}) {
+      for (const Heads hh : {Heads{2, 2}, Heads{8, 2}, Heads{16, 2}}) {
+        for (const std::int64_t b : {32, 64}) {
+          const std::int64_t base = p.policy == KvPolicy::selective ? kSink + kWindow : 0;
+          std::vector<std::int64_t> lengths = {1, 31, 32, 33, 1000, 4097};
+          if (base > 0) {
+            for (const std::int64_t extra : {b - 1, b, b + 1, 2 * b, 2 * b + 7}) lengths.push_back(base + extra);
+          }
+          for (const std::int64_t length : sanitizer_subset(lengths, {0, 3, 5})) {
+            SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
+                         std::to_string(hh.hkv) + " B " + std::to_string(b) + " length " + std::to_string(length));
+            const BlockedCase bc(rng, p, hh, d, b, length);
+            const TwinAttention& ref = bc.ref;
+            for (const DType out_dtype : {DType::f32, DType::f16}) {
+              for (const bool graph : {false, true}) {
+                SCOPED_TRACE(std::string("out ") + dtype_name(out_dtype) + (graph ? " kv_attention_at" : " kv_attention"));
+                const auto simt = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::simt);
+                const auto swap = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::mma_swap);
+                const auto automatic =
+                    attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::automatic);
+                EXPECT_TRUE(close_to_twin(simt, out_dtype, ref, hh.h, d));
+                EXPECT_TRUE(close_to_twin(swap, out_dtype, ref, hh.h, d, /*f16_p=*/true));
+                EXPECT_TRUE(close_to_each_other(swap, simt, out_dtype, ref, hh.h, d));
+                EXPECT_EQ(automatic, swap) << "automatic should run mma_swap, bit for bit";
+                if (!graph && out_dtype == DType::f32) {
+                  const auto short_splits =
+                      attend(bc, hh.h, out_dtype, false, ce::AttentionKernel::mma_swap, 48);
+                  EXPECT_TRUE(close_to_twin(short_splits, out_dtype, ref, hh.h, d, /*f16_p=*/true)) << "split_len 48";
                 }
-                EXPECT_TRUE(out.guards_intact("out"));
-                EXPECT_TRUE(close_to_twin(out.download_bytes(), out_dtype, ref, hh.h, d));
                 if (HasFailure()) return;
               }
             }
@@ -360,7 +477,19 @@ TEST_F(KvKeyBlockGpu, UnsupportedFormsAreRefusedByName) {
   const ce::DecodeSpan span = ce::decode_span(s, 40);
   EXPECT_LOWBIT_ERROR(ce::kv_attention(s, layer.dev, span, q.data(), 2, out.data(), DType::f32, ws.data(), ws.bytes(),
                                        nullptr, ce::AttentionKernel::mma),
-                      "read by the simt kernel only");
+                      "read by the simt and mma_swap kernels, not mma");
+  // mma_swap: key blocks of a multiple of 16 positions, GQA groups up to 8.
+  const ce::KvLayerShape odd_block = blocked_shape(p, 2, 64, 40, 100);
+  BlockedLayer odd_layer(odd_block);
+  odd_layer.poison();
+  EXPECT_LOWBIT_ERROR(ce::kv_attention(odd_block, odd_layer.dev, ce::decode_span(odd_block, 40), q.data(), 2,
+                                       out.data(), DType::f32, ws.data(), ws.bytes(), nullptr,
+                                       ce::AttentionKernel::mma_swap),
+                      "got --kv-key-block 40 and a group of 1");
+  core::DeviceBuffer q18(18 * 64 * 2), out18(18 * 64 * 4);
+  EXPECT_LOWBIT_ERROR(ce::kv_attention(s, layer.dev, span, q18.data(), 18, out18.data(), DType::f32, ws.data(),
+                                       ws.bytes(), nullptr, ce::AttentionKernel::mma_swap),
+                      "got --kv-key-block 32 and a group of 9");
   // Rows 30..33: the append of 31 completes the first block, before the last row.
   const ce::ChunkRows c{chunk.data(), 4, 6 * 64, 2 * 64, 4 * 64, 30};
   EXPECT_LOWBIT_ERROR(ce::kv_append_rows(s, layer.dev, c, nullptr, nullptr), "key blocks (--kv-key-block 32)");

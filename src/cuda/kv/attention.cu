@@ -513,10 +513,17 @@ std::size_t counters_bytes(std::size_t counters) { return (counters * sizeof(uns
 // Whether the decode forms run on the tensor-core kernel.
 bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
   if (kernel == AttentionKernel::simt) return false;
-  if (shape.key_block > 0) {  // key blocks: the simt kernel reads them
-    LOWBIT_CHECK(kernel == AttentionKernel::automatic, "kv_attention: key blocks (--kv-key-block ", shape.key_block,
-                 ") are read by the simt kernel only, not mma / mma_swap");
-    return false;
+  if (shape.key_block > 0) {
+    // Key blocks: mma_swap reads them (its KB instantiation; a tile meets at most two key
+    // blocks of a multiple of 16 positions), the others run on simt.
+    const std::int64_t group = n_heads / shape.kv_heads;
+    const bool swap_takes = group <= kMmaSwapMaxGroup && shape.key_block % 16 == 0;
+    LOWBIT_CHECK(kernel != AttentionKernel::mma, "kv_attention: key blocks (--kv-key-block ", shape.key_block,
+                 ") are read by the simt and mma_swap kernels, not mma");
+    LOWBIT_CHECK(swap_takes || kernel == AttentionKernel::automatic, "kv_attention: mma_swap reads key blocks of a "
+                 "multiple of 16 positions with GQA groups of up to ", kMmaSwapMaxGroup, ", got --kv-key-block ",
+                 shape.key_block, " and a group of ", group);
+    return swap_takes;
   }
   const bool fits = n_heads / shape.kv_heads <= kMmaMaxGroup;
   LOWBIT_CHECK(fits || kernel == AttentionKernel::automatic, "kv_attention: the mma kernel takes GQA groups of up to ",

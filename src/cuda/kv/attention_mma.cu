@@ -36,6 +36,21 @@
 // Its running max / sum are per head 2c, 2c + 1 (the max shuffled over the 8 lanes of a
 // column, the sums kept per lane and reduced after the loop); the scale / min of a
 // position applies to rows g, g + 8, so a lane needs the parameters of 2 positions, not 4.
+//
+// Key blocks (core/kv_layout.h; the KB instantiation of Swap, contiguous cache): K's body
+// positions in a complete block b have per-channel parameters s_b, m_b, so the score of
+// head h is sum_d (q_hd s_bd) code_d + sum_d q_hd m_bd: the mma takes the codes as today
+// and, in place of Q's fragment, that of q s_b, made once a key block a warp (a warp takes
+// a run of consecutive tiles, not every 4th, so that a block's fragment serves its tiles).
+// q s in one f16 would cost 2^-11 a product; as P's hi + lo in the mma kernel, it is split
+// into hi = f16(q' s') and lo = f16(q' s' - hi) (one fma), and since the product of two
+// f16 has 22 bits, hi + lo is exact but for lo's subnormals. q' = q 2^kq (per head, its
+// largest |q'| in [2^6, 2^7)) and s' = s 2^ks (per block, the largest in [2^7, 2^8)) keep
+// q' s' < 2^15 (f16) and lo mostly normal; the scores take 2^-ks and q_scale 2^-kq. The
+// minimum term q' . m_b is one more mma chain a block (A's rows all m_b). Positions of the
+// open block are FP16 from the staging ring, scored like the sink and window against q'.
+// A tile meets up to two key blocks (B a multiple of 16) and FP16 rows: a pass of mma for
+// each form it holds. The blocks' parameters ride the ring with the tile's codes.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -162,6 +177,25 @@ __device__ __forceinline__ std::uint32_t transpose_8x8(std::uint32_t x) {
   return y;
 }
 
+// Key blocks' power-of-two scalings: bit views of an f16 pair, 2^e as an f16 pair (e in
+// [-14, 15]) and as an f32, and the exponent of a positive normal f32.
+__device__ __forceinline__ __half2 half2_of(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
+__device__ __forceinline__ std::uint32_t bits_of(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
+__device__ __forceinline__ __half2 pow2_half2(int e) {
+  const std::uint32_t h = static_cast<std::uint32_t>(e + 15) << 10;
+  return half2_of(h | h << 16);
+}
+__device__ __forceinline__ float pow2_float(int e) { return __uint_as_float(static_cast<std::uint32_t>(e + 127) << 23); }
+__device__ __forceinline__ int exponent_of(float x) { return static_cast<int>((__float_as_uint(x) >> 23) & 0xffu) - 127; }
+// The largest |x| of n f16 pairs, as f32.
+template <int N>
+__device__ __forceinline__ float max_abs(const std::uint32_t* w) {
+  __half2 m = __habs2(half2_of(w[0]));
+#pragma unroll
+  for (int i = 1; i < N; ++i) m = __hmax2(m, __habs2(half2_of(w[i])));
+  return fmaxf(__low2float(m), __high2float(m));
+}
+
 // Where visible index i of the split lives, and in which form.
 struct Where {
   int pos;
@@ -277,18 +311,24 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
 // parameters [0], [1] are those of positions g, g + 8 (K rows r); qb[i][lane] holds Q row
 // g's words 4i .. 4i + 3 of quarter c (the B fragments of k steps 2i, 2i + 1); sum_q[h] is
 // sum(q) of head 2c + h. The scores of heads past the group are finite (q = 0) and unused.
-template <int D, int Bits>
+// KB (key blocks): the scores come in kb_scores[r][h] (row g + 8 r, head 2c + h, q_scale
+// applied: the kernel's kb_scores lambda); x.ks / x.km are not read.
+template <int D, int Bits, bool KB = false>
 __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, const uint4 (*qb)[32], int lane,
-                                               float q_scale, const float (&sum_q)[2], WarpState<D, true>& st) {
+                                               float q_scale, const float (&sum_q)[2], WarpState<D, true>& st,
+                                               const float (&kb_scores)[2][2]) {
   constexpr int kKSteps = D / 16, kMTiles = D / 16;
   const int g = lane / 4;
   // Two accumulators (even / odd k steps): two chains of D / 32 mma, not one of D / 16.
   float sacc[2][4] = {};
+  if constexpr (!KB) {
 #pragma unroll
-  for (int i = 0; i < kKSteps / 2; ++i) {
-    const uint4 q = qb[i][lane];
-    mma_16816<__half>(sacc[0], x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
-    mma_16816<__half>(sacc[1], x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z, q.w);
+    for (int i = 0; i < kKSteps / 2; ++i) {
+      const uint4 q = qb[i][lane];
+      mma_16816<__half>(sacc[0], x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
+      mma_16816<__half>(sacc[1], x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z,
+                        q.w);
+    }
   }
   // sacc[.][2 r + h]: row (position) g + 8 r, column (query head) 2c + h.
   float p[4], alpha[2];
@@ -297,9 +337,14 @@ __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, 
     float mx = -INFINITY;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float ks = Bits == 0 ? 1.0f : x.ks[r], km = Bits == 4 ? x.km[r] : 0.0f;
-      const float raw = sacc[0][2 * r + h] + sacc[1][2 * r + h];
-      const float score = fmaf(raw, ks, km * sum_q[h]) * q_scale;
+      float score;
+      if constexpr (KB) {
+        score = kb_scores[r][h];
+      } else {
+        const float ks = Bits == 0 ? 1.0f : x.ks[r], km = Bits == 4 ? x.km[r] : 0.0f;
+        const float raw = sacc[0][2 * r + h] + sacc[1][2 * r + h];
+        score = fmaf(raw, ks, km * sum_q[h]) * q_scale;
+      }
       p[2 * r + h] = g + 8 * r < valid ? score : -INFINITY;
       mx = fmaxf(mx, p[2 * r + h]);
     }
@@ -351,13 +396,32 @@ struct TilePage {
   int row;
 };
 
+constexpr int kKbStages = 3;  // Smem's ring stages of a quantized body
+
+// Key blocks' shared memory (KB: Smem's base; empty otherwise, so that the other
+// instantiations keep their size). Per warp and ring stage, the f16 scales and (INT4) mins
+// of the up to two key blocks of the stage's tile, copied with its codes; per warp, the
+// B fragments (Q's layout, sm.qf) of q' s' for the key block it last took, in an f16 hi
+// and lo part (kernel comment "Key blocks").
+template <int D>
+struct KbSmem {
+  uint4 params[kWarps][kKbStages][2][2][D / 8];  // [warp][stage][block of the tile][scales | mins]
+  uint4 hi[kWarps][D / 32][32], lo[kWarps][D / 32][32];
+};
+template <int D, bool KB>
+struct KbArea {};
+template <int D>
+struct KbArea<D, true> {
+  KbSmem<D> kb;
+};
+
 // The shared memory of a block: Q's fragments and (paged) the split's tile pages for the
 // whole loop; then either the
 // quantized kernels' cp.async rings (during the loop) or the warps' results and the
 // combine's weights (after it).
-template <int D, int Bits>
-struct Smem {
-  static constexpr int kStages = Bits == 0 ? 1 : 3;  // FP16 caches use no ring
+template <int D, int Bits, bool KB = false>
+struct Smem : KbArea<D, KB> {
+  static constexpr int kStages = Bits == 0 ? 1 : kKbStages;  // FP16 caches use no ring
   static constexpr int kCodeBytes = Bits == 0 ? 16 : D * Bits / 8;
   static constexpr int kPitch = kCodeBytes + 16;  // padded rows: 16-byte reads without bank conflicts
   struct alignas(16) Stage {
@@ -429,10 +493,12 @@ __device__ __forceinline__ BodyRows body_rows(const SplitArgs& a, int pos) {
   return BodyRows{body_row<Paged>(a, false, pos), body_row<Paged>(a, true, pos)};
 }
 
-template <int D, int Bits, bool Swap, bool Paged>
+// KB: K in key blocks (Swap, the contiguous cache, a body; the kernel comment "Key blocks").
+template <int D, int Bits, bool Swap, bool Paged, bool KB = false>
 __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
+  static_assert(!KB || (Swap && !Paged && Bits != 0), "key blocks: mma_swap over a contiguous cache's body");
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
-  using S = Smem<D, Bits>;
+  using S = Smem<D, Bits, KB>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& sm = *reinterpret_cast<S*>(smem_raw);
   pdl_trigger();
@@ -530,7 +596,13 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
   float sum_q[2] = {0.0f, 0.0f};
-  const int first = warp;
+  float kb_qfac[2] = {0.0f, 0.0f};  // KB: q_scale 2^-kq of heads 2c, 2c + 1 (q' = q 2^kq in sm.qf)
+  // A warp's tiles: first, first + stride, ... before end_tile. KB: a run of consecutive tiles
+  // (a key block's fragments, made once, serve the run's tiles in it); else every 4th.
+  constexpr int kStride = KB ? 1 : kWarps;
+  const int per_warp = KB ? (tiles + kWarps - 1) / kWarps : 0;
+  const int first = KB ? warp * per_warp : warp;
+  const int end_tile = KB ? min(first + per_warp, tiles) : tiles;
 
   // FP16 caches: each tile's loads straight into registers at the top of its iteration
   // (a tile of FP16 rows is 256 bytes a lane in flight).
@@ -584,8 +656,40 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     return ((r * static_cast<unsigned>(s.kv_heads) + static_cast<unsigned>(head)) & 1u) != 0;
   };
   const int param_row = lane % kTile, param_part = lane / kTile;  // a lane's (row, part) of a tile
+  // KB: K's body positions before kb_open are in complete key blocks (codes, per block and
+  // channel parameters); those from kb_open to recent_begin are the open block's FP16 keys
+  // in the staging ring. V is per token throughout.
+  const int kb_block = KB ? static_cast<int>(s.key_block) : 1, kb_base = static_cast<int>(s.body_base);
+  const int kb_open = KB ? static_cast<int>(s.open_block_begin(a.recent_begin)) : 0;
+  KbSmem<D>* kb_smem = nullptr;  // KB: sm.kb (the other instantiations have none)
+  if constexpr (KB) kb_smem = &sm.kb;
+  // The key block of body position pos, `hint`'s or the next when it holds pos: a warp
+  // walks its tiles in order, so a division a key block, not two a tile.
+  auto kb_block_of = [&](int pos, int& hint) {
+    const int start = kb_base + hint * kb_block;
+    if (pos >= start + kb_block && pos < start + 2 * kb_block) {
+      ++hint;
+    } else if (pos < start || pos >= start + kb_block) {
+      hint = (pos - kb_base) / kb_block;
+    }
+    return hint;
+  };
+  // The positions [lo, hi) of tile `base` in complete key blocks (lo >= hi: none), and the
+  // key blocks of the first and last (a tile meets at most two: key_block % 16 == 0).
+  struct KbRange {
+    int lo, hi, b0, b1;
+  };
+  auto kb_range = [&](int base, int& hint) {
+    KbRange r;
+    r.lo = max(i0 + base, a.sink_end);
+    r.hi = min(min(i0 + base + kTile, i0 + n), kb_open);
+    r.b0 = r.lo < r.hi ? kb_block_of(r.lo, hint) : 0;
+    r.b1 = r.lo < r.hi ? kb_block_of(r.hi - 1, hint) : 0;
+    return r;
+  };
+  int kb_issue_hint = 0;
   auto issue = [&](int t, int slot) {
-    if (Bits != 0 && t < tiles && body_tile(t * kTile)) {
+    if (Bits != 0 && t < end_tile && body_tile(t * kTile)) {
       typename S::Stage& stage = sm.ring[warp][slot];
       const BodyRows kv = body_tile_rows(t);
       // A tile's rows span less than 2^31 bytes (16 rows of kv_heads <= 1024 heads).
@@ -601,7 +705,9 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       const bool odd = param_odd(t, param_row);
       const int at = param_row * static_cast<int>(s.kv_heads) + head - (odd ? 1 : 0);
       const BodyRow& part = param_part ? kv.v : kv.k;
-      if (!Paged && !odd && contiguous_index(t, param_row) + 1 >= body_params) {
+      if (KB && param_part == 0) {
+        // K's parameters are per key block (below), not per token.
+      } else if (!Paged && !odd && contiguous_index(t, param_row) + 1 >= body_params) {
         // The buffer's last value at an even index: a 4-byte copy, even one zero-filling
         // its second half, is an access past the buffer (compute-sanitizer flags it).
         stage.params[param_row][2 * param_part] = __ldcg(part.scales + at);
@@ -610,7 +716,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         cp_async4(&stage.params[param_row][2 * param_part], part.scales + at);
         if constexpr (Bits == 4) cp_async4(&stage.params[param_row][2 * param_part + 1], part.mins + at);
       }
-    } else if (Bits != 0 && t < tiles) {
+    } else if (Bits != 0 && t < end_tile) {
       typename S::Stage& stage = sm.ring[warp][slot];
       const int base = t * kTile;
 #pragma unroll
@@ -633,7 +739,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       std::uint32_t scale = 0x3c00u, min = 0;  // 1 and 0: an FP16 token's, or one past the split
       if (j < n) {
         const Where at = where<Bits>(a, i0 + j);
-        if (at.body) {
+        if (at.body && (!KB || param_part != 0)) {  // KB: K's parameters are per key block
           const BodyRow rows = body_row<Paged>(a, param_part != 0, at.pos);
           scale = __ldcg(rows.scales + head);
           if constexpr (Bits == 4) min = __ldcg(rows.mins + head);
@@ -642,28 +748,41 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       stage.params[param_row][2 * param_part] = scale | scale << 16;
       stage.params[param_row][2 * param_part + 1] = min | min << 16;
     }
+    if constexpr (KB) {
+      // The scales (and mins) of the tile's key blocks: one or two vectors of D f16 each.
+      const KbRange r = t < end_tile ? kb_range(t * kTile, kb_issue_hint) : KbRange{0, 0, 0, 0};
+      if (r.lo < r.hi) {
+        constexpr int kVec = D / 8, kPerBlock = (Bits == 4 ? 2 : 1) * kVec;  // 16-byte copies
+        for (int q = lane; q < kPerBlock * (r.b1 > r.b0 ? 2 : 1); q += 32) {
+          const int which = q / kPerBlock, vec = (q % kPerBlock) / kVec, chunk = q % kVec;
+          const long long at = (static_cast<long long>(r.b0 + which) * s.kv_heads + head) * D + chunk * 8;
+          cp_async16(&kb_smem->params[warp][slot][which][vec][chunk], (vec ? a.layer.k.mins : a.layer.k.scales) + at,
+                     16);
+        }
+      }
+    }
     cp_async_commit();
   };
   // Under prefetch, a warp whose first tiles hold a body token this step's append wrote
   // (int8 / int4: the new one; selective: the one that left the window) issues them
   // after the wait. Quantized policies drop nothing: a position is its visible index.
   auto holds_appended = [&](int t) {
-    if (!a.prefetch || t >= tiles) return false;
+    if (!a.prefetch || t >= end_tile) return false;
     auto in_tile = [&](int pos) {
       return pos >= 0 && appended_now(a, pos) && where<Bits>(a, pos).body && pos >= i0 + t * kTile &&
              pos < i0 + (t + 1) * kTile;
     };
     return in_tile(a.end - 1) || in_tile(a.recent_begin - 1);
   };
-  const bool early = Bits != 0 && !(holds_appended(first) || holds_appended(first + kWarps));
+  const bool early = Bits != 0 && !(holds_appended(first) || holds_appended(first + kStride));
   if (early) {
     issue(first, 0);
-    issue(first + kWarps, 1);
+    issue(first + kStride, 1);
   }
   if (a.prefetch) pdl_wait();
   if (Bits != 0 && !early) {
     issue(first, 0);
-    issue(first + kWarps, 1);
+    issue(first + kStride, 1);
   }
 
   // Q as A fragments (rows g and g + 8; quarter c of head_dim), and sum(q) per row for
@@ -689,6 +808,20 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 1);
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 2);
     }
+    if constexpr (KB) {
+      // q' = q 2^kq, head g's largest |q'| in [2^6, 2^7) (at most 2^15 x 2^-9 = 2^6 for a
+      // head of tiny q): with s' < 2^8, q' s' < 2^15 fits f16. Exact: a power of two.
+      float mx = max_abs<D / 8>(rows[0]);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const int kq = mx > 0.0f ? min(6 - exponent_of(mx), 15) : 0;
+      const __half2 up = pow2_half2(kq);
+#pragma unroll
+      for (int w = 0; w < D / 8; ++w) rows[0][w] = bits_of(__hmul2(half2_of(rows[0][w]), up));
+      const float own = a.q_scale * pow2_float(-kq);
+      kb_qfac[0] = __shfl_sync(0xffffffffu, own, 8 * c);
+      kb_qfac[1] = __shfl_sync(0xffffffffu, own, 8 * c + 4);
+    }
     if constexpr (Swap) {
       // B fragments (column g = head g): words 4i .. 4i + 3 of row g; sum(q) of heads 2c, 2c + 1.
       if (warp == 0) {
@@ -709,10 +842,114 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   }
   __syncthreads();
 
+  // KB: the open key block's FP16 K row of pos (the staging ring), quarter c in Q's order.
+  auto load_staged_k = [&](std::uint32_t (&dst)[D / 8], int pos) {
+    const int ring_slot = (pos - kb_base) % kb_block;
+    const std::uint16_t* row = a.layer.k.staged + (static_cast<long long>(head) * kb_block + ring_slot) * D;
+    load_words<D / 2>(row + c * (D / 4), false, dst);
+    interleave_quads<Bits, D / 8>(dst);
+  };
+  // KB: the key block whose fragments the warp holds (kb_smem->hi / lo), its 2^-ks and its
+  // minimum terms q' . m of heads 2c, 2c + 1 (INT4).
+  int kb_have = -1, kb_hint = 0;
+  float kb_inv = 0.0f, kb_min[2] = {0.0f, 0.0f};
+  // Makes the fragments of a key block from its scales and mins (params[0], params[1]; a
+  // stage's copy). s' = s 2^ks, the block's largest s' in [2^7, 2^8) (exact: a power of
+  // two; ks <= 15 keeps 2^ks an f16); hi = f16(q' s'), lo = f16(q' s' - hi) by one fma:
+  // the product of two f16 has 22 bits, so hi + lo is exact unless lo is subnormal (an
+  // absolute error under 2^-25 against q' s' of up to 2^15). The minimum terms on the
+  // tensor cores: every row of A is m (f16, exact products, f32 sums), B is Q's fragment.
+  auto kb_make = [&](const uint4 (*params)[D / 8]) {
+    std::uint32_t sw[D / 8];
+    load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(params[0]) + c * (D / 2), sw);
+    interleave_quads<Bits, D / 8>(sw);
+    float mx = max_abs<D / 8>(sw);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const int ks = mx > 0.0f ? min(7 - exponent_of(mx), 15) : 0;
+    const __half2 up = pow2_half2(ks);
+    __syncwarp();  // every lane has read the previous block's fragments
+#pragma unroll
+    for (int i = 0; i < kKSteps / 2; ++i) {
+      const uint4 q = sm.qf[i][lane];
+      const std::uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+      std::uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __half2 sp = __hmul2(half2_of(sw[4 * i + e]), up);
+        const __half2 h = __hmul2(half2_of(qw[e]), sp);
+        hi[e] = bits_of(h);
+        lo[e] = bits_of(__hfma2(half2_of(qw[e]), sp, __hneg2(h)));
+      }
+      kb_smem->hi[warp][i][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      kb_smem->lo[warp][i][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    kb_inv = pow2_float(-ks);
+    if constexpr (Bits == 4) {
+      std::uint32_t mw[D / 8];
+      load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(params[1]) + c * (D / 2), mw);
+      interleave_quads<Bits, D / 8>(mw);
+      float acc[4] = {};
+#pragma unroll
+      for (int i = 0; i < kKSteps / 2; ++i) {
+        const uint4 q = sm.qf[i][lane];
+        mma_16816<__half>(acc, mw[4 * i], mw[4 * i], mw[4 * i + 1], mw[4 * i + 1], q.x, q.y);
+        mma_16816<__half>(acc, mw[4 * i + 2], mw[4 * i + 2], mw[4 * i + 3], mw[4 * i + 3], q.z, q.w);
+      }
+      kb_min[0] = acc[0];  // C row g, columns (heads) 2c, 2c + 1
+      kb_min[1] = acc[1];
+    }
+    __syncwarp();  // the fragments are written before any lane reads them
+  };
+  // KB: the scores of tile `base` (rows g + 8 r, heads 2c + h), q_scale applied, into pre.
+  // FP16 rows (sink, window, open block) against q'; rows in a complete key block b
+  // against b's q' s' (hi and lo): (sum hi code + sum lo code) 2^-ks + q' . m. A tile
+  // meets at most two key blocks and FP16 rows: a pass of mma for each form it holds.
+  auto kb_scores = [&](const TileRegs<D>& x, int base, int stage_slot, float (&pre)[2][2]) {
+    auto dot = [&](const uint4 (*frag)[32], float (&acc)[4]) {
+#pragma unroll
+      for (int i = 0; i < kKSteps / 2; ++i) {
+        const uint4 q = frag[i][lane];
+        mma_16816<__half>(acc, x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
+        mma_16816<__half>(acc, x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z, q.w);
+      }
+    };
+    const KbRange r = kb_range(base, kb_hint);
+    const int pos0 = i0 + base;
+    if (r.lo >= r.hi || r.lo > pos0 || r.hi < min(pos0 + kTile, i0 + n)) {  // FP16 rows
+      float acc[4] = {};
+      dot(sm.qf, acc);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pre[e / 2][e % 2] = acc[e];
+    }
+    if (r.lo < r.hi) {
+      const int split_at = kb_base + r.b1 * kb_block;  // the rows before it are in b0
+#pragma unroll 1
+      for (int b = r.b0; b <= r.b1; ++b) {
+        if (b != kb_have) {
+          kb_make(kb_smem->params[warp][stage_slot][b - r.b0]);
+          kb_have = b;
+        }
+        float hi[4] = {}, lo[4] = {};
+        dot(kb_smem->hi[warp], hi);
+        dot(kb_smem->lo[warp], lo);
+        const int from = b == r.b0 ? r.lo : split_at, to = b == r.b1 ? r.hi : split_at;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int pos = pos0 + g + 8 * (e / 2);
+          if (pos >= from && pos < to) pre[e / 2][e % 2] = fmaf(hi[e] + lo[e], kb_inv, kb_min[e % 2]);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pre[e / 2][e % 2] *= kb_qfac[e % 2];
+  };
+
   int slot = 0;
-  for (int t = first; t < tiles; t += kWarps) {
+  for (int t = first; t < end_tile; t += kStride) {
     const int base = t * kTile;
     TileRegs<D> x;
+    float kb_pre[2][2] = {};
     if constexpr (Bits == 0) {
       const TileRows tile = tile_rows(base);
       if (t == first) {
@@ -743,7 +980,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     } else {
       cp_async_wait<S::kStages - 2>();  // this lane's copies of tile t have landed ...
       __syncwarp();                     // ... and every lane's; the slot read last iteration is free
-      issue(t + 2 * kWarps, slot + 2 >= S::kStages ? slot + 2 - S::kStages : slot + 2);
+      issue(t + 2 * kStride, slot + 2 >= S::kStages ? slot + 2 - S::kStages : slot + 2);
       const typename S::Stage& stage = sm.ring[warp][slot];
       // A row's parameter of the pair (index p of K scale, K min, V scale, V min).
       auto param = [&](int row, int p) {
@@ -758,13 +995,17 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
           const int row = g + 8 * r, j = base + row;
           if (checked && j < n && !where<Bits>(a, i0 + j).body) {
             load_f16_k(x.k[r], j, TileRows{});
+          } else if (KB && checked && j < n && i0 + j >= kb_open) {
+            load_staged_k(x.k[r], i0 + j);
           } else {
             load_shared<kCodeBytes / 4>(stage.k[row] + c * (kCodeBytes / 4), x.k[r]);
             codes_to_halves<Bits, D / 4>(x.k[r]);
           }
           if constexpr (Swap) {  // every row's (an FP16 token's and one past the split: 1, 0)
-            x.ks[r] = param(row, 0);
-            x.km[r] = Bits == 4 ? param(row, 1) : 0.0f;
+            if constexpr (!KB) {  // KB: K's parameters are the key block's (kb_scores)
+              x.ks[r] = param(row, 0);
+              x.km[r] = Bits == 4 ? param(row, 1) : 0.0f;
+            }
             x.vs[r] = param(row, 2);
             x.vm[r] = Bits == 4 ? param(row, 3) : 0.0f;
           }
@@ -786,15 +1027,16 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
           }
         }
       };
-      if (body_tile(base)) {
+      if (body_tile(base) && (!KB || i0 + base + kTile <= kb_open)) {  // KB: no open key block row
         take(std::false_type{});
       } else {
         take(std::true_type{});
       }
+      if constexpr (KB) kb_scores(x, base, slot, kb_pre);
       slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }
     if constexpr (Swap) {
-      tile_math_swap<D, Bits>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
+      tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st, kb_pre);
     } else {
       tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
     }
@@ -917,10 +1159,10 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
 
 // Once per instantiation (and device, in practice one): the shared-memory opt-in, and the
 // blocks a SM keeps resident (the split plan fills the device with that many).
-template <int D, int Bits, bool Swap, bool Paged>
+template <int D, int Bits, bool Swap, bool Paged, bool KB = false>
 int resident(void (*kernel)(SplitArgs)) {
   static const int blocks = [&] {
-    constexpr int bytes = static_cast<int>(Smem<D, Bits>::bytes());
+    constexpr int bytes = static_cast<int>(Smem<D, Bits, KB>::bytes());
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     int per_sm = 0;
     LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
@@ -937,9 +1179,25 @@ int launch_kernel(const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap)
   return blocks;
 }
 
+// Key blocks: the swapped variant's KB instantiation (the only tensor-core kernel that
+// reads them; uses_mma in attention.cu sends the others to simt).
+template <int D, int Bits>
+int launch_key_blocks(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  auto* kernel = kv_attention_mma_kernel<D, Bits, true, false, true>;
+  const int blocks = resident<D, Bits, true, false, true>(kernel);
+  if (a) launch_pdl(kernel, grid, kThreads, Smem<D, Bits, true>::bytes(), stream, *a);
+  return blocks;
+}
+
 // Launches when `a` is set; returns the instantiation's resident blocks a SM.
 template <int D, bool Paged>
 int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap) {
+  if constexpr (!Paged) {
+    if (shape.key_block > 0) {  // check_key_blocks: a body
+      return shape.body == KvBody::int8 ? launch_key_blocks<D, 8>(a, grid, stream)
+                                        : launch_key_blocks<D, 4>(a, grid, stream);
+    }
+  }
   switch (shape.body) {
     case KvBody::none: return launch_kernel<D, 0, Paged>(a, grid, stream, swap);
     case KvBody::int8: return launch_kernel<D, 8, Paged>(a, grid, stream, swap);
