@@ -773,6 +773,43 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                                   out_ld, chunk.rows, chunk.pos0, n_heads, shape.kv_heads, d};
     if (flash::flash_attention_over_cache(c, stream)) return;
   }
+  // The other policies (selective, window, int8, int4) on a contiguous cache: the same
+  // kernel family over the sink, the body (dequantized in shared memory) and the recent
+  // FP16 keys as three masked segments, exact as the rows kernel (flash_wgmma_cache.cu).
+  if (kernel == AttentionKernel::automatic && table == nullptr && !shape.full() && !key_blocks) {
+    const auto* base = static_cast<const std::uint16_t*>(chunk.base);
+    const auto* snap = static_cast<const std::uint16_t*>(snapshot);
+    const std::int64_t ring = shape.kv_heads * shape.window * d;  // one part of the snapshot
+    flash::MixedCacheAttention c;
+    c.q = base;
+    c.ldq = chunk.ld;
+    c.chunk_k = base + chunk.k_col;
+    c.chunk_v = base + chunk.v_col;
+    c.chunk_ld = chunk.ld;
+    c.snap_k = snap;
+    c.snap_v = snap ? snap + ring : nullptr;
+    c.f16_k = layer.k.f16;
+    c.f16_v = layer.v.f16;
+    c.f16_slots = shape.f16_slots();
+    c.body_bits = static_cast<int>(shape.body);
+    c.codes_k = layer.k.codes;
+    c.codes_v = layer.v.codes;
+    c.scales_k = layer.k.scales;
+    c.scales_v = layer.v.scales;
+    c.mins_k = layer.k.mins;
+    c.mins_v = layer.v.mins;
+    c.sink = shape.sink;
+    c.window = shape.window;
+    c.body_base = shape.body_base;
+    c.out = out;
+    c.ldo = out_ld;
+    c.rows = chunk.rows;
+    c.pos0 = chunk.pos0;
+    c.heads = n_heads;
+    c.kv_heads = shape.kv_heads;
+    c.head_dim = d;
+    if (flash::flash_attention_over_mixed_cache(c, stream)) return;
+  }
   if (kernel != AttentionKernel::simt && !key_blocks && rows_mma_takes(shape, n_heads)) {
     RowsMmaArgs a{shape, layer, paged, table};
     a.chunk = static_cast<const __half*>(chunk.base);
