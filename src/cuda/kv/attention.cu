@@ -742,7 +742,7 @@ namespace {
 void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                     const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream, const PagedArgs& paged,
-                    const std::int32_t* table, AttentionKernel kernel) {
+                    const std::int32_t* table, AttentionKernel kernel, bool paged_entry) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
   // Key blocks: the rows after in-order appends (kv_append), none but the last
@@ -776,7 +776,9 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
   // The other policies (selective, window, int8, int4) on a contiguous cache: the same
   // kernel family over the sink, the body (dequantized in shared memory) and the recent
   // FP16 keys as three masked segments, exact as the rows kernel (flash_wgmma_cache.cu).
-  if (kernel == AttentionKernel::automatic && table == nullptr && !shape.full() && !key_blocks) {
+  // Not from the paged entry: its window policy has no pages (table null) and keeps the
+  // rows kernel, as every paged policy does.
+  if (kernel == AttentionKernel::automatic && table == nullptr && !paged_entry && !shape.full() && !key_blocks) {
     const auto* base = static_cast<const std::uint16_t*>(chunk.base);
     const auto* snap = static_cast<const std::uint16_t*>(snapshot);
     const std::int64_t ring = shape.kv_heads * shape.window * d;  // one part of the snapshot
@@ -852,7 +854,7 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                        std::size_t workspace_bytes, cuda_stream_t stream, AttentionKernel kernel) {
   attention_rows(shape, layer, chunk, snapshot, n_heads, out, out_ld, workspace, workspace_bytes, stream, PagedArgs{},
-                 nullptr, kernel);
+                 nullptr, kernel, false);
 }
 
 void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
@@ -865,7 +867,7 @@ void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& lay
   attention_rows(layout.shape, core::kv_fixed_area(layout, layer, slot), chunk, snapshot, n_heads, out, out_ld,
                  workspace, workspace_bytes, stream,
                  pages ? PagedArgs{layout, layer, nullptr, tables, status, layout.max_tokens} : PagedArgs{},
-                 pages ? tables + slot * layout.table_stride : nullptr, kernel);
+                 pages ? tables + slot * layout.table_stride : nullptr, kernel, true);
 }
 
 std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,
