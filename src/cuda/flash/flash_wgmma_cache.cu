@@ -306,6 +306,10 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     return;
   }
 
+  // The consumers: flash_wgmma.cu's loop with this kernel's mask and no causal skip. A
+  // copy on purpose: moving the loop into a header both kernels call renamed registers in
+  // flash_wgmma.cu's SASS (same instructions, some reordered at head_dim 64), and the full
+  // path's code is to stay as measured until a GPU run times such a change.
   claim_registers<L::kConsumerRegs>();
   const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int r = lane / 4, c = lane % 4;
