@@ -50,9 +50,6 @@ namespace {
 
 constexpr int kBN = 128;  // keys a tile
 constexpr int kBox = 64;  // channels a 128-byte swizzle row
-// The producer warpgroup's registers: what the consumers leave of the 168 x 384 (or
-// 512) the launch gets (24 x 128 + 240 x 256 = 168 x 384; 24 + 3 x 160 = 4 x 126).
-constexpr int kProducerRegs = 24;
 
 // Bits: 0 (window: FP16 segments only), 8 or 4 (selective, int8, int4).
 template <int HD, int Bits>
@@ -60,14 +57,19 @@ struct MixedLayout {
   static constexpr int kConsumers = HD == 64 ? 3 : 2;  // as flash_wgmma.cu's WgLayout
   static constexpr int kBM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+  // Registers a thread by role (setmaxnreg), within what the launch gets (168 x 384 at
+  // head_dim 128, 128 x 512 at 64). The producer dequantizes, so at 128 it takes 32 and
+  // the consumers 232 (ptxas: no spills; 24 / 240 spilled the producer's addresses); at
+  // 64, 24 / 160 as flash_wgmma.cu (32 / 152 spilled the consumers).
+  static constexpr int kProducerRegs = kConsumers == 3 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 232;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * ((65536 / kThreads) & ~7),
+                "the launch's registers");
   static constexpr int kBoxes = HD / kBox;
   static constexpr int kChunks = HD / 8;  // 16-byte chunks of an f16 row
   static constexpr int kQ = kBM * HD * 2;
   static constexpr int kKV = kBN * HD * 2;
   static constexpr int kCodeBytes = Bits == 8 ? HD : Bits == 4 ? HD / 2 : 0;  // a body row's codes
-  static constexpr int kCodeChunks = kCodeBytes / 16;  // (0 without a body)
   static constexpr int kStaged = kBN * kCodeBytes;  // one part's codes of a tile
   static constexpr int kStages = 2;
   // Q, {K, V} x stages, staged codes {K, V} x stages, + slack to align to 1024 bytes.
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (warpgroup == 0) {
-    release_registers<kProducerRegs>();
+    release_registers<L::kProducerRegs>();
     const int p = static_cast<int>(threadIdx.x);  // the key row this thread loads in every tile
     if (p == 0) {
       prefetch_tensor_map(&q_map);
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
           const long long row = static_cast<long long>(s - a.body_base) * a.kv_heads + g;
           const std::uint8_t* codes = (part ? a.codes_v : a.codes_k) + row * L::kCodeBytes;
 #pragma unroll
-          for (int b = 0; b < L::kCodeChunks; ++b) {
+          for (int b = 0; b < L::kCodeBytes / 16; ++b) {
             cp_async16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b), codes + 16 * b, 16);
           }
           const auto* scales = reinterpret_cast<const unsigned short*>(part ? a.scales_v : a.scales_k);
@@ -267,12 +269,11 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
             const __half2 m2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param >> 16)));
             constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
 #pragma unroll
-            for (int b = 0; b < L::kCodeChunks; ++b) {
-              uint4 values[kPer16];
-              kv::dequantize16<Bits>(kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b)), s2,
-                                     m2, values);
-#pragma unroll
-              for (int i = 0; i < kPer16; ++i) kv::st_shared16(dst + tile_chunk(p, b * kPer16 + i), values[i]);
+            for (int b = 0; b < L::kCodeBytes / 16; ++b) {
+              const uint4 codes = kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b));
+              kv::dequantize16<Bits>(codes, s2, m2, [&](int i, uint4 v) {
+                kv::st_shared16(dst + tile_chunk(p, b * kPer16 + i), v);
+              });
             }
           } else {
 #pragma unroll

@@ -102,10 +102,8 @@ __device__ __forceinline__ BodyRows body_rows(const RowsMmaArgs& a, int s) {
 template <int Bits>
 __device__ __forceinline__ void dequantize16_to_tile(uint4 codes, __half2 s2, __half2 m2, std::uint32_t row_address,
                                                      int row, int first_chunk) {
-  uint4 values[Bits == 8 ? 2 : 4];
-  dequantize16<Bits>(codes, s2, m2, values);
-#pragma unroll
-  for (int h = 0; h < (Bits == 8 ? 2 : 4); ++h) st_shared16(row_address + swizzle(row, first_chunk + h) * 16, values[h]);
+  dequantize16<Bits>(codes, s2, m2,
+                     [&](int h, uint4 v) { st_shared16(row_address + swizzle(row, first_chunk + h) * 16, v); });
 }
 
 template <int D, int Bits, bool Paged>

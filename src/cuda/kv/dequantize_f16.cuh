@@ -26,9 +26,10 @@ __device__ __forceinline__ std::uint32_t half2_bits(__half2 h) { return *reinter
 __device__ __forceinline__ __half2 bits_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
 
 // 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
-// as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), in channel order.
-template <int Bits>
-__device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2, uint4 (&out)[Bits == 8 ? 2 : 4]) {
+// as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
+// channel order as each is ready.
+template <int Bits, class Store>
+__device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2, Store&& store) {
   const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   if constexpr (Bits == 8) {
     // 0x64XX is the f16 1024 + XX: (byte ^ 0x80) = q + 128, so q = that - 1152, exact.
@@ -44,7 +45,7 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
         o[2 * i] = half2_bits(__hmul2(lo, s2));
         o[2 * i + 1] = half2_bits(__hmul2(hi, s2));
       }
-      out[h] = make_uint4(o[0], o[1], o[2], o[3]);
+      store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
   } else {
     const __half2 bias = __float2half2_rn(1024.0f);
@@ -57,7 +58,7 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
         const std::uint32_t pair = (both & 0x0000000Fu) | ((both >> 4) & 0x000F0000u) | 0x64006400u;
         o[i] = half2_bits(__hfma2(__hsub2(bits_half2(pair), bias), s2, m2));
       }
-      out[h] = make_uint4(o[0], o[1], o[2], o[3]);
+      store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
   }
 }
