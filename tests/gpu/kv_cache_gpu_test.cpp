@@ -814,6 +814,30 @@ TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheSimtKernel) {
   EXPECT_THROW(t.attend(ce::AttentionKernel::mma_swap, 0), lowbit::Error);
 }
 
+// Flash's outputs `got` against the simt and mma rows kernels' (workspace ws): each
+// element within 2 (bound + 2^-10 |want|) + 1e-6 (bound: the case's absolute rounding, as
+// the callers derive it; 2^-10 |want|: both sides' f16 outputs). The worst error as a
+// fraction of its tolerance.
+double expect_near_the_rows_kernels(RowsSetup& t, const std::vector<float>& got, std::size_t ws, double bound) {
+  double worst = 0.0;
+  for (ce::AttentionKernel kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
+    const std::vector<float> want = t.attend(kernel, ws);
+    int bad = 0;
+    for (std::size_t e = 0; e < got.size(); ++e) {
+      const double tol = 2.0 * (bound + 0x1p-10 * std::fabs(want[e])) + 1e-6;
+      const double err = std::fabs(static_cast<double>(got[e]) - want[e]);
+      if (!(err <= tol) && bad++ < 5) {
+        ADD_FAILURE() << "row " << e / static_cast<std::size_t>(t.q_cols) << " element "
+                      << e % static_cast<std::size_t>(t.q_cols) << ": flash " << got[e] << ", "
+                      << kernel_label(kernel) << " " << want[e] << " (tolerance " << tol << ")";
+      }
+      if (err == err) worst = std::max(worst, err / tol);
+    }
+    EXPECT_EQ(bad, 0) << "elements out of tolerance against " << kernel_label(kernel);
+  }
+  return worst;
+}
+
 // flash_attention_over_cache (cuda/flash: the Hopper wgmma kernel over the full policy's
 // FP16 slots, kv_attention_rows' automatic kernel there) against the rows kernels, on a
 // full cache after a history appended by the rows form: chunks of 1, 17, 128 and 300 rows
@@ -845,27 +869,27 @@ TEST_F(KvCacheGpu, FlashOverTheCacheMatchesTheRowsKernels) {
           EXPECT_TRUE(t.attend(ce::AttentionKernel::automatic, ws) == got) << "automatic is not flash's";
           const auto [vmax, smax] = case_bounds(t);
           const double rounding = 2 * 0x1p-11 + 0x1p-15 + 4.0 * static_cast<double>(d + 4) * 0x1p-24 * smax;
-          for (ce::AttentionKernel kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
-            const std::vector<float> want = t.attend(kernel, ws);
-            int bad = 0;
-            for (std::size_t e = 0; e < got.size(); ++e) {
-              const double tol = 2.0 * (vmax * rounding + 0x1p-10 * std::fabs(want[e])) + 1e-6;
-              const double err = std::fabs(static_cast<double>(got[e]) - want[e]);
-              if (!(err <= tol) && bad++ < 5) {
-                ADD_FAILURE() << "row " << e / static_cast<std::size_t>(t.q_cols) << " element "
-                              << e % static_cast<std::size_t>(t.q_cols) << ": flash " << got[e] << ", "
-                              << kernel_label(kernel) << " " << want[e] << " (tolerance " << tol << ")";
-              }
-              if (err == err) worst = std::max(worst, err / tol);
-            }
-            EXPECT_EQ(bad, 0) << "elements out of tolerance against " << kernel_label(kernel);
-          }
+          worst = std::max(worst, expect_near_the_rows_kernels(t, got, ws, vmax * rounding));
           if (HasFailure()) return;
         }
       }
       std::printf("flash over the cache, D %lld H %lld/%lld: worst error %.3f of tolerance\n",
                   static_cast<long long>(d), static_cast<long long>(hh.h), static_cast<long long>(hh.hkv), worst);
     }
+  }
+}
+
+// `call` on a copy of `ok` altered by `change` throws a lowbit::Error whose message holds
+// `what`.
+template <class Args, class Call, class Change>
+void expect_error_naming(const Args& ok, Call call, Change change, const char* what) {
+  Args a = ok;
+  change(a);
+  try {
+    call(a);
+    ADD_FAILURE() << "no error for " << what;
+  } catch (const lowbit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
   }
 }
 
@@ -876,14 +900,7 @@ TEST_F(KvCacheGpu, FlashOverTheCacheChecksItsArguments) {
   const cuda::flash::CacheAttention ok{buf.data(), 512, buf.data(), buf.data(), 64, 64 * 16, buf.data(), 512,
                                        4, 0, 8, 2, 64};
   auto throws = [&](auto change, const char* what) {
-    cuda::flash::CacheAttention a = ok;
-    change(a);
-    try {
-      cuda::flash::flash_attention_over_cache(a, nullptr);
-      ADD_FAILURE() << "no error for " << what;
-    } catch (const lowbit::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
+    expect_error_naming(ok, [](const auto& a) { cuda::flash::flash_attention_over_cache(a, nullptr); }, change, what);
   };
   throws([](auto& a) { a.q = nullptr; }, "null q");
   throws([](auto& a) { a.kv_heads = 3; }, "multiple of kv_heads");
@@ -972,9 +989,9 @@ TEST_F(KvCacheGpu, FlashOverTheMixedCacheMatchesTheTwinAndTheRowsKernels) {
             const std::size_t ws = ce::kv_attention_rows_workspace(t.s, t.heads, n, ch.capacity);
             EXPECT_TRUE(t.attend(ce::AttentionKernel::automatic, ws) == got) << "automatic is not flash's";
             const bool quantized = t.s.body != KvBody::none;
-            int bad = 0;
             if (pos0 <= 130) {
               const std::vector<TwinAttention> ref = twin_rows(t, pos0, n);
+              int bad = 0;
               for (std::int64_t r = 0; r < n; ++r) {
                 const TwinAttention& want = ref[static_cast<std::size_t>(r)];
                 for (std::int64_t i = 0; i < t.q_cols; ++i) {
@@ -999,21 +1016,7 @@ TEST_F(KvCacheGpu, FlashOverTheMixedCacheMatchesTheTwinAndTheRowsKernels) {
             const auto [vmax, smax] = case_bounds(t);
             const double rounding = 2 * 0x1p-11 + 0x1p-15 + 4.0 * static_cast<double>(d + 4) * 0x1p-24 * smax +
                                     (quantized ? 0x1p-11 + 0x1p-10 * smax : 0.0);
-            for (ce::AttentionKernel kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
-              const std::vector<float> want = t.attend(kernel, ws);
-              bad = 0;
-              for (std::size_t e = 0; e < got.size(); ++e) {
-                const double tol = 2.0 * (vmax * rounding + 0x1p-10 * std::fabs(want[e])) + 1e-6;
-                const double err = std::fabs(static_cast<double>(got[e]) - want[e]);
-                if (!(err <= tol) && bad++ < 5) {
-                  ADD_FAILURE() << "row " << e / static_cast<std::size_t>(t.q_cols) << " element "
-                                << e % static_cast<std::size_t>(t.q_cols) << ": flash " << got[e] << ", "
-                                << kernel_label(kernel) << " " << want[e] << " (tolerance " << tol << ")";
-                }
-                if (err == err) worst_rows = std::max(worst_rows, err / tol);
-              }
-              EXPECT_EQ(bad, 0) << "elements out of tolerance against " << kernel_label(kernel);
-            }
+            worst_rows = std::max(worst_rows, expect_near_the_rows_kernels(t, got, ws, vmax * rounding));
             if (HasFailure()) return;
           }
         }
@@ -1050,14 +1053,8 @@ TEST_F(KvCacheGpu, FlashOverTheMixedCacheChecksItsArguments) {
   ok.kv_heads = 2;
   ok.head_dim = 64;
   auto throws = [&](auto change, const char* what) {
-    cuda::flash::MixedCacheAttention a = ok;
-    change(a);
-    try {
-      cuda::flash::flash_attention_over_mixed_cache(a, nullptr);
-      ADD_FAILURE() << "no error for " << what;
-    } catch (const lowbit::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
+    expect_error_naming(ok, [](const auto& a) { cuda::flash::flash_attention_over_mixed_cache(a, nullptr); }, change,
+                        what);
   };
   throws([](auto& a) { a.chunk_k = nullptr; }, "null q, chunk_k");
   throws([](auto& a) { a.kv_heads = 3; }, "multiple of kv_heads");
