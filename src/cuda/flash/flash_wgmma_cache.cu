@@ -16,14 +16,15 @@
 // that see them in that form. A segment's positions past its end are zeros in the tile
 // (0 * NaN would reach O) and masked.
 //
-// The producer is a whole warpgroup (the full path's is one TMA thread): thread p loads
-// key row p of every tile, K and V in rings of two stages as flash_wgmma.cu's: FP16 rows
-// by cp.async straight into the 128-byte-swizzled tile (TMA's layout, which the
-// consumers' descriptors read), body codes by cp.async into a staging area and its f16
-// scale (+ min) into a register, then dequantized (cuda/kv/dequantize_f16.cuh, the rows
-// kernel's arithmetic) into the tile: the body never reaches global memory as f16. A
-// tile is published by each producer thread's arrival on the stage's full barrier, after
-// its copies landed and fence.proxy.async made them visible to wgmma. Q is one TMA load.
+// The producer is a whole warpgroup (the full path's is one TMA thread), K and V in rings
+// of two stages as flash_wgmma.cu's: its 128 threads copy a tile by cp.async in 16-byte
+// chunks, consecutive lanes along a row: FP16 rows straight into the 128-byte-swizzled
+// tile (TMA's layout, which the consumers' descriptors read), body codes into a staging
+// area; for a body tile the warpgroup then meets at a named barrier and thread p
+// dequantizes row p with its f16 scale (+ min) (cuda/kv/dequantize_f16.cuh, the rows
+// kernel's arithmetic) into the tile: the body never reaches global memory as f16. A tile
+// is published by each producer thread's arrival on the stage's full barrier, after its
+// copies landed and fence.proxy.async made its writes visible to wgmma. Q is one TMA load.
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -58,11 +59,12 @@ struct MixedLayout {
   static constexpr int kBM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // Registers a thread by role (setmaxnreg), within what the launch gets (168 x 384 at
-  // head_dim 128, 128 x 512 at 64). The producer dequantizes, so at 128 it takes 32 and
-  // the consumers 232 (ptxas: no spills; 24 / 240 spilled the producer's addresses); at
-  // 64, 24 / 160 as flash_wgmma.cu (32 / 152 spilled the consumers).
-  static constexpr int kProducerRegs = kConsumers == 3 ? 24 : 32;
-  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 232;
+  // head_dim 128, 128 x 512 at 64). The producer computes addresses and dequantizes, so
+  // it takes 40 at 128 (the consumers 232 -> 224) and 32 at 64 (the consumers keep
+  // flash_wgmma.cu's 160): ptxas spills nothing (24 or 32 at 128 spilled the producer's
+  // loop-invariant addresses).
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 40;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * ((65536 / kThreads) & ~7),
                 "the launch's registers");
   static constexpr int kBoxes = HD / kBox;
@@ -126,6 +128,7 @@ struct BlockKeys {
   int sink_end, body_lo, body_hi, recent_lo, recent_hi;
   int body_tile, recent_tile, tiles;
 
+  BlockKeys() = default;
   __device__ BlockKeys(const MixedArgs& a, int tmin, int tmax, bool body) {
     const bool f16 = !body || a.window > 0;  // int8 / int4 have no FP16 positions
     sink_end = f16 ? min(a.sink, tmax + 1) : 0;
@@ -177,8 +180,10 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   constexpr int kBM = L::kBM, kConsumers = L::kConsumers;
   if (t0 >= a.rows) return;
   const int tmin = a.pos0 + t0, tmax = a.pos0 + min(t0 + kBM, a.rows) - 1;  // the block's rows' positions
-  const BlockKeys keys(a, tmin, tmax, Bits != 0);
-  const int tiles = keys.tiles;  // >= 1: a row sees at least itself
+  // The segments in shared memory (set with the barriers): the producer's registers are
+  // few, and every thread reads them once a tile.
+  __shared__ BlockKeys keys;
+  const int tiles = BlockKeys(a, tmin, tmax, Bits != 0).tiles;  // >= 1: a row sees at least itself
   const std::uint32_t q_bar = gemm::sm90::smem_address(&bars.q);
   const std::uint32_t k_full = gemm::sm90::smem_address(&bars.k_full[0]);
   const std::uint32_t k_empty = gemm::sm90::smem_address(&bars.k_empty[0]);
@@ -194,6 +199,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
 
   if (threadIdx.x == 0) {
+    keys = BlockKeys(a, tmin, tmax, Bits != 0);
     mbarrier_init(q_bar, 1);
 #pragma unroll
     for (int s = 0; s < L::kStages; ++s) {
@@ -222,47 +228,65 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       if (s >= a.pos0) return (part ? a.chunk_v : a.chunk_k) + (s - a.pos0) * a.chunk_ld + g * HD;
       return (part ? a.snap_v : a.snap_k) + (static_cast<long long>(g) * a.window + s % a.window) * HD;
     };
-    // Tile t's row p of one part (K 0, V 1): once its stage is free, cp.async of the FP16
-    // row or zeros into the tile, or of the codes into the staging area and the scale
-    // (low half) and min (high half) into `param`; one commit group.
+    // Tile t of one part (K 0, V 1), once its stage is free: cp.async of 16-byte chunks,
+    // thread p taking chunks p, p + 128, ... of the tile row by row (consecutive lanes
+    // read consecutive bytes of a row: a warp's copy spans 4 lines, not 32 rows): the
+    // FP16 rows (zeros past the segment's end) into the tile, or the body's codes into
+    // the staging area; then thread p's own row's scale (low half) and min (high half)
+    // into `param` for publish. One commit group.
     auto issue = [&](int part, int t, std::uint32_t& param) {
       mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
       const KeyTile k = keys.tile(t);
-      const int s = k.first + p;
-      const bool valid = s < k.end;
       bool body = false;
       if constexpr (Bits != 0) {
         body = k.segment == kBody;
-        if (body && valid) {
-          const long long row = static_cast<long long>(s - a.body_base) * a.kv_heads + g;
-          const std::uint8_t* codes = (part ? a.codes_v : a.codes_k) + row * L::kCodeBytes;
-#pragma unroll
-          for (int b = 0; b < L::kCodeBytes / 16; ++b) {
-            cp_async16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b), codes + 16 * b, 16);
+        if (body) {
+          // Thread p copies chunk p % kRowChunks of rows p / kRowChunks + kStep i.
+          constexpr int kRowChunks = L::kCodeBytes / 16, kStep = 128 / kRowChunks;
+          const int b = p % kRowChunks;
+          const long long row_bytes = static_cast<long long>(a.kv_heads) * L::kCodeBytes;  // a position's codes
+          int row = p / kRowChunks;
+          const std::uint8_t* src = (part ? a.codes_v : a.codes_k) +
+                                    (k.first + row - a.body_base) * row_bytes + g * L::kCodeBytes + 16 * b;
+#pragma unroll 1
+          for (; row < kBN; row += kStep, src += kStep * row_bytes) {
+            if (k.first + row < k.end) cp_async16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(row, b), src, 16);
           }
-          const auto* scales = reinterpret_cast<const unsigned short*>(part ? a.scales_v : a.scales_k);
-          const auto* mins = reinterpret_cast<const unsigned short*>(part ? a.mins_v : a.mins_k);
-          param = __ldg(scales + row) | (Bits == 4 ? static_cast<std::uint32_t>(__ldg(mins + row)) << 16 : 0u);
+          if (k.first + p < k.end) {
+            const long long at = static_cast<long long>(k.first + p - a.body_base) * a.kv_heads + g;
+            const auto* scales = reinterpret_cast<const unsigned short*>(part ? a.scales_v : a.scales_k);
+            const auto* mins = reinterpret_cast<const unsigned short*>(part ? a.mins_v : a.mins_k);
+            param = __ldg(scales + at) | (Bits == 4 ? static_cast<std::uint32_t>(__ldg(mins + at)) << 16 : 0u);
+          }
         }
       }
       if (!body) {
-        // Past the segment's end: zero bytes read (src not dereferenced), the chunk zero-filled.
-        const std::uint16_t* src = valid ? f16_row(part, k.segment, s) : a.chunk_k;
+        // Thread p copies chunk p % kChunks of rows p / kChunks + kStep i.
+        constexpr int kStep = 128 / L::kChunks;
         const std::uint32_t dst = part_tile(part, t);
-#pragma unroll
-        for (int ch = 0; ch < L::kChunks; ++ch) {
-          cp_async16(dst + tile_chunk(p, ch), src + (valid ? ch * 8 : 0), valid ? 16 : 0);
+        const int ch = p % L::kChunks;
+#pragma unroll 1
+        for (int row = p / L::kChunks; row < kBN; row += kStep) {
+          const int s = k.first + row;
+          const bool valid = s < k.end;
+          // Past the segment's end: zero bytes read (src not dereferenced), the chunk zero-filled.
+          const std::uint16_t* src = valid ? f16_row(part, k.segment, s) + ch * 8 : a.chunk_k;
+          cp_async16(dst + tile_chunk(row, ch), src, valid ? 16 : 0);
         }
       }
       cp_async_commit();
     };
-    // Tile t's row p of one part is in place (its group waited for): a body row is
-    // dequantized into the tile (zeros past the body's end), then the stage's full
-    // barrier gets this thread's arrival.
+    // Tile t of one part has landed (this thread's group waited for): a body tile waits
+    // for every producer thread's copies (named barrier 1 + kConsumers), then thread p
+    // dequantizes row p into the tile (zeros past the body's end); then the stage's full
+    // barrier gets this thread's arrival. (Body tiles are consecutive, so the barrier of
+    // tile t also keeps tile t + 1's copies off the staging that tile t - 1's rows are
+    // read from.)
     auto publish = [&](int part, int t, std::uint32_t param) {
       if constexpr (Bits != 0) {
         const KeyTile k = keys.tile(t);
         if (k.segment == kBody) {
+          named_barrier(1 + kConsumers, 128);
           const std::uint32_t dst = part_tile(part, t);
           if (k.first + p < k.end) {
             const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param & 0xffffu)));
