@@ -4,16 +4,11 @@
 // rows kernel's exact semantics (cuda/kv/attention_rows_mma.cu).
 //
 // A block owns 128 query rows (192 at head_dim 64) of one head: rows [tmin, tmax] by
-// position. Its keys are one virtual sequence of three segments, each starting on a tile
-// of 128 keys and masked by its own rule for the row at t (so every row sees each
-// position once, in the form the cache held at t):
-//   sink    positions [0, min(sink, tmax + 1)), FP16 cache slots     visible iff s <= t
-//   body    [body_base, tmax - window + 1), quantized codes           visible iff s <= t - window
-//   recent  [max(sink, tmin - window + 1), tmax + 1), FP16 from the   visible iff t - window < s <= t
-//           chunk's rows (s >= pos0) or the ring's snapshot (s < pos0)
-// (int8 / int4: the body alone, window 0; window: no body.) Positions of
-// (tmin - window, tmax - window] are in both body and recent, each masked for the rows
-// that see them in that form. A segment's positions past its end are zeros in the tile
+// position. Its keys are one virtual sequence of three segments (core::KvFlashSegments):
+// the sink (FP16 cache slots), the body (quantized codes) and the recent positions (FP16
+// from the chunk's rows or the ring's snapshot), each starting on a tile of 128 keys and
+// masked by its own rule for the row at t, so that every row sees each position once, in
+// the form the cache held at t. A segment's positions past its end are zeros in the tile
 // (0 * NaN would reach O) and masked.
 //
 // The producer is a whole warpgroup (the full path's is one TMA thread), K and V in rings
@@ -32,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/kv_layout.h"
 #include "cuda/async_copy.cuh"
 #include "cuda/flash/block_order.cuh"
 #include "cuda/flash/flash_cuda.h"
@@ -108,44 +104,14 @@ struct MixedArgs {
   int head_group;  // block_order.cuh
 };
 
-enum Segment : int { kSink = 0, kBody = 1, kRecent = 2 };
+using Segments = core::KvFlashSegments;  // the three segments and their masks
+constexpr int kSink = Segments::sink_segment, kBody = Segments::body_segment;
 
-// A tile of the virtual key sequence: positions [first, first + kBN) of one segment, those
-// below `end` read (the rest are zeros and masked).
-struct KeyTile {
-  int segment, first, end;
-};
-
-// Whether the row at position t sees position s of a segment (s < the segment's end).
-__device__ __forceinline__ bool visible(int segment, int t, int s, int window) {
-  if (s > t) return false;
-  return segment == kBody ? s <= t - window : segment == kRecent ? s > t - window : true;
+// The block's segments (rows at [tmin, tmax]) in tiles of kBN keys.
+template <int Bits>
+__device__ __forceinline__ Segments block_segments(const MixedArgs& a, int tmin, int tmax) {
+  return Segments(a.sink, a.window, a.body_base, Bits != 0, tmin, tmax, kBN);
 }
-
-// The block's three segments, positions [sink: 0, sink_end), [body_lo, body_hi),
-// [recent_lo, recent_hi), and the tiles where the body and the recent segment start.
-struct BlockKeys {
-  int sink_end, body_lo, body_hi, recent_lo, recent_hi;
-  int body_tile, recent_tile, tiles;
-
-  BlockKeys() = default;
-  __device__ BlockKeys(const MixedArgs& a, int tmin, int tmax, bool body) {
-    const bool f16 = !body || a.window > 0;  // int8 / int4 have no FP16 positions
-    sink_end = f16 ? min(a.sink, tmax + 1) : 0;
-    body_lo = a.body_base;
-    body_hi = body ? max(body_lo, tmax - a.window + 1) : body_lo;
-    recent_lo = max(a.sink, tmin - a.window + 1);
-    recent_hi = a.window > 0 ? max(recent_lo, tmax + 1) : recent_lo;
-    body_tile = (sink_end + kBN - 1) / kBN;
-    recent_tile = body_tile + (body_hi - body_lo + kBN - 1) / kBN;
-    tiles = recent_tile + (recent_hi - recent_lo + kBN - 1) / kBN;
-  }
-  __device__ KeyTile tile(int t) const {
-    if (t >= recent_tile) return KeyTile{kRecent, recent_lo + (t - recent_tile) * kBN, recent_hi};
-    if (t >= body_tile) return KeyTile{kBody, body_lo + (t - body_tile) * kBN, body_hi};
-    return KeyTile{kSink, t * kBN, sink_end};
-  }
-};
 
 // Byte offset of 16-byte chunk ch (8 channels) of key row p in a tile as TMA writes it
 // with the 128-byte swizzle: boxes of 64 channels x kBN rows, a row's chunks XORed with
@@ -182,8 +148,8 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   const int tmin = a.pos0 + t0, tmax = a.pos0 + min(t0 + kBM, a.rows) - 1;  // the block's rows' positions
   // The segments in shared memory (set with the barriers): the producer's registers are
   // few, and every thread reads them once a tile.
-  __shared__ BlockKeys keys;
-  const int tiles = BlockKeys(a, tmin, tmax, Bits != 0).tiles;  // >= 1: a row sees at least itself
+  __shared__ Segments keys;
+  const int tiles = block_segments<Bits>(a, tmin, tmax).tiles;  // >= 1: a row sees at least itself
   const std::uint32_t q_bar = gemm::sm90::smem_address(&bars.q);
   const std::uint32_t k_full = gemm::sm90::smem_address(&bars.k_full[0]);
   const std::uint32_t k_empty = gemm::sm90::smem_address(&bars.k_empty[0]);
@@ -199,7 +165,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
 
   if (threadIdx.x == 0) {
-    keys = BlockKeys(a, tmin, tmax, Bits != 0);
+    keys = block_segments<Bits>(a, tmin, tmax);
     mbarrier_init(q_bar, 1);
 #pragma unroll
     for (int s = 0; s < L::kStages; ++s) {
@@ -236,7 +202,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // into `param` for publish. One commit group.
     auto issue = [&](int part, int t, std::uint32_t& param) {
       mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
-      const KeyTile k = keys.tile(t);
+      const Segments::Tile k = keys.at(t);
       bool body = false;
       if constexpr (Bits != 0) {
         body = k.segment == kBody;
@@ -284,7 +250,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // read from.)
     auto publish = [&](int part, int t, std::uint32_t param) {
       if constexpr (Bits != 0) {
-        const KeyTile k = keys.tile(t);
+        const Segments::Tile k = keys.at(t);
         if (k.segment == kBody) {
           named_barrier(1 + kConsumers, 128);
           const std::uint32_t dst = part_tile(part, t);
@@ -363,19 +329,14 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   };
   // The segment's mask, skipped where every row of the warp sees the whole tile.
   auto softmax = [&](int t, float (&corr)[2]) {
-    const KeyTile k = keys.tile(t);
-    const int last = k.first + kBN - 1;
-    const bool whole = last < k.end && last <= t_lo &&
-                       (k.segment == kBody     ? last <= t_lo - a.window
-                        : k.segment == kRecent ? k.first > t_lo + 15 - a.window
-                                               : true);
-    if (!whole) {
+    const Segments::Tile k = keys.at(t);
+    if (!keys.whole(k, t_lo, t_lo + 15)) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int s = k.first + j * 8 + 2 * c + (e & 1), t_row = t_lo + r + 8 * (e >> 1);
-          if (s >= k.end || !visible(k.segment, t_row, s, a.window)) sc[j][e] = -INFINITY;
+          if (s >= k.end || !keys.visible(k.segment, t_row, s)) sc[j][e] = -INFINITY;
         }
     }
     softmax_tile<kBN>(sc, m, l, a.sl2, corr);
