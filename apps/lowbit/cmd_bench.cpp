@@ -114,9 +114,9 @@ int bench_kv_attention(const Args& args) {
               "length, policy and kernel (simt: f32 on the CUDA cores; mma: tensor cores): time, the bytes it\n"
               "must read (the visible cache as held) and that against the copy ceiling measured in the same run.\n"
               "The kernels' outputs are compared first. With --rows N: the prefill form instead, a chunk of N\n"
-              "query rows ending at each context (simt against tensor cores, and for the full policy auto:\n"
-              "flash's wgmma kernel on Hopper; in TFLOPS). With --batch B: B sequences of each context over a\n"
-              "paged cache, one launch (the serving engine's decode step).");
+              "query rows ending at each context (simt, mma on tensor cores, and auto: flash's wgmma kernels on\n"
+              "Hopper, else mma; in TFLOPS). With --batch B: B sequences of each context over a paged cache, one\n"
+              "launch (the serving engine's decode step).");
   cli.integer("--heads", &options.n_heads, 1, 4096, "query heads (default 32)");
   cli.integer("--kv-heads", &options.kv_heads, 1, 1024, "KV heads (default 8)");
   cli.integer("--head-dim", &options.head_dim, 64, 128, "64 or 128 (default 128)");

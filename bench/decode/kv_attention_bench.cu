@@ -156,9 +156,10 @@ int run_rows_bench(const KvAttentionBenchOptions& o, const RunInfo& info, cudaSt
       DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(o.rows * q_cols) * 2), out(ref.bytes());
       std::vector<std::uint16_t> ref_host(static_cast<std::size_t>(o.rows * q_cols)), out_host(ref_host.size());
       double simt_ms = 0;
-      // automatic: the full policy's flash kernel (wgmma over the FP16 slots) on Hopper.
-      std::vector<cuda::kv::AttentionKernel> kernels{cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma};
-      if (s.full()) kernels.push_back(cuda::kv::AttentionKernel::automatic);
+      // automatic: flash's wgmma kernels on Hopper (full: over the FP16 slots; the other
+      // policies: the sink, body and recent segments), else the mma rows kernel again.
+      const std::vector<cuda::kv::AttentionKernel> kernels{
+          cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma, cuda::kv::AttentionKernel::automatic};
       for (const auto kernel : kernels) {
         auto launch = [&](void* dst) {
           cuda::kv::kv_attention_rows(s, layer.buffers, chunk, snapshot.data(), o.n_heads, dst, q_cols, ws.data(),

@@ -195,6 +195,59 @@ struct KvRowForms {
   }
 };
 
+// The flash prefill over a mixed cache (cuda/flash/flash_wgmma_cache.cu): a block of rows
+// at positions [tmin, tmax] reads one virtual key sequence of three segments, each
+// starting on a tile of `tile` keys, each position s of a segment masked by its rule for
+// the row at t (visible), so that a row sees every position once, in KvRowForms' form:
+//   sink    [0, min(sink, tmax + 1)), FP16 slots                      s <= t
+//   body    [body_base, tmax - window + 1), quantized                 s <= t - window
+//   recent  [max(sink, tmin - window + 1), tmax + 1), FP16 from the   t - window < s <= t
+//           chunk (s >= pos0) or the ring's snapshot (s < pos0)
+// int8 / int4 (body, no window, sink 0): the body alone; window (no body): no body.
+// Positions of a tile at or past its segment's end are not read (zeros) and masked.
+struct KvFlashSegments {
+  enum Segment : int { sink_segment = 0, body_segment = 1, recent_segment = 2 };
+  struct Tile {
+    int segment, first, end;  // positions [first, first + tile) of the segment, those below end read
+  };
+  // No member initializers: a kernel keeps one in shared memory (trivially constructed).
+  int window, tile_keys;
+  int sink_end, body_lo, body_hi, recent_lo, recent_hi;
+  int body_tile, recent_tile, tiles;  // the segments' first tiles; all tiles
+
+  KvFlashSegments() = default;
+  LOWBIT_HD KvFlashSegments(int sink, int window_, int body_base, bool has_body, int tmin, int tmax, int tile)
+      : window(window_), tile_keys(tile) {
+    const bool f16 = !has_body || window > 0;  // int8 / int4 have no FP16 positions
+    sink_end = f16 ? (sink < tmax + 1 ? sink : tmax + 1) : 0;
+    body_lo = body_base;
+    body_hi = has_body && tmax - window + 1 > body_lo ? tmax - window + 1 : body_lo;
+    recent_lo = sink > tmin - window + 1 ? sink : tmin - window + 1;
+    recent_hi = window > 0 && tmax + 1 > recent_lo ? tmax + 1 : recent_lo;
+    body_tile = (sink_end + tile - 1) / tile;
+    recent_tile = body_tile + (body_hi - body_lo + tile - 1) / tile;
+    tiles = recent_tile + (recent_hi - recent_lo + tile - 1) / tile;
+  }
+  LOWBIT_HD Tile at(int t) const {
+    if (t >= recent_tile) return Tile{recent_segment, recent_lo + (t - recent_tile) * tile_keys, recent_hi};
+    if (t >= body_tile) return Tile{body_segment, body_lo + (t - body_tile) * tile_keys, body_hi};
+    return Tile{sink_segment, t * tile_keys, sink_end};
+  }
+  // Whether the row at t sees position s of a tile of `segment` (s below the tile's end).
+  LOWBIT_HD bool visible(int segment, int t, int s) const {
+    if (s > t) return false;
+    return segment == body_segment ? s <= t - window : segment == recent_segment ? s > t - window : true;
+  }
+  // Whether every row in [t_lo, t_hi] sees every position of the tile (no mask needed).
+  LOWBIT_HD bool whole(const Tile& k, int t_lo, int t_hi) const {
+    const int last = k.first + tile_keys - 1;
+    if (last >= k.end || last > t_lo) return false;
+    return k.segment == body_segment     ? last <= t_lo - window
+           : k.segment == recent_segment ? k.first > t_hi - window
+                                         : true;
+  }
+};
+
 // The prefill rows kernel's items: tile j of `tile` positions in view v (0 FP16, 1 body)
 // is item 2 j + v; a block of rows [tmin, tmax] walks the items of its split, tiles
 // [first_tile, end_tile), that some row reads. The item after `item` (start: 2 first_tile

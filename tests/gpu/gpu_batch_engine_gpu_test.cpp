@@ -3,8 +3,8 @@
 // Q4_1 matrices, a 500-token vocabulary):
 // - one sequence in an engine whose max_sequence_tokens equals the session's max_tokens
 //   (256) gives the session's prefill log-probabilities exactly (the same GEMMs at the
-//   same M; the paged rows form is the contiguous one bit for bit; but for the full
-//   policy on Hopper, where the session's prefill runs flash's wgmma kernel and the
+//   same M; the paged rows form is the contiguous one bit for bit; but on Hopper, where
+//   the session's prefill runs flash's wgmma kernels (full and selective here) and the
 //   paged form the mma rows kernel: within kLogprobTolerance) and its decode_greedy
 //   tokens (the batch's decode split plan, of max_length 256 at batch 1, is the
 //   session's);
@@ -129,9 +129,10 @@ TEST_F(GpuBatchEngineGpu, OneSequenceIsGpuSessionBitForBit) {
     engine.step(std::span(&first, 1), out);
     const std::vector<float> logits = session.forward(prompt, false);
     forward_session.forward(prompt, false);
-    // The session's full-policy prefill on Hopper is flash's (gpu_forward.h): the paged
-    // form's within rounding, the greedy token the same but at a near-tie.
-    const bool flash = cache.policy == KvPolicy::full && cuda::flash::flash_wgmma_available();
+    // The session's prefill on Hopper is flash's (kv_attention_rows' automatic kernel:
+    // full and, over the mixed cache, selective): the paged form's within rounding, the
+    // greedy token the same but at a near-tie.
+    const bool flash = cuda::flash::flash_wgmma_available();
     if (!flash || top_gap(logits) > kLogprobTolerance) {
       ASSERT_EQ(out[0].token, engine::argmax(logits));
     }

@@ -814,6 +814,30 @@ TEST_F(KvCacheGpu, RowsFormOnTensorCoresMatchesTheSimtKernel) {
   EXPECT_THROW(t.attend(ce::AttentionKernel::mma_swap, 0), lowbit::Error);
 }
 
+// Flash's outputs `got` against the simt and mma rows kernels' (workspace ws): each
+// element within 2 (bound + 2^-10 |want|) + 1e-6 (bound: the case's absolute rounding, as
+// the callers derive it; 2^-10 |want|: both sides' f16 outputs). The worst error as a
+// fraction of its tolerance.
+double expect_near_the_rows_kernels(RowsSetup& t, const std::vector<float>& got, std::size_t ws, double bound) {
+  double worst = 0.0;
+  for (ce::AttentionKernel kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
+    const std::vector<float> want = t.attend(kernel, ws);
+    int bad = 0;
+    for (std::size_t e = 0; e < got.size(); ++e) {
+      const double tol = 2.0 * (bound + 0x1p-10 * std::fabs(want[e])) + 1e-6;
+      const double err = std::fabs(static_cast<double>(got[e]) - want[e]);
+      if (!(err <= tol) && bad++ < 5) {
+        ADD_FAILURE() << "row " << e / static_cast<std::size_t>(t.q_cols) << " element "
+                      << e % static_cast<std::size_t>(t.q_cols) << ": flash " << got[e] << ", "
+                      << kernel_label(kernel) << " " << want[e] << " (tolerance " << tol << ")";
+      }
+      if (err == err) worst = std::max(worst, err / tol);
+    }
+    EXPECT_EQ(bad, 0) << "elements out of tolerance against " << kernel_label(kernel);
+  }
+  return worst;
+}
+
 // flash_attention_over_cache (cuda/flash: the Hopper wgmma kernel over the full policy's
 // FP16 slots, kv_attention_rows' automatic kernel there) against the rows kernels, on a
 // full cache after a history appended by the rows form: chunks of 1, 17, 128 and 300 rows
@@ -845,27 +869,27 @@ TEST_F(KvCacheGpu, FlashOverTheCacheMatchesTheRowsKernels) {
           EXPECT_TRUE(t.attend(ce::AttentionKernel::automatic, ws) == got) << "automatic is not flash's";
           const auto [vmax, smax] = case_bounds(t);
           const double rounding = 2 * 0x1p-11 + 0x1p-15 + 4.0 * static_cast<double>(d + 4) * 0x1p-24 * smax;
-          for (ce::AttentionKernel kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma}) {
-            const std::vector<float> want = t.attend(kernel, ws);
-            int bad = 0;
-            for (std::size_t e = 0; e < got.size(); ++e) {
-              const double tol = 2.0 * (vmax * rounding + 0x1p-10 * std::fabs(want[e])) + 1e-6;
-              const double err = std::fabs(static_cast<double>(got[e]) - want[e]);
-              if (!(err <= tol) && bad++ < 5) {
-                ADD_FAILURE() << "row " << e / static_cast<std::size_t>(t.q_cols) << " element "
-                              << e % static_cast<std::size_t>(t.q_cols) << ": flash " << got[e] << ", "
-                              << kernel_label(kernel) << " " << want[e] << " (tolerance " << tol << ")";
-              }
-              if (err == err) worst = std::max(worst, err / tol);
-            }
-            EXPECT_EQ(bad, 0) << "elements out of tolerance against " << kernel_label(kernel);
-          }
+          worst = std::max(worst, expect_near_the_rows_kernels(t, got, ws, vmax * rounding));
           if (HasFailure()) return;
         }
       }
       std::printf("flash over the cache, D %lld H %lld/%lld: worst error %.3f of tolerance\n",
                   static_cast<long long>(d), static_cast<long long>(hh.h), static_cast<long long>(hh.hkv), worst);
     }
+  }
+}
+
+// `call` on a copy of `ok` altered by `change` throws a lowbit::Error whose message holds
+// `what`.
+template <class Args, class Call, class Change>
+void expect_error_naming(const Args& ok, Call call, Change change, const char* what) {
+  Args a = ok;
+  change(a);
+  try {
+    call(a);
+    ADD_FAILURE() << "no error for " << what;
+  } catch (const lowbit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
   }
 }
 
@@ -876,14 +900,7 @@ TEST_F(KvCacheGpu, FlashOverTheCacheChecksItsArguments) {
   const cuda::flash::CacheAttention ok{buf.data(), 512, buf.data(), buf.data(), 64, 64 * 16, buf.data(), 512,
                                        4, 0, 8, 2, 64};
   auto throws = [&](auto change, const char* what) {
-    cuda::flash::CacheAttention a = ok;
-    change(a);
-    try {
-      cuda::flash::flash_attention_over_cache(a, nullptr);
-      ADD_FAILURE() << "no error for " << what;
-    } catch (const lowbit::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
+    expect_error_naming(ok, [](const auto& a) { cuda::flash::flash_attention_over_cache(a, nullptr); }, change, what);
   };
   throws([](auto& a) { a.q = nullptr; }, "null q");
   throws([](auto& a) { a.kv_heads = 3; }, "multiple of kv_heads");
@@ -895,6 +912,175 @@ TEST_F(KvCacheGpu, FlashOverTheCacheChecksItsArguments) {
   wide.ldq = wide.ldo = 8 * 96;
   wide.key_stride = 96;
   EXPECT_FALSE(cuda::flash::flash_attention_over_cache(wide, nullptr));
+}
+
+// The MixedCacheAttention of a RowsSetup's chunk: what kv_attention_rows' automatic
+// kernel passes flash_attention_over_mixed_cache on a contiguous cache.
+cuda::flash::MixedCacheAttention mixed_cache_call(RowsSetup& t, void* out) {
+  const auto* base = static_cast<const std::uint16_t*>(t.chunk.base);
+  const auto* snap = t.snapshot.as<std::uint16_t>();
+  const ce::KvLayerShape& s = t.s;
+  cuda::flash::MixedCacheAttention c;
+  c.q = base;
+  c.ldq = t.chunk.ld;
+  c.chunk_k = base + t.chunk.k_col;
+  c.chunk_v = base + t.chunk.v_col;
+  c.chunk_ld = t.chunk.ld;
+  c.snap_k = snap;
+  c.snap_v = snap + s.kv_heads * s.window * s.head_dim;
+  c.f16_k = t.layer.dev.k.f16;
+  c.f16_v = t.layer.dev.v.f16;
+  c.f16_slots = s.f16_slots();
+  c.body_bits = static_cast<int>(s.body);
+  c.codes_k = t.layer.dev.k.codes;
+  c.codes_v = t.layer.dev.v.codes;
+  c.scales_k = t.layer.dev.k.scales;
+  c.scales_v = t.layer.dev.v.scales;
+  c.mins_k = t.layer.dev.k.mins;
+  c.mins_v = t.layer.dev.v.mins;
+  c.sink = s.sink;
+  c.window = s.window;
+  c.body_base = s.body_base;
+  c.out = out;
+  c.ldo = t.out_ld;
+  c.rows = t.chunk.rows;
+  c.pos0 = t.chunk.pos0;
+  c.heads = t.heads;
+  c.kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  return c;
+}
+
+// flash_attention_over_mixed_cache (cuda/flash/flash_wgmma_cache.cu: the wgmma kernel
+// over the sink, the quantized body and the recent FP16 keys as three masked segments;
+// kv_attention_rows' automatic kernel for every policy but full on a contiguous cache)
+// for window, selective INT8 / INT4, int8 and int4 (sink 16, window 32), after a history
+// appended by the rows form (unwritten cache slots hold NaN, codes 0x5a): chunks of 1, 17,
+// 128 and 300 rows at positions 0, 1, 20 and 40 (inside the sink + window's 48, chunks
+// crossing the window's edge and the body's start), 130 and 1000 (partial query blocks
+// of 128 / 192 rows, segments ending mid-tile), head_dim 64 / 128, GQA groups 1, 4, 8.
+// Against
+//   - the twin in double (chunks at up to 130): RowsFormOnTensorCoresMatchesTheTwinInDouble's
+//     tolerance (P and the decoded values rounded to f16, as the mma rows kernel);
+//   - the simt rows kernel (f32, the reference) and the mma rows kernel, every chunk: the
+//     bound of FlashOverTheCacheMatchesTheRowsKernels plus the decoded values' f16
+//     rounding (2^-11 Vmax + 2^-10 Smax Vmax) under a quantizing policy.
+// A row that saw a position twice, in the wrong form or not at all is off by about
+// Vmax / (visible positions): far beyond these bounds at these lengths. Automatic must
+// return flash's bits.
+TEST_F(KvCacheGpu, FlashOverTheMixedCacheMatchesTheTwinAndTheRowsKernels) {
+  if (!cuda::flash::flash_wgmma_available()) GTEST_SKIP() << "the flash wgmma kernel needs Hopper and an sm_90a build";
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : kCases) {
+    if (c.policy == KvPolicy::full) continue;  // FlashOverTheCacheMatchesTheRowsKernels
+    double worst_twin = 0.0, worst_rows = 0.0;
+    for (std::int64_t d : {64, 128}) {
+      for (RowsHeads hh : {RowsHeads{8, 8}, RowsHeads{16, 4}, RowsHeads{16, 2}}) {
+        for (std::int64_t pos0 : {0, 1, 20, 40, 130, 1000}) {
+          for (std::int64_t n : {1, 17, 128, 300}) {
+            const RowsChunk ch{pos0, n, pos0 + n + 45};
+            SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " H " + std::to_string(hh.h) + "/" +
+                         std::to_string(hh.hkv) + " chunk at " + std::to_string(pos0) + " of " + std::to_string(n));
+            RowsSetup t(rng, c, d, hh, ch);
+            const std::vector<float> got = t.attend_with([&](void* out) {
+              EXPECT_TRUE(cuda::flash::flash_attention_over_mixed_cache(mixed_cache_call(t, out), nullptr))
+                  << "the wgmma kernel did not run";
+            });
+            const std::size_t ws = ce::kv_attention_rows_workspace(t.s, t.heads, n, ch.capacity);
+            EXPECT_TRUE(t.attend(ce::AttentionKernel::automatic, ws) == got) << "automatic is not flash's";
+            const bool quantized = t.s.body != KvBody::none;
+            if (pos0 <= 130) {
+              const std::vector<TwinAttention> ref = twin_rows(t, pos0, n);
+              int bad = 0;
+              for (std::int64_t r = 0; r < n; ++r) {
+                const TwinAttention& want = ref[static_cast<std::size_t>(r)];
+                for (std::int64_t i = 0; i < t.q_cols; ++i) {
+                  const auto h = static_cast<std::size_t>(i / d);
+                  const double o = want.out[static_cast<std::size_t>(i)];
+                  const double tol =
+                      2.0 * (want.vmax[h] * (0x1p-11 + (quantized ? 0x1p-11 + 0x1p-10 * want.smax[h] : 0.0) +
+                                             0x1p-15) +
+                             0x1p-11 * std::fabs(o)) +
+                      1e-6;
+                  const float g = got[static_cast<std::size_t>(r * t.q_cols + i)];
+                  const double err = std::fabs(static_cast<double>(g) - o);
+                  if (!(err <= tol) && bad++ < 5) {
+                    ADD_FAILURE() << "row " << r << " head " << h << " channel " << i % d << ": flash " << g
+                                  << ", twin " << o << " (tolerance " << tol << ")";
+                  }
+                  if (err == err) worst_twin = std::max(worst_twin, err / tol);
+                }
+              }
+              EXPECT_EQ(bad, 0) << "elements out of tolerance against the twin";
+            }
+            const auto [vmax, smax] = case_bounds(t);
+            const double rounding = 2 * 0x1p-11 + 0x1p-15 + 4.0 * static_cast<double>(d + 4) * 0x1p-24 * smax +
+                                    (quantized ? 0x1p-11 + 0x1p-10 * smax : 0.0);
+            worst_rows = std::max(worst_rows, expect_near_the_rows_kernels(t, got, ws, vmax * rounding));
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+    std::printf("flash over the mixed cache, %s: worst error %.3f (twin), %.3f (rows kernels) of tolerance\n", c.name,
+                worst_twin, worst_rows);
+  }
+}
+
+// flash_attention_over_mixed_cache's checks: a malformed call throws, naming what is
+// wrong, before anything runs; a head_dim the kernel lacks returns false.
+TEST_F(KvCacheGpu, FlashOverTheMixedCacheChecksItsArguments) {
+  core::DeviceBuffer buf(1 << 20);
+  auto* b = buf.as<std::uint8_t>();
+  cuda::flash::MixedCacheAttention ok;  // selective INT4, sink 16, window 32, D 64, 8 / 2 heads
+  ok.q = b;
+  ok.ldq = 1024;
+  ok.chunk_k = b + 1024;
+  ok.chunk_v = b + 1536;
+  ok.chunk_ld = 1024;
+  ok.snap_k = ok.snap_v = ok.f16_k = ok.f16_v = b;
+  ok.f16_slots = 48;
+  ok.body_bits = 4;
+  ok.codes_k = ok.codes_v = ok.scales_k = ok.scales_v = ok.mins_k = ok.mins_v = b;
+  ok.sink = 16;
+  ok.window = 32;
+  ok.body_base = 16;
+  ok.out = b;
+  ok.ldo = 1024;
+  ok.rows = 4;
+  ok.pos0 = 100;
+  ok.heads = 8;
+  ok.kv_heads = 2;
+  ok.head_dim = 64;
+  auto throws = [&](auto change, const char* what) {
+    expect_error_naming(ok, [](const auto& a) { cuda::flash::flash_attention_over_mixed_cache(a, nullptr); }, change,
+                        what);
+  };
+  throws([](auto& a) { a.chunk_k = nullptr; }, "null q, chunk_k");
+  throws([](auto& a) { a.kv_heads = 3; }, "multiple of kv_heads");
+  throws([](auto& a) { a.rows = 0; }, "rows at position");
+  throws([](auto& a) { a.ldo = 511; }, "ldo");
+  throws([](auto& a) { a.body_bits = 3; }, "body_bits");
+  throws([](auto& a) { a.body_bits = 0, a.window = 0; }, "needs a window");
+  throws([](auto& a) { a.body_base = 0; }, "body_base");
+  throws([](auto& a) { a.window = 0; }, "int8 / int4");
+  throws([](auto& a) { a.f16_slots = 40; }, "FP16 slots");
+  throws([](auto& a) { a.snap_k = nullptr; }, "snapshot");
+  throws([](auto& a) { a.mins_v = nullptr; }, "4-bit mins");
+  throws([](auto& a) { a.chunk_ld = 100; }, "chunk_ld");
+  throws([b](auto& a) { a.codes_k = b + 8; }, "16-byte aligned");
+  throws([b](auto& a) { a.chunk_v = b + 1544 + 2; }, "16-byte aligned");
+  // A chunk inside the sink + window reads no body and no snapshot: neither is needed.
+  cuda::flash::MixedCacheAttention early = ok;
+  early.pos0 = 0;
+  early.snap_k = early.snap_v = nullptr;
+  early.codes_k = early.codes_v = nullptr;
+  early.scales_k = early.scales_v = early.mins_k = early.mins_v = nullptr;
+  cuda::flash::MixedCacheAttention wide = early;
+  wide.head_dim = 96;
+  wide.ldq = wide.ldo = 8 * 96;
+  wide.chunk_ld = 1024;
+  EXPECT_FALSE(cuda::flash::flash_attention_over_mixed_cache(wide, nullptr));
 }
 
 // The public entry points (include/lowbit/kv_cache.h) on CUDA views: appends leave the

@@ -17,8 +17,10 @@ struct BlockTile {
   int t0;  // the block's first query of its sequence
 };
 
-// bm: query rows a block.
-__device__ __forceinline__ BlockTile block_tile(const Args& a, int bm) {
+// bm: query rows a block; A: the launch's arguments (Args, or another kernel's with a
+// head_group).
+template <class A>
+__device__ __forceinline__ BlockTile block_tile(const A& a, int bm) {
   const int tiles = static_cast<int>(gridDim.x), heads = static_cast<int>(gridDim.y);
   const int lin = static_cast<int>(blockIdx.x) + tiles * static_cast<int>(blockIdx.y);
   const int span = a.head_group * tiles, group = lin / span, rest = lin - group * span;

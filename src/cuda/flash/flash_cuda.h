@@ -47,4 +47,47 @@ struct CacheAttention {
 // another kernel. Throws lowbit::Error naming a malformed argument.
 bool flash_attention_over_cache(const CacheAttention& c, cuda_stream_t stream);
 
+// One sequence's chunk over a decode cache that quantizes or drops positions (core/
+// kv_layout.h: the selective, window, int8 and int4 policies), with their exact
+// semantics: the row at position t sees position s <= t as the cache held it at t:
+//   FP16 from the sink's cache slots   s < sink (window, selective);
+//   the quantized body                 body_base <= s <= t - window (selective: body_base
+//                                      = sink; int8 / int4: 0 and window 0, every s <= t);
+//   FP16 recent                        t - window < s, s >= sink (window, selective): from
+//                                      the chunk's own K / V rows (s >= pos0) or the ring's
+//                                      snapshot (s < pos0);
+// nothing else (the window policy has no body). The kernel walks one virtual key
+// sequence of three segments (sink, body, recent), each masked by its rule, so every
+// row sees each position once. f16; scale 1 / sqrt(head_dim). Element strides.
+struct MixedCacheAttention {
+  const void* q = nullptr;  // [rows][ldq], query head h at column h * head_dim
+  std::int64_t ldq = 0;
+  const void* chunk_k = nullptr;  // the chunk's K rows (after RoPE): KV head g at g * head_dim
+  const void* chunk_v = nullptr;
+  std::int64_t chunk_ld = 0;
+  const void* snap_k = nullptr;  // the ring before the chunk: [kv_heads][window][head_dim], slot s % window
+  const void* snap_v = nullptr;  // (read only where the chunk starts past the sink)
+  const void* f16_k = nullptr;  // the cache's FP16 slots [kv_heads][f16_slots][head_dim]: the sink at slot s
+  const void* f16_v = nullptr;
+  std::int64_t f16_slots = 0;
+  int body_bits = 0;  // 0 (window), 8 or 4
+  const void* codes_k = nullptr;  // [s - body_base][kv_heads][code bytes: head_dim (8 bits), head_dim / 2 (4)]
+  const void* codes_v = nullptr;
+  const void* scales_k = nullptr;  // f16 [s - body_base][kv_heads]
+  const void* scales_v = nullptr;
+  const void* mins_k = nullptr;  // f16 [s - body_base][kv_heads], 4 bits only
+  const void* mins_v = nullptr;
+  std::int64_t sink = 0, window = 0, body_base = 0;
+  void* out = nullptr;  // [rows][ldo], laid out as q
+  std::int64_t ldo = 0;
+  std::int64_t rows = 0, pos0 = 0;
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+// Runs MixedCacheAttention on a wgmma kernel (flash_wgmma_cache.cu: the body dequantized
+// into shared memory by the producer warpgroup); false (nothing launched) where it cannot:
+// not this device or build, head_dim other than 64 / 128, or TMA refused q. Throws
+// lowbit::Error naming a malformed argument (the loads' 16-byte alignment included).
+bool flash_attention_over_mixed_cache(const MixedCacheAttention& c, cuda_stream_t stream);
+
 }  // namespace lowbit::cuda::flash

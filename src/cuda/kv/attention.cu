@@ -749,7 +749,7 @@ namespace {
 void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                     const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream, const PagedArgs& paged,
-                    const std::int32_t* table, AttentionKernel kernel) {
+                    const std::int32_t* table, AttentionKernel kernel, bool paged_entry) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
   // Key blocks: the rows after in-order appends (kv_append), none but the last
@@ -779,6 +779,45 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
     const flash::CacheAttention c{chunk.base, chunk.ld, layer.k.f16, layer.v.f16, d, shape.f16_slots() * d, out,
                                   out_ld, chunk.rows, chunk.pos0, n_heads, shape.kv_heads, d};
     if (flash::flash_attention_over_cache(c, stream)) return;
+  }
+  // The other policies (selective, window, int8, int4) on a contiguous cache: the same
+  // kernel family over the sink, the body (dequantized in shared memory) and the recent
+  // FP16 keys as three masked segments, exact as the rows kernel (flash_wgmma_cache.cu).
+  // Not from the paged entry: its window policy has no pages (table null) and keeps the
+  // rows kernel, as every paged policy does.
+  if (kernel == AttentionKernel::automatic && table == nullptr && !paged_entry && !shape.full() && !key_blocks) {
+    const auto* base = static_cast<const std::uint16_t*>(chunk.base);
+    const auto* snap = static_cast<const std::uint16_t*>(snapshot);
+    const std::int64_t ring = shape.kv_heads * shape.window * d;  // one part of the snapshot
+    flash::MixedCacheAttention c;
+    c.q = base;
+    c.ldq = chunk.ld;
+    c.chunk_k = base + chunk.k_col;
+    c.chunk_v = base + chunk.v_col;
+    c.chunk_ld = chunk.ld;
+    c.snap_k = snap;
+    c.snap_v = snap ? snap + ring : nullptr;
+    c.f16_k = layer.k.f16;
+    c.f16_v = layer.v.f16;
+    c.f16_slots = shape.f16_slots();
+    c.body_bits = static_cast<int>(shape.body);
+    c.codes_k = layer.k.codes;
+    c.codes_v = layer.v.codes;
+    c.scales_k = layer.k.scales;
+    c.scales_v = layer.v.scales;
+    c.mins_k = layer.k.mins;
+    c.mins_v = layer.v.mins;
+    c.sink = shape.sink;
+    c.window = shape.window;
+    c.body_base = shape.body_base;
+    c.out = out;
+    c.ldo = out_ld;
+    c.rows = chunk.rows;
+    c.pos0 = chunk.pos0;
+    c.heads = n_heads;
+    c.kv_heads = shape.kv_heads;
+    c.head_dim = d;
+    if (flash::flash_attention_over_mixed_cache(c, stream)) return;
   }
   if (kernel != AttentionKernel::simt && !key_blocks && rows_mma_takes(shape, n_heads)) {
     RowsMmaArgs a{shape, layer, paged, table};
@@ -822,7 +861,7 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                        std::size_t workspace_bytes, cuda_stream_t stream, AttentionKernel kernel) {
   attention_rows(shape, layer, chunk, snapshot, n_heads, out, out_ld, workspace, workspace_bytes, stream, PagedArgs{},
-                 nullptr, kernel);
+                 nullptr, kernel, false);
 }
 
 void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
@@ -835,7 +874,7 @@ void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& lay
   attention_rows(layout.shape, core::kv_fixed_area(layout, layer, slot), chunk, snapshot, n_heads, out, out_ld,
                  workspace, workspace_bytes, stream,
                  pages ? PagedArgs{layout, layer, nullptr, tables, status, layout.max_tokens} : PagedArgs{},
-                 pages ? tables + slot * layout.table_stride : nullptr, kernel);
+                 pages ? tables + slot * layout.table_stride : nullptr, kernel, true);
 }
 
 std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t n_heads,

@@ -37,6 +37,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/flash_tile.cuh"
 #include "cuda/kv/attention_common.cuh"
+#include "cuda/kv/dequantize_f16.cuh"
 #include "cuda/mma.cuh"
 #include "lowbit/cuda_check.h"
 
@@ -69,20 +70,6 @@ struct RowsLayout {
 using flash::pack_half2;
 using flash::swizzle;
 
-__device__ __forceinline__ std::uint32_t as_word(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
-__device__ __forceinline__ __half2 as_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
-
-__device__ __forceinline__ void st_shared16(std::uint32_t address, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-}
-__device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(address));
-  return v;
-}
-
 // The FP16 row of position s (a view-FP16 position) of KV head kh: the sink's (full:
 // every position's) in the cache or the pool, the ring's in the chunk or the snapshot.
 template <int D, bool Paged>
@@ -110,44 +97,13 @@ __device__ __forceinline__ BodyRows body_rows(const RowsMmaArgs& a, int s) {
   return BodyRows{body_row<Paged>(a, 0, s), body_row<Paged>(a, 1, s)};
 }
 
-// 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
-// q * s (+ min), written as 16-byte chunks first_chunk.. of a swizzled tile row.
+// 16 bytes of codes -> their f16 values (dequantize_f16.cuh), written as 16-byte chunks
+// first_chunk.. of a swizzled tile row.
 template <int Bits>
-__device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2, std::uint32_t row_address, int row,
-                                             int first_chunk) {
-  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  if constexpr (Bits == 8) {
-    // 0x64XX is the f16 1024 + XX: (byte ^ 0x80) = q + 128, so q = that - 1152, exact.
-    const __half2 bias = __float2half2_rn(1152.0f);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      std::uint32_t o[4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const std::uint32_t flipped = w[2 * h + i] ^ 0x80808080u;
-        const __half2 lo = __hsub2(as_half2(__byte_perm(flipped, 0x64646464u, 0x4140u)), bias);
-        const __half2 hi = __hsub2(as_half2(__byte_perm(flipped, 0x64646464u, 0x4342u)), bias);
-        o[2 * i] = as_word(__hmul2(lo, s2));
-        o[2 * i + 1] = as_word(__hmul2(hi, s2));
-      }
-      const int chunk = first_chunk + h;
-      st_shared16(row_address + swizzle(row, chunk) * 16, make_uint4(o[0], o[1], o[2], o[3]));
-    }
-  } else {
-    const __half2 bias = __float2half2_rn(1024.0f);
-#pragma unroll
-    for (int h = 0; h < 4; ++h) {  // word h: channels 8h .. 8h + 7, byte i = channels 2i, 2i + 1
-      std::uint32_t o[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const std::uint32_t both = __byte_perm(w[h], 0u, 0x4040u | (static_cast<unsigned>(i) * 0x0101u));
-        const std::uint32_t pair = (both & 0x0000000Fu) | ((both >> 4) & 0x000F0000u) | 0x64006400u;
-        o[i] = as_word(__hfma2(__hsub2(as_half2(pair), bias), s2, m2));
-      }
-      const int chunk = first_chunk + h;
-      st_shared16(row_address + swizzle(row, chunk) * 16, make_uint4(o[0], o[1], o[2], o[3]));
-    }
-  }
+__device__ __forceinline__ void dequantize16_to_tile(uint4 codes, __half2 s2, __half2 m2, std::uint32_t row_address,
+                                                     int row, int first_chunk) {
+  dequantize16<Bits>(codes, s2, m2,
+                     [&](int h, uint4 v) { st_shared16(row_address + swizzle(row, first_chunk + h) * 16, v); });
 }
 
 template <int D, int Bits, bool Paged>
@@ -260,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
 #pragma unroll
       for (int b = 0; b < L::kCodeBytes / 16; ++b) {
         const uint4 codes = ld_shared16(L::raw(base, part) + p * L::kRawRow + b * 16);
-        dequantize16<Bits>(codes, s2, m2, dst, p, b * kPer16);
+        dequantize16_to_tile<Bits>(codes, s2, m2, dst, p, b * kPer16);
       }
     }
   };

@@ -175,7 +175,10 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
 // the workspace for split-K partials where it holds them (any size, none included);
 // automatic on the full policy's contiguous cache runs flash's Hopper wgmma kernel over
 // the FP16 slots instead where it runs (cuda/flash flash_attention_over_cache: P rounded
-// to f16 as well; no workspace), else the mma kernel;
+// to f16 as well; no workspace), and on the other policies' contiguous cache (not key
+// blocks) its form over the sink, the body and the recent keys (cuda/flash
+// flash_attention_over_mixed_cache: the same semantics and roundings as the mma kernel),
+// else the mma kernel (paged_kv_attention_rows: always);
 // simt runs the decode kernel row by row (f32 throughout; the reference), whose
 // workspace takes kv_attention_rows_workspace(..., r) bytes for r rows at a time.
 void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,

@@ -1,0 +1,531 @@
+// flash_attention_over_mixed_cache (flash_cuda.h): the selective, window, int8 and int4
+// caches' prefill attention on Hopper's wgmma flash kernel (flash_wgmma.cu's consumers:
+// S = Q K^T, the online softmax, O += P V, two or three warpgroups ping-ponged), with the
+// rows kernel's exact semantics (cuda/kv/attention_rows_mma.cu).
+//
+// A block owns 128 query rows (192 at head_dim 64) of one head: rows [tmin, tmax] by
+// position. Its keys are one virtual sequence of three segments (core::KvFlashSegments):
+// the sink (FP16 cache slots), the body (quantized codes) and the recent positions (FP16
+// from the chunk's rows or the ring's snapshot), each starting on a tile of 128 keys and
+// masked by its own rule for the row at t, so that every row sees each position once, in
+// the form the cache held at t. A segment's positions past its end are zeros in the tile
+// (0 * NaN would reach O) and masked.
+//
+// The producer is a whole warpgroup (the full path's is one TMA thread), K and V in rings
+// of two stages as flash_wgmma.cu's: its 128 threads copy a tile by cp.async in 16-byte
+// chunks, consecutive lanes along a row: FP16 rows straight into the 128-byte-swizzled
+// tile (TMA's layout, which the consumers' descriptors read), body codes into a staging
+// area; for a body tile the warpgroup then meets at a named barrier and thread p
+// dequantizes row p with its f16 scale (+ min) (cuda/kv/dequantize_f16.cuh, the rows
+// kernel's arithmetic) into the tile: the body never reaches global memory as f16. A tile
+// is published by each producer thread's arrival on the stage's full barrier, after its
+// copies landed and fence.proxy.async made its writes visible to wgmma. Q is one TMA load.
+#include <cuda.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/kv_layout.h"
+#include "cuda/async_copy.cuh"
+#include "cuda/flash/block_order.cuh"
+#include "cuda/flash/flash_cuda.h"
+#include "cuda/flash/flash_kernels.h"
+#include "cuda/flash/wgmma_attention.cuh"
+#include "cuda/flash_tile.cuh"
+#include "cuda/gemm/tma.h"
+#include "cuda/gemm/wgmma.cuh"
+#include "cuda/kv/dequantize_f16.cuh"
+#include "cuda/sm90_kernel.h"
+#include "cuda/wgmma_rs.cuh"
+#include "lowbit/cuda_check.h"
+#include "lowbit/error.h"
+
+namespace lowbit::cuda::flash {
+namespace {
+
+constexpr int kBN = 128;  // keys a tile
+constexpr int kBox = 64;  // channels a 128-byte swizzle row
+
+// Bits: 0 (window: FP16 segments only), 8 or 4 (selective, int8, int4).
+template <int HD, int Bits>
+struct MixedLayout {
+  static constexpr int kConsumers = HD == 64 ? 3 : 2;  // as flash_wgmma.cu's WgLayout
+  static constexpr int kBM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  // Registers a thread by role (setmaxnreg), within what the launch gets (168 x 384 at
+  // head_dim 128, 128 x 512 at 64). The producer computes addresses and dequantizes, so
+  // it takes 40 at 128 (the consumers 232 -> 224) and 32 at 64 (the consumers keep
+  // flash_wgmma.cu's 160): ptxas spills nothing (24 or 32 at 128 spilled the producer's
+  // loop-invariant addresses).
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 40;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 224;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * ((65536 / kThreads) & ~7),
+                "the launch's registers");
+  static constexpr int kBoxes = HD / kBox;
+  static constexpr int kChunks = HD / 8;  // 16-byte chunks of an f16 row
+  static constexpr int kQ = kBM * HD * 2;
+  static constexpr int kKV = kBN * HD * 2;
+  static constexpr int kCodeBytes = Bits == 8 ? HD : Bits == 4 ? HD / 2 : 0;  // a body row's codes
+  static constexpr int kStaged = kBN * kCodeBytes;  // one part's codes of a tile
+  static constexpr int kStages = 2;
+  // Q, {K, V} x stages, staged codes {K, V} x stages, + slack to align to 1024 bytes.
+  static constexpr int kSmem = kQ + kStages * 2 * kKV + kStages * 2 * kStaged + 1024;
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+};
+
+struct Barriers {
+  std::uint64_t q;
+  std::uint64_t k_full[2], k_empty[2];
+  std::uint64_t v_full[2], v_empty[2];
+};
+
+struct MixedArgs {
+  const std::uint16_t* chunk_k;
+  const std::uint16_t* chunk_v;
+  long long chunk_ld;
+  const std::uint16_t* snap_k;
+  const std::uint16_t* snap_v;
+  const std::uint16_t* f16_k;
+  const std::uint16_t* f16_v;
+  long long f16_slots;
+  const std::uint8_t* codes_k;
+  const std::uint8_t* codes_v;
+  const std::uint16_t* scales_k;
+  const std::uint16_t* scales_v;
+  const std::uint16_t* mins_k;
+  const std::uint16_t* mins_v;
+  std::uint16_t* out;
+  long long ldo;
+  int rows, pos0, group, kv_heads;
+  int sink, window, body_base;
+  float sl2;
+  int head_group;  // block_order.cuh
+};
+
+using Segments = core::KvFlashSegments;  // the three segments and their masks
+constexpr int kSink = Segments::sink_segment, kBody = Segments::body_segment;
+
+// The block's segments (rows at [tmin, tmax]) in tiles of kBN keys.
+template <int Bits>
+__device__ __forceinline__ Segments block_segments(const MixedArgs& a, int tmin, int tmax) {
+  return Segments(a.sink, a.window, a.body_base, Bits != 0, tmin, tmax, kBN);
+}
+
+// Byte offset of 16-byte chunk ch (8 channels) of key row p in a tile as TMA writes it
+// with the 128-byte swizzle: boxes of 64 channels x kBN rows, a row's chunks XORed with
+// p % 8 (what sw128_descriptor and sw128_mn_descriptor read).
+__device__ __forceinline__ std::uint32_t tile_chunk(int p, int ch) {
+  return static_cast<std::uint32_t>((ch / 8) * kBN * 128 + p * 128 + (((ch % 8) ^ (p % 8)) * 16));
+}
+
+// Byte offset of chunk b of key row p's staged codes: rows packed, the chunk XORed with
+// the row's place among the 8 rows of 128 bytes, so that 8 threads (8 rows) reading or
+// writing the same chunk hit 8 different 16-byte bank groups.
+template <int kCodeBytes>
+__device__ __forceinline__ std::uint32_t staged_chunk(int p, int b) {
+  static_assert(kCodeBytes >= 32, "a body's row of codes");
+  constexpr int kRowsPerLine = 128 / kCodeBytes, kChunks = kCodeBytes / 16;
+  return static_cast<std::uint32_t>(p * kCodeBytes + ((b ^ ((p / kRowsPerLine) % kChunks)) * 16));
+}
+
+template <int HD, int Bits>
+__global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
+    flash_mixed_cache_kernel(const __grid_constant__ CUtensorMap q_map, const MixedArgs a) {
+#if defined(LOWBIT_SM90A_DEVICE)
+  using namespace gemm::sm90;
+  using L = MixedLayout<HD, Bits>;
+  static_assert(L::kStages == 2, "Barriers holds two stages");
+  __shared__ Barriers bars;  // also the sm_90a body's static marker (cuda/sm90_kernel.h)
+  extern __shared__ std::uint8_t dynamic_smem[];
+  const std::uint32_t sq = (gemm::sm90::smem_address(dynamic_smem) + 1023u) & ~1023u, skv = sq + L::kQ;
+  const std::uint32_t staged = skv + L::kStages * 2 * L::kKV;
+  const BlockTile block = block_tile(a, L::kBM);
+  const int h = block.head, g = h / a.group, t0 = block.t0;
+  constexpr int kBM = L::kBM, kConsumers = L::kConsumers;
+  if (t0 >= a.rows) return;
+  const int tmin = a.pos0 + t0, tmax = a.pos0 + min(t0 + kBM, a.rows) - 1;  // the block's rows' positions
+  // The segments in shared memory (set with the barriers): the producer's registers are
+  // few, and every thread reads them once a tile.
+  __shared__ Segments keys;
+  const int tiles = block_segments<Bits>(a, tmin, tmax).tiles;  // >= 1: a row sees at least itself
+  const std::uint32_t q_bar = gemm::sm90::smem_address(&bars.q);
+  const std::uint32_t k_full = gemm::sm90::smem_address(&bars.k_full[0]);
+  const std::uint32_t k_empty = gemm::sm90::smem_address(&bars.k_empty[0]);
+  const std::uint32_t v_full = gemm::sm90::smem_address(&bars.v_full[0]);
+  const std::uint32_t v_empty = gemm::sm90::smem_address(&bars.v_empty[0]);
+  // Stage t % 2 holds tile t: K at skv + stage * 2 kKV, V kKV further; its staged codes
+  // (K, V) likewise from `staged`.
+  auto k_tile = [&](int t) { return skv + (t % L::kStages) * 2 * L::kKV; };
+  auto v_tile = [&](int t) { return k_tile(t) + L::kKV; };
+  auto part_tile = [&](int part, int t) { return part ? v_tile(t) : k_tile(t); };
+  auto staged_part = [&](int part, int t) { return staged + ((t % L::kStages) * 2 + part) * L::kStaged; };
+  auto bar = [](std::uint32_t ring, int t) { return ring + 8 * (t % L::kStages); };
+  auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
+
+  if (threadIdx.x == 0) {
+    keys = block_segments<Bits>(a, tmin, tmax);
+    mbarrier_init(q_bar, 1);
+#pragma unroll
+    for (int s = 0; s < L::kStages; ++s) {
+      mbarrier_init(k_full + 8 * s, 128);  // every producer thread, once its rows landed
+      mbarrier_init(v_full + 8 * s, 128);
+      mbarrier_init(k_empty + 8 * s, kConsumers * 4);  // one arrive per consumer warp
+      mbarrier_init(v_empty + 8 * s, kConsumers * 4);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  if (warpgroup == 0) {
+    release_registers<L::kProducerRegs>();
+    const int p = static_cast<int>(threadIdx.x);  // the key row this thread loads in every tile
+    if (p == 0) {
+      prefetch_tensor_map(&q_map);
+      mbarrier_arrive_expect_tx(q_bar, L::kQ);
+#pragma unroll
+      for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(sq + x * kBM * 128, &q_map, q_bar, h * HD + x * kBox, t0);
+    }
+    // The FP16 row of position s in the sink or recent segment, KV head g.
+    auto f16_row = [&](int part, int segment, int s) -> const std::uint16_t* {
+      if (segment == kSink) return (part ? a.f16_v : a.f16_k) + (g * a.f16_slots + s) * HD;
+      if (s >= a.pos0) return (part ? a.chunk_v : a.chunk_k) + (s - a.pos0) * a.chunk_ld + g * HD;
+      return (part ? a.snap_v : a.snap_k) + (static_cast<long long>(g) * a.window + s % a.window) * HD;
+    };
+    // Tile t of one part (K 0, V 1), once its stage is free: cp.async of 16-byte chunks,
+    // thread p taking chunks p, p + 128, ... of the tile row by row (consecutive lanes
+    // read consecutive bytes of a row: a warp's copy spans 4 lines, not 32 rows): the
+    // FP16 rows (zeros past the segment's end) into the tile, or the body's codes into
+    // the staging area; then thread p's own row's scale (low half) and min (high half)
+    // into `param` for publish. One commit group.
+    auto issue = [&](int part, int t, std::uint32_t& param) {
+      mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
+      const Segments::Tile k = keys.at(t);
+      bool body = false;
+      if constexpr (Bits != 0) {
+        body = k.segment == kBody;
+        if (body) {
+          // Thread p copies chunk p % kRowChunks of rows p / kRowChunks + kStep i.
+          constexpr int kRowChunks = L::kCodeBytes / 16, kStep = 128 / kRowChunks;
+          const int b = p % kRowChunks;
+          const long long row_bytes = static_cast<long long>(a.kv_heads) * L::kCodeBytes;  // a position's codes
+          int row = p / kRowChunks;
+          const std::uint8_t* src = (part ? a.codes_v : a.codes_k) +
+                                    (k.first + row - a.body_base) * row_bytes + g * L::kCodeBytes + 16 * b;
+#pragma unroll 1
+          for (; row < kBN; row += kStep, src += kStep * row_bytes) {
+            if (k.first + row < k.end) cp_async16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(row, b), src, 16);
+          }
+          if (k.first + p < k.end) {
+            const long long at = static_cast<long long>(k.first + p - a.body_base) * a.kv_heads + g;
+            const auto* scales = reinterpret_cast<const unsigned short*>(part ? a.scales_v : a.scales_k);
+            const auto* mins = reinterpret_cast<const unsigned short*>(part ? a.mins_v : a.mins_k);
+            param = __ldg(scales + at) | (Bits == 4 ? static_cast<std::uint32_t>(__ldg(mins + at)) << 16 : 0u);
+          }
+        }
+      }
+      if (!body) {
+        // Thread p copies chunk p % kChunks of rows p / kChunks + kStep i.
+        constexpr int kStep = 128 / L::kChunks;
+        const std::uint32_t dst = part_tile(part, t);
+        const int ch = p % L::kChunks;
+#pragma unroll 1
+        for (int row = p / L::kChunks; row < kBN; row += kStep) {
+          const int s = k.first + row;
+          const bool valid = s < k.end;
+          // Past the segment's end: zero bytes read (src not dereferenced), the chunk zero-filled.
+          const std::uint16_t* src = valid ? f16_row(part, k.segment, s) + ch * 8 : a.chunk_k;
+          cp_async16(dst + tile_chunk(row, ch), src, valid ? 16 : 0);
+        }
+      }
+      cp_async_commit();
+    };
+    // Tile t of one part has landed (this thread's group waited for): a body tile waits
+    // for every producer thread's copies (named barrier 1 + kConsumers), then thread p
+    // dequantizes row p into the tile (zeros past the body's end); then the stage's full
+    // barrier gets this thread's arrival. (Body tiles are consecutive, so the barrier of
+    // tile t also keeps tile t + 1's copies off the staging that tile t - 1's rows are
+    // read from.)
+    auto publish = [&](int part, int t, std::uint32_t param) {
+      if constexpr (Bits != 0) {
+        const Segments::Tile k = keys.at(t);
+        if (k.segment == kBody) {
+          named_barrier(1 + kConsumers, 128);
+          const std::uint32_t dst = part_tile(part, t);
+          if (k.first + p < k.end) {
+            const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param & 0xffffu)));
+            const __half2 m2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param >> 16)));
+            constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
+#pragma unroll
+            for (int b = 0; b < L::kCodeBytes / 16; ++b) {
+              const uint4 codes = kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b));
+              kv::dequantize16<Bits>(codes, s2, m2, [&](int i, uint4 v) {
+                kv::st_shared16(dst + tile_chunk(p, b * kPer16 + i), v);
+              });
+            }
+          } else {
+#pragma unroll
+            for (int ch = 0; ch < L::kChunks; ++ch) kv::st_shared16(dst + tile_chunk(p, ch), make_uint4(0, 0, 0, 0));
+          }
+        }
+      }
+      (void)param;
+      fence_proxy_async_shared();  // the tile's generic-proxy writes, visible to wgmma
+      mbarrier_arrive(bar(part ? v_full : k_full, t));
+    };
+    // K and V in turns, each one tile ahead of its publication (the consumers release
+    // K_t after S_t but V_t only after P_t V_t, which runs beside S_t+1: so K_t+1's
+    // stage frees before V_t's, and neither wait holds up a publication the consumers
+    // need first). Groups in flight: at most the two newest.
+    std::uint32_t k_param = 0, v_param = 0;  // the pending body row's scale | min << 16
+    issue(0, 0, k_param);
+    issue(1, 0, v_param);
+    for (int t = 1; t < tiles; ++t) {
+      cp_async_wait<1>();
+      publish(0, t - 1, k_param);
+      issue(0, t, k_param);
+      cp_async_wait<1>();
+      publish(1, t - 1, v_param);
+      issue(1, t, v_param);
+    }
+    cp_async_wait<1>();
+    publish(0, tiles - 1, k_param);
+    cp_async_wait<0>();
+    publish(1, tiles - 1, v_param);
+    return;
+  }
+
+  // The consumers: flash_wgmma.cu's loop with this kernel's mask and no causal skip. A
+  // copy on purpose: moving the loop into a header both kernels call renamed registers in
+  // flash_wgmma.cu's SASS (same instructions, some reordered at head_dim 64), and the full
+  // path's code is to stay as measured until a GPU run times such a change.
+  claim_registers<L::kConsumerRegs>();
+  const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
+  const int r = lane / 4, c = lane % 4;
+  const int row_lo = t0 + wg * 64 + warp * 16;  // the warp's first query (chunk row)
+  const int t_lo = a.pos0 + row_lo;  // its position; the warp's rows are t_lo .. t_lo + 15
+  float o[HD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float sc[kBN / 8][4];
+  std::uint32_t pa[kBN / 16][4];
+
+  auto issue_s = [&](int t) {
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+      const std::uint32_t col = (ks % 4) * 32;
+      const std::uint64_t qd = sw128_descriptor(sq + (ks / 4) * kBM * 128 + wg * 64 * 128 + col);
+      const std::uint64_t kd = sw128_descriptor(k_tile(t) + (ks / 4) * kBN * 128 + col);
+      sm90::wgmma_ss<__half, kBN>(sc, qd, kd, ks > 0);
+    }
+  };
+  auto issue_pv = [&](int t) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      sm90::wgmma_rs_n_major<__half, HD>(o, pa[kk], sm90::sw128_mn_descriptor(v_tile(t) + kk * 16 * 128, kBN * 128),
+                                         1);
+    }
+  };
+  // The segment's mask, skipped where every row of the warp sees the whole tile.
+  auto softmax = [&](int t, float (&corr)[2]) {
+    const Segments::Tile k = keys.at(t);
+    if (!keys.whole(k, t_lo, t_lo + 15)) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int s = k.first + j * 8 + 2 * c + (e & 1), t_row = t_lo + r + 8 * (e >> 1);
+          if (s >= k.end || !keys.visible(k.segment, t_row, s)) sc[j][e] = -INFINITY;
+        }
+    }
+    softmax_tile<kBN>(sc, m, l, a.sl2, corr);
+  };
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = pack_pair<__half>(sc[2 * kk][0], sc[2 * kk][1]);
+      pa[kk][1] = pack_pair<__half>(sc[2 * kk][2], sc[2 * kk][3]);
+      pa[kk][2] = pack_pair<__half>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pa[kk][3] = pack_pair<__half>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+    }
+  };
+  auto release = [&](std::uint32_t ring, int t) {
+    if (lane == 0) mbarrier_arrive(bar(ring, t));
+  };
+  // Ping-pong as flash_wgmma.cu's (named barrier 1 + w is consumer w's turn); every
+  // consumer computes every tile (a tile no row of its warps sees is all masked).
+  int turns = 0;
+  auto take_turn = [&] { named_barrier(1 + wg, 256); };
+  auto hand_over = [&] {
+    if (++turns <= tiles || wg != kConsumers - 1) named_barrier_arrive(1 + (wg + 1) % kConsumers, 256);
+  };
+  if (wg == kConsumers - 1) named_barrier_arrive(1, 256);
+
+  mbarrier_wait(q_bar, 0);
+  mbarrier_wait(bar(k_full, 0), 0);
+  take_turn();
+  wgmma_fence();
+  issue_s(0);
+  wgmma_commit();
+  hand_over();
+  wgmma_wait<0>();
+  fence_accumulators(sc);
+  release(k_empty, 0);
+  {
+    float corr[2];
+    softmax(0, corr);
+  }
+  pack_p();
+  for (int t = 1; t < tiles; ++t) {
+    mbarrier_wait(bar(k_full, t), parity(t));
+    mbarrier_wait(bar(v_full, t - 1), parity(t - 1));
+    take_turn();
+    wgmma_fence();
+    issue_s(t);
+    wgmma_commit();
+    issue_pv(t - 1);
+    wgmma_commit();
+    hand_over();
+    wgmma_wait<1>();
+    fence_accumulators(sc);
+    release(k_empty, t);
+    float corr[2];
+    softmax(t, corr);
+    wgmma_wait<0>();
+    fence_accumulators(o);
+    release(v_empty, t - 1);
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      o[d][0] *= corr[0], o[d][1] *= corr[0];
+      o[d][2] *= corr[1], o[d][3] *= corr[1];
+    }
+    pack_p();
+  }
+  mbarrier_wait(bar(v_full, tiles - 1), parity(tiles - 1));
+  take_turn();
+  wgmma_fence();
+  issue_pv(tiles - 1);
+  wgmma_commit();
+  hand_over();
+  wgmma_wait<0>();
+  fence_accumulators(o);
+  release(v_empty, tiles - 1);
+
+  store_rows<HD, __half>(o, l, a.out, a.ldo, 0, h * HD, row_lo + r, a.rows, c);
+#else
+  (void)q_map, (void)a;
+#endif  // LOWBIT_SM90A_DEVICE
+}
+
+template <int HD, int Bits>
+bool instance_ready() {
+  static Sm90KernelReady ready;
+  return ready(reinterpret_cast<const void*>(flash_mixed_cache_kernel<HD, Bits>), sizeof(Barriers),
+               MixedLayout<HD, Bits>::kSmem);
+}
+
+template <int HD, int Bits>
+bool launch_instance(const MixedArgs& a, const void* q, long long ldq, int heads, cudaStream_t stream) {
+  using L = MixedLayout<HD, Bits>;
+  if (!instance_ready<HD, Bits>()) return false;
+  CUtensorMap q_map;
+  if (gemm::encode_swizzled_128(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, q, static_cast<std::int64_t>(heads) * HD,
+                                a.rows, ldq * 2, kBox, L::kBM) != nullptr) {
+    return false;
+  }
+  const std::int64_t q_tiles = (a.rows + L::kBM - 1) / L::kBM;
+  check_block_count(q_tiles, heads);
+  MixedArgs ordered = a;
+  // One head a group of the block order (its KV head's tiles shared in L2 by the blocks
+  // resident together), at 64 as at 128: the causal balance of flash_wgmma.cu's choice
+  // at 64 matters less here, where every block's body runs to its rows' window.
+  ordered.head_group = 1;
+  const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(heads), 1);
+  flash_mixed_cache_kernel<HD, Bits><<<grid, L::kThreads, L::kSmem, stream>>>(q_map, ordered);
+  LOWBIT_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+template <int HD>
+bool launch_bits(const MixedArgs& a, const void* q, long long ldq, int heads, int bits, cudaStream_t stream) {
+  switch (bits) {
+    case 8: return launch_instance<HD, 8>(a, q, ldq, heads, stream);
+    case 4: return launch_instance<HD, 4>(a, q, ldq, heads, stream);
+    default: return launch_instance<HD, 0>(a, q, ldq, heads, stream);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool flash_attention_over_mixed_cache(const MixedCacheAttention& c, cuda_stream_t stream) {
+  const std::int64_t d = c.head_dim, q_cols = c.heads * d;
+  const char* what = "flash_attention_over_mixed_cache";
+  LOWBIT_CHECK(c.q && c.chunk_k && c.chunk_v && c.out, what, ": null q, chunk_k, chunk_v or out");
+  LOWBIT_CHECK(c.kv_heads >= 1 && c.heads >= c.kv_heads && c.heads <= 65535 && c.heads % c.kv_heads == 0, what,
+               ": heads ", c.heads, " must be a multiple of kv_heads ", c.kv_heads, " (at most 65535)");
+  LOWBIT_CHECK(c.rows >= 1 && c.pos0 >= 0 && c.pos0 + c.rows < (std::int64_t{1} << 30), what, ": ", c.rows,
+               " rows at position ", c.pos0, " (>= 1 rows, positions below 2^30)");
+  LOWBIT_CHECK(c.ldq >= q_cols && c.ldo >= q_cols && c.ldo % 2 == 0 && reinterpret_cast<std::uintptr_t>(c.out) % 4 == 0,
+               what, ": ldq ", c.ldq, " and ldo ", c.ldo, " must hold the ", q_cols,
+               " query columns (ldo even, out 4-byte aligned)");
+  LOWBIT_CHECK(c.body_bits == 0 || c.body_bits == 4 || c.body_bits == 8, what, ": body_bits ", c.body_bits,
+               ", expected 0, 4 or 8");
+  LOWBIT_CHECK(c.sink >= 0 && c.window >= 0 && (c.body_bits != 0 || c.window > 0), what, ": sink ", c.sink,
+               " and window ", c.window, " (a cache without a body needs a window: the full policy is "
+               "flash_attention_over_cache's)");
+  const bool selective = c.body_bits != 0 && c.window > 0, whole_body = c.body_bits != 0 && c.window == 0;
+  LOWBIT_CHECK(!selective || c.body_base == c.sink, what, ": body_base ", c.body_base, " (selective: the sink, ",
+               c.sink, ")");
+  LOWBIT_CHECK(!whole_body || (c.sink == 0 && c.body_base == 0), what, ": sink ", c.sink, " and body_base ",
+               c.body_base, " (int8 / int4: 0)");
+  const bool f16 = c.body_bits == 0 || c.window > 0;
+  LOWBIT_CHECK(!f16 || (c.f16_k && c.f16_v && c.f16_slots >= c.sink + c.window), what,
+               ": the FP16 slots (f16_k, f16_v, f16_slots ", c.f16_slots, " >= sink + window)");
+  LOWBIT_CHECK(c.window == 0 || c.pos0 <= c.sink || (c.snap_k && c.snap_v), what,
+               ": the ring's positions before the chunk need its snapshot (snap_k, snap_v)");
+  // The body is read where the chunk's last row has one (a short selective cache may hold none).
+  const bool reads_body = c.body_bits != 0 && c.pos0 + c.rows - 1 - c.window >= c.body_base;
+  LOWBIT_CHECK(!reads_body || (c.codes_k && c.codes_v && c.scales_k && c.scales_v &&
+                                    (c.body_bits == 8 || (c.mins_k && c.mins_v))),
+               what, ": the body's codes, scales (and 4-bit mins)");
+  LOWBIT_CHECK(c.chunk_ld >= c.kv_heads * d && c.chunk_ld % 8 == 0, what, ": chunk_ld ", c.chunk_ld,
+               " must hold the KV heads and be a multiple of 8");
+  // 16-byte copies: every FP16 row and every code row starts on 16 bytes.
+  LOWBIT_CHECK(aligned16(c.chunk_k) && aligned16(c.chunk_v) && aligned16(c.f16_k) && aligned16(c.f16_v) &&
+                   aligned16(c.snap_k) && aligned16(c.snap_v) && aligned16(c.codes_k) && aligned16(c.codes_v),
+               what, ": the chunk's K / V, the FP16 slots, the snapshot and the codes must be 16-byte aligned");
+  if ((d != 64 && d != 128) || !wgmma_ready()) return false;
+  const MixedArgs a{static_cast<const std::uint16_t*>(c.chunk_k),
+                    static_cast<const std::uint16_t*>(c.chunk_v),
+                    c.chunk_ld,
+                    static_cast<const std::uint16_t*>(c.snap_k),
+                    static_cast<const std::uint16_t*>(c.snap_v),
+                    static_cast<const std::uint16_t*>(c.f16_k),
+                    static_cast<const std::uint16_t*>(c.f16_v),
+                    c.f16_slots,
+                    static_cast<const std::uint8_t*>(c.codes_k),
+                    static_cast<const std::uint8_t*>(c.codes_v),
+                    static_cast<const std::uint16_t*>(c.scales_k),
+                    static_cast<const std::uint16_t*>(c.scales_v),
+                    static_cast<const std::uint16_t*>(c.mins_k),
+                    static_cast<const std::uint16_t*>(c.mins_v),
+                    static_cast<std::uint16_t*>(c.out),
+                    c.ldo,
+                    static_cast<int>(c.rows),
+                    static_cast<int>(c.pos0),
+                    static_cast<int>(c.heads / c.kv_heads),
+                    static_cast<int>(c.kv_heads),
+                    static_cast<int>(std::min<std::int64_t>(c.sink, std::int64_t{1} << 30)),
+                    static_cast<int>(c.window),
+                    static_cast<int>(c.body_base),
+                    1.4426950408889634f / std::sqrt(static_cast<float>(d)),
+                    1};
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int heads = static_cast<int>(c.heads), bits = c.body_bits;
+  return d == 64 ? launch_bits<64>(a, c.q, c.ldq, heads, bits, s) : launch_bits<128>(a, c.q, c.ldq, heads, bits, s);
+}
+
+}  // namespace lowbit::cuda::flash

@@ -1,0 +1,66 @@
+// The decode cache's body codes (core/kv_layout.h) -> f16 values in registers, for the
+// prefill kernels that stage codes in shared memory and write f16 tiles for the tensor
+// cores (attention_rows_mma.cu, cuda/flash/flash_wgmma_cache.cu): INT8 q * s, INT4
+// q * s + min, in f16 arithmetic (the exact q, one rounding of the product / fma).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace lowbit::cuda::kv {
+
+// 16-byte shared-memory accesses by address (the staged codes, the f16 tiles).
+__device__ __forceinline__ void st_shared16(std::uint32_t address, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address));
+  return v;
+}
+
+__device__ __forceinline__ std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
+__device__ __forceinline__ __half2 bits_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
+
+// 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
+// as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
+// channel order as each is ready.
+template <int Bits, class Store>
+__device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2, Store&& store) {
+  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  if constexpr (Bits == 8) {
+    // 0x64XX is the f16 1024 + XX: (byte ^ 0x80) = q + 128, so q = that - 1152, exact.
+    const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      std::uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const std::uint32_t flipped = w[2 * h + i] ^ 0x80808080u;
+        const __half2 lo = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4140u)), bias);
+        const __half2 hi = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4342u)), bias);
+        o[2 * i] = half2_bits(__hmul2(lo, s2));
+        o[2 * i + 1] = half2_bits(__hmul2(hi, s2));
+      }
+      store(h, make_uint4(o[0], o[1], o[2], o[3]));
+    }
+  } else {
+    const __half2 bias = __float2half2_rn(1024.0f);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {  // word h: channels 8h .. 8h + 7, byte i = channels 2i, 2i + 1
+      std::uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const std::uint32_t both = __byte_perm(w[h], 0u, 0x4040u | (static_cast<unsigned>(i) * 0x0101u));
+        const std::uint32_t pair = (both & 0x0000000Fu) | ((both >> 4) & 0x000F0000u) | 0x64006400u;
+        o[i] = half2_bits(__hfma2(__hsub2(bits_half2(pair), bias), s2, m2));
+      }
+      store(h, make_uint4(o[0], o[1], o[2], o[3]));
+    }
+  }
+}
+
+}  // namespace lowbit::cuda::kv
