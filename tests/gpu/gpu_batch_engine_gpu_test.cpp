@@ -5,12 +5,12 @@
 //   (256) gives the session's prefill log-probabilities exactly (the same GEMMs at the
 //   same M; the paged rows form is the contiguous one bit for bit; but on Hopper, where
 //   the session's prefill runs flash's wgmma kernels (full and selective here) and the
-//   paged form the mma rows kernel: within kLogprobTolerance) and its decode_greedy
+//   paged form the mma rows kernel: within logprob_tolerance) and its decode_greedy
 //   tokens (the batch's decode split plan, of max_length 256 at batch 1, is the
 //   session's);
 // - sequences of mixed prompt lengths (1 to 600: one crosses the 512-token piece and the
 //   passes split) stepped together, with joins and leaves between steps, give each
-//   sequence's greedy tokens alone, and log-probabilities within kLogprobTolerance of the
+//   sequence's greedy tokens alone, and log-probabilities within logprob_tolerance of the
 //   session's forward logits: a weight-only GEMM's row depends on M (the kernels pick
 //   their kernel and split-K by M: the streaming GEMV up to 16 rows, the tiled one above),
 //   and the decode attention's split plan is the batch's (size, longest row), so rows batched
@@ -57,6 +57,18 @@ using engine::StepRow;
 
 constexpr std::int64_t kVocab = 500;
 constexpr double kLogprobTolerance = 2e-2;  // f32 rounding of f16 activations through 2 layers
+
+// Whether the session's prefill runs flash over a quantizing cache (Hopper: selective, int8,
+// int4) while the paged engine runs the mma rows kernel: their attention outputs agree within
+// the kernel tests' tolerances (~1e-3), but layer 1's difference can move a value of layer 2's
+// K / V across an INT4 / INT8 rounding boundary, so one code of the cache differs by a step of
+// its grid; measured on the H200 (session 22) up to 0.031 in a log-probability.
+bool flash_over_quantized(const engine::KvCacheOptions& cache) {
+  return cuda::flash::flash_wgmma_available() && cache.policy != KvPolicy::full && cache.policy != KvPolicy::window;
+}
+double logprob_tolerance(const engine::KvCacheOptions& cache) {
+  return flash_over_quantized(cache) ? 5e-2 : kLogprobTolerance;
+}
 
 struct SynthGpu {
   engine::GgufFile file;
@@ -133,11 +145,12 @@ TEST_F(GpuBatchEngineGpu, OneSequenceIsGpuSessionBitForBit) {
     // full and, over the mixed cache, selective): the paged form's within rounding, the
     // greedy token the same but at a near-tie.
     const bool flash = cuda::flash::flash_wgmma_available();
-    if (!flash || top_gap(logits) > kLogprobTolerance) {
+    const double tolerance = logprob_tolerance(cache);
+    if (!flash || top_gap(logits) > tolerance) {
       ASSERT_EQ(out[0].token, engine::argmax(logits));
     }
     if (flash) {
-      EXPECT_LT(logprob_error(out[0].logprobs, logits), kLogprobTolerance) << "prefill: flash against mma";
+      EXPECT_LT(logprob_error(out[0].logprobs, logits), tolerance) << "prefill: flash against mma";
     } else {
       EXPECT_EQ(logprob_error(out[0].logprobs, logits), 0.0) << "prefill: the same logits bit for bit";
     }
@@ -148,7 +161,7 @@ TEST_F(GpuBatchEngineGpu, OneSequenceIsGpuSessionBitForBit) {
       const std::int32_t want = session.decode_greedy(token);
       const std::vector<float> forward_logits = forward_session.forward(std::span(&token, 1), false);
       ASSERT_EQ(out[0].token, want) << "decode step " << s;
-      EXPECT_LT(logprob_error(out[0].logprobs, forward_logits), kLogprobTolerance) << "decode step " << s;
+      EXPECT_LT(logprob_error(out[0].logprobs, forward_logits), tolerance) << "decode step " << s;
       token = want;
     }
     EXPECT_EQ(engine.sequence_length(7), 40 + 24);
@@ -219,9 +232,9 @@ TEST_F(GpuBatchEngineGpu, MixedBatchEqualsEachSequenceAlone) {
           ++decode_steps;
         }
         if (a.compared) {
-          EXPECT_LT(logprob_error(out[i].logprobs, logits), kLogprobTolerance);
+          EXPECT_LT(logprob_error(out[i].logprobs, logits), logprob_tolerance(cache));
           if (out[i].token != a.next) {
-            EXPECT_LT(top_gap(logits), kLogprobTolerance) << "greedy tokens differ away from a near-tie";
+            EXPECT_LT(top_gap(logits), logprob_tolerance(cache)) << "greedy tokens differ away from a near-tie";
             a.compared = false;
             ++near_ties;
           }
@@ -232,7 +245,7 @@ TEST_F(GpuBatchEngineGpu, MixedBatchEqualsEachSequenceAlone) {
       }
     }
     EXPECT_GT(decode_steps, 40);
-    EXPECT_LE(near_ties, 1) << "near-ties are rare";
+    EXPECT_LE(near_ties, flash_over_quantized(cache) ? 2 : 1) << "near-ties are rare";
     // Memory: the live caches' allocations, each what kv_bytes_for says of its length.
     std::size_t expected = 0;
     for (const auto& [id, a] : live) expected += engine.kv_bytes_for(engine.sequence_length(id));
