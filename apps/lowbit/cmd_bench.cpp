@@ -116,7 +116,8 @@ int bench_kv_attention(const Args& args) {
               "The kernels' outputs are compared first. With --rows N: the prefill form instead, a chunk of N\n"
               "query rows ending at each context (simt, mma on tensor cores, and auto: flash's wgmma kernels on\n"
               "Hopper, else mma; in TFLOPS). With --batch B: B sequences of each context over a paged cache, one\n"
-              "launch (the serving engine's decode step).");
+              "launch (the serving engine's decode step). With --kv-key-block B: the decode form with K per\n"
+              "channel over blocks of B tokens (KIVI), on simt and mma_swap.");
   cli.integer("--heads", &options.n_heads, 1, 4096, "query heads (default 32)");
   cli.integer("--kv-heads", &options.kv_heads, 1, 1024, "KV heads (default 8)");
   cli.integer("--head-dim", &options.head_dim, 64, 128, "64 or 128 (default 128)");
@@ -124,6 +125,9 @@ int bench_kv_attention(const Args& args) {
   cli.text("--policy", &policies, "P[,P...]", "full, window, selective8, selective4, int8, int4 (default all but window)");
   cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens (default 16)");
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens (default 32)");
+  cli.integer("--kv-key-block", &options.key_block, 0, 1024,
+              "decode form: keys per channel over blocks of N tokens (KIVI; a multiple of 16; 0: per token, the "
+              "default); int8, int4, selective8, selective4 only (the others are skipped); simt and mma_swap");
   cli.integer("--rows", &options.rows, 1, 65535, "query rows: 1 decode (default), more: a prefill chunk");
   std::string batches;
   cli.text("--batch", &batches, "B[,B...]", "sequences decoded at once over a paged cache (one launch; default: one "
@@ -145,6 +149,11 @@ int bench_kv_attention(const Args& args) {
               "--split-len: the one-sequence decode form only (not with --batch or --rows)");
   usage_check(options.batches.empty() || options.rows == 1, "--batch and --rows: one form at a time (the paged "
               "batch decodes one row a sequence)");
+  usage_check(options.key_block % 16 == 0, "--kv-key-block: ", options.key_block,
+              " is not a multiple of 16 (mma_swap's tiles; 0: keys per token)");
+  usage_check(options.key_block == 0 || (options.batches.empty() && options.rows == 1),
+              "--kv-key-block: the one-sequence decode form only (the paged cache of --batch has no key blocks; "
+              "--rows does not time the key-block prefill)");
 #if LOWBIT_WITH_CUDA
   return bench::run_kv_attention_bench(options);
 #else

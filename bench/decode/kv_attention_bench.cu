@@ -38,40 +38,55 @@ KvCacheSpec spec_of(const std::string& policy, const KvAttentionBenchOptions& o,
 }
 
 // One layer's buffers filled with random values a cache could hold (FP16 values in
-// [-1, 1], codes, f16 scales of ~0.01 and minimums of ~0.5).
+// [-1, 1], codes, f16 scales of ~0.01 and minimums of ~0.5). With key blocks
+// (s.key_block > 0), K's scales and mins are per block and channel (key_param_count) and
+// its staging ring holds FP16 values like the slots'.
 struct Layer {
-  DeviceBuffer k_f16, v_f16, k_codes, v_codes, k_scales, v_scales, k_mins, v_mins;
+  DeviceBuffer k_f16, v_f16, k_codes, v_codes, k_scales, v_scales, k_mins, v_mins, k_staged;
   core::KvLayerBuffers buffers;
 
   Layer(const core::KvLayerShape& s, std::uint64_t seed, cudaStream_t stream)
       : k_f16(s.f16_bytes()), v_f16(s.f16_bytes()), k_codes(s.code_bytes_total()), v_codes(s.code_bytes_total()),
-        k_scales(s.param_count() * 2), v_scales(s.param_count() * 2),
-        k_mins(s.has_mins() ? s.param_count() * 2 : 0), v_mins(s.has_mins() ? s.param_count() * 2 : 0) {
+        k_scales(s.key_param_count() * 2), v_scales(s.param_count() * 2),
+        k_mins(s.has_mins() ? s.key_param_count() * 2 : 0), v_mins(s.has_mins() ? s.param_count() * 2 : 0),
+        k_staged(s.staged_bytes()) {
     auto halves = [&](DeviceBuffer& b, float amplitude) {
       if (b.bytes()) fill_random_float16(b.data(), b.bytes() / 2, DType::f16, amplitude, seed++, stream);
     };
     halves(k_f16, 1.0f), halves(v_f16, 1.0f), halves(k_scales, 0.01f), halves(v_scales, 0.01f);
-    halves(k_mins, 0.5f), halves(v_mins, 0.5f);
+    halves(k_mins, 0.5f), halves(v_mins, 0.5f), halves(k_staged, 1.0f);
     for (DeviceBuffer* b : {&k_codes, &v_codes}) {
       if (b->bytes()) fill_random_bytes(b->data(), b->bytes(), seed++, stream);
     }
     buffers.k = core::KvPart{k_f16.as<std::uint16_t>(), k_codes.as<std::uint8_t>(), k_scales.as<std::uint16_t>(),
-                             k_mins.bytes() ? k_mins.as<std::uint16_t>() : nullptr};
+                             k_mins.bytes() ? k_mins.as<std::uint16_t>() : nullptr,
+                             k_staged.bytes() ? k_staged.as<std::uint16_t>() : nullptr};
     buffers.v = core::KvPart{v_f16.as<std::uint16_t>(), v_codes.as<std::uint8_t>(), v_scales.as<std::uint16_t>(),
                              v_mins.bytes() ? v_mins.as<std::uint16_t>() : nullptr};
   }
 };
 
 // Bytes the attention must read of the cache at `length` (the visible positions as held),
-// plus q and the f32 output.
+// plus q and the f32 output. With key blocks, K's body is its complete blocks' codes with
+// one scale (and min) per block and channel, and the open block's FP16 keys from the
+// staging ring.
 double bytes_read(const core::KvLayerShape& s, std::int64_t length, std::int64_t n_heads) {
   const core::DecodeSpan span = core::decode_span(s, length);
-  const double row = static_cast<double>(s.kv_heads);
+  const double row = static_cast<double>(s.kv_heads), d = static_cast<double>(s.head_dim);
   const double fp16 = static_cast<double>(span.visible(s) - (s.drops() ? 0 : span.recent_begin - span.sink_end));
   const double body = s.body == core::KvBody::none || s.drops() ? 0.0 : static_cast<double>(span.recent_begin - span.sink_end);
-  const double code = static_cast<double>(s.code_bytes()) + (s.has_mins() ? 4.0 : 2.0);
-  return 2.0 * row * (fp16 * static_cast<double>(s.head_dim) * 2.0 + body * code) +
-         static_cast<double>(n_heads * s.head_dim) * 6.0;
+  const double params = s.has_mins() ? 4.0 : 2.0;  // f16 scale (+ min)
+  const double per_token = row * (fp16 * d * 2.0 + body * (static_cast<double>(s.code_bytes()) + params));
+  double k = per_token;
+  if (s.key_blocks() && body > 0) {
+    const std::int64_t open = s.open_block_begin(span.recent_begin);
+    const double blocks = static_cast<double>((open - s.body_base) / s.key_block -
+                                              (span.sink_end - s.body_base) / s.key_block);
+    const double staged = static_cast<double>(span.recent_begin - open);
+    k = row * (fp16 * d * 2.0 + (body - staged) * static_cast<double>(s.code_bytes()) + staged * d * 2.0 +
+               blocks * d * params);
+  }
+  return k + per_token + static_cast<double>(n_heads * s.head_dim) * 6.0;
 }
 
 // "rel E": the relative L2 distance of got from want.
@@ -222,7 +237,7 @@ void write_json(const char* benchmark, const KvAttentionBenchOptions& o, const R
   if (o.json_path.empty()) return;
   Json doc = run_info_json(benchmark, info);
   doc.set("n_heads", o.n_heads).set("kv_heads", o.kv_heads).set("head_dim", o.head_dim);
-  doc.set("gpu_copy_gbps", copy_gbps).set("rows", rows);
+  doc.set("key_block", o.key_block).set("gpu_copy_gbps", copy_gbps).set("rows", rows);
   doc.write_file(o.json_path);
 }
 
@@ -319,6 +334,9 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
   LOWBIT_CHECK(o.kv_heads >= 1 && o.n_heads % o.kv_heads == 0, "--heads: ", o.n_heads, " query heads are not a multiple of ",
                o.kv_heads, " KV heads");
   for (const std::string& p : o.policies) (void)spec_of(p, o, 1);
+  LOWBIT_CHECK(o.key_block == 0 || (o.key_block % 16 == 0 && o.key_block <= 1024 && o.rows == 1 && o.batches.empty()),
+               "bench kv-attention: key_block ", o.key_block, ", expected a multiple of 16 up to 1024, in the "
+               "one-sequence decode form only");
   const RunInfo info = collect_run_info();
   cudaStream_t stream{};
   LOWBIT_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -335,7 +353,26 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
     LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
     return status;
   }
-  print_setup("one query token,", "", o, copy_gbps);
+  // Key blocks: K per channel over blocks of key_block tokens, on the policies with a body,
+  // read by simt and mma_swap (automatic's choice; mma refuses them; mma_swap takes GQA
+  // groups of up to 8, kMmaSwapMaxGroup of cuda/kv/attention_common.cuh).
+  const bool key_blocks = o.key_block > 0;
+  const bool swap_takes_key_blocks = o.n_heads / o.kv_heads <= 8;
+  const std::string key_block_text =
+      key_blocks ? "; K per channel over blocks of " + std::to_string(o.key_block) + " tokens (KIVI)" : "";
+  print_setup("one query token,", key_block_text.c_str(), o, copy_gbps);
+  if (key_blocks) {
+    for (const std::string& policy : o.policies) {
+      if (!core::with_key_block(core::kv_layer_shape(spec_of(policy, o, 1)), o.key_block).key_blocks()) {
+        std::printf("note: --kv-key-block: %s keeps every key FP16 (no quantized body); skipped\n", policy.c_str());
+      }
+    }
+    if (!swap_takes_key_blocks) {
+      std::printf("note: --kv-key-block: mma_swap takes GQA groups of up to 8, this one is %lld; simt only\n",
+                  static_cast<long long>(o.n_heads / o.kv_heads));
+    }
+    std::printf("\n");
+  }
   std::printf("| context | policy | kernel | ms min | ms median | ms max | MB read | GB/s | %% of copy ceiling "
               "(median; at min) | vs simt |\n"
               "|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n");
@@ -343,7 +380,8 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
   for (const std::int64_t context : o.contexts) {
     for (const std::string& policy : o.policies) {
       const KvCacheSpec spec = spec_of(policy, o, context);
-      const core::KvLayerShape s = core::kv_layer_shape(spec);
+      const core::KvLayerShape s = core::with_key_block(core::kv_layer_shape(spec), o.key_block);
+      if (key_blocks && !s.key_blocks()) continue;  // noted above
       const double bytes = bytes_read(s, context, o.n_heads);
       // Enough layers that rotating through them defeats the 50 MB L2.
       const int copies = static_cast<int>(std::clamp<double>(256e6 / bytes + 1, 1, 16));
@@ -354,13 +392,14 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       const core::DecodeSpan span = core::decode_span(s, context);
       DeviceBuffer ref(static_cast<std::size_t>(o.n_heads * o.head_dim) * 4), out(ref.bytes());
       // The plan's split for each kernel, then (--split-len) the tensor-core kernels at each
-      // given split length: split_len 0 is the plan's.
-      std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> cases{
-          {cuda::kv::AttentionKernel::simt, 0}, {cuda::kv::AttentionKernel::mma, 0},
-          {cuda::kv::AttentionKernel::mma_swap, 0}};
-      for (const std::int64_t len : o.split_lens) {
-        cases.emplace_back(cuda::kv::AttentionKernel::mma, len);
-        cases.emplace_back(cuda::kv::AttentionKernel::mma_swap, len);
+      // given split length: split_len 0 is the plan's. Key blocks: no mma.
+      const bool mma = !key_blocks, mma_swap = !key_blocks || swap_takes_key_blocks;
+      std::vector<std::int64_t> lens{0};
+      lens.insert(lens.end(), o.split_lens.begin(), o.split_lens.end());
+      std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> cases{{cuda::kv::AttentionKernel::simt, 0}};
+      for (const std::int64_t len : lens) {
+        if (mma) cases.emplace_back(cuda::kv::AttentionKernel::mma, len);
+        if (mma_swap) cases.emplace_back(cuda::kv::AttentionKernel::mma_swap, len);
       }
       for (const auto& [kernel, split_len] : cases) {
         const core::DecodeSplitPlan plan =
@@ -393,7 +432,9 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
     }
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
-  std::printf("\nMB read: the visible cache as held (FP16 rows, codes with their f16 scales and minimums) + q + out.\n");
+  std::printf("\nMB read: the visible cache as held (FP16 rows, codes with their f16 scales and minimums%s) + q + "
+              "out.\n",
+              key_blocks ? "; K's per block and channel, and its open block's FP16 keys from the staging ring" : "");
   write_json("kv_attention", o, info, copy_gbps, rows);
   return 0;
 }

@@ -8,6 +8,8 @@
 // With batches, the serving form instead: B sequences of `context` positions each in a
 // paged pool, one launch for all (paged_kv_attention), per kernel, against the copy
 // ceiling.
+// With key_block > 0 (the decode form only), K per channel over blocks of key_block tokens
+// (core/kv_layout.h): simt and mma_swap, the kernels that read them.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@ struct KvAttentionBenchOptions {
   std::int64_t rows = 1;  // > 1: the prefill rows form, a chunk of this many rows
   std::vector<std::int64_t> batches;  // non-empty: the paged batch form at each B
   std::vector<std::int64_t> split_lens;  // decode form: the tensor-core kernel also at these split lengths
+  // decode form: K per channel over blocks of this many tokens (KIVI; a multiple of 16) on the
+  // policies with a body, timed on simt and mma_swap (the kernels that read key blocks); 0: per token
+  std::int64_t key_block = 0;
   std::string json_path;
 };
 
