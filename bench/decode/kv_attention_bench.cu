@@ -354,10 +354,9 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
     return status;
   }
   // Key blocks: K per channel over blocks of key_block tokens, on the policies with a body,
-  // read by simt and mma_swap (automatic's choice; mma refuses them; mma_swap takes GQA
-  // groups of up to 8, kMmaSwapMaxGroup of cuda/kv/attention_common.cuh).
+  // read by simt and mma_swap (automatic's choice; mma refuses them).
   const bool key_blocks = o.key_block > 0;
-  const bool swap_takes_key_blocks = o.n_heads / o.kv_heads <= 8;
+  const bool swap_takes_key_blocks = o.n_heads / o.kv_heads <= cuda::kv::kMmaSwapMaxGroup;
   const std::string key_block_text =
       key_blocks ? "; K per channel over blocks of " + std::to_string(o.key_block) + " tokens (KIVI)" : "";
   print_setup("one query token,", key_block_text.c_str(), o, copy_gbps);
@@ -368,8 +367,8 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       }
     }
     if (!swap_takes_key_blocks) {
-      std::printf("note: --kv-key-block: mma_swap takes GQA groups of up to 8, this one is %lld; simt only\n",
-                  static_cast<long long>(o.n_heads / o.kv_heads));
+      std::printf("note: --kv-key-block: mma_swap takes GQA groups of up to %d, this one is %lld; simt only\n",
+                  cuda::kv::kMmaSwapMaxGroup, static_cast<long long>(o.n_heads / o.kv_heads));
     }
     std::printf("\n");
   }

@@ -775,7 +775,11 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                "runs mma (tensor cores) or simt");
   // The full policy on a contiguous cache is flash's causal chunk over the FP16 slots
   // (slot = position, [kv_heads][slots][D]): the Hopper wgmma kernel, where it runs.
-  if (kernel == AttentionKernel::automatic && table == nullptr && shape.full() && !key_blocks) {
+  // flash: Hopper's wgmma kernels where they run, on a contiguous cache (not the paged
+  // entry: its window policy has no pages, table null, and keeps the rows kernel, as every
+  // paged policy does) without key blocks.
+  const bool flash = kernel == AttentionKernel::automatic && !paged_entry && !key_blocks;
+  if (flash && shape.full()) {
     const flash::CacheAttention c{chunk.base, chunk.ld, layer.k.f16, layer.v.f16, d, shape.f16_slots() * d, out,
                                   out_ld, chunk.rows, chunk.pos0, n_heads, shape.kv_heads, d};
     if (flash::flash_attention_over_cache(c, stream)) return;
@@ -783,9 +787,7 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
   // The other policies (selective, window, int8, int4) on a contiguous cache: the same
   // kernel family over the sink, the body (dequantized in shared memory) and the recent
   // FP16 keys as three masked segments, exact as the rows kernel (flash_wgmma_cache.cu).
-  // Not from the paged entry: its window policy has no pages (table null) and keeps the
-  // rows kernel, as every paged policy does.
-  if (kernel == AttentionKernel::automatic && table == nullptr && !paged_entry && !shape.full() && !key_blocks) {
+  if (flash && !shape.full()) {
     const auto* base = static_cast<const std::uint16_t*>(chunk.base);
     const auto* snap = static_cast<const std::uint16_t*>(snapshot);
     const std::int64_t ring = shape.kv_heads * shape.window * d;  // one part of the snapshot

@@ -187,11 +187,9 @@ bool rows_mma_takes(const KvLayerShape& shape, std::int64_t n_heads);
 void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
 // The tensor-core kernel's launch (attention_mma.cu): grid (splits, kv_heads); every
-// query head of a KV head in one block (group <= kMmaMaxGroup).
-constexpr int kMmaMaxGroup = 16;
+// query head of a KV head in one block (group <= kMmaMaxGroup, kv_cuda.h).
 // swap: the variant with positions as the mma's M and P in f16 only (AttentionKernel::
 // mma_swap; groups of up to kMmaSwapMaxGroup, larger ones take the other).
-constexpr int kMmaSwapMaxGroup = 8;
 // paged: the instantiation with the paged address map (a.paged.descs set).
 void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream, bool swap = false, bool paged = false);
 // The blocks a SM the tensor-core kernel of this shape keeps resident.

@@ -60,6 +60,10 @@ void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int6
 // in f16 only; GQA groups of up to 8, larger ones run mma). automatic picks mma_swap, then
 // mma, where they take the shape (H100: mma_swap 2-20% faster than mma, bench/notes/decode.md).
 enum class AttentionKernel : int { automatic, simt, mma, mma_swap };
+// The GQA groups (query heads a KV head) the tensor-core decode kernels take: mma all of a
+// KV head's query heads in one block's m16 rows, mma_swap in its n8 columns.
+constexpr int kMmaMaxGroup = 16;
+constexpr int kMmaSwapMaxGroup = 8;
 
 // out[h] = softmax(q[h] . K^T / sqrt(D)) V over the span's positions of KV head
 // h / (n_heads / kv_heads). q: f16 [n_heads x D]; out: [n_heads x D] f32 or f16.
