@@ -12,10 +12,11 @@
 // (0 * NaN would reach O) and masked.
 //
 // The producer is a whole warpgroup (the full path's is one TMA thread), K and V in rings
-// of two stages as flash_wgmma.cu's: its 128 threads copy a tile by cp.async in 16-byte
-// chunks, consecutive lanes along a row: FP16 rows straight into the 128-byte-swizzled
-// tile (TMA's layout, which the consumers' descriptors read), body codes into a staging
-// area; for a body tile the warpgroup then meets at a named barrier and thread p
+// of two stages as flash_wgmma.cu's: its 128 threads copy by cp.async in 16-byte chunks,
+// consecutive lanes along a row: FP16 rows straight into the 128-byte-swizzled tile (TMA's
+// layout, which the consumers' descriptors read) a tile ahead, body codes into a ring of
+// their own (up to 4 stages) 1-3 tiles ahead, so that their load latency hides behind the
+// tiles between; for a body tile the warpgroup meets at a named barrier and thread p
 // dequantizes row p with its f16 scale (+ min) (cuda/kv/dequantize_f16.cuh, the rows
 // kernel's arithmetic) into the tile: the body never reaches global memory as f16. A tile
 // is published by each producer thread's arrival on the stage's full barrier, after its
@@ -55,11 +56,12 @@ struct MixedLayout {
   static constexpr int kBM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // Registers a thread by role (setmaxnreg), within what the launch gets (168 x 384 at
-  // head_dim 128, 128 x 512 at 64). The producer computes addresses and dequantizes, so
-  // it takes 40 at 128 (the consumers 232 -> 224) and 32 at 64 (the consumers keep
-  // flash_wgmma.cu's 160): ptxas spills nothing (24 or 32 at 128 spilled the producer's
-  // loop-invariant addresses).
-  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 40;
+  // head_dim 128, 128 x 512 at 64). The producer computes addresses, holds the scales of
+  // the body tiles in flight and dequantizes, so it takes 48 at 128 (the consumers 232 ->
+  // 224) and 32 at 64 (the consumers keep flash_wgmma.cu's 160; at 152 they spill): ptxas
+  // spills nothing at 128 and 4 bytes in the INT8 producer at 64 (with 3 code stages; 4
+  // spill more).
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 48;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * ((65536 / kThreads) & ~7),
                 "the launch's registers");
@@ -69,10 +71,19 @@ struct MixedLayout {
   static constexpr int kKV = kBN * HD * 2;
   static constexpr int kCodeBytes = Bits == 8 ? HD : Bits == 4 ? HD / 2 : 0;  // a body row's codes
   static constexpr int kStaged = kBN * kCodeBytes;  // one part's codes of a tile
-  static constexpr int kStages = 2;
-  // Q, {K, V} x stages, staged codes {K, V} x stages, + slack to align to 1024 bytes.
-  static constexpr int kSmem = kQ + kStages * 2 * kKV + kStages * 2 * kStaged + 1024;
-  static_assert(kSmem <= 227 * 1024, "shared memory");
+  static constexpr int kStages = 2;  // of the f16 tiles the consumers read
+  // The body's codes have their own ring, deeper than the tiles' (their slot is free once
+  // the producer has dequantized from it, without the consumers): as many stages as fit
+  // beside Q and the tiles (1 KB kept for the static barriers and segments), at most 4
+  // (3 at head_dim 64: the producer's 32 registers).
+  static constexpr int kFixed = kQ + kStages * 2 * kKV + 1024;  // + slack to align to 1024 bytes
+  static constexpr int kMaxCodeStages = HD == 64 ? 3 : 4;
+  static constexpr int kCodeStages = Bits == 0 ? 1 : std::min(kMaxCodeStages, (226 * 1024 - kFixed) / (2 * kStaged));
+  static_assert(Bits == 0 || kCodeStages >= 2, "two stages of codes at least");
+  static constexpr int kAhead = Bits == 0 ? 1 : kCodeStages - 1;  // tiles a body tile's codes are copied ahead
+  // Q, {K, V} x stages, staged codes {K, V} x code stages.
+  static constexpr int kSmem = kFixed + kCodeStages * 2 * kStaged;
+  static_assert(kSmem <= 226 * 1024, "shared memory");
 };
 
 struct Barriers {
@@ -155,12 +166,12 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   const std::uint32_t k_empty = gemm::sm90::smem_address(&bars.k_empty[0]);
   const std::uint32_t v_full = gemm::sm90::smem_address(&bars.v_full[0]);
   const std::uint32_t v_empty = gemm::sm90::smem_address(&bars.v_empty[0]);
-  // Stage t % 2 holds tile t: K at skv + stage * 2 kKV, V kKV further; its staged codes
-  // (K, V) likewise from `staged`.
+  // Stage t % 2 holds tile t: K at skv + stage * 2 kKV, V kKV further. Body tile u's
+  // codes (K, V) are in code slot u % kCodeStages from `staged`.
   auto k_tile = [&](int t) { return skv + (t % L::kStages) * 2 * L::kKV; };
   auto v_tile = [&](int t) { return k_tile(t) + L::kKV; };
   auto part_tile = [&](int part, int t) { return part ? v_tile(t) : k_tile(t); };
-  auto staged_part = [&](int part, int t) { return staged + ((t % L::kStages) * 2 + part) * L::kStaged; };
+  auto staged_part = [&](int part, int u) { return staged + ((u % L::kCodeStages) * 2 + part) * L::kStaged; };
   auto bar = [](std::uint32_t ring, int t) { return ring + 8 * (t % L::kStages); };
   auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
 
@@ -194,19 +205,15 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       if (s >= a.pos0) return (part ? a.chunk_v : a.chunk_k) + (s - a.pos0) * a.chunk_ld + g * HD;
       return (part ? a.snap_v : a.snap_k) + (static_cast<long long>(g) * a.window + s % a.window) * HD;
     };
-    // Tile t of one part (K 0, V 1), once its stage is free: cp.async of 16-byte chunks,
-    // thread p taking chunks p, p + 128, ... of the tile row by row (consecutive lanes
-    // read consecutive bytes of a row: a warp's copy spans 4 lines, not 32 rows): the
-    // FP16 rows (zeros past the segment's end) into the tile, or the body's codes into
-    // the staging area; then thread p's own row's scale (low half) and min (high half)
-    // into `param` for publish. One commit group.
-    auto issue = [&](int part, int t, std::uint32_t& param) {
-      mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
-      const Segments::Tile k = keys.at(t);
-      bool body = false;
+    // Body tile u's codes of one part (K 0, V 1), kAhead tiles before its publication:
+    // cp.async of 16-byte chunks, thread p taking chunks p, p + 128, ... row by row
+    // (consecutive lanes read consecutive bytes of a row: a warp's copy spans 4 lines, not
+    // 32 rows) into the code slot, and thread p's own row's scale (low half) and min (high
+    // half) into `param` for publish. One commit group, empty unless u is a body tile.
+    auto issue_codes = [&](int part, int u, std::uint32_t& param) {
       if constexpr (Bits != 0) {
-        body = k.segment == kBody;
-        if (body) {
+        const Segments::Tile k = keys.at(u);
+        if (u < keys.tiles && k.segment == kBody) {
           // Thread p copies chunk p % kRowChunks of rows p / kRowChunks + kStep i.
           constexpr int kRowChunks = L::kCodeBytes / 16, kStep = 128 / kRowChunks;
           const int b = p % kRowChunks;
@@ -216,7 +223,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
                                     (k.first + row - a.body_base) * row_bytes + g * L::kCodeBytes + 16 * b;
 #pragma unroll 1
           for (; row < kBN; row += kStep, src += kStep * row_bytes) {
-            if (k.first + row < k.end) cp_async16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(row, b), src, 16);
+            if (k.first + row < k.end) cp_async16(staged_part(part, u) + staged_chunk<L::kCodeBytes>(row, b), src, 16);
           }
           if (k.first + p < k.end) {
             const long long at = static_cast<long long>(k.first + p - a.body_base) * a.kv_heads + g;
@@ -226,10 +233,19 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
           }
         }
       }
-      if (!body) {
+      (void)param;
+      cp_async_commit();
+    };
+    // FP16 tile u of one part (sink or recent), one tile before its publication, once the
+    // consumers freed its stage: its rows (zeros past the segment's end) copied into the
+    // swizzled tile. One commit group, empty unless u is such a tile.
+    auto issue_f16 = [&](int part, int u) {
+      const Segments::Tile k = keys.at(u);
+      if (u < keys.tiles && k.segment != kBody) {
+        mbarrier_wait(bar(part ? v_empty : k_empty, u), parity(u) ^ 1);
         // Thread p copies chunk p % kChunks of rows p / kChunks + kStep i.
         constexpr int kStep = 128 / L::kChunks;
-        const std::uint32_t dst = part_tile(part, t);
+        const std::uint32_t dst = part_tile(part, u);
         const int ch = p % L::kChunks;
 #pragma unroll 1
         for (int row = p / L::kChunks; row < kBN; row += kStep) {
@@ -242,17 +258,17 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       }
       cp_async_commit();
     };
-    // Tile t of one part has landed (this thread's group waited for): a body tile waits
-    // for every producer thread's copies (named barrier 1 + kConsumers), then thread p
-    // dequantizes row p into the tile (zeros past the body's end); then the stage's full
-    // barrier gets this thread's arrival. (Body tiles are consecutive, so the barrier of
-    // tile t also keeps tile t + 1's copies off the staging that tile t - 1's rows are
-    // read from.)
+    // Tile t of one part has landed (this thread's groups waited for). A body tile: the
+    // warpgroup meets at named barrier 1 + kConsumers (every thread's copies of it landed,
+    // every thread done with tile t - 1's codes, whose slot is copied into next), then,
+    // once the consumers freed the stage, thread p dequantizes row p into the tile (zeros
+    // past the body's end). Then the stage's full barrier gets this thread's arrival.
     auto publish = [&](int part, int t, std::uint32_t param) {
       if constexpr (Bits != 0) {
         const Segments::Tile k = keys.at(t);
         if (k.segment == kBody) {
           named_barrier(1 + kConsumers, 128);
+          mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
           const std::uint32_t dst = part_tile(part, t);
           if (k.first + p < k.end) {
             const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param & 0xffffu)));
@@ -275,25 +291,40 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       fence_proxy_async_shared();  // the tile's generic-proxy writes, visible to wgmma
       mbarrier_arrive(bar(part ? v_full : k_full, t));
     };
-    // K and V in turns, each one tile ahead of its publication (the consumers release
-    // K_t after S_t but V_t only after P_t V_t, which runs beside S_t+1: so K_t+1's
-    // stage frees before V_t's, and neither wait holds up a publication the consumers
-    // need first). Groups in flight: at most the two newest.
-    std::uint32_t k_param = 0, v_param = 0;  // the pending body row's scale | min << 16
-    issue(0, 0, k_param);
-    issue(1, 0, v_param);
-    for (int t = 1; t < tiles; ++t) {
-      cp_async_wait<1>();
-      publish(0, t - 1, k_param);
-      issue(0, t, k_param);
-      cp_async_wait<1>();
-      publish(1, t - 1, v_param);
-      issue(1, t, v_param);
+    // Each part in turn, K before V (the consumers release K_t after S_t but V_t only
+    // after P_t V_t, which runs beside S_t+1), commits two groups a tile: the next FP16
+    // tile's, then the codes of the body tile kAhead further. publish(part, t) needs
+    // that part's FP16 group of tile t, committed a tile earlier, and its codes, older
+    // still: the groups newer than the FP16 one stay in flight (kAhead = 1: its codes
+    // group and the other part's FP16 group; kAhead >= 2: also the other part's codes).
+    constexpr int kAhead = L::kAhead, kInFlight = kAhead >= 2 ? 3 : 2;
+    std::uint32_t k_param[kAhead] = {}, v_param[kAhead] = {};  // tiles t .. t + kAhead - 1: scale | min << 16
+    auto next_param = [](std::uint32_t (&param)[kAhead]) {
+#pragma unroll
+      for (int i = 0; i + 1 < kAhead; ++i) param[i] = param[i + 1];
+    };
+#pragma unroll
+    for (int u = 0; u + 1 < kAhead; ++u) {
+      issue_codes(0, u, k_param[u]);
+      issue_codes(1, u, v_param[u]);
     }
-    cp_async_wait<1>();
-    publish(0, tiles - 1, k_param);
-    cp_async_wait<0>();
-    publish(1, tiles - 1, v_param);
+    issue_f16(0, 0);
+    issue_codes(0, kAhead - 1, k_param[kAhead - 1]);
+    issue_f16(1, 0);
+    issue_codes(1, kAhead - 1, v_param[kAhead - 1]);
+    for (int t = 0; t < tiles; ++t) {
+      cp_async_wait<kInFlight>();
+      publish(0, t, k_param[0]);
+      next_param(k_param);
+      issue_f16(0, t + 1);
+      issue_codes(0, t + kAhead, k_param[kAhead - 1]);
+      cp_async_wait<kInFlight>();
+      publish(1, t, v_param[0]);
+      next_param(v_param);
+      issue_f16(1, t + 1);
+      issue_codes(1, t + kAhead, v_param[kAhead - 1]);
+    }
+    cp_async_wait<0>();  // the last (empty) groups: nothing in flight at exit
     return;
   }
 
