@@ -61,7 +61,7 @@ struct MixedLayout {
   // 224) and 32 at 64 (the consumers keep flash_wgmma.cu's 160; at 152 they spill): ptxas
   // spills nothing at 128 and 4 bytes in the INT8 producer at 64 (with 3 code stages; 4
   // spill more).
-  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 48;
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 56;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 224;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * ((65536 / kThreads) & ~7),
                 "the launch's registers");
@@ -113,6 +113,11 @@ struct MixedArgs {
   int sink, window, body_base;
   float sl2;
   int head_group;  // block_order.cuh
+};
+
+// A body row's f16 scale and (4 bits) min, as loaded: the low 16 bits.
+struct Params {
+  std::uint32_t scale, min;
 };
 
 using Segments = core::KvFlashSegments;  // the three segments and their masks
@@ -208,9 +213,8 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // Body tile u's codes of one part (K 0, V 1), kAhead tiles before its publication:
     // cp.async of 16-byte chunks, thread p taking chunks p, p + 128, ... row by row
     // (consecutive lanes read consecutive bytes of a row: a warp's copy spans 4 lines, not
-    // 32 rows) into the code slot, and thread p's own row's scale (low half) and min (high
-    // half) into `param` for publish. One commit group, empty unless u is a body tile.
-    auto issue_codes = [&](int part, int u, std::uint32_t& param) {
+    // 32 rows) into the code slot. One commit group, empty unless u is a body tile.
+    auto issue_codes = [&](int part, int u) {
       if constexpr (Bits != 0) {
         const Segments::Tile k = keys.at(u);
         if (u < keys.tiles && k.segment == kBody) {
@@ -225,16 +229,23 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
           for (; row < kBN; row += kStep, src += kStep * row_bytes) {
             if (k.first + row < k.end) cp_async16(staged_part(part, u) + staged_chunk<L::kCodeBytes>(row, b), src, 16);
           }
-          if (k.first + p < k.end) {
-            const long long at = static_cast<long long>(k.first + p - a.body_base) * a.kv_heads + g;
-            const auto* scales = reinterpret_cast<const unsigned short*>(part ? a.scales_v : a.scales_k);
-            const auto* mins = reinterpret_cast<const unsigned short*>(part ? a.mins_v : a.mins_k);
-            param = __ldg(scales + at) | (Bits == 4 ? static_cast<std::uint32_t>(__ldg(mins + at)) << 16 : 0u);
-          }
         }
       }
-      (void)param;
       cp_async_commit();
+    };
+    // Thread p's row's scale (and min) of body tile u, a tile before its publication.
+    // Loaded into registers and used as loaded (the 16 bits zero-extended): an
+    // instruction that read them here would wait for the load (~1 us) and stall the
+    // whole producer; publish converts them a tile later.
+    auto load_params = [&](int part, int u, Params& param) {
+      if constexpr (Bits != 0) {
+        const Segments::Tile k = keys.at(u);
+        if (u < keys.tiles && k.segment == kBody && k.first + p < k.end) {
+          const long long at = static_cast<long long>(k.first + p - a.body_base) * a.kv_heads + g;
+          param.scale = __ldg(reinterpret_cast<const unsigned short*>(part ? a.scales_v : a.scales_k) + at);
+          if constexpr (Bits == 4) param.min = __ldg(reinterpret_cast<const unsigned short*>(part ? a.mins_v : a.mins_k) + at);
+        }
+      }
     };
     // FP16 tile u of one part (sink or recent), one tile before its publication, once the
     // consumers freed its stage: its rows (zeros past the segment's end) copied into the
@@ -263,7 +274,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // every thread done with tile t - 1's codes, whose slot is copied into next), then,
     // once the consumers freed the stage, thread p dequantizes row p into the tile (zeros
     // past the body's end). Then the stage's full barrier gets this thread's arrival.
-    auto publish = [&](int part, int t, std::uint32_t param) {
+    auto publish = [&](int part, int t, const Params& param) {
       if constexpr (Bits != 0) {
         const Segments::Tile k = keys.at(t);
         if (k.segment == kBody) {
@@ -271,8 +282,8 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
           mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
           const std::uint32_t dst = part_tile(part, t);
           if (k.first + p < k.end) {
-            const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param & 0xffffu)));
-            const __half2 m2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param >> 16)));
+            const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param.scale)));
+            const __half2 m2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param.min)));
             constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
 #pragma unroll
             for (int b = 0; b < L::kCodeBytes / 16; ++b) {
@@ -298,31 +309,29 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // still: the groups newer than the FP16 one stay in flight (kAhead = 1: its codes
     // group and the other part's FP16 group; kAhead >= 2: also the other part's codes).
     constexpr int kAhead = L::kAhead, kInFlight = kAhead >= 2 ? 3 : 2;
-    std::uint32_t k_param[kAhead] = {}, v_param[kAhead] = {};  // tiles t .. t + kAhead - 1: scale | min << 16
-    auto next_param = [](std::uint32_t (&param)[kAhead]) {
-#pragma unroll
-      for (int i = 0; i + 1 < kAhead; ++i) param[i] = param[i + 1];
-    };
+    Params k_param{}, v_param{};  // tile t's
 #pragma unroll
     for (int u = 0; u + 1 < kAhead; ++u) {
-      issue_codes(0, u, k_param[u]);
-      issue_codes(1, u, v_param[u]);
+      issue_codes(0, u);
+      issue_codes(1, u);
     }
+    load_params(0, 0, k_param);
+    load_params(1, 0, v_param);
     issue_f16(0, 0);
-    issue_codes(0, kAhead - 1, k_param[kAhead - 1]);
+    issue_codes(0, kAhead - 1);
     issue_f16(1, 0);
-    issue_codes(1, kAhead - 1, v_param[kAhead - 1]);
+    issue_codes(1, kAhead - 1);
     for (int t = 0; t < tiles; ++t) {
       cp_async_wait<kInFlight>();
-      publish(0, t, k_param[0]);
-      next_param(k_param);
+      publish(0, t, k_param);
+      load_params(0, t + 1, k_param);
       issue_f16(0, t + 1);
-      issue_codes(0, t + kAhead, k_param[kAhead - 1]);
+      issue_codes(0, t + kAhead);
       cp_async_wait<kInFlight>();
-      publish(1, t, v_param[0]);
-      next_param(v_param);
+      publish(1, t, v_param);
+      load_params(1, t + 1, v_param);
       issue_f16(1, t + 1);
-      issue_codes(1, t + kAhead, v_param[kAhead - 1]);
+      issue_codes(1, t + kAhead);
     }
     cp_async_wait<0>();  // the last (empty) groups: nothing in flight at exit
     return;
