@@ -218,16 +218,19 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       if constexpr (Bits != 0) {
         const Segments::Tile k = keys.at(u);
         if (u < keys.tiles && k.segment == kBody) {
-          // Thread p copies chunk p % kRowChunks of rows p / kRowChunks + kStep i.
+          // Thread p copies chunk p % kRowChunks of rows p / kRowChunks + kStep i: the same
+          // chunk of the swizzle in each (kStep rows are whole swizzle periods), so one
+          // shared address plus a constant per row.
           constexpr int kRowChunks = L::kCodeBytes / 16, kStep = 128 / kRowChunks;
-          const int b = p % kRowChunks;
+          static_assert(kStep * L::kCodeBytes % (128 * kRowChunks) == 0, "rows kStep apart swizzle alike");
+          const int b = p % kRowChunks, row = p / kRowChunks;
           const long long row_bytes = static_cast<long long>(a.kv_heads) * L::kCodeBytes;  // a position's codes
-          int row = p / kRowChunks;
           const std::uint8_t* src = (part ? a.codes_v : a.codes_k) +
                                     (k.first + row - a.body_base) * row_bytes + g * L::kCodeBytes + 16 * b;
-#pragma unroll 1
-          for (; row < kBN; row += kStep, src += kStep * row_bytes) {
-            if (k.first + row < k.end) cp_async16(staged_part(part, u) + staged_chunk<L::kCodeBytes>(row, b), src, 16);
+          const std::uint32_t dst = staged_part(part, u) + staged_chunk<L::kCodeBytes>(row, b);
+#pragma unroll
+          for (int i = 0; i < kRowChunks; ++i) {
+            if (k.first + row + kStep * i < k.end) cp_async16(dst + i * kStep * L::kCodeBytes, src + i * kStep * row_bytes, 16);
           }
         }
       }

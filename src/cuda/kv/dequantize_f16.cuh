@@ -48,15 +48,20 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
       store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
   } else {
-    const __half2 bias = __float2half2_rn(1024.0f);
+    // Byte i (channels 2i, 2i + 1) copied to bits 0-7 and 16-23; one LOP3 keeps the low
+    // nibble in the low half and the high nibble in the high half, under the f16 exponent
+    // of 1024: the halves are 1024 + q_lo and 1024 + 16 q_hi, which one fma with (1, 1/16)
+    // and (-1024, -64) turns into q_lo, q_hi exactly.
+    const __half2 unit = __halves2half2(__float2half_rn(1.0f), __float2half_rn(1.0f / 16.0f));
+    const __half2 bias = __halves2half2(__float2half_rn(-1024.0f), __float2half_rn(-64.0f));
 #pragma unroll
-    for (int h = 0; h < 4; ++h) {  // word h: channels 8h .. 8h + 7, byte i = channels 2i, 2i + 1
+    for (int h = 0; h < 4; ++h) {  // word h: channels 8h .. 8h + 7
       std::uint32_t o[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const std::uint32_t both = __byte_perm(w[h], 0u, 0x4040u | (static_cast<unsigned>(i) * 0x0101u));
-        const std::uint32_t pair = (both & 0x0000000Fu) | ((both >> 4) & 0x000F0000u) | 0x64006400u;
-        o[i] = half2_bits(__hfma2(__hsub2(bits_half2(pair), bias), s2, m2));
+        const std::uint32_t pair = (both & 0x00F0000Fu) | 0x64006400u;
+        o[i] = half2_bits(__hfma2(__hfma2(bits_half2(pair), unit, bias), s2, m2));
       }
       store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
