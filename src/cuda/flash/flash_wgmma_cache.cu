@@ -11,12 +11,13 @@
 // the form the cache held at t. A segment's positions past its end are zeros in the tile
 // (0 * NaN would reach O) and masked.
 //
-// The producer is a whole warpgroup (the full path's is one TMA thread), K and V in rings
-// of two stages as flash_wgmma.cu's: its 128 threads copy by cp.async in 16-byte chunks,
+// The producers are whole warpgroups (the full path's is one TMA thread): at head_dim 128
+// one for K and one for V, at 64 one for both (the registers of a third consumer). K and V
+// are in rings of two stages as flash_wgmma.cu's: 128 threads copy by cp.async in 16-byte chunks,
 // consecutive lanes along a row: FP16 rows straight into the 128-byte-swizzled tile (TMA's
 // layout, which the consumers' descriptors read) a tile ahead, body codes into a ring of
 // their own (up to 4 stages) 1-3 tiles ahead, so that their load latency hides behind the
-// tiles between; for a body tile the warpgroup meets at a named barrier and thread p
+// tiles between; for a body tile the part's warpgroup meets at a named barrier and thread p
 // dequantizes row p with its f16 scale (+ min) (cuda/kv/dequantize_f16.cuh, the rows
 // kernel's arithmetic) into the tile: the body never reaches global memory as f16. A tile
 // is published by each producer thread's arrival on the stage's full barrier, after its
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/kv_layout.h"
 #include "cuda/async_copy.cuh"
@@ -54,16 +56,21 @@ template <int HD, int Bits>
 struct MixedLayout {
   static constexpr int kConsumers = HD == 64 ? 3 : 2;  // as flash_wgmma.cu's WgLayout
   static constexpr int kBM = 64 * kConsumers;
-  static constexpr int kThreads = 128 * (1 + kConsumers);
-  // Registers a thread by role (setmaxnreg), within what the launch gets (168 x 384 at
-  // head_dim 128, 128 x 512 at 64). The producer computes addresses, holds the scales of
-  // the body tiles in flight and dequantizes, so it takes 48 at 128 (the consumers 232 ->
-  // 224) and 32 at 64 (the consumers keep flash_wgmma.cu's 160; at 152 they spill): ptxas
-  // spills nothing at 128 and 4 bytes in the INT8 producer at 64 (with 3 code stages; 4
-  // spill more).
-  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 56;
-  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 224;
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * ((65536 / kThreads) & ~7),
+  // The dequantization is the producers' own instruction stream (~1,200 instructions a
+  // tile for K and V at head_dim 128, INT4), a serial chain a warp a scheduler: at 128 K
+  // and V each get a warpgroup, which the registers allow there.
+  static constexpr int kProducers = kConsumers == 3 ? 1 : 2;
+  static constexpr int kThreads = 128 * (kProducers + kConsumers);
+  // Registers a thread by role (setmaxnreg), within what the launch gets (128 x 512 at
+  // head_dim 128 and at 64). The producers compute addresses, hold the scales of a tile
+  // and dequantize: 48 at 128 (the consumers 208, which they fit; ptxas spills 20 bytes
+  // of the producers' addresses, 88 at 40) and 32 at 64 (the consumers keep
+  // flash_wgmma.cu's 160; at 152 they spill; the producer there, K and V in one
+  // warpgroup, spills 44-80 bytes).
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 48;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 208;
+  static_assert(128 * kProducers * kProducerRegs + 128 * kConsumers * kConsumerRegs <=
+                    kThreads * ((65536 / kThreads) & ~7),
                 "the launch's registers");
   static constexpr int kBoxes = HD / kBox;
   static constexpr int kChunks = HD / 8;  // 16-byte chunks of an f16 row
@@ -195,10 +202,11 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   __syncthreads();
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
-  if (warpgroup == 0) {
+  if (warpgroup < L::kProducers) {
     release_registers<L::kProducerRegs>();
-    const int p = static_cast<int>(threadIdx.x);  // the key row this thread loads in every tile
-    if (p == 0) {
+    const int p = static_cast<int>(threadIdx.x) % 128;  // the key row this thread loads in every tile
+    const int barrier_id = 1 + kConsumers + warpgroup;  // this producer warpgroup's named barrier
+    if (threadIdx.x == 0) {
       prefetch_tensor_map(&q_map);
       mbarrier_arrive_expect_tx(q_bar, L::kQ);
 #pragma unroll
@@ -273,7 +281,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       cp_async_commit();
     };
     // Tile t of one part has landed (this thread's groups waited for). A body tile: the
-    // warpgroup meets at named barrier 1 + kConsumers (every thread's copies of it landed,
+    // warpgroup meets at its named barrier (every thread's copies of it landed,
     // every thread done with tile t - 1's codes, whose slot is copied into next), then,
     // once the consumers freed the stage, thread p dequantizes row p into the tile (zeros
     // past the body's end). Then the stage's full barrier gets this thread's arrival.
@@ -281,7 +289,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       if constexpr (Bits != 0) {
         const Segments::Tile k = keys.at(t);
         if (k.segment == kBody) {
-          named_barrier(1 + kConsumers, 128);
+          named_barrier(barrier_id, 128);
           mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
           const std::uint32_t dst = part_tile(part, t);
           if (k.first + p < k.end) {
@@ -305,36 +313,45 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
       fence_proxy_async_shared();  // the tile's generic-proxy writes, visible to wgmma
       mbarrier_arrive(bar(part ? v_full : k_full, t));
     };
-    // Each part in turn, K before V (the consumers release K_t after S_t but V_t only
-    // after P_t V_t, which runs beside S_t+1), commits two groups a tile: the next FP16
-    // tile's, then the codes of the body tile kAhead further. publish(part, t) needs
-    // that part's FP16 group of tile t, committed a tile earlier, and its codes, older
-    // still: the groups newer than the FP16 one stay in flight (kAhead = 1: its codes
-    // group and the other part's FP16 group; kAhead >= 2: also the other part's codes).
-    constexpr int kAhead = L::kAhead, kInFlight = kAhead >= 2 ? 3 : 2;
-    Params k_param{}, v_param{};  // tile t's
+    // A producer warpgroup's parts (K, V, or both: K before V, since the consumers
+    // release K_t after S_t but V_t only after P_t V_t, which runs beside S_t+1) commit
+    // two groups a part a tile: the next FP16 tile's, then the codes of the body tile
+    // kAhead further. publish(part, t) needs that part's FP16 group of tile t, committed a
+    // tile earlier, and its codes, older still (kAhead >= 2) or committed right after it
+    // (kAhead = 1): the groups newer than those stay in flight.
+    constexpr int kParts = 2 / L::kProducers, kAhead = L::kAhead;
+    constexpr int kInFlight = 2 * kParts - 1 - (kAhead == 1 ? 1 : 0);
+    // The parts first, first + 1, ... as compile-time constants (a part chosen at run
+    // time kept both parts' pointers in the producer's few registers).
+    auto produce = [&](auto first) {
+      auto part_of = [](int j) { return decltype(first)::value + j; };
+      Params param[kParts] = {};  // tile t's, a part each
 #pragma unroll
-    for (int u = 0; u + 1 < kAhead; ++u) {
-      issue_codes(0, u);
-      issue_codes(1, u);
-    }
-    load_params(0, 0, k_param);
-    load_params(1, 0, v_param);
-    issue_f16(0, 0);
-    issue_codes(0, kAhead - 1);
-    issue_f16(1, 0);
-    issue_codes(1, kAhead - 1);
-    for (int t = 0; t < tiles; ++t) {
-      cp_async_wait<kInFlight>();
-      publish(0, t, k_param);
-      load_params(0, t + 1, k_param);
-      issue_f16(0, t + 1);
-      issue_codes(0, t + kAhead);
-      cp_async_wait<kInFlight>();
-      publish(1, t, v_param);
-      load_params(1, t + 1, v_param);
-      issue_f16(1, t + 1);
-      issue_codes(1, t + kAhead);
+      for (int u = 0; u + 1 < kAhead; ++u) {
+#pragma unroll
+        for (int j = 0; j < kParts; ++j) issue_codes(part_of(j), u);
+      }
+#pragma unroll
+      for (int j = 0; j < kParts; ++j) {
+        load_params(part_of(j), 0, param[j]);
+        issue_f16(part_of(j), 0);
+        issue_codes(part_of(j), kAhead - 1);
+      }
+      for (int t = 0; t < tiles; ++t) {
+#pragma unroll
+        for (int j = 0; j < kParts; ++j) {
+          cp_async_wait<kInFlight>();
+          publish(part_of(j), t, param[j]);
+          load_params(part_of(j), t + 1, param[j]);
+          issue_f16(part_of(j), t + 1);
+          issue_codes(part_of(j), t + kAhead);
+        }
+      }
+    };
+    if (kParts == 2 || warpgroup == 0) {
+      produce(std::integral_constant<int, 0>{});
+    } else {
+      produce(std::integral_constant<int, 1>{});
     }
     cp_async_wait<0>();  // the last (empty) groups: nothing in flight at exit
     return;
@@ -345,7 +362,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   // flash_wgmma.cu's SASS (same instructions, some reordered at head_dim 64), and the full
   // path's code is to stay as measured until a GPU run times such a change.
   claim_registers<L::kConsumerRegs>();
-  const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
+  const int wg = warpgroup - L::kProducers, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int r = lane / 4, c = lane % 4;
   const int row_lo = t0 + wg * 64 + warp * 16;  // the warp's first query (chunk row)
   const int t_lo = a.pos0 + row_lo;  // its position; the warp's rows are t_lo .. t_lo + 15
