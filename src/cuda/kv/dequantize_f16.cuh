@@ -25,6 +25,15 @@ __device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
 __device__ __forceinline__ std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
 __device__ __forceinline__ __half2 bits_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
 
+// (x & Mask) | Bits in one LOP3 (written as two operations, the compiler emits two: an
+// instruction takes one immediate).
+template <std::uint32_t Mask, std::uint32_t Bits>
+__device__ __forceinline__ std::uint32_t and_or(std::uint32_t x) {
+  std::uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(x), "n"(Mask), "n"(Bits));
+  return r;
+}
+
 // 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
 // as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
 // channel order as each is ready.
@@ -48,20 +57,19 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
       store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
   } else {
-    // Byte i (channels 2i, 2i + 1) copied to bits 0-7 and 16-23; one LOP3 keeps the low
-    // nibble in the low half and the high nibble in the high half, under the f16 exponent
-    // of 1024: the halves are 1024 + q_lo and 1024 + 16 q_hi, which one fma with (1, 1/16)
-    // and (-1024, -64) turns into q_lo, q_hi exactly.
-    const __half2 unit = __halves2half2(__float2half_rn(1.0f), __float2half_rn(1.0f / 16.0f));
-    const __half2 bias = __halves2half2(__float2half_rn(-1024.0f), __float2half_rn(-64.0f));
+    // Byte i (channels 2i, 2i + 1) to bits 0-7 and, shifted down a nibble, to bits 16-23;
+    // one LOP3 keeps each half's low nibble under the f16 exponent of 1024: the halves
+    // are 1024 + q_lo and 1024 + q_hi, exact, and so is subtracting 1024.
+    const __half2 bias = __float2half2_rn(1024.0f);
 #pragma unroll
     for (int h = 0; h < 4; ++h) {  // word h: channels 8h .. 8h + 7
+      const std::uint32_t down = w[h] >> 4;
       std::uint32_t o[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const std::uint32_t both = __byte_perm(w[h], 0u, 0x4040u | (static_cast<unsigned>(i) * 0x0101u));
-        const std::uint32_t pair = (both & 0x00F0000Fu) | 0x64006400u;
-        o[i] = half2_bits(__hfma2(__hfma2(bits_half2(pair), unit, bias), s2, m2));
+        const std::uint32_t both = __byte_perm(w[h], down, 0x4400u + 0x1111u * static_cast<unsigned>(i));
+        const std::uint32_t pair = and_or<0x000F000Fu, 0x64006400u>(both);
+        o[i] = half2_bits(__hfma2(__hsub2(bits_half2(pair), bias), s2, m2));
       }
       store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
