@@ -21,7 +21,9 @@
 # On the offline GPU machine, carry .wheels (scripts/python-wheels.sh; gguf for the HF
 # default-model test included) and .deps (scripts/offline-deps.sh), both made where
 # there is network.
-# The commit recorded in the results is $LOWBIT_COMMIT, else `git rev-parse HEAD`.
+# The commit recorded in the results is $LOWBIT_COMMIT, else the one the binaries were
+# built from (cmake/build_info.cmake: git in this tree, "+dirty" past it). On a machine
+# whose copy of .git is stale, set LOWBIT_COMMIT to the commit the tree is.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
 # matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
 # those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b, batch-8b-pdl, serve-8b; set and
@@ -38,7 +40,6 @@ fi
 results="${1:-out/gpu-check}"
 mkdir -p "$results"
 results="$(cd "$results" && pwd)"
-export LOWBIT_COMMIT="${LOWBIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 build_dir="${BUILD_DIR:-build-gpu}"
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
 generator=()
@@ -303,7 +304,7 @@ elif [ "$ok" = 1 ]; then
 fi
 
 echo
-echo "=== gpu-check summary (commit $LOWBIT_COMMIT)"
+echo "=== gpu-check summary ($("$build_dir/bin/lowbit" --version 2>/dev/null || echo 'lowbit: not built')${LOWBIT_COMMIT:+; results name $LOWBIT_COMMIT})"
 head -n 1 "$results/nvidia-smi.txt" >/dev/null 2>&1 &&
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 printf '| step | status | seconds |\n|---|---|---:|\n'

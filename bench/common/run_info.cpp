@@ -1,5 +1,6 @@
 #include "run_info.h"
 
+#include "build_info.h"
 #include "json.h"
 
 #include <omp.h>
@@ -53,11 +54,12 @@ bool gpu_available() {
 
 RunInfo collect_run_info() {
   RunInfo info;
+  // The commit this binary was built from (the working directory's checkout may be
+  // another, or a copy whose HEAD is stale), unless $LOWBIT_COMMIT names one.
   if (const char* commit = std::getenv("LOWBIT_COMMIT"); commit && *commit) {
     info.commit = commit;
   } else {
-    info.commit = command_output("git rev-parse HEAD 2>/dev/null");
-    if (info.commit.empty()) info.commit = "unknown";
+    info.commit = LOWBIT_GIT_COMMIT;
   }
   std::time_t now = std::time(nullptr);
   char date[32];

@@ -6,7 +6,7 @@
 namespace lowbit::bench {
 
 struct RunInfo {
-  std::string commit;  // $LOWBIT_COMMIT, else `git rev-parse HEAD`, else "unknown"
+  std::string commit;  // $LOWBIT_COMMIT, else the binary's build commit (cmake/build_info.cmake)
   std::string date;    // UTC, ISO 8601
   std::string host_cpu;
   int host_threads = 0;
