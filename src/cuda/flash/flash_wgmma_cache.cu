@@ -56,9 +56,9 @@ template <int HD, int Bits>
 struct MixedLayout {
   static constexpr int kConsumers = HD == 64 ? 3 : 2;  // as flash_wgmma.cu's WgLayout
   static constexpr int kBM = 64 * kConsumers;
-  // The dequantization is the producers' own instruction stream (~1,200 instructions a
-  // tile for K and V at head_dim 128, INT4), a serial chain a warp a scheduler: at 128 K
-  // and V each get a warpgroup, which the registers allow there.
+  // The dequantization is the producers' own instruction stream (over a thousand
+  // instructions a tile for K and V at head_dim 128, INT4), a serial chain a warp a
+  // scheduler: at 128 K and V each get a warpgroup, which the registers allow there.
   static constexpr int kProducers = kConsumers == 3 ? 1 : 2;
   static constexpr int kThreads = 128 * (kProducers + kConsumers);
   // Registers a thread by role (setmaxnreg), within what the launch gets (128 x 512 at
@@ -348,7 +348,9 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
         }
       }
     };
-    if (kParts == 2 || warpgroup == 0) {
+    if constexpr (kParts == 2) {
+      produce(std::integral_constant<int, 0>{});
+    } else if (warpgroup == 0) {
       produce(std::integral_constant<int, 0>{});
     } else {
       produce(std::integral_constant<int, 1>{});
