@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/lop3.cuh"
+
 namespace lowbit::cuda::kv {
 
 // 16-byte shared-memory accesses by address (the staged codes, the f16 tiles).
@@ -24,15 +26,6 @@ __device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
 
 __device__ __forceinline__ std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
 __device__ __forceinline__ __half2 bits_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
-
-// (x & Mask) | Bits in one LOP3 (written as two operations, the compiler emits two: an
-// instruction takes one immediate).
-template <std::uint32_t Mask, std::uint32_t Bits>
-__device__ __forceinline__ std::uint32_t and_or(std::uint32_t x) {
-  std::uint32_t r;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(x), "n"(Mask), "n"(Bits));
-  return r;
-}
 
 // 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
 // as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
