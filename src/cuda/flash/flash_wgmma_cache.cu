@@ -63,8 +63,8 @@ struct MixedLayout {
   static constexpr int kThreads = 128 * (kProducers + kConsumers);
   // Registers a thread by role (setmaxnreg), within what the launch gets (128 x 512 at
   // head_dim 128 and at 64). The producers compute addresses, hold the scales of a tile
-  // and dequantize: 48 at 128 (the consumers 208, which they fit; ptxas spills 20 bytes
-  // of the producers' addresses, 88 at 40) and 32 at 64 (the consumers keep
+  // and dequantize: 48 at 128 (the consumers 208, which they fit; ptxas spills 20-32
+  // bytes of the producers' addresses, 88 at 40) and 32 at 64 (the consumers keep
   // flash_wgmma.cu's 160; at 152 they spill; the producer there, K and V in one
   // warpgroup, spills 44-80 bytes).
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 48;
