@@ -704,17 +704,20 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       }
       const bool odd = param_odd(t, param_row);
       const int at = param_row * static_cast<int>(s.kv_heads) + head - (odd ? 1 : 0);
-      const BodyRow& part = param_part ? kv.v : kv.k;
+      // Pointers selected, not a reference to kv.k or kv.v: that would put kv in local
+      // memory, a store and a dependent load on every tile's issue path.
+      const std::uint16_t* scales = param_part ? kv.v.scales : kv.k.scales;
+      const std::uint16_t* mins = param_part ? kv.v.mins : kv.k.mins;
       if (KB && param_part == 0) {
         // K's parameters are per key block (below), not per token.
       } else if (!Paged && !odd && contiguous_index(t, param_row) + 1 >= body_params) {
         // The buffer's last value at an even index: a 4-byte copy, even one zero-filling
         // its second half, is an access past the buffer (compute-sanitizer flags it).
-        stage.params[param_row][2 * param_part] = __ldcg(part.scales + at);
-        if constexpr (Bits == 4) stage.params[param_row][2 * param_part + 1] = __ldcg(part.mins + at);
+        stage.params[param_row][2 * param_part] = __ldcg(scales + at);
+        if constexpr (Bits == 4) stage.params[param_row][2 * param_part + 1] = __ldcg(mins + at);
       } else {
-        cp_async4(&stage.params[param_row][2 * param_part], part.scales + at);
-        if constexpr (Bits == 4) cp_async4(&stage.params[param_row][2 * param_part + 1], part.mins + at);
+        cp_async4(&stage.params[param_row][2 * param_part], scales + at);
+        if constexpr (Bits == 4) cp_async4(&stage.params[param_row][2 * param_part + 1], mins + at);
       }
     } else if (Bits != 0 && t < end_tile) {
       typename S::Stage& stage = sm.ring[warp][slot];
