@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
   const int c0 = static_cast<int>(threadIdx.x) * E;
   const bool is_v = blockIdx.y == 1;
   const Angles<E, kNeox> angles = is_v ? Angles<E, kNeox>{} : load_angles<E, kNeox>(a.rope, pos, c0);  // V: not rotated
-  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  const KvPart part = is_v ? a.layer.v : a.layer.k;  // by value: a reference picked at run time forces local memory
   // The FP16 slot of pos (window, selective, full; not int8 / int4, whose sink and
   // window are 0); paged full: in its page (null: not held).
   auto f16_slot = [&]() -> std::uint16_t* {
@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
   const bool is_v = blockIdx.y == 1;
   const int c0 = static_cast<int>(threadIdx.x) * E;
   const long long t = c.pos0 + row;
-  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  const KvPart part = is_v ? a.layer.v : a.layer.k;  // by value: a reference picked at run time forces local memory
   auto chunk_row = [&](long long r) {
     return static_cast<const __half*>(c.base) + r * c.ld + (is_v ? c.v_col : c.k_col) + head * D + c0;
   };
@@ -582,7 +582,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_in_order_kernel(KvLayerShap
   const int head = static_cast<int>(blockIdx.x);
   const bool is_v = blockIdx.y == 1;
   const int c0 = static_cast<int>(threadIdx.x) * E;
-  const KvPart& part = is_v ? layer.v : layer.k;
+  const KvPart part = is_v ? layer.v : layer.k;  // by value: a reference picked at run time forces local memory
   for (long long r = 0; r < c.rows; ++r) {
     const long long pos = c.pos0 + r;
     float x[E];
@@ -751,7 +751,7 @@ __global__ void __launch_bounds__(32) restore_ring_slot_kernel(KvLayerShape s, K
   pdl_wait();
   const int head = static_cast<int>(blockIdx.x);
   const bool is_v = blockIdx.y == 1;
-  const KvPart& part = is_v ? layer.v : layer.k;
+  const KvPart part = is_v ? layer.v : layer.k;  // by value: a reference picked at run time forces local memory
   const long long d = s.head_dim;
   std::uint16_t* slot = part.f16 + (head * s.f16_slots() + s.slot(pos)) * d;
   const std::uint16_t* b = backup + ((is_v ? s.kv_heads : 0) + head) * d;

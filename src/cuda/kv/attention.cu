@@ -81,7 +81,7 @@ struct RawRow {
 template <int D, int Bits, bool Rows, bool Paged>
 __device__ __forceinline__ RawRow load_raw(const SplitArgs& a, bool is_v, int head, int pos, int sub) {
   const KvLayerShape& s = a.shape;
-  const KvPart& part = is_v ? a.layer.v : a.layer.k;
+  const KvPart part = is_v ? a.layer.v : a.layer.k;  // by value: a reference picked at run time forces local memory
   const bool past_l1 = a.prefetch && appended_now(a, pos);
   RawRow r{};
   if (!in_body<Bits>(a, pos)) {

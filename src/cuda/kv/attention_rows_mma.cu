@@ -82,7 +82,7 @@ __device__ __forceinline__ const void* f16_row(const RowsMmaArgs& a, int part, i
   if constexpr (Paged) {
     if (sh.window == 0) return paged_f16_row(a.paged, a.table, part != 0, kh, s);
   }
-  const KvPart& p = part ? a.layer.v : a.layer.k;
+  const KvPart p = part ? a.layer.v : a.layer.k;  // by value: a reference picked at run time forces local memory
   return p.f16 + (static_cast<long long>(kh) * sh.f16_slots() + s) * D;
 }
 

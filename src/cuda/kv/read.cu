@@ -19,7 +19,7 @@ __global__ void kv_read_kernel(KvLayerShape s, KvLayerBuffers layer, DecodeSpan 
   const long long j = blockIdx.x;
   const int head = static_cast<int>(blockIdx.y);
   const bool is_v = blockIdx.z == 1;
-  const KvPart& part = is_v ? layer.v : layer.k;
+  const KvPart part = is_v ? layer.v : layer.k;  // by value: a reference picked at run time forces local memory
   __half* out = (is_v ? v_out : k_out) + (j * s.kv_heads + head) * s.head_dim;
   const long long skip = s.drops() ? span.recent_begin - span.sink_end : 0;  // the window policy's dropped middle
   const long long pos = j < span.sink_end ? j : j + skip;
