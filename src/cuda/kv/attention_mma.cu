@@ -225,8 +225,55 @@ template <int D>
 struct TileRegs {
   std::uint32_t k[2][D / 8];
   std::uint32_t v[4][D / 16];
+  std::uint32_t va[D / 16][4];  // Swap: V^T's A fragments, m tile i (v_fragments)
   float ks[4], km[4], vs[4], vm[4];
 };
+
+// Swap: V^T's A fragment of m tile i, rows (channels: halves 2i | 2i + 1 of eighth g) x
+// columns (positions 2c, 2c + 1 | 2c + 8, 2c + 9), from the V rows u = 0..3 (positions
+// 2c, 2c + 1, 2c + 8, 2c + 9): 4 PRMT a mma.
+template <int D>
+__device__ __forceinline__ void v_fragments(TileRegs<D>& x) {
+#pragma unroll
+  for (int i = 0; i < D / 16; ++i) {
+    x.va[i][0] = __byte_perm(x.v[0][i], x.v[1][i], 0x5410u);
+    x.va[i][1] = __byte_perm(x.v[0][i], x.v[1][i], 0x7632u);
+    x.va[i][2] = __byte_perm(x.v[2][i], x.v[3][i], 0x5410u);
+    x.va[i][3] = __byte_perm(x.v[2][i], x.v[3][i], 0x7632u);
+  }
+}
+
+// The same fragments straight from the INT4 codes of the four V rows (raw[u]: eighth g,
+// D / 64 words of 8 codes): the words of two rows are merged first (PRMT: row u's 4 low
+// or high bytes in the low half, row u + 1's in the high half), so that each nibble
+// conversion of codes_to_halves yields a pair (row u, row u + 1) of one channel, which is
+// what the fragment holds: 2 PRMT a code word pair instead of 8 after the conversion.
+// Channel order as v_fragments' over codes_to_halves (m tile 4w + m: channels 8w + m and
+// 8w + m + 4 of the eighth).
+template <int D>
+__device__ __forceinline__ void v_fragments_int4(const std::uint32_t (&raw)[4][D / 64], TileRegs<D>& x) {
+  auto as_half2 = [](std::uint32_t bits) { return *reinterpret_cast<const __half2*>(&bits); };
+  auto as_bits = [](__half2 v) { return *reinterpret_cast<const std::uint32_t*>(&v); };
+  const __half2 bias = __float2half2_rn(1024.0f), sixteenth = __float2half2_rn(0.0625f),
+                sub16 = __float2half2_rn(-64.0f);
+  auto low = [&](std::uint32_t t) { return as_bits(__hsub2(as_half2(and_or<0x000f000fu, 0x64006400u>(t)), bias)); };
+  auto high = [&](std::uint32_t t) {
+    return as_bits(__hfma2(as_half2(and_or<0x00f000f0u, 0x64006400u>(t)), sixteenth, sub16));
+  };
+#pragma unroll
+  for (int w = 0; w < D / 64; ++w) {
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {  // rows 0, 1 -> fragment registers 0, 1; rows 2, 3 -> 2, 3
+      const std::uint32_t r0 = raw[2 * pair][w], r1 = raw[2 * pair + 1][w];
+      const std::uint32_t lo = __byte_perm(r0, r1, 0x5410u), hi = __byte_perm(r0, r1, 0x7632u);  // channels 0-3 | 4-7
+      const std::uint32_t lo8 = lo >> 8, hi8 = hi >> 8;
+      x.va[4 * w + 0][2 * pair] = low(lo), x.va[4 * w + 1][2 * pair] = high(lo);
+      x.va[4 * w + 2][2 * pair] = low(lo8), x.va[4 * w + 3][2 * pair] = high(lo8);
+      x.va[4 * w + 0][2 * pair + 1] = low(hi), x.va[4 * w + 1][2 * pair + 1] = high(hi);
+      x.va[4 * w + 2][2 * pair + 1] = low(hi8), x.va[4 * w + 3][2 * pair + 1] = high(hi8);
+    }
+  }
+}
 
 // A warp's online softmax over its tiles, for query heads g and g + 8 (Swap: heads 2c and
 // 2c + 1, l and vmin this lane's part of the sums, m the head's).
@@ -351,13 +398,15 @@ __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    // Row 0 of a tile is always valid, so m_new is finite (the guards of tile_math are not
+    // needed): exp2 of -inf - m_new, and of the first tile's -inf - m_new, is 0.
     const float m_new = fmaxf(st.m[h], mx);
-    alpha[h] = m_new == -INFINITY ? 1.0f : exp2_approx(st.m[h] - m_new);
+    alpha[h] = exp2_approx(st.m[h] - m_new);
     float sum = 0.0f, vm_sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float& e = p[2 * r + h];
-      e = m_new == -INFINITY ? 0.0f : exp2_approx(e - m_new);
+      e = exp2_approx(e - m_new);
       sum += e;
       if constexpr (Bits == 4) vm_sum = fmaf(e, x.vm[r], vm_sum);
       if constexpr (Bits != 0) e *= x.vs[r];
@@ -379,15 +428,7 @@ __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, 
   const std::uint32_t b0 = transpose_8x8(pack_halves(p[0], p[1]));
   const std::uint32_t b1 = transpose_8x8(pack_halves(p[2], p[3]));
 #pragma unroll
-  for (int i = 0; i < kMTiles; ++i) {
-    // A: rows (channels: halves 2i | 2i + 1 of eighth g) x columns (positions 2c, 2c + 1 |
-    // 2c + 8, 2c + 9): V rows u = 0..3 are positions 2c, 2c + 1, 2c + 8, 2c + 9.
-    const std::uint32_t a0 = __byte_perm(x.v[0][i], x.v[1][i], 0x5410u);
-    const std::uint32_t a1 = __byte_perm(x.v[0][i], x.v[1][i], 0x7632u);
-    const std::uint32_t a2 = __byte_perm(x.v[2][i], x.v[3][i], 0x5410u);
-    const std::uint32_t a3 = __byte_perm(x.v[2][i], x.v[3][i], 0x7632u);
-    mma_16816<__half>(st.o[i], a0, a1, a2, a3, b0, b1);
-  }
+  for (int i = 0; i < kMTiles; ++i) mma_16816<__half>(st.o[i], x.va[i][0], x.va[i][1], x.va[i][2], x.va[i][3], b0, b1);
 }
 
 // Where a tile's rows are in a page (its first row; the tile's 16 are consecutive).
@@ -1013,6 +1054,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
             x.vm[r] = Bits == 4 ? param(row, 3) : 0.0f;
           }
         }
+        if constexpr (Swap && Bits == 4 && !decltype(checked)::value) {  // a body tile: fragments from the codes
+          std::uint32_t raw[4][D / 64];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) load_shared<kCodeBytes / 8>(stage.v[column_of(c, u)] + g * (kCodeBytes / 8), raw[u]);
+          v_fragments_int4<D>(raw, x);
+        } else {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const int row = column_of(c, u), j = base + row;
@@ -1029,6 +1076,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
             }
           }
         }
+        if constexpr (Swap && Bits == 4) v_fragments(x);  // (INT8: before the math, below)
+        }
       };
       if (body_tile(base) && (!KB || i0 + base + kTile <= kb_open)) {  // KB: no open key block row
         take(std::false_type{});
@@ -1039,6 +1088,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }
     if constexpr (Swap) {
+      if constexpr (Bits != 4) v_fragments(x);  // INT4: take() made them
       tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st, kb_pre);
     } else {
       tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
