@@ -1057,26 +1057,28 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         if constexpr (Swap && Bits == 4 && !decltype(checked)::value) {  // a body tile: fragments from the codes
           std::uint32_t raw[4][D / 64];
 #pragma unroll
-          for (int u = 0; u < 4; ++u) load_shared<kCodeBytes / 8>(stage.v[column_of(c, u)] + g * (kCodeBytes / 8), raw[u]);
+          for (int u = 0; u < 4; ++u) {
+            load_shared<kCodeBytes / 8>(stage.v[column_of(c, u)] + g * (kCodeBytes / 8), raw[u]);
+          }
           v_fragments_int4<D>(raw, x);
         } else {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int row = column_of(c, u), j = base + row;
-          if (checked && j < n && !where<Bits>(a, i0 + j).body) {
-            load_f16_v(x, u, j, TileRows{});
-          } else {
-            load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
-            codes_to_halves<Bits, D / 8>(x.v[u]);
-            if constexpr (!Swap) {
-              x.ks[u] = param(row, 0);
-              x.km[u] = Bits == 4 ? param(row, 1) : 0.0f;
-              x.vs[u] = param(row, 2);
-              x.vm[u] = Bits == 4 ? param(row, 3) : 0.0f;
+          for (int u = 0; u < 4; ++u) {
+            const int row = column_of(c, u), j = base + row;
+            if (checked && j < n && !where<Bits>(a, i0 + j).body) {
+              load_f16_v(x, u, j, TileRows{});
+            } else {
+              load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
+              codes_to_halves<Bits, D / 8>(x.v[u]);
+              if constexpr (!Swap) {
+                x.ks[u] = param(row, 0);
+                x.km[u] = Bits == 4 ? param(row, 1) : 0.0f;
+                x.vs[u] = param(row, 2);
+                x.vm[u] = Bits == 4 ? param(row, 3) : 0.0f;
+              }
             }
           }
-        }
-        if constexpr (Swap && Bits == 4) v_fragments(x);  // (INT8: before the math, below)
+          if constexpr (Swap && Bits == 4) v_fragments(x);  // INT8 and FP16: before the math, below
         }
       };
       if (body_tile(base) && (!KB || i0 + base + kTile <= kb_open)) {  // KB: no open key block row
@@ -1088,7 +1090,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }
     if constexpr (Swap) {
-      if constexpr (Bits != 4) v_fragments(x);  // INT4: take() made them
+      if constexpr (Bits != 4) v_fragments(x);  // INT4: take() made them (cheaper from the codes)
       tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st, kb_pre);
     } else {
       tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
