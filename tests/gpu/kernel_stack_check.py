@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The hot kernels' stack frames, read from the compiled library (no GPU needed).
+
+A kernel that keeps a variable in local memory pays a store and a dependent load through
+L1 each time it touches it; in the decode step's kernels that cost 10% of the quantized
+decode attention and a 424-byte frame in the append kernel (bench/notes/decode.md, session
+24), and nothing but a profile shows it. This check reads `cuobjdump -res-usage` of the
+library, demangles the kernel names and holds each rule's kernels to its stack ceiling;
+the first rule whose pattern matches a kernel applies, and every rule must match at least
+one kernel (a renamed kernel does not escape it).
+
+usage: kernel_stack_check.py LIBRARY [--cuobjdump PATH] [--cxxfilt PATH]
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+# (pattern on the demangled name without namespaces, most stack bytes, why that many)
+RULES = [
+    (r"^kv_attention_mma_kernel<128, 8, true, false, false>", 32,
+     "INT8 swap, contiguous: two loop values reloaded a tile since the softmax guards went"),
+    (r"^kv_attention_mma_kernel<\d+, \d, true, ", 0, "the swap decode attention (B = 1 and paged)"),
+    (r"^kv_append_kernel<", 0, "the decode step's RoPE + append"),
+    (r"^kv_append_rows_kernel<", 0, "prefill's append"),
+    (r"^gemv_kernel<", 64, "the ragged tail's activation run, in local memory by design"),
+    (r"^(add_rms_norm_kernel|add_rms_norm_vec_kernel<|silu_mul_kernel|embed_kernel|argmax_kernel)", 0,
+     "the decode step's small kernels"),
+    (r"^flash_mixed_cache_kernel<", 64, "the producers' spills at their register cap (bench/notes/prefill.md)"),
+]
+
+
+def kernels(library, cuobjdump, cxxfilt):
+    """(demangled name without namespaces, stack bytes) of every kernel in the library."""
+    out = subprocess.run([cuobjdump, "-res-usage", library], check=True, capture_output=True, text=True).stdout
+    mangled, stacks = [], []
+    name = None
+    for line in out.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            name = m.group(1)
+            continue
+        s = re.search(r"\bSTACK:(\d+)", line)
+        if s and name is not None:
+            mangled.append(name)
+            stacks.append(int(s.group(1)))
+            name = None
+    names = subprocess.run([cxxfilt], input="\n".join(mangled), check=True, capture_output=True,
+                           text=True).stdout.splitlines()
+    if len(names) != len(mangled):
+        raise SystemExit(f"kernel_stack_check: c++filt returned {len(names)} names for {len(mangled)}")
+    plain = []
+    for n in names:
+        n = re.sub(r"^void ", "", n)
+        n = n.replace("(anonymous namespace)::", "")
+        n = re.sub(r"\b(lowbit|cuda|kv|flash|weight_only|model|attention|gemm)::", "", n)
+        plain.append(n)
+    return list(zip(plain, stacks))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("library")
+    ap.add_argument("--cuobjdump", default="cuobjdump")
+    ap.add_argument("--cxxfilt", default="c++filt")
+    args = ap.parse_args()
+    found = kernels(args.library, args.cuobjdump, args.cxxfilt)
+    if not found:
+        print(f"kernel_stack_check: no kernels in {args.library}", file=sys.stderr)
+        return 1
+    matched = [0] * len(RULES)
+    failures = []
+    for name, stack in found:
+        for i, (pattern, ceiling, why) in enumerate(RULES):
+            if re.search(pattern, name):
+                matched[i] += 1
+                if stack > ceiling:
+                    failures.append(f"{name}: {stack} bytes of stack, at most {ceiling} ({why})")
+                break
+    for i, (pattern, _, _) in enumerate(RULES):
+        if matched[i] == 0:
+            failures.append(f"rule {pattern!r} matches no kernel of {args.library}")
+    for f in failures:
+        print(f"kernel_stack_check: {f}", file=sys.stderr)
+    print(f"kernel_stack_check: {len(found)} kernels, {sum(matched)} under {len(RULES)} rules, "
+          f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
