@@ -47,11 +47,13 @@ if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 # cuobjdump, for the kernel stack check (tests/gpu/kernel_stack_check.py): a toolkit may
 # come without it; NVIDIA's wheel on PyPI carries it (~0.6 MB), unpacked into the cache.
-if [ "$tests" = 1 ] && command -v nvcc >/dev/null && ! command -v cuobjdump >/dev/null &&
-  [ ! -x "$(dirname "$(command -v nvcc)")/cuobjdump" ]; then
+nvcc_bin=$(command -v nvcc || true)
+[ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc  # as scripts/build.sh finds it
+if [ "$tests" = 1 ] && [ -n "$nvcc_bin" ] && ! command -v cuobjdump >/dev/null &&
+  [ ! -x "$(dirname "$nvcc_bin")/cuobjdump" ]; then
   tools="${LOWBIT_CACHE:-$HOME/.cache/lowbit}/tools"
   if ! ls "$tools"/nvidia/*/bin/cuobjdump >/dev/null 2>&1; then
-    major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+    major=$("$nvcc_bin" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
     tmp=$(mktemp -d)
     if python3 -m pip download -q --no-deps --only-binary=:all: --dest "$tmp" "nvidia-cuda-cuobjdump==${major}.*" &&
       mkdir -p "$tools" && python3 -m zipfile -e "$tmp"/nvidia_cuda_cuobjdump-*.whl "$tools"; then
