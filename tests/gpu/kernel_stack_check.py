@@ -16,7 +16,8 @@ import re
 import subprocess
 import sys
 
-# (pattern on the demangled name without namespaces, most stack bytes, why that many)
+# (pattern on the demangled name without namespaces, most stack bytes, why that many):
+# the kernels of a decode step (batch 1 and batched) and of prefill.
 RULES = [
     (r"^kv_attention_mma_kernel<128, 8, true, false, false>", 32,
      "INT8 swap, contiguous: two loop values reloaded a tile since the softmax guards went"),
@@ -26,6 +27,9 @@ RULES = [
     (r"^gemv_kernel<", 64, "the ragged tail's activation run, in local memory by design"),
     (r"^(add_rms_norm_kernel|add_rms_norm_vec_kernel<|silu_mul_kernel|embed_kernel|argmax_kernel)", 0,
      "the decode step's small kernels"),
+    (r"^(rope_rows_kernel<|sample_kernel)", 0, "prefill's RoPE, the sampler"),
+    (r"^wgmma_kernel<", 0, "the weight-only GEMM of batched decode and prefill (M > 16)"),
+    (r"^flash_wgmma_kernel<", 0, "the full cache's flash prefill"),
     (r"^flash_mixed_cache_kernel<", 64, "the producers' spills at their register cap (bench/notes/prefill.md)"),
 ]
 
