@@ -105,6 +105,23 @@ __device__ __forceinline__ void load_words(const void* p, bool past_l1, std::uin
 // 1024 + 16n, and fma(v, 1/16, -64) = n exactly. One shift (>> 8) serves pairs 2 and 3:
 // 1 SHF + 4 LOP3 + 4 half ops a word, where a shift and mask a pair took 3 SHF + 8 LOP3
 // (the compiler splits each mask-and-or in two) + 4 HADD2 (the weight-only GEMV's decode).
+// INT4: the f16 pair of the nibbles at bits 0 / 16 of t (low_pair) or at bits 4 / 20
+// (high_pair): 0x6400 | n is 1024 + n, and 1024 + 16n in place, fma(v, 1/16, -64) = n.
+// The constants come from the caller (made once a loop, not once a pair).
+struct Int4Pairs {
+  __half2 bias = __float2half2_rn(1024.0f), sixteenth = __float2half2_rn(0.0625f), sub16 = __float2half2_rn(-64.0f);
+  __device__ __forceinline__ std::uint32_t low(std::uint32_t t) const {
+    const std::uint32_t v = and_or<0x000f000fu, 0x64006400u>(t);
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), bias);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+  __device__ __forceinline__ std::uint32_t high(std::uint32_t t) const {
+    const std::uint32_t v = and_or<0x00f000f0u, 0x64006400u>(t);
+    const __half2 h = __hfma2(*reinterpret_cast<const __half2*>(&v), sixteenth, sub16);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+};
+
 template <int Bits, int Count>
 __device__ __forceinline__ void codes_to_halves(std::uint32_t* w) {
   if constexpr (Bits == 8) {
@@ -120,17 +137,14 @@ __device__ __forceinline__ void codes_to_halves(std::uint32_t* w) {
       w[2 * i + 1] = *reinterpret_cast<const std::uint32_t*>(&b);
     }
   } else if constexpr (Bits == 4) {
-    auto as_half2 = [](std::uint32_t bits) { return *reinterpret_cast<const __half2*>(&bits); };
-    auto as_bits = [](__half2 v) { return *reinterpret_cast<const std::uint32_t*>(&v); };
-    const __half2 bias = __float2half2_rn(1024.0f), sixteenth = __float2half2_rn(0.0625f),
-                  sub16 = __float2half2_rn(-64.0f);
+    const Int4Pairs pairs;
 #pragma unroll
     for (int i = Count / 8 - 1; i >= 0; --i) {  // word i feeds words 4i .. 4i + 3
       const std::uint32_t x = w[i], hi = x >> 8;
-      w[4 * i] = as_bits(__hsub2(as_half2(and_or<0x000f000fu, 0x64006400u>(x)), bias));
-      w[4 * i + 1] = as_bits(__hfma2(as_half2(and_or<0x00f000f0u, 0x64006400u>(x)), sixteenth, sub16));
-      w[4 * i + 2] = as_bits(__hsub2(as_half2(and_or<0x000f000fu, 0x64006400u>(hi)), bias));
-      w[4 * i + 3] = as_bits(__hfma2(as_half2(and_or<0x00f000f0u, 0x64006400u>(hi)), sixteenth, sub16));
+      w[4 * i] = pairs.low(x);
+      w[4 * i + 1] = pairs.high(x);
+      w[4 * i + 2] = pairs.low(hi);
+      w[4 * i + 3] = pairs.high(hi);
     }
   }
 }
@@ -252,14 +266,7 @@ __device__ __forceinline__ void v_fragments(TileRegs<D>& x) {
 // 8w + m + 4 of the eighth).
 template <int D>
 __device__ __forceinline__ void v_fragments_int4(const std::uint32_t (&raw)[4][D / 64], TileRegs<D>& x) {
-  auto as_half2 = [](std::uint32_t bits) { return *reinterpret_cast<const __half2*>(&bits); };
-  auto as_bits = [](__half2 v) { return *reinterpret_cast<const std::uint32_t*>(&v); };
-  const __half2 bias = __float2half2_rn(1024.0f), sixteenth = __float2half2_rn(0.0625f),
-                sub16 = __float2half2_rn(-64.0f);
-  auto low = [&](std::uint32_t t) { return as_bits(__hsub2(as_half2(and_or<0x000f000fu, 0x64006400u>(t)), bias)); };
-  auto high = [&](std::uint32_t t) {
-    return as_bits(__hfma2(as_half2(and_or<0x00f000f0u, 0x64006400u>(t)), sixteenth, sub16));
-  };
+  const Int4Pairs pairs;
 #pragma unroll
   for (int w = 0; w < D / 64; ++w) {
 #pragma unroll
@@ -267,10 +274,10 @@ __device__ __forceinline__ void v_fragments_int4(const std::uint32_t (&raw)[4][D
       const std::uint32_t r0 = raw[2 * pair][w], r1 = raw[2 * pair + 1][w];
       const std::uint32_t lo = __byte_perm(r0, r1, 0x5410u), hi = __byte_perm(r0, r1, 0x7632u);  // channels 0-3 | 4-7
       const std::uint32_t lo8 = lo >> 8, hi8 = hi >> 8;
-      x.va[4 * w + 0][2 * pair] = low(lo), x.va[4 * w + 1][2 * pair] = high(lo);
-      x.va[4 * w + 2][2 * pair] = low(lo8), x.va[4 * w + 3][2 * pair] = high(lo8);
-      x.va[4 * w + 0][2 * pair + 1] = low(hi), x.va[4 * w + 1][2 * pair + 1] = high(hi);
-      x.va[4 * w + 2][2 * pair + 1] = low(hi8), x.va[4 * w + 3][2 * pair + 1] = high(hi8);
+      x.va[4 * w + 0][2 * pair] = pairs.low(lo), x.va[4 * w + 1][2 * pair] = pairs.high(lo);
+      x.va[4 * w + 2][2 * pair] = pairs.low(lo8), x.va[4 * w + 3][2 * pair] = pairs.high(lo8);
+      x.va[4 * w + 0][2 * pair + 1] = pairs.low(hi), x.va[4 * w + 1][2 * pair + 1] = pairs.high(hi);
+      x.va[4 * w + 2][2 * pair + 1] = pairs.low(hi8), x.va[4 * w + 3][2 * pair + 1] = pairs.high(hi8);
     }
   }
 }
