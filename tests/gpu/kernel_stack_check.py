@@ -57,7 +57,7 @@ def kernels(library, cuobjdump, cxxfilt):
     for n in names:
         n = re.sub(r"^void ", "", n)
         n = n.replace("(anonymous namespace)::", "")
-        n = re.sub(r"\b(lowbit|cuda|kv|flash|weight_only|model|attention|gemm)::", "", n)
+        n = re.sub(r"\b[a-z_]+::", "", n)  # lowbit::cuda::kv:: and the like
         plain.append(n)
     return list(zip(plain, stacks))
 
