@@ -10,6 +10,7 @@
 #include "bench/gemm/gemm_bench.h"
 #include "bench/kvquant/kvquant_bench.h"
 #include "commands.h"
+#include "core/kv_layout.h"
 #include "dispatch.h"
 #include "engine_setup.h"
 #include "list_options.h"
@@ -134,19 +135,20 @@ int bench_kv_attention(const Args& args) {
                                             "sequence, contiguous)");
   std::string split_lens;
   cli.text("--split-len", &split_lens, "L[,L...]",
-           "decode form: the tensor-core kernels also at these split lengths (multiples of 16 up to 1024) beside "
-           "the plan's, to tune it");
+           "decode and batch forms: the tensor-core kernels also at these split lengths (multiples of 16 up to "
+           "4096) beside the plan's, to tune it");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.contexts = parse_positive_integers(contexts, "--context", 1LL << 30);
   options.policies = split_list(policies, "--policy");
   if (!batches.empty()) options.batches = parse_positive_integers(batches, "--batch", 65535);
-  if (!split_lens.empty()) options.split_lens = parse_positive_integers(split_lens, "--split-len", 1024);
+  if (!split_lens.empty()) options.split_lens = parse_positive_integers(split_lens, "--split-len",
+                                                                            core::DecodeSplitPlan::kMaxMmaSplit);
   for (const std::int64_t len : options.split_lens) {
     usage_check(len % 16 == 0, "--split-len: ", len, " is not a multiple of 16");
   }
-  usage_check(options.split_lens.empty() || (options.batches.empty() && options.rows == 1),
-              "--split-len: the one-sequence decode form only (not with --batch or --rows)");
+  usage_check(options.split_lens.empty() || options.rows == 1,
+              "--split-len: the decode and batch forms only (not with --rows)");
   usage_check(options.batches.empty() || options.rows == 1, "--batch and --rows: one form at a time (the paged "
               "batch decodes one row a sequence)");
   usage_check(options.key_block % 16 == 0, "--kv-key-block: ", options.key_block,

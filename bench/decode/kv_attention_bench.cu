@@ -101,6 +101,20 @@ std::string relative_check(const std::vector<float>& got, const std::vector<floa
   return text;
 }
 
+// The kernels a decode section times: the SIMT reference first, then the tensor-core
+// kernels at the plan's split (length 0) and at each forced length.
+std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> kernel_cases(const std::vector<std::int64_t>& lens,
+                                                                             bool mma, bool mma_swap) {
+  std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> cases{{cuda::kv::AttentionKernel::simt, 0}};
+  std::vector<std::int64_t> all{0};
+  all.insert(all.end(), lens.begin(), lens.end());
+  for (const std::int64_t len : all) {
+    if (mma) cases.emplace_back(cuda::kv::AttentionKernel::mma, len);
+    if (mma_swap) cases.emplace_back(cuda::kv::AttentionKernel::mma_swap, len);
+  }
+  return cases;
+}
+
 // One kernel of the decode sections: its first output (into ref when it is the SIMT
 // reference, else into out and compared with ref), then the timed samples.
 struct KernelRun {
@@ -290,29 +304,36 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
         const cuda::kv::PagedBatch paged{descs_dev.as<core::KvSeqDesc>(), tables.as<std::int32_t>(), batch, context,
                                          status.as<std::int32_t>()};
         const cuda::kv::BatchRows qrows{q.data(), ld, q_cols, q_cols + o.kv_heads * d};
-        const std::size_t ws_bytes = cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context);
+        // The plan's workspace, and room for the partials of the shortest forced length.
+        std::size_t ws_bytes = cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context);
+        for (const std::int64_t len : o.split_lens) {
+          ws_bytes = std::max(ws_bytes, cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context) +
+                                            core::decode_workspace_bytes(o.n_heads, d, (context + len - 1) / len) *
+                                                static_cast<std::size_t>(batch));
+        }
         DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(batch * q_cols) * 4), out(ref.bytes());
         LOWBIT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws_bytes, stream));  // the combine's counters
-        for (const auto kernel :
-             {cuda::kv::AttentionKernel::simt, cuda::kv::AttentionKernel::mma, cuda::kv::AttentionKernel::mma_swap}) {
+        for (const auto& [kernel, split_len] : kernel_cases(o.split_lens, true, true)) {
           auto launch = [&](int i, void* dst) {
             const core::KvPagedLayer layer = core::kv_paged_layer(layout, pool.data(), i % layers);
             cuda::kv::paged_kv_attention(layout, layer, paged, qrows, o.n_heads, dst, q_cols, DType::f32, ws.data(),
-                                         ws_bytes, stream, false, kernel);
+                                         ws_bytes, stream, false, kernel, split_len);
           };
           const KernelRun run = run_kernel(launch, kernel == cuda::kv::AttentionKernel::simt, ref, out, stream);
           const double ms = run.ms, ms_min = run.ms_min, ms_max = run.ms_max;
           const std::string& check = run.check;
           const double gbps = bytes / (ms * 1e6);
-          const core::DecodeSplitPlan plan = cuda::kv::paged_kv_attention_plan(layout, o.n_heads, batch, context, kernel);
-          std::printf("| %lld | %lld | %s | %s | %lld x %lld | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
+          const core::DecodeSplitPlan plan =
+              split_len > 0 ? core::decode_plan_of_length(context, split_len)
+                            : cuda::kv::paged_kv_attention_plan(layout, o.n_heads, batch, context, kernel);
+          std::printf("| %lld | %lld | %s | %s | %lld x %lld%s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
                       static_cast<long long>(context), static_cast<long long>(batch), policy.c_str(),
                       kernel_name(kernel), static_cast<long long>(plan.splits), static_cast<long long>(plan.split_len),
-                      ms_min, ms, ms_max, bytes / 1e6, gbps, 100.0 * gbps / copy_gbps,
-                      100.0 * bytes / (ms_min * 1e6) / copy_gbps, check.c_str());
+                      split_len > 0 ? " (forced)" : "", ms_min, ms, ms_max, bytes / 1e6, gbps,
+                      100.0 * gbps / copy_gbps, 100.0 * bytes / (ms_min * 1e6) / copy_gbps, check.c_str());
           Json row = Json::object();
           row.set("context", context).set("batch", batch).set("policy", policy).set("kernel", kernel_name(kernel));
-          row.set("splits", plan.splits).set("split_len", plan.split_len);
+          row.set("splits", plan.splits).set("split_len", plan.split_len).set("forced_split", split_len > 0);
           row.set("ms", ms).set("ms_min", ms_min).set("ms_max", ms_max);
           row.set("bytes", bytes).set("gbps", gbps).set("pct_copy", 100.0 * gbps / copy_gbps).set("check", check);
           rows.push(row);
@@ -392,15 +413,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       DeviceBuffer ref(static_cast<std::size_t>(o.n_heads * o.head_dim) * 4), out(ref.bytes());
       // The plan's split for each kernel, then (--split-len) the tensor-core kernels at each
       // given split length: split_len 0 is the plan's. Key blocks: no mma.
-      const bool mma = !key_blocks, mma_swap = !key_blocks || swap_takes_key_blocks;
-      std::vector<std::int64_t> lens{0};
-      lens.insert(lens.end(), o.split_lens.begin(), o.split_lens.end());
-      std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> cases{{cuda::kv::AttentionKernel::simt, 0}};
-      for (const std::int64_t len : lens) {
-        if (mma) cases.emplace_back(cuda::kv::AttentionKernel::mma, len);
-        if (mma_swap) cases.emplace_back(cuda::kv::AttentionKernel::mma_swap, len);
-      }
-      for (const auto& [kernel, split_len] : cases) {
+      for (const auto& [kernel, split_len] : kernel_cases(o.split_lens, !key_blocks, !key_blocks || swap_takes_key_blocks)) {
         const core::DecodeSplitPlan plan =
             split_len > 0 ? core::decode_plan_of_length(span.visible(s), split_len)
                           : cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel);

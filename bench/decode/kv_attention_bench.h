@@ -25,7 +25,7 @@ struct KvAttentionBenchOptions {
   std::int64_t sink = 16, window = 32;
   std::int64_t rows = 1;  // > 1: the prefill rows form, a chunk of this many rows
   std::vector<std::int64_t> batches;  // non-empty: the paged batch form at each B
-  std::vector<std::int64_t> split_lens;  // decode form: the tensor-core kernel also at these split lengths
+  std::vector<std::int64_t> split_lens;  // decode and batch forms: the tensor-core kernels also at these split lengths
   // decode form: K per channel over blocks of this many tokens (KIVI; a multiple of 16) on the
   // policies with a body, timed on simt and mma_swap (the kernels that read key blocks); 0: per token
   std::int64_t key_block = 0;

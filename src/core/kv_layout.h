@@ -282,10 +282,12 @@ inline RowsTilePlan plan_rows_tiles(std::int64_t rows, std::int64_t pos0, std::i
 }
 
 // Flash-decoding split over the visible positions: at least kMinSplit positions a split
-// (a block has work to amortize its combine record), at most kMaxSplit (the split's
-// scores live in shared memory), lengths a multiple of kAlign.
+// (a block has work to amortize its combine record), at most kMaxSplit for the SIMT
+// kernel (the split's scores live in shared memory) and kMaxMmaSplit for the tensor-core
+// kernels (a page record a tile of 16 in shared memory), lengths a multiple of kAlign.
+// kMaxSplit is also the most splits the combine takes.
 struct DecodeSplitPlan {
-  static constexpr std::int64_t kMinSplit = 64, kMaxSplit = 1024, kAlign = 32;
+  static constexpr std::int64_t kMinSplit = 64, kMaxSplit = 1024, kMaxMmaSplit = 4096, kAlign = 32;
   std::int64_t splits = 0, split_len = 0;
 };
 

@@ -636,8 +636,9 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                          : paged ? batch_plan(shape, span, n_heads, paged->batch, chosen)
                                  : kv_attention_plan(shape, span, n_heads, chosen);
   if (split_len > 0) {
-    LOWBIT_CHECK(!rows && split_len % 16 == 0 && split_len <= DecodeSplitPlan::kMaxSplit, "kv_attention: split_len ",
-                 split_len, ", expected a multiple of 16 up to ", DecodeSplitPlan::kMaxSplit);
+    const std::int64_t longest = mma ? DecodeSplitPlan::kMaxMmaSplit : DecodeSplitPlan::kMaxSplit;
+    LOWBIT_CHECK(!rows && split_len % 16 == 0 && split_len <= longest, "kv_attention: split_len ", split_len,
+                 ", expected a multiple of 16 up to ", longest, mma ? " (tensor-core kernels)" : " (simt kernel)");
     plan = decode_plan_of_length(span.visible(shape), split_len);
   }
   LOWBIT_CHECK(plan.splits <= kMaxSplit, "kv_attention: ", span.visible(shape), " visible positions need ",
@@ -948,7 +949,7 @@ std::size_t paged_kv_attention_workspace(const KvPageLayout& layout, std::int64_
 void paged_kv_attention(const KvPageLayout& layout, const KvPagedLayer& layer, const PagedBatch& batch,
                         const BatchRows& rows, std::int64_t n_heads, void* out, std::int64_t out_ld, DType out_dtype,
                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete,
-                        AttentionKernel kernel) {
+                        AttentionKernel kernel, std::int64_t split_len) {
   check_paged_call(layout, layer, batch, rows, n_heads, "paged_kv_attention");
   LOWBIT_CHECK(out && out_ld >= n_heads * layout.shape.head_dim, "paged_kv_attention: out_ld ", out_ld, " < ",
                n_heads * layout.shape.head_dim);
@@ -956,7 +957,7 @@ void paged_kv_attention(const KvPageLayout& layout, const KvPagedLayer& layer, c
                           batch.batch, rows.ld, out_ld};
   launch_decode(layout.shape, KvLayerBuffers{}, decode_span(layout.shape, batch.max_length), nullptr, true,
                 history_complete, rows.base, n_heads, out, out_dtype, workspace, workspace_bytes, stream, kernel,
-                nullptr, &paged);
+                nullptr, &paged, split_len);
 }
 
 void paged_kv_check_status(std::int32_t* status, cuda_stream_t stream) {

@@ -485,7 +485,7 @@ struct Smem : KbArea<D, KB> {
     float totals[kMmaMaxGroup];
   };
   uint4 qf[D / 16][32];
-  TilePage pages[kMaxSplit / kTile];  // paged: a tile's page and first row
+  TilePage pages[DecodeSplitPlan::kMaxMmaSplit / kTile];  // paged: a tile's page and first row
   union {
     Stage ring[kWarps][kStages];
     After after;

@@ -106,7 +106,8 @@ void kv_append_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const 
 std::size_t ring_backup_bytes(const KvLayerShape& shape);
 void kv_restore_ring_slot(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int64_t pos,
                           const void* ring_backup, cuda_stream_t stream);
-// split_len > 0 replaces the plan's split length (a multiple of 16, <= kMaxSplit; the
+// split_len > 0 replaces the plan's split length (a multiple of 16, at most the kernel's
+// longest: kMaxSplit for simt, kMaxMmaSplit for the tensor-core kernels; the
 // workspace must then hold the splits of max_length at that length): the paged kernels'
 // tests compare a batch row with this form at the batch's plan.
 void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,

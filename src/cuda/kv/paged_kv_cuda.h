@@ -73,11 +73,13 @@ void paged_kv_append(const KvPageLayout& layout, const KvPagedLayer& layer, cons
 // of the batch's plan per row, the combine fused into each row's last split (its
 // workspace (paged_kv_attention_workspace) zeroed once before the first call; every
 // call leaves it ready for the next). kernel: as kv_attention's (mma / mma_swap take
-// GQA groups of up to 16 / 8 query heads). history_complete: as kv_attention_at's.
+// GQA groups of up to 16 / 8 query heads). history_complete, split_len: as kv_attention_at's
+// (a forced split length's splits of max_length must fit the workspace: a benchmark's sweep).
 void paged_kv_attention(const KvPageLayout& layout, const KvPagedLayer& layer, const PagedBatch& batch,
                         const BatchRows& rows, std::int64_t n_heads, void* out, std::int64_t out_ld, DType out_dtype,
                         void* workspace, std::size_t workspace_bytes, cuda_stream_t stream,
-                        bool history_complete = false, AttentionKernel kernel = AttentionKernel::automatic);
+                        bool history_complete = false, AttentionKernel kernel = AttentionKernel::automatic,
+                        std::int64_t split_len = 0);
 
 // The split plan of a batch on the current device: split lengths chosen so that the
 // batch's blocks fill the device at max_length (the same for every row).
