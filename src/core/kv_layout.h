@@ -307,31 +307,58 @@ inline std::int64_t decode_splits_most(std::int64_t visible, std::int64_t blocks
   return std::max(fewest, std::min(2 * std::max(fewest, fill_once), P::kMaxSplit));
 }
 
-// The split count by a model of its time: blocks of equal work run in waves of `slots`
-// (per_sm x sm_count, as many as the kernel keeps resident), and a wave costs its
-// blocks' length plus kMinSplit positions of fixed work (the block's setup, its
-// partials, their combine). So a last wave half full costs a whole wave: B = 16
-// sequences x 8 KV heads in 3 splits of 736 on 264 slots are 1.45 waves (2 x 800), in 4
-// of 544 1.94 (2 x 608). Each count's split length is the shortest that covers the
-// positions (balanced splits); of equal costs, the fewest splits.
+// What the split plan's model charges a kernel, in positions of work: `fixed` a block
+// (its setup, partials and share of the combine), `per_split` a split (the last block's
+// combine reads every split's partials), and the longest split it takes. Waves: with
+// `whole_waves` a grid of blocks costs ceil(blocks / slots) waves (a last wave half full
+// costs a whole one); otherwise blocks / slots waves plus `tail` when they exceed one
+// wave (the blocks are scheduled as slots free up), and one wave when they do not.
+struct DecodeSplitCost {
+  std::int64_t longest = DecodeSplitPlan::kMaxSplit;
+  double fixed = static_cast<double>(DecodeSplitPlan::kMinSplit), per_split = 0.0, tail = 0.0;
+  bool whole_waves = true;
+};
+// The SIMT kernel's (the defaults), and the tensor-core kernels': FP16 rows, quantized
+// bodies. The latter two were fitted to the H200's sweep of forced lengths (B = 1 at 8K
+// and 32K, B = 16 and 64 at 2K and 8K; bench/notes/decode.md, session 25) and apply only
+// where the batch alone fills the device: where the default plan's blocks fit in one
+// wave, splits are what fill it, and its short ones measured best (B = 1 at 2K and 8K,
+// the engine's decode step).
+inline constexpr DecodeSplitCost kSimtSplitCost{};
+inline constexpr DecodeSplitCost kMmaF16SplitCost{DecodeSplitPlan::kMaxMmaSplit, 448.0, 4.0, 0.0, false};
+inline constexpr DecodeSplitCost kMmaQuantSplitCost{DecodeSplitPlan::kMaxMmaSplit, 736.0, 8.0, 0.5, false};
+
+// The split count by the model above: blocks of equal work run on `slots` (per_sm x
+// sm_count, as many as the kernel keeps resident). With whole waves, B = 16 sequences x
+// 8 KV heads in 3 splits of 736 on 264 slots are 1.45 waves (2 x 800), in 4 of 544 1.94
+// (2 x 608). Each count's split length is the shortest that covers the positions
+// (balanced splits); of equal costs, the fewest splits.
 inline DecodeSplitPlan plan_decode_splits(std::int64_t visible, std::int64_t blocks_per_split, int sm_count,
-                                          int per_sm = 2) {
+                                          int per_sm = 2, const DecodeSplitCost& c = kSimtSplitCost) {
   LOWBIT_CHECK(visible >= 1 && blocks_per_split >= 1 && sm_count >= 1 && per_sm >= 1, "decode split plan: visible ",
                visible, ", blocks_per_split ", blocks_per_split, ", sm_count ", sm_count, ", per_sm ", per_sm);
   using P = DecodeSplitPlan;
   const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sm_count;
+  if (!c.whole_waves) {
+    const P fill = plan_decode_splits(visible, blocks_per_split, sm_count, per_sm);
+    if (fill.splits * blocks_per_split <= slots) return fill;
+  }
   const std::int64_t most = decode_splits_most(visible, blocks_per_split, slots);
   auto balanced = [&](std::int64_t splits) {
     std::int64_t len = (visible + splits - 1) / splits;
-    len = std::clamp<std::int64_t>((len + P::kAlign - 1) / P::kAlign * P::kAlign, P::kMinSplit, P::kMaxSplit);
+    len = std::clamp<std::int64_t>((len + P::kAlign - 1) / P::kAlign * P::kAlign, P::kMinSplit, c.longest);
     return P{(visible + len - 1) / len, len};
   };
   auto cost = [&](const P& p) {
-    return (p.splits * blocks_per_split + slots - 1) / slots * (p.split_len + P::kMinSplit);
+    const std::int64_t blocks = p.splits * blocks_per_split;
+    const double waves = c.whole_waves      ? static_cast<double>((blocks + slots - 1) / slots)
+                         : blocks <= slots ? 1.0
+                                           : static_cast<double>(blocks) / static_cast<double>(slots) + c.tail;
+    return waves * (static_cast<double>(p.split_len) + c.fixed) + c.per_split * static_cast<double>(p.splits);
   };
-  P best = balanced((visible + P::kMaxSplit - 1) / P::kMaxSplit);
+  P best = balanced((visible + c.longest - 1) / c.longest);
   // Every count the lengths reach, one a length, from the fewest splits up.
-  for (std::int64_t len = P::kMaxSplit - P::kAlign; len >= P::kMinSplit; len -= P::kAlign) {
+  for (std::int64_t len = c.longest - P::kAlign; len >= P::kMinSplit; len -= P::kAlign) {
     const P p = balanced((visible + len - 1) / len);
     if (p.splits <= most && cost(p) < cost(best)) best = p;
   }

@@ -107,14 +107,17 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
   for (std::int64_t visible : {1, 7, 48, 49, 63, 64, 65, 300, 4096, 5000, 100000, 1 << 24}) {
     for (std::int64_t blocks : {1, 3, 8, 32}) {
       for (int sms : {1, 132}) {
-        const DecodeSplitPlan p = core::plan_decode_splits(visible, blocks, sms);
-        EXPECT_GE(p.splits * p.split_len, visible);
-        EXPECT_LT((p.splits - 1) * p.split_len, visible);  // no empty split
-        EXPECT_EQ(p.split_len % DecodeSplitPlan::kAlign, 0);
-        EXPECT_GE(p.split_len, DecodeSplitPlan::kMinSplit);
-        EXPECT_LE(p.split_len, DecodeSplitPlan::kMaxSplit);
-        // Within what a workspace sized for this length, or any longer one, holds.
-        EXPECT_LE(p.splits, core::decode_splits_most(visible, blocks, 2 * sms));
+        for (const core::DecodeSplitCost& cost :
+             {core::kSimtSplitCost, core::kMmaF16SplitCost, core::kMmaQuantSplitCost}) {
+          const DecodeSplitPlan p = core::plan_decode_splits(visible, blocks, sms, 2, cost);
+          EXPECT_GE(p.splits * p.split_len, visible);
+          EXPECT_LT((p.splits - 1) * p.split_len, visible);  // no empty split
+          EXPECT_EQ(p.split_len % DecodeSplitPlan::kAlign, 0);
+          EXPECT_GE(p.split_len, DecodeSplitPlan::kMinSplit);
+          EXPECT_LE(p.split_len, cost.longest);
+          // Within what a workspace sized for this length, or any longer one, holds.
+          EXPECT_LE(p.splits, core::decode_splits_most(visible, blocks, 2 * sms));
+        }
         EXPECT_LE(core::decode_splits_most(visible, blocks, 2 * sms),
                   core::decode_splits_most(visible + 1000, blocks, 2 * sms));
       }
@@ -134,6 +137,18 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
   const DecodeSplitPlan three = core::plan_decode_splits(32768, 8, 132, 3);
   EXPECT_NEAR(static_cast<double>(three.splits * 8), 3 * 132, 0.1 * 3 * 132);  // splits' lengths are rounded up to 32
   EXPECT_THROW(core::plan_decode_splits(32768, 8, 132, 0), lowbit::Error);
+  // The tensor-core kernels' costs (fitted to the H200's sweep, bench/notes/decode.md): a full
+  // grid takes long splits (64 sequences x 8 KV heads at 8K: 2 of 4096; 16 at 8K: 3 of 2752,
+  // one wave), one sequence still fills the 396 slots with the default plan's short ones.
+  EXPECT_EQ(core::plan_decode_splits(8192, 64 * 8, 132, 3, core::kMmaQuantSplitCost).split_len, 4096);
+  EXPECT_EQ(core::plan_decode_splits(8192, 64 * 8, 132, 2, core::kMmaF16SplitCost).split_len, 4096);
+  EXPECT_EQ(core::plan_decode_splits(32768, 8, 132, 3, core::kMmaQuantSplitCost).split_len, 672);
+  EXPECT_EQ(core::plan_decode_splits(2048, 16 * 8, 132, 3, core::kMmaQuantSplitCost).split_len, 704);
+  EXPECT_EQ(core::plan_decode_splits(8192, 16 * 8, 132, 3, core::kMmaQuantSplitCost).split_len, 2752);
+  for (const std::int64_t visible : {2048, 8192}) {
+    EXPECT_EQ(core::plan_decode_splits(visible, 8, 132, 3, core::kMmaQuantSplitCost).split_len,
+              core::plan_decode_splits(visible, 8, 132, 3).split_len);
+  }
   EXPECT_EQ(core::decode_heads_per_block(3), 3);
   EXPECT_EQ(core::decode_heads_per_block(4), 4);
   EXPECT_EQ(core::decode_heads_per_block(8), 4);

@@ -557,9 +557,12 @@ DecodeSplitPlan batch_plan(const KvLayerShape& shape, const DecodeSpan& span, st
   LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
                n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
   const bool mma = uses_mma(n_heads, shape, kernel);
+  const core::DecodeSplitCost& cost = !mma                               ? core::kSimtSplitCost
+                                      : shape.body == KvBody::none ? core::kMmaF16SplitCost
+                                                                         : core::kMmaQuantSplitCost;
   return plan_decode_splits(span.visible(shape), batch * (n_heads / heads_per_block(n_heads, shape, mma)),
                             core::multiprocessor_count(),
-                            resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel)));
+                            resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel)), cost);
 }
 
 }  // namespace
