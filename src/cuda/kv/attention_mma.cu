@@ -282,6 +282,33 @@ __device__ __forceinline__ void v_fragments_int4(const std::uint32_t (&raw)[4][D
   }
 }
 
+// The same fragments straight from the INT8 codes of the four V rows (raw[u]: eighth g,
+// D / 32 words of 4 codes): the bytes of two rows interleaved first (PRMT: row u's byte j,
+// row u + 1's byte j, row u's byte j + 1, row u + 1's), so that each byte-pair conversion
+// of codes_to_halves yields a pair (row u, row u + 1) of one channel, which is what the
+// fragment holds: 2 PRMT a code word pair instead of 4 after the conversion.
+template <int D>
+__device__ __forceinline__ void v_fragments_int8(const std::uint32_t (&raw)[4][D / 32], TileRegs<D>& x) {
+  const __half2 bias = __float2half2_rn(1152.0f);
+  auto pair_at = [&](std::uint32_t merged, std::uint32_t selector) {  // bytes 0, 1 (0x4140) or 2, 3 (0x4342)
+    const std::uint32_t v = __byte_perm(merged, 0x64646464u, selector);
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), bias);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  };
+#pragma unroll
+  for (int w = 0; w < D / 32; ++w) {
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {  // rows 0, 1 -> fragment registers 0, 1; rows 2, 3 -> 2, 3
+      const std::uint32_t r0 = raw[2 * pair][w], r1 = raw[2 * pair + 1][w];
+      // Channels 4w, 4w + 1 | 4w + 2, 4w + 3 of both rows, sign bits flipped (codes_to_halves).
+      const std::uint32_t lo = __byte_perm(r0, r1, 0x5140u) ^ 0x80808080u;
+      const std::uint32_t hi = __byte_perm(r0, r1, 0x7362u) ^ 0x80808080u;
+      x.va[2 * w][2 * pair] = pair_at(lo, 0x4140u), x.va[2 * w][2 * pair + 1] = pair_at(lo, 0x4342u);
+      x.va[2 * w + 1][2 * pair] = pair_at(hi, 0x4140u), x.va[2 * w + 1][2 * pair + 1] = pair_at(hi, 0x4342u);
+    }
+  }
+}
+
 // A warp's online softmax over its tiles, for query heads g and g + 8 (Swap: heads 2c and
 // 2c + 1, l and vmin this lane's part of the sums, m the head's).
 template <int D, bool Swap = false>
@@ -1061,13 +1088,17 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
             x.vm[r] = Bits == 4 ? param(row, 3) : 0.0f;
           }
         }
-        if constexpr (Swap && Bits == 4 && !decltype(checked)::value) {  // a body tile: fragments from the codes
-          std::uint32_t raw[4][D / 64];
+        if constexpr (Swap && !decltype(checked)::value) {  // a body tile: fragments from the codes
+          std::uint32_t raw[4][kCodeBytes / 32];
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
             load_shared<kCodeBytes / 8>(stage.v[column_of(c, u)] + g * (kCodeBytes / 8), raw[u]);
           }
-          v_fragments_int4<D>(raw, x);
+          if constexpr (Bits == 4) {
+            v_fragments_int4<D>(raw, x);
+          } else {
+            v_fragments_int8<D>(raw, x);
+          }
         } else {
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
@@ -1085,7 +1116,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
               }
             }
           }
-          if constexpr (Swap && Bits == 4) v_fragments(x);  // INT8 and FP16: before the math, below
+          if constexpr (Swap) v_fragments(x);  // a tile with FP16 tokens or an end
         }
       };
       if (body_tile(base) && (!KB || i0 + base + kTile <= kb_open)) {  // KB: no open key block row
@@ -1097,7 +1128,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }
     if constexpr (Swap) {
-      if constexpr (Bits != 4) v_fragments(x);  // INT4: take() made them (cheaper from the codes)
+      if constexpr (Bits == 0) v_fragments(x);  // quantized: take() made them (cheaper from the codes)
       tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st, kb_pre);
     } else {
       tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
