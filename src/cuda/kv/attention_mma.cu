@@ -561,13 +561,6 @@ __device__ __forceinline__ BodyRow body_row(const SplitArgs& a, bool is_v, int p
   }
 }
 
-// K's and V's body rows of pos (paged: from one page lookup).
-template <bool Paged>
-__device__ __forceinline__ BodyRows body_rows(const SplitArgs& a, int pos) {
-  if constexpr (Paged) return paged_body_rows(a.paged, a.table, pos);
-  return BodyRows{body_row<Paged>(a, false, pos), body_row<Paged>(a, true, pos)};
-}
-
 // KB: K in key blocks (Swap, the contiguous cache, a body; the kernel comment "Key blocks").
 template <int D, int Bits, bool Swap, bool Paged, bool KB = false>
 __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
@@ -707,6 +700,11 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   constexpr int kCodeBytes = S::kCodeBytes;
   constexpr int kChunks = kTile * kCodeBytes / 16;  // 16-byte copies a part a tile
   constexpr int kRowChunks = kCodeBytes / 16;       // 16-byte copies a row
+  // Contiguous: a position's rows begin at its body slot x kv_heads, in 32-bit factors
+  // (slots < 2^30, kv_heads <= 1024), so that each tile pays one wide multiply for its
+  // rows, not the 64-bit products of body_row (~25 instructions on a tile's issue path).
+  const int body_base32 = static_cast<int>(s.body_base), kv_heads32 = static_cast<int>(s.kv_heads);
+  auto slot_rows = [&](int pos) { return static_cast<long long>(pos - body_base32) * kv_heads32; };
   // Body tile t's first rows (KV head 0).
   auto body_tile_rows = [&](int t) -> BodyRows {
     if constexpr (Paged) {
@@ -714,7 +712,10 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       return BodyRows{body_row_at(a.paged.layout, tp.page, false, tp.row),
                       body_row_at(a.paged.layout, tp.page, true, tp.row)};
     } else {
-      return body_rows<false>(a, i0 + t * kTile);
+      const long long r = slot_rows(i0 + t * kTile);
+      const bool mins = Bits == 4;  // INT8 bodies have none (null pointers, never read)
+      return BodyRows{BodyRow{a.layer.k.codes + r * kCodeBytes, a.layer.k.scales + r, mins ? a.layer.k.mins + r : nullptr},
+                      BodyRow{a.layer.v.codes + r * kCodeBytes, a.layer.v.scales + r, mins ? a.layer.v.mins + r : nullptr}};
     }
   };
   // Scales and mins are [position][kv_head] f16 in 4-byte aligned parts (paged: a page's,
@@ -723,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // the part is odd. Paged, a tile's first row is a multiple of 16: the parity is the
   // row's within the tile.
   const long long body_params = s.body_slots * s.kv_heads;
-  auto contiguous_index = [&](int t, int row) { return (i0 + t * kTile - s.body_base + row) * s.kv_heads + head; };
+  auto contiguous_index = [&](int t, int row) { return slot_rows(i0 + t * kTile + row) + head; };
   // The index's parity, in 32-bit unsigned arithmetic (a product's low bit is that of its
   // factors' low bits).
   auto param_odd = [&](int t, int row) {
