@@ -326,7 +326,8 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
           const core::DecodeSplitPlan plan =
               split_len > 0 ? core::decode_plan_of_length(context, split_len)
                             : cuda::kv::paged_kv_attention_plan(layout, o.n_heads, batch, context, kernel);
-          std::printf("| %lld | %lld | %s | %s | %lld x %lld%s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% | %s |\n",
+          std::printf("| %lld | %lld | %s | %s | %lld x %lld%s | %.4f | %.4f | %.4f | %.1f | %.0f | %.0f%%; %.0f%% "
+                      "| %s |\n",
                       static_cast<long long>(context), static_cast<long long>(batch), policy.c_str(),
                       kernel_name(kernel), static_cast<long long>(plan.splits), static_cast<long long>(plan.split_len),
                       split_len > 0 ? " (forced)" : "", ms_min, ms, ms_max, bytes / 1e6, gbps,
@@ -413,7 +414,8 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       DeviceBuffer ref(static_cast<std::size_t>(o.n_heads * o.head_dim) * 4), out(ref.bytes());
       // The plan's split for each kernel, then (--split-len) the tensor-core kernels at each
       // given split length: split_len 0 is the plan's. Key blocks: no mma.
-      for (const auto& [kernel, split_len] : kernel_cases(o.split_lens, !key_blocks, !key_blocks || swap_takes_key_blocks)) {
+      const bool mma = !key_blocks, mma_swap = !key_blocks || swap_takes_key_blocks;
+      for (const auto& [kernel, split_len] : kernel_cases(o.split_lens, mma, mma_swap)) {
         const core::DecodeSplitPlan plan =
             split_len > 0 ? core::decode_plan_of_length(span.visible(s), split_len)
                           : cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel);

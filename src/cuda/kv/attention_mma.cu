@@ -713,9 +713,10 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
                       body_row_at(a.paged.layout, tp.page, true, tp.row)};
     } else {
       const long long r = slot_rows(i0 + t * kTile);
-      const bool mins = Bits == 4;  // INT8 bodies have none (null pointers, never read)
-      return BodyRows{BodyRow{a.layer.k.codes + r * kCodeBytes, a.layer.k.scales + r, mins ? a.layer.k.mins + r : nullptr},
-                      BodyRow{a.layer.v.codes + r * kCodeBytes, a.layer.v.scales + r, mins ? a.layer.v.mins + r : nullptr}};
+      auto rows_of = [&](const KvPart& part) {  // INT8 bodies have no mins (null, never read)
+        return BodyRow{part.codes + r * kCodeBytes, part.scales + r, Bits == 4 ? part.mins + r : nullptr};
+      };
+      return BodyRows{rows_of(a.layer.k), rows_of(a.layer.v)};
     }
   };
   // Scales and mins are [position][kv_head] f16 in 4-byte aligned parts (paged: a page's,
