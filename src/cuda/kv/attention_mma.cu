@@ -726,10 +726,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // row's within the tile.
   const long long body_params = s.body_slots * s.kv_heads;
   auto contiguous_index = [&](int t, int row) { return slot_rows(i0 + t * kTile + row) + head; };
-  // The index's parity, in 32-bit unsigned arithmetic (a product's low bit is that of its
-  // factors' low bits).
-  auto param_odd = [&](int t, int row) {
-    const unsigned r = Paged ? row : static_cast<unsigned>(i0 + t * kTile - s.body_base + row);
+  // The index's parity of a tile's row `row`, in 32-bit unsigned arithmetic (a product's
+  // low bit is that of its factors' low bits). Tile t starts 16 t positions after the
+  // split's first, an even count, so the parity is every tile's: a lane's constant, made
+  // once rather than on each tile's path.
+  auto param_odd = [&](int row) {
+    const unsigned r = Paged ? row : static_cast<unsigned>(i0 - s.body_base + row);
     return ((r * static_cast<unsigned>(s.kv_heads) + static_cast<unsigned>(head)) & 1u) != 0;
   };
   const int param_row = lane % kTile, param_part = lane / kTile;  // a lane's (row, part) of a tile
@@ -779,7 +781,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
         cp_async16(dst, codes + (code0 + row * row_bytes + chunk * 16), 16);
       }
-      const bool odd = param_odd(t, param_row);
+      const bool odd = param_odd(param_row);
       const int at = param_row * static_cast<int>(s.kv_heads) + head - (odd ? 1 : 0);
       // Pointers selected, not a reference to kv.k or kv.v: that would put kv in local
       // memory, a store and a dependent load on every tile's issue path.
@@ -1065,7 +1067,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       // A row's parameter of the pair (index p of K scale, K min, V scale, V min).
       auto param = [&](int row, int p) {
         const std::uint32_t pair = stage.params[row][p];
-        return formats::half_to_float({static_cast<std::uint16_t>(param_odd(t, row) ? pair >> 16 : pair)});
+        return formats::half_to_float({static_cast<std::uint16_t>(param_odd(row) ? pair >> 16 : pair)});
       };
       // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
       // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
