@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <span>
+#include <string>
 
 #include "bench/common/json.h"
 #include "bench/common/run_info.h"
@@ -22,17 +24,20 @@ struct RunSeconds {
   std::size_t kv_bytes = 0;
 };
 
-// B sequences of random prompts: one prefill step, then tg decode steps (greedy); the
-// sequences are freed at the end.
-RunSeconds run_once(engine::BatchEngine& engine, std::int64_t pp, std::int64_t tg, std::int64_t b) {
+// B sequences of random prompts (with long_pp > 0, the first one long_pp tokens long,
+// prefilled in a step of its own first): the prefill step(s), then tg decode steps
+// (greedy); the sequences are freed at the end.
+RunSeconds run_once(engine::BatchEngine& engine, std::int64_t pp, std::int64_t tg, std::int64_t b,
+                    std::int64_t long_pp) {
   const std::int64_t vocab = engine.vocab();
   std::vector<std::vector<std::int32_t>> prompts(static_cast<std::size_t>(b));
   std::vector<std::int32_t> next(static_cast<std::size_t>(b));
   for (std::int64_t s = 0; s < b; ++s) {
-    engine.add_sequence(s, pp + tg);
+    const std::int64_t length = s == 0 && long_pp > 0 ? long_pp : pp;
+    engine.add_sequence(s, length + tg);
     std::mt19937 rng(static_cast<std::uint32_t>(1234 + s));
     std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab - 1));
-    for (std::int64_t i = 0; i < pp; ++i) prompts[static_cast<std::size_t>(s)].push_back(token(rng));
+    for (std::int64_t i = 0; i < length; ++i) prompts[static_cast<std::size_t>(s)].push_back(token(rng));
   }
   std::vector<engine::StepRow> rows(static_cast<std::size_t>(b));
   std::vector<engine::StepOutput> out(rows.size());
@@ -41,7 +46,12 @@ RunSeconds run_once(engine::BatchEngine& engine, std::int64_t pp, std::int64_t t
   }
   RunSeconds run;
   auto start = std::chrono::steady_clock::now();
-  engine.step(rows, out);
+  if (long_pp > 0) {  // the long prompt alone, then the others' (their outputs land in place)
+    engine.step(std::span(rows).first(1), std::span(out).first(1));
+    if (b > 1) engine.step(std::span(rows).subspan(1), std::span(out).subspan(1));
+  } else {
+    engine.step(rows, out);
+  }
   run.prefill = seconds(start);
   start = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < tg; ++step) {
@@ -58,15 +68,15 @@ RunSeconds run_once(engine::BatchEngine& engine, std::int64_t pp, std::int64_t t
 }
 
 BatchBenchRow run_case(SessionMaker& maker, const BatchBenchCase& c, std::int64_t pp, std::int64_t tg, std::int64_t b,
-                       std::int64_t repeats, bool profile) {
+                       std::int64_t long_pp, std::int64_t repeats, bool profile) {
   const std::unique_ptr<engine::BatchEngine> engine =
-      maker.make_batch(c.cache, std::numeric_limits<std::size_t>::max() / 2, pp + tg);
-  run_once(*engine, std::min<std::int64_t>(pp, 16), std::min<std::int64_t>(tg, 2), b);  // warm-up
+      maker.make_batch(c.cache, std::numeric_limits<std::size_t>::max() / 2, std::max(pp, long_pp) + tg);
+  run_once(*engine, std::min<std::int64_t>(pp, 16), std::min<std::int64_t>(tg, 2), b, 0);  // warm-up
   BatchBenchRow row;
   row.policy = c.policy;
-  row.pp = pp, row.tg = tg, row.b = b;
+  row.pp = pp, row.tg = tg, row.b = b, row.long_pp = long_pp;
   for (std::int64_t r = 0; r < repeats; ++r) {
-    const RunSeconds run = run_once(*engine, pp, tg, b);
+    const RunSeconds run = run_once(*engine, pp, tg, b, long_pp);
     row.prefill_seconds.push_back(run.prefill);
     row.decode_seconds.push_back(run.decode);
     row.kv_bytes = run.kv_bytes;
@@ -76,7 +86,7 @@ BatchBenchRow run_case(SessionMaker& maker, const BatchBenchCase& c, std::int64_
   if (profile) {
     LOWBIT_CHECK(engine->set_profiling(true), "--profile: this batch engine does not time its steps (",
                  maker.describe(), ")");
-    row.profiled_decode_seconds = run_once(*engine, pp, tg, b).decode;
+    row.profiled_decode_seconds = run_once(*engine, pp, tg, b, long_pp).decode;
     row.profile = engine->step_profile();
     engine->set_profiling(false);
   }
@@ -117,10 +127,14 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
     for (const std::int64_t pp : options.prompt_tokens) {
       for (const std::int64_t tg : options.generated_tokens) {
         for (const std::int64_t b : options.batch_sizes) {
-          const BatchBenchRow r = run_case(maker, c, pp, tg, b, options.repeats, options.profile);
-          std::printf("| %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f-%.1f | %.3f | %.1f | %.1f-%.1f | %.2f |\n",
-                      r.policy.c_str(), static_cast<long long>(pp), static_cast<long long>(tg),
-                      static_cast<long long>(b), static_cast<long long>(b * (pp + tg)), r.median_prefill(),
+          const BatchBenchRow r =
+              run_case(maker, c, pp, tg, b, options.long_prompt, options.repeats, options.profile);
+          // A skewed batch's PP reads "PP+1xLONG": B - 1 prompts of PP, one of LONG.
+          const std::string pp_label =
+              std::to_string(pp) + (r.long_pp > 0 ? "+1x" + std::to_string(r.long_pp) : std::string());
+          std::printf("| %s | %s | %lld | %lld | %lld | %.3f | %.1f | %.1f-%.1f | %.3f | %.1f | %.1f-%.1f | %.2f |\n",
+                      r.policy.c_str(), pp_label.c_str(), static_cast<long long>(tg), static_cast<long long>(b),
+                      static_cast<long long>(r.prompt_tokens() + b * tg), r.median_prefill(),
                       r.prefill_tokens_per_second(r.median_prefill()),
                       r.prefill_tokens_per_second(r.prefill_seconds.back()),
                       r.prefill_tokens_per_second(r.prefill_seconds.front()), r.median_decode(),
@@ -147,6 +161,7 @@ std::vector<BatchBenchRow> run_bench_batch(const LoadedModel& loaded, SessionMak
     for (const BatchBenchRow& r : rows) {
       bench::Json j = bench::Json::object();
       j.set("policy", r.policy).set("pp", r.pp).set("tg", r.tg).set("b", r.b);
+      if (r.long_pp > 0) j.set("long_pp", r.long_pp);
       auto stats = [&](const std::vector<double>& secs, auto rate) {
         bench::Json s = bench::Json::object();
         s.set("seconds_median", secs[secs.size() / 2]).set("seconds_min", secs.front()).set("seconds_max", secs.back());

@@ -31,6 +31,9 @@ int cmd_bench_batch(const Args& args) {
   cli.text("--npp", &npp, "LIST", "prompt lengths PP, comma-separated (default 128)");
   cli.text("--ntg", &ntg, "LIST", "generation lengths TG (default 32)");
   cli.text("--npl", &npl, "LIST", "batch sizes B (default 1,8,16)");
+  cli.integer("--long", &options.long_prompt, 1, 1 << 24,
+              "a skewed batch: one sequence of each B prefills N prompt tokens (in a step of its own first), the "
+              "other B - 1 PP; decode then attends over one long row among short ones");
   cli.integer("--repeat", &options.repeats, 1, 1000, "runs of each case (default 3)");
   cli.flag("--no-cuda-graphs", &no_graphs, "GPU decode steps launch kernel by kernel (for comparison)");
   cli.flag("--no-pdl", &no_pdl, "GPU kernels launch without programmatic dependent launch (for comparison)");
@@ -54,6 +57,8 @@ int cmd_bench_batch(const Args& args) {
     for (const std::int64_t tg : options.generated_tokens) {
       LOWBIT_CHECK(trained == 0 || pp + tg <= trained, "--npp ", pp, " + --ntg ", tg,
                    " exceeds the model's context length ", trained);
+      LOWBIT_CHECK(trained == 0 || options.long_prompt + tg <= trained, "--long ", options.long_prompt, " + --ntg ",
+                   tg, " exceeds the model's context length ", trained);
     }
   }
   set_programmatic_launch(!no_pdl);
