@@ -305,11 +305,11 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
                                          status.as<std::int32_t>()};
         const cuda::kv::BatchRows qrows{q.data(), ld, q_cols, q_cols + o.kv_heads * d};
         // The plan's workspace, and room for the partials of the shortest forced length.
-        std::size_t ws_bytes = cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context);
+        const std::size_t plan_ws = cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context);
+        std::size_t ws_bytes = plan_ws;
         for (const std::int64_t len : o.split_lens) {
-          ws_bytes = std::max(ws_bytes, cuda::kv::paged_kv_attention_workspace(layout, o.n_heads, batch, context) +
-                                            core::decode_workspace_bytes(o.n_heads, d, (context + len - 1) / len) *
-                                                static_cast<std::size_t>(batch));
+          ws_bytes = std::max(ws_bytes, plan_ws + core::decode_workspace_bytes(o.n_heads, d, (context + len - 1) / len) *
+                                                      static_cast<std::size_t>(batch));
         }
         DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(batch * q_cols) * 4), out(ref.bytes());
         LOWBIT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws_bytes, stream));  // the combine's counters
