@@ -23,6 +23,8 @@ fi
 
 # name | mangled kernel name (D, body bits, swap, paged for the decode kernel) | lowbit arguments
 # (gemv-q4_1-m1: the sweep's first launch, the production GEMV at 28672 x 8192, Q4_1, M = 1;
+# gemv-q4_1-m1-4k / -m16-4k: the production GEMV at 4096 x 4096 (the 8B O projection, a narrow
+# shape: 2 tiles a warp, 4-step chunks), M = 1 and 16 (B = 16 decode);
 # wgmma-q4_1-m64: the first launch of the 64-activation-row wgmma kernel, Q4_1 at 64 x 4096 x 4096;
 # wgmma-q4_1-m512: the 128-row one at 512 x 28672 x 8192, the prompt chunks' compute-bound shape;
 # wgmma-tma-*: the same shapes with the TMA loads, Variant::tma; m32-28k: 32 x 28672 x 8192,
@@ -34,6 +36,8 @@ paged-f16-b16|kv_attention_mma_kernelILi128ELi0ELb1ELb1E|bench kv-attention --ba
 decode-int8-32k|kv_attention_mma_kernelILi128ELi8ELb1ELb0E|bench kv-attention --context 32768 --policy int8
 rows-f16-8k|rows_mma_kernel|bench kv-attention --rows 512 --context 8192 --policy full
 gemv-q4_1-m1|gemv_kernel|bench gemm --section weight_only_variants --max-m 1
+gemv-q4_1-m1-4k|gemv_kernel|bench gemm --section weight_only --shape 4096x4096 --max-m 1
+gemv-q4_1-m16-4k|gemv_kernel|bench gemm --section weight_only --shape 4096x4096 --min-m 16 --max-m 16
 wgmma-q4_1-m64|wgmma_kernelI6__half.*Li64ELi1ELb0EE|bench gemm --section weight_only_wgmma --quick --max-m 64
 wgmma-q4_1-m512|wgmma_kernelI6__half.*Li128ELi2ELb0EE|bench gemm --section weight_only_wgmma --shape 28672x8192 --min-m 512 --max-m 512
 wgmma-tma-q4_1-m64|wgmma_kernelI6__half.*Li64ELi1ELb1EE|bench gemm --section weight_only_wgmma --quick --max-m 64
