@@ -377,7 +377,8 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
 // The weight-only kernels' variants (weight_only_cuda.h) on the decode shapes, f16
 // weights with zero points at groups 32 and 128, M = 1, 8, 16 and 32: the production
 // choice (M = 32: the tiled mma.sync kernel) and every gemv shape with the K splits
-// {rule, 2, 8} (M = 32: four row groups, kGemvShapeMaxRows). A sweep for the dispatch:
+// {rule, 2, 8} (M = 32: four row groups, kGemvShapeMaxRows), the shapes that split K over
+// a cluster also at k-slices 4 and with K parts 1, 2, 4 and 8 beside the rule's. A sweep for the dispatch:
 // each row is checked against the production choice's output (bit for bit: a variant
 // changes only the order of FP32 sums within the tolerance of weight_only_gpu_test, so
 // rows are compared by relative L2 like the section above).
@@ -413,9 +414,15 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
         wo::launch(ref_params, DType::f16, wo::Form::q4_zero_point, chosen, stream);
         std::vector<std::pair<std::string, wo::Variant>> variants{{"production", chosen}};
         for (int shape = 0; shape < wo::kGemvShapes; ++shape) {
-          for (const int k_slices : {0, 2, 8}) {
-            variants.emplace_back("gemv shape " + std::to_string(shape) + " k_slices " + std::to_string(k_slices),
-                                  wo::Variant{wo::Kernel::gemv, shape, k_slices});
+          for (const int k_slices : {0, 2, 4, 8}) {
+            const std::string name = "gemv shape " + std::to_string(shape) + " k_slices " + std::to_string(k_slices);
+            if (k_slices != 4) variants.emplace_back(name, wo::Variant{wo::Kernel::gemv, shape, k_slices});
+            if (!wo::gemv_shape_takes_k_parts(shape)) continue;
+            for (const int parts : {1, 2, 4, 8}) {  // beside the rule's parts (above)
+              wo::Variant split{wo::Kernel::gemv, shape, k_slices};
+              split.k_parts = parts;
+              variants.emplace_back(name + " k_parts " + std::to_string(parts), split);
+            }
           }
         }
         const int copies = static_cast<int>(dev.views.size());

@@ -28,23 +28,40 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
-// allowed when `programmatic` (and core::programmatic_launch()) is on; checks the launch.
+// kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster_x` blocks along x
+// (1: no cluster), with programmatic stream serialization allowed when `programmatic` (and
+// core::programmatic_launch()) is on; checks the launch.
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
-                   bool programmatic, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                           bool programmatic, unsigned cluster_x, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (programmatic && core::programmatic_launch()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = cluster_x;
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count++].val.clusterDim.z = 1;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = programmatic && core::programmatic_launch() ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
   LOWBIT_CUDA_CHECK_LAUNCH();
+}
+
+// launch_cluster_kernel without clusters.
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                   bool programmatic, Args&&... args) {
+  launch_cluster_kernel(kernel, grid, block, smem, stream, programmatic, 1u, std::forward<Args>(args)...);
 }
 
 // launch_kernel with programmatic stream serialization allowed.

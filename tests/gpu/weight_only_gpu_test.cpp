@@ -143,6 +143,50 @@ TEST_F(WeightOnlyGpu, GemvVariants) {
   }
 }
 
+// The staged-activation shapes with K split over a cluster (Variant::k_parts 1 to 8, with
+// the k-slices of the rule and 2): parts of 1 to 4 steps a warp and, at 8 parts x 2
+// slices over 14 steps, warps with none; a partial last tile group, a ragged K, M from 1
+// to the table's 32, bias and unaligned activation rows in turn.
+TEST_F(WeightOnlyGpu, GemvKPartsOverACluster) {
+  LOWBIT_TEST_RNG(rng);
+  int round = 0;
+  for (const std::int64_t group : {32, 128}) {
+    const WeightOnlySpec spec{4, group, true, DType::f16};
+    DeviceWeights w;
+    make_weights(rng, spec, 1000, 1700, w);
+    for (int shape = 0; shape < wo::kGemvShapes; ++shape) {
+      if (!wo::gemv_shape_takes_k_parts(shape)) continue;
+      for (const int parts : sanitizer_subset<int>({1, 2, 3, 5, 8}, {static_cast<std::size_t>(shape) % 5})) {
+        for (const int k_slices : {0, 2}) {
+          SCOPED_TRACE(testing::Message() << "group " << group << " shape " << shape << " k_parts " << parts
+                                          << " k_slices " << k_slices);
+          wo::Variant variant{wo::Kernel::gemv, shape, k_slices};
+          variant.k_parts = parts;
+          for (const std::int64_t m : sanitizer_subset<std::int64_t>({1, 9, 16, 32}, {2})) {
+            ++round;
+            run_case(rng, spec, w, m, round % 2 == 0, round % 3 != 0, &variant);
+          }
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  // Other kernels and shapes refuse K parts by name; so do counts past a cluster's 8.
+  wo::Params p;
+  p.m = 16;
+  wo::Variant tiled{wo::Kernel::mma};
+  tiled.k_parts = 2;
+  EXPECT_FALSE(wo::takes(tiled, p, wo::Form::q4_zero_point));
+  wo::Variant streaming{wo::Kernel::gemv, 0};
+  streaming.k_parts = 2;
+  EXPECT_FALSE(wo::takes(streaming, p, wo::Form::q4_zero_point));
+  wo::Variant staged{wo::Kernel::gemv, 9};
+  staged.k_parts = wo::kGemvMaxParts + 1;
+  EXPECT_FALSE(wo::takes(staged, p, wo::Form::q4_zero_point));
+  staged.k_parts = wo::kGemvMaxParts;
+  EXPECT_TRUE(wo::takes(staged, p, wo::Form::q4_zero_point));
+}
+
 // The SwiGLU epilogue (Params::swiglu: the N rows are gate and up in alternating tiles of
 // 8): out equals, bit for bit, the same GEMV variant with the plain epilogue followed by
 // silu_mul over the tiles, at M = 1..16, for the rules and every shape of the table, with

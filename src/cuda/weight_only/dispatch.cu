@@ -52,12 +52,14 @@ Params make_params(const TensorView& x, const PackedWeights& w, const TensorView
 
 bool takes(const Variant& v, const Params& p, Form form) {
   if (p.swiglu && v.kernel != Kernel::gemv) return false;  // the GEMV's epilogue only
+  if (v.k_parts != 0 && v.kernel != Kernel::gemv) return false;
   switch (v.kernel) {
     case Kernel::small_gemv: return small_gemv_takes(p, form);
     case Kernel::gemv:
       return (p.m <= kGemvMaxRows || (v.shape >= 0 && p.m <= kGemvShapeMaxRows)) &&
              (v.shape < 0 || (form == Form::q4_zero_point && v.shape < kGemvShapes)) &&
-             (v.block_decode != 1 || (is_block_form(form) && p.m <= 2));
+             (v.block_decode != 1 || (is_block_form(form) && p.m <= 2)) &&
+             (v.k_parts == 0 || (gemv_shape_takes_k_parts(v.shape) && v.k_parts >= 1 && v.k_parts <= kGemvMaxParts));
     case Kernel::mma: return true;
     case Kernel::wgmma:
       return wgmma_available(form) && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&

@@ -37,6 +37,8 @@
 // (M row, sub-block), the sub-block factors on the FP32 partials: ggml's exact weights
 // (no f16 rounding), about half the loop's instructions for the K forms (SASS counts in
 // bench/notes/weight_only.md). Variant::block_decode 0 keeps the per-weight decode.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -371,6 +373,15 @@ constexpr int min_blocks() {
   return by_smem < 1 ? 1 : by_smem > most ? most : by_smem;
 }
 
+// A warp's FP32 accumulators into `partial` ([warp][kAcc][32] floats) for a k-slice sum.
+template <int kRowGroups, int kTN>
+__device__ __forceinline__ void store_partials(const float (&acc)[kTN / 2][kRowGroups][4], float* partial, int warp,
+                                               int lane) {
+  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
+#pragma unroll
+  for (int a = 0; a < kAcc; ++a) partial[(warp * kAcc + a) * 32 + lane] = acc[a / (kRowGroups * 4)][a / 4 % kRowGroups][a % 4];
+}
+
 // Both GEMV kernels' epilogue: D fragment element i of pair jp, row group rg is n = 8 *
 // (tile0 + 2 jp + i / 2) + r, M row 8 rg + 2c + i % 2; with k_slices > 1 the warps of a
 // column add their FP32 partials through shared memory (`smem`, the rings once they are
@@ -384,8 +395,7 @@ __device__ __forceinline__ void write_out(const Params& p, const float (&acc)[kT
   float* partial = reinterpret_cast<float*>(smem);  // [warp][kAcc][32], once the rings are done
   if (k_slices > 1) {
     __syncthreads();
-#pragma unroll
-    for (int a = 0; a < kAcc; ++a) partial[(warp * kAcc + a) * 32 + lane] = acc[a / (kRowGroups * 4)][a / 4 % kRowGroups][a % 4];
+    store_partials<kRowGroups, kTN>(acc, partial, warp, lane);
     __syncthreads();
     if (k_slice != 0) return;
   }
@@ -406,6 +416,45 @@ __device__ __forceinline__ void write_out(const Params& p, const float (&acc)[kT
       store_quad<T>(p, 8 * rg + 2 * c, (tile0 + 2 * jp) * 8 + r, sum[0], sum[1], sum[2], sum[3]);
     }
   }
+}
+
+// The epilogue of K parts over a cluster (gemv_xs_kernel, parts > 1): every warp's FP32
+// partials go to its block's shared memory; after a cluster barrier block q sums the
+// columns q, q + parts, ... over (rank, k-slice) in that order (deterministic) and stores
+// them; a second barrier keeps every block's shared memory alive until it has been read.
+// block_tile0: the block's first tile (column c has tiles block_tile0 + c kTN ..).
+template <class T, int kRowGroups, int kTN>
+__device__ __forceinline__ void write_out_cluster(const Params& p, const float (&acc)[kTN / 2][kRowGroups][4],
+                                                  std::uint8_t* smem, int warp, int lane, int k_slices, int columns,
+                                                  int part, int parts, std::int64_t block_tile0) {
+  constexpr int kAcc = kTN / 2 * kRowGroups * 4;
+  float* partial = reinterpret_cast<float*>(smem);  // [warp][kAcc][32], once the rings are done
+  __syncthreads();
+  store_partials<kRowGroups, kTN>(acc, partial, warp, lane);
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  // Items (column, pair, row group, lane) of this block's columns, over its threads.
+  const int mine = (columns - part + parts - 1) / parts;
+  const int items = mine * (kTN / 2) * kRowGroups * 32;
+  for (int item = static_cast<int>(threadIdx.x); item < items; item += static_cast<int>(blockDim.x)) {
+    const int l = item % 32, rg = item / 32 % kRowGroups, jp = item / (32 * kRowGroups) % (kTN / 2);
+    const int column = part + parts * (item / (32 * kRowGroups * (kTN / 2)));
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int q = 0; q < parts; ++q) {
+      const float* rank_partial = cluster.map_shared_rank(partial, q) + (jp * kRowGroups + rg) * 4 * 32 + l;
+      // Unrolled to kWarps with a guard, so that a rank's loads are issued together.
+#pragma unroll
+      for (int s = 0; s < kWarps; ++s) {
+        if (s < k_slices) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sum[i] += rank_partial[((column * k_slices + s) * kAcc + i) * 32];
+        }
+      }
+    }
+    store_quad<T>(p, 8 * rg + 2 * (l % 4), (block_tile0 + column * kTN + 2 * jp) * 8 + l / 4, sum[0], sum[1], sum[2],
+                  sum[3]);
+  }
+  cluster.sync();
 }
 
 // kSub: the GGML block forms' sub-block decode (M <= 2, kRowGroups 1; compute_step_sub).
@@ -638,8 +687,16 @@ constexpr int xs_smem_bytes(int warps, int k_slices) {
 // or, balanced, one block a SM of as many columns as spread N evenly over the SMs.
 // 128 registers a thread either way.
 constexpr int kXsMaxWarps = 16;
-template <class T, Form F, int kRowGroups, int kTN, int kStages>
-__global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Params p, int k_slices, int pdl) {
+// kParts: the grid's blocks come in clusters of `parts`, block rank q of a cluster takes
+// the q-th part of K for the same tiles, and the cluster's partials are summed over
+// distributed shared memory (write_out_cluster). This gives a narrow N (the 8B O and down
+// projections: 512 tiles of 8 rows) a full grid while the columns of a block still share
+// each staged step of activations. Without it (parts is 1) the kernel keeps no cluster
+// code: the wide shapes ran 3-5% slower with it (bench/notes/weight_only.md).
+template <class T, Form F, int kRowGroups, int kTN, int kStages, bool kParts>
+__global__ void __launch_bounds__(kXsMaxWarps * 32, 1)
+    gemv_xs_kernel(const Params p, int k_slices, int parts_arg, int pdl) {
+  const int parts = kParts ? parts_arg : 1;
   // pdl as in gemv_kernel: weights before griddepcontrol.wait, activations after.
   if (pdl == 1 || pdl == 2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (pdl == 1) asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -653,10 +710,13 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
   const int warps = static_cast<int>(blockDim.x) / 32, columns = warps / k_slices;
   std::uint8_t* xring = smem_ + warps * static_cast<int>(sizeof(RingT)) + k_slice * kStages * kXSlot;
   const int gl = column * 32 + lane, group_threads = columns * 32;
-  const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) * columns + column) * kTN;
+  const int part = static_cast<int>(blockIdx.x) % parts;
+  const std::int64_t tile0 = (static_cast<std::int64_t>(blockIdx.x) / parts * columns + column) * kTN;
   const bool have = tile0 < p.n_tiles;  // a warp past N still stages activations for its group
-  const std::int64_t step_begin = p.k_steps * k_slice / k_slices;
-  const std::int64_t steps = p.k_steps * (k_slice + 1) / k_slices - step_begin;
+  // K in parts x k_slices ranges: this warp's is range part * k_slices + k_slice.
+  const std::int64_t ranges = static_cast<std::int64_t>(parts) * k_slices, range = part * k_slices + k_slice;
+  const std::int64_t step_begin = p.k_steps * range / ranges;
+  const std::int64_t steps = p.k_steps * (range + 1) / ranges - step_begin;
   const std::int64_t fast_end = p.x_vec16 ? p.k / formats::kPackStepK : 0;
   float acc[kTN / 2][kRowGroups][4] = {};
   Stream<F, kTN, kStages, 1> stream(p, have ? tile0 : 0, step_begin, lane, ring);
@@ -719,10 +779,15 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1) gemv_xs_kernel(const Para
   // compute-sanitizer's racecheck from reporting write_out's partials as RAW hazards, which
   // it does when slices of unequal step counts used cp.async (H100: 32,729 reports in
   // GemvVariants, 0 with this loop; the twin kernel in bench/notes/weight_only.md).
-  for (std::int64_t i = steps; i < (p.k_steps + k_slices - 1) / k_slices; ++i) group_barrier(1 + k_slice, group_threads);
+  for (std::int64_t i = steps; i < (p.k_steps + ranges - 1) / ranges; ++i) group_barrier(1 + k_slice, group_threads);
   cp_async_wait<0>();
   if (pdl == 3) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  write_out<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, k_slice, column, tile0);
+  if constexpr (kParts) {
+    write_out_cluster<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, columns, part, parts,
+                                          (static_cast<std::int64_t>(blockIdx.x) / parts * columns) * kTN);
+  } else {
+    write_out<T, kRowGroups, kTN>(p, acc, smem_, warp, lane, k_slices, k_slice, column, tile0);
+  }
 }
 
 // Programmatic dependent launch by default, weights prefetched before the wait: in
@@ -799,12 +864,14 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
 //   about the same bytes (28 tiles of 8 rows a SM against 32 or 16).
 template <class T, Form F, int kRowGroups, int kTN, int kStages>
 void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool balanced) {
-  auto* kernel = gemv_xs_kernel<T, F, kRowGroups, kTN, kStages>;
+  auto* kernel = gemv_xs_kernel<T, F, kRowGroups, kTN, kStages, false>;
+  auto* parts_kernel = gemv_xs_kernel<T, F, kRowGroups, kTN, kStages, true>;
   auto smem = [](int warps, int slices) { return xs_smem_bytes<F, kRowGroups, kTN, kStages>(warps, slices); };
   static const int optin = [&] {
     int bytes = 0;
     LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, core::current_device()));
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(parts_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     return bytes;
   }();
   static const std::array<int, 4> per_sm = [&] {  // 8-warp blocks of 1, 2, 4, 8 k-slices; 0: does not fit
@@ -826,18 +893,43 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
     while (k_slices > 1 && (columns * k_slices > kXsMaxWarps || smem(columns * k_slices, k_slices) > optin)) --k_slices;
     const std::int64_t blocks = (p.n_tiles + columns * kTN - 1) / (columns * kTN);
     launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * columns * k_slices),
-                  smem(columns * k_slices, k_slices), stream, pdl > 0, p, k_slices, pdl);
+                  smem(columns * k_slices, k_slices), stream, pdl > 0, p, k_slices, 1, pdl);
     return;
   }
   auto per_sm_of = [&](int slices) { return per_sm[slices == 1 ? 0 : slices == 2 ? 1 : slices == 4 ? 2 : 3]; };
-  // The fill rule among the slice counts that keep the most blocks per SM: more
-  // slices grow the activation ring, and a fuller grid of 1-block SMs lost (28672 x
-  // 8192, M = 16: 8 slices, 1 block a SM, 0.114 ms; 2 slices, 2 blocks, 0.059).
+  // First the fill rule over k-slices among the counts that keep the most blocks per SM
+  // (more slices grow the activation ring, and a fuller grid of 1-block SMs lost: 28672 x
+  // 8192, M = 16: 8 slices, 1 block a SM, 0.114 ms; 2 slices, 2 blocks, 0.059). Where
+  // that grid fills under 80% of the block slots (a narrow N), K is split over a cluster
+  // of 2 blocks: the fill rule over k-slices within one wave, at least two steps a warp,
+  // the fewest k-slices on a tie (H200, M = 16, Q4_1, shape 9: 4096 x 4096 4 slices x 2
+  // parts 0.0087 ms, 8 x 1 0.0115; 8192 x 28672 2 x 2 0.0553, 2 x 4 0.077; clusters of 5
+  // or 8 and a second wave were slower everywhere: bench/notes/weight_only.md). A
+  // variant's k_slices (lowered to one whose ring fits) or k_parts fixes that count.
   auto kept = [&](int slices) { return per_sm_of(slices) >= per_sm_of(1) ? per_sm_of(slices) : 0; };
-  int k_slices = v.k_slices > 0 ? v.k_slices : fill_k_slices(p, kTN, kept);
-  while (k_slices > 1 && per_sm_of(k_slices) == 0) k_slices /= 2;  // a forced count whose ring does not fit
-  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks_for(p, kTN, k_slices))), dim3(kThreads),
-                smem(kWarps, k_slices), stream, pdl > 0, p, k_slices, pdl);
+  int forced_slices = v.k_slices;
+  while (forced_slices > 1 && per_sm_of(forced_slices) == 0) forced_slices /= 2;
+  const std::int64_t sms = core::multiprocessor_count();
+  auto filled = [](std::int64_t blocks, std::int64_t slots) {
+    return static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+  };
+  int k_slices = forced_slices > 0 ? forced_slices : fill_k_slices(p, kTN, kept), parts = 1;
+  const double whole = filled(blocks_for(p, kTN, k_slices), std::max(per_sm_of(k_slices), 1) * sms);
+  if (v.k_parts > 1 || (v.k_parts == 0 && whole < 0.8)) {
+    double best = v.k_parts > 1 ? -1.0 : whole;
+    for (int slices = 1; slices <= kWarps; slices *= 2) {
+      if ((forced_slices > 0 && slices != forced_slices) || per_sm_of(slices) == 0) continue;
+      const std::int64_t slots = per_sm_of(slices) * sms;
+      for (const int q : {2, v.k_parts}) {
+        const std::int64_t blocks = blocks_for(p, kTN, slices) * q;
+        if (v.k_parts > 0 ? q != v.k_parts : (q < 2 || blocks > slots || 2 * slices * q > p.k_steps)) continue;
+        if (filled(blocks, slots) > best + 1e-9) best = filled(blocks, slots), k_slices = slices, parts = q;
+      }
+    }
+  }
+  const auto blocks = static_cast<unsigned>(blocks_for(p, kTN, k_slices) * parts);
+  launch_cluster_kernel(parts > 1 ? parts_kernel : kernel, dim3(blocks), dim3(kThreads), smem(kWarps, k_slices), stream,
+                        pdl > 0, static_cast<unsigned>(parts), p, k_slices, parts, pdl);
 }
 
 template <class T, Form F, int kTN, int kStages, int kChunk>
@@ -939,25 +1031,17 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
     // weight_only_variants`, Q4_1 g32, median ms; weight-only-variants-h200.md).
     const int sms = core::multiprocessor_count();
     const bool narrow = p.n_tiles <= 4 * sms;  // under ~4 tiles a SM: the 8B O and down, the 1B layers
-    if (p.groups_per_step == 4 && narrow) {
-      // Group 32, narrow N, M <= 16: 2 tiles a warp, 2 slots of 4 steps, which keeps more
-      // bytes in flight a block when the grid is short. M = 1: 4096 x 14336 0.0149 ms,
-      // 4096 x 4096 0.0061, 2048 x 8192 0.0079 (within 5% of the best shape); M = 16:
-      // 0.0250 / 0.0103 / 0.0141 against 0.0302 / 0.0120 / 0.0183 for 4 tiles of 1 step.
-      launch_rows<T, F, 2, 2, 4>(p, v, stream);
-    } else if (p.m > 8 && blocks_for(p, 4, 2) >= sms) {
-      // M = 9..16 where two k-slices give every SM a block (the 8B gate|up, 28672
-      // columns): the activations staged once per k-slice group, two 8-warp blocks a SM:
-      // g32 28672 x 4096 0.0289 ms, 28672 x 8192 0.0528, against 0.0311 / 0.0556 for one
-      // balanced block a SM (g128 28672 x 8192 0.0528). Narrower (16384, 6144, 8192
-      // columns) the balanced block wins, up to 1.8x.
+    if (p.m > 8) {
+      // M = 9..16: the activations staged once per k-slice group, two 8-warp blocks a SM,
+      // K split over a cluster where N alone would not fill the grid (launch_xs's rule).
       launch_xs<T, F, 2, 4, 4>(p, v, stream, false);
-    } else if (p.m > 8 && p.groups_per_step == 4) {
-      // M = 9..16, group 32, narrower: one balanced block a SM, 3 stages (16384 x 2048
-      // 0.0137 ms, 6144 x 4096 0.0134, 8192 x 28672 0.0585).
-      launch_xs<T, F, 2, 4, 3>(p, v, stream, true);
+    } else if (p.groups_per_step == 4 && narrow) {
+      // Group 32, narrow N, M <= 8: 2 tiles a warp, 2 slots of 4 steps, which keeps more
+      // bytes in flight a block when the grid is short. M = 1: 4096 x 14336 0.0149 ms,
+      // 4096 x 4096 0.0061, 2048 x 8192 0.0079 (within 5% of the best shape).
+      launch_rows<T, F, 2, 2, 4>(p, v, stream);
     } else {
-      // M <= 8, and M = 9..16 at other groups: 4 tiles a warp, 4 single-step slots (M = 1
+      // M <= 8 otherwise: 4 tiles a warp, 4 single-step slots (M = 1
       // g32: 28672 x 4096 0.0230 ms, 28672 x 8192 0.0426 against 0.0252 / 0.0467 for 2
       // slots of 2 steps; 6144 x 4096 and 16384 x 2048 within 2% of the best; g128 28672
       // x 8192 0.0424, 8192 x 28672 0.0390).

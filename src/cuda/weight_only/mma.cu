@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/pdl.cuh"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "lowbit/cuda_check.h"
@@ -345,20 +346,8 @@ void launch(const Params& p, cudaStream_t stream) {
   }
   auto kernel = mma_kernel<T, F, kBM>;
   LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(n_blocks * splits), static_cast<unsigned>(m_blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = L::kSmem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(splits);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = splits > 1 ? 1 : 0;
-  LOWBIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, splits));
-  LOWBIT_CUDA_CHECK_LAUNCH();
+  launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(n_blocks * splits), static_cast<unsigned>(m_blocks)),
+                        dim3(kThreads), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits);
 }
 
 }  // namespace

@@ -86,8 +86,14 @@ struct Variant {
   // it where takes allows). Needs the activations 16-byte aligned with ldx a multiple of 8
   // (Params::x_vec16) and the driver's tensor-map encoder.
   bool tma = false;
+  // gemv, the staged-activation shapes of 8-warp blocks (9-12) and the rules' launches of
+  // that kernel: blocks of a cluster along K (1 to 8), their partials summed over
+  // distributed shared memory; 0: the fill rule of gemv.cu.
+  int k_parts = 0;
 };
 constexpr int kGemvShapes = 16;
+constexpr int kGemvMaxParts = 8;
+constexpr bool gemv_shape_takes_k_parts(int shape) { return shape >= 9 && shape <= 12; }
 
 Form form_of(const WeightOnlySpec& spec);
 

@@ -42,6 +42,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/pdl.cuh"
 #include "core/split_k.h"
 #include "cuda/gemm/tma.h"
 #include "cuda/sm90_kernel.h"
@@ -552,21 +553,9 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
                " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
   const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(n_blocks * m_blocks * splits));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = L::kSmem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(splits);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = splits > 1 ? 1 : 0;
-  LOWBIT_CUDA_CHECK(
-      cudaLaunchKernelEx(&config, wgmma_kernel<T, F, kBN, kMi, kTma>, p, splits, n_blocks, m_blocks, maps));
-  LOWBIT_CUDA_CHECK_LAUNCH();
+  launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
+                        dim3(kThreads), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
+                        m_blocks, maps);
 }
 
 }  // namespace
