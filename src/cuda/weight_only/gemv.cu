@@ -901,11 +901,14 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
   // (more slices grow the activation ring, and a fuller grid of 1-block SMs lost: 28672 x
   // 8192, M = 16: 8 slices, 1 block a SM, 0.114 ms; 2 slices, 2 blocks, 0.059). Where
   // that grid fills under 80% of the block slots (a narrow N), K is split over a cluster
-  // of 2 blocks: the fill rule over k-slices within one wave, at least two steps a warp,
-  // the fewest k-slices on a tie (H200, M = 16, Q4_1, shape 9: 4096 x 4096 4 slices x 2
-  // parts 0.0087 ms, 8 x 1 0.0115; 8192 x 28672 2 x 2 0.0553, 2 x 4 0.077; clusters of 5
-  // or 8 and a second wave were slower everywhere: bench/notes/weight_only.md). A
-  // variant's k_slices (lowered to one whose ring fits) or k_parts fixes that count.
+  // of 2 blocks, or 4 where a warp keeps at most 8 steps: the fill rule over (k-slices,
+  // parts) within one wave, at least two steps a warp, the fewest k-slices on a tie. As
+  // measured (H200, M = 16, Q4_1, shape 9; bench/notes/weight_only.md): 4096 x 4096 4
+  // slices x 2 parts 0.0087 ms, 8 x 1 0.0115; 4 parts paid in the engine on the 8B QKV
+  // (6144 x 4096, 4 steps a warp: bench batch B = 16 +4%) but not on long ranges (8192 x
+  // 28672, 28 steps a warp: 2 x 4 0.077, 2 x 2 0.0553; why is open); clusters of 5 or 8
+  // and a second wave were slower everywhere. A variant's k_slices (lowered to one whose
+  // ring fits) or k_parts fixes that count.
   auto kept = [&](int slices) { return per_sm_of(slices) >= per_sm_of(1) ? per_sm_of(slices) : 0; };
   int forced_slices = v.k_slices;
   while (forced_slices > 1 && per_sm_of(forced_slices) == 0) forced_slices /= 2;
@@ -920,9 +923,13 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
     for (int slices = 1; slices <= kWarps; slices *= 2) {
       if ((forced_slices > 0 && slices != forced_slices) || per_sm_of(slices) == 0) continue;
       const std::int64_t slots = per_sm_of(slices) * sms;
-      for (const int q : {2, v.k_parts}) {
+      for (const int q : {2, 4, v.k_parts}) {
         const std::int64_t blocks = blocks_for(p, kTN, slices) * q;
-        if (v.k_parts > 0 ? q != v.k_parts : (q < 2 || blocks > slots || 2 * slices * q > p.k_steps)) continue;
+        const bool short_ranges = q == 2 || p.k_steps <= 8 * slices * q;
+        if (v.k_parts > 0 ? q != v.k_parts
+                          : (q < 2 || blocks > slots || 2 * slices * q > p.k_steps || !short_ranges)) {
+          continue;
+        }
         if (filled(blocks, slots) > best + 1e-9) best = filled(blocks, slots), k_slices = slices, parts = q;
       }
     }
