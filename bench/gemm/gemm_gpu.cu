@@ -378,8 +378,8 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
 // weights with zero points at groups 32 and 128, M = 1, 8, 16 and 32: the production
 // choice (M = 32: the tiled mma.sync kernel) and every gemv shape with the K splits
 // {rule, 2, 8} (M = 32: four row groups, kGemvShapeMaxRows), the shapes that split K over
-// a cluster also at k-slices 4 and with K parts 1, 2, 4 and 8 beside the rule's. A sweep for the dispatch:
-// each row is checked against the production choice's output (bit for bit: a variant
+// a cluster also at k-slices 4 and with K parts 1, 2, 4 and 8 beside the rule's. A sweep
+// for the dispatch: each row is checked against the production choice's output (bit for bit: a variant
 // changes only the order of FP32 sums within the tolerance of weight_only_gpu_test, so
 // rows are compared by relative L2 like the section above).
 void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t stream, double copy_gbps,

@@ -8,7 +8,8 @@
 //   small_gemv  M <= 16, small matrices (the layers of small models): every warp holds
 //               its tile pair's codes in registers, loaded before the dependency wait
 //   gemv        M <= 16: weights streamed through a per-warp cp.async ring, mma.sync;
-//               for M > 8 with the activations staged once per k-slice group
+//               for M > 8 with the activations staged once per k-slice group and, where
+//               N is narrow, K split over a cluster (Variant::k_parts)
 //   mma         any M: a tiled tensor-core kernel (mma.sync), split-K over a cluster
 //   wgmma       any M, Hopper (sm_90a) only: wgmma with the weights dequantized into its
 //               register A operand, split-K over a cluster (wgmma.cu)
