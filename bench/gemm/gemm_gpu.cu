@@ -375,7 +375,7 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
 }
 
 // The weight-only kernels' variants (weight_only_cuda.h) on the decode shapes, f16
-// weights with zero points at groups 32 and 128, M = 1, 8, 16 and 32: the production
+// weights with zero points at groups 32 and 128, M = 1, 4, 8, 16 and 32: the production
 // choice (M = 32: the tiled mma.sync kernel) and every gemv shape with the K splits
 // {rule, 2, 8} (M = 32: four row groups, kGemvShapeMaxRows), the shapes that split K over
 // a cluster also at k-slices 4 and with K parts 1, 2, 4 and 8 beside the rule's. A sweep
@@ -402,7 +402,7 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
       DeviceWeights dev = upload(host, spec, n, k);
       const double weight_bytes =
           static_cast<double>(host.codes.size() + host.scales_packed.size() + host.mins_packed.size());
-      for (const std::int64_t m : {1, 8, 16, 32}) {
+      for (const std::int64_t m : {1, 4, 8, 16, 32}) {
         if (skip_m(o, m)) continue;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
         fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 71 + m, stream);
