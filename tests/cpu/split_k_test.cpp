@@ -1,8 +1,10 @@
 // The split-K choice of the wgmma weight-only GEMM (core/split_k.h), against the order
 // the H200 measured at 28672 x 8192 (bench/results/weight-only-wgmma-h200.md, cd739bf)
-// and the rule's own limits.
+// and the rule's own limits; and the GEMVs' k-slices and cluster parts at M = 9..16
+// (core/gemv_split.h) against the H200 sweep of session 27 (bench/notes/weight_only.md).
 #include <gtest/gtest.h>
 
+#include "core/gemv_split.h"
 #include "core/split_k.h"
 
 namespace {
@@ -93,6 +95,59 @@ TEST(SplitK, TiesAndEmptyGridsTakeOne) {
   EXPECT_EQ(pick_k_splits(p), 1);
   p.tiles = 0;
   EXPECT_EQ(pick_k_splits(p), 1);
+}
+
+// The staged-activation GEMV at M = 16 on the H200: 4 tiles a warp, 8 warps, two blocks
+// a multiprocessor at 1 or 2 k-slices and one at 4 or 8 (80 KB of weight rings and 16 KB
+// of activation ring a slice).
+lowbit::core::GemvGrid h200_gemv(std::int64_t n, std::int64_t k) {
+  lowbit::core::GemvGrid g;
+  g.n_tiles = n / 8;
+  g.k_steps = k / 128;
+  g.tiles_per_warp = 4;
+  g.warps = 8;
+  g.multiprocessors = 132;
+  return g;
+}
+constexpr std::array<int, 4> kH200PerSm{2, 2, 1, 1};
+
+void expect_split(const lowbit::core::GemvSplit& got, int k_slices, int parts) {
+  EXPECT_EQ(got.k_slices, k_slices);
+  EXPECT_EQ(got.parts, parts);
+}
+
+TEST(GemvSplit, FollowsTheMeasuredChoicesAtThe8BShapes) {
+  using lowbit::core::pick_gemv_split;
+  // O: 4 slices x 2 parts, 128 blocks, 0.0087 ms (8 x 1: 0.0115; 2 x 4: 0.0107).
+  expect_split(pick_gemv_split(h200_gemv(4096, 4096), kH200PerSm, 0, 0), 4, 2);
+  // down: 4 x 2, 0.0203 ms (2 x 4: 0.0273; the chunked GEMV 0.0260).
+  expect_split(pick_gemv_split(h200_gemv(4096, 14336), kH200PerSm, 0, 0), 4, 2);
+  // QKV: 2 x 4 (4 steps a warp), which ran the batch 4% faster than 2 x 2.
+  expect_split(pick_gemv_split(h200_gemv(6144, 4096), kH200PerSm, 0, 0), 2, 4);
+  // gate|up: 224 blocks fill 85% of the slots without parts (0.0294 ms).
+  expect_split(pick_gemv_split(h200_gemv(28672, 4096), kH200PerSm, 0, 0), 2, 1);
+  expect_split(pick_gemv_split(h200_gemv(28672, 8192), kH200PerSm, 0, 0), 2, 1);
+  // 70B down: 28 steps a warp at 4 parts (0.077 ms), so 2 x 2 (0.0553).
+  expect_split(pick_gemv_split(h200_gemv(8192, 28672), kH200PerSm, 0, 0), 2, 2);
+}
+
+TEST(GemvSplit, TakesAVariantsCounts) {
+  using lowbit::core::pick_gemv_split;
+  const lowbit::core::GemvGrid g = h200_gemv(4096, 4096);
+  expect_split(pick_gemv_split(g, kH200PerSm, 0, 1), 2, 1);  // no parts: the slice rule alone
+  expect_split(pick_gemv_split(g, kH200PerSm, 0, 8), 2, 8);  // 8 parts: the slices that fill best
+  expect_split(pick_gemv_split(g, kH200PerSm, 8, 2), 8, 2);
+  // A forced slice count whose ring does not fit is lowered to one that does.
+  expect_split(pick_gemv_split(g, {2, 2, 0, 0}, 8, 1), 2, 1);
+}
+
+TEST(GemvSplit, ShortKNeverSplitsBelowTwoStepsAWarp) {
+  using lowbit::core::pick_gemv_split;
+  lowbit::core::GemvGrid g = h200_gemv(4096, 512);  // 4 steps
+  const lowbit::core::GemvSplit s = pick_gemv_split(g, kH200PerSm, 0, 0);
+  EXPECT_LE(2 * s.k_slices * s.parts, 4);
+  g.k_steps = 1;
+  expect_split(pick_gemv_split(g, kH200PerSm, 0, 0), 1, 1);
 }
 
 }  // namespace

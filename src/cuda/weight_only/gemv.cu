@@ -45,6 +45,7 @@
 #include <utility>
 
 #include "core/device.h"
+#include "core/gemv_split.h"
 #include "core/pdl.cuh"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
@@ -805,28 +806,15 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1)
 constexpr int kDefaultPdl = 3;
 int default_pdl(const Variant& v) { return v.pdl >= 0 ? v.pdl : kDefaultPdl; }
 
-// Blocks of kWarps / k_slices columns of kTN tiles.
-inline std::int64_t blocks_for(const Params& p, int kTN, int k_slices) {
-  const std::int64_t tiles = (kWarps / k_slices) * kTN;
-  return (p.n_tiles + tiles - 1) / tiles;
-}
-
-// The INT4 k-slice count: the one whose grid fills the resident block slots (per_sm(k)
-// a SM, 0 if it does not fit) best, fewest waves on a tie: a whole grid resident at once
-// beat 1.7 waves by 10% (28672 x 8192: 2 slices, 224 blocks, 86% of copy; 4 slices, 78%).
-template <class PerSm>
-int fill_k_slices(const Params& p, int kTN, PerSm per_sm) {
-  const int sms = core::multiprocessor_count();
-  int k_slices = 1;
-  double best = 0.0;
-  for (int slices = 1; slices <= kWarps && (slices == 1 || slices <= p.k_steps); slices *= 2) {
-    const std::int64_t slots = static_cast<std::int64_t>(per_sm(slices)) * sms;
-    if (slots == 0) continue;
-    const std::int64_t blocks = blocks_for(p, kTN, slices);
-    const double filled = static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
-    if (filled > best + 1e-9) best = filled, k_slices = slices;
-  }
-  return k_slices;
+// The K split rules' view of a launch (core/gemv_split.h).
+inline core::GemvGrid grid_of(const Params& p, int kTN) {
+  core::GemvGrid g;
+  g.n_tiles = p.n_tiles;
+  g.k_steps = p.k_steps;
+  g.tiles_per_warp = kTN;
+  g.warps = kWarps;
+  g.multiprocessors = core::multiprocessor_count();
+  return g;
 }
 
 template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, bool kSub = false>
@@ -849,11 +837,11 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
     // at 28672 x 8192 against 79% with 2 (a sweep on the H100).
     while (k_slices < kWarps && 2 * k_slices <= p.k_steps) k_slices *= 2;
   } else {
-    k_slices = fill_k_slices(p, kTN, [&](int) { return per_sm; });
+    k_slices = core::fill_k_slices(grid_of(p, kTN), [&](int) { return per_sm; });
   }
   const int pdl = default_pdl(v);
-  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks_for(p, kTN, k_slices))), dim3(kThreads), kRingBytes, stream,
-                pdl > 0, p, k_slices, v.rotate ? 1 : 0, pdl);
+  launch_kernel(kernel, dim3(static_cast<unsigned>(core::gemv_blocks(grid_of(p, kTN), k_slices))), dim3(kThreads),
+                kRingBytes, stream, pdl > 0, p, k_slices, v.rotate ? 1 : 0, pdl);
 }
 
 // The xs kernel (M > 8, or any M through the tuning hook). Two shapes of block:
@@ -896,45 +884,10 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
                   smem(columns * k_slices, k_slices), stream, pdl > 0, p, k_slices, 1, pdl);
     return;
   }
-  auto per_sm_of = [&](int slices) { return per_sm[slices == 1 ? 0 : slices == 2 ? 1 : slices == 4 ? 2 : 3]; };
-  // First the fill rule over k-slices among the counts that keep the most blocks per SM
-  // (more slices grow the activation ring, and a fuller grid of 1-block SMs lost: 28672 x
-  // 8192, M = 16: 8 slices, 1 block a SM, 0.114 ms; 2 slices, 2 blocks, 0.059). Where
-  // that grid fills under 80% of the block slots (a narrow N), K is split over a cluster
-  // of 2 blocks, or 4 where a warp keeps at most 8 steps: the fill rule over (k-slices,
-  // parts) within one wave, at least two steps a warp, the fewest k-slices on a tie. As
-  // measured (H200, M = 16, Q4_1, shape 9; bench/notes/weight_only.md): 4096 x 4096 4
-  // slices x 2 parts 0.0087 ms, 8 x 1 0.0115; 4 parts paid in the engine on the 8B QKV
-  // (6144 x 4096, 4 steps a warp: bench batch B = 16 +4%) but not on long ranges (8192 x
-  // 28672, 28 steps a warp: 2 x 4 0.077, 2 x 2 0.0553; why is open); clusters of 5 or 8
-  // and a second wave were slower everywhere. A variant's k_slices (lowered to one whose
-  // ring fits) or k_parts fixes that count.
-  auto kept = [&](int slices) { return per_sm_of(slices) >= per_sm_of(1) ? per_sm_of(slices) : 0; };
-  int forced_slices = v.k_slices;
-  while (forced_slices > 1 && per_sm_of(forced_slices) == 0) forced_slices /= 2;
-  const std::int64_t sms = core::multiprocessor_count();
-  auto filled = [](std::int64_t blocks, std::int64_t slots) {
-    return static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
-  };
-  int k_slices = forced_slices > 0 ? forced_slices : fill_k_slices(p, kTN, kept), parts = 1;
-  const double whole = filled(blocks_for(p, kTN, k_slices), std::max(per_sm_of(k_slices), 1) * sms);
-  if (v.k_parts > 1 || (v.k_parts == 0 && whole < 0.8)) {
-    double best = v.k_parts > 1 ? -1.0 : whole;
-    for (int slices = 1; slices <= kWarps; slices *= 2) {
-      if ((forced_slices > 0 && slices != forced_slices) || per_sm_of(slices) == 0) continue;
-      const std::int64_t slots = per_sm_of(slices) * sms;
-      for (const int q : {2, 4, v.k_parts}) {
-        const std::int64_t blocks = blocks_for(p, kTN, slices) * q;
-        const bool short_ranges = q == 2 || p.k_steps <= 8 * slices * q;
-        if (v.k_parts > 0 ? q != v.k_parts
-                          : (q < 2 || blocks > slots || 2 * slices * q > p.k_steps || !short_ranges)) {
-          continue;
-        }
-        if (filled(blocks, slots) > best + 1e-9) best = filled(blocks, slots), k_slices = slices, parts = q;
-      }
-    }
-  }
-  const auto blocks = static_cast<unsigned>(blocks_for(p, kTN, k_slices) * parts);
+  // K split over k-slices and, where N is narrow, a cluster's blocks (core/gemv_split.h).
+  const core::GemvSplit split = core::pick_gemv_split(grid_of(p, kTN), per_sm, v.k_slices, v.k_parts);
+  const int k_slices = split.k_slices, parts = split.parts;
+  const auto blocks = static_cast<unsigned>(core::gemv_blocks(grid_of(p, kTN), k_slices) * parts);
   launch_cluster_kernel(parts > 1 ? parts_kernel : kernel, dim3(blocks), dim3(kThreads), smem(kWarps, k_slices), stream,
                         pdl > 0, static_cast<unsigned>(parts), p, k_slices, parts, pdl);
 }
