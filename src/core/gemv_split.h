@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 
+#include "core/split_k.h"
+
 namespace lowbit::core {
 
 struct GemvGrid {
@@ -21,11 +23,6 @@ struct GemvGrid {
 inline std::int64_t gemv_blocks(const GemvGrid& g, int k_slices) {
   const std::int64_t tiles = static_cast<std::int64_t>(g.warps / k_slices) * g.tiles_per_warp;
   return (g.n_tiles + tiles - 1) / tiles;
-}
-
-// The share of the last wave's block slots a grid fills (1: every wave full).
-inline double wave_fill(std::int64_t blocks, std::int64_t slots) {
-  return static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
 }
 
 // The k-slice count whose grid fills the resident block slots (per_sm(k) blocks a

@@ -40,6 +40,12 @@ inline std::int64_t split_k_slots(const SplitKProblem& p, int splits) {
   return resident > splits ? resident : splits;  // at least one cluster
 }
 
+// The share of its waves' block slots a grid of `blocks` fills (1: every wave full): the
+// fill rules of the GEMVs (core/gemv_split.h) and of the tiled mma.sync kernel.
+inline double wave_fill(std::int64_t blocks, std::int64_t slots) {
+  return static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+}
+
 // The modelled time of `splits` in K steps of one block (waves x (fixed + steps a split)).
 inline double split_k_cost(const SplitKProblem& p, int splits) {
   const std::int64_t blocks = p.tiles * splits, slots = split_k_slots(p, splits);

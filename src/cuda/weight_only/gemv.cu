@@ -829,6 +829,7 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
     LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kRingBytes));
     return std::max(blocks, 1);
   }();
+  const core::GemvGrid grid = grid_of(p, kTN);
   int k_slices = 1;
   if (v.k_slices > 0) {
     k_slices = v.k_slices;
@@ -837,11 +838,11 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
     // at 28672 x 8192 against 79% with 2 (a sweep on the H100).
     while (k_slices < kWarps && 2 * k_slices <= p.k_steps) k_slices *= 2;
   } else {
-    k_slices = core::fill_k_slices(grid_of(p, kTN), [&](int) { return per_sm; });
+    k_slices = core::fill_k_slices(grid, [&](int) { return per_sm; });
   }
   const int pdl = default_pdl(v);
-  launch_kernel(kernel, dim3(static_cast<unsigned>(core::gemv_blocks(grid_of(p, kTN), k_slices))), dim3(kThreads),
-                kRingBytes, stream, pdl > 0, p, k_slices, v.rotate ? 1 : 0, pdl);
+  launch_kernel(kernel, dim3(static_cast<unsigned>(core::gemv_blocks(grid, k_slices))), dim3(kThreads), kRingBytes,
+                stream, pdl > 0, p, k_slices, v.rotate ? 1 : 0, pdl);
 }
 
 // The xs kernel (M > 8, or any M through the tuning hook). Two shapes of block:
@@ -885,9 +886,10 @@ void launch_xs(const Params& p, const Variant& v, cudaStream_t stream, bool bala
     return;
   }
   // K split over k-slices and, where N is narrow, a cluster's blocks (core/gemv_split.h).
-  const core::GemvSplit split = core::pick_gemv_split(grid_of(p, kTN), per_sm, v.k_slices, v.k_parts);
+  const core::GemvGrid grid = grid_of(p, kTN);
+  const core::GemvSplit split = core::pick_gemv_split(grid, per_sm, v.k_slices, v.k_parts);
   const int k_slices = split.k_slices, parts = split.parts;
-  const auto blocks = static_cast<unsigned>(core::gemv_blocks(grid_of(p, kTN), k_slices) * parts);
+  const auto blocks = static_cast<unsigned>(core::gemv_blocks(grid, k_slices) * parts);
   launch_cluster_kernel(parts > 1 ? parts_kernel : kernel, dim3(blocks), dim3(kThreads), smem(kWarps, k_slices), stream,
                         pdl > 0, static_cast<unsigned>(parts), p, k_slices, parts, pdl);
 }

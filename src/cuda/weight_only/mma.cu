@@ -32,6 +32,7 @@
 
 #include "core/device.h"
 #include "core/pdl.cuh"
+#include "core/split_k.h"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "lowbit/cuda_check.h"
@@ -341,7 +342,7 @@ void launch(const Params& p, cudaStream_t stream) {
   double best = 0.0;
   for (int s = 1; s <= 8 && (s == 1 || p.k_steps >= 4 * s); s *= 2) {
     const std::int64_t blocks = n_blocks * m_blocks * s;
-    const double filled = static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+    const double filled = core::wave_fill(blocks, slots);
     if (filled > best + 1e-9) best = filled, splits = s;
   }
   auto kernel = mma_kernel<T, F, kBM>;
