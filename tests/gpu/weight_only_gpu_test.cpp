@@ -97,6 +97,28 @@ TEST_F(WeightOnlyGpu, DecodeShape) {
   }
 }
 
+// The production GEMVs of group-32 products at M <= 8 at model widths (on a 132-SM device:
+// wide, between and narrow grids, short and long K), a ragged K, bias and unaligned rows in
+// turn.
+TEST_F(WeightOnlyGpu, GemvUpToEightRowsAtModelWidths) {
+  LOWBIT_TEST_RNG(rng);
+  struct Shape {
+    std::int64_t n, k;
+  };
+  for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{4, 32, false, DType::bf16}}) {
+    for (const Shape shape : {Shape{20003, 650}, Shape{6000, 2100}, Shape{1000, 4500}, Shape{1000, 2048}}) {
+      DeviceWeights w;
+      make_weights(rng, spec, shape.n, shape.k, w);
+      int round = 0;
+      for (const std::int64_t m : {1, 3, 4, 6, 8}) {
+        run_case(rng, spec, w, m, round % 2 == 0, round % 3 != 2);
+        ++round;
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // The tiled kernel's K split over a cluster (2 to 8 blocks, by the step count), a
 // partial last block of N, a ragged K, and both M tiles (32 and 64 rows).
 TEST_F(WeightOnlyGpu, TiledSplitK) {
