@@ -8,11 +8,13 @@ start(b) - end(a), negative where they overlap (programmatic dependent launch). 
 standard library only.
 
     kernel_trace_summary.py TRACE.csv [--skip-first N] [--last-n N]
-                            [--window START_NS END_NS] [--name-width W]
+                            [--window START_NS END_NS] [--by-predecessor] [--name-width W]
 
 Records are taken in start order; --window keeps those starting in [START_NS, END_NS),
 --skip-first then drops the first N (warm-up) and --last-n keeps the last N (a
-steady-state stretch, e.g. the last decode steps). Records left incomplete at exit
+steady-state stretch, e.g. the last decode steps); --by-predecessor then groups each record
+by its name and the name of the record before it (a GEMV's O and down products apart).
+Records left incomplete at exit
 (start 0, or an end before the start) are left out and counted."""
 import argparse
 import csv
@@ -82,6 +84,18 @@ def select(kernels, window=None, skip_first=0, last_n=None):
     if last_n is not None:
         kernels = kernels[-last_n:] if last_n > 0 else []
     return kernels
+
+
+def by_predecessor(kernels):
+    """Each record renamed "name < previous name" (the record that started before it; the
+    first: "name < (start)"), so that one kernel at two places of a step, e.g. a GEMV
+    after the attention (the O projection) and after the gate|up GEMV (down), gets two
+    rows in every table."""
+    renamed, previous = [], "(start)"
+    for k in kernels:
+        renamed.append(k._replace(name=f"{k.name} < {previous}"))
+        previous = k.name
+    return renamed
 
 
 def per_name(kernels):
@@ -215,6 +229,8 @@ def main(argv=None):
     parser.add_argument("--last-n", type=int, metavar="N", help="keep only the last N records")
     parser.add_argument("--window", type=int, nargs=2, metavar=("START_NS", "END_NS"),
                         help="keep the records that start in [START_NS, END_NS)")
+    parser.add_argument("--by-predecessor", action="store_true",
+                        help='group each record as "name < the name of the record before it"')
     parser.add_argument("--name-width", type=int, default=60, metavar="W",
                         help="cut kernel names to W characters (default 60; 0: whole names)")
     args = parser.parse_args(argv)
@@ -226,6 +242,8 @@ def main(argv=None):
         print(f"kernel_trace_summary: cannot read {args.trace}: {e!r}", file=sys.stderr)
         return 1
     kernels = select(kernels, args.window, args.skip_first, args.last_n)
+    if args.by_predecessor:
+        kernels = by_predecessor(kernels)
     sys.stdout.write(report(kernels, incomplete, args.name_width))
     return 0
 

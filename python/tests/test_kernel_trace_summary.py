@@ -112,6 +112,22 @@ def test_report(trace):
     assert "| gemv_... | attn<... | 1 | 0.70 | 0.70 |" in narrow
 
 
+def test_by_predecessor(trace):
+    s = load()
+    kernels, _ = s.read_trace(trace)
+    gemv, norm = "gemv_kernel<4, Q4_1>", "rms_norm_kernel"
+    renamed = s.by_predecessor(kernels)
+    assert [k.name for k in renamed] == [f"{gemv} < (start)", f"{norm} < {gemv}", f"{gemv} < {norm}",
+                                         f"{norm} < {gemv}", f"{gemv} < {norm}", f"{ATTN} < {gemv}"]
+    assert [(k.start, k.end) for k in renamed] == [(k.start, k.end) for k in kernels]
+    # The critical path split by place: gemv 1000 + 500 + 0, norm 500 + 1500, attn 700.
+    assert s.critical_path(renamed) == {f"{gemv} < (start)": (1, 1000), f"{gemv} < {norm}": (2, 500),
+                                        f"{norm} < {gemv}": (2, 2000), f"{ATTN} < {gemv}": (1, 700)}
+    out = subprocess.run([sys.executable, str(SCRIPT), str(trace), "--by-predecessor", "--name-width", "0"],
+                         capture_output=True, text=True, check=True).stdout
+    assert f"| {gemv} < {norm} | 2 | 0.50 | 11.9 | 0.25 |" in out
+
+
 def test_bad_input(tmp_path):
     missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none.csv")], capture_output=True, text=True)
     assert missing.returncode == 1 and "cannot read" in missing.stderr
