@@ -14,8 +14,8 @@ Records are taken in start order; --window keeps those starting in [START_NS, EN
 --skip-first then drops the first N (warm-up) and --last-n keeps the last N (a
 steady-state stretch, e.g. the last decode steps); --by-predecessor then groups each record
 by its name and the name of the record before it (a GEMV's O and down products apart).
-Records left incomplete at exit
-(start 0, or an end before the start) are left out and counted."""
+Records left incomplete at exit (start 0, or an end before the start) are left out and
+counted."""
 import argparse
 import csv
 import re
