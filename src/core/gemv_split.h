@@ -78,13 +78,12 @@ inline GemvSplit pick_gemv_split(const GemvGrid& g, const std::array<int, 4>& pe
   for (int slices = 1; slices <= g.warps; slices *= 2) {
     if ((forced_slices > 0 && slices != forced_slices) || per_sm_of(slices) == 0) continue;
     const std::int64_t slots = static_cast<std::int64_t>(per_sm_of(slices)) * g.multiprocessors;
-    for (const int q : {2, 4, forced_parts}) {
+    // The rule's counts 2 and 4 within its limits, or the forced count as it is.
+    const int fewest = forced_parts > 1 ? forced_parts : 2, most = forced_parts > 1 ? forced_parts : 4;
+    for (int q = fewest; q <= most; q *= 2) {
       const std::int64_t blocks = gemv_blocks(g, slices) * q;
       const bool short_ranges = q == 2 || g.k_steps <= 8 * slices * q;
-      if (forced_parts > 0 ? q != forced_parts
-                           : (q < 2 || blocks > slots || 2 * slices * q > g.k_steps || !short_ranges)) {
-        continue;
-      }
+      if (forced_parts <= 1 && (blocks > slots || 2 * slices * q > g.k_steps || !short_ranges)) continue;
       if (wave_fill(blocks, slots) > best + 1e-9) best = wave_fill(blocks, slots), out = GemvSplit{slices, q};
     }
   }
