@@ -569,12 +569,11 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   using S = Smem<D, Bits, KB>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& sm = *reinterpret_cast<S*>(smem_raw);
-  // The quantized kernels (3 blocks an SM by their bounds) leave room for a block of the
-  // next kernel, the O projection's GEMV: launched at our start, it would take that room
-  // and stream its weights against our loads (measured: B = 1 selective8 at 2K, +3.3 us
-  // here and +3.7 us in the GEMV a layer). So they let it launch after their main loop.
-  constexpr bool kTriggerLate = Bits != 0;
-  if constexpr (!kTriggerLate) pdl_trigger();
+  // The next kernel, the O projection's GEMV, launches after our main loop: launched at
+  // our start, its blocks would take the room our grid leaves on an SM (the quantized
+  // kernels, 3 blocks an SM by their bounds, always leave a GEMV block's registers; FP16
+  // where the plan's grid is under 2 blocks an SM) and stream their weights against our
+  // loads (B = 1 selective8 at 2K: +3.3 us here and +3.7 us in the GEMV a layer).
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
   if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
@@ -1144,7 +1143,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     }
   }
   if constexpr (Bits != 0) cp_async_wait<0>();
-  if constexpr (kTriggerLate) pdl_trigger();
+  pdl_trigger();
 
   // A row's sum and minimum term over its four lanes (Swap: a head's over the 8 lanes of
   // its column); the minimums join every channel.
