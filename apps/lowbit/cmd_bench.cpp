@@ -91,6 +91,9 @@ int bench_decode(const Args& args) {
   cli.text("--policy", &policies, "P[,P...]", "full, window, selective8, selective4, int8, int4 (default full)");
   cli.integer("--steps", &options.steps, 1, 1 << 20, "decode steps a run (default 128)");
   cli.integer("--runs", &runs, 1, 100, "runs a case (default 3)");
+  cli.integer("--max-tokens", &options.max_tokens, 0, 1LL << 30,
+              "the session's capacity, as `generate` sizes one for prompt + --max-new-tokens (default: what "
+              "the runs need)");
   cli.integer("--sink", &options.sink, 0, 1 << 20, "sink tokens of window / selective (default 16)");
   cli.integer("--window", &options.window, 1, 1 << 20, "window tokens of window / selective (default 32)");
   cli.integer("--kv-key-block", &options.kv_key_block, 0, 1024,

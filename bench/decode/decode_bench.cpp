@@ -77,8 +77,8 @@ DecodeRow measure(const engine::GpuModel& model, std::int64_t context, const std
     engine::GpuSession warm(model, cache, warm_tokens + 1);
     (void)warm.forward(std::vector<std::int32_t>(static_cast<std::size_t>(warm_tokens), 0), false);
   }
-  const std::int64_t max_tokens = context + kWarmup + o.steps * o.runs + 1;
-  engine::GpuSession session(model, cache, max_tokens);
+  const std::int64_t need = context + kWarmup + o.steps * o.runs + 1;
+  engine::GpuSession session(model, cache, std::max(need, o.max_tokens));
   row.memory_gb = device_used_gb();
 
   std::mt19937 rng(static_cast<std::uint32_t>(context));
@@ -131,6 +131,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     LOWBIT_CHECK(config.context_length == 0 || need <= config.context_length, "--context ", context, ": with ",
                  o.runs, " runs of ", o.steps, " steps the sequence reaches ", need,
                  " tokens, past the model's context length ", config.context_length);
+    LOWBIT_CHECK(o.max_tokens <= need || config.context_length == 0 || o.max_tokens <= config.context_length,
+                 "--max-tokens ", o.max_tokens, ": past the model's context length ", config.context_length);
   }
   core::set_programmatic_launch(o.programmatic_launch);
   std::fprintf(stderr, "bench decode: uploading %s\n", o.model_path.c_str());
@@ -154,8 +156,13 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   std::printf("ceiling: device-to-device copy %.0f GB/s (bytes read + written), measured in this run\n", copy_gbps);
   if (!o.programmatic_launch) std::printf("kernels launched without programmatic dependent launch (--no-pdl)\n");
   std::printf("decode: %d runs of %lld greedy steps after the prompt (run r starts r x %lld tokens later); "
-              "tokens/s from the wall time, median [min, max]\n\n",
+              "tokens/s from the wall time, median [min, max]\n",
               o.runs, static_cast<long long>(o.steps), static_cast<long long>(o.steps));
+  if (o.max_tokens > 0) {
+    std::printf("sessions sized for %lld tokens (--max-tokens) where the runs need fewer\n",
+                static_cast<long long>(o.max_tokens));
+  }
+  std::printf("\n");
   std::printf("| context | policy | decode tok/s | device ms/token | GB/token (weights + KV) | %% of copy ceiling | "
               "prefill tok/s | device memory GB |\n|---:|---|---:|---:|---:|---:|---:|---:|\n");
   Json results = Json::array();
@@ -183,6 +190,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     Json doc = run_info_json("decode", info);
     doc.set("model", o.model_path).set("config", config.describe()).set("gpu_copy_gbps", copy_gbps);
     doc.set("steps", o.steps).set("runs", o.runs).set("programmatic_launch", o.programmatic_launch);
+    doc.set("max_tokens", o.max_tokens);
     doc.set("kv_key_block", o.kv_key_block);
     doc.set("rows", results);
     doc.write_file(o.json_path);

@@ -18,6 +18,9 @@ struct DecodeBenchOptions {
   std::vector<std::string> policies{"full"};  // full, window, selective8, selective4, int8, int4
   std::int64_t steps = 128;                  // decode steps a run
   int runs = 3;                              // runs a (context, policy), back to back
+  // The session's capacity, as a generate or serve session is sized for its whole request
+  // (0: what the runs need). The graph's plans follow it.
+  std::int64_t max_tokens = 0;
   std::int64_t sink = 16, window = 32;
   std::int64_t kv_key_block = 0;    // keys per channel over blocks of this many tokens (KIVI; 0: per token)
   bool programmatic_launch = true;  // off: the kernels launch without programmatic dependent launch

@@ -296,6 +296,20 @@ inline DecodeSplitPlan decode_plan_of_length(std::int64_t visible, std::int64_t 
   return DecodeSplitPlan{(visible + split_len - 1) / split_len, split_len};
 }
 
+// The split length when at most `splits` splits share `visible` positions: the fewest
+// rounds of kMinSplit positions (a tensor-core block's 4 warps, a 16-position tile each)
+// that fit, so that a block's warps walk as few tiles one after another as the splits
+// allow, on as few blocks as that takes. The single-sequence plan takes it where its
+// blocks fit one wave (cuda/kv/attention.cu), and the graph form's kernels take it again
+// at each step's own length, so that a step's splits follow its length rather than the
+// capacity its graph was planned for. Rounds, not tiles: in the 8B decode step at ~2.4K
+// positions 31 splits of 80 ran 3% slower than 26 of 96 (the same two-tile chain on more
+// blocks), 20 of 128 2% faster (H200, bench/notes/decode.md).
+LOWBIT_HD std::int64_t split_len_at(std::int64_t visible, std::int64_t splits) {
+  constexpr std::int64_t kRound = DecodeSplitPlan::kMinSplit;
+  return (visible + kRound * splits - 1) / (kRound * splits) * kRound;
+}
+
 // The most splits a plan over `visible` positions or fewer takes (what a workspace must
 // hold; it grows with visible): twice the fewest the lengths allow or twice the count
 // whose blocks fill the `slots` once, whichever is more, at most kMaxSplit (the

@@ -156,6 +156,31 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
   EXPECT_EQ(core::decode_heads_per_block(7), 1);
 }
 
+// The graph form's split length at each step's own length (core::split_len_at): whole
+// rounds of 64 positions, every position in one of the launch's splits, the fewest rounds
+// that fit. The 8B decode's FP16 grid (33 splits of 8 KV heads on 264 slots) at 2,048 of
+// a 2,437-position session: 32 splits of 64; at 2,437, 20 of 128.
+TEST(DecodeSplitPlan, SplitLengthFollowsTheStepsLength) {
+  for (const std::int64_t splits : {1, 7, 33, 49, 396}) {
+    for (std::int64_t visible = 1; visible <= 40000; visible += visible < 300 ? 1 : 97) {
+      const std::int64_t len = core::split_len_at(visible, splits);
+      EXPECT_EQ(len % DecodeSplitPlan::kMinSplit, 0);
+      EXPECT_GE(len, DecodeSplitPlan::kMinSplit);
+      EXPECT_GE(len * splits, visible) << "visible " << visible << " splits " << splits;
+      if (len > DecodeSplitPlan::kMinSplit) {  // one round less would not fit
+        EXPECT_LT((len - DecodeSplitPlan::kMinSplit) * splits, visible) << "visible " << visible;
+      }
+      EXPECT_LE(len, core::split_len_at(visible + 1, splits));  // grows with the length
+    }
+  }
+  EXPECT_EQ(core::split_len_at(2048, 33), 64);
+  EXPECT_EQ(core::split_len_at(2112, 33), 64);
+  EXPECT_EQ(core::split_len_at(2113, 33), 128);
+  EXPECT_EQ(core::split_len_at(2437, 33), 128);
+  EXPECT_EQ(core::split_len_at(8192, 33), 256);
+  EXPECT_EQ(core::split_len_at(100, 33), 64);
+}
+
 TEST(DecodeCacheLayout, RejectsBadShapes) {
   EXPECT_THROW(kv_shape(KvPolicy::full, 3, 96, 0, 0, 0, 10), Error);
   EXPECT_THROW(kv_shape(KvPolicy::selective, 3, 64, 4, 8, 6, 10), Error);

@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
-  if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  if (a.device_pos) resolve_device_span(a);
   if constexpr (Paged && !Rows) {  // the rows form's table and fixed area are set by the host
     if (!enter_paged_row(a, D)) return;
   }
@@ -565,11 +565,32 @@ DecodeSplitPlan batch_plan(const KvLayerShape& shape, const DecodeSpan& span, st
                             resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel)), cost);
 }
 
+// One sequence: where the batch plan's blocks fit one wave, as many splits as fill it
+// (`fill`), each the length's share (core::split_len_at, within the kernel's longest
+// split), so that the graph form can launch `fill` splits for its capacity and let each
+// step share its own length over them; fill 0 where the batch plan stands.
+struct SequencePlan {
+  DecodeSplitPlan plan;
+  std::int64_t fill = 0;
+};
+SequencePlan sequence_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
+                           AttentionKernel kernel) {
+  const DecodeSplitPlan plan = batch_plan(shape, span, n_heads, 1, kernel);
+  const bool mma = uses_mma(n_heads, shape, kernel);
+  const std::int64_t blocks = n_heads / heads_per_block(n_heads, shape, mma);
+  const std::int64_t slots = std::int64_t{resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel))} *
+                             core::multiprocessor_count();
+  const std::int64_t fill = slots / blocks, visible = span.visible(shape);
+  const std::int64_t longest = mma ? DecodeSplitPlan::kMaxMmaSplit : DecodeSplitPlan::kMaxSplit;
+  if (plan.splits * blocks > slots || core::split_len_at(visible, fill) > longest) return {plan, 0};
+  return {decode_plan_of_length(visible, core::split_len_at(visible, fill)), fill};
+}
+
 }  // namespace
 
 DecodeSplitPlan kv_attention_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
                                   AttentionKernel kernel) {
-  return batch_plan(shape, span, n_heads, 1, kernel);
+  return sequence_plan(shape, span, n_heads, kernel).plan;
 }
 
 namespace {
@@ -635,9 +656,14 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
   const bool mma = !rows && uses_mma(n_heads, shape, kernel);
   const bool swap = mma && uses_swap(n_heads, shape, kernel);
   const AttentionKernel chosen = swap ? AttentionKernel::mma_swap : mma ? AttentionKernel::mma : AttentionKernel::simt;
+  const SequencePlan sequence = rows || paged ? SequencePlan{} : sequence_plan(shape, span, n_heads, chosen);
   DecodeSplitPlan plan = rows    ? rows_plan(span.visible(shape))
                          : paged ? batch_plan(shape, span, n_heads, paged->batch, chosen)
-                                 : kv_attention_plan(shape, span, n_heads, chosen);
+                                 : sequence.plan;
+  // The graph form launches the sequence plan's `fill` splits for its capacity (span) and
+  // its kernels share each step's length over them (SplitArgs::balanced).
+  const bool balanced = device_pos && sequence.fill > 0 && split_len == 0;
+  if (balanced) plan.splits = sequence.fill;
   if (split_len > 0) {
     const std::int64_t longest = mma ? DecodeSplitPlan::kMaxMmaSplit : DecodeSplitPlan::kMaxSplit;
     LOWBIT_CHECK(!rows && split_len % 16 == 0 && split_len <= longest, "kv_attention: split_len ", split_len,
@@ -676,6 +702,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
               fused_combine ? static_cast<unsigned*>(workspace) : nullptr,
               out,
               out_dtype == DType::f16};
+  a.balanced = balanced;
   if (rows) {
     const ChunkRows& c = rows->chunk;
     const auto* base = static_cast<const __half*>(c.base);

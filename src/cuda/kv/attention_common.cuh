@@ -46,6 +46,9 @@ struct SplitArgs {
   // row; q, out (q_ld, out_ld apart), the partials and the counters advance by rows.
   PagedArgs paged{};
   const std::int32_t* table = nullptr;  // the row's page table (enter_paged_row; the rows form: the host)
+  // Graph form: the splits share each step's length evenly (core::split_len_at over
+  // `splits`, resolve_device_span); split_len is then the capacity's, an upper bound.
+  bool balanced = false;
 };
 
 
@@ -122,6 +125,12 @@ __device__ __forceinline__ void resolve_span(SplitArgs& a, long long length) {
   a.recent_begin = static_cast<int>(span.recent_begin);
   a.end = static_cast<int>(span.end);
   a.visible = static_cast<int>(span.visible(a.shape));
+}
+
+// The graph form's span, from the position in device memory, and its split length.
+__device__ __forceinline__ void resolve_device_span(SplitArgs& a) {
+  resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  if (a.balanced) a.split_len = static_cast<int>(core::split_len_at(a.visible, a.splits));
 }
 
 // The paged form's batch row blockIdx.z: its span, page table and fixed area, and where

@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // loads (B = 1 selective8 at 2K: +3.3 us here and +3.7 us in the GEMV a layer).
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
-  if (a.device_pos) resolve_span(a, static_cast<long long>(*a.device_pos) + 1);
+  if (a.device_pos) resolve_device_span(a);
   if constexpr (Paged) {
     if (!enter_paged_row(a, D)) return;
   }
