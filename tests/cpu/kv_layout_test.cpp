@@ -158,8 +158,8 @@ TEST(DecodeSplitPlan, CoversTheSequenceWithinBounds) {
 
 // The graph form's split length at each step's own length (core::split_len_at): whole
 // rounds of 64 positions, every position in one of the launch's splits, the fewest rounds
-// that fit. The 8B decode's FP16 grid (33 splits of 8 KV heads on 264 slots) at 2,048 of
-// a 2,437-position session: 32 splits of 64; at 2,437, 20 of 128.
+// that fit. The 8B decode's grid (33 splits of 8 KV heads, two blocks an SM on 132 SMs)
+// at 2,048 of a 2,437-position session: 32 splits of 64; at 2,437, 20 of 128.
 TEST(DecodeSplitPlan, SplitLengthFollowsTheStepsLength) {
   for (const std::int64_t splits : {1, 7, 33, 49, 396}) {
     for (std::int64_t visible = 1; visible <= 40000; visible += visible < 300 ? 1 : 97) {

@@ -566,9 +566,9 @@ DecodeSplitPlan batch_plan(const KvLayerShape& shape, const DecodeSpan& span, st
 }
 
 // One sequence: where the batch plan's blocks fit one wave, as many splits as fill two
-// blocks an SM (`fill`), each the length's share (core::split_len_at, within the kernel's
-// longest split), so that the graph form can launch `fill` splits for its capacity and let
-// each step share its own length over them; fill 0 where the batch plan stands. Two, not
+// blocks an SM (`fill`), each core::split_len_at(visible, fill) long (within the kernel's
+// longest split), so that the graph form can launch `fill` splits for its capacity and
+// let each step take the length of its own; fill 0 where the batch plan stands. Two, not
 // the three the quantized kernels keep resident: in the 8B step (H200, bench decode)
 // selective8 ran +0.7% at 2K and +4.3% at 8K on two, -5% on one; FP16 on one -6%.
 constexpr std::int64_t kFillPerSm = 2;

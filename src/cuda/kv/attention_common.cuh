@@ -46,8 +46,9 @@ struct SplitArgs {
   // row; q, out (q_ld, out_ld apart), the partials and the counters advance by rows.
   PagedArgs paged{};
   const std::int32_t* table = nullptr;  // the row's page table (enter_paged_row; the rows form: the host)
-  // Graph form: the splits share each step's length evenly (core::split_len_at over
-  // `splits`, resolve_device_span); split_len is then the capacity's, an upper bound.
+  // Graph form: each step's split length from its own length, in whole rounds of 64
+  // positions over `splits` (core::split_len_at, resolve_device_span); split_len is then
+  // the capacity's, an upper bound.
   bool balanced = false;
 };
 
