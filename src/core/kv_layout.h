@@ -379,6 +379,27 @@ inline DecodeSplitPlan plan_decode_splits(std::int64_t visible, std::int64_t blo
   return best;
 }
 
+// One sequence's plan (the single-sequence forms of cuda/kv/attention.cu): where the
+// default plan's blocks fit one wave, `fill` splits, as many as two blocks an SM hold (the
+// quantized kernels keep three resident, but in the 8B step, H200 bench decode, selective8
+// ran +0.7% at 2K and +4.3% at 8K on two, -5% on one; FP16 on one -6%), each
+// split_len_at(visible, fill) long; so that the graph form can launch `fill` splits for its
+// capacity and let each step take the split length of its own. fill 0: the default plan
+// stands (a grid past one wave, or splits longer than the kernel takes).
+struct SequenceSplitPlan {
+  DecodeSplitPlan plan;
+  std::int64_t fill = 0;
+};
+inline constexpr int kSequenceFillPerSm = 2;
+inline SequenceSplitPlan plan_sequence_splits(std::int64_t visible, std::int64_t blocks_per_split, int sm_count,
+                                              int per_sm, const DecodeSplitCost& c) {
+  const DecodeSplitPlan plan = plan_decode_splits(visible, blocks_per_split, sm_count, per_sm, c);
+  const std::int64_t slots = static_cast<std::int64_t>(per_sm) * sm_count;
+  const std::int64_t fill = static_cast<std::int64_t>(std::min(per_sm, kSequenceFillPerSm)) * sm_count / blocks_per_split;
+  if (plan.splits * blocks_per_split > slots || fill < 1 || split_len_at(visible, fill) > c.longest) return {plan, 0};
+  return {decode_plan_of_length(visible, split_len_at(visible, fill)), fill};
+}
+
 // Query heads per block: the largest of 4, 3, 2, 1 dividing the GQA group, so that a
 // block reads its KV head once for all of them (a group of 8 takes two blocks).
 inline int decode_heads_per_block(std::int64_t group) {

@@ -181,6 +181,39 @@ TEST(DecodeSplitPlan, SplitLengthFollowsTheStepsLength) {
   EXPECT_EQ(core::split_len_at(100, 33), 64);
 }
 
+// One sequence's plan: the 8B decode (8 KV heads of 4 query heads, one tensor-core block a
+// KV head) on 132 SMs fills two blocks an SM whether its kernel keeps two (FP16) or three
+// (quantized) resident: 33 splits, each the step's length in rounds of 64; the default plan
+// where the grid passes a wave, the splits would pass the kernel's longest, or two blocks
+// an SM hold no split (more blocks a split than twice the SMs).
+TEST(DecodeSplitPlan, OneSequenceFillsTwoBlocksAnSm) {
+  for (const auto& [per_sm, cost] : {std::pair{2, core::kMmaF16SplitCost}, std::pair{3, core::kMmaQuantSplitCost}}) {
+    const core::SequenceSplitPlan p = core::plan_sequence_splits(2437, 8, 132, per_sm, cost);
+    EXPECT_EQ(p.fill, 33);
+    EXPECT_EQ(p.plan.split_len, 128);
+    EXPECT_EQ(p.plan.splits, 20);
+    EXPECT_EQ(core::plan_sequence_splits(2048, 8, 132, per_sm, cost).plan.splits, 32);
+  }
+  // 200,000 positions over 33 splits would take 6,080 a split, past the 4,096 the
+  // tensor-core kernels take: the default plan.
+  const core::SequenceSplitPlan longest = core::plan_sequence_splits(200000, 8, 132, 2, core::kMmaF16SplitCost);
+  EXPECT_EQ(longest.fill, 0);
+  EXPECT_EQ(longest.plan.split_len, core::plan_decode_splits(200000, 8, 132, 2, core::kMmaF16SplitCost).split_len);
+  // 300 blocks a split on 132 SMs at 3 resident: one split fits a wave, but two blocks an
+  // SM (264) hold none.
+  const core::SequenceSplitPlan wide = core::plan_sequence_splits(100, 300, 132, 3, core::kMmaQuantSplitCost);
+  EXPECT_EQ(wide.fill, 0);
+  EXPECT_EQ(wide.plan.splits, 1);
+  for (std::int64_t visible : {1, 65, 4097, 40000}) {
+    const core::SequenceSplitPlan p = core::plan_sequence_splits(visible, 8, 132, 2, core::kSimtSplitCost);
+    EXPECT_GE(p.plan.splits * p.plan.split_len, visible);
+    EXPECT_LE(p.plan.split_len, core::kSimtSplitCost.longest);
+    if (p.fill > 0) {
+      EXPECT_LE(p.plan.splits, p.fill);
+    }
+  }
+}
+
 TEST(DecodeCacheLayout, RejectsBadShapes) {
   EXPECT_THROW(kv_shape(KvPolicy::full, 3, 96, 0, 0, 0, 10), Error);
   EXPECT_THROW(kv_shape(KvPolicy::selective, 3, 64, 4, 8, 6, 10), Error);

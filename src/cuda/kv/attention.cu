@@ -550,44 +550,40 @@ std::int64_t heads_per_block(std::int64_t n_heads, const KvLayerShape& shape, bo
   return mma ? n_heads / shape.kv_heads : decode_heads_per_block(n_heads / shape.kv_heads);
 }
 
-// The plan of `batch` rows (the paged form; 1 the single-sequence forms): the batch's
-// blocks fill the device at the span's length.
-DecodeSplitPlan batch_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
-                           std::int64_t batch, AttentionKernel kernel) {
+// What the split planners take of a launch: its blocks a split (of one batch row), the
+// kernel's blocks a SM, and its cost.
+struct PlanInputs {
+  std::int64_t blocks;
+  int per_sm;
+  const core::DecodeSplitCost* cost;
+};
+PlanInputs plan_inputs(const KvLayerShape& shape, std::int64_t n_heads, AttentionKernel kernel) {
   LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
                n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
   const bool mma = uses_mma(n_heads, shape, kernel);
-  const core::DecodeSplitCost& cost = !mma                               ? core::kSimtSplitCost
+  const core::DecodeSplitCost& cost = !mma                         ? core::kSimtSplitCost
                                       : shape.body == KvBody::none ? core::kMmaF16SplitCost
-                                                                         : core::kMmaQuantSplitCost;
-  return plan_decode_splits(span.visible(shape), batch * (n_heads / heads_per_block(n_heads, shape, mma)),
-                            core::multiprocessor_count(),
-                            resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel)), cost);
+                                                                   : core::kMmaQuantSplitCost;
+  return PlanInputs{n_heads / heads_per_block(n_heads, shape, mma),
+                    resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel)), &cost};
 }
 
-// One sequence: where the batch plan's blocks fit one wave, as many splits as fill two
-// blocks an SM (`fill`), each core::split_len_at(visible, fill) long (within the kernel's
-// longest split), so that the graph form can launch `fill` splits for its capacity and
-// let each step take the length of its own; fill 0 where the batch plan stands. Two, not
-// the three the quantized kernels keep resident: in the 8B step (H200, bench decode)
-// selective8 ran +0.7% at 2K and +4.3% at 8K on two, -5% on one; FP16 on one -6%.
-constexpr std::int64_t kFillPerSm = 2;
-struct SequencePlan {
-  DecodeSplitPlan plan;
-  std::int64_t fill = 0;
-};
-SequencePlan sequence_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
-                           AttentionKernel kernel) {
-  const DecodeSplitPlan plan = batch_plan(shape, span, n_heads, 1, kernel);
-  const bool mma = uses_mma(n_heads, shape, kernel);
-  const std::int64_t blocks = n_heads / heads_per_block(n_heads, shape, mma);
-  const std::int64_t per_sm = resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel));
-  const std::int64_t slots = per_sm * core::multiprocessor_count();
-  const std::int64_t fill = std::min(per_sm, kFillPerSm) * core::multiprocessor_count() / blocks;
-  const std::int64_t visible = span.visible(shape);
-  const std::int64_t longest = mma ? DecodeSplitPlan::kMaxMmaSplit : DecodeSplitPlan::kMaxSplit;
-  if (plan.splits * blocks > slots || core::split_len_at(visible, fill) > longest) return {plan, 0};
-  return {decode_plan_of_length(visible, core::split_len_at(visible, fill)), fill};
+// The plan of `batch` rows (the paged form): the batch's blocks fill the device at the
+// span's length.
+DecodeSplitPlan batch_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
+                           std::int64_t batch, AttentionKernel kernel) {
+  const PlanInputs in = plan_inputs(shape, n_heads, kernel);
+  return plan_decode_splits(span.visible(shape), batch * in.blocks, core::multiprocessor_count(), in.per_sm,
+                            *in.cost);
+}
+
+// The single-sequence forms' plan (core::plan_sequence_splits): the graph form launches its
+// `fill` splits for its capacity and each step takes the split length of its own.
+core::SequenceSplitPlan sequence_plan(const KvLayerShape& shape, const DecodeSpan& span, std::int64_t n_heads,
+                                      AttentionKernel kernel) {
+  const PlanInputs in = plan_inputs(shape, n_heads, kernel);
+  return core::plan_sequence_splits(span.visible(shape), in.blocks, core::multiprocessor_count(), in.per_sm,
+                                    *in.cost);
 }
 
 }  // namespace
@@ -660,7 +656,8 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
   const bool mma = !rows && uses_mma(n_heads, shape, kernel);
   const bool swap = mma && uses_swap(n_heads, shape, kernel);
   const AttentionKernel chosen = swap ? AttentionKernel::mma_swap : mma ? AttentionKernel::mma : AttentionKernel::simt;
-  const SequencePlan sequence = rows || paged ? SequencePlan{} : sequence_plan(shape, span, n_heads, chosen);
+  const core::SequenceSplitPlan sequence =
+      rows || paged ? core::SequenceSplitPlan{} : sequence_plan(shape, span, n_heads, chosen);
   DecodeSplitPlan plan = rows    ? rows_plan(span.visible(shape))
                          : paged ? batch_plan(shape, span, n_heads, paged->batch, chosen)
                                  : sequence.plan;
