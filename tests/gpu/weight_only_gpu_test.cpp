@@ -98,15 +98,16 @@ TEST_F(WeightOnlyGpu, DecodeShape) {
 }
 
 // The production GEMVs of group-32 products at M <= 8 at model widths (on a 132-SM device:
-// wide, between and narrow grids, short and long K), a ragged K, bias and unaligned rows in
-// turn.
+// wide, between and narrow grids, short and long K; between with long K is the 8B QKV's
+// class at M <= 4), a ragged K, bias and unaligned rows in turn.
 TEST_F(WeightOnlyGpu, GemvUpToEightRowsAtModelWidths) {
   LOWBIT_TEST_RNG(rng);
   struct Shape {
     std::int64_t n, k;
   };
   for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{4, 32, false, DType::bf16}}) {
-    for (const Shape shape : {Shape{20003, 650}, Shape{6000, 2100}, Shape{1000, 4500}, Shape{1000, 2048}}) {
+    for (const Shape shape :
+         {Shape{20003, 650}, Shape{6000, 2100}, Shape{6000, 4200}, Shape{1000, 4500}, Shape{1000, 2048}}) {
       DeviceWeights w;
       make_weights(rng, spec, shape.n, shape.k, w);
       int round = 0;
