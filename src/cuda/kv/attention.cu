@@ -262,8 +262,10 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
 #pragma unroll
   for (int g = 0; g < GQ; ++g) {
     const uint4* p = reinterpret_cast<const uint4*>(a.q + (h0 + g) * D + sub * kChannels);
-    halves(__ldg(p), q[g]);
-    halves(__ldg(p + 1), q[g] + 8);
+    // Not __ldg: q is the append's output, and ptxas may move a read-only (.nc) load
+    // above griddepcontrol.wait.
+    halves(__ldcg(p), q[g]);
+    halves(__ldcg(p + 1), q[g] + 8);
 #pragma unroll
     for (int c = 0; c < kChannels; ++c) q[g][c] *= a.q_scale;
   }

@@ -75,7 +75,9 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTile = 16;  // positions a warp takes at a time (the k of the P V mma)
 
 // N bytes from p into words (N a multiple of 4), 16 / 8 / 4 bytes at a time; past L1
-// when the row may have been cached there before its writer finished.
+// when the row may have been cached there before its writer finished, and for anything
+// written by the kernel this one waits for (griddepcontrol.wait): ptxas may move a
+// read-only (.nc) load above the wait.
 template <int N>
 __device__ __forceinline__ void load_words(const void* p, bool past_l1, std::uint32_t* w) {
   if constexpr (N >= 16) {
@@ -861,15 +863,15 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     return in_tile(a.end - 1) || in_tile(a.recent_begin - 1);
   };
   const bool early = Bits != 0 && !(holds_appended(first) || holds_appended(first + kStride));
-  if (early) {
+  // One call site for both orders (the wait is a no-op the second time): each inlined
+  // issue() is ~130 instructions, and the quantized step's attention at 2K stalls on
+  // fetching its instructions (bench/notes/decode.md, session 30).
+  if (a.prefetch && !early) pdl_wait();
+  if constexpr (Bits != 0) {
     issue(first, 0);
     issue(first + kStride, 1);
   }
   if (a.prefetch) pdl_wait();
-  if (Bits != 0 && !early) {
-    issue(first, 0);
-    issue(first + kStride, 1);
-  }
 
   // Q as A fragments (rows g and g + 8; quarter c of head_dim), and sum(q) per row for
   // INT4 keys' minimums. The fragments are the same for every warp: kept in shared memory
@@ -880,7 +882,9 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     for (int r = 0; r < (Swap ? 1 : 2); ++r) {  // Swap: G <= 8, row g only
       const int hq = g + 8 * r;
       if (hq < a.group) {
-        load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), false, rows[r]);
+        // Past L1 (ld.global.cg): q is the append's output, and ptxas moves a read-only
+        // (.nc, __ldg) load above griddepcontrol.wait (it did, session 30).
+        load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), true, rows[r]);
       } else {
 #pragma unroll
         for (int w = 0; w < D / 8; ++w) rows[r][w] = 0;
@@ -932,7 +936,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   auto load_staged_k = [&](std::uint32_t (&dst)[D / 8], int pos) {
     const int ring_slot = (pos - kb_base) % kb_block;
     const std::uint16_t* row = a.layer.k.staged + (static_cast<long long>(head) * kb_block + ring_slot) * D;
-    load_words<D / 2>(row + c * (D / 4), false, dst);
+    load_words<D / 2>(row + c * (D / 4), past_l1(pos), dst);
     interleave_quads<Bits, D / 8>(dst);
   };
   // KB: the key block whose fragments the warp holds (kb_smem->hi / lo), its 2^-ks and its
