@@ -49,17 +49,22 @@ def kernels(library, cuobjdump, cxxfilt):
             mangled.append(name)
             stacks.append(int(s.group(1)))
             name = None
+    return list(zip(plain_names(mangled, cxxfilt), stacks))
+
+
+def plain_names(mangled, cxxfilt):
+    """The kernels' demangled names without namespaces or return type (the rules' form)."""
     names = subprocess.run([cxxfilt], input="\n".join(mangled), check=True, capture_output=True,
                            text=True).stdout.splitlines()
     if len(names) != len(mangled):
-        raise SystemExit(f"kernel_stack_check: c++filt returned {len(names)} names for {len(mangled)}")
+        raise SystemExit(f"c++filt returned {len(names)} names for {len(mangled)}")
     plain = []
     for n in names:
         n = re.sub(r"^void ", "", n)
         n = n.replace("(anonymous namespace)::", "")
         n = re.sub(r"\b[a-z_]+::", "", n)  # lowbit::cuda::kv:: and the like
         plain.append(n)
-    return list(zip(plain, stacks))
+    return plain
 
 
 def main():

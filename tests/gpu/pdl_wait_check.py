@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""No read-only load above the PDL wait, read from the compiled library (no GPU needed).
+
+A kernel launched with programmatic dependent launch may start while its predecessor
+runs; it reads what the predecessor wrote only after griddepcontrol.wait (SASS: ACQBULK).
+A read-only load (`__ldg`, ld.global.nc; SASS: LDG...CONSTANT) promises that its data does
+not change while the kernel runs, so ptxas may move it above the wait: in session 30 it
+moved the decode attention's q loads there once the code around them changed, and the
+selective policies read q before the append wrote it (bench/notes/decode.md). Each rule
+names kernels that read q, activations or cache rows (16-byte loads) only after their
+n-th wait, or by cp.async before it: no 16-byte LDG...CONSTANT may come before that wait in
+the SASS. (Narrower loads may: the paged kernels read their page tables, written before
+the step, with __ldg before the wait by design.) Every rule must match at least one kernel.
+
+usage: pdl_wait_check.py LIBRARY [--cuobjdump PATH] [--cxxfilt PATH]
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+from kernel_stack_check import plain_names
+
+# (pattern on the demangled name without namespaces, the wait (1-based in SASS order; -1 the
+# last), why)
+RULES = [
+    (r"^kv_attention_mma_kernel<\d+, [48], ", -1,
+     "the quantized decode attention: its body tiles go by cp.async before the wait, q and the "
+     "appended rows after it"),
+    (r"^gemv_kernel<", 2, "the GEMV fills its ring with weights (cp.async) before the wait, the activations after"),
+]
+
+WIDE_READ_ONLY_LOAD = re.compile(r"\bLDG\.E\.128\.CONSTANT\b")
+
+
+def functions(library, cuobjdump):
+    """(mangled name, [instruction text]) of every kernel in the library."""
+    out = subprocess.run([cuobjdump, "-sass", library], check=True, capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            found.append((m.group(1), []))
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?);", line)
+        if m and found:
+            found[-1][1].append(m.group(1))
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("library")
+    ap.add_argument("--cuobjdump", default="cuobjdump")
+    ap.add_argument("--cxxfilt", default="c++filt")
+    args = ap.parse_args()
+    found = functions(args.library, args.cuobjdump)
+    if not found:
+        print(f"pdl_wait_check: no kernels in {args.library}", file=sys.stderr)
+        return 1
+    names = plain_names([mangled for mangled, _ in found], args.cxxfilt)
+    matched = [0] * len(RULES)
+    failures = []
+    for name, (_, code) in zip(names, found):
+        for i, (pattern, wait, why) in enumerate(RULES):
+            if not re.search(pattern, name):
+                continue
+            matched[i] += 1
+            waits = [j for j, text in enumerate(code) if text.split()[-1] == "ACQBULK"]
+            if len(waits) < abs(wait):
+                failures.append(f"{name}: {len(waits)} waits, the rule reads wait {wait} ({why})")
+            else:
+                at = waits[wait - 1 if wait > 0 else wait]
+                early = [text for text in code[:at] if WIDE_READ_ONLY_LOAD.search(text)]
+                if early:
+                    failures.append(f"{name}: {len(early)} 16-byte read-only loads before wait {wait}, e.g. "
+                                    f"{early[0].strip()!r} ({why})")
+            break
+    for i, (pattern, _, _) in enumerate(RULES):
+        if matched[i] == 0:
+            failures.append(f"rule {pattern!r} matches no kernel of {args.library}")
+    for f in failures:
+        print(f"pdl_wait_check: {f}", file=sys.stderr)
+    print(f"pdl_wait_check: {len(found)} kernels, {sum(matched)} under {len(RULES)} rules, {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
