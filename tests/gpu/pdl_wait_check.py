@@ -14,12 +14,11 @@ the step, with __ldg before the wait by design.) Every rule must match at least 
 
 usage: pdl_wait_check.py LIBRARY [--cuobjdump PATH] [--cxxfilt PATH]
 """
-import argparse
 import re
 import subprocess
 import sys
 
-from kernel_stack_check import plain_names
+from library_kernels import parse_args, plain_names, report
 
 # (pattern on the demangled name without namespaces, the wait (1-based in SASS order; -1 the
 # last), why)
@@ -49,11 +48,7 @@ def functions(library, cuobjdump):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("library")
-    ap.add_argument("--cuobjdump", default="cuobjdump")
-    ap.add_argument("--cxxfilt", default="c++filt")
-    args = ap.parse_args()
+    args = parse_args(__doc__)
     found = functions(args.library, args.cuobjdump)
     if not found:
         print(f"pdl_wait_check: no kernels in {args.library}", file=sys.stderr)
@@ -76,13 +71,7 @@ def main():
                     failures.append(f"{name}: {len(early)} 16-byte read-only loads before wait {wait}, e.g. "
                                     f"{early[0].strip()!r} ({why})")
             break
-    for i, (pattern, _, _) in enumerate(RULES):
-        if matched[i] == 0:
-            failures.append(f"rule {pattern!r} matches no kernel of {args.library}")
-    for f in failures:
-        print(f"pdl_wait_check: {f}", file=sys.stderr)
-    print(f"pdl_wait_check: {len(found)} kernels, {sum(matched)} under {len(RULES)} rules, {len(failures)} failures")
-    return 1 if failures else 0
+    return report("pdl_wait_check", args.library, len(found), RULES, matched, failures)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,41 @@
+"""What the static kernel checks share: their arguments, kernel names in the rules' form,
+and the report (tests/gpu/kernel_stack_check.py, tests/gpu/pdl_wait_check.py)."""
+import argparse
+import re
+import subprocess
+import sys
+
+
+def parse_args(doc):
+    """LIBRARY [--cuobjdump PATH] [--cxxfilt PATH], described by the check's docstring."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("library")
+    ap.add_argument("--cuobjdump", default="cuobjdump")
+    ap.add_argument("--cxxfilt", default="c++filt")
+    return ap.parse_args()
+
+
+def plain_names(mangled, cxxfilt):
+    """The kernels' demangled names without namespaces or return type (the rules' form)."""
+    names = subprocess.run([cxxfilt], input="\n".join(mangled), check=True, capture_output=True,
+                           text=True).stdout.splitlines()
+    if len(names) != len(mangled):
+        raise SystemExit(f"c++filt returned {len(names)} names for {len(mangled)}")
+    plain = []
+    for n in names:
+        n = re.sub(r"^void ", "", n)
+        n = n.replace("(anonymous namespace)::", "")
+        n = re.sub(r"\b[a-z_]+::", "", n)  # lowbit::cuda::kv:: and the like
+        plain.append(n)
+    return plain
+
+
+def report(tool, library, kernels, rules, matched, failures):
+    """Prints the failures (a rule that matched no kernel is one) and a summary; the exit code."""
+    for i, rule in enumerate(rules):
+        if matched[i] == 0:
+            failures.append(f"rule {rule[0]!r} matches no kernel of {library}")
+    for f in failures:
+        print(f"{tool}: {f}", file=sys.stderr)
+    print(f"{tool}: {kernels} kernels, {sum(matched)} under {len(rules)} rules, {len(failures)} failures")
+    return 1 if failures else 0
