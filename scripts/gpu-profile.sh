@@ -57,6 +57,10 @@ while IFS='|' read -r name kernel arguments; do
   fi
   "$ncu" --import "$results/$name.ncu-rep" --page details --csv >"$results/$name.csv" 2>/dev/null || status=1
   "$ncu" --import "$results/$name.ncu-rep" --page raw --csv >"$results/$name.raw.csv" 2>/dev/null || status=1
+  # Per-instruction samples for scripts/sass_by_line.py (--ncu-source); not *.csv: the
+  # summary below reads those.
+  "$ncu" --import "$results/$name.ncu-rep" --page source --print-source sass --csv \
+    >"$results/$name.source.txt" 2>/dev/null || status=1
 done <<<"$cases"
 
 python3 - "$results" <<'EOF'
