@@ -38,13 +38,19 @@ def tool(name):
     return found
 
 
-def functions(obj):
-    """{mangled name: [(offset, [(file, line), ...] innermost first, instruction text)]}."""
+def functions(obj, wanted=None):
+    """{mangled name: [(offset, [(file, line), ...] innermost first, instruction text)]} of the
+    object's kernels; with `wanted` (a regex on demangled names) only the cubins that hold
+    a match are disassembled (a library holds hundreds)."""
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([tool("cuobjdump"), "-xelf", "all", os.path.abspath(obj)], cwd=tmp, check=True,
                        capture_output=True)
         for cubin in sorted(glob.glob(os.path.join(tmp, "*.cubin"))):
+            if wanted:
+                names = sorted({m.decode() for m in re.findall(rb"\.text\.(_Z[0-9A-Za-z_]+)", open(cubin, "rb").read())})
+                if not any(re.search(wanted, d) for d in demangle(names)):
+                    continue
             text = subprocess.run([tool("nvdisasm"), "-gi", "-c", cubin], check=True, capture_output=True,
                                   text=True).stdout
             name, frames, fresh = None, [], True
@@ -91,7 +97,9 @@ def main():
     ap.add_argument("--inner", action="store_true")
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
-    found = functions(args.object)
+    found = functions(args.object, args.kernel)
+    if not found:
+        sys.exit(f"sass_by_line: no kernel of {args.object} matches {args.kernel!r}")
     names = list(found)
     picked = [m for m, d in zip(names, demangle(names)) if re.search(args.kernel, d)]
     if len(picked) != 1:
