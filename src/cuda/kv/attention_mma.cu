@@ -864,8 +864,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   };
   const bool early = Bits != 0 && !(holds_appended(first) || holds_appended(first + kStride));
   // One call site for both orders (the wait is a no-op the second time): each inlined
-  // issue() is ~130 instructions, and the quantized step's attention at 2K stalls on
-  // fetching its instructions (bench/notes/decode.md, session 30).
+  // issue() is ~850 instructions of SASS, and the quantized step's attention at 2K stalls
+  // on fetching its instructions (bench/notes/decode.md, session 30).
   if (a.prefetch && !early) pdl_wait();
   if constexpr (Bits != 0) {
     issue(first, 0);
@@ -882,8 +882,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     for (int r = 0; r < (Swap ? 1 : 2); ++r) {  // Swap: G <= 8, row g only
       const int hq = g + 8 * r;
       if (hq < a.group) {
-        // Past L1 (ld.global.cg): q is the append's output, and ptxas moves a read-only
-        // (.nc, __ldg) load above griddepcontrol.wait (it did, session 30).
+        // Past L1: q is the append's output (load_words).
         load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), true, rows[r]);
       } else {
 #pragma unroll
