@@ -20,8 +20,6 @@ from library_kernels import parse_args, plain_names, report
 # (pattern on the demangled name without namespaces, most stack bytes, why that many):
 # the kernels of a decode step (batch 1 and batched) and of prefill.
 RULES = [
-    (r"^kv_attention_mma_kernel<128, 8, true, false, false>", 32,
-     "INT8 swap, contiguous: two loop values reloaded a tile since the softmax guards went"),
     (r"^kv_attention_mma_kernel<\d+, \d, true, ", 0, "the swap decode attention (B = 1 and paged)"),
     (r"^kv_append_kernel<", 0, "the decode step's RoPE + append"),
     (r"^kv_append_rows_kernel<", 0, "prefill's append"),

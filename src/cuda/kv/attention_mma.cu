@@ -807,18 +807,45 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     } else if (Bits != 0 && t < end_tile) {
       typename S::Stage& stage = sm.ring[warp][slot];
       const int base = t * kTile;
+      if constexpr (2 * kChunks / 32 > 4) {
+        // INT8 at D = 128, eight copies a lane: rolled, a row (K's and V's chunk) a pass.
+        // Unrolled, this branch was ~680 instructions in each of issue()'s three call
+        // sites, which the cold splits (sink, window, a split's end) stall fetching; rolled,
+        // the step's selective8 attention at 8B 2K is 8% faster. The same form with two
+        // passes (INT4) made selective4's 7% slower, and so did other changes to this
+        // loop: those keep the unrolled form (bench/notes/decode.md, session 31).
+        constexpr int kRowsPerPass = 32 / kRowChunks;
+        const int chunk = lane % kRowChunks;
+#pragma unroll 1
+        for (int row = lane / kRowChunks; row < kTile; row += kRowsPerPass) {
+          const int j = base + row;
+          const Where at = j < n ? where<Bits>(a, i0 + j) : Where{0, false};
 #pragma unroll
-      for (int q = lane; q < 2 * kChunks; q += 32) {
-        const int part = q / kChunks, row = (q % kChunks) / (kCodeBytes / 16), chunk = q % (kCodeBytes / 16);
-        const int j = base + row;
-        std::uint8_t* dst = (part == 0 ? stage.k[row] : stage.v[row]) + chunk * 16;
-        const Where at = j < n ? where<Bits>(a, i0 + j) : Where{0, false};
-        if (j < n && at.body) {
-          const BodyRow rows = body_row<Paged>(a, part != 0, at.pos);
-          cp_async16(dst, rows.codes + static_cast<long long>(head) * kCodeBytes + chunk * 16, 16);
-        } else {
-          cp_async16(dst, a.paged.layer.pages ? a.paged.layer.pages : part == 0 ? a.layer.k.codes : a.layer.v.codes,
-                     0);  // zeros: an FP16 token's or one past the split (a valid address, nothing read)
+          for (int part = 0; part < 2; ++part) {
+            std::uint8_t* dst = (part == 0 ? stage.k[row] : stage.v[row]) + chunk * 16;
+            if (j < n && at.body) {
+              const BodyRow rows = body_row<Paged>(a, part != 0, at.pos);
+              cp_async16(dst, rows.codes + static_cast<long long>(head) * kCodeBytes + chunk * 16, 16);
+            } else {
+              cp_async16(dst, a.paged.layer.pages ? a.paged.layer.pages : part == 0 ? a.layer.k.codes : a.layer.v.codes,
+                         0);  // zeros: an FP16 token's or one past the split (a valid address, nothing read)
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int q = lane; q < 2 * kChunks; q += 32) {
+          const int part = q / kChunks, row = (q % kChunks) / (kCodeBytes / 16), chunk = q % (kCodeBytes / 16);
+          const int j = base + row;
+          std::uint8_t* dst = (part == 0 ? stage.k[row] : stage.v[row]) + chunk * 16;
+          const Where at = j < n ? where<Bits>(a, i0 + j) : Where{0, false};
+          if (j < n && at.body) {
+            const BodyRow rows = body_row<Paged>(a, part != 0, at.pos);
+            cp_async16(dst, rows.codes + static_cast<long long>(head) * kCodeBytes + chunk * 16, 16);
+          } else {
+            cp_async16(dst, a.paged.layer.pages ? a.paged.layer.pages : part == 0 ? a.layer.k.codes : a.layer.v.codes,
+                       0);  // zeros: an FP16 token's or one past the split (a valid address, nothing read)
+          }
         }
       }
       // The parameters of a tile with FP16 tokens or an end: loaded here (such tiles are

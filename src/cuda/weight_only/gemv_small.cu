@@ -6,12 +6,13 @@
 // Here one warp owns one tile pair (16 output rows, the A operand of m16n8k16, as in the
 // streaming kernel) and a range of at most kMaxSteps 128-wide steps of K; a block is the
 // k_splits warps of one tile pair. Each warp loads all its codes, scales and mins into
-// registers at once, before griddepcontrol.wait (the weights are constant, the PDL
-// contract of weight_only_gemm), so that after the wait only the activation loads, the
-// mma chain, one shared-memory sum over the K splits (fixed order) and the store are
-// left on the critical path. Same packed layout, same dequantization (exact per the
-// format's definition) and the same mma as the streaming kernel; only the order of the
-// FP32 sum over K differs.
+// registers at once, written before griddepcontrol.wait (the weights are constant, the
+// PDL contract of weight_only_gemm), so that after the wait only the activation loads,
+// the mma chain, one shared-memory sum over the K splits (fixed order) and the store are
+// left on the critical path. (ptxas of CUDA 13 places the wait above the weight loads in
+// the SASS all the same: an open lever, bench/notes/decode.md, session 31.) Same packed
+// layout, same dequantization (exact per the format's definition) and the same mma as the
+// streaming kernel; only the order of the FP32 sum over K differs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -34,7 +35,8 @@ constexpr int kMaxSplits = 8;                       // warps per block
 constexpr std::int64_t kMaxCodeBytes = 1 << 20;
 
 // The lane's activations of one step: rows r and r + 8, k = 128 step + 32 c .. + 31,
-// zero past K and past M.
+// zero past K and past M. `__ldca`, not `__ldg`: x is the predecessor's output, and ptxas
+// may move a read-only load above the PDL wait (docs/DESIGN.md).
 template <int kRowGroups>
 __device__ __forceinline__ void load_x_step(const Params& p, int r, int c, std::int64_t step,
                                             std::uint32_t (&x)[kRowGroups][16]) {
@@ -50,13 +52,13 @@ __device__ __forceinline__ void load_x_step(const Params& p, int r, int c, std::
     } else if (whole) {
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
-        const uint4 q = __ldg(reinterpret_cast<const uint4*>(xs) + v);
+        const uint4 q = __ldca(reinterpret_cast<const uint4*>(xs) + v);
         x[rg][4 * v] = q.x, x[rg][4 * v + 1] = q.y, x[rg][4 * v + 2] = q.z, x[rg][4 * v + 3] = q.w;
       }
     } else {
       for (int i = 0; i < 16; ++i) {
-        const std::uint32_t lo = k0 + 2 * i < p.k ? __ldg(xs + 2 * i) : 0u;
-        const std::uint32_t hi = k0 + 2 * i + 1 < p.k ? __ldg(xs + 2 * i + 1) : 0u;
+        const std::uint32_t lo = k0 + 2 * i < p.k ? __ldca(xs + 2 * i) : 0u;
+        const std::uint32_t hi = k0 + 2 * i + 1 < p.k ? __ldca(xs + 2 * i + 1) : 0u;
         x[rg][i] = lo | (hi << 16);
       }
     }
