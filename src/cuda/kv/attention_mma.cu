@@ -813,7 +813,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         // sites, which the cold splits (sink, window, a split's end) stall fetching; rolled,
         // the step's selective8 attention at 8B 2K is 8% faster. The same form with two
         // passes (INT4) made selective4's 7% slower, and so did other changes to this
-        // loop: those keep the unrolled form (bench/notes/decode.md, session 31).
+        // loop: those keep the unrolled form, its SASS byte for byte (so the copy is
+        // written twice: a shared lambda changed it; bench/notes/decode.md, session 31).
         constexpr int kRowsPerPass = 32 / kRowChunks;
         const int chunk = lane % kRowChunks;
 #pragma unroll 1
