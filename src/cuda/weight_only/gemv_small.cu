@@ -9,8 +9,10 @@
 // registers at once, written before griddepcontrol.wait (the weights are constant, the
 // PDL contract of weight_only_gemm), so that after the wait only the activation loads,
 // the mma chain, one shared-memory sum over the K splits (fixed order) and the store are
-// left on the critical path. (ptxas of CUDA 13 places the wait above the weight loads in
-// the SASS all the same: an open lever, bench/notes/decode.md, session 31.) Same packed
+// left on the critical path. The wait is conditional on a kernel argument (always 1 from
+// the launch): an unconditional wait is hoisted by ptxas above every weight load (nothing
+// after it depends on it as far as ptxas knows), which puts the weights' DRAM latency after
+// the predecessor's end (bench/notes/weight_only.md, session 31). Same packed
 // layout, same dequantization (exact per the format's definition) and the same mma as the
 // streaming kernel; only the order of the FP32 sum over K differs.
 #include <cuda_runtime.h>
@@ -66,7 +68,7 @@ __device__ __forceinline__ void load_x_step(const Params& p, int r, int c, std::
 }
 
 template <class T, Form F, int kRowGroups>
-__global__ void __launch_bounds__(32 * kMaxSplits) small_gemv_kernel(const Params p, int steps_per_split) {
+__global__ void __launch_bounds__(32 * kMaxSplits) small_gemv_kernel(const Params p, int steps_per_split, int pdl) {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   constexpr int kS = kMaxSteps<F>, kL = kLoads<F>;
   constexpr std::int64_t kUnit = F == Form::int8 ? 1024 : 512;
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(32 * kMaxSplits) small_gemv_kernel(const Param
       min[i][u] = real && F == Form::q4_zero_point ? __ldg(p.mins + at) : std::uint16_t{0};
     }
   }
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // activations and output from here on
+  if (pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");  // activations and output from here on
 
   float acc[kRowGroups][4] = {};
 #pragma unroll
@@ -173,7 +175,7 @@ void launch(const Params& p, cudaStream_t stream) {
   const int k_splits = splits_for(p, F);
   const int steps = static_cast<int>((p.k_steps + k_splits - 1) / k_splits);
   launch_pdl(small_gemv_kernel<T, F, kRowGroups>, dim3(static_cast<unsigned>((p.n_tiles + 1) / 2)),
-             dim3(static_cast<unsigned>(32 * k_splits)), 0, stream, p, steps);
+             dim3(static_cast<unsigned>(32 * k_splits)), 0, stream, p, steps, 1);
 }
 
 }  // namespace
