@@ -190,7 +190,7 @@ TEST(SynthModel, KQuantsFallBackWhereRowsAreNotWholeSuperBlocks) {
 
 TEST(SynthModel, RefusesUnknownPresetsAndTypesByName) {
   EXPECT_LOWBIT_ERROR(find_synth_preset("llama9"),
-                      "model preset 'llama9' does not exist (presets: tiny, tiny-qwen2, qwen2.5-0.5b, llama3.2-1b");
+                      "model preset 'llama9' does not exist (presets: tiny, tiny-qwen2, smollm2-135m, qwen2.5-0.5b, llama3.2-1b");
   EXPECT_LOWBIT_ERROR(find_synth_matrix_type("BF16"), "model type 'BF16' is not one synth writes (types: Q4_1");
   const GgufFile source = tokenizer_source();
   EXPECT_LOWBIT_ERROR(SynthModel(tiny(), GgmlType::iq2_xs, 1, source), "'IQ2_XS' is not one synth writes");
