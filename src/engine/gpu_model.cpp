@@ -13,6 +13,10 @@ namespace lowbit::engine {
 
 namespace {
 
+// Q4_K as the grouped INT4 form, which the GEMV and wgmma kernels read faster than the
+// block form (engine/gguf/repack.h says what it rounds).
+constexpr KQuantPacking kKQuants = KQuantPacking::groups;
+
 void* copy_to_device(std::vector<DeviceBuffer>& buffers, const void* data, std::size_t bytes) {
   buffers.emplace_back(bytes);
   LOWBIT_CUDA_CHECK(cudaMemcpy(buffers.back().data(), data, bytes, cudaMemcpyHostToDevice));
@@ -36,7 +40,8 @@ StackedWeights GpuModel::upload_stacked(std::span<const GgufTensor* const> tenso
   for (std::size_t i = 0; i < tensors.size();) {
     std::size_t j = i + 1;
     while (j < tensors.size() && tensors[j]->type == tensors[i]->type) ++j;
-    StackedWeights::Part part{upload(repack_ggml_weights(tensors.subspan(i, j - i))), out.cols};
+    StackedWeights::Part part{upload(repack_ggml_weights(tensors.subspan(i, j - i), RowOrder::stacked, kKQuants)),
+                              out.cols};
     out.cols += part.weights.n;
     out.parts.push_back(part);
     i = j;
@@ -64,7 +69,7 @@ GpuModel GpuModel::from_gguf(const GgufFile& file) {
   m.output_norm_ = m.upload(dequantize_tensor(model_tensor(file, "output_norm.weight", {d})));
   const GgufTensor* output = file.find_tensor("output.weight") ? &model_tensor(file, "output.weight", {d, c.vocab})
                                                                : &embd;  // tied
-  m.output_ = m.upload(repack_ggml_weight(*output));
+  m.output_ = m.upload(repack_ggml_weight(*output, kKQuants));
   m.layers_.resize(static_cast<std::size_t>(c.n_layers));
   for (std::int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -84,19 +89,19 @@ GpuModel GpuModel::from_gguf(const GgufFile& file) {
       }
       g.qkv.bias = m.upload_f16(bias);
     }
-    g.wo = m.upload(repack_ggml_weight(model_tensor(file, p + "attn_output.weight", {c.q_dim(), d})));
+    g.wo = m.upload(repack_ggml_weight(model_tensor(file, p + "attn_output.weight", {c.q_dim(), d}), kKQuants));
     const GgufTensor* gate_up[] = {&model_tensor(file, p + "ffn_gate.weight", {d, c.ffn_dim}),
                                    &model_tensor(file, p + "ffn_up.weight", {d, c.ffn_dim})};
     // One type and ffn a multiple of 8 (every model in use): gate and up interleaved by
     // tiles of 8 rows, for the GEMV's SwiGLU epilogue (one launch fewer a layer in decode).
     if (gate_up[0]->type == gate_up[1]->type && c.ffn_dim % 8 == 0) {
-      g.gate_up.parts.push_back({m.upload(repack_ggml_weights(gate_up, RowOrder::swiglu_tiles)), 0});
+      g.gate_up.parts.push_back({m.upload(repack_ggml_weights(gate_up, RowOrder::swiglu_tiles, kKQuants)), 0});
       g.gate_up.cols = 2 * c.ffn_dim;
       g.gate_up.swiglu_tiles = true;
     } else {
       g.gate_up = m.upload_stacked(gate_up);
     }
-    g.down = m.upload(repack_ggml_weight(model_tensor(file, p + "ffn_down.weight", {c.ffn_dim, d})));
+    g.down = m.upload(repack_ggml_weight(model_tensor(file, p + "ffn_down.weight", {c.ffn_dim, d}), kKQuants));
   }
   return m;
 }

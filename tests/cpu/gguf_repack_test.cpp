@@ -1,9 +1,11 @@
 // GGUF Q4_1 / Q4_0 / Q8_0 weights repacked for the weight-only GEMM: every packed
 // code, scale and min read back through the packed layout's accessors equals the
 // ggml block's, and the weight-only CPU reference on the repacked weights equals an
-// FP64 product with ggml's weights (rounded to f16, the weight-only definition).
+// FP64 product with ggml's weights (rounded to f16, the weight-only definition). Q4_K
+// as Q4_1 groups: its codes, and its factors rounded once to f16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +16,8 @@
 #include "common/gguf_writer.h"
 #include "common/random.h"
 #include "cpu/weight_only.h"
+#include "engine/gguf/ggml_codes.h"
+#include "engine/gguf/k_scales.h"
 #include "engine/gguf/repack.h"
 #include "formats/float16.h"
 #include "formats/weight_pack.h"
@@ -23,6 +27,11 @@ namespace {
 
 namespace gt = test::ggml_id;
 using formats::Half;
+
+double f16_ulp(double v) {
+  const int e = std::max(std::ilogb(std::max(std::fabs(v), 1e-30)), -14);
+  return std::ldexp(1.0, e - 10);
+}
 
 struct Case {
   std::uint32_t type;
@@ -143,8 +152,9 @@ TEST(GgmlRepack, WeightOnlyReferenceOnRepackedQ4_1MatchesFp64) {
 TEST(GgmlRepack, SwigluTilesAlternateGateAndUpEightRowsAtATime) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t f = 24, k = 256, m = 3;
-  for (const std::uint32_t type : {gt::q4_1, gt::q4_k}) {
-    SCOPED_TRACE(testing::Message() << "type " << type);
+  for (const auto& [type, k_quants] : {std::pair{gt::q4_1, KQuantPacking::blocks}, {gt::q4_k, KQuantPacking::blocks},
+                                        {gt::q4_k, KQuantPacking::groups}}) {
+    SCOPED_TRACE(testing::Message() << "type " << type << (k_quants == KQuantPacking::groups ? " as groups" : ""));
     test::GgufWriter w;
     for (const char* name : {"gate", "up"}) {
       w.add_tensor(name, {static_cast<std::uint64_t>(k), static_cast<std::uint64_t>(f)}, type,
@@ -152,8 +162,8 @@ TEST(GgmlRepack, SwigluTilesAlternateGateAndUpEightRowsAtATime) {
     }
     const GgufFile file = GgufFile::from_bytes(w.bytes());
     const GgufTensor* parts[] = {file.find_tensor("gate"), file.find_tensor("up")};
-    HostPackedWeights stacked = repack_ggml_weights(parts);
-    HostPackedWeights tiles = repack_ggml_weights(parts, RowOrder::swiglu_tiles);
+    HostPackedWeights stacked = repack_ggml_weights(parts, RowOrder::stacked, k_quants);
+    HostPackedWeights tiles = repack_ggml_weights(parts, RowOrder::swiglu_tiles, k_quants);
     ASSERT_EQ(tiles.n, 2 * f);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
@@ -179,6 +189,60 @@ TEST(GgmlRepack, SwigluTilesAlternateGateAndUpEightRowsAtATime) {
   const GgufFile file = GgufFile::from_bytes(w.bytes());
   const GgufTensor* parts[] = {file.find_tensor("gate"), file.find_tensor("up")};
   EXPECT_LOWBIT_ERROR(repack_ggml_weights(parts, RowOrder::swiglu_tiles), "a multiple of 8");
+}
+
+// Q4_K as Q4_1 groups (KQuantPacking::groups): every code is ggml's, every group's scale
+// and min are f16(d sc) and f16(-dmin mn) of its sub-block, so each weight q s + m (one
+// rounding) is within its roundings of ggml's value. A tensor whose
+// factors leave f16's normal range keeps the block form.
+TEST(GgmlRepack, Q4KAsGroupsKeepsCodesAndRoundsEachFactorOnce) {
+  LOWBIT_TEST_RNG(rng);
+  for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{1, 256}, {13, 512}, {17, 768}}) {
+    SCOPED_TRACE(testing::Message() << "N " << n << " K " << k);
+    const std::vector<std::uint8_t> bytes = test::random_ggml_blocks(gt::q4_k, n, k, rng());
+    const test::GgmlMatrix m = test::ggml_matrix(gt::q4_k, n, k, bytes);
+    const std::vector<float> ggml = m.values();
+    HostPackedWeights packed = repack_ggml_weight(m.tensor(), KQuantPacking::groups);
+    ASSERT_EQ(packed.spec.blocks, WeightBlocks::none);
+    ASSERT_EQ(packed.spec.bits, 4);
+    ASSERT_EQ(packed.spec.group_size, 32);
+    ASSERT_TRUE(packed.spec.zero_point);
+    const formats::WeightPackLayout layout = formats::make_weight_pack_layout(4, true, 32, n, k);
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::uint8_t* block = bytes.data() + (r * k + j) / 256 * 144;
+        std::uint8_t q[256];
+        q4_k_codes(block, false, q);
+        const KScaleMin sm = unpack_k_scale_min(block + kQ4kScales, static_cast<int>(j % 256 / 32));
+        Half d{}, dmin{};
+        std::memcpy(&d.bits, block + kQ4kD, 2);
+        std::memcpy(&dmin.bits, block + kQ4kDmin, 2);
+        const formats::WeightPackLayout::CodePlace place = layout.code_place(r, j);
+        const int code = formats::weight_code_value(layout, (packed.codes[static_cast<std::size_t>(place.byte)] >> place.shift) & 15);
+        ASSERT_EQ(code, q[j % 256]) << "row " << r << " k " << j;
+        const auto g = static_cast<std::size_t>(layout.scale_index(r, layout.group_of(j)));
+        const Half s{packed.scales[g]}, mn{packed.mins[g]};
+        ASSERT_EQ(s.bits, formats::from_float<Half>(formats::to_float(d) * sm.scale).bits) << "row " << r << " k " << j;
+        ASSERT_EQ(mn.bits, formats::from_float<Half>(-(formats::to_float(dmin) * sm.min)).bits) << "row " << r << " k " << j;
+        // The weight the kernels multiply against ggml's: the two factors' roundings
+        // (half an ulp each, the scale's times q) and the weight's own.
+        const double w = formats::to_float(formats::dequant_weight<Half>(code, s, mn));
+        const double want = ggml[static_cast<std::size_t>(r * k + j)];
+        const double bound = code * 0.5 * f16_ulp(formats::to_float(s)) + 0.5 * f16_ulp(formats::to_float(mn)) +
+                             0.5 * f16_ulp(w);
+        ASSERT_LE(std::fabs(w - want), bound) << "row " << r << " k " << j;
+      }
+    }
+  }
+  // A super-block whose d sc would be an f16 subnormal, or overflow: the block form.
+  for (const float d : {1e-6f, 60000.0f}) {
+    SCOPED_TRACE(testing::Message() << "d " << d);
+    std::vector<std::uint8_t> bytes = test::random_ggml_blocks(gt::q4_k, 8, 256, rng());
+    const std::uint16_t bits = formats::from_float<Half>(d).bits;
+    std::memcpy(bytes.data() + 144 * 3 + kQ4kD, &bits, 2);
+    const test::GgmlMatrix m = test::ggml_matrix(gt::q4_k, 8, 256, bytes);
+    EXPECT_EQ(repack_ggml_weight(m.tensor(), KQuantPacking::groups).spec.blocks, WeightBlocks::q4_k);
+  }
 }
 
 TEST(GgmlRepack, RefusesTypesWithoutAWeightOnlyForm) {

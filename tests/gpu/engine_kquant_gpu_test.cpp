@@ -6,7 +6,9 @@
 // ggml's values rounded to f16 in prefill (the tiled kernel), exact at decode (the GEMV's
 // sub-block decode, M <= 2), its activations f16, the CPU's ggml's f32 values, so the
 // logits differ by f16 rounding through 2 layers (the tolerance of engine_gpu_test, kept:
-// prefill still rounds the weights); a greedy token may differ only at a near-tie.
+// prefill still rounds the weights); a greedy token may differ only at a near-tie. Q4_K
+// loads as the grouped INT4 form (KQuantPacking::groups: its factors rounded to f16 once,
+// engine/gguf/repack.h), within the same tolerance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,6 +62,8 @@ TEST_F(EngineKQuantGpu, LogitsAndGreedyTokensMatchTheCpu) {
     std::size_t of_type = 0;
     for (const engine::GgufTensor& t : models.file.tensors()) of_type += t.type == type;
     ASSERT_GE(of_type, 7u * 2) << "every layer matrix in the type";
+    ASSERT_EQ(models.gpu.layers()[0].down.spec.blocks == WeightBlocks::none, type == GgmlType::q4_k)
+        << "Q4_K, and only Q4_K, loads as the grouped form";
     engine::CpuSession cpu(models.cpu, full_cache(), 128);
     engine::GpuSession gpu(models.gpu, full_cache(), 128);
     std::vector<std::int32_t> prompt;

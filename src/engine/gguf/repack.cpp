@@ -41,6 +41,32 @@ void unpack_q4_row(const std::uint8_t* row, std::int64_t blocks, bool with_min, 
   }
 }
 
+// One row of Q4_K super-blocks as Q4_1 groups of 32 (KQuantPacking::groups): codes in
+// lowbit's order, scale d sc and min -dmin mn of each sub-block in f32 (both exact).
+void unpack_q4_k_row(const std::uint8_t* row, std::int64_t super_blocks, std::uint8_t* codes, float* scales,
+                     float* mins) {
+  constexpr std::int64_t kSuperBytes = 144;
+  for (std::int64_t b = 0; b < super_blocks; ++b) {
+    const std::uint8_t* block = row + b * kSuperBytes;
+    const float d = half_at(block + kQ4kD), dmin = half_at(block + kQ4kDmin);
+    std::uint8_t q[256];
+    q4_k_codes(block, false, q);
+    for (int sub = 0; sub < 8; ++sub) {
+      const KScaleMin sm = unpack_k_scale_min(block + kQ4kScales, sub);
+      scales[b * 8 + sub] = d * static_cast<float>(sm.scale);
+      mins[b * 8 + sub] = -(dmin * static_cast<float>(sm.min));
+    }
+    for (int i = 0; i < 128; ++i) codes[b * 128 + i] = static_cast<std::uint8_t>(q[2 * i] | (q[2 * i + 1] << 4));
+  }
+}
+
+// Whether f16 holds v as a normal number or zero (a grouped Q4_K factor keeps its
+// relative precision).
+bool f16_normal_or_zero(float v) {
+  const float r = formats::to_float(formats::from_float<formats::Half>(v));
+  return r == 0.0f || (std::isfinite(r) && std::fabs(r) >= 0x1p-14f);
+}
+
 void unpack_q8_row(const std::uint8_t* row, std::int64_t blocks, std::int8_t* codes, float* scales) {
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::uint8_t* block = row + b * 34;
@@ -265,12 +291,13 @@ bool has_weight_only_form(GgmlType type) {
          block_form_of(type) != formats::WeightBlocks::none;
 }
 
-HostPackedWeights repack_ggml_weight(const GgufTensor& t) {
+HostPackedWeights repack_ggml_weight(const GgufTensor& t, KQuantPacking k_quants) {
   const GgufTensor* parts[] = {&t};
-  return repack_ggml_weights(parts);
+  return repack_ggml_weights(parts, RowOrder::stacked, k_quants);
 }
 
-HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, RowOrder order) {
+HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, RowOrder order,
+                                      KQuantPacking k_quants) {
   LOWBIT_CHECK(!parts.empty(), "repack: no tensors");
   RowMap map{order, 0};
   if (order == RowOrder::swiglu_tiles) {
@@ -291,14 +318,20 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, 
                  ggml_type_name(first.type), ", K ", first.dims[0], ")");
     n += static_cast<std::int64_t>(t->dims[1]);
   }
-  if (block_form_of(first.type) != formats::WeightBlocks::none) return repack_block_form(parts, n, map);
+  const bool q4_k_groups = first.type == GgmlType::q4_k && k_quants == KQuantPacking::groups;
+  if (block_form_of(first.type) != formats::WeightBlocks::none && !q4_k_groups) {
+    return repack_block_form(parts, n, map);
+  }
   const auto k = static_cast<std::int64_t>(first.dims[0]);
-  // The reader checked byte_size against the type's block size; K % 32 follows.
+  // The reader checked byte_size against the type's block size; K % 32 (Q4_K: 256) follows.
   const std::int64_t blocks = k / kBlock;
-  const std::size_t row_bytes = static_cast<std::size_t>(blocks) * ggml_type_info(first.type).block_bytes;
+  const GgmlTypeInfo& info = ggml_type_info(first.type);
+  const std::int64_t width = static_cast<std::int64_t>(info.block_elements);
+  const std::size_t row_bytes = static_cast<std::size_t>(k / width) * info.block_bytes;
 
   HostPackedWeights out;
-  out.spec = WeightOnlySpec{first.type == GgmlType::q8_0 ? 8 : 4, kBlock, first.type == GgmlType::q4_1, DType::f16};
+  out.spec = WeightOnlySpec{first.type == GgmlType::q8_0 ? 8 : 4, kBlock,
+                            first.type == GgmlType::q4_1 || q4_k_groups, DType::f16};
   out.n = n;
   out.k = k;
   const bool four_bit = out.spec.bits == 4;
@@ -307,14 +340,16 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, 
   std::vector<float> scales(static_cast<std::size_t>(n * blocks)), mins(out.spec.zero_point ? scales.size() : 0);
   std::int64_t row0 = 0;
   for (const GgufTensor* t : parts) {
-    const std::int64_t rows = checked_rows(*t, k, kBlock, row_bytes);
+    const std::int64_t rows = checked_rows(*t, k, width, row_bytes);
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::uint8_t* row = t->data + static_cast<std::size_t>(r) * row_bytes;
       const std::int64_t o = map(row0 + r);
       std::uint8_t* row_codes = codes.data() + o * code_cols;
       float* row_scales = scales.data() + o * blocks;
-      if (four_bit) {
+      if (q4_k_groups) {
+        unpack_q4_k_row(row, k / width, row_codes, row_scales, mins.data() + o * blocks);
+      } else if (four_bit) {
         unpack_q4_row(row, blocks, out.spec.zero_point, row_codes, row_scales,
                       out.spec.zero_point ? mins.data() + o * blocks : nullptr);
       } else {
@@ -327,12 +362,15 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, 
       for (std::int64_t r = 0; r < rows; ++r) {
         const std::span<const float> row(params->data() + map(row0 + r) * blocks, static_cast<std::size_t>(blocks));
         const std::int64_t bad = first_non_finite(row);
-        LOWBIT_CHECK(bad == blocks, "tensor '", t->name, "': the ", params == &scales ? "scale" : "min", " of block ",
+        LOWBIT_CHECK(bad == blocks, "tensor '", t->name, "': the ", params == &scales ? "scale" : "min",
+                     q4_k_groups ? " of sub-block " : " of block ",
                      bad, " of row ", r, " is ", row[static_cast<std::size_t>(bad)], "; the weights must be finite");
       }
     }
     row0 += rows;
   }
+  if (q4_k_groups && !std::all_of(scales.begin(), scales.end(), f16_normal_or_zero)) return repack_block_form(parts, n, map);
+  if (q4_k_groups && !std::all_of(mins.begin(), mins.end(), f16_normal_or_zero)) return repack_block_form(parts, n, map);
 
   const PackedWeightSizes sizes = packed_weight_sizes(out.spec, n, k);
   out.codes.resize(static_cast<std::size_t>(sizes.code_bytes));

@@ -9,6 +9,14 @@
 // (WeightBlocks, formats/weight_pack.h): each code's bits, each sub-block's integer
 // scale (and min) and each super-block's f16 d (and dmin) moved, unchanged, into the
 // kernels' units; nothing is dequantized or rounded.
+//
+// Q4_K can instead become the grouped INT4 form of Q4_1 (KQuantPacking::groups, what the
+// GPU engine loads): its sub-blocks of 32 are groups, with scale f16(d sc) and min
+// f16(-dmin mn), so w = q s + m rounded once, as Q4_1's. d sc and dmin mn are exact in f32
+// and rounded to f16 once here, so each weight can move a few f16 ulps from ggml's value
+// (the block form's f16 of it); the grouped kernels read it 1.3x faster at decode
+// (bench/notes/weight_only.md, session 32). A tensor whose factors leave f16's normal
+// range keeps the block form.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +42,13 @@ struct HostPackedWeights {
 // Q4_K, Q5_K, Q6_K).
 bool has_weight_only_form(GgmlType type);
 
+// How Q4_K tensors are packed (the header comment): the block form, or the grouped form.
+enum class KQuantPacking { blocks, groups };
+
 // The 2-D tensor `t` (dims[0] = K, the contiguous input dimension; dims[1] = N)
 // repacked for weight_only_gemm with f16 activations. Throws lowbit::Error naming
 // the tensor when its type has no weight-only form or it is not 2-D.
-HostPackedWeights repack_ggml_weight(const GgufTensor& t);
+HostPackedWeights repack_ggml_weight(const GgufTensor& t, KQuantPacking k_quants = KQuantPacking::blocks);
 
 // The order of the stacked tensors' rows: all of the first, then the next... (Q | K | V),
 // or, for two tensors of equal rows, a multiple of 8 (gate and up), alternating tiles of
@@ -46,6 +57,7 @@ enum class RowOrder { stacked, swiglu_tiles };
 
 // Several such tensors of one type and one K stacked along N into one packed matrix:
 // Q | K | V, or gate | up, as one GEMM.
-HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, RowOrder order = RowOrder::stacked);
+HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, RowOrder order = RowOrder::stacked,
+                                      KQuantPacking k_quants = KQuantPacking::blocks);
 
 }  // namespace lowbit::engine
