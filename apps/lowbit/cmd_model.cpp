@@ -38,13 +38,13 @@ int model_synth(const Args& args) {
   bool force = false;
   std::vector<std::string> presets, types;
   for (const engine::SynthPreset& p : engine::synth_presets()) presets.emplace_back(p.name);
-  for (const engine::GgmlType t : engine::synth_matrix_types()) types.emplace_back(engine::ggml_type_name(t));
+  types = engine::synth_type_names();
   Options cli("lowbit model synth",
               "Writes a GGUF model of a real model's shape with random weights (token embedding Q8_0, norms F32,\n"
               "matrices in --type) and the default model's tokenizer, for benchmarks at scale without a download.\n"
               "The file is the same for the same preset, type and seed; it loads in lowbit and in llama.cpp.");
   cli.choice("--preset", &preset_name, presets, "the shape (required)");
-  cli.choice("--type", &type_name, types, "the matrices' ggml type (required)");
+  cli.choice("--type", &type_name, types, "the matrices' ggml type, or Q4_K_M: llama.cpp's mix (required)");
   cli.text("--out", &out, "FILE", "the GGUF file to write (required; written whole or not at all)");
   cli.integer("--seed", &seed, 0, std::numeric_limits<std::int64_t>::max(), "random seed (default 1)");
   cli.flag("--force", &force, "overwrite FILE if it exists");
@@ -67,7 +67,7 @@ int model_synth(const Args& args) {
   }
   const engine::GgufFile tokenizer = engine::GgufFile::open(tokenizer_from);
   const engine::SynthPreset& preset = engine::find_synth_preset(preset_name);
-  const engine::SynthModel model(preset, engine::find_synth_matrix_type(type_name), static_cast<std::uint64_t>(seed),
+  const engine::SynthModel model(preset, engine::find_synth_types(type_name), static_cast<std::uint64_t>(seed),
                                  tokenizer);
   const std::size_t tensors = model.layout().tensors().size();
   std::fprintf(stderr, "[model synth] %s (%s shape): %s, %zu tensors, %.2f GB -> %s\n", preset_name.c_str(),

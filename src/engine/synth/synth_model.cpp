@@ -53,7 +53,40 @@ GgmlType matrix_type_for(GgmlType type, std::int64_t in) {
 
 std::uint64_t u(std::int64_t v) { return static_cast<std::uint64_t>(v); }
 
+// llama.cpp's use_more_bits: the layers whose attn_v and ffn_down a _M mix gives more bits.
+bool more_bits_layer(std::int64_t layer, std::int64_t layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+constexpr std::string_view k_q4_k_m = "Q4_K_M";
+constexpr std::uint32_t k_q4_k_m_file_type = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+
 }  // namespace
+
+SynthTypes SynthTypes::q4_k_m() {
+  SynthTypes t(GgmlType::q4_k);
+  t.k_m_mix = true;
+  return t;
+}
+
+std::string SynthTypes::name() const { return k_m_mix ? std::string(k_q4_k_m) : std::string(ggml_type_name(matrices)); }
+
+std::vector<std::string> synth_type_names() {
+  std::vector<std::string> names;
+  for (const GgmlType type : k_matrix_types) names.emplace_back(ggml_type_name(type));
+  names.emplace_back(k_q4_k_m);
+  return names;
+}
+
+SynthTypes find_synth_types(std::string_view name) {
+  if (name == k_q4_k_m) return SynthTypes::q4_k_m();
+  for (const GgmlType type : k_matrix_types) {
+    if (ggml_type_name(type) == name) return type;
+  }
+  std::string names;
+  for (const std::string& n : synth_type_names()) names += (names.empty() ? "" : ", ") + n;
+  LOWBIT_FAIL("model type '", name, "' is not one synth writes (types: ", names, ")");
+}
 
 std::span<const GgmlType> synth_matrix_types() { return k_matrix_types; }
 
@@ -66,9 +99,10 @@ GgmlType find_synth_matrix_type(std::string_view name) {
   LOWBIT_FAIL("model type '", name, "' is not one synth writes (types: ", names, ")");
 }
 
-SynthModel::SynthModel(const SynthPreset& preset, GgmlType matrix_type, std::uint64_t seed,
+SynthModel::SynthModel(const SynthPreset& preset, SynthTypes types, std::uint64_t seed,
                        const GgufFile& tokenizer_source)
     : seed_(seed) {
+  const GgmlType matrix_type = types.matrices;
   find_synth_matrix_type(ggml_type_name(matrix_type));
   const GgufValue* tokens = tokenizer_source.find_metadata("tokenizer.ggml.tokens");
   LOWBIT_CHECK(tokens != nullptr && tokens->type() == GgufValueType::array && tokens->array_size() > 0,
@@ -93,7 +127,7 @@ SynthModel::SynthModel(const SynthPreset& preset, GgmlType matrix_type, std::uin
   writer_.add("general.architecture", V::string(c.architecture));
   writer_.add("general.name", V::string("lowbit synthetic " + std::string(preset.name) + " (" +
                                         std::string(preset.shape_of) + " shape, random weights)"));
-  writer_.add("general.file_type", V::u32(file_type(matrix_type)));
+  writer_.add("general.file_type", V::u32(types.k_m_mix ? k_q4_k_m_file_type : file_type(matrix_type)));
   writer_.add("general.quantization_version", V::u32(2));
   writer_.add(a + "vocab_size", V::u32(static_cast<std::uint32_t>(c.vocab)));
   writer_.add(a + "context_length", V::u32(static_cast<std::uint32_t>(c.context_length)));
@@ -111,8 +145,9 @@ SynthModel::SynthModel(const SynthPreset& preset, GgmlType matrix_type, std::uin
     if (v.key().starts_with("tokenizer.")) writer_.copy(v);
   }
 
-  const auto matrix = [&](const std::string& name, std::int64_t in, std::int64_t out) {
-    add(name, matrix_type_for(matrix_type, in), {u(in), u(out)}, {0.0f, 1.0f / std::sqrt(static_cast<float>(in))});
+  const auto matrix = [&](const std::string& name, std::int64_t in, std::int64_t out, bool more_bits = false) {
+    const GgmlType type = types.k_m_mix && more_bits ? GgmlType::q6_k : matrix_type;
+    add(name, matrix_type_for(type, in), {u(in), u(out)}, {0.0f, 1.0f / std::sqrt(static_cast<float>(in))});
   };
   const Values norm{1.0f, 0.05f}, bias{0.0f, 0.1f};
   add("token_embd.weight", GgmlType::q8_0, {u(c.d_model), u(c.vocab)},
@@ -124,13 +159,14 @@ SynthModel::SynthModel(const SynthPreset& preset, GgmlType matrix_type, std::uin
     if (preset.qkv_bias) add(p + "attn_q.bias", GgmlType::f32, {u(c.q_dim())}, bias);
     matrix(p + "attn_k.weight", c.d_model, c.kv_dim());
     if (preset.qkv_bias) add(p + "attn_k.bias", GgmlType::f32, {u(c.kv_dim())}, bias);
-    matrix(p + "attn_v.weight", c.d_model, c.kv_dim());
+    const bool more_bits = more_bits_layer(l, c.n_layers);
+    matrix(p + "attn_v.weight", c.d_model, c.kv_dim(), more_bits);
     if (preset.qkv_bias) add(p + "attn_v.bias", GgmlType::f32, {u(c.kv_dim())}, bias);
     matrix(p + "attn_output.weight", c.q_dim(), c.d_model);
     add(p + "ffn_norm.weight", GgmlType::f32, {u(c.d_model)}, norm);
     matrix(p + "ffn_gate.weight", c.d_model, c.ffn_dim);
     matrix(p + "ffn_up.weight", c.d_model, c.ffn_dim);
-    matrix(p + "ffn_down.weight", c.ffn_dim, c.d_model);
+    matrix(p + "ffn_down.weight", c.ffn_dim, c.d_model, more_bits);
   }
   add("output_norm.weight", GgmlType::f32, {u(c.d_model)}, norm);
   file_size_ = writer_.file_size();

@@ -2,7 +2,7 @@
 // llama.cpp both load: the preset's architecture and sizes, the tokenizer (every
 // tokenizer.* key) copied from another GGUF file, the token embedding in Q8_0 (tied
 // to the output, as llama.cpp's Q4_1 files of small models have it), norms (and
-// biases) in F32, every matrix in the chosen type. Weights are drawn straight in block
+// biases) in F32, every matrix in the chosen type (or mix: SynthTypes). Weights are drawn straight in block
 // form (random_blocks.h) with standard deviation 1/sqrt(fan_in) for matrices and
 // 1/sqrt(d_model) for the embedding, norms near 1: activations stay finite through
 // every layer. The bytes are a function of (preset, type, seed, tokenizer) alone.
@@ -27,11 +27,26 @@ namespace lowbit::engine {
 std::span<const GgmlType> synth_matrix_types();
 GgmlType find_synth_matrix_type(std::string_view name);
 
+// What synth writes the matrices in: one type, or llama.cpp's Q4_K_M mix (Q4_K, with
+// attn_v and ffn_down in Q6_K in the layers its quantizer gives more bits: the first and
+// last eighth and every third between), the file type most GGUF downloads have.
+struct SynthTypes {
+  SynthTypes(GgmlType type) : matrices(type) {}  // one type for every matrix
+  static SynthTypes q4_k_m();
+  GgmlType matrices;
+  bool k_m_mix = false;
+  std::string name() const;
+};
+// --type's names: the matrix types, then the mixes; and the one named `name` (throws
+// lowbit::Error naming it and listing them).
+std::vector<std::string> synth_type_names();
+SynthTypes find_synth_types(std::string_view name);
+
 class SynthModel {
  public:
   // Throws lowbit::Error when the tokenizer source has no tokenizer.ggml.tokens, or
   // the type is not a synth matrix type.
-  SynthModel(const SynthPreset& preset, GgmlType matrix_type, std::uint64_t seed, const GgufFile& tokenizer_source);
+  SynthModel(const SynthPreset& preset, SynthTypes types, std::uint64_t seed, const GgufFile& tokenizer_source);
 
   const ModelConfig& config() const { return config_; }
   const GgufWriter& layout() const { return writer_; }
