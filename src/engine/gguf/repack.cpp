@@ -369,8 +369,10 @@ HostPackedWeights repack_ggml_weights(std::span<const GgufTensor* const> parts, 
     }
     row0 += rows;
   }
-  if (q4_k_groups && !std::all_of(scales.begin(), scales.end(), f16_normal_or_zero)) return repack_block_form(parts, n, map);
-  if (q4_k_groups && !std::all_of(mins.begin(), mins.end(), f16_normal_or_zero)) return repack_block_form(parts, n, map);
+  if (q4_k_groups && !(std::all_of(scales.begin(), scales.end(), f16_normal_or_zero) &&
+                       std::all_of(mins.begin(), mins.end(), f16_normal_or_zero))) {
+    return repack_block_form(parts, n, map);
+  }
 
   const PackedWeightSizes sizes = packed_weight_sizes(out.spec, n, k);
   out.codes.resize(static_cast<std::size_t>(sizes.code_bytes));

@@ -14,7 +14,7 @@ namespace {
 // tiny-qwen2's width (384) is not a whole number of K-quant super-blocks (256), as
 // Qwen2.5-0.5B's (896) and SmolLM2-135M's (576) are not: their K-quant files hold the
 // fallback types too. smollm2-135m is the default model's shape (its GPU speed measured
-// where the real file cannot be carried), with an untied output head.
+// where the real file cannot be carried).
 constexpr std::array<SynthPreset, 7> k_presets{{
     {"tiny", "llama", "test-sized", 256, 2, 4, 2, 64, 512, 10000.0, 4096, 1e-5f, false},
     {"tiny-qwen2", "qwen2", "test-sized", 384, 2, 6, 2, 64, 512, 1000000.0, 4096, 1e-6f, true},
