@@ -100,7 +100,8 @@ DEFAULT_FIGURES = {
     "decode-8b-q4km": _decode_figures((2048, 8192)),
     "decode-qwen-q4k": _decode_figures((2048, 8192)),
     "weight-only-blocks": {f"{t}_{n}x{k}_m1_pct_copy": f"rows[op={t},N={n},K={k},M=1].pct_copy"
-                           for t in ("Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K")
+                           for t in ("Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q4_K", "Q4_K_groups", "Q5_K", "Q6_K", "Q3_K",
+                                     "Q2_K")
                            for n, k in ((4096, 14336), (14336, 4096))},
     "kv-attention": _kv_attention_figures((2048, 32768, 131072)),
     "kvquant": {

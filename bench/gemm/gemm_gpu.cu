@@ -585,7 +585,8 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
 }
 
 // The GEMV (M = 1, and M = 16) on GGML block types (weight_only.h's block forms, and
-// Q4_1 / Q8_0 through the grouped forms for comparison): random blocks in the type
+// Q4_1 / Q8_0 through the grouped forms for comparison, and Q4_K as the engine loads it,
+// Q4_1 groups): random blocks in the type
 // (random_blocks.h) repacked by the engine as a model load does, at Llama-3-8B's ffn
 // shapes. Time is min / median / max over the samples; the ratio is the bytes as held
 // on the device (codes + scales + mins) per second against the copy ceiling measured in
@@ -595,17 +596,24 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                                 std::vector<GemmRow>& rows) {
   namespace wo = cuda::weight_only;
   using engine::GgmlType;
-  const GgmlType types[] = {GgmlType::q4_1, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q4_k,
-                            GgmlType::q5_k, GgmlType::q6_k, GgmlType::q3_k, GgmlType::q2_k};
+  // Q4_K twice: the block form, and Q4_1 groups (Q4_K_groups: what the GPU engine loads).
+  using engine::KQuantPacking;
+  const std::pair<GgmlType, KQuantPacking> types[] = {
+      {GgmlType::q4_1, KQuantPacking::blocks}, {GgmlType::q8_0, KQuantPacking::blocks},
+      {GgmlType::q5_0, KQuantPacking::blocks}, {GgmlType::q5_1, KQuantPacking::blocks},
+      {GgmlType::q4_k, KQuantPacking::blocks}, {GgmlType::q4_k, KQuantPacking::groups},
+      {GgmlType::q5_k, KQuantPacking::blocks}, {GgmlType::q6_k, KQuantPacking::blocks},
+      {GgmlType::q3_k, KQuantPacking::blocks}, {GgmlType::q2_k, KQuantPacking::blocks}};
   const std::int64_t nk[][2] = {{4096, 14336}, {14336, 4096}};
   std::printf("\nWeight-only GEMV on GGML block types (bytes as held on the device; copy ceiling %.0f GB/s)\n",
               copy_gbps);
-  std::printf("%-5s %12s %3s %8s %9s %9s %9s %8s %7s %7s  %s\n", "type", "N x K", "M", "MB", "min us", "med us",
+  std::printf("%-11s %12s %3s %8s %9s %9s %9s %8s %7s %7s  %s\n", "type", "N x K", "M", "MB", "min us", "med us",
               "max us", "GB/s", "copy", "best", "check vs tiled");
   for (const auto& [n, k] : nk) {
     if (skip_shape(o, n, k)) continue;
-    for (const GgmlType type : types) {
+    for (const auto& [type, packing] : types) {
       const engine::GgmlTypeInfo& info = engine::ggml_type_info(type);
+      const std::string name = std::string(info.name) + (packing == KQuantPacking::groups ? "_groups" : "");
       std::vector<std::uint8_t> blocks(static_cast<std::size_t>(n * k / info.block_elements) * info.block_bytes);
       engine::fill_random_blocks(type, 0.0f, 0.02f, static_cast<std::uint64_t>(n + k) * 31 + static_cast<int>(type),
                                  blocks);
@@ -617,7 +625,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
       t.element_count = static_cast<std::uint64_t>(n * k);
       t.byte_size = blocks.size();
       t.data = blocks.data();
-      engine::HostPackedWeights host = engine::repack_ggml_weight(t);
+      engine::HostPackedWeights host = engine::repack_ggml_weight(t, packing);
       const std::size_t held = host.codes.size() + 2 * (host.scales.size() + host.mins.size());
       const int copies = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / held + 1, 1, 8));
       std::vector<DeviceBuffer> buffers;
@@ -671,12 +679,12 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                        best = static_cast<double>(held) / (ms.front() * 1e6);
           char check[64];
           std::snprintf(check, sizeof check, "rel %.1e%s", err, err < 2e-3 ? "" : " (over 2e-3)");
-          std::printf("%-5s %5lldx%-6lld %3lld %8.1f %9.1f %9.1f %9.1f %8.0f %6.1f%% %6.1f%%  %s%s\n",
-                      std::string(info.name).c_str(), static_cast<long long>(n), static_cast<long long>(k),
+          std::printf("%-11s %5lldx%-6lld %3lld %8.1f %9.1f %9.1f %9.1f %8.0f %6.1f%% %6.1f%%  %s%s\n",
+                      name.c_str(), static_cast<long long>(n), static_cast<long long>(k),
                       static_cast<long long>(m), static_cast<double>(held) / 1e6, ms.front() * 1e3, med * 1e3,
                       ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps, check,
                       decode == 0 ? "  [per-weight decode]" : decode == 1 ? "  [sub-block decode]" : "");
-          GemmRow row = GemmRow::make("weight_only_blocks", std::string(info.name),
+          GemmRow row = GemmRow::make("weight_only_blocks", name,
                                       decode == 0   ? "per_weight_decode"
                                       : decode == 1 ? "sub_block_decode"
                                                     : "production",
