@@ -42,8 +42,11 @@ GpuSession::GpuSession(const GpuModel& model, KvCacheOptions cache, std::int64_t
 
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   void* pinned = nullptr;
-  LOWBIT_CUDA_CHECK(cudaMallocHost(&pinned, kHostStepInts * sizeof(std::int32_t)));
+  LOWBIT_CUDA_CHECK(cudaHostAlloc(&pinned, kHostStepInts * sizeof(std::int32_t), cudaHostAllocMapped));
   host_step_ = static_cast<std::int32_t*>(pinned);
+  void* mapped = nullptr;
+  LOWBIT_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, pinned, 0));
+  host_step_device_ = static_cast<std::int32_t*>(mapped);
   for (cudaEvent_t* e : {&step_begin_, &step_end_, &run_begin_, &run_end_}) LOWBIT_CUDA_CHECK(cudaEventCreate(e));
   for (cudaEvent_t& e : token_ready_) LOWBIT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   ring_backup_ = DeviceBuffer(cuda::kv::ring_backup_bytes(kv_.shape()) * static_cast<std::size_t>(c.n_layers));
@@ -144,7 +147,8 @@ void GpuSession::run_decode_step() {
     LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_begin_, stream_, record_flags));
     embed_rows(model_->embedding(), step, 1, c.d_model, act_.x.as<float>(), stream_);
     run_layers(1, Where{0, step + 2}, 1);
-    argmax_token(f16_at(logits_, 0), c.vocab, step, step + 2, step + 1, stream_);  // the next step's input
+    argmax_token(f16_at(logits_, 0), c.vocab, step, step + 2, step + 1, stream_,  // the next step's input
+                 host_step_device_ + kStepOut);
     LOWBIT_CUDA_CHECK(cudaEventRecordWithFlags(step_end_, stream_, record_flags));
   };
   if (!use_graphs_) {
@@ -173,14 +177,14 @@ std::int32_t GpuSession::decode_greedy(std::int32_t token) {
   check_tokens(std::span<const std::int32_t>(&token, 1));
   set_step_input(token);
   run_decode_step();
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(host_step_ + kStepOut, step_.data(), 8, cudaMemcpyDeviceToHost, stream_));
   LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   float ms = 0;
   LOWBIT_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
   decode_device_ms_ += ms;
+  const std::int32_t* out = host_step_ + kStepOut + 2 * (position_ % 2);
   ++position_;
-  if (host_step_[kStepOut + 1] != 0) lowbit::engine::fail_non_finite_logits(position_ - 1);
-  return host_step_[kStepOut];
+  if (out[1] != 0) lowbit::engine::fail_non_finite_logits(position_ - 1);
+  return out[0];
 }
 
 std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t steps,
@@ -191,14 +195,11 @@ std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t step
                " exceed the context the session was sized for (max_tokens = ", max_tokens_, ")");
   LOWBIT_CUDA_CHECK(cudaEventRecord(run_begin_, stream_));
   set_step_input(token);
-  // Step k leaves its token in step_[0] (the next step's input) and, with the
-  // non-finite flag, in host_step_[kStepOut + 2 * (k % 2)].
+  // Step k (at position p) leaves its token in step_[0] (the next step's input) and,
+  // with the non-finite flag, in host_step_[kStepOut + 2 * (p % 2)] (its argmax writes it).
   auto enqueue = [&](std::int64_t k) {
     run_decode_step();
-    const auto slot = static_cast<std::size_t>(k % 2);
-    LOWBIT_CUDA_CHECK(
-        cudaMemcpyAsync(host_step_ + kStepOut + 2 * slot, step_.data(), 8, cudaMemcpyDeviceToHost, stream_));
-    LOWBIT_CUDA_CHECK(cudaEventRecord(token_ready_[slot], stream_));
+    LOWBIT_CUDA_CHECK(cudaEventRecord(token_ready_[k % 2], stream_));
   };
   auto finish = [&](bool ahead) {
     LOWBIT_CUDA_CHECK(cudaEventRecord(run_end_, stream_));
@@ -213,8 +214,8 @@ std::int64_t GpuSession::decode_greedy_run(std::int32_t token, std::int64_t step
     const bool ahead = k + 1 < steps;
     if (ahead) enqueue(k + 1);  // runs while the host reads step k's token
     LOWBIT_CUDA_CHECK(cudaEventSynchronize(token_ready_[k % 2]));
+    const std::int32_t* out = host_step_ + kStepOut + 2 * (position_ % 2);
     ++position_;
-    const std::int32_t* out = host_step_ + kStepOut + 2 * (k % 2);
     bool more = false;
     try {
       if (out[1] != 0) lowbit::engine::fail_non_finite_logits(position_ - 1);

@@ -99,10 +99,12 @@ class GpuSession final : public Session {
   GpuAttentionScratch scratch_;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graph_ = nullptr;
-  // Pinned: {token, flag, position} going in; from kStepOut, {next token, flag} of the
-  // two steps in flight.
+  // Pinned and mapped: {token, flag, position} going in; from kStepOut, {next token,
+  // flag} of the two steps in flight, slot position % 2, written by the argmax kernel
+  // itself (host_step_device_: the same memory as the device addresses it).
   static constexpr std::size_t kStepOut = 4, kHostStepInts = kStepOut + 4;
   std::int32_t* host_step_ = nullptr;
+  std::int32_t* host_step_device_ = nullptr;
   // Around the kernels of each decode_greedy step (event-record nodes of its graph),
   // around a decode_greedy_run, and the tokens of decode_greedy_run's two steps in flight.
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr, run_begin_ = nullptr, run_end_ = nullptr;

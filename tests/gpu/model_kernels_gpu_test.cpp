@@ -72,12 +72,23 @@ TEST_F(ForwardKernelsGpu, ArgmaxToken) {
         const std::int32_t state[3] = {-7, 41, 0};  // token poisoned, position, non-finite flag
         LOWBIT_CUDA_CHECK(cudaMemcpy(d_state.data(), state, 12, cudaMemcpyHostToDevice));
         std::int32_t* token = d_state.as<std::int32_t>();
-        cuda::model::argmax_token(device_logits, vocab, token, token + 1, token + 2, nullptr);
+        // The mirror in mapped pinned memory, poisoned: position 41 writes slot 1 only.
+        std::int32_t* mirror = nullptr;
+        LOWBIT_CUDA_CHECK(cudaHostAlloc(&mirror, 4 * sizeof(std::int32_t), cudaHostAllocMapped));
+        std::fill(mirror, mirror + 4, -7);
+        std::int32_t* mirror_device = nullptr;
+        LOWBIT_CUDA_CHECK(cudaHostGetDevicePointer(&mirror_device, mirror, 0));
+        cuda::model::argmax_token(device_logits, vocab, token, token + 1, token + 2, nullptr, mirror_device);
         LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<std::int32_t> got = download<std::int32_t>(d_state.data(), 3);
         EXPECT_EQ(got[0], argmax_twin(logits));
         EXPECT_EQ(got[1], 42) << "the position did not advance once";
         EXPECT_EQ(got[2], pattern >= 2 ? 1 : 0) << "the non-finite flag";
+        EXPECT_EQ(mirror[0], -7) << "slot 0 belongs to even positions";
+        EXPECT_EQ(mirror[1], -7);
+        EXPECT_EQ(mirror[2], got[0]) << "the mirrored token";
+        EXPECT_EQ(mirror[3], got[2]) << "the mirrored flag";
+        LOWBIT_CUDA_CHECK(cudaFreeHost(mirror));
       }
     }
   }

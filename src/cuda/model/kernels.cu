@@ -145,7 +145,8 @@ __device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
 }
 
 __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logits, int vocab, std::int32_t* token,
-                                                      std::int32_t* advance, std::int32_t* non_finite) {
+                                                      std::int32_t* advance, std::int32_t* non_finite,
+                                                      std::int32_t* mirror) {
   pdl_trigger();
   pdl_wait();
   float best = -INFINITY;
@@ -196,9 +197,15 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const std::uint16_t* logit
     for (int w = 1; w < static_cast<int>(blockDim.x) / 32; ++w) {
       if (better(values[w], indices[w], best, best_i)) best = values[w], best_i = indices[w];
     }
-    *token = best_i == INT_MAX ? 0 : best_i;  // all NaN: token 0
-    if (advance) ++*advance;
+    const std::int32_t t = best_i == INT_MAX ? 0 : best_i;  // all NaN: token 0
+    *token = t;
+    const std::int32_t position = advance ? *advance : 0;
+    if (advance) *advance = position + 1;
     if (non_finite && any_non_finite) *non_finite = 1;  // sticky: only the caller clears it
+    if (mirror) {
+      mirror[2 * (position & 1)] = t;
+      mirror[2 * (position & 1) + 1] = non_finite ? *non_finite : 0;
+    }
   }
 }
 
@@ -249,9 +256,10 @@ void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint
 }
 
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
-                  std::int32_t* non_finite, cuda_stream_t stream) {
+                  std::int32_t* non_finite, cuda_stream_t stream, std::int32_t* mirror) {
   LOWBIT_CHECK(vocab >= 1 && vocab < INT_MAX, "argmax_token: vocab = ", vocab);
-  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance, non_finite);
+  LOWBIT_CHECK(!mirror || advance, "argmax_token: the mirror's slot follows the position (advance)");
+  launch_pdl(argmax_kernel, 1, 1024, 0, stream, logits, static_cast<int>(vocab), token, advance, non_finite, mirror);
 }
 
 void gather_rows(const void* src, std::size_t src_stride, std::size_t row_bytes, const std::int32_t* rows,

@@ -32,8 +32,12 @@ void silu_mul(const std::uint16_t* gu, std::int64_t n, std::int64_t f, std::uint
 // *token = argmax of logits (f16 [vocab]), lowest id on ties (NaN never wins); then,
 // if advance is set, ++*advance (the next step's position); if non_finite is set and a
 // logit is NaN or +-Inf, *non_finite = 1 (never cleared here: it holds across steps).
+// mirror (needs advance): {token, the flag} also to mirror[2 (p % 2)], p the position
+// before the increment: mapped pinned memory that the host reads once the step's event
+// has completed, two slots so that step p + 1 may run while the host reads step p's,
+// without a copy between the steps.
 void argmax_token(const std::uint16_t* logits, std::int64_t vocab, std::int32_t* token, std::int32_t* advance,
-                  std::int32_t* non_finite, cuda_stream_t stream);
+                  std::int32_t* non_finite, cuda_stream_t stream, std::int32_t* mirror = nullptr);
 
 // dst row i = src row rows[i], for i < n: row_bytes bytes each, src rows src_stride
 // bytes apart, dst rows packed (the rows of a batched pass whose logits are wanted).
