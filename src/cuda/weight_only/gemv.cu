@@ -973,7 +973,8 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
                " only as a shape of its tuning table (f16 activations, Q4 weights with zero points)");
   if constexpr (is_block_form(F)) {
     // GGML block forms: 2 tiles a warp, 4 single-step slots (units of 352-848 bytes: three
-    // 8-warp blocks a SM at M <= 8), k-slices by the fill rule. Not tuned on a GPU yet.
+    // 8-warp blocks a SM at M <= 8), k-slices by the fill rule; the sub-block decode at
+    // narrow N takes 2 slots of 4 steps (below). Otherwise not tuned on a GPU yet.
     // M <= 2: the sub-block decode (Variant::block_decode 1; 0 the per-weight f16 decode).
     // The default takes it for the K-quants only: H100, M = 1, 4096 x 14336 / 14336 x 4096,
     // Q4_K 41/55 -> 48/62% of copy, Q6_K 45/62 -> 50/66%, but Q5_1 57/68 -> 51/67% and Q5_0
@@ -982,7 +983,13 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
     constexpr bool kSubBlockDefault =
         F == Form::q4_k || F == Form::q5_k || F == Form::q6_k || F == Form::q3_k || F == Form::q2_k;
     if (p.m <= 2 && (v.block_decode == 1 || (v.block_decode < 0 && kSubBlockDefault))) {
-      if constexpr (std::is_same_v<T, __half>) return launch<T, F, 1, 2, 4, 1, true>(p, v, stream);
+      if constexpr (std::is_same_v<T, __half>) {
+        // Narrow N (under ~4 tiles a SM: an 8B down or V) in 2 slots of 4 steps, as Q4_1's
+        // narrow rule: H200, M = 1, 4096 x 14336, Q6_K 28.2 -> 25.5 us, Q4_K 21.4 -> 16.6;
+        // 8B Q4_K_M decode +5% (bench/notes/weight_only.md, session 32).
+        if (p.n_tiles <= 4 * core::multiprocessor_count()) return launch<T, F, 1, 2, 2, 4, true>(p, v, stream);
+        return launch<T, F, 1, 2, 4, 1, true>(p, v, stream);
+      }
     }
     launch_rows<T, F, 2, 4, 1>(p, v, stream);
   } else if constexpr (F == Form::int8) {
