@@ -17,6 +17,12 @@
 
 namespace lowbit::test {
 
+// One f16 ulp at the magnitude of v (subnormals: the smallest step, 2^-24).
+inline double f16_ulp(double v) {
+  const int e = std::max(std::ilogb(std::max(std::fabs(v), 1e-30)), -14);
+  return std::ldexp(1.0, e - 10);
+}
+
 // max |got - want| / max |want| (logits of two engines): both the same length.
 inline double max_relative_error(std::span<const float> got, std::span<const float> want) {
   EXPECT_EQ(got.size(), want.size());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/compare.h"
 #include "common/expect_error.h"
 #include "common/ggml_matrix.h"
 #include "common/random.h"
@@ -22,6 +23,8 @@
 
 namespace lowbit::engine {
 namespace {
+
+using test::f16_ulp;
 
 namespace gt = test::ggml_id;
 using formats::Half;
@@ -38,11 +41,6 @@ const Case kCases[] = {{gt::q5_0, WeightBlocks::q5_0, 32},
                        {gt::q6_k, WeightBlocks::q6_k, 256},
                        {gt::q3_k, WeightBlocks::q3_k, 256},
                        {gt::q2_k, WeightBlocks::q2_k, 256}};
-
-double f16_ulp(double v) {
-  const int e = std::max(std::ilogb(std::max(std::fabs(v), 1e-30)), -14);
-  return std::ldexp(1.0, e - 10);
-}
 
 TEST(GgmlBlockRepack, EveryWeightIsGgmlsValueRoundedToF16) {
   LOWBIT_TEST_RNG(rng);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/compare.h"
 #include "common/expect_error.h"
 #include "common/ggml_matrix.h"
 #include "common/gguf_writer.h"
@@ -25,13 +26,10 @@
 namespace lowbit::engine {
 namespace {
 
+using test::f16_ulp;
+
 namespace gt = test::ggml_id;
 using formats::Half;
-
-double f16_ulp(double v) {
-  const int e = std::max(std::ilogb(std::max(std::fabs(v), 1e-30)), -14);
-  return std::ldexp(1.0, e - 10);
-}
 
 struct Case {
   std::uint32_t type;
