@@ -969,6 +969,8 @@ bool launch_shape(const Params& p, const Variant& v, cudaStream_t stream) {
 template <class T, Form F>
 void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
   if (v.shape >= 0 && launch_shape<T, F>(p, v, stream)) return;
+  const int sms = core::multiprocessor_count();
+  const bool narrow = p.n_tiles <= 4 * sms;  // under ~4 tiles a SM: the 8B O, down and V, the 1B layers
   LOWBIT_CHECK(p.m <= kGemvMaxRows, "weight_only: the GEMV takes M = ", p.m, " > ", kGemvMaxRows,
                " only as a shape of its tuning table (f16 activations, Q4 weights with zero points)");
   if constexpr (is_block_form(F)) {
@@ -987,7 +989,7 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
         // Narrow N (under ~4 tiles a SM: an 8B down or V) in 2 slots of 4 steps, as Q4_1's
         // narrow rule: H200, M = 1, 4096 x 14336, Q6_K 28.2 -> 25.5 us, Q4_K 21.4 -> 16.6;
         // 8B Q4_K_M decode +5% (bench/notes/weight_only.md, session 32).
-        if (p.n_tiles <= 4 * core::multiprocessor_count()) return launch<T, F, 1, 2, 2, 4, true>(p, v, stream);
+        if (narrow) return launch<T, F, 1, 2, 2, 4, true>(p, v, stream);
         return launch<T, F, 1, 2, 4, 1, true>(p, v, stream);
       }
     }
@@ -998,8 +1000,6 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
   } else {
     // The rules as the H200 sweep ordered them (`bench gemm --section
     // weight_only_variants`, Q4_1 g32, median ms; weight-only-variants-h200.md).
-    const int sms = core::multiprocessor_count();
-    const bool narrow = p.n_tiles <= 4 * sms;  // under ~4 tiles a SM: the 8B O and down, the 1B layers
     if (p.m > 8) {
       // M = 9..16: the activations staged once per k-slice group, two 8-warp blocks a SM,
       // K split over a cluster where N alone would not fill the grid (launch_xs's rule).
