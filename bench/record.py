@@ -99,10 +99,11 @@ DEFAULT_FIGURES = {
     "decode-8b-q4k": _decode_figures((2048, 8192)),
     "decode-8b-q4km": _decode_figures((2048, 8192)),
     "decode-qwen-q4k": _decode_figures((2048, 8192)),
-    "weight-only-blocks": {f"{t}_{n}x{k}_m1_pct_copy": f"rows[op={t},N={n},K={k},M=1].pct_copy"
+    "weight-only-blocks": {f"{t}_{n}x{k}_m1_{unit}": f"rows[op={t},N={n},K={k},M=1].{path}"
                            for t in ("Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q4_K", "Q4_K_groups", "Q5_K", "Q6_K", "Q3_K",
                                      "Q2_K")
-                           for n, k in ((4096, 14336), (14336, 4096))},
+                           for n, k in ((4096, 14336), (14336, 4096))
+                           for unit, path in (("pct_copy", "pct_copy"), ("x_read", "speedup_vs_peer"))},
     "kv-attention": _kv_attention_figures((2048, 32768, 131072)),
     "kvquant": {
         "copy_gbps": "gpu_copy_gbps",
@@ -156,9 +157,10 @@ DEFAULT_FIGURES = {
                  for c in (1, 64) for key in ("tokens_per_second", "itl_p50_ms", "itl_p99_ms", "ttft_p99_ms", "failed")},
     "kv-batch": {f"{p}_{c}_b{b}_mma_swap_pct_copy": f"rows[context={c},batch={b},policy={p},kernel=mma_swap].pct_copy"
                  for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192) for b in (16, 64)},
-    "weight-only-variants": {f"g32_m{m}_{n}x{k}_production_pct_copy":
-                             _gemm("weight_only_variants", "w4a16 g32 zp", "production", m, n, k) + ".pct_copy"
-                             for m in (1, 16) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))},
+    "weight-only-variants": {f"g32_m{m}_{n}x{k}_production_{unit}":
+                             _gemm("weight_only_variants", "w4a16 g32 zp", "production", m, n, k) + path
+                             for m in (1, 16) for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+                             for unit, path in (("pct_copy", ".pct_copy"), ("x_read", ".speedup_vs_peer"))},
     "prefill": {f"{p}_{c}_mma_tflops": f"rows[context={c},policy={p},kernel=mma].tflops"
                 for p in ("full", "selective8", "selective4", "int8", "int4") for c in (2048, 8192, 32768)},
     "attention": {f"{k.replace('.', '')}_{t}_d{d}_{'causal' if m else 'full'}_tflops":

@@ -402,6 +402,17 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
       DeviceWeights dev = upload(host, spec, n, k);
       const double weight_bytes =
           static_cast<double>(host.codes.size() + host.scales_packed.size() + host.mins_packed.size());
+      // The same bytes read by a kernel that does nothing else, in one launch: each row's
+      // peer, so that its speed-up column is its share of what a read of them takes.
+      const double read_ms = measure_read_ms(static_cast<std::size_t>(weight_bytes), stream);
+      const char* op = group == 32 ? "w4a16 g32 zp" : "w4a16 g128 zp";
+      GemmRow read_row = GemmRow::make("weight_only_variants", op, "pure read", 1, n, k, "n_by_k", "-");
+      read_row.ms = read_ms;
+      read_row.bytes = weight_bytes;
+      read_row.peer = "pure read";
+      read_row.peer_ms = read_ms;
+      read_row.check = "no output";
+      rows.push_back(read_row);
       for (const std::int64_t m : {1, 4, 8, 16, 32}) {
         if (skip_m(o, m)) continue;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
@@ -442,11 +453,12 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
               stream, ops);
           char check[64];
           std::snprintf(check, sizeof check, "rel %.1e", err);
-          GemmRow row = GemmRow::make("weight_only_variants", group == 32 ? "w4a16 g32 zp" : "w4a16 g128 zp", name, m,
-                                      n, k, "n_by_k", "f16");
+          GemmRow row = GemmRow::make("weight_only_variants", op, name, m, n, k, "n_by_k", "f16");
           row.ms = ms;
           row.ops = ops;
           row.bytes = weight_bytes + 2.0 * m * k + 2.0 * m * n;
+          row.peer = "pure read";
+          row.peer_ms = read_ms;
           row.check = check;
           row.ok = err < 1e-3;
           rows.push_back(row);
@@ -607,8 +619,9 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
   const std::int64_t nk[][2] = {{4096, 14336}, {14336, 4096}};
   std::printf("\nWeight-only GEMV on GGML block types (bytes as held on the device; copy ceiling %.0f GB/s)\n",
               copy_gbps);
-  std::printf("%-11s %12s %3s %8s %9s %9s %9s %8s %7s %7s  %s\n", "type", "N x K", "M", "MB", "min us", "med us",
-              "max us", "GB/s", "copy", "best", "check vs tiled");
+  std::printf("read: a kernel that only reads the same bytes in one launch (its median); %% of read = its time over the row's\n");
+  std::printf("%-11s %12s %3s %8s %9s %9s %9s %8s %7s %7s %7s  %s\n", "type", "N x K", "M", "MB", "min us", "med us",
+              "max us", "GB/s", "copy", "best", "read", "check vs tiled");
   for (const auto& [n, k] : nk) {
     if (skip_shape(o, n, k)) continue;
     for (const auto& [type, packing] : types) {
@@ -642,6 +655,11 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
         views.push_back(w);
       }
       const wo::Form form = wo::form_of(host.spec);
+      const double read_ms = measure_read_ms(held, stream);
+      std::printf("%-11s %5lldx%-6lld %3s %8.1f %9s %9.1f %9s %9.1f %8.0f %6s %6.1f%%  (pure read)\n", name.c_str(),
+                  static_cast<long long>(n), static_cast<long long>(k), "-", static_cast<double>(held) / 1e6, "",
+                  read_ms * 1e3, "", static_cast<double>(held) / (read_ms * 1e6),
+                  100.0 * static_cast<double>(held) / (read_ms * 1e6) / copy_gbps, "", 100.0);
       for (const std::int64_t m : {1, 16}) {
         if (skip_m(o, m)) continue;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
@@ -679,10 +697,11 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                        best = static_cast<double>(held) / (ms.front() * 1e6);
           char check[64];
           std::snprintf(check, sizeof check, "rel %.1e%s", err, err < 2e-3 ? "" : " (over 2e-3)");
-          std::printf("%-11s %5lldx%-6lld %3lld %8.1f %9.1f %9.1f %9.1f %8.0f %6.1f%% %6.1f%%  %s%s\n",
+          std::printf("%-11s %5lldx%-6lld %3lld %8.1f %9.1f %9.1f %9.1f %8.0f %6.1f%% %6.1f%% %6.1f%%  %s%s\n",
                       name.c_str(), static_cast<long long>(n), static_cast<long long>(k),
                       static_cast<long long>(m), static_cast<double>(held) / 1e6, ms.front() * 1e3, med * 1e3,
-                      ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps, check,
+                      ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps,
+                      100.0 * read_ms / med, check,
                       decode == 0 ? "  [per-weight decode]" : decode == 1 ? "  [sub-block decode]" : "");
           GemmRow row = GemmRow::make("weight_only_blocks", name,
                                       decode == 0   ? "per_weight_decode"
@@ -692,6 +711,8 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
           row.ms = med;
           row.ops = 2.0 * m * n * k;
           row.bytes = static_cast<double>(held) + 2.0 * m * k + 2.0 * m * n;
+          row.peer = "pure read";
+          row.peer_ms = read_ms;
           row.check = check;
           row.ok = err < 2e-3;
           rows.push_back(row);
