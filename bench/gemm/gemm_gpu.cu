@@ -385,14 +385,16 @@ void weight_only_section(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
 void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t stream, double copy_gbps,
                                   std::vector<GemmRow>& rows) {
   namespace wo = cuda::weight_only;
-  // The issue's large shapes, and the decode GEMVs of Llama-3-8B (QKV, O, gate | up, down)
-  // and Llama-3.2-1B at GGUF Q4_1's group 32.
+  // The issue's large shapes, and the decode GEMVs of Llama-3-8B (QKV, O, gate | up, down),
+  // Llama-3.2-1B, Llama-3-70B (QKV, O; its gate | up and down are the large shapes) and
+  // Qwen2.5-14B (QKV, down) at GGUF Q4_1's group 32.
   struct Case {
     std::int64_t n, k, group;
   };
   const Case cases[] = {{28672, 8192, 32}, {28672, 8192, 128}, {8192, 28672, 32}, {8192, 28672, 128},
                         {6144, 4096, 32},  {4096, 4096, 32},   {28672, 4096, 32}, {4096, 14336, 32},
-                        {3072, 2048, 32},  {2048, 2048, 32},   {16384, 2048, 32}, {2048, 8192, 32}};
+                        {3072, 2048, 32},  {2048, 2048, 32},   {16384, 2048, 32}, {2048, 8192, 32},
+                        {10240, 8192, 32}, {8192, 8192, 32},   {7168, 5120, 32},  {5120, 13824, 32}};
   const std::size_t first = rows.size();
   for (const auto& [n, k, group] : cases) {
     if (skip_shape(o, n, k)) continue;

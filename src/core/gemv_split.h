@@ -42,6 +42,13 @@ int fill_k_slices(const GemvGrid& g, PerSm per_sm) {
   return k_slices;
 }
 
+// How full the fill rule's grid leaves the resident block slots (wave_fill at its k-slices).
+template <class PerSm>
+double filled_slots(const GemvGrid& g, PerSm per_sm) {
+  const int slices = fill_k_slices(g, per_sm);
+  return wave_fill(gemv_blocks(g, slices), static_cast<std::int64_t>(per_sm(slices)) * g.multiprocessors);
+}
+
 struct GemvSplit {
   int k_slices = 1;
   int parts = 1;

@@ -131,6 +131,25 @@ TEST(GemvSplit, FollowsTheMeasuredChoicesAtThe8BShapes) {
   expect_split(pick_gemv_split(h200_gemv(8192, 28672), kH200PerSm, 0, 0), 2, 2);
 }
 
+// The GEMV rule between 4 and 16 tiles an SM at M <= 4 (gemv.cu): the chunked launch (2
+// tiles a warp, 3 blocks an SM) where its grid fills the slots at least as well as the wide
+// one (4 tiles a warp, 2 blocks an SM), as the H200 measured (M = 1, ms, chunked / wide).
+TEST(GemvSplit, FilledSlotsOrderTheChunkedAndTheWideLaunch) {
+  auto filled = [](std::int64_t n, std::int64_t k, int tiles_per_warp, int per_sm) {
+    lowbit::core::GemvGrid g = h200_gemv(n, k);
+    g.tiles_per_warp = tiles_per_warp;
+    return lowbit::core::filled_slots(g, [&](int) { return per_sm; });
+  };
+  auto chunked_first = [&](std::int64_t n, std::int64_t k) { return filled(n, k, 2, 3) >= filled(n, k, 4, 2); };
+  EXPECT_TRUE(chunked_first(6144, 4096));    // 8B QKV 0.0084 / 0.0094
+  EXPECT_TRUE(chunked_first(10240, 8192));   // 70B QKV 0.0224 / 0.0243
+  EXPECT_TRUE(chunked_first(5120, 13824));   // Qwen2.5-14B down 0.0195 / 0.0210
+  EXPECT_FALSE(chunked_first(8192, 8192));   // 70B O 0.0207 / 0.0158
+  EXPECT_FALSE(chunked_first(8192, 28672));  // 70B down 0.0632 / 0.0429
+  EXPECT_FALSE(chunked_first(7168, 5120));   // Qwen2.5-14B QKV 0.0131 / 0.0112
+  EXPECT_DOUBLE_EQ(filled(6144, 4096, 2, 3), 384.0 / 396.0);  // 8 slices: 384 blocks in 396 slots
+}
+
 TEST(GemvSplit, TakesAVariantsCounts) {
   using lowbit::core::pick_gemv_split;
   const lowbit::core::GemvGrid g = h200_gemv(4096, 4096);

@@ -817,18 +817,33 @@ inline core::GemvGrid grid_of(const Params& p, int kTN) {
   return g;
 }
 
+// The resident blocks an SM of one gemv_kernel instantiation; once per instantiation (and
+// device, in practice one), with its shared-memory opt-in.
 template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, bool kSub = false>
-void launch(const Params& p, const Variant& v, cudaStream_t stream) {
-  auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk, kSub>;
-  constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
-  // Once per instantiation (and device, in practice one): the shared-memory opt-in and
-  // the resident blocks per SM it allows.
-  static int per_sm = [&] {
+int resident_blocks() {
+  static const int per_sm = [] {
+    auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk, kSub>;
+    constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes));
     int blocks = 0;
     LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kRingBytes));
     return std::max(blocks, 1);
   }();
+  return per_sm;
+}
+
+// How full launch<>'s grid leaves the resident block slots (core::filled_slots).
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk>
+double filled_slots(const Params& p) {
+  const int per_sm = resident_blocks<T, F, kRowGroups, kTN, kStages, kChunk>();
+  return core::filled_slots(grid_of(p, kTN), [&](int) { return per_sm; });
+}
+
+template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, bool kSub = false>
+void launch(const Params& p, const Variant& v, cudaStream_t stream) {
+  auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk, kSub>;
+  constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
+  const int per_sm = resident_blocks<T, F, kRowGroups, kTN, kStages, kChunk, kSub>();
   const core::GemvGrid grid = grid_of(p, kTN);
   int k_slices = 1;
   if (v.k_slices > 0) {
@@ -1004,11 +1019,16 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
       // M = 9..16: the activations staged once per k-slice group, two 8-warp blocks a SM,
       // K split over a cluster where N alone would not fill the grid (launch_xs's rule).
       launch_xs<T, F, 2, 4, 4>(p, v, stream, false);
-    } else if (p.groups_per_step == 4 && !narrow && p.m <= 4 && p.n_tiles <= 16 * sms && p.k_steps >= 32) {
+    } else if (p.groups_per_step == 4 && !narrow && p.m <= 4 && p.n_tiles <= 16 * sms && p.k_steps >= 32 &&
+               filled_slots<T, F, 1, 2, 3, 2>(p) >= filled_slots<T, F, 1, 4, 4, 1>(p)) {
       // Group 32, between 4 and 16 tiles a SM, M <= 4, K of 32 steps or more (the 8B QKV,
       // 6144 x 4096): 2 tiles a warp, 3 slots of 2 steps. M = 1 0.0094 -> 0.0084 ms, M = 4
       // 0.0100 -> 0.0090; bench decode 8B at 2K +0.7% (H200). Not at shorter K: 16384 x 2048
-      // (the 1B gate|up, 16 steps) 0.0094 -> 0.0125.
+      // (the 1B gate|up, 16 steps) 0.0094 -> 0.0125. Only where its grid fills the resident
+      // slots at least as well as the {4, 4, 1} launch's: M = 1, H200, ms ({2, 3, 2} / {4,
+      // 4, 1}), taken: 10240 x 8192 (70B QKV) 0.0224 / 0.0243, 5120 x 13824 (Qwen2.5-14B
+      // down) 0.0195 / 0.0210; left: 8192 x 8192 (70B O) 0.0207 / 0.0158, 8192 x 28672 (70B
+      // down) 0.0632 / 0.0429, 7168 x 5120 (Qwen2.5-14B QKV) 0.0131 / 0.0112.
       launch_rows<T, F, 2, 3, 2>(p, v, stream);
     } else if (p.groups_per_step == 4 && narrow) {
       // Group 32, narrow N, M <= 8: 2 tiles a warp, 2 slots of 4 steps, which keeps more
