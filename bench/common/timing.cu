@@ -84,7 +84,7 @@ double measure_read_ms(std::size_t bytes, cuda_stream_t stream) {
   LOWBIT_CUDA_CHECK(cudaGetDevice(&device));
   LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
   LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::size_t vecs = (bytes + 15) / 16;
+  const std::size_t vecs = std::max<std::size_t>((bytes + 15) / 16, 1);
   // Enough copies that a buffer is out of L2 when its turn comes again.
   const auto copies = static_cast<std::size_t>(std::max<std::size_t>(4, 2 * static_cast<std::size_t>(l2) / (16 * vecs) + 2));
   core::DeviceBuffer buffer(copies * vecs * 16), sink(sizeof(unsigned));

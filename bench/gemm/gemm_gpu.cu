@@ -621,7 +621,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
   const std::int64_t nk[][2] = {{4096, 14336}, {14336, 4096}};
   std::printf("\nWeight-only GEMV on GGML block types (bytes as held on the device; copy ceiling %.0f GB/s)\n",
               copy_gbps);
-  std::printf("read: a kernel that only reads the same bytes in one launch (its median); %% of read = its time over the row's\n");
+  std::printf("pure read: a kernel that only reads the same bytes in one launch (median); read: that time over the row's\n");
   std::printf("%-11s %12s %3s %8s %9s %9s %9s %8s %7s %7s %7s  %s\n", "type", "N x K", "M", "MB", "min us", "med us",
               "max us", "GB/s", "copy", "best", "read", "check vs tiled");
   for (const auto& [n, k] : nk) {
