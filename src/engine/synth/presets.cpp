@@ -15,7 +15,7 @@ namespace {
 // Qwen2.5-0.5B's (896) and SmolLM2-135M's (576) are not: their K-quant files hold the
 // fallback types too. smollm2-135m is the default model's shape (its GPU speed measured
 // where the real file cannot be carried).
-constexpr std::array<SynthPreset, 7> k_presets{{
+constexpr std::array<SynthPreset, 8> k_presets{{
     {"tiny", "llama", "test-sized", 256, 2, 4, 2, 64, 512, 10000.0, 4096, 1e-5f, false},
     {"tiny-qwen2", "qwen2", "test-sized", 384, 2, 6, 2, 64, 512, 1000000.0, 4096, 1e-6f, true},
     {"smollm2-135m", "llama", "SmolLM2-135M", 576, 30, 9, 3, 64, 1536, 100000.0, 8192, 1e-5f, false},
@@ -23,6 +23,7 @@ constexpr std::array<SynthPreset, 7> k_presets{{
     {"llama3.2-1b", "llama", "Llama-3.2-1B", 2048, 16, 32, 8, 64, 8192, 500000.0, 131072, 1e-5f, false},
     {"llama3.2-3b", "llama", "Llama-3.2-3B", 3072, 28, 24, 8, 128, 8192, 500000.0, 131072, 1e-5f, false},
     {"llama3-8b", "llama", "Llama-3-8B", 4096, 32, 32, 8, 128, 14336, 500000.0, 131072, 1e-5f, false},
+    {"llama3-70b", "llama", "Llama-3-70B", 8192, 80, 64, 8, 128, 28672, 500000.0, 131072, 1e-5f, false},
 }};
 
 }  // namespace
