@@ -48,8 +48,8 @@ double measure_copy_gbps(std::size_t bytes, cuda_stream_t stream);
 // Median milliseconds of one launch that only reads `bytes` from DRAM (16-byte loads, 8 in
 // flight a thread, 4 blocks of 256 threads an SM; copies rotated past the L2): the best a
 // kernel that streams those bytes once in one launch can do, its ramp and tail included.
-// The copy ceiling above is a 1 GiB transfer's; a launch of 10-40 MB reads at half to
-// two thirds of it (bench/notes/weight_only.md, "What a pure read ... takes").
+// The copy ceiling above is a 1 GiB transfer's; a launch of 10-40 MB reads at 40-75% of
+// it (bench/notes/weight_only.md, "What a pure read ... takes").
 double measure_read_ms(std::size_t bytes, cuda_stream_t stream);
 #endif
 
