@@ -89,6 +89,10 @@ cuda::IntGemmArgs i32_args(const void* a, const void* b, BLayout layout, void* o
   return args;
 }
 
+// The weight-only sections' peer: the same weight bytes read by a kernel that does nothing
+// else (measure_read_ms).
+constexpr const char* kPureRead = "pure read";
+
 // The peer's own row: its speed-up column reads 1.00x.
 GemmRow reference_row(const char* section, const char* op, const char* variant, const Shape& s, const char* out_dtype,
                       double ms, double ops, double bytes) {
@@ -408,13 +412,8 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
       // peer, so that its speed-up column is its share of what a read of them takes.
       const double read_ms = measure_read_ms(static_cast<std::size_t>(weight_bytes), stream);
       const char* op = group == 32 ? "w4a16 g32 zp" : "w4a16 g128 zp";
-      GemmRow read_row = GemmRow::make("weight_only_variants", op, "pure read", 1, n, k, "n_by_k", "-");
-      read_row.ms = read_ms;
-      read_row.bytes = weight_bytes;
-      read_row.peer = "pure read";
-      read_row.peer_ms = read_ms;
-      read_row.check = "no output";
-      rows.push_back(read_row);
+      rows.push_back(reference_row("weight_only_variants", op, kPureRead, Shape{1, n, k}, "-", read_ms, 0.0,
+                                   weight_bytes));
       for (const std::int64_t m : {1, 4, 8, 16, 32}) {
         if (skip_m(o, m)) continue;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
@@ -459,7 +458,7 @@ void weight_only_variants_section(const GemmBenchOptions& o, cuda_stream_t strea
           row.ms = ms;
           row.ops = ops;
           row.bytes = weight_bytes + 2.0 * m * k + 2.0 * m * n;
-          row.peer = "pure read";
+          row.peer = kPureRead;
           row.peer_ms = read_ms;
           row.check = check;
           row.ok = err < 1e-3;
@@ -713,7 +712,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
           row.ms = med;
           row.ops = 2.0 * m * n * k;
           row.bytes = static_cast<double>(held) + 2.0 * m * k + 2.0 * m * n;
-          row.peer = "pure read";
+          row.peer = kPureRead;
           row.peer_ms = read_ms;
           row.check = check;
           row.ok = err < 2e-3;
