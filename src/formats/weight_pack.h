@@ -44,12 +44,18 @@
 // units of 8 n x 128 k and the same lane map (lane c of row r owns k 32c .. 32c + 31, one
 // ggml sub-block of 32, or two of 16), but each unit carries everything its weights need,
 // so the kernels stream units only (no separate scale arrays):
-//   low plane           the low bits of every code: 4 bits (Q5_*, Q4_K .. Q6_K) exactly
+//   low plane           the low bits of every code: 4 bits (Q5_*, Q4_K, Q5_K) exactly
 //                       the INT4 layout above, [0, 512); 2 bits (Q3_K, Q2_K) [0, 256): lane
 //                       L's 8 bytes at 8L, two u32 words, word w / 2 holding the lane's k
 //                       = 8w + 2i + h at bits 2 (4 (w % 2) + i) + 16h, so ((word >> (8 (w %
 //                       2) + 2i)) & 0x00030003) is the pair (2i, 2i + 1) of word w as INT4's;
-//   [low, +128 * P)     P high-bit planes (Q5_*, Q3_K: 1, Q6_K: 2; Q4_K, Q2_K: 0): plane p,
+//   six-bit codes       Q6_K instead of a low plane and high planes, [0, 768): lane L's 32
+//                       whole codes in six u32 words, words 0-3 at 16L, 4-5 at 512 + 8L;
+//                       words 3g .. 3g + 2 hold k 16g .. 16g + 15, the pair p = 4 (w % 2)
+//                       + i (k 8w + 2i, + 1) in the halves of the pieces six_bit_piece(p, 0)
+//                       | (p, 1): pairs 0-5 a field at bits 0-5 or 6-11 of a half, pairs 6
+//                       and 7 put together from the halves' spare bits 12-15;
+//   [low, +128 * P)     P high-bit planes (Q5_*, Q3_K: 1; Q4_K, Q2_K, Q6_K: 0): plane p,
 //                       lane L at low + (32p + L) * 4, a u32 whose bit 4w + i + 16h is bit
 //                       low_bits + p of the lane's code k = 8w + 2i + h (w = word, i = pair),
 //                       so (plane >> (4w + i)) & 0x00010001 is the pair's bit at 0 / 16;
@@ -85,16 +91,17 @@ constexpr int kPackLaneBytes4 = 16;  // INT4: one 16-byte load per lane per unit
 // GGML block forms; the values equal lowbit::WeightBlocks' (core/layout.cpp checks).
 enum class WeightBlocks : int { none = 0, q5_0 = 1, q5_1 = 2, q4_k = 3, q5_k = 4, q6_k = 5, q3_k = 6, q2_k = 7 };
 
-// The bits of the low code plane (4: nibbles; 2: 2-bit fields) and its bytes a unit.
+// The bits of the low code plane (4: nibbles; 2: 2-bit fields; 6: Q6_K's whole codes)
+// and its bytes a unit.
 LOWBIT_HD constexpr int block_low_bits(WeightBlocks b) {
-  return b == WeightBlocks::q3_k || b == WeightBlocks::q2_k ? 2 : 4;
+  return b == WeightBlocks::q3_k || b == WeightBlocks::q2_k ? 2 : b == WeightBlocks::q6_k ? 6 : 4;
 }
 LOWBIT_HD constexpr int block_low_bytes(WeightBlocks b) { return 128 * block_low_bits(b); }
 // High-bit planes, and whether a form has lane mins / row factors (d, dmin).
 LOWBIT_HD constexpr int block_high_planes(WeightBlocks b) {
-  return b == WeightBlocks::q6_k                                                         ? 2
-         : (b == WeightBlocks::q4_k || b == WeightBlocks::q2_k || b == WeightBlocks::none) ? 0
-                                                                                           : 1;
+  return b == WeightBlocks::q4_k || b == WeightBlocks::q2_k || b == WeightBlocks::q6_k || b == WeightBlocks::none
+             ? 0
+             : 1;
 }
 LOWBIT_HD constexpr bool block_is_k(WeightBlocks b) {
   return b == WeightBlocks::q4_k || b == WeightBlocks::q5_k || b == WeightBlocks::q6_k || b == WeightBlocks::q3_k ||
@@ -130,6 +137,50 @@ LOWBIT_HD constexpr int block_pair_shift(WeightBlocks b, int w, int i) {
 LOWBIT_HD constexpr std::uint32_t block_pair_mask(WeightBlocks b) {
   return block_low_bits(b) == 2 ? 0x00030003u : 0x000f000fu;
 }
+// Q6_K's six-bit codes (the unit comment above): piece `part` (0, 1) of pair p (0..7) of a
+// lane's word group, (word[3g + word] >> shift) & mask, the code bits at the mask's bits
+// of each half; mask 0: no second piece. Pairs 0-5 cost the kernels one LOP3 (and one
+// shift at bits 6-11), pairs 6 and 7 two shifts and two LOP3: ~3 instructions a pair with
+// the f16 subtraction, against ~7 for a nibble plane and two one-bit planes.
+struct CodePiece {
+  int word;
+  int shift;
+  std::uint32_t mask;
+};
+LOWBIT_HD constexpr CodePiece six_bit_piece(int p, int part) {
+  if (p < 6) return part == 0 ? CodePiece{p / 2, 6 * (p % 2), 0x003f003fu} : CodePiece{0, 0, 0u};
+  if (p == 6) return part == 0 ? CodePiece{0, 12, 0x000f000fu} : CodePiece{1, 8, 0x00300030u};
+  return part == 0 ? CodePiece{1, 14, 0x00030003u} : CodePiece{2, 10, 0x003c003cu};
+}
+// The byte offset in a unit of lane word u (0..5) of the six-bit codes.
+LOWBIT_HD constexpr int six_bit_word_offset(int lane, int u) {
+  return u < 4 ? 16 * lane + 4 * u : 512 + 8 * lane + 4 * (u - 4);
+}
+// The pieces hold each pair's 6 bits in both halves, within the half, and use every bit
+// of a word group's three words exactly once.
+constexpr bool six_bit_pieces_tile_the_words() {
+  std::uint32_t used[3] = {0, 0, 0};
+  for (int p = 0; p < 8; ++p) {
+    unsigned covered = 0;
+    for (int part = 0; part < 2; ++part) {
+      const CodePiece piece = six_bit_piece(p, part);
+      for (int d = 0; d < 16; ++d) {
+        if (((piece.mask >> d) & 1u) == 0) continue;
+        if (((piece.mask >> (16 + d)) & 1u) == 0 || d + piece.shift >= 16 || (covered >> d) & 1u) return false;
+        covered |= 1u << d;
+        for (int half = 0; half < 2; ++half) {
+          const std::uint32_t bit = 1u << (16 * half + d + piece.shift);
+          if (used[piece.word] & bit) return false;
+          used[piece.word] |= bit;
+        }
+      }
+      if ((piece.mask & 0xffffu) != (piece.mask >> 16)) return false;
+    }
+    if (covered != 0x3fu) return false;
+  }
+  return used[0] == 0xffffffffu && used[1] == 0xffffffffu && used[2] == 0xffffffffu;
+}
+static_assert(six_bit_pieces_tile_the_words(), "Q6_K's six-bit pieces");
 // Units are copied in 16-byte vectors, and every lane's fields are aligned to their size.
 static_assert(block_unit_bytes(WeightBlocks::q3_k) == 464 && block_unit_bytes(WeightBlocks::q2_k) == 352 &&
                   block_unit_bytes(WeightBlocks::q3_k) % 16 == 0 && block_unit_bytes(WeightBlocks::q2_k) % 16 == 0,
@@ -387,17 +438,41 @@ LOWBIT_HD Half block_weight_value(WeightBlocks b, int q, int j, std::uint16_t sc
   return Half{0};
 }
 
-// The stored code (before any offset) of (n, k) of a packed block form: its low plane's
-// bits and its high-plane bits above them.
-LOWBIT_HD int block_code_at(const WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn, std::int64_t kk) {
+// The place of bit `bit` of the stored code of (n, k) of a packed block form: in its low
+// plane (bit < low bits), a high plane, or Q6_K's six-bit pieces.
+LOWBIT_HD WeightPackLayout::CodePlace block_code_bit_place(const WeightPackLayout& l, std::int64_t nn, std::int64_t kk,
+                                                           int bit) {
   const int low_bits = block_low_bits(l.blocks);
+  if (low_bits == 6) {
+    const int j = static_cast<int>(kk % 32), w = j / 8, p = 4 * (w % 2) + (j % 8) / 2;
+    CodePiece piece = six_bit_piece(p, 0);
+    if (((piece.mask >> bit) & 1u) == 0) piece = six_bit_piece(p, 1);
+    const int at = bit + piece.shift + 16 * (j % 2);  // the bit in the lane word
+    return {l.unit_base(nn, kk) + six_bit_word_offset(WeightPackLayout::lane_of(nn, kk), 3 * (w / 2) + piece.word) +
+                at / 8,
+            at % 8};
+  }
+  if (bit >= low_bits) return l.high_place(nn, kk, bit - low_bits);
   const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
-  int q = (codes[low.byte] >> low.shift) & ((1 << low_bits) - 1);
-  for (int plane = 0; plane < block_high_planes(l.blocks); ++plane) {
-    const WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
-    q |= ((codes[high.byte] >> high.shift) & 1) << (low_bits + plane);
+  return {low.byte, low.shift + bit};
+}
+
+// The stored code (before any offset) of (n, k) of a packed block form.
+LOWBIT_HD int block_code_at(const WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn, std::int64_t kk) {
+  int q = 0;
+  for (int bit = 0; bit < block_low_bits(l.blocks) + block_high_planes(l.blocks); ++bit) {
+    const WeightPackLayout::CodePlace at = block_code_bit_place(l, nn, kk, bit);
+    q |= ((codes[at.byte] >> at.shift) & 1) << bit;
   }
   return q;
+}
+
+// Sets the stored code of (n, k) of a packed block form whose bits there are still 0.
+inline void block_code_put(const WeightPackLayout& l, std::uint8_t* codes, std::int64_t nn, std::int64_t kk, int q) {
+  for (int bit = 0; bit < block_low_bits(l.blocks) + block_high_planes(l.blocks); ++bit) {
+    const WeightPackLayout::CodePlace at = block_code_bit_place(l, nn, kk, bit);
+    codes[at.byte] = static_cast<std::uint8_t>(codes[at.byte] | (((q >> bit) & 1) << at.shift));
+  }
 }
 
 // The weight (n, k) of a packed block form, read from its units (host or device bytes).

@@ -84,8 +84,9 @@ TEST(GgmlBlockRepack, EveryWeightIsGgmlsValueRoundedToF16) {
 }
 
 // The kernels' reading of a lane's low plane (formats::block_pair_*: the words and shifts
-// common.cuh's low_pair_1024 takes) gives the low bits of the codes block_code_at reads,
-// for every k pair of every lane: the 2-bit fields as much as the nibbles.
+// common.cuh's code_pair_1024 takes) gives the low bits of the codes block_code_at reads,
+// for every k pair of every lane: the 2-bit fields as much as the nibbles; and Q6_K's six
+// words (formats::six_bit_piece, six_bit_word_offset) give its whole codes.
 TEST(GgmlBlockRepack, KernelsPairViewReadsTheLowPlane) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : kCases) {
@@ -95,17 +96,31 @@ TEST(GgmlBlockRepack, KernelsPairViewReadsTheLowPlane) {
     const test::GgmlMatrix m = test::random_ggml_matrix(c.type, n, k, rng());
     const HostPackedWeights packed = repack_ggml_weight(m.tensor());
     const formats::WeightPackLayout layout = formats::make_block_pack_layout(form, n, k);
-    const int lane_bytes = formats::block_lane_low_bytes(form);
+    const bool six_bit = formats::block_low_bits(form) == 6;
     const unsigned low_mask = (1u << formats::block_low_bits(form)) - 1;
     for (std::int64_t r = 0; r < n; ++r) {
       for (std::int64_t j = 0; j < k; j += 32) {  // one lane (row r, lane column (j % 128) / 32) of a unit
-        std::uint32_t words[4] = {0, 0, 0, 0};
-        std::memcpy(words, packed.codes.data() + layout.unit_base(r, j) + layout.lane_of(r, j) * lane_bytes,
-                    static_cast<std::size_t>(lane_bytes));
+        const std::uint8_t* unit = packed.codes.data() + layout.unit_base(r, j);
+        const int lane = formats::WeightPackLayout::lane_of(r, j);
+        std::uint32_t words[6] = {0, 0, 0, 0, 0, 0};
+        if (six_bit) {
+          for (int u = 0; u < 6; ++u) std::memcpy(&words[u], unit + formats::six_bit_word_offset(lane, u), 4);
+        } else {
+          const int lane_bytes = formats::block_lane_low_bytes(form);
+          std::memcpy(words, unit + lane * lane_bytes, static_cast<std::size_t>(lane_bytes));
+        }
         for (int w = 0; w < 4; ++w) {
           for (int i = 0; i < 4; ++i) {
-            const std::uint32_t pair = (words[formats::block_pair_word(form, w)] >>
-                                        formats::block_pair_shift(form, w, i)) & formats::block_pair_mask(form);
+            std::uint32_t pair = 0;
+            if (six_bit) {
+              for (int part = 0; part < 2; ++part) {
+                const formats::CodePiece piece = formats::six_bit_piece(4 * (w % 2) + i, part);
+                pair |= (words[3 * (w / 2) + piece.word] >> piece.shift) & piece.mask;
+              }
+            } else {
+              pair = (words[formats::block_pair_word(form, w)] >> formats::block_pair_shift(form, w, i)) &
+                     formats::block_pair_mask(form);
+            }
             const std::int64_t kk = j + 8 * w + 2 * i;
             ASSERT_EQ(pair & 0xffffu, formats::block_code_at(layout, packed.codes.data(), r, kk) & low_mask)
                 << "row " << r << " k " << kk;

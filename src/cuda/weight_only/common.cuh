@@ -203,19 +203,87 @@ __device__ __forceinline__ uint4 load_low_plane(const std::uint8_t* unit, int la
   }
 }
 
-// The pair (w, i) of a lane's low plane (k 8w + 2i, + 1) in the two 16-bit halves, each
-// 0x6400 | its low bits (the f16 1024 + low bits), where formats::block_pair_* put it:
-// nibbles at shift 4i of word w, or 2-bit fields at shift 8 (w % 2) + 2i of word w / 2.
+// A lane's code words of a unit: its low plane q (load_low_plane) and its high-plane word
+// h0 (code bit low_bits), or Q6_K's six-bit codes, words 0-3 in q and 4, 5 in h0, h1.
+struct LaneCodes {
+  uint4 q;
+  std::uint32_t h0 = 0, h1 = 0;
+};
 template <formats::WeightBlocks kB>
-__device__ __forceinline__ std::uint32_t low_pair_1024(const uint4& q, int w, int i) {
-  return and_or<formats::block_pair_mask(kB), 0x64006400u>(word_of(q, formats::block_pair_word(kB, w)) >>
-                                                           formats::block_pair_shift(kB, w, i));
+__device__ __forceinline__ LaneCodes load_lane_codes(const std::uint8_t* unit, int lane) {
+  LaneCodes c;
+  if constexpr (formats::block_low_bits(kB) == 6) {
+    c.q = *reinterpret_cast<const uint4*>(unit + formats::six_bit_word_offset(lane, 0));
+    const uint2 hi = *reinterpret_cast<const uint2*>(unit + formats::six_bit_word_offset(lane, 4));
+    c.h0 = hi.x, c.h1 = hi.y;
+  } else {
+    c.q = load_low_plane<kB>(unit, lane);
+    if constexpr (formats::block_high_planes(kB) >= 1) {
+      c.h0 = *reinterpret_cast<const std::uint32_t*>(unit + formats::block_low_bytes(kB) + 4 * lane);
+    }
+  }
+  return c;
+}
+
+// (moved & kMask) | v in one LOP3. Written out, NVVM reassociated a pair's ORs into one
+// LOP3 more a pair (Q6_K's loop, when it had two high planes: 465 instructions a step
+// against 433).
+template <std::uint32_t kMask>
+__device__ __forceinline__ std::uint32_t or_masked(std::uint32_t v, std::uint32_t moved) {
+  std::uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(out) : "r"(moved), "n"(kMask), "r"(v));
+  return out;
+}
+
+// Pair kP (0..7) of a Q6_K lane's word group (w0, w1, w2): formats::six_bit_piece.
+template <int kP>
+__device__ __forceinline__ std::uint32_t six_bit_pair_1024(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2) {
+  constexpr formats::CodePiece a = formats::six_bit_piece(kP, 0), b = formats::six_bit_piece(kP, 1);
+  const std::uint32_t words[3] = {w0, w1, w2};
+  const std::uint32_t v = and_or<a.mask, 0x64006400u>(words[a.word] >> a.shift);
+  if constexpr (b.mask == 0u) {
+    return v;
+  } else {
+    return or_masked<b.mask>(v, words[b.word] >> b.shift);
+  }
+}
+
+// The pair (w, i) of a lane's codes (k 8w + 2i, + 1) in the two 16-bit halves, each 0x6400
+// | its code (the f16 1024 + code): the low plane's nibbles at shift 4i of word w, or 2-bit
+// fields at shift 8 (w % 2) + 2i of word w / 2 (formats::block_pair_*), with the high
+// plane's bit 4w + i above them; Q6_K's pieces of word group w / 2. w and i are unrolled
+// constants, so the switch folds.
+template <formats::WeightBlocks kB>
+__device__ __forceinline__ std::uint32_t code_pair_1024(const LaneCodes& c, int w, int i) {
+  if constexpr (formats::block_low_bits(kB) == 6) {
+    const std::uint32_t w0 = w < 2 ? c.q.x : c.q.w, w1 = w < 2 ? c.q.y : c.h0, w2 = w < 2 ? c.q.z : c.h1;
+    switch (4 * (w % 2) + i) {
+      case 0: return six_bit_pair_1024<0>(w0, w1, w2);
+      case 1: return six_bit_pair_1024<1>(w0, w1, w2);
+      case 2: return six_bit_pair_1024<2>(w0, w1, w2);
+      case 3: return six_bit_pair_1024<3>(w0, w1, w2);
+      case 4: return six_bit_pair_1024<4>(w0, w1, w2);
+      case 5: return six_bit_pair_1024<5>(w0, w1, w2);
+      case 6: return six_bit_pair_1024<6>(w0, w1, w2);
+      default: return six_bit_pair_1024<7>(w0, w1, w2);
+    }
+  } else {
+    constexpr int kLowBits = formats::block_low_bits(kB);
+    const std::uint32_t v = and_or<formats::block_pair_mask(kB), 0x64006400u>(
+        word_of(c.q, formats::block_pair_word(kB, w)) >> formats::block_pair_shift(kB, w, i));
+    if constexpr (formats::block_high_planes(kB) == 0) {
+      return v;
+    } else {
+      const int shift = 4 * w + i;  // the pair's bit in the high plane (and + 16)
+      return or_masked<0x00010001u << kLowBits>(v, shift >= kLowBits ? c.h0 >> (shift - kLowBits)
+                                                                       : c.h0 << (kLowBits - shift));
+    }
+  }
 }
 
 template <Form F>
 struct BlockLane {
-  uint4 q;                        // the lane's low plane (load_low_plane)
-  std::uint32_t h0 = 0, h1 = 0;   // its high-plane words (code bits low_bits and low_bits + 1)
+  LaneCodes c;                    // the lane's codes (load_lane_codes)
   __half2 s2, m2;                 // Q5_0 / Q5_1: d (and m), splat
   // K forms: d * sc and dmin * mn; the halves forms (Q6_K, Q3_K, Q2_K) of k 0..15 in s0 /
   // m0, of k 16..31 in s1 / m1.
@@ -227,13 +295,8 @@ template <Form F>
 __device__ __forceinline__ BlockLane<F> load_block_lane(const std::uint8_t* unit, int lane) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
   static_assert(kB != formats::WeightBlocks::none, "a GGML block form");
-  constexpr int kLow = formats::block_low_bytes(kB);
   BlockLane<F> l;
-  l.q = load_low_plane<kB>(unit, lane);
-  if constexpr (formats::block_high_planes(kB) >= 1) l.h0 = *reinterpret_cast<const std::uint32_t*>(unit + kLow + 4 * lane);
-  if constexpr (formats::block_high_planes(kB) >= 2) {
-    l.h1 = *reinterpret_cast<const std::uint32_t*>(unit + kLow + 128 + 4 * lane);
-  }
+  l.c = load_lane_codes<kB>(unit, lane);
   const std::uint16_t scale =
       *reinterpret_cast<const std::uint16_t*>(unit + formats::block_scale_offset(kB) + 2 * lane);
   const std::uint8_t* factor = unit + formats::block_super_offset(kB) + (lane / 4) * formats::block_super_bytes(kB);
@@ -266,17 +329,12 @@ __device__ __forceinline__ BlockLane<F> load_block_lane(const std::uint8_t* unit
 template <Form F>
 __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w, std::uint32_t (&b)[4]) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
-  constexpr int kLowBits = formats::block_low_bits(kB);
   // The halves forms take the factors of k 16..31 from word 2 on.
   const float s = formats::block_halves(kB) && w >= 2 ? l.s1 : l.s0;
   const float m = formats::block_halves(kB) && w >= 2 ? l.m1 : l.m0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    std::uint32_t v = low_pair_1024<kB>(l.q, w, i);  // 1024 + low bits
-    const int shift = 4 * w + i;
-    if constexpr (formats::block_high_planes(kB) >= 1) v |= ((l.h0 >> shift) & 0x00010001u) << kLowBits;
-    if constexpr (formats::block_high_planes(kB) >= 2) v |= ((l.h1 >> shift) & 0x00010001u) << (kLowBits + 1);
-    const __half2 q1024 = as_t2<__half2>(v);  // 1024 + q, exact
+    const __half2 q1024 = as_t2<__half2>(code_pair_1024<kB>(l.c, w, i));  // 1024 + q, exact
     if constexpr (kB == formats::WeightBlocks::q5_0) {
       b[i] = as_u32(__hmul2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))), l.s2));
     } else if constexpr (kB == formats::WeightBlocks::q5_1) {
@@ -321,29 +379,12 @@ __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w,
 // (LDS, conversions, FFMA): Q4_K ~4.4, Q5_K ~6.4, Q6_K ~8, Q5_0 ~5.4, Q5_1 ~6.2; the
 // per-weight decode: ~8.5, ~12, ~14, ~7.5, ~7.5.
 
-// v with bit `shift` of both 16-bit halves of a high-plane word h set at bit kBit of each:
-// one LOP3 ((h' & mask) | v) a plane. Written out, NVVM reassociated the pair's ORs into
-// one LOP3 more a pair (Q6_K's loop: 465 instructions a step against 433).
-template <int kBit>
-__device__ __forceinline__ std::uint32_t or_plane_bit(std::uint32_t v, std::uint32_t h, int shift) {
-  const std::uint32_t moved = shift >= kBit ? h >> (shift - kBit) : h << (kBit - shift);
-  std::uint32_t out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(out) : "r"(moved), "n"(0x00010001u << kBit), "r"(v));
-  return out;
-}
-
 // The pair (w, i) of a lane's codes (k 8w + 2i, + 1) as exact f16 q - offset, in place
-// in a B fragment register; q is the lane's low plane (load_low_plane).
+// in a B fragment register.
 template <Form F>
-__device__ __forceinline__ std::uint32_t block_code_pair(const uint4& q, std::uint32_t h0, std::uint32_t h1, int w,
-                                                         int i) {
+__device__ __forceinline__ std::uint32_t block_code_pair(const LaneCodes& c, int w, int i) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
-  constexpr int kLowBits = formats::block_low_bits(kB);
-  std::uint32_t v = low_pair_1024<kB>(q, w, i);  // 1024 + low bits
-  const int shift = 4 * w + i;                    // the pair's bit in a high plane (and + 16)
-  if constexpr (formats::block_high_planes(kB) >= 1) v = or_plane_bit<kLowBits>(v, h0, shift);
-  if constexpr (formats::block_high_planes(kB) >= 2) v = or_plane_bit<kLowBits + 1>(v, h1, shift);
-  return as_u32(__hsub2(as_t2<__half2>(v), __float2half2_rn(block_code_base(kB))));
+  return as_u32(__hsub2(as_t2<__half2>(code_pair_1024<kB>(c, w, i)), __float2half2_rn(block_code_base(kB))));
 }
 
 // Whether a form subtracts (or adds) a per-sub-block min: needs the sums of x.

@@ -250,7 +250,6 @@ __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], i
                                                  float (&acc)[kTN / 2][1][4]) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
   constexpr bool kHalves = formats::block_halves(kB);  // two sub-blocks of 16 a lane: words 0-1, 2-3
-  constexpr int kLow = formats::block_low_bytes(kB);
   // The sub-blocks' sums of x (columns 2c, 2c + 1 in xsum[0], [1]), shared by the tiles;
   // the halves forms' of words 0-1 there, of words 2-3 in xsum_hi.
   float xsum[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xsum_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -270,16 +269,11 @@ __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], i
 #pragma unroll
   for (int jp = 0; jp < kTN / 2; ++jp) {
     const std::uint8_t* unit[2];
-    uint4 q[2];
-    std::uint32_t h0[2] = {0, 0}, h1[2] = {0, 0};
+    LaneCodes codes[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
       unit[u] = reinterpret_cast<const std::uint8_t*>(ring.codes[slot][c][2 * jp + u]);
-      q[u] = load_low_plane<kB>(unit[u], lane);
-      if constexpr (formats::block_high_planes(kB) >= 1) h0[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + kLow + 4 * lane);
-      if constexpr (formats::block_high_planes(kB) >= 2) {
-        h1[u] = *reinterpret_cast<const std::uint32_t*>(unit[u] + kLow + 128 + 4 * lane);
-      }
+      codes[u] = load_lane_codes<kB>(unit[u], lane);
     }
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // halves: k 16..31 in d_hi
 #pragma unroll
@@ -288,7 +282,7 @@ __device__ __forceinline__ void compute_step_sub(const std::uint32_t (&x)[16], i
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) b[u][i] = block_code_pair<F>(q[u], h0[u], h1[u], w, i);
+        for (int i = 0; i < 4; ++i) b[u][i] = block_code_pair<F>(codes[u], w, i);
       }
       if (kHalves && w >= 2) {
         mma_16816<__half>(d_hi, b[0][0], b[1][0], b[0][1], b[1][1], x[4 * w], x[4 * w + 1]);

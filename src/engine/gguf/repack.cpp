@@ -190,7 +190,6 @@ NonFiniteScale pack_block_row(const formats::WeightPackLayout& layout, const std
                               std::size_t block_bytes, std::int64_t o, std::uint8_t* packed) {
   const formats::WeightBlocks form = layout.blocks;
   const int width = formats::block_k(form);
-  const int low_bits = formats::block_low_bits(form);
   auto put16 = [&](std::int64_t byte, std::uint16_t v) {
     packed[byte] = static_cast<std::uint8_t>(v & 0xff);
     packed[byte + 1] = static_cast<std::uint8_t>(v >> 8);
@@ -203,12 +202,7 @@ NonFiniteScale pack_block_row(const formats::WeightPackLayout& layout, const std
     }
     for (int j = 0; j < width; ++j) {
       const std::int64_t k = b * width + j;
-      const auto [byte, shift] = layout.code_place(o, k);
-      packed[byte] = static_cast<std::uint8_t>(packed[byte] | ((f.q[j] & ((1 << low_bits) - 1)) << shift));
-      for (int plane = 0; plane < formats::block_high_planes(form); ++plane) {
-        const auto [hbyte, hshift] = layout.high_place(o, k, plane);
-        packed[hbyte] = static_cast<std::uint8_t>(packed[hbyte] | (((f.q[j] >> (low_bits + plane)) & 1) << hshift));
-      }
+      formats::block_code_put(layout, packed, o, k, f.q[j]);
       if (j % 32 != 0) continue;  // once per lane (sub-block of 32, or two of 16)
       put16(layout.lane_scale_byte(o, k), f.scale[j / 32]);
       if (form == formats::WeightBlocks::q5_1) put16(layout.lane_min_byte(o, k), f.min[j / 32]);
