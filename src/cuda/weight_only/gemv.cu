@@ -65,9 +65,13 @@ template <Form F, int kTN, int kStages, int kChunk>
 struct Ring {
   static constexpr int kVecs = form_unit_bytes<F>() / 16;  // 16-byte vectors per unit
   static constexpr int kLoads = (kVecs + 31) / 32;        // 16-byte code loads per lane per unit
+  // The block forms' scales are in their units: their scale slots are one unused chunk,
+  // not 4 (the 4 cost Q6_K's {2 tiles, 2 slots of 4 steps} ring 2 KB a warp, 125 KB a
+  // block: one block an SM instead of two).
+  static constexpr int kScaleChunks = is_block_form(F) ? 1 : kMaxChunks;
   uint4 codes[kStages][kChunk][kTN][kVecs];  // vector h * 32 + lane: the lane's load h
-  std::uint16_t scales[kStages][kChunk][kTN][kMaxChunks][8];
-  std::uint16_t mins[kStages][kChunk][kTN][kMaxChunks][8];
+  std::uint16_t scales[kStages][kChunk][kTN][kScaleChunks][8];
+  std::uint16_t mins[kStages][kChunk][kTN][kScaleChunks][8];
 };
 
 // The slow path (the ragged end of K, or rows not 16-byte aligned), kept out of line
@@ -108,9 +112,12 @@ struct Stream {
       const int idx = lane + 32 * t;
       const int list = idx / (kTN * kMaxChunks), j = (idx / kMaxChunks) % kTN, q = idx % kMaxChunks;
       scale_src[t] = nullptr;
-      scale_dst[t] = list == 0 ? ring.scales[0][0][j][q] : ring.mins[0][0][j][q];
-      if (!is_block_form(F) && list < 2 && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
-        scale_src[t] = (list == 0 ? p.scales : p.mins) + ((tile0 + j) * p.groups + step * p.groups_per_step + q) * 8;
+      scale_dst[t] = nullptr;
+      if constexpr (!is_block_form(F)) {
+        scale_dst[t] = list == 0 ? ring.scales[0][0][j][q] : ring.mins[0][0][j][q];
+        if (list < 2 && j < real_tiles && q < chunks && (list == 0 || F == Form::q4_zero_point)) {
+          scale_src[t] = (list == 0 ? p.scales : p.mins) + ((tile0 + j) * p.groups + step * p.groups_per_step + q) * 8;
+        }
       }
     }
   }
@@ -996,9 +1003,14 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
     if (p.m <= 2 && (v.block_decode == 1 || (v.block_decode < 0 && kSubBlockDefault))) {
       if constexpr (std::is_same_v<T, __half>) {
         // Narrow N (under ~4 tiles a SM: an 8B down or V) in 2 slots of 4 steps, as Q4_1's
-        // narrow rule: H200, M = 1, 4096 x 14336, Q6_K 28.2 -> 25.5 us, Q4_K 21.4 -> 16.6;
-        // 8B Q4_K_M decode +5% (bench/notes/weight_only.md, session 32).
-        if (narrow) return launch<T, F, 1, 2, 2, 4, true>(p, v, stream);
+        // narrow rule: H200, M = 1, 4096 x 14336, Q4_K 21.4 -> 16.6 us; 8B Q4_K_M decode
+        // +5% (bench/notes/weight_only.md, session 32). Q6_K's larger units (848 bytes) in
+        // 3 slots of 2 steps: 19.5 -> 17.8 us; {2 tiles, 6 single-step slots} 18.4, {2, 4,
+        // 2} 18.6, {4, 2, 2} 20.6 (H200, session 34).
+        if (narrow) {
+          if constexpr (F == Form::q6_k) return launch<T, F, 1, 2, 3, 2, true>(p, v, stream);
+          return launch<T, F, 1, 2, 2, 4, true>(p, v, stream);
+        }
         return launch<T, F, 1, 2, 4, 1, true>(p, v, stream);
       }
     }
