@@ -125,8 +125,8 @@ LOWBIT_HD constexpr int block_unit_bytes(WeightBlocks b) {
 }
 // The ggml block (Q5_0 / Q5_1: 32) or super-block (K: 256) a row of K is cut into.
 LOWBIT_HD constexpr int block_k(WeightBlocks b) { return block_is_k(b) ? 256 : 32; }
-// The kernels' view of a lane's low plane (block_lane_low_bytes(b) bytes at that many
-// times the lane, read as u32 words): the pair (k 8w + 2i, + 1) is
+// The kernels' view of a lane's 2- or 4-bit low plane (block_lane_low_bytes(b) bytes at
+// that many times the lane, read as u32 words): the pair (k 8w + 2i, + 1) is
 // (word[block_pair_word(b, w)] >> block_pair_shift(b, w, i)) & block_pair_mask(b), the
 // two codes' low bits at bits 0 and 16.
 LOWBIT_HD constexpr int block_lane_low_bytes(WeightBlocks b) { return 4 * block_low_bits(b); }

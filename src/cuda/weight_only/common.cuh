@@ -225,9 +225,8 @@ __device__ __forceinline__ LaneCodes load_lane_codes(const std::uint8_t* unit, i
   return c;
 }
 
-// (moved & kMask) | v in one LOP3. Written out, NVVM reassociated a pair's ORs into one
-// LOP3 more a pair (Q6_K's loop, when it had two high planes: 465 instructions a step
-// against 433).
+// (moved & kMask) | v in one LOP3: written as C++, NVVM reassociated a pair's ORs into one
+// LOP3 more a pair (32 more a step in a sub-block loop).
 template <std::uint32_t kMask>
 __device__ __forceinline__ std::uint32_t or_masked(std::uint32_t v, std::uint32_t moved) {
   std::uint32_t out;
@@ -351,7 +350,7 @@ __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w,
 
 // ---- GGML block forms, the sub-block decode (gemv, M <= 2) ----------------------------
 //
-// The per-weight decode above spends ~8 (Q4_K) to ~14 (Q6_K) instructions a k pair on
+// The per-weight decode above spends ~8 (Q4_K) to ~12 (Q5_K) instructions a k pair on
 // the f32 value and its f16 rounding, and the GEMV is instruction-bound on it. Here the
 // mma multiplies the codes themselves: (low bits | high bits | 0x6400) - 1024 (Q5_0: 1040,
 // Q6_K: 1056, Q3_K: 1028) is q (q - 16, q - 32, q - 4) exactly in f16, and the sub-block
@@ -374,10 +373,10 @@ __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w,
 // differs from lowbit's CPU twin (formats::block_weight_value, f16 weights) by the twin's
 // weight rounding (<= 2^-11 |w| a weight); the GPU tests bound exactly that.
 //
-// Instructions a k pair (SASS to be confirmed): 0.75 SHF + 1 LOP3 + 1 HSUB2 (+ 2 per high
-// plane: SHF, LOP3), + 0.25 HMMA (+ 0.25 for the sums of x) + ~1 of per-step factor work
-// (LDS, conversions, FFMA): Q4_K ~4.4, Q5_K ~6.4, Q6_K ~8, Q5_0 ~5.4, Q5_1 ~6.2; the
-// per-weight decode: ~8.5, ~12, ~14, ~7.5, ~7.5.
+// Instructions a k pair (SASS to be confirmed): 0.75 SHF + 1 LOP3 + 1 HSUB2 (+ 2 for a
+// high plane: SHF, LOP3; Q6_K's whole codes ~2.1 SHF and LOP3 in all), + 0.25 HMMA (+ 0.25
+// for the sums of x) + ~1 of per-step factor work (LDS, conversions, FFMA): Q4_K ~4.4, Q5_K
+// ~6.4, Q6_K ~4.5, Q5_0 ~5.4, Q5_1 ~6.2; the per-weight decode: ~8.5, ~12, ~10.5, ~7.5, ~7.5.
 
 // The pair (w, i) of a lane's codes (k 8w + 2i, + 1) as exact f16 q - offset, in place
 // in a B fragment register.
