@@ -44,7 +44,7 @@ int model_synth(const Args& args) {
               "matrices in --type) and the default model's tokenizer, for benchmarks at scale without a download.\n"
               "The file is the same for the same preset, type and seed; it loads in lowbit and in llama.cpp.");
   cli.choice("--preset", &preset_name, presets, "the shape (required)");
-  cli.choice("--type", &type_name, types, "the matrices' ggml type, or Q4_K_M: llama.cpp's mix (required)");
+  cli.choice("--type", &type_name, types, "the matrices' ggml type, or Q4_K_M / Q5_K_M: llama.cpp's mixes (required)");
   cli.text("--out", &out, "FILE", "the GGUF file to write (required; written whole or not at all)");
   cli.integer("--seed", &seed, 0, std::numeric_limits<std::int64_t>::max(), "random seed (default 1)");
   cli.flag("--force", &force, "overwrite FILE if it exists");

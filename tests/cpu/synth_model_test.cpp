@@ -126,25 +126,36 @@ TEST(SynthModel, DecodedWeightsHaveTheIntendedScale) {
   }
 }
 
-// Q4_K_M, llama.cpp's mix: Q4_K matrices but attn_v and ffn_down of the layers its
-// use_more_bits names in Q6_K (of 16 layers: 0, 1, 4, 7, 10, 13, 14, 15), file type 15.
-TEST(SynthModel, Q4KMixGivesTheMoreBitsLayersQ6K) {
+// Q4_K_M and Q5_K_M, llama.cpp's mixes: Q4_K (Q5_K) matrices but attn_v and ffn_down of
+// the layers its use_more_bits names in Q6_K (of 16 layers: 0, 1, 4, 7, 10, 13, 14, 15),
+// file type 15 (17).
+TEST(SynthModel, KMMixesGiveTheMoreBitsLayersQ6K) {
   const GgufFile source = tokenizer_source();
-  EXPECT_EQ(find_synth_types("Q4_K_M").name(), "Q4_K_M");
   EXPECT_EQ(find_synth_types("Q4_K").name(), "Q4_K");
-  SynthPreset sixteen = tiny();
-  sixteen.n_layers = 16;
-  const GgufFile file = GgufFile::from_bytes(SynthModel(sixteen, find_synth_types("Q4_K_M"), 2, source).to_bytes());
-  EXPECT_EQ(file.find_metadata("general.file_type")->as_u32(), 15u);
-  const std::vector<int> more = {0, 1, 4, 7, 10, 13, 14, 15};
-  for (int l = 0; l < 16; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    const bool q6 = std::find(more.begin(), more.end(), l) != more.end();
-    for (const char* name : {"attn_v.weight", "ffn_down.weight"}) {
-      EXPECT_EQ(file.tensor(p + name).type, q6 ? GgmlType::q6_k : GgmlType::q4_k) << p << name;
-    }
-    for (const char* name : {"attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight"}) {
-      EXPECT_EQ(file.tensor(p + name).type, GgmlType::q4_k) << p << name;
+  EXPECT_LOWBIT_ERROR(SynthTypes::k_m_mix_of(GgmlType::q6_k), "no _M mix has base type Q6_K");
+  struct Mix {
+    const char* name;
+    GgmlType base;
+    std::uint32_t file_type;
+  };
+  for (const Mix mix : {Mix{"Q4_K_M", GgmlType::q4_k, 15}, Mix{"Q5_K_M", GgmlType::q5_k, 17}}) {
+    SCOPED_TRACE(mix.name);
+    EXPECT_EQ(find_synth_types(mix.name).name(), mix.name);
+    SynthPreset sixteen = tiny();
+    sixteen.n_layers = 16;
+    const GgufFile file = GgufFile::from_bytes(SynthModel(sixteen, find_synth_types(mix.name), 2, source).to_bytes());
+    EXPECT_EQ(file.find_metadata("general.file_type")->as_u32(), mix.file_type);
+    const std::vector<int> more = {0, 1, 4, 7, 10, 13, 14, 15};
+    for (int l = 0; l < 16; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      const bool q6 = std::find(more.begin(), more.end(), l) != more.end();
+      for (const char* name : {"attn_v.weight", "ffn_down.weight"}) {
+        EXPECT_EQ(file.tensor(p + name).type, q6 ? GgmlType::q6_k : mix.base) << p << name;
+      }
+      for (const char* name :
+           {"attn_q.weight", "attn_k.weight", "attn_output.weight", "ffn_gate.weight", "ffn_up.weight"}) {
+        EXPECT_EQ(file.tensor(p + name).type, mix.base) << p << name;
+      }
     }
   }
 }
@@ -217,7 +228,7 @@ TEST(SynthModel, RefusesUnknownPresetsAndTypesByName) {
                       "model preset 'llama9' does not exist (presets: tiny, tiny-qwen2, smollm2-135m, qwen2.5-0.5b, llama3.2-1b");
   EXPECT_LOWBIT_ERROR(find_synth_matrix_type("BF16"), "model type 'BF16' is not one synth writes (types: Q4_1");
   EXPECT_LOWBIT_ERROR(find_synth_types("Q4_K_S"), "model type 'Q4_K_S' is not one synth writes (types: Q4_1");
-  EXPECT_LOWBIT_ERROR(find_synth_types("Q4_K_S"), "Q6_K, Q4_K_M)");
+  EXPECT_LOWBIT_ERROR(find_synth_types("Q4_K_S"), "Q6_K, Q4_K_M, Q5_K_M)");
   const GgufFile source = tokenizer_source();
   EXPECT_LOWBIT_ERROR(SynthModel(tiny(), GgmlType::iq2_xs, 1, source), "'IQ2_XS' is not one synth writes");
   test::GgufWriter w;

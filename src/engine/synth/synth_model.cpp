@@ -58,28 +58,46 @@ bool more_bits_layer(std::int64_t layer, std::int64_t layers) {
   return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
-constexpr std::string_view k_q4_k_m = "Q4_K_M";
-constexpr std::uint32_t k_q4_k_m_file_type = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+// llama.cpp's _M mixes: the base type, the mix's name and its general.file_type
+// (LLAMA_FTYPE_MOSTLY_Q4_K_M, _Q5_K_M).
+struct KMMix {
+  GgmlType base;
+  std::string_view name;
+  std::uint32_t file_type;
+};
+constexpr KMMix k_m_mixes[] = {{GgmlType::q4_k, "Q4_K_M", 15}, {GgmlType::q5_k, "Q5_K_M", 17}};
+
+const KMMix& k_m_mix_for(GgmlType base) {
+  for (const KMMix& mix : k_m_mixes) {
+    if (mix.base == base) return mix;
+  }
+  LOWBIT_FAIL("synth: no _M mix has base type ", ggml_type_name(base), " (Q4_K or Q5_K)");
+}
 
 }  // namespace
 
-SynthTypes SynthTypes::q4_k_m() {
-  SynthTypes t(GgmlType::q4_k);
+SynthTypes SynthTypes::k_m_mix_of(GgmlType base) {
+  k_m_mix_for(base);
+  SynthTypes t(base);
   t.k_m_mix = true;
   return t;
 }
 
-std::string SynthTypes::name() const { return k_m_mix ? std::string(k_q4_k_m) : std::string(ggml_type_name(matrices)); }
+std::string SynthTypes::name() const {
+  return k_m_mix ? std::string(k_m_mix_for(matrices).name) : std::string(ggml_type_name(matrices));
+}
 
 std::vector<std::string> synth_type_names() {
   std::vector<std::string> names;
   for (const GgmlType type : k_matrix_types) names.emplace_back(ggml_type_name(type));
-  names.emplace_back(k_q4_k_m);
+  for (const KMMix& mix : k_m_mixes) names.emplace_back(mix.name);
   return names;
 }
 
 SynthTypes find_synth_types(std::string_view name) {
-  if (name == k_q4_k_m) return SynthTypes::q4_k_m();
+  for (const KMMix& mix : k_m_mixes) {
+    if (name == mix.name) return SynthTypes::k_m_mix_of(mix.base);
+  }
   for (const GgmlType type : k_matrix_types) {
     if (ggml_type_name(type) == name) return type;
   }
@@ -127,7 +145,7 @@ SynthModel::SynthModel(const SynthPreset& preset, SynthTypes types, std::uint64_
   writer_.add("general.architecture", V::string(c.architecture));
   writer_.add("general.name", V::string("lowbit synthetic " + std::string(preset.name) + " (" +
                                         std::string(preset.shape_of) + " shape, random weights)"));
-  writer_.add("general.file_type", V::u32(types.k_m_mix ? k_q4_k_m_file_type : file_type(matrix_type)));
+  writer_.add("general.file_type", V::u32(types.k_m_mix ? k_m_mix_for(matrix_type).file_type : file_type(matrix_type)));
   writer_.add("general.quantization_version", V::u32(2));
   writer_.add(a + "vocab_size", V::u32(static_cast<std::uint32_t>(c.vocab)));
   writer_.add(a + "context_length", V::u32(static_cast<std::uint32_t>(c.context_length)));

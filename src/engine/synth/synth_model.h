@@ -27,12 +27,13 @@ namespace lowbit::engine {
 std::span<const GgmlType> synth_matrix_types();
 GgmlType find_synth_matrix_type(std::string_view name);
 
-// What synth writes the matrices in: one type, or llama.cpp's Q4_K_M mix (Q4_K, with
-// attn_v and ffn_down in Q6_K in the layers its quantizer gives more bits: the first and
-// last eighth and every third between), the file type most GGUF downloads have.
+// What synth writes the matrices in: one type, or one of llama.cpp's _M mixes, Q4_K_M (the
+// file type most GGUF downloads have) or Q5_K_M: Q4_K or Q5_K, with attn_v and ffn_down in
+// Q6_K in the layers its quantizer gives more bits (the first and last eighth and every
+// third between).
 struct SynthTypes {
   SynthTypes(GgmlType type) : matrices(type) {}  // one type for every matrix
-  static SynthTypes q4_k_m();
+  static SynthTypes k_m_mix_of(GgmlType base);    // base: Q4_K or Q5_K
   GgmlType matrices;
   bool k_m_mix = false;
   std::string name() const;
