@@ -76,7 +76,9 @@
 // padded weights are exactly 0.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "formats/float16.h"
 #include "formats/hd.h"
@@ -438,40 +440,69 @@ LOWBIT_HD Half block_weight_value(WeightBlocks b, int q, int j, std::uint16_t sc
   return Half{0};
 }
 
-// The place of bit `bit` of the stored code of (n, k) of a packed block form: in its low
-// plane (bit < low bits), a high plane, or Q6_K's six-bit pieces.
-LOWBIT_HD WeightPackLayout::CodePlace block_code_bit_place(const WeightPackLayout& l, std::int64_t nn, std::int64_t kk,
-                                                           int bit) {
-  const int low_bits = block_low_bits(l.blocks);
-  if (low_bits == 6) {
-    const int j = static_cast<int>(kk % 32), w = j / 8, p = 4 * (w % 2) + (j % 8) / 2;
-    CodePiece piece = six_bit_piece(p, 0);
-    if (((piece.mask >> bit) & 1u) == 0) piece = six_bit_piece(p, 1);
-    const int at = bit + piece.shift + 16 * (j % 2);  // the bit in the lane word
-    return {l.unit_base(nn, kk) + six_bit_word_offset(WeightPackLayout::lane_of(nn, kk), 3 * (w / 2) + piece.word) +
-                at / 8,
-            at % 8};
+// Q6_K: the lane words holding the code of (n, k), piece by piece (six_bit_piece): the
+// byte offset of each piece's word, where the code's bits sit in it, and which code bits
+// the piece holds (mask 0: no second piece).
+struct SixBitPlace {
+  std::int64_t word_byte[2];
+  int shift[2];
+  std::uint32_t mask[2];
+};
+LOWBIT_HD SixBitPlace six_bit_place(const WeightPackLayout& l, std::int64_t nn, std::int64_t kk) {
+  const int j = static_cast<int>(kk % 32), w = j / 8, p = 4 * (w % 2) + (j % 8) / 2;
+  SixBitPlace out{};
+  for (int part = 0; part < 2; ++part) {
+    const CodePiece piece = six_bit_piece(p, part);
+    out.word_byte[part] =
+        l.unit_base(nn, kk) + six_bit_word_offset(WeightPackLayout::lane_of(nn, kk), 3 * (w / 2) + piece.word);
+    out.shift[part] = piece.shift + 16 * (j % 2);
+    out.mask[part] = piece.mask & 0xffffu;
   }
-  if (bit >= low_bits) return l.high_place(nn, kk, bit - low_bits);
-  const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
-  return {low.byte, low.shift + bit};
+  return out;
+}
+LOWBIT_HD std::uint32_t load_u32_le(const std::uint8_t* p) {
+  return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
 }
 
-// The stored code (before any offset) of (n, k) of a packed block form.
+// The stored code (before any offset) of (n, k) of a packed block form: its low plane's
+// bits and its high-plane bit above them, or Q6_K's whole code.
 LOWBIT_HD int block_code_at(const WeightPackLayout& l, const std::uint8_t* codes, std::int64_t nn, std::int64_t kk) {
-  int q = 0;
-  for (int bit = 0; bit < block_low_bits(l.blocks) + block_high_planes(l.blocks); ++bit) {
-    const WeightPackLayout::CodePlace at = block_code_bit_place(l, nn, kk, bit);
-    q |= ((codes[at.byte] >> at.shift) & 1) << bit;
+  const int low_bits = block_low_bits(l.blocks);
+  if (low_bits == 6) {
+    const SixBitPlace at = six_bit_place(l, nn, kk);
+    std::uint32_t q = 0;
+    for (int part = 0; part < 2; ++part) q |= (load_u32_le(codes + at.word_byte[part]) >> at.shift[part]) & at.mask[part];
+    return static_cast<int>(q);
+  }
+  const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
+  int q = (codes[low.byte] >> low.shift) & ((1 << low_bits) - 1);
+  for (int plane = 0; plane < block_high_planes(l.blocks); ++plane) {
+    const WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
+    q |= ((codes[high.byte] >> high.shift) & 1) << (low_bits + plane);
   }
   return q;
 }
 
-// Sets the stored code of (n, k) of a packed block form whose bits there are still 0.
+// Sets the stored code of (n, k) of a packed block form whose bits there are still 0: the
+// twin of block_code_at.
 inline void block_code_put(const WeightPackLayout& l, std::uint8_t* codes, std::int64_t nn, std::int64_t kk, int q) {
-  for (int bit = 0; bit < block_low_bits(l.blocks) + block_high_planes(l.blocks); ++bit) {
-    const WeightPackLayout::CodePlace at = block_code_bit_place(l, nn, kk, bit);
-    codes[at.byte] = static_cast<std::uint8_t>(codes[at.byte] | (((q >> bit) & 1) << at.shift));
+  const int low_bits = block_low_bits(l.blocks);
+  if (low_bits == 6) {
+    const SixBitPlace at = six_bit_place(l, nn, kk);
+    static_assert(std::endian::native == std::endian::little, "the packed words are little-endian");
+    for (int part = 0; part < 2; ++part) {
+      std::uint32_t word;
+      std::memcpy(&word, codes + at.word_byte[part], 4);
+      word |= (static_cast<std::uint32_t>(q) & at.mask[part]) << at.shift[part];
+      std::memcpy(codes + at.word_byte[part], &word, 4);
+    }
+    return;
+  }
+  const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
+  codes[low.byte] = static_cast<std::uint8_t>(codes[low.byte] | ((q & ((1 << low_bits) - 1)) << low.shift));
+  for (int plane = 0; plane < block_high_planes(l.blocks); ++plane) {
+    const WeightPackLayout::CodePlace high = l.high_place(nn, kk, plane);
+    codes[high.byte] = static_cast<std::uint8_t>(codes[high.byte] | (((q >> (low_bits + plane)) & 1) << high.shift));
   }
 }
 
