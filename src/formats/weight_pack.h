@@ -442,19 +442,22 @@ LOWBIT_HD Half block_weight_value(WeightBlocks b, int q, int j, std::uint16_t sc
 
 // Q6_K: the lane words holding the code of (n, k), piece by piece (six_bit_piece): the
 // byte offset of each piece's word, where the code's bits sit in it, and which code bits
-// the piece holds (mask 0: no second piece).
+// the piece holds; `parts` pieces (1 or 2).
 struct SixBitPlace {
+  int parts;
   std::int64_t word_byte[2];
   int shift[2];
   std::uint32_t mask[2];
 };
 LOWBIT_HD SixBitPlace six_bit_place(const WeightPackLayout& l, std::int64_t nn, std::int64_t kk) {
   const int j = static_cast<int>(kk % 32), w = j / 8, p = 4 * (w % 2) + (j % 8) / 2;
+  const std::int64_t unit = l.unit_base(nn, kk);
+  const int lane = WeightPackLayout::lane_of(nn, kk);
   SixBitPlace out{};
-  for (int part = 0; part < 2; ++part) {
+  out.parts = p < 6 ? 1 : 2;
+  for (int part = 0; part < out.parts; ++part) {
     const CodePiece piece = six_bit_piece(p, part);
-    out.word_byte[part] =
-        l.unit_base(nn, kk) + six_bit_word_offset(WeightPackLayout::lane_of(nn, kk), 3 * (w / 2) + piece.word);
+    out.word_byte[part] = unit + six_bit_word_offset(lane, 3 * (w / 2) + piece.word);
     out.shift[part] = piece.shift + 16 * (j % 2);
     out.mask[part] = piece.mask & 0xffffu;
   }
@@ -471,7 +474,9 @@ LOWBIT_HD int block_code_at(const WeightPackLayout& l, const std::uint8_t* codes
   if (low_bits == 6) {
     const SixBitPlace at = six_bit_place(l, nn, kk);
     std::uint32_t q = 0;
-    for (int part = 0; part < 2; ++part) q |= (load_u32_le(codes + at.word_byte[part]) >> at.shift[part]) & at.mask[part];
+    for (int part = 0; part < at.parts; ++part) {
+      q |= (load_u32_le(codes + at.word_byte[part]) >> at.shift[part]) & at.mask[part];
+    }
     return static_cast<int>(q);
   }
   const WeightPackLayout::CodePlace low = l.code_place(nn, kk);
@@ -490,7 +495,7 @@ inline void block_code_put(const WeightPackLayout& l, std::uint8_t* codes, std::
   if (low_bits == 6) {
     const SixBitPlace at = six_bit_place(l, nn, kk);
     static_assert(std::endian::native == std::endian::little, "the packed words are little-endian");
-    for (int part = 0; part < 2; ++part) {
+    for (int part = 0; part < at.parts; ++part) {
       std::uint32_t word;
       std::memcpy(&word, codes + at.word_byte[part], 4);
       word |= (static_cast<std::uint32_t>(q) & at.mask[part]) << at.shift[part];
