@@ -1011,6 +1011,13 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
           if constexpr (F == Form::q6_k) return launch<T, F, 1, 2, 3, 2, true>(p, v, stream);
           return launch<T, F, 1, 2, 2, 4, true>(p, v, stream);
         }
+        // Wide N: Q4_K / Q5_K / Q6_K 4 tiles a warp, 4 single-step slots (Q4_1's wide
+        // launch): 14336 x 4096 M = 1 18.8 / 22.4 / 20.4 -> 16.9 / 21.4 / 18.9 us; 8B decode
+        // at 2048 Q5_K 323 -> 331, Q6_K 359 -> 371 tok/s. Q3_K / Q2_K lose there (20.2 /
+        // 19.0 -> 20.7 / 21.1): 2 tiles (H200, session 34).
+        if constexpr (F == Form::q4_k || F == Form::q5_k || F == Form::q6_k) {
+          return launch<T, F, 1, 4, 4, 1, true>(p, v, stream);
+        }
         return launch<T, F, 1, 2, 4, 1, true>(p, v, stream);
       }
     }
