@@ -597,6 +597,67 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
                    std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
 }
 
+// weight_only_blocks_section's prompt-sized rows for one type (its weights' copies).
+void blocks_prefill_rows(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers, const std::string& name,
+                         cuda::weight_only::Form form, const std::vector<PackedWeights>& views,
+                         std::vector<GemmRow>& rows) {
+  namespace wo = cuda::weight_only;
+  const std::int64_t n = views[0].n, k = views[0].k;
+  const int copies = static_cast<int>(views.size());
+  double held = 0.0;  // the weights' bytes as held
+  for (const TensorView* v : {&views[0].codes, &views[0].scales, &views[0].mins}) {
+    if (v->data) held += static_cast<double>(v->span_bytes());
+  }
+  for (const std::int64_t m : {256, 2048}) {
+    if (skip_m(o, m)) continue;
+    const double ops = 2.0 * m * n * k;
+    DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n), w16(2 * n * k);
+    fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 83 + m, stream);
+    fill_random_float16(w16.data(), static_cast<std::size_t>(n * k), DType::f16, 0.02f, 89, stream);
+    const TensorView xv = TensorView::matrix(x.data(), DType::f16, Device::cuda, m, k);
+    const TensorView ov = TensorView::matrix(out.data(), DType::f16, Device::cuda, m, n);
+    const auto sample = [&](const std::function<void(int)>& launch) {
+      std::vector<double> t = gpu_sample_ms(launch, stream, 9);
+      std::sort(t.begin(), t.end());
+      return t;
+    };
+    const std::vector<double> peer =
+        sample([&](int) { peers.float_gemm(DType::f16, x.data(), w16.data(), ref.data(), m, n, k); });
+    const wo::Variant tiled{wo::Kernel::mma};
+    wo::launch(wo::make_params(xv, views[0], TensorView{}, TensorView::matrix(ref.data(), DType::f16, Device::cuda, m, n)),
+               DType::f16, form, tiled, stream);
+    const wo::Variant production = wo::pick(wo::make_params(xv, views[0], TensorView{}, ov), form);
+    for (const auto& [label, variant] : {std::pair<const char*, wo::Variant>{"production", production},
+                                         std::pair<const char*, wo::Variant>{"mma_sync_tiled", tiled}}) {
+      const auto run = [&](const PackedWeights& w) {
+        wo::launch(wo::make_params(xv, w, TensorView{}, ov), DType::f16, form, variant, stream);
+      };
+      LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
+      run(views[0]);
+      const double err = relative_l2(out.data(), ref.data(), static_cast<std::size_t>(m * n), DType::f16, stream);
+      const std::vector<double> t = sample([&](int i) { run(views[static_cast<std::size_t>(i % copies)]); });
+      char check[64];
+      std::snprintf(check, sizeof check, "rel %.1e%s", err, err < 2e-3 ? "" : " (over 2e-3)");
+      const double med = median(t);
+      std::printf("%-11s %5lldx%-6lld %4lld %-15s %9.1f %9.1f %9.1f us %7.0f TOPS %5.2fx cublas f16 (%.1f us)  %s\n",
+                  name.c_str(), static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
+                  label, t.front() * 1e3, med * 1e3, t.back() * 1e3, ops / (med * 1e9), median(peer) / med,
+                  median(peer) * 1e3, check);
+      GemmRow row = GemmRow::make("weight_only_blocks", name, label, m, n, k, "n_by_k", "f16");
+      row.ms = med;
+      row.ms_min = t.front();
+      row.ms_max = t.back();
+      row.ops = ops;
+      row.bytes = held + 2.0 * m * k + 2.0 * m * n;
+      row.peer = "cublas f16";
+      row.peer_ms = median(peer);
+      row.check = check;
+      row.ok = err < 2e-3;
+      rows.push_back(row);
+    }
+  }
+}
+
 // The GEMV (M = 1, and M = 16) on GGML block types (weight_only.h's block forms, and
 // Q4_1 / Q8_0 through the grouped forms for comparison, and Q4_K as the engine loads it,
 // Q4_1 groups): random blocks in the type
@@ -604,9 +665,11 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
 // shapes. Time is min / median / max over the samples; the ratio is the bytes as held
 // on the device (codes + scales + mins) per second against the copy ceiling measured in
 // this run. Each output is checked against the tiled tensor-core kernel on the same
-// weights (another kernel, relative L2).
-void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream, double copy_gbps,
-                                std::vector<GemmRow>& rows) {
+// weights (another kernel, relative L2). Prompt-sized M (256, 2048): the production
+// kernel (wgmma on Hopper) and the tiled one against cuBLAS FP16 on an FP16 matrix of the
+// same shape (what a user who dequantizes once runs), min / median / max.
+void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers,
+                                double copy_gbps, std::vector<GemmRow>& rows) {
   namespace wo = cuda::weight_only;
   using engine::GgmlType;
   // Q4_K twice: the block form, and Q4_1 groups (Q4_K_groups: what the GPU engine loads).
@@ -719,6 +782,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
           rows.push_back(row);
         }
       }
+      blocks_prefill_rows(o, stream, peers, name, form, views, rows);
     }
   }
 }
@@ -742,7 +806,7 @@ void run_gemm_gpu(const GemmBenchOptions& options, double copy_gbps, std::vector
     if (wanted(options, "weight_only")) weight_only_section(options, stream, peers, copy_gbps, rows);
     if (wanted(options, "weight_only_variants", false)) weight_only_variants_section(options, stream, copy_gbps, rows);
     if (wanted(options, "weight_only_wgmma", false)) weight_only_wgmma_section(options, stream, peers, copy_gbps, rows);
-    if (wanted(options, "weight_only_blocks", false)) weight_only_blocks_section(options, stream, copy_gbps, rows);
+    if (wanted(options, "weight_only_blocks", false)) weight_only_blocks_section(options, stream, peers, copy_gbps, rows);
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));

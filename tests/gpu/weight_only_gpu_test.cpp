@@ -413,6 +413,24 @@ void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64
   }
 }
 
+// The wgmma kernel (Hopper only; TMA loads, the block forms' only form) at every tile
+// shape with each of `splits` (0: the rule's).
+void run_block_wgmma_tiles(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std::int64_t m,
+                           const std::vector<int>& splits) {
+  if (!wo::wgmma_available()) return;
+  for (const auto& [tile_m, tile_n] : {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 256}, std::pair{128, 0}}) {
+    for (const int split : splits) {
+      wo::Variant variant{wo::Kernel::wgmma};
+      variant.tile_m = tile_m;
+      variant.tile_n = tile_n;
+      variant.k_slices = split;
+      variant.tma = true;
+      SCOPED_TRACE(testing::Message() << "wgmma tile_m " << tile_m << " tile_n " << tile_n << " splits " << split);
+      run_case(rng, spec, w, m, m % 2 == 1, true, &variant, Entry::variant_only);
+    }
+  }
+}
+
 TEST_F(WeightOnlyGpu, GgmlBlockFormsMatchTheCpuReference) {
   LOWBIT_TEST_RNG(rng);
   const wo::Variant gemv{wo::Kernel::gemv}, tiled{wo::Kernel::mma};
@@ -431,6 +449,7 @@ TEST_F(WeightOnlyGpu, GgmlBlockFormsMatchTheCpuReference) {
         if (m <= wo::kGemvMaxRows) run_case(rng, spec, w, m, false, false, &gemv);
         if (m <= 2) run_case(rng, spec, w, m, true, true, &per_weight);
         run_case(rng, spec, w, m, m == 3, m != 16, &tiled);
+        if (m > wo::kGemvMaxRows) run_block_wgmma_tiles(rng, spec, w, m, {0, 1});
       }
     }
   }
@@ -454,6 +473,9 @@ TEST_F(WeightOnlyGpu, GgmlBlockFormsAtModelShapes) {
       }
       run_case(rng, w.host.spec, w, 16, true, true);
       run_case(rng, w.host.spec, w, 64, false, true);
+      // The wgmma kernel's split-K clusters (K 1024 / 4096: 8 / 32 steps; 1 and the rule's
+      // in GgmlBlockFormsMatchTheCpuReference).
+      run_block_wgmma_tiles(rng, w.host.spec, w, 33, sanitizer_subset<int>({2, 8}, {0}));
     }
   }
 }
@@ -466,6 +488,7 @@ TEST_F(WeightOnlyGpu, GgmlBlockFormsRefuseOtherKernelsAndBf16) {
   const wo::Params p = wo::make_params(TensorView::matrix(x.data(), DType::f16, Device::cuda, 1, 256), w.device,
                                        TensorView{}, TensorView::matrix(out.data(), DType::f16, Device::cuda, 1, 16));
   EXPECT_FALSE(wo::takes(wo::Variant{wo::Kernel::small_gemv}, p, wo::Form::q4_k));
+  EXPECT_FALSE(wo::takes(wo::Variant{wo::Kernel::wgmma}, p, wo::Form::q4_k));  // cp.async loads: not for block forms
   EXPECT_EQ(wo::pick(p, wo::Form::q4_k).kernel, wo::Kernel::gemv);
   PackedWeights bf16 = w.device;
   bf16.spec.act_dtype = DType::bf16;

@@ -31,7 +31,7 @@ class WeightOnlyWgmmaGpu : public GpuTest {
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped()) return;
-    if (wo::wgmma_available(wo::Form::q4_zero_point)) return;
+    if (wo::wgmma_available()) return;
     int device = 0, major = 0, minor = 0;
     LOWBIT_CUDA_CHECK(cudaGetDevice(&device));
     LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

@@ -280,6 +280,64 @@ __device__ __forceinline__ std::uint32_t code_pair_1024(const LaneCodes& c, int 
   }
 }
 
+// A lane's quad column c (0..3) where the wgmma A fragments need pair c of each packed
+// word (k 8w + 2c, + 1; wgmma.cu): c is a run-time value there, so the field shifts are
+// per-lane values, computed once: the low plane's c * (field width), and Q6_K's pieces of
+// pair c (words 0, 1 of a group: always one piece, bits 0-5 or 6-11 of word c / 2) and of
+// pair 4 + c (words 2, 3: formats::six_bit_piece, one or two pieces).
+struct QuadColumn {
+  int c = 0;
+  std::uint32_t low_shift = 0;
+  formats::CodePiece upper[2];  // six_bit_piece(4 + c, part)
+};
+template <formats::WeightBlocks kB>
+__device__ __forceinline__ QuadColumn make_quad_column(int c) {
+  QuadColumn q;
+  q.c = c;
+  q.low_shift = static_cast<std::uint32_t>(c * formats::block_low_bits(kB));
+  q.upper[0] = formats::six_bit_piece(4 + c, 0);
+  q.upper[1] = formats::six_bit_piece(4 + c, 1);
+  return q;
+}
+
+constexpr bool lower_six_bit_pairs_are_whole_fields() {
+  for (int p = 0; p < 4; ++p) {
+    const formats::CodePiece a = formats::six_bit_piece(p, 0), b = formats::six_bit_piece(p, 1);
+    if (a.word != p / 2 || a.shift != 6 * (p % 2) || a.mask != 0x003f003fu || b.mask != 0u) return false;
+  }
+  return true;
+}
+static_assert(lower_six_bit_pairs_are_whole_fields(), "code_pair_1024_at reads Q6_K pairs 0-3 as whole fields");
+
+// Word `index` (0..2) of a Q6_K word group.
+__device__ __forceinline__ std::uint32_t pick_word(int index, std::uint32_t w0, std::uint32_t w1, std::uint32_t w2) {
+  return index == 0 ? w0 : index == 1 ? w1 : w2;
+}
+
+// code_pair_1024 of pair (w, q.c): w an unrolled constant, the pair the lane's column.
+template <formats::WeightBlocks kB>
+__device__ __forceinline__ std::uint32_t code_pair_1024_at(const LaneCodes& l, int w, const QuadColumn& q) {
+  if constexpr (formats::block_low_bits(kB) == 6) {
+    const std::uint32_t w0 = w < 2 ? l.q.x : l.q.w, w1 = w < 2 ? l.q.y : l.h0, w2 = w < 2 ? l.q.z : l.h1;
+    if (w % 2 == 0) {  // pair c: bits 6 (c % 2) .. + 5 of word c / 2
+      return ((q.c < 2 ? w0 : w1) >> (6 * (q.c % 2)) & 0x003f003fu) | 0x64006400u;
+    }
+    const formats::CodePiece a = q.upper[0], b = q.upper[1];
+    const std::uint32_t v = ((pick_word(a.word, w0, w1, w2) >> a.shift) & a.mask) | 0x64006400u;
+    return v | ((pick_word(b.word, w0, w1, w2) >> b.shift) & b.mask);  // b.mask 0: one piece
+  } else {
+    constexpr int kLowBits = formats::block_low_bits(kB);
+    const std::uint32_t v = and_or<formats::block_pair_mask(kB), 0x64006400u>(
+        word_of(l.q, formats::block_pair_word(kB, w)) >> (formats::block_pair_shift(kB, w, 0) + q.low_shift));
+    if constexpr (formats::block_high_planes(kB) == 0) {
+      return v;
+    } else {
+      const std::uint32_t h = l.h0 >> q.c;  // the pair's bit of word w at bit 4w
+      return or_masked<0x00010001u << kLowBits>(v, 4 * w >= kLowBits ? h >> (4 * w - kLowBits) : h << (kLowBits - 4 * w));
+    }
+  }
+}
+
 template <Form F>
 struct BlockLane {
   LaneCodes c;                    // the lane's codes (load_lane_codes)
@@ -323,29 +381,33 @@ __device__ __forceinline__ BlockLane<F> load_block_lane(const std::uint8_t* unit
   return l;
 }
 
+// The two f16 weights of a code pair of packed word w (0..3) from its 1024 + code halves
+// (code_pair_1024): the halves forms take the factors of k 16..31 from word 2 on.
+template <Form F>
+__device__ __forceinline__ std::uint32_t scale_block_pair(const BlockLane<F>& l, int w, std::uint32_t pair_1024) {
+  constexpr formats::WeightBlocks kB = blocks_of(F);
+  const float s = formats::block_halves(kB) && w >= 2 ? l.s1 : l.s0;
+  const float m = formats::block_halves(kB) && w >= 2 ? l.m1 : l.m0;
+  const __half2 q1024 = as_t2<__half2>(pair_1024);  // 1024 + q, exact
+  if constexpr (kB == formats::WeightBlocks::q5_0) {
+    return as_u32(__hmul2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))), l.s2));
+  } else if constexpr (kB == formats::WeightBlocks::q5_1) {
+    return as_u32(__hfma2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))), l.s2, l.m2));
+  } else if constexpr (kB == formats::WeightBlocks::q6_k || kB == formats::WeightBlocks::q3_k) {
+    const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))));  // q - 32, q - 4
+    return as_u32(__floats2half2_rn(__fmul_rn(s, q.x), __fmul_rn(s, q.y)));
+  } else {
+    const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))));
+    return as_u32(__floats2half2_rn(__fmaf_rn(s, q.x, -m), __fmaf_rn(s, q.y, -m)));
+  }
+}
+
 // Packed word w (0..3, the lane's k 8w .. 8w + 7) -> 4 B fragment registers, register i
 // the k pair (8w + 2i, 8w + 2i + 1), as dequant_int4_word.
 template <Form F>
 __device__ __forceinline__ void dequant_block_word(const BlockLane<F>& l, int w, std::uint32_t (&b)[4]) {
-  constexpr formats::WeightBlocks kB = blocks_of(F);
-  // The halves forms take the factors of k 16..31 from word 2 on.
-  const float s = formats::block_halves(kB) && w >= 2 ? l.s1 : l.s0;
-  const float m = formats::block_halves(kB) && w >= 2 ? l.m1 : l.m0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __half2 q1024 = as_t2<__half2>(code_pair_1024<kB>(l.c, w, i));  // 1024 + q, exact
-    if constexpr (kB == formats::WeightBlocks::q5_0) {
-      b[i] = as_u32(__hmul2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))), l.s2));
-    } else if constexpr (kB == formats::WeightBlocks::q5_1) {
-      b[i] = as_u32(__hfma2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))), l.s2, l.m2));
-    } else if constexpr (kB == formats::WeightBlocks::q6_k || kB == formats::WeightBlocks::q3_k) {
-      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))));  // q - 32, q - 4
-      b[i] = as_u32(__floats2half2_rn(__fmul_rn(s, q.x), __fmul_rn(s, q.y)));
-    } else {
-      const float2 q = __half22float2(__hsub2(q1024, __float2half2_rn(block_code_base(kB))));
-      b[i] = as_u32(__floats2half2_rn(__fmaf_rn(s, q.x, -m), __fmaf_rn(s, q.y, -m)));
-    }
-  }
+  for (int i = 0; i < 4; ++i) b[i] = scale_block_pair<F>(l, w, code_pair_1024<blocks_of(F)>(l.c, w, i));
 }
 
 // ---- GGML block forms, the sub-block decode (gemv, M <= 2) ----------------------------

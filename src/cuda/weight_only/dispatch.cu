@@ -62,10 +62,10 @@ bool takes(const Variant& v, const Params& p, Form form) {
              (v.k_parts == 0 || (gemv_shape_takes_k_parts(v.shape) && v.k_parts >= 1 && v.k_parts <= kGemvMaxParts));
     case Kernel::mma: return true;
     case Kernel::wgmma:
-      return wgmma_available(form) && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
+      return wgmma_available() && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
              (v.tile_n == 0 || wgmma_tile_n(wgmma_tile_m(p, v), v) == v.tile_n) &&
              (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8) &&
-             (!v.tma || (p.x_vec16 && gemm::tensor_map_encoder_available()));
+             (!v.tma || (p.x_vec16 && gemm::tensor_map_encoder_available())) && (v.tma || !is_block_form(form));
   }
   return false;
 }
@@ -74,11 +74,12 @@ Variant pick(const Params& p, Form form) {
   if (p.swiglu) return Variant{Kernel::gemv};
   if (small_gemv_takes(p, form) && small_gemv_pays(p, form)) return Variant{Kernel::small_gemv};
   if (p.m <= kGemvMaxRows) return Variant{Kernel::gemv};
-  if (p.m < kWgmmaMinRows || !wgmma_available(form)) return Variant{Kernel::mma};
+  if (p.m < kWgmmaMinRows || !wgmma_available()) return Variant{Kernel::mma};
   // The stage loads as TMA wherever the activations allow it: 1.06-1.36x over the
   // cp.async loader at every M measured (bench/notes/weight_only.md).
   Variant v{Kernel::wgmma};
   v.tma = p.x_vec16 && gemm::tensor_map_encoder_available();
+  if (!v.tma && is_block_form(form)) return Variant{Kernel::mma};  // (the block forms load by TMA only)
   return v;
 }
 
@@ -92,9 +93,7 @@ void run(const Params& p, const Variant& v, cudaStream_t stream) {
       break;  // (takes() refuses it)
     case Kernel::gemv: return run_gemv<T, F>(p, v, stream);
     case Kernel::mma: return run_mma<T, F>(p, v, stream);
-    case Kernel::wgmma:
-      if constexpr (!is_block_form(F)) return run_wgmma<T, F>(p, v, stream);
-      break;  // (takes() refuses it)
+    case Kernel::wgmma: return run_wgmma<T, F>(p, v, stream);
   }
 }
 

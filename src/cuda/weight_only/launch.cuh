@@ -33,7 +33,7 @@ bool small_gemv_pays(const Params& p, Form form);
 }  // namespace lowbit::cuda::weight_only
 
 // Explicit instantiations of a launcher for every (activation type, form) pair; the GGML
-// block forms take f16 activations only and the streaming GEMV and tiled kernels only.
+// block forms take f16 activations only and every kernel but the small-matrix GEMV.
 #define LOWBIT_WEIGHT_ONLY_PAIRS(fn)                                                                      \
   template void fn<__half, Form::q4_zero_point>(const Params&, const Variant&, cudaStream_t);           \
   template void fn<__half, Form::q4_symmetric>(const Params&, const Variant&, cudaStream_t);            \

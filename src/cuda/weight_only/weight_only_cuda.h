@@ -13,7 +13,8 @@
 //   mma         any M: a tiled tensor-core kernel (mma.sync), split-K over a cluster
 //   wgmma       any M, Hopper (sm_90a) only: wgmma with the weights dequantized into its
 //               register A operand, split-K over a cluster (wgmma.cu)
-// The GGML block forms (f16 only) run on gemv and mma, not small_gemv or wgmma.
+// The GGML block forms (f16 only) run on gemv, mma and wgmma (TMA loads only), not
+// small_gemv.
 #pragma once
 
 #include <cstdint>
@@ -102,8 +103,8 @@ Form form_of(const WeightOnlySpec& spec);
 Params make_params(const TensorView& x, const PackedWeights& w, const TensorView& bias, const TensorView& out);
 
 // Whether the wgmma kernel runs on the current device (compute capability 9.0 and an
-// sm_90a image in this build) and takes the form (the grouped INT4 / INT8 forms).
-bool wgmma_available(Form form);
+// sm_90a image in this build); it takes every form.
+bool wgmma_available();
 
 // Whether a variant takes these arguments (M range, register or shared-memory limits).
 bool takes(const Variant& variant, const Params& p, Form form);

@@ -1,5 +1,6 @@
 // Weight-only GEMM for M > 16 on Hopper's wgmma (sm_90a): lowbit's grouped INT4 (Q4_1,
-// Q4_0) and INT8 forms, f16 and bf16 activations.
+// Q4_0) and INT8 forms, f16 and bf16 activations, and the GGML block forms (Q5_0, Q5_1,
+// the K-quants; f16 activations, TMA loads only).
 //
 // The transposed product: out^T [N x M] = W [N x K] * X^T. The weights are wgmma's A
 // operand, dequantized into registers; the activations its B operand, K-major in shared
@@ -27,6 +28,10 @@
 //         number, a subtraction (int4_code_pair_at), then the scale;
 //   INT8: bytes 2c, 2c + 1 and 2c + 8, 2c + 9 of the chunk (16h + b = k of half h = j % 2),
 //         one select per word and a PRMT.
+//   block forms: the unit's lane (g, j / 2) codes and factors (load_block_lane), pairs c
+//         of words 2 (j % 2) and 2 (j % 2) + 1 (code_pair_1024_at: the pair is the lane's
+//         quad column, a run-time value), scaled as the GEMVs' per-weight decode does
+//         (scale_block_pair): the same f16 weights.
 // That reads 4x the code bytes from shared memory that a wgmma-native layout would; it
 // keeps ONE packed layout for the GEMVs and this kernel
 // (no second copy of the weights). Dequantization of k16 block j + 1 overlaps the wgmma
@@ -70,7 +75,7 @@ template <Form F, int kBN, int kMi_>
 struct Layout {
   static constexpr int kMi = kMi_;
   static constexpr int kTiles = 16 * kMi;  // packed n-tiles of 8: 128 or 256 weight rows
-  static constexpr int kScaleBytes = kTiles * kMaxGroups * 8 * 2;
+  static constexpr int kScaleBytes = is_block_form(F) ? 0 : kTiles * kMaxGroups * 8 * 2;  // block forms: in the units
   static constexpr int kX = kBN * 256;  // two 64-k atoms of kBN x 128 bytes
   static constexpr int kCodes = kTiles * form_unit_bytes<F>();
   static constexpr int kStage = (kX + kCodes + 2 * kScaleBytes + 1023) / 1024 * 1024;  // atoms 1024-aligned
@@ -184,7 +189,7 @@ struct WgmmaMaps {  // CUtensorMap keeps them 64-byte aligned, as TMA needs
 template <Form F, int kBN, int kMi>
 WgmmaMaps make_maps(const Params& p) {
   using L = Layout<F, kBN, kMi>;
-  static_assert(L::kScaleBytes == L::kTiles * kMaxGroups * 16, "a tile's scale row is kMaxGroups chunks");
+  static_assert(is_block_form(F) || L::kScaleBytes == L::kTiles * kMaxGroups * 16, "a tile's scale row is kMaxGroups chunks");
   WgmmaMaps maps{};
   const auto check = [](const char* refused, const char* what) {
     LOWBIT_CHECK(refused == nullptr, "weight_only: the wgmma kernel's TMA map of the ", what, ": ", refused);
@@ -198,6 +203,7 @@ WgmmaMaps make_maps(const Params& p) {
   check(gemm::encode_rows(&maps.codes, CU_TENSOR_MAP_DATA_TYPE_UINT64, p.codes, tile_bytes / 8, p.n_tiles, tile_bytes,
                           static_cast<int>(unit / 8), L::kTiles),
         "codes");
+  if constexpr (is_block_form(F)) return maps;  // the factors are in the units
   const std::int64_t scale_row = p.groups * 8;  // u16 elements of a tile
   check(gemm::encode_rows(&maps.scales, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.scales, scale_row, p.n_tiles, scale_row * 2,
                           kMaxGroups * 8, L::kTiles),
@@ -227,6 +233,7 @@ struct TmaLoader {
     constexpr int kUnitWords = form_unit_bytes<F>() / 8;  // the codes map's elements are 8 bytes
     gemm::sm90::tma_load_2d(stage_addr + L::kX, &maps.codes, bar, static_cast<int>(step * kUnitWords),
                             static_cast<int>(tile0));
+    if constexpr (is_block_form(F)) return;
     const int group = static_cast<int>(step * p.groups_per_step * 8);  // in u16 elements
     gemm::sm90::tma_load_2d(stage_addr + L::kX + L::kCodes, &maps.scales, bar, group, static_cast<int>(tile0));
     if constexpr (kMins) {
@@ -256,9 +263,9 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
 // kMi wgmmas (B: the stage's X tile) committed as one group. The fragments of block j are
 // built while the group of block j - 1 runs (wait_group 1 before issuing).
 template <class T, Form F, int kBN, int kMi>
-__device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
-                                             int wg, int warp, int lane,
-                                             float (&acc)[kMi][kBN / 2], bool first) {
+__device__ __forceinline__ void compute_grouped_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
+                                                     int wg, int warp, int lane, float (&acc)[kMi][kBN / 2],
+                                                     bool first) {
   using L = Layout<F, kBN, kMi>;
   using gemm::sm90::wgmma_commit;
   using gemm::sm90::wgmma_fence;
@@ -323,6 +330,64 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t
   }
 }
 
+// compute_grouped_step for the GGML block forms: per packed lane column cp, each tile's
+// lane (g, cp) of the unit (codes, sub-block factors, row factors) read once, then its
+// pairs c of words 2h, 2h + 1 for k16 block 2 cp + h.
+template <class T, Form F, int kBN, int kMi>
+__device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, std::uint32_t x_addr, int wg, int warp,
+                                                   int lane, const QuadColumn& column, float (&acc)[kMi][kBN / 2],
+                                                   bool first) {
+  using L = Layout<F, kBN, kMi>;
+  using gemm::sm90::wgmma_commit;
+  using gemm::sm90::wgmma_fence;
+  using gemm::sm90::wgmma_wait;
+  constexpr formats::WeightBlocks kB = blocks_of(F);
+  constexpr int kUnit = form_unit_bytes<F>();
+  const int g = lane / 4;
+  const std::uint8_t* codes = stage + L::kX;
+  const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
+#pragma unroll
+  for (int cp = 0; cp < 4; ++cp) {
+    BlockLane<F> lo[kMi], hi[kMi];
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi) {
+      const int t = tile_lo(mi);
+      lo[mi] = load_block_lane<F>(codes + t * kUnit, 4 * g + cp);
+      hi[mi] = load_block_lane<F>(codes + (t + 1) * kUnit, 4 * g + cp);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * cp + h;
+      std::uint32_t a[kMi][4];
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+        // Registers: (row g at k, row g + 8 at k, row g at k + 8, row g + 8 at k + 8).
+        a[mi][0] = scale_block_pair<F>(lo[mi], 2 * h, code_pair_1024_at<kB>(lo[mi].c, 2 * h, column));
+        a[mi][1] = scale_block_pair<F>(hi[mi], 2 * h, code_pair_1024_at<kB>(hi[mi].c, 2 * h, column));
+        a[mi][2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
+        a[mi][3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
+      }
+      const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
+      wgmma_wait<1>();  // the group two blocks back (which read the registers reused now) is done
+      wgmma_fence();
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
+      wgmma_commit();
+    }
+  }
+}
+
+template <class T, Form F, int kBN, int kMi>
+__device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
+                                             int wg, int warp, int lane, const QuadColumn& column,
+                                             float (&acc)[kMi][kBN / 2], bool first) {
+  if constexpr (is_block_form(F)) {
+    compute_block_step<T, F, kBN, kMi>(stage, x_addr, wg, warp, lane, column, acc, first);
+  } else {
+    compute_grouped_step<T, F, kBN, kMi>(p, stage, x_addr, wg, warp, lane, acc, first);
+  }
+}
+
 #endif  // LOWBIT_SM90A_DEVICE
 
 // Grouped rasterization: kGroupM m blocks run over all n blocks before the next group,
@@ -365,6 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
   const std::int64_t step_begin = k_steps * split / splits, step_end = k_steps * (split + 1) / splits;
 
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
+  const QuadColumn column = make_quad_column<blocks_of(F)>(lane % 4);  // (block forms)
 
   if constexpr (kTma) {
     __shared__ alignas(8) std::uint64_t full[L::kStages];  // a stage's step has landed
@@ -374,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
       gemm::sm90::fence_barrier_init();
       gemm::sm90::prefetch_tensor_map(&maps.x);
       gemm::sm90::prefetch_tensor_map(&maps.codes);
-      gemm::sm90::prefetch_tensor_map(&maps.scales);
+      if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
       if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
       for (int s = 0; s < L::kAhead && step_begin + s < step_end; ++s) {
         TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + s * L::kStage, gemm::sm90::smem_address(&full[s]), tile0,
@@ -394,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
                                       gemm::sm90::smem_address(&full[ahead_stage]), tile0, m0, ahead);
       }
       compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
-                                   acc, step == step_begin);
+                                   column, acc, step == step_begin);
       if (++stage == L::kStages) stage = 0, phase ^= 1u;
     }
   } else {
@@ -414,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
       if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
       cp_async_commit();
       compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
-                                   acc, step == step_begin);
+                                   column, acc, step == step_begin);
       stage = stage + 1 == L::kStages ? 0 : stage + 1;
     }
   }
@@ -567,8 +633,7 @@ int wgmma_tile_m(const Params& p, const Variant& v) {
   return p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
 }
 
-bool wgmma_available(Form form) {
-  if (is_block_form(form)) return false;
+bool wgmma_available() {
   // One instantiation stands for all: they are built together, for the same targets.
   return kernel_ready<__half, Form::q4_zero_point, 32, 1, false>();
 }
@@ -592,11 +657,14 @@ void run_wgmma_loads(const Params& p, const Variant& v, cudaStream_t stream) {
   }
 }
 
+// The block forms load by TMA only (their units are not a whole number of 16-byte chunks
+// a thread; dispatch's takes() refuses the cp.async variant).
 template <class T, Form F>
 void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream) {
   if (v.tma) return run_wgmma_loads<T, F, true>(p, v, stream);
-  run_wgmma_loads<T, F, false>(p, v, stream);
+  if constexpr (!is_block_form(F)) run_wgmma_loads<T, F, false>(p, v, stream);
 }
 LOWBIT_WEIGHT_ONLY_PAIRS(run_wgmma);
+LOWBIT_WEIGHT_ONLY_BLOCK_FORMS(run_wgmma);
 
 }  // namespace lowbit::cuda::weight_only
