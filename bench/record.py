@@ -107,6 +107,9 @@ DEFAULT_FIGURES = {
                                      "Q2_K")
                            for n, k in ((4096, 14336), (14336, 4096))
                            for unit, path in (("pct_copy", "pct_copy"), ("x_read", "speedup_vs_peer"))},
+    "weight-only-blocks-prefill": {f"{t}_14336x4096_m{m}_{variant}_x_cublas": f"rows[op={t},M={m},variant={variant}].speedup_vs_peer"
+                                   for t in ("Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q4_K_groups", "Q5_K", "Q6_K", "Q3_K", "Q2_K")
+                                   for m in (256, 2048) for variant in ("production", "mma_sync_tiled")},
     "kv-attention": _kv_attention_figures((2048, 32768, 131072)),
     "kvquant": {
         "copy_gbps": "gpu_copy_gbps",
