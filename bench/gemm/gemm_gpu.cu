@@ -658,7 +658,7 @@ void blocks_prefill_rows(const GemmBenchOptions& o, cuda_stream_t stream, Cublas
   }
 }
 
-// The GEMV (M = 1, and M = 16) on GGML block types (weight_only.h's block forms, and
+// The GEMV (M = 1, 8 and 16) on GGML block types (weight_only.h's block forms, and
 // Q4_1 / Q8_0 through the grouped forms for comparison, and Q4_K as the engine loads it,
 // Q4_1 groups): random blocks in the type
 // (random_blocks.h) repacked by the engine as a model load does, at Llama-3-8B's ffn
@@ -724,7 +724,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                   static_cast<long long>(n), static_cast<long long>(k), "-", static_cast<double>(held) / 1e6, "",
                   read_ms * 1e3, "", static_cast<double>(held) / (read_ms * 1e6),
                   100.0 * static_cast<double>(held) / (read_ms * 1e6) / copy_gbps, "", 100.0);
-      for (const std::int64_t m : {1, 16}) {
+      for (const std::int64_t m : {1, 8, 16}) {
         if (skip_m(o, m)) continue;
         DeviceBuffer x(2 * m * k), out(2 * m * n), ref(2 * m * n);
         fill_random_float16(x.data(), static_cast<std::size_t>(m * k), DType::f16, 1.0f, 83 + m, stream);
@@ -735,19 +735,34 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                    DType::f16, form, wo::Variant{wo::Kernel::mma}, stream);
         // The production choice; at M <= 2 on the block forms also the GEMV's other decode
         // (Variant::block_decode: the per-weight f16 decode for the K-quants, whose default is
-        // the sub-block decode, and the sub-block decode for Q5_0 / Q5_1) in the same run.
-        const bool both = wo::is_block_form(form) && m <= 2;
+        // the sub-block decode, and the sub-block decode for Q5_0 / Q5_1) in the same run; at
+        // M 8 and 16 the wgmma kernel on 32 activation rows (the kernel above 16 rows).
         const bool k_quant = form == wo::Form::q4_k || form == wo::Form::q5_k || form == wo::Form::q6_k ||
                              form == wo::Form::q3_k || form == wo::Form::q2_k;
-        const int other = k_quant ? 0 : 1;
-        for (const int decode : {-1, other}) {
-          if (decode >= 0 && !both) continue;
-          const wo::Variant variant{wo::Kernel::gemv, -1, 0, false, -1, decode};
+        struct Choice {
+          const char* variant;  // the JSON row's
+          const char* tag;      // the console row's
+          bool production;
+          wo::Variant v;
+        };
+        std::vector<Choice> choices{{"production", "", true, {}}};
+        if (wo::is_block_form(form) && m <= 2) {
+          const int other = k_quant ? 0 : 1;
+          choices.push_back({other == 0 ? "per_weight_decode" : "sub_block_decode",
+                             other == 0 ? "  [per-weight decode]" : "  [sub-block decode]", false,
+                             wo::Variant{wo::Kernel::gemv, -1, 0, false, -1, other}});
+        }
+        if (m >= 8 && wo::wgmma_available()) {
+          wo::Variant v{wo::Kernel::wgmma};
+          v.tma = true;
+          choices.push_back({"wgmma", "  [wgmma]", false, v});
+        }
+        for (const Choice& choice : choices) {
           auto run = [&](const PackedWeights& w) {
-            if (decode < 0) {
+            if (choice.production) {
               weight_only_gemm(xv, w, TensorView{}, ov, stream);
             } else {
-              wo::launch(wo::make_params(xv, w, TensorView{}, ov), DType::f16, form, variant, stream);
+              wo::launch(wo::make_params(xv, w, TensorView{}, ov), DType::f16, form, choice.v, stream);
             }
           };
           LOWBIT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), stream));
@@ -765,13 +780,8 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
                       name.c_str(), static_cast<long long>(n), static_cast<long long>(k),
                       static_cast<long long>(m), static_cast<double>(held) / 1e6, ms.front() * 1e3, med * 1e3,
                       ms.back() * 1e3, gbps, 100.0 * gbps / copy_gbps, 100.0 * best / copy_gbps,
-                      100.0 * read_ms / med, check,
-                      decode == 0 ? "  [per-weight decode]" : decode == 1 ? "  [sub-block decode]" : "");
-          GemmRow row = GemmRow::make("weight_only_blocks", name,
-                                      decode == 0   ? "per_weight_decode"
-                                      : decode == 1 ? "sub_block_decode"
-                                                    : "production",
-                                      m, n, k, "n_by_k", "f16");
+                      100.0 * read_ms / med, check, choice.tag);
+          GemmRow row = GemmRow::make("weight_only_blocks", name, choice.variant, m, n, k, "n_by_k", "f16");
           row.ms = med;
           row.ops = 2.0 * m * n * k;
           row.bytes = static_cast<double>(held) + 2.0 * m * k + 2.0 * m * n;
