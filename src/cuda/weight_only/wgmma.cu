@@ -45,8 +45,6 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <type_traits>
 
 #include "core/device.h"
 #include "core/pdl.cuh"
@@ -261,58 +259,17 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
   return sc;
 }
 
-// One K step of a warpgroup: its 8 k16 blocks in commit groups of kJ (1, 2, 4, 8), each
-// group's kMi A fragments a block built in registers, then its kJ x kMi wgmmas (B: the
-// stage's X tile) issued and committed together. A group is built while the group before
-// it runs (wait_group 1 before issuing: the group two back, whose registers the compiler
-// may reuse, is done). The shared-memory loads of a group's packed columns (load(cp))
-// come first: the wgmma instructions' memory clobbers keep later loads from moving above
-// them, so larger groups overlap more load and dequantization latencies, at the price of
-// 2 kJ kMi x 4 A registers live. load(cp, column) fills a Column in place (a Column is
-// never copied: returned by value, its scale loads vanished from the SASS, nvcc 13), and
-// fragment(column, h, a) builds k16 block 2 cp + h.
-template <class T, int kBN, int kMi, int kJ, class Column, class Load, class Fragment>
-__device__ __forceinline__ void run_step(std::uint32_t x_addr, float (&acc)[kMi][kBN / 2], bool first, Load load,
-                                         Fragment fragment) {
-  static_assert(kJ == 1 || kJ == 2 || kJ == 4 || kJ == 8, "k16 blocks a commit group");
-  using gemm::sm90::wgmma_commit;
-  using gemm::sm90::wgmma_fence;
-  using gemm::sm90::wgmma_wait;
-  constexpr int kCps = kJ >= 2 ? kJ / 2 : 1;  // packed columns (two k16 blocks each) a group's loads cover
-#pragma unroll
-  for (int cp0 = 0; cp0 < 4; cp0 += kCps) {
-    Column lane_data[kCps];
-#pragma unroll
-    for (int i = 0; i < kCps; ++i) load(cp0 + i, lane_data[i]);
-#pragma unroll
-    for (int b0 = 0; b0 < 2 * kCps; b0 += kJ) {  // kJ 1: two groups a column, else one
-      std::uint32_t a[kJ][kMi][4];
-#pragma unroll
-      for (int jj = 0; jj < kJ; ++jj) fragment(lane_data[(b0 + jj) / 2], (b0 + jj) % 2, a[jj]);
-      wgmma_wait<1>();
-      wgmma_fence();
-#pragma unroll
-      for (int jj = 0; jj < kJ; ++jj) {
-        // k16 block j of the stage's X tile: atom j / 4, 32 bytes per k16 inside it.
-        const int j = 2 * cp0 + b0 + jj;
-        const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
-#pragma unroll
-        for (int mi = 0; mi < kMi; ++mi) {
-          gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[jj][mi], desc, first && j == 0 ? 0 : 1);
-        }
-      }
-      wgmma_commit();
-    }
-  }
-}
-
-// The grouped INT4 / INT8 forms: per packed column cp, each tile's chunk (g, cp) and the
-// lane's scales (and mins); INT8 reads its half's chunk per k16 block.
-template <class T, Form F, int kBN, int kMi, int kJ>
+// One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
+// kMi wgmmas (B: the stage's X tile) committed as one group. The fragments of block j are
+// built while the group of block j - 1 runs (wait_group 1 before issuing).
+template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_grouped_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
                                                      int wg, int warp, int lane, float (&acc)[kMi][kBN / 2],
                                                      bool first) {
   using L = Layout<F, kBN, kMi>;
+  using gemm::sm90::wgmma_commit;
+  using gemm::sm90::wgmma_fence;
+  using gemm::sm90::wgmma_wait;
   const int g = lane / 4, c = lane % 4;
   const auto shift = static_cast<std::uint32_t>(4 * c);  // the lane's nibbles c, c + 4 of a word
   const std::uint8_t* codes = stage + L::kX;
@@ -321,97 +278,113 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
   constexpr int kUnit = form_unit_bytes<F>();
   // Tiles of m64 block mi: rows g and g + 8 of the warp's 16.
   const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
-  struct Column {
-    int cp;
-    Scale2<T> s_lo[kMi], s_hi[kMi];
-    uint4 lo4[kMi], hi4[kMi];  // (INT4)
-  };
-  const auto load = [&](int cp, Column& col) {
-    col.cp = cp;
+#pragma unroll
+  for (int cp = 0; cp < 4; ++cp) {  // the packed lane column: k16 blocks j = 2 cp, 2 cp + 1
     const int group = cp >> p.group_shift;
+    Scale2<T> s_lo[kMi], s_hi[kMi];
+    uint4 lo4[kMi], hi4[kMi];
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {
       const int t = tile_lo(mi);
-      col.s_lo[mi] = lane_scale<T, F>(scales, mins, t, group, g);
-      col.s_hi[mi] = lane_scale<T, F>(scales, mins, t + 1, group, g);
+      s_lo[mi] = lane_scale<T, F>(scales, mins, t, group, g);
+      s_hi[mi] = lane_scale<T, F>(scales, mins, t + 1, group, g);
       if constexpr (F != Form::int8) {
-        col.lo4[mi] = *reinterpret_cast<const uint4*>(codes + t * kUnit + (4 * g + cp) * 16);
-        col.hi4[mi] = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (4 * g + cp) * 16);
+        lo4[mi] = *reinterpret_cast<const uint4*>(codes + t * kUnit + (4 * g + cp) * 16);
+        hi4[mi] = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (4 * g + cp) * 16);
       }
     }
-  };
-  const auto fragment = [&](const Column& col, int h, std::uint32_t(&a)[kMi][4]) {
 #pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      if constexpr (F == Form::int8) {
-        // Half h of the lane column: chunk (h * 32 + 4 g + cp) of each unit.
-        const int t = tile_lo(mi);
-        const uint4 lo = *reinterpret_cast<const uint4*>(codes + t * kUnit + (h * 32 + 4 * g + col.cp) * 16);
-        const uint4 hi = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (h * 32 + 4 * g + col.cp) * 16);
-        std::uint32_t b_lo[2], b_hi[2];
-        dequant_int8_word<T>(gather_int8(lo, c), col.s_lo[mi], b_lo);
-        dequant_int8_word<T>(gather_int8(hi, c), col.s_hi[mi], b_hi);
-        a[mi][0] = b_lo[0], a[mi][1] = b_hi[0], a[mi][2] = b_lo[1], a[mi][3] = b_hi[1];
-      } else {
-        // Register i from word i of (row g at k, row g + 8 at k, row g at k + 8, row
-        // g + 8 at k + 8): its nibbles c, c + 4.
-        const std::uint32_t w0 = h == 0 ? col.lo4[mi].x : col.lo4[mi].z, w1 = h == 0 ? col.hi4[mi].x : col.hi4[mi].z;
-        const std::uint32_t w2 = h == 0 ? col.lo4[mi].y : col.lo4[mi].w, w3 = h == 0 ? col.hi4[mi].y : col.hi4[mi].w;
-        a[mi][0] = scale_pair<T, F>(int4_code_pair_at<T, F>(w0, shift), col.s_lo[mi]);
-        a[mi][1] = scale_pair<T, F>(int4_code_pair_at<T, F>(w1, shift), col.s_hi[mi]);
-        a[mi][2] = scale_pair<T, F>(int4_code_pair_at<T, F>(w2, shift), col.s_lo[mi]);
-        a[mi][3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), col.s_hi[mi]);
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * cp + h;
+      std::uint32_t a[kMi][4];
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+        if constexpr (F == Form::int8) {
+          // Half h of the lane column: chunk (h * 32 + 4 g + cp) of each unit.
+          const int t = tile_lo(mi);
+          const uint4 lo = *reinterpret_cast<const uint4*>(codes + t * kUnit + (h * 32 + 4 * g + cp) * 16);
+          const uint4 hi = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (h * 32 + 4 * g + cp) * 16);
+          std::uint32_t b_lo[2], b_hi[2];
+          dequant_int8_word<T>(gather_int8(lo, c), s_lo[mi], b_lo);
+          dequant_int8_word<T>(gather_int8(hi, c), s_hi[mi], b_hi);
+          a[mi][0] = b_lo[0], a[mi][1] = b_hi[0], a[mi][2] = b_lo[1], a[mi][3] = b_hi[1];
+        } else {
+          // Register i from word i of (row g at k, row g + 8 at k, row g at k + 8, row
+          // g + 8 at k + 8): its nibbles c, c + 4.
+          const std::uint32_t w0 = h == 0 ? lo4[mi].x : lo4[mi].z, w1 = h == 0 ? hi4[mi].x : hi4[mi].z;
+          const std::uint32_t w2 = h == 0 ? lo4[mi].y : lo4[mi].w, w3 = h == 0 ? hi4[mi].y : hi4[mi].w;
+          a[mi][0] = scale_pair<T, F>(int4_code_pair_at<T, F>(w0, shift), s_lo[mi]);
+          a[mi][1] = scale_pair<T, F>(int4_code_pair_at<T, F>(w1, shift), s_hi[mi]);
+          a[mi][2] = scale_pair<T, F>(int4_code_pair_at<T, F>(w2, shift), s_lo[mi]);
+          a[mi][3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
+        }
       }
+      // B: k16 block j of the stage's X tile (atom j / 4, 32 bytes per k16 inside it).
+      const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
+      wgmma_wait<1>();  // the group two blocks back (which read the registers reused now) is done
+      wgmma_fence();
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
+      wgmma_commit();
     }
-  };
-  run_step<T, kBN, kMi, kJ, Column>(x_addr, acc, first, load, fragment);
+  }
 }
 
-// The GGML block forms: per packed column cp, each tile's lane (g, cp) of the unit (codes,
-// sub-block factors, row factors) read once, then its pairs c of words 2h, 2h + 1 for
-// k16 block 2 cp + h.
-template <class T, Form F, int kBN, int kMi, int kJ>
+// compute_grouped_step for the GGML block forms: per packed lane column cp, each tile's
+// lane (g, cp) of the unit (codes, sub-block factors, row factors) read once, then its
+// pairs c of words 2h, 2h + 1 for k16 block 2 cp + h.
+template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, std::uint32_t x_addr, int wg, int warp,
                                                    int lane, const QuadColumn& column, float (&acc)[kMi][kBN / 2],
                                                    bool first) {
   using L = Layout<F, kBN, kMi>;
+  using gemm::sm90::wgmma_commit;
+  using gemm::sm90::wgmma_fence;
+  using gemm::sm90::wgmma_wait;
   constexpr formats::WeightBlocks kB = blocks_of(F);
   constexpr int kUnit = form_unit_bytes<F>();
   const int g = lane / 4;
   const std::uint8_t* codes = stage + L::kX;
   const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
-  struct Column {
+#pragma unroll
+  for (int cp = 0; cp < 4; ++cp) {
     BlockLane<F> lo[kMi], hi[kMi];
-  };
-  const auto load = [&](int cp, Column& col) {
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {
       const int t = tile_lo(mi);
-      col.lo[mi] = load_block_lane<F>(codes + t * kUnit, 4 * g + cp);
-      col.hi[mi] = load_block_lane<F>(codes + (t + 1) * kUnit, 4 * g + cp);
+      lo[mi] = load_block_lane<F>(codes + t * kUnit, 4 * g + cp);
+      hi[mi] = load_block_lane<F>(codes + (t + 1) * kUnit, 4 * g + cp);
     }
-  };
-  const auto fragment = [&](const Column& col, int h, std::uint32_t(&a)[kMi][4]) {
 #pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      // Registers: (row g at k, row g + 8 at k, row g at k + 8, row g + 8 at k + 8).
-      a[mi][0] = scale_block_pair<F>(col.lo[mi], 2 * h, code_pair_1024_at<kB>(col.lo[mi].c, 2 * h, column));
-      a[mi][1] = scale_block_pair<F>(col.hi[mi], 2 * h, code_pair_1024_at<kB>(col.hi[mi].c, 2 * h, column));
-      a[mi][2] = scale_block_pair<F>(col.lo[mi], 2 * h + 1, code_pair_1024_at<kB>(col.lo[mi].c, 2 * h + 1, column));
-      a[mi][3] = scale_block_pair<F>(col.hi[mi], 2 * h + 1, code_pair_1024_at<kB>(col.hi[mi].c, 2 * h + 1, column));
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * cp + h;
+      std::uint32_t a[kMi][4];
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+        // Registers: (row g at k, row g + 8 at k, row g at k + 8, row g + 8 at k + 8).
+        a[mi][0] = scale_block_pair<F>(lo[mi], 2 * h, code_pair_1024_at<kB>(lo[mi].c, 2 * h, column));
+        a[mi][1] = scale_block_pair<F>(hi[mi], 2 * h, code_pair_1024_at<kB>(hi[mi].c, 2 * h, column));
+        a[mi][2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
+        a[mi][3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
+      }
+      const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
+      wgmma_wait<1>();  // the group two blocks back (which read the registers reused now) is done
+      wgmma_fence();
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
+      wgmma_commit();
     }
-  };
-  run_step<T, kBN, kMi, kJ, Column>(x_addr, acc, first, load, fragment);
+  }
 }
 
-template <class T, Form F, int kBN, int kMi, int kJ>
+template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
                                              int wg, int warp, int lane, const QuadColumn& column,
                                              float (&acc)[kMi][kBN / 2], bool first) {
   if constexpr (is_block_form(F)) {
-    compute_block_step<T, F, kBN, kMi, kJ>(stage, x_addr, wg, warp, lane, column, acc, first);
+    compute_block_step<T, F, kBN, kMi>(stage, x_addr, wg, warp, lane, column, acc, first);
   } else {
-    compute_grouped_step<T, F, kBN, kMi, kJ>(p, stage, x_addr, wg, warp, lane, acc, first);
+    compute_grouped_step<T, F, kBN, kMi>(p, stage, x_addr, wg, warp, lane, acc, first);
   }
 }
 
@@ -433,7 +406,7 @@ __device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_bloc
 
 // kTma: the loads as TMA on a full-barrier a stage (TmaLoader, maps); else cp.async by
 // every thread (Loader; maps unused).
-template <class T, Form F, int kBN, int kMi, bool kTma, int kJ>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
                                                             std::int64_t m_blocks,
                                                             const __grid_constant__ WgmmaMaps maps) {
@@ -486,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
         TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + ahead_stage * L::kStage,
                                       gemm::sm90::smem_address(&full[ahead_stage]), tile0, m0, ahead);
       }
-      compute_step<T, F, kBN, kMi, kJ>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
                                    column, acc, step == step_begin);
       if (++stage == L::kStages) stage = 0, phase ^= 1u;
     }
@@ -506,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
       const int ahead_stage = (stage + L::kAhead) % L::kStages;
       if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
       cp_async_commit();
-      compute_step<T, F, kBN, kMi, kJ>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
                                    column, acc, step == step_begin);
       stage = stage + 1 == L::kStages ? 0 : stage + 1;
     }
@@ -588,19 +561,19 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
 
 // Whether this device runs the kernel (cuda/sm90_kernel.h: compute capability 9.0, the
 // sm_90a body's static marker, the shared memory opt-in), once per device.
-template <class T, Form F, int kBN, int kMi, bool kTma, int kJ>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 bool kernel_ready() {
   static Sm90KernelReady ready;
-  return ready(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma, kJ>), sizeof(int),
+  return ready(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma>), sizeof(int),
                Layout<F, kBN, kMi>::kSmem);
 }
 
 // Resident blocks per SM of an instantiation (occupancy query, once per process).
-template <class T, Form F, int kBN, int kMi, bool kTma, int kJ>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma, kJ>, kThreads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma>, kThreads,
                                                       Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
       (void)cudaGetLastError();
       b = 1;
@@ -613,7 +586,7 @@ int blocks_per_sm() {
 // Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
 // steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
 // steps.
-template <class T, Form F, int kBN, int kMi, bool kTma, int kJ>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   if (forced > 0) {
     int s = forced;
@@ -622,7 +595,7 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   }
   core::SplitKProblem problem;
   problem.tiles = tiles;
-  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma, kJ>()) * core::multiprocessor_count();
+  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma>()) * core::multiprocessor_count();
   problem.k_steps = p.k_steps;
   // A block's prologue, epilogue and reduction cost about 8 of its 128-k steps: the value
   // that orders the H200's split sweep at 28672 x 8192 (M 512: 2; 2048, 8192: 1).
@@ -630,15 +603,15 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   return core::pick_k_splits(problem);
 }
 
-template <class T, Form F, int kBN, int kMi, bool kTma, int kJ>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
-  const bool ready = kernel_ready<T, F, kBN, kMi, kTma, kJ>();
+  const bool ready = kernel_ready<T, F, kBN, kMi, kTma>();
   LOWBIT_CHECK(ready, "weight_only: the wgmma kernel needs a compute capability 9.0 GPU and an "
                                           "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
-  const int splits = choose_splits<T, F, kBN, kMi, kTma, kJ>(p, n_blocks * m_blocks, v.k_slices);
+  const int splits = choose_splits<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks, v.k_slices);
   LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
                "weight_only: M x N needs more blocks (", n_blocks * m_blocks * splits,
                ") than one grid dimension holds");
@@ -646,7 +619,7 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
                " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
   const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
-  launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma, kJ>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
+  launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
                         dim3(kThreads), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
                         m_blocks, maps);
 }
@@ -662,7 +635,7 @@ int wgmma_tile_m(const Params& p, const Variant& v) {
 
 bool wgmma_available() {
   // One instantiation stands for all: they are built together, for the same targets.
-  return kernel_ready<__half, Form::q4_zero_point, 32, 1, false, 1>();
+  return kernel_ready<__half, Form::q4_zero_point, 32, 1, false>();
 }
 
 // The weight rows a block takes: 256 with 128 activation rows, else 128 (or the
@@ -672,37 +645,15 @@ int wgmma_tile_n(int tile_m, const Variant& v) {
   return tile_m == 128 ? 256 : 128;
 }
 
-// EXPERIMENT (not for landing): LOWBIT_EXP_KJ picks the k16 blocks a commit group at
-// tiles of 32 and 64 activation rows (f16 Q4_1, INT8, Q6_K only; 1 otherwise).
-inline int exp_kj() {
-  static const int kj = [] {
-    const char* e = std::getenv("LOWBIT_EXP_KJ");
-    return e ? std::atoi(e) : 1;
-  }();
-  return kj;
-}
-template <class T, Form F, int kBN, int kMi, bool kTma>
-void launch_kj(const Params& p, const Variant& v, cudaStream_t stream) {
-  if constexpr (std::is_same_v<T, __half> && (F == Form::q4_zero_point || F == Form::int8 || F == Form::q6_k)) {
-    switch (exp_kj()) {
-      case 2: return launch<T, F, kBN, kMi, kTma, 2>(p, v, stream);
-      case 4: return launch<T, F, kBN, kMi, kTma, 4>(p, v, stream);
-      case 8: return launch<T, F, kBN, kMi, kTma, 8>(p, v, stream);
-      default: break;
-    }
-  }
-  launch<T, F, kBN, kMi, kTma, 1>(p, v, stream);
-}
-
 template <class T, Form F, bool kTma>
 void run_wgmma_loads(const Params& p, const Variant& v, cudaStream_t stream) {
   const int tile_m = wgmma_tile_m(p, v);
   switch (tile_m) {
-    case 32: return launch_kj<T, F, 32, 1, kTma>(p, v, stream);
+    case 32: return launch<T, F, 32, 1, kTma>(p, v, stream);
     case 64:
-      return wgmma_tile_n(tile_m, v) == 256 ? launch_kj<T, F, 64, 2, kTma>(p, v, stream)
-                                            : launch_kj<T, F, 64, 1, kTma>(p, v, stream);
-    default: return launch<T, F, 128, 2, kTma, 1>(p, v, stream);
+      return wgmma_tile_n(tile_m, v) == 256 ? launch<T, F, 64, 2, kTma>(p, v, stream)
+                                            : launch<T, F, 64, 1, kTma>(p, v, stream);
+    default: return launch<T, F, 128, 2, kTma>(p, v, stream);
   }
 }
 
