@@ -172,6 +172,21 @@ TEST_F(WeightOnlyWgmmaGpu, PublicEntryDispatches) {
     EXPECT_EQ(int8.tma, m > wo::kGemvMaxRows) << "M " << m;  // x's rows are 16-byte aligned here
     run_case(rng, spec, w, m, m == 33, m != 17, nullptr, Entry::public_api);
   }
+  // INT8 on wide N (N >= 2 K) takes the wgmma kernel from 8 rows, aligned activations only.
+  const WeightOnlySpec int8_spec{8, 32, false, DType::f16};
+  DeviceWeights wide;
+  make_weights(rng, int8_spec, 2056, 1000, wide);
+  for (const std::int64_t m : {4, 7, 8, 16}) {
+    for (const bool aligned : {true, false}) {
+      const std::int64_t ldx = aligned ? 1000 : 1001;
+      const wo::Params p = wo::make_params(
+          TensorView::matrix(nullptr, DType::f16, Device::cuda, m, wide.host.k, ldx), wide.device, TensorView{},
+          TensorView::matrix(nullptr, DType::f16, Device::cuda, m, wide.host.n));
+      EXPECT_EQ(wo::pick(p, wo::Form::int8).kernel == wo::Kernel::wgmma, m >= 8 && aligned)
+          << "M " << m << " aligned " << aligned;
+      run_case(rng, int8_spec, wide, m, m % 2 == 0, aligned, nullptr, Entry::public_api);
+    }
+  }
 }
 
 }  // namespace

@@ -70,9 +70,24 @@ bool takes(const Variant& v, const Params& p, Form form) {
   return false;
 }
 
+// INT8 from 8 rows on wide N (N >= 2 K): the wgmma kernel, on 32 activation rows, beats
+// the staged-activation GEMV there (H200: 14336 x 4096 M = 16 40.0 -> 24.7 us, M = 8 28.3 ->
+// 24.4; 28672 x 8192 M = 16 0.113 -> 0.076-0.093 ms) and loses at N <= K (4096 x 4096,
+// 4096 x 14336); bench/notes/weight_only.md, session 35.
+constexpr std::int64_t kInt8WideWgmmaMinRows = 8;
+bool int8_wide_takes_wgmma(const Params& p, Form form) {
+  return form == Form::int8 && p.m >= kInt8WideWgmmaMinRows && p.n >= 2 * p.k && wgmma_available() && p.x_vec16 &&
+         gemm::tensor_map_encoder_available();
+}
+
 Variant pick(const Params& p, Form form) {
   if (p.swiglu) return Variant{Kernel::gemv};
   if (small_gemv_takes(p, form) && small_gemv_pays(p, form)) return Variant{Kernel::small_gemv};
+  if (p.m <= kGemvMaxRows && int8_wide_takes_wgmma(p, form)) {
+    Variant v{Kernel::wgmma};
+    v.tma = true;
+    return v;
+  }
   if (p.m <= kGemvMaxRows) return Variant{Kernel::gemv};
   if (p.m < kWgmmaMinRows || !wgmma_available()) return Variant{Kernel::mma};
   // The stage loads as TMA wherever the activations allow it: 1.06-1.36x over the
