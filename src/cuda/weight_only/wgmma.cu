@@ -259,17 +259,28 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
   return sc;
 }
 
+// k16 block j's kMi wgmmas (A: a; B: the stage's X tile, atom j / 4, 32 bytes per k16
+// inside it) committed as one group, once the group two blocks back (which read the
+// registers the caller reused for a) is done.
+template <class T, int kBN, int kMi>
+__device__ __forceinline__ void issue_k16(std::uint32_t x_addr, int j, std::uint32_t (&a)[kMi][4],
+                                          float (&acc)[kMi][kBN / 2], bool first) {
+  const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
+  gemm::sm90::wgmma_wait<1>();
+  gemm::sm90::wgmma_fence();
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
+  gemm::sm90::wgmma_commit();
+}
+
 // One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
-// kMi wgmmas (B: the stage's X tile) committed as one group. The fragments of block j are
-// built while the group of block j - 1 runs (wait_group 1 before issuing).
+// its kMi wgmmas issued as one group (issue_k16). The fragments of block j are built
+// while the group of block j - 1 runs.
 template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_grouped_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
                                                      int wg, int warp, int lane, float (&acc)[kMi][kBN / 2],
                                                      bool first) {
   using L = Layout<F, kBN, kMi>;
-  using gemm::sm90::wgmma_commit;
-  using gemm::sm90::wgmma_fence;
-  using gemm::sm90::wgmma_wait;
   const int g = lane / 4, c = lane % 4;
   const auto shift = static_cast<std::uint32_t>(4 * c);  // the lane's nibbles c, c + 4 of a word
   const std::uint8_t* codes = stage + L::kX;
@@ -319,13 +330,7 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
           a[mi][3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
         }
       }
-      // B: k16 block j of the stage's X tile (atom j / 4, 32 bytes per k16 inside it).
-      const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
-      wgmma_wait<1>();  // the group two blocks back (which read the registers reused now) is done
-      wgmma_fence();
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
-      wgmma_commit();
+      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first);
     }
   }
 }
@@ -338,9 +343,6 @@ __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, st
                                                    int lane, const QuadColumn& column, float (&acc)[kMi][kBN / 2],
                                                    bool first) {
   using L = Layout<F, kBN, kMi>;
-  using gemm::sm90::wgmma_commit;
-  using gemm::sm90::wgmma_fence;
-  using gemm::sm90::wgmma_wait;
   constexpr formats::WeightBlocks kB = blocks_of(F);
   constexpr int kUnit = form_unit_bytes<F>();
   const int g = lane / 4;
@@ -367,12 +369,7 @@ __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, st
         a[mi][2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
         a[mi][3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
       }
-      const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
-      wgmma_wait<1>();  // the group two blocks back (which read the registers reused now) is done
-      wgmma_fence();
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
-      wgmma_commit();
+      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first);
     }
   }
 }
