@@ -159,7 +159,7 @@ DEFAULT_FIGURES = {
     # the GGUF types' files at B = 1 / 8 / 16 (full cache, PP 512, TG 64)
     **{topic: {f"full_b{b}_{part}_tok_s": f"results[policy=full,b={b}].{key}.tokens_per_second_median"
                for b in (1, 8, 16) for part, key in (("tg", "decode"), ("pp", "prefill"))}
-       for topic in ("batch-8b-q8", "batch-8b-q6k")},
+       for topic in ("batch-8b-q8", "batch-8b-q6k", "batch-8b-q4km", "batch-8b-q5km")},
     "batch-8b-32x8k": {f"{p}_b32_{part}_tok_s": f"results[policy={p},b=32].{key}.tokens_per_second_median"
                        for p in ("full", "selective8", "selective4")
                        for part, key in (("tg", "decode"), ("pp", "prefill"))},
