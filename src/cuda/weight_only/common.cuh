@@ -308,6 +308,23 @@ constexpr bool lower_six_bit_pairs_are_whole_fields() {
   return true;
 }
 static_assert(lower_six_bit_pairs_are_whole_fields(), "code_pair_1024_at reads Q6_K pairs 0-3 as whole fields");
+// code_pair_1024_at shifts a low-plane word by pair 0's shift + c * the field width: the
+// pairs of a word must sit at that stride, as formats::block_pair_shift places them.
+constexpr bool low_plane_pairs_at_field_stride() {
+  for (const formats::WeightBlocks b : {formats::WeightBlocks::q5_0, formats::WeightBlocks::q5_1,
+                                        formats::WeightBlocks::q4_k, formats::WeightBlocks::q5_k,
+                                        formats::WeightBlocks::q3_k, formats::WeightBlocks::q2_k}) {
+    for (int w = 0; w < 4; ++w) {
+      for (int i = 0; i < 4; ++i) {
+        if (formats::block_pair_shift(b, w, i) != formats::block_pair_shift(b, w, 0) + i * formats::block_low_bits(b)) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+static_assert(low_plane_pairs_at_field_stride(), "code_pair_1024_at's run-time pair shift");
 
 // Word `index` (0..2) of a Q6_K word group.
 __device__ __forceinline__ std::uint32_t pick_word(int index, std::uint32_t w0, std::uint32_t w1, std::uint32_t w2) {
