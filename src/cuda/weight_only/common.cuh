@@ -282,9 +282,10 @@ __device__ __forceinline__ std::uint32_t code_pair_1024(const LaneCodes& c, int 
 
 // A lane's quad column c (0..3) where the wgmma A fragments need pair c of each packed
 // word (k 8w + 2c, + 1; wgmma.cu): c is a run-time value there, so the field shifts are
-// per-lane values, computed once: the low plane's c * (field width), and Q6_K's pieces of
-// pair c (words 0, 1 of a group: always one piece, bits 0-5 or 6-11 of word c / 2) and of
-// pair 4 + c (words 2, 3: formats::six_bit_piece, one or two pieces).
+// per-lane values, computed once: the low plane's c * (field width); for Q6_K, whose even
+// packed words hold pairs 0-3 of a six-bit word group and odd ones pairs 4-7, pair c is a
+// whole field (bits 6 (c % 2) of six-bit word c / 2) and pair 4 + c one or two pieces
+// (formats::six_bit_piece).
 struct QuadColumn {
   int c = 0;
   std::uint32_t low_shift = 0;
