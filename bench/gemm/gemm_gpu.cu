@@ -597,17 +597,14 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
                    std::vector<GemmRow>(rows.begin() + static_cast<std::ptrdiff_t>(first), rows.end()), copy_gbps);
 }
 
-// weight_only_blocks_section's prompt-sized rows for one type (its weights' copies).
+// weight_only_blocks_section's prompt-sized rows for one type (its weights' copies, and
+// their bytes as held).
 void blocks_prefill_rows(const GemmBenchOptions& o, cuda_stream_t stream, CublasPeers& peers, const std::string& name,
-                         cuda::weight_only::Form form, const std::vector<PackedWeights>& views,
+                         cuda::weight_only::Form form, const std::vector<PackedWeights>& views, double held,
                          std::vector<GemmRow>& rows) {
   namespace wo = cuda::weight_only;
   const std::int64_t n = views[0].n, k = views[0].k;
   const int copies = static_cast<int>(views.size());
-  double held = 0.0;  // the weights' bytes as held
-  for (const TensorView* v : {&views[0].codes, &views[0].scales, &views[0].mins}) {
-    if (v->data) held += static_cast<double>(v->span_bytes());
-  }
   for (const std::int64_t m : {256, 2048}) {
     if (skip_m(o, m)) continue;
     const double ops = 2.0 * m * n * k;
@@ -799,7 +796,7 @@ void weight_only_blocks_section(const GemmBenchOptions& o, cuda_stream_t stream,
           rows.push_back(row);
         }
       }
-      blocks_prefill_rows(o, stream, peers, name, form, views, rows);
+      blocks_prefill_rows(o, stream, peers, name, form, views, static_cast<double>(held), rows);
     }
   }
 }

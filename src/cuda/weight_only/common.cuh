@@ -225,6 +225,15 @@ __device__ __forceinline__ LaneCodes load_lane_codes(const std::uint8_t* unit, i
   return c;
 }
 
+// Q6_K's word group of packed word w (0..3): words 0-2 of the six for k 0..15, 3-5 for
+// k 16..31.
+struct SixBitGroup {
+  std::uint32_t w0, w1, w2;
+};
+__device__ __forceinline__ SixBitGroup six_bit_group(const LaneCodes& c, int w) {
+  return SixBitGroup{w < 2 ? c.q.x : c.q.w, w < 2 ? c.q.y : c.h0, w < 2 ? c.q.z : c.h1};
+}
+
 // (moved & kMask) | v in one LOP3: written as C++, NVVM reassociated a pair's ORs into one
 // LOP3 more a pair (32 more a step in a sub-block loop).
 template <std::uint32_t kMask>
@@ -255,7 +264,7 @@ __device__ __forceinline__ std::uint32_t six_bit_pair_1024(std::uint32_t w0, std
 template <formats::WeightBlocks kB>
 __device__ __forceinline__ std::uint32_t code_pair_1024(const LaneCodes& c, int w, int i) {
   if constexpr (formats::block_low_bits(kB) == 6) {
-    const std::uint32_t w0 = w < 2 ? c.q.x : c.q.w, w1 = w < 2 ? c.q.y : c.h0, w2 = w < 2 ? c.q.z : c.h1;
+    const auto [w0, w1, w2] = six_bit_group(c, w);
     switch (4 * (w % 2) + i) {
       case 0: return six_bit_pair_1024<0>(w0, w1, w2);
       case 1: return six_bit_pair_1024<1>(w0, w1, w2);
@@ -336,7 +345,7 @@ __device__ __forceinline__ std::uint32_t pick_word(int index, std::uint32_t w0, 
 template <formats::WeightBlocks kB>
 __device__ __forceinline__ std::uint32_t code_pair_1024_at(const LaneCodes& l, int w, const QuadColumn& q) {
   if constexpr (formats::block_low_bits(kB) == 6) {
-    const std::uint32_t w0 = w < 2 ? l.q.x : l.q.w, w1 = w < 2 ? l.q.y : l.h0, w2 = w < 2 ? l.q.z : l.h1;
+    const auto [w0, w1, w2] = six_bit_group(l, w);
     if (w % 2 == 0) {  // pair c: bits 6 (c % 2) .. + 5 of word c / 2
       return ((q.c < 2 ? w0 : w1) >> (6 * (q.c % 2)) & 0x003f003fu) | 0x64006400u;
     }

@@ -50,6 +50,10 @@ Params make_params(const TensorView& x, const PackedWeights& w, const TensorView
   return p;
 }
 
+// Whether the wgmma kernel's TMA loads take these activations: 16-byte aligned rows a
+// multiple of 8 apart, and the driver's tensor-map encoder.
+bool tma_loads_take(const Params& p) { return p.x_vec16 && gemm::tensor_map_encoder_available(); }
+
 bool takes(const Variant& v, const Params& p, Form form) {
   if (p.swiglu && v.kernel != Kernel::gemv) return false;  // the GEMV's epilogue only
   if (v.k_parts != 0 && v.kernel != Kernel::gemv) return false;
@@ -65,7 +69,7 @@ bool takes(const Variant& v, const Params& p, Form form) {
       return wgmma_available() && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
              (v.tile_n == 0 || wgmma_tile_n(wgmma_tile_m(p, v), v) == v.tile_n) &&
              (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8) &&
-             (!v.tma || (p.x_vec16 && gemm::tensor_map_encoder_available())) && (v.tma || !is_block_form(form));
+             (!v.tma || tma_loads_take(p)) && (v.tma || !is_block_form(form));
   }
   return false;
 }
@@ -76,8 +80,8 @@ bool takes(const Variant& v, const Params& p, Form form) {
 // 4096 x 14336); bench/notes/weight_only.md, session 35.
 constexpr std::int64_t kInt8WideWgmmaMinRows = 8;
 bool int8_wide_takes_wgmma(const Params& p, Form form) {
-  return form == Form::int8 && p.m >= kInt8WideWgmmaMinRows && p.n >= 2 * p.k && wgmma_available() && p.x_vec16 &&
-         gemm::tensor_map_encoder_available();
+  return form == Form::int8 && p.m >= kInt8WideWgmmaMinRows && p.n >= 2 * p.k && wgmma_available() &&
+         tma_loads_take(p);
 }
 
 Variant pick(const Params& p, Form form) {
@@ -93,7 +97,7 @@ Variant pick(const Params& p, Form form) {
   // The stage loads as TMA wherever the activations allow it: 1.06-1.36x over the
   // cp.async loader at every M measured (bench/notes/weight_only.md).
   Variant v{Kernel::wgmma};
-  v.tma = p.x_vec16 && gemm::tensor_map_encoder_available();
+  v.tma = tma_loads_take(p);
   if (!v.tma && is_block_form(form)) return Variant{Kernel::mma};  // (the block forms load by TMA only)
   return v;
 }
