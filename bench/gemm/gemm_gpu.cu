@@ -555,19 +555,12 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
         // The split-K sweep: at large M where the rule picks 1 but the wave's working set of
         // weight and activation panels may exceed L2; at small M where the rule's clusters of
         // 4 and 8 may cost more than their fuller waves save (bench/notes/weight_only.md).
-        // At 32 / 64 rows each split (and the rule's, 0) with 1 and with 2 k groups.
         if (m > wo::kGemvMaxRows) {
-          for (const int s : {0, 1, 2, 4, 8}) {
-            if ((m >= 512 && s == 8) || (s == 0 && m > 64)) continue;
-            for (const int groups : {0, 1, 2}) {
-              if ((m > 64) != (groups == 0)) continue;  // k groups named at 32 / 64 rows only
-              wo::Variant v = wgmma;
-              v.k_slices = s;
-              v.k_groups = groups;
-              std::string name = s > 0 ? "wgmma split " + std::to_string(s) : "wgmma";
-              if (groups > 0) name += ", " + std::to_string(groups) + " k group" + (groups > 1 ? "s" : "");
-              variants.emplace_back(name, v);
-            }
+          for (const int s : {1, 2, 4, 8}) {
+            if (m >= 512 && s == 8) continue;
+            wo::Variant v = wgmma;
+            v.k_slices = s;
+            variants.emplace_back("wgmma split " + std::to_string(s), v);
           }
         }
         for (const auto& [name, variant] : variants) {

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -415,21 +414,18 @@ void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64
 }
 
 // The wgmma kernel (Hopper only; TMA loads, the block forms' only form) at every tile
-// shape with each of `splits` (0: the rule's), and two k groups where the tile takes them.
+// shape with each of `splits` (0: the rule's).
 void run_block_wgmma_tiles(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std::int64_t m,
                            const std::vector<int>& splits) {
   if (!wo::wgmma_available()) return;
-  for (const auto& [tile_m, tile_n, k_groups] : {std::tuple{32, 0, 1}, std::tuple{32, 0, 2}, std::tuple{64, 0, 1},
-                                                 std::tuple{64, 0, 2}, std::tuple{64, 256, 1}, std::tuple{128, 0, 1}}) {
+  for (const auto& [tile_m, tile_n] : {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 256}, std::pair{128, 0}}) {
     for (const int split : splits) {
       wo::Variant variant{wo::Kernel::wgmma};
       variant.tile_m = tile_m;
       variant.tile_n = tile_n;
       variant.k_slices = split;
       variant.tma = true;
-      variant.k_groups = k_groups;
-      SCOPED_TRACE(testing::Message() << "wgmma tile_m " << tile_m << " tile_n " << tile_n << " splits " << split
-                                      << " k groups " << k_groups);
+      SCOPED_TRACE(testing::Message() << "wgmma tile_m " << tile_m << " tile_n " << tile_n << " splits " << split);
       run_case(rng, spec, w, m, m % 2 == 1, true, &variant, Entry::variant_only);
     }
   }

@@ -20,13 +20,10 @@ void run_mma(const Params& p, const Variant& v, cudaStream_t stream);
 template <class T, Form F>
 void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream);
 
-// The wgmma kernel's activation rows per block for p (the variant's, or its rule), its
-// weight rows per block at those activation rows, whether that tile can run two k groups,
-// and its k groups (the variant's, or the rule's).
+// The wgmma kernel's activation rows per block for p (the variant's, or its rule), and
+// its weight rows per block at those activation rows.
 int wgmma_tile_m(const Params& p, const Variant& v);
 int wgmma_tile_n(int tile_m, const Variant& v);
-bool wgmma_k_groups_fit(const Params& p, const Variant& v);
-int wgmma_k_groups(const Params& p, const Variant& v);
 
 // The small-matrix kernel's limits (its registers hold a warp's codes), and whether it
 // beats the streaming kernel (small matrices: under 1 MB of codes).

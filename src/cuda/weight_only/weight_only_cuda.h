@@ -92,10 +92,6 @@ struct Variant {
   // that kernel: blocks of a cluster along K (1 to 8), their partials summed over
   // distributed shared memory; 0: the fill rule of gemv.cu.
   int k_parts = 0;
-  // wgmma: k groups, pairs of warpgroups on the same weight rows that share each K step's
-  // k16 blocks (1, or 2: twice the warps on a block's rows; TMA loads, tile_m 32 or 64,
-  // 128 weight rows); 0: the rule.
-  int k_groups = 0;
 };
 constexpr int kGemvShapes = 16;
 constexpr int kGemvMaxParts = 8;

@@ -61,7 +61,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;  // two warpgroups: one k group (below)
+constexpr int kThreads = 256;  // two warpgroups
 constexpr int kMaxGroups = 4;  // scale groups per tile per step (group 32)
 constexpr int kGroupM = 8;     // m blocks per rasterization group (L2 reuse of the weight panel)
 constexpr int kMaxSplits = 8;  // blocks of a split-K cluster (the portable cluster size)
@@ -261,26 +261,24 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
 
 // k16 block j's kMi wgmmas (A: a; B: the stage's X tile, atom j / 4, 32 bytes per k16
 // inside it) committed as one group, once the group two blocks back (which read the
-// registers the caller reused for a) is done. `zero`: the warpgroup's first product
-// (scale-d 0 writes acc instead of adding to it).
+// registers the caller reused for a) is done.
 template <class T, int kBN, int kMi>
 __device__ __forceinline__ void issue_k16(std::uint32_t x_addr, int j, std::uint32_t (&a)[kMi][4],
-                                          float (&acc)[kMi][kBN / 2], bool zero) {
+                                          float (&acc)[kMi][kBN / 2], bool first) {
   const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
   gemm::sm90::wgmma_wait<1>();
   gemm::sm90::wgmma_fence();
 #pragma unroll
-  for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, zero ? 0 : 1);
+  for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
   gemm::sm90::wgmma_commit();
 }
 
-// One K step of a warpgroup: its k group's share of the 8 k16 blocks (packed lane
-// columns kg * 4 / kKg ..), each kMi A fragments built in registers and its kMi wgmmas
-// issued as one group (issue_k16). The fragments of block j are built while the group of
-// block j - 1 runs.
-template <class T, Form F, int kBN, int kMi, int kKg>
+// One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
+// its kMi wgmmas issued as one group (issue_k16). The fragments of block j are built
+// while the group of block j - 1 runs.
+template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_grouped_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
-                                                     int wg, int kg, int warp, int lane, float (&acc)[kMi][kBN / 2],
+                                                     int wg, int warp, int lane, float (&acc)[kMi][kBN / 2],
                                                      bool first) {
   using L = Layout<F, kBN, kMi>;
   const int g = lane / 4, c = lane % 4;
@@ -292,8 +290,7 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
   // Tiles of m64 block mi: rows g and g + 8 of the warp's 16.
   const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
 #pragma unroll
-  for (int q = 0; q < 4 / kKg; ++q) {
-    const int cp = kg * (4 / kKg) + q;  // the packed lane column: k16 blocks j = 2 cp, 2 cp + 1
+  for (int cp = 0; cp < 4; ++cp) {  // the packed lane column: k16 blocks j = 2 cp, 2 cp + 1
     const int group = cp >> p.group_shift;
     Scale2<T> s_lo[kMi], s_hi[kMi];
     uint4 lo4[kMi], hi4[kMi];
@@ -333,7 +330,7 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
           a[mi][3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
         }
       }
-      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first && q == 0 && h == 0);
+      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first);
     }
   }
 }
@@ -341,10 +338,10 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
 // compute_grouped_step for the GGML block forms: per packed lane column cp, each tile's
 // lane (g, cp) of the unit (codes, sub-block factors, row factors) read once, then its
 // pairs c of words 2h, 2h + 1 for k16 block 2 cp + h.
-template <class T, Form F, int kBN, int kMi, int kKg>
-__device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, std::uint32_t x_addr, int wg, int kg,
-                                                   int warp, int lane, const QuadColumn& column,
-                                                   float (&acc)[kMi][kBN / 2], bool first) {
+template <class T, Form F, int kBN, int kMi>
+__device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, std::uint32_t x_addr, int wg, int warp,
+                                                   int lane, const QuadColumn& column, float (&acc)[kMi][kBN / 2],
+                                                   bool first) {
   using L = Layout<F, kBN, kMi>;
   constexpr formats::WeightBlocks kB = blocks_of(F);
   constexpr int kUnit = form_unit_bytes<F>();
@@ -352,8 +349,7 @@ __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, st
   const std::uint8_t* codes = stage + L::kX;
   const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
 #pragma unroll
-  for (int q = 0; q < 4 / kKg; ++q) {
-    const int cp = kg * (4 / kKg) + q;
+  for (int cp = 0; cp < 4; ++cp) {
     BlockLane<F> lo[kMi], hi[kMi];
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {
@@ -373,19 +369,19 @@ __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, st
         a[mi][2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
         a[mi][3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
       }
-      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first && q == 0 && h == 0);
+      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first);
     }
   }
 }
 
-template <class T, Form F, int kBN, int kMi, int kKg>
+template <class T, Form F, int kBN, int kMi>
 __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
-                                             int wg, int kg, int warp, int lane, const QuadColumn& column,
+                                             int wg, int warp, int lane, const QuadColumn& column,
                                              float (&acc)[kMi][kBN / 2], bool first) {
   if constexpr (is_block_form(F)) {
-    compute_block_step<T, F, kBN, kMi, kKg>(stage, x_addr, wg, kg, warp, lane, column, acc, first);
+    compute_block_step<T, F, kBN, kMi>(stage, x_addr, wg, warp, lane, column, acc, first);
   } else {
-    compute_grouped_step<T, F, kBN, kMi, kKg>(p, stage, x_addr, wg, kg, warp, lane, acc, first);
+    compute_grouped_step<T, F, kBN, kMi>(p, stage, x_addr, wg, warp, lane, acc, first);
   }
 }
 
@@ -406,15 +402,11 @@ __device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_bloc
 }
 
 // kTma: the loads as TMA on a full-barrier a stage (TmaLoader, maps); else cp.async by
-// every thread (Loader; maps unused). kKg: k groups, pairs of warpgroups over the same
-// weight rows, each taking 8 / kKg of a step's k16 blocks (2: twice the warps on the same
-// rows and ring, for the small-M tiles whose warps wait on their dequantization chains;
-// their FP32 tiles summed in shared memory after the loop, group 0's then group 1's).
-template <class T, Form F, int kBN, int kMi, bool kTma, int kKg>
-__global__ void __launch_bounds__(kThreads * kKg, kKg) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
-                                                                  std::int64_t m_blocks,
-                                                                  const __grid_constant__ WgmmaMaps maps) {
-  static_assert(kKg == 1 || (kKg == 2 && kTma), "two k groups load by TMA (Loader splits a stage over 256 threads)");
+// every thread (Loader; maps unused).
+template <class T, Form F, int kBN, int kMi, bool kTma>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
+                                                            std::int64_t m_blocks,
+                                                            const __grid_constant__ WgmmaMaps maps) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using L = Layout<F, kBN, kMi>;
   // A static marker: its size tells the host that this image has the sm_90a body (a
@@ -425,8 +417,7 @@ __global__ void __launch_bounds__(kThreads * kKg, kKg) wgmma_kernel(const Params
   std::uint8_t* const ring = dynamic_smem + ((1024u - gemm::sm90::smem_address(dynamic_smem) % 1024u) % 1024u);
   const std::uint32_t ring_addr = gemm::sm90::smem_address(ring);
 
-  const int wg = (threadIdx.x / 128) % 2, kg = threadIdx.x / kThreads, warp = (threadIdx.x / 32) % 4,
-            lane = threadIdx.x % 32;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int split = static_cast<int>(blockIdx.x % static_cast<unsigned>(splits));
   std::int64_t n_block, m_block;
   tile_of(blockIdx.x / static_cast<unsigned>(splits), static_cast<std::uint32_t>(n_blocks),
@@ -465,7 +456,7 @@ __global__ void __launch_bounds__(kThreads * kKg, kKg) wgmma_kernel(const Params
         TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + ahead_stage * L::kStage,
                                       gemm::sm90::smem_address(&full[ahead_stage]), tile0, m0, ahead);
       }
-      compute_step<T, F, kBN, kMi, kKg>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, kg, warp, lane,
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
                                    column, acc, step == step_begin);
       if (++stage == L::kStages) stage = 0, phase ^= 1u;
     }
@@ -485,7 +476,7 @@ __global__ void __launch_bounds__(kThreads * kKg, kKg) wgmma_kernel(const Params
       const int ahead_stage = (stage + L::kAhead) % L::kStages;
       if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
       cp_async_commit();
-      compute_step<T, F, kBN, kMi, kKg>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, kg, warp, lane,
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
                                    column, acc, step == step_begin);
       stage = stage + 1 == L::kStages ? 0 : stage + 1;
     }
@@ -498,24 +489,17 @@ __global__ void __launch_bounds__(kThreads * kKg, kKg) wgmma_kernel(const Params
 
   // The tile [kBN activation rows][kTiles * 8 weight rows] in FP32: acc[mi][4j + e] is
   // weight row 64 (kMi wg + mi) + 16 warp + g (+ 8 for e >= 2), activation row 8j + 2c + e % 2.
-  // k group 0 stores its sums, then group 1 adds its own (the same places).
   float* const partial = reinterpret_cast<float*>(ring);
   {
     const int g = lane / 4, c = lane % 4;
 #pragma unroll
-    for (int pass = 0; pass < kKg; ++pass) {
-      if (pass > 0) __syncthreads();
-      if (kg != pass) continue;
+    for (int mi = 0; mi < L::kMi; ++mi) {
+      const int n_local = 64 * (L::kMi * wg + mi) + 16 * warp + g;
 #pragma unroll
-      for (int mi = 0; mi < L::kMi; ++mi) {
-        const int n_local = 64 * (L::kMi * wg + mi) + 16 * warp + g;
+      for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float& dst = partial[(8 * j + 2 * c + e % 2) * L::kPartialStride + n_local + 8 * (e / 2)];
-            dst = pass == 0 ? acc[mi][4 * j + e] : dst + acc[mi][4 * j + e];
-          }
+        for (int e = 0; e < 4; ++e) {
+          partial[(8 * j + 2 * c + e % 2) * L::kPartialStride + n_local + 8 * (e / 2)] = acc[mi][4 * j + e];
         }
       }
     }
@@ -533,7 +517,7 @@ __global__ void __launch_bounds__(kThreads * kKg, kKg) wgmma_kernel(const Params
   // the kMi 1 main loop ~70 rematerialized instructions a step (its register allocation
   // changed), more than the DSMEM latencies it saved.
   const bool vector = p.ldo % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
-  for (int item = threadIdx.x; item < kBN * L::kTiles; item += kThreads * kKg) {
+  for (int item = threadIdx.x; item < kBN * L::kTiles; item += kThreads) {
     const int row = split + splits * (item / L::kTiles), run = item % L::kTiles;
     if (row >= kBN) break;  // this block's rows are the first kBN / splits x kTiles items
     if (m0 + row >= p.m) continue;
@@ -574,19 +558,19 @@ __global__ void __launch_bounds__(kThreads * kKg, kKg) wgmma_kernel(const Params
 
 // Whether this device runs the kernel (cuda/sm90_kernel.h: compute capability 9.0, the
 // sm_90a body's static marker, the shared memory opt-in), once per device.
-template <class T, Form F, int kBN, int kMi, bool kTma, int kKg>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 bool kernel_ready() {
   static Sm90KernelReady ready;
-  return ready(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma, kKg>), sizeof(int),
+  return ready(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma>), sizeof(int),
                Layout<F, kBN, kMi>::kSmem);
 }
 
 // Resident blocks per SM of an instantiation (occupancy query, once per process).
-template <class T, Form F, int kBN, int kMi, bool kTma, int kKg>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma, kKg>, kThreads * kKg,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma>, kThreads,
                                                       Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
       (void)cudaGetLastError();
       b = 1;
@@ -599,7 +583,7 @@ int blocks_per_sm() {
 // Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
 // steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
 // steps.
-template <class T, Form F, int kBN, int kMi, bool kTma, int kKg>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   if (forced > 0) {
     int s = forced;
@@ -608,7 +592,7 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   }
   core::SplitKProblem problem;
   problem.tiles = tiles;
-  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma, kKg>()) * core::multiprocessor_count();
+  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma>()) * core::multiprocessor_count();
   problem.k_steps = p.k_steps;
   // A block's prologue, epilogue and reduction cost about 8 of its 128-k steps: the value
   // that orders the H200's split sweep at 28672 x 8192 (M 512: 2; 2048, 8192: 1).
@@ -616,15 +600,15 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   return core::pick_k_splits(problem);
 }
 
-template <class T, Form F, int kBN, int kMi, bool kTma, int kKg = 1>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
-  const bool ready = kernel_ready<T, F, kBN, kMi, kTma, kKg>();
+  const bool ready = kernel_ready<T, F, kBN, kMi, kTma>();
   LOWBIT_CHECK(ready, "weight_only: the wgmma kernel needs a compute capability 9.0 GPU and an "
                                           "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
-  const int splits = choose_splits<T, F, kBN, kMi, kTma, kKg>(p, n_blocks * m_blocks, v.k_slices);
+  const int splits = choose_splits<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks, v.k_slices);
   LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
                "weight_only: M x N needs more blocks (", n_blocks * m_blocks * splits,
                ") than one grid dimension holds");
@@ -632,8 +616,8 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
                " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
   const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
-  launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma, kKg>,
-                        dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)), dim3(kThreads * kKg), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
+  launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
+                        dim3(kThreads), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
                         m_blocks, maps);
 }
 
@@ -648,7 +632,7 @@ int wgmma_tile_m(const Params& p, const Variant& v) {
 
 bool wgmma_available() {
   // One instantiation stands for all: they are built together, for the same targets.
-  return kernel_ready<__half, Form::q4_zero_point, 32, 1, false, 1>();
+  return kernel_ready<__half, Form::q4_zero_point, 32, 1, false>();
 }
 
 // The weight rows a block takes: 256 with 128 activation rows, else 128 (or the
@@ -658,27 +642,9 @@ int wgmma_tile_n(int tile_m, const Variant& v) {
   return tile_m == 128 ? 256 : 128;
 }
 
-// Whether a block of this tile can run two k groups (wgmma_kernel's kKg): 32 or 64
-// activation rows on 128 weight rows, loaded by TMA.
-bool wgmma_k_groups_fit(const Params& p, const Variant& v) {
-  const int tile_m = wgmma_tile_m(p, v);
-  return v.tma && tile_m <= 64 && wgmma_tile_n(tile_m, v) == 128;
-}
-
-// The k groups of a block: the variant's where it names them, else the rule's.
-int wgmma_k_groups(const Params& p, const Variant& v) {
-  if (v.k_groups == 1 || v.k_groups == 2) return v.k_groups;
-  return 1;
-}
-
 template <class T, Form F, bool kTma>
 void run_wgmma_loads(const Params& p, const Variant& v, cudaStream_t stream) {
   const int tile_m = wgmma_tile_m(p, v);
-  if constexpr (kTma) {
-    if (wgmma_k_groups(p, v) == 2 && wgmma_k_groups_fit(p, v)) {
-      return tile_m == 32 ? launch<T, F, 32, 1, kTma, 2>(p, v, stream) : launch<T, F, 64, 1, kTma, 2>(p, v, stream);
-    }
-  }
   switch (tile_m) {
     case 32: return launch<T, F, 32, 1, kTma>(p, v, stream);
     case 64:
