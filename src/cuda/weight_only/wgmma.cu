@@ -12,11 +12,17 @@
 // Pipeline: a kStages-deep ring of K steps of 128 (one packed unit): X's kBN x 128 tile
 // written with the 128-byte swizzle the wgmma descriptor reads (two 64-wide atoms), the
 // block's 16 or 32 units of codes copied as they are, and their scales / mins. A stage
-// arrives either as four TMA boxes issued by thread 0 on the stage's full-barrier (kTma,
-// the default where the activations allow it: 1.06-1.36x on the H200) or as every
-// thread's cp.async (Loader). Steps are prefetched kStages - 2 ahead, so the stage
-// refilled at step i last held step i - 2, whose wgmmas a thread has waited for
-// (wait_group 1 in step i - 1) before the barrier of step i.
+// arrives either as four TMA boxes on the stage's full-barrier (kTma, the default where
+// the activations allow it: 1.06-1.36x on the H200) or as every thread's cp.async
+// (Loader). TMA at 32 / 64 activation rows: a ninth warp, the producer, issues the
+// boxes as soon as the stage's empty-barrier says every consumer warp is done with the
+// step it held (a warp arrives for step i - 1 at the end of step i: its wait_group 1
+// before k16 block 1 left only step i's groups in flight), so the consumers never wait
+// on each other or on a consumer's issue of the loads. Otherwise (TMA at 128 rows, by
+// thread 0; cp.async, by every thread) steps are prefetched kStages - 2 ahead after a
+// block barrier a step, so the stage refilled at step i last held step i - 2, whose
+// wgmmas a thread has waited for (wait_group 1 in step i - 1) before the barrier of
+// step i.
 //
 // A fragments from the packed layout (formats/weight_pack.h). The layout gives lane (r,
 // c') of a tile its row r's k 32c' .. 32c' + 31; wgmma's lane (g, c) needs, of k16 block
@@ -61,7 +67,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 256;  // two warpgroups
+constexpr int kThreads = 256;  // two warpgroups: the consumers (+ the TMA form's producer warp)
 constexpr int kMaxGroups = 4;  // scale groups per tile per step (group 32)
 constexpr int kGroupM = 8;     // m blocks per rasterization group (L2 reuse of the weight panel)
 constexpr int kMaxSplits = 8;  // blocks of a split-K cluster (the portable cluster size)
@@ -401,12 +407,20 @@ __device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_bloc
   *n_block = in_group / group_m;
 }
 
-// kTma: the loads as TMA on a full-barrier a stage (TmaLoader, maps); else cp.async by
-// every thread (Loader; maps unused).
+// Whether a block has the producer warp: TMA loads at 32 or 64 activation rows. At 128
+// (two m64 blocks a warpgroup, ~200 registers a thread) a ninth warp would cap the
+// registers at 168 (the file is allotted in whole warpgroups) and spill: thread 0 of
+// the consumers issues the boxes there.
+constexpr bool has_producer(bool tma, int bn) { return tma && bn <= 64; }
+// Threads a block: the consumers, and the producer warp where there is one.
+constexpr int block_threads(bool tma, int bn) { return has_producer(tma, bn) ? kThreads + 32 : kThreads; }
+
+// kTma: the loads as TMA on a full-barrier a stage, issued by the producer warp or thread
+// 0 (TmaLoader, maps); else cp.async by every thread (Loader; maps unused).
 template <class T, Form F, int kBN, int kMi, bool kTma>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int splits, std::int64_t n_blocks,
-                                                            std::int64_t m_blocks,
-                                                            const __grid_constant__ WgmmaMaps maps) {
+__global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(const Params p, int splits,
+                                                                       std::int64_t n_blocks, std::int64_t m_blocks,
+                                                                       const __grid_constant__ WgmmaMaps maps) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using L = Layout<F, kBN, kMi>;
   // A static marker: its size tells the host that this image has the sm_90a body (a
@@ -429,7 +443,55 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
   const QuadColumn column = make_quad_column<blocks_of(F)>(lane % 4);  // (block forms)
 
-  if constexpr (kTma) {
+  if constexpr (has_producer(kTma, kBN)) {
+    __shared__ alignas(8) std::uint64_t full[L::kStages];   // a stage's step has landed
+    __shared__ alignas(8) std::uint64_t empty[L::kStages];  // every consumer warp is done with it
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int s = 0; s < L::kStages; ++s) {
+        gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
+        gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&empty[s]), kThreads / 32);
+      }
+      gemm::sm90::fence_barrier_init();
+    }
+    __syncthreads();  // the barriers' initialization, before anyone waits on them
+    if (threadIdx.x >= kThreads) {
+      // The producer warp: step i into stage i % kStages once the step that stage held
+      // (i - kStages) is released; the whole warp waits, lane 0 issues.
+      if (lane == 0) {
+        gemm::sm90::prefetch_tensor_map(&maps.x);
+        gemm::sm90::prefetch_tensor_map(&maps.codes);
+        if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
+        if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
+      }
+      int stage = 0;
+      std::uint32_t phase = 0;  // flips each time the ring wraps
+      for (std::int64_t step = step_begin; step < step_end; ++step) {
+        // The fill before this one was released (a fresh barrier's parity-1 wait returns at once).
+        gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&empty[stage]), phase ^ 1u);
+        if (lane == 0) {
+          TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + stage * L::kStage, gemm::sm90::smem_address(&full[stage]),
+                                        tile0, m0, step);
+        }
+        __syncwarp();
+        if (++stage == L::kStages) stage = 0, phase ^= 1u;
+      }
+    } else {
+      int stage = 0, last_stage = 0;
+      std::uint32_t phase = 0;  // of the current stage's full-barrier: flips each time the ring wraps
+      for (std::int64_t step = step_begin; step < step_end; ++step) {
+        gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);  // this step has landed
+        compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
+                                     column, acc, step == step_begin);
+        // Its k16 block 1's wait_group 1 left only this step's groups in flight: the
+        // step before is done with its stage.
+        __syncwarp();
+        if (step > step_begin && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
+        last_stage = stage;
+        if (++stage == L::kStages) stage = 0, phase ^= 1u;
+      }
+    }
+  } else if constexpr (kTma) {  // thread 0 issues each stage's boxes
     __shared__ alignas(8) std::uint64_t full[L::kStages];  // a stage's step has landed
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -490,7 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
   // The tile [kBN activation rows][kTiles * 8 weight rows] in FP32: acc[mi][4j + e] is
   // weight row 64 (kMi wg + mi) + 16 warp + g (+ 8 for e >= 2), activation row 8j + 2c + e % 2.
   float* const partial = reinterpret_cast<float*>(ring);
-  {
+  if (threadIdx.x < kThreads) {  // the consumers (not the producer warp)
     const int g = lane / 4, c = lane % 4;
 #pragma unroll
     for (int mi = 0; mi < L::kMi; ++mi) {
@@ -517,7 +579,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const Params p, int 
   // the kMi 1 main loop ~70 rematerialized instructions a step (its register allocation
   // changed), more than the DSMEM latencies it saved.
   const bool vector = p.ldo % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
-  for (int item = threadIdx.x; item < kBN * L::kTiles; item += kThreads) {
+  for (int item = threadIdx.x; threadIdx.x < kThreads && item < kBN * L::kTiles; item += kThreads) {
     const int row = split + splits * (item / L::kTiles), run = item % L::kTiles;
     if (row >= kBN) break;  // this block's rows are the first kBN / splits x kTiles items
     if (m0 + row >= p.m) continue;
@@ -570,7 +632,7 @@ template <class T, Form F, int kBN, int kMi, bool kTma>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma>, kThreads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma>, block_threads(kTma, kBN),
                                                       Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
       (void)cudaGetLastError();
       b = 1;
@@ -617,7 +679,7 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
   const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
   launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
-                        dim3(kThreads), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
+                        dim3(block_threads(kTma, kBN)), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
                         m_blocks, maps);
 }
 
