@@ -545,12 +545,14 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
           variants.emplace_back("wgmma cp.async", v);
         }
         if (m > wo::kGemvMaxRows) variants.emplace_back("mma.sync tiled", wo::Variant{wo::Kernel::mma});
-        // 64 activation rows on 256 weight rows a block (two wgmmas a wait) against the
-        // rule's 128 (bench/notes/weight_only.md, the B = 64 step's GEMMs).
+        // 64 activation rows on 128 and on 256 weight rows a block (two wgmmas a wait; the
+        // rule's for INT8; bench/notes/weight_only.md, the B = 64 step's GEMMs).
         if (m > 32 && m <= 64) {
-          wo::Variant v = wgmma;
-          v.tile_n = 256;
-          variants.emplace_back("wgmma 256 rows", v);
+          for (const int rows : {128, 256}) {
+            wo::Variant v = wgmma;
+            v.tile_n = rows;
+            variants.emplace_back("wgmma " + std::to_string(rows) + " rows", v);
+          }
         }
         // The split-K sweep: at large M where the rule picks 1 but the wave's working set of
         // weight and activation panels may exceed L2; at small M where the rule's clusters of

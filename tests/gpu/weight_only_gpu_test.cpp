@@ -418,7 +418,8 @@ void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64
 void run_block_wgmma_tiles(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std::int64_t m,
                            const std::vector<int>& splits) {
   if (!wo::wgmma_available()) return;
-  for (const auto& [tile_m, tile_n] : {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 256}, std::pair{128, 0}}) {
+  for (const auto& [tile_m, tile_n] :
+       {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 0}}) {
     for (const int split : splits) {
       wo::Variant variant{wo::Kernel::wgmma};
       variant.tile_m = tile_m;

@@ -85,7 +85,7 @@ TEST_F(WeightOnlyWgmmaGpu, EveryFormAndGroup) {
   }
 }
 
-// Every activation tile (32, 64, 128 rows; 64 also on 256 weight rows) with every cluster
+// Every activation tile (32, 64, 128 rows; 64 on 128 and on 256 weight rows) with every cluster
 // split along K (1, 2, 4, 8, bounded by the K steps), on many steps with a ragged K, a
 // partial last weight block, and M on both sides of the tiles.
 TEST_F(WeightOnlyWgmmaGpu, TilesAndSplits) {
@@ -95,7 +95,8 @@ TEST_F(WeightOnlyWgmmaGpu, TilesAndSplits) {
     DeviceWeights w;
     make_weights(rng, spec, 264, under_sanitizer() ? 1000 : 4100, w);  // sanitizer: fewer K steps, 1 and 2 splits
     // (tile_m, tile_n): every pair built; 0 is the rule's weight rows.
-    for (const auto& [tile_m, tile_n] : {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 256}, std::pair{128, 0}}) {
+    for (const auto& [tile_m, tile_n] :
+         {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 0}}) {
       for (const int splits : sanitizer_subset<int>({1, 2, 4, 8}, {0, 1})) {
         for (const bool tma : {false, true}) {
           wo::Variant variant{wo::Kernel::wgmma};

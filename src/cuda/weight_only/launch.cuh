@@ -23,7 +23,7 @@ void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream);
 // The wgmma kernel's activation rows per block for p (the variant's, or its rule), and
 // its weight rows per block at those activation rows.
 int wgmma_tile_m(const Params& p, const Variant& v);
-int wgmma_tile_n(int tile_m, const Variant& v);
+int wgmma_tile_n(int tile_m, const Variant& v, Form form);
 
 // The small-matrix kernel's limits (its registers hold a warp's codes), and whether it
 // beats the streaming kernel (small matrices: under 1 MB of codes).

@@ -81,7 +81,7 @@ struct Variant {
   // wgmma: activation rows a block takes (32, 64, 128); 0: the smallest that holds M.
   int tile_m = 0;
   // wgmma: weight rows a block takes, 128 or 256 (two m64 blocks a warpgroup); 0: the
-  // rule (256 at tile_m 128, else 128). Only tile_m 64 takes either.
+  // rule (256 at tile_m 128 and for INT8 at 64, else 128). Only tile_m 64 takes either.
   int tile_n = 0;
   // wgmma: each stage loads as four TMA boxes (activations, codes, scales, mins) issued by
   // one thread on a full-barrier a stage, instead of cp.async by every thread (pick sets

@@ -75,8 +75,8 @@ constexpr int kMaxSplits = 8;  // blocks of a split-K cluster (the portable clus
 // The block's shape for kBN activation rows: each warpgroup owns kMi m64 blocks of weight
 // rows (the rule, wgmma_tile_n: 2 for kBN 128, 128 x 128 a warpgroup, which halves the
 // activation bytes read from L2 per FLOP against 64 x 128; 1 below, where the weights'
-// bandwidth, not L2, binds and more, smaller blocks fill the GPU; kBN 64 with 2 is a
-// variant to measure: two wgmmas a group behind each wait, bench/notes/weight_only.md).
+// bandwidth, not L2, binds and more, smaller blocks fill the GPU, except INT8 at kBN 64,
+// whose codes weigh as much as X a step; bench/notes/weight_only.md).
 template <Form F, int kBN, int kMi_>
 struct Layout {
   static constexpr int kMi = kMi_;
@@ -697,11 +697,14 @@ bool wgmma_available() {
   return kernel_ready<__half, Form::q4_zero_point, 32, 1, false>();
 }
 
-// The weight rows a block takes: 256 with 128 activation rows, else 128 (or the
-// variant's tile_n where the pair is built: 64 activation rows take either).
-int wgmma_tile_n(int tile_m, const Variant& v) {
+// The weight rows a block takes: 256 with 128 activation rows, and with 64 for INT8
+// (whose 1 KB units make the codes as many bytes a step as X: H200, Q8_0 at 64 rows,
+// 28672 x 8192 124 -> 91 us, 4096 x 14336 55 -> 46, 14336 x 4096 34 -> 30; the INT4 forms
+// within 2% either way, bench/notes/weight_only.md); else 128. The variant's tile_n
+// where the pair is built: 64 activation rows take either.
+int wgmma_tile_n(int tile_m, const Variant& v, Form form) {
   if (tile_m == 64 && (v.tile_n == 128 || v.tile_n == 256)) return v.tile_n;
-  return tile_m == 128 ? 256 : 128;
+  return tile_m == 128 || (tile_m == 64 && form == Form::int8) ? 256 : 128;
 }
 
 template <class T, Form F, bool kTma>
@@ -710,7 +713,7 @@ void run_wgmma_loads(const Params& p, const Variant& v, cudaStream_t stream) {
   switch (tile_m) {
     case 32: return launch<T, F, 32, 1, kTma>(p, v, stream);
     case 64:
-      return wgmma_tile_n(tile_m, v) == 256 ? launch<T, F, 64, 2, kTma>(p, v, stream)
+      return wgmma_tile_n(tile_m, v, F) == 256 ? launch<T, F, 64, 2, kTma>(p, v, stream)
                                             : launch<T, F, 64, 1, kTma>(p, v, stream);
     default: return launch<T, F, 128, 2, kTma>(p, v, stream);
   }
