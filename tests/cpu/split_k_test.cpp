@@ -65,6 +65,25 @@ TEST(SplitK, ClustersOfFourAndEightKeepAShareOfTheSlots) {
   EXPECT_EQ(split_k_slots(p, 8), 8);  // never less than one cluster
 }
 
+// Three blocks a multiprocessor (32 activation rows): clusters of 8 keep three quarters of
+// the slots (the wgmma kernel's choice there), measured on the H200 (78462fd, Q4_1, us at
+// split 1 / 2 / 4 / 8).
+TEST(SplitK, ClustersOfEightAtThreeBlocksAMultiprocessor) {
+  SplitKProblem p;
+  p.slots = 396;
+  p.cluster_share[3] = 0.75;
+  p.tiles = 32;
+  p.k_steps = 112;
+  EXPECT_EQ(pick_k_splits(p), 8);  // 32 x 4096 x 14336: 67.1 / 37.3 / 35.2 / 29.2
+  p.k_steps = 32;
+  EXPECT_EQ(pick_k_splits(p), 8);  // 32 x 4096 x 4096: 22.6 / 15.0 / 15.3 / 15.1
+  p.tiles = 112;
+  EXPECT_EQ(pick_k_splits(p), 2);  // 32 x 14336 x 4096: 23.6 / 23.3 / 26.1 / 34.9
+  p.tiles = 224;
+  p.k_steps = 64;
+  EXPECT_EQ(pick_k_splits(p), 1);  // 32 x 28672 x 8192: 70.8 / 72.2 / 75.1 / 84.1
+}
+
 TEST(SplitK, SplitsAGridThatLeavesTheGpuIdle) {
   SplitKProblem p;  // 4096 x 4096 at M = 256: 32 tiles on 132 slots, 32 steps
   p.tiles = 32;
