@@ -69,9 +69,7 @@ struct Variant {
   // gemv: the K split inside a block; wgmma: the blocks of a cluster along K (1, 2, 4,
   // 8); 0: the kernel's rule.
   int k_slices = 0;
-  // gemv: each warp starts its K range at a staggered chunk; wgmma (TMA at 32 / 64
-  // activation rows): each n block at a staggered step.
-  bool rotate = false;
+  bool rotate = false;  // gemv: each warp starts its K range at a staggered chunk
   // gemv: programmatic dependent launch: 0 off, 1 wait first, 2 prefetch the weights
   // before the wait, 3 as 2 with the successor launched after the main loop (the
   // default), -1 the default.

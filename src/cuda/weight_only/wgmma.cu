@@ -420,7 +420,6 @@ constexpr int block_threads(bool tma, int bn) { return has_producer(tma, bn) ? k
 template <class T, Form F, int kBN, int kMi, bool kTma>
 __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(const Params p, int splits,
                                                                        std::int64_t n_blocks, std::int64_t m_blocks,
-                                                                       int rotate,
                                                                        const __grid_constant__ WgmmaMaps maps) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using L = Layout<F, kBN, kMi>;
@@ -465,17 +464,12 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
         if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
         if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
       }
-      // `rotate`: the n blocks start their K ranges at staggered steps (evenly spread),
-      // wrapping around, so that fewer of them read the same activation tile at once.
-      const std::int64_t steps = step_end - step_begin;
-      const std::int64_t first = rotate && steps > 0 ? n_block * steps / n_blocks % steps : 0;
       int stage = 0;
       std::uint32_t phase = 0;  // flips each time the ring wraps
-      for (std::int64_t i = 0; i < steps; ++i) {
+      for (std::int64_t step = step_begin; step < step_end; ++step) {
         // The fill before this one was released (a fresh barrier's parity-1 wait returns at once).
         gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&empty[stage]), phase ^ 1u);
         if (lane == 0) {
-          const std::int64_t step = step_begin + (first + i < steps ? first + i : first + i - steps);
           TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + stage * L::kStage, gemm::sm90::smem_address(&full[stage]),
                                         tile0, m0, step);
         }
@@ -620,7 +614,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
   if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
   (void)sm90a_body;
 #else
-  (void)p, (void)splits, (void)n_blocks, (void)m_blocks, (void)rotate, (void)maps;
+  (void)p, (void)splits, (void)n_blocks, (void)m_blocks, (void)maps;
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
@@ -690,7 +684,7 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
   launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
                         dim3(block_threads(kTma, kBN)), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
-                        m_blocks, v.rotate && has_producer(kTma, kBN) ? 1 : 0, maps);
+                        m_blocks, maps);
 }
 
 }  // namespace
