@@ -557,19 +557,12 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
         // The split-K sweep: at large M where the rule picks 1 but the wave's working set of
         // weight and activation panels may exceed L2; at small M where the rule's clusters of
         // 4 and 8 may cost more than their fuller waves save (bench/notes/weight_only.md).
-        // At 32 / 64 rows each also with two n blocks sharing each X tile (multicast).
         if (m > wo::kGemvMaxRows) {
-          for (const int s : {0, 1, 2, 4, 8}) {
-            if ((m >= 512 && s == 8) || (s == 0 && m > 64)) continue;
-            for (const bool share_x : {false, true}) {
-              if ((share_x && m > 64) || (s == 0 && !share_x)) continue;
-              wo::Variant v = wgmma;
-              v.k_slices = s;
-              v.share_x = share_x;
-              variants.emplace_back((s > 0 ? "wgmma split " + std::to_string(s) : std::string("wgmma")) +
-                                        (share_x ? " shared X" : ""),
-                                    v);
-            }
+          for (const int s : {1, 2, 4, 8}) {
+            if (m >= 512 && s == 8) continue;
+            wo::Variant v = wgmma;
+            v.k_slices = s;
+            variants.emplace_back("wgmma split " + std::to_string(s), v);
           }
         }
         for (const auto& [name, variant] : variants) {

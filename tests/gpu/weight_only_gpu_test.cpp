@@ -414,25 +414,20 @@ void make_block_weights(Rng& rng, const BlockCase& c, std::int64_t n, std::int64
 }
 
 // The wgmma kernel (Hopper only; TMA loads, the block forms' only form) at every tile
-// shape with each of `splits` (0: the rule's), and with shared X tiles where taken.
+// shape with each of `splits` (0: the rule's).
 void run_block_wgmma_tiles(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std::int64_t m,
                            const std::vector<int>& splits) {
   if (!wo::wgmma_available()) return;
   for (const auto& [tile_m, tile_n] :
        {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 0}}) {
     for (const int split : splits) {
-      for (const bool share_x : {false, true}) {
-        if (share_x && tile_m == 128) continue;
-        wo::Variant variant{wo::Kernel::wgmma};
-        variant.tile_m = tile_m;
-        variant.tile_n = tile_n;
-        variant.k_slices = split;
-        variant.tma = true;
-        variant.share_x = share_x;
-        SCOPED_TRACE(testing::Message() << "wgmma tile_m " << tile_m << " tile_n " << tile_n << " splits " << split
-                                        << " share_x " << share_x);
-        run_case(rng, spec, w, m, m % 2 == 1, true, &variant, Entry::variant_only);
-      }
+      wo::Variant variant{wo::Kernel::wgmma};
+      variant.tile_m = tile_m;
+      variant.tile_n = tile_n;
+      variant.k_slices = split;
+      variant.tma = true;
+      SCOPED_TRACE(testing::Message() << "wgmma tile_m " << tile_m << " tile_n " << tile_n << " splits " << split);
+      run_case(rng, spec, w, m, m % 2 == 1, true, &variant, Entry::variant_only);
     }
   }
 }

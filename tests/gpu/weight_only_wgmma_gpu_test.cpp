@@ -87,9 +87,7 @@ TEST_F(WeightOnlyWgmmaGpu, EveryFormAndGroup) {
 
 // Every activation tile (32, 64, 128 rows; 64 on 128 and on 256 weight rows) with every cluster
 // split along K (1, 2, 4, 8, bounded by the K steps), on many steps with a ragged K, a
-// partial last weight block (N 264: an odd count of 128-row blocks, so a pair's second
-// block lies past N), and M on both sides of the tiles; TMA at 32 / 64 rows also with two
-// n blocks sharing each X tile.
+// partial last weight block, and M on both sides of the tiles.
 TEST_F(WeightOnlyWgmmaGpu, TilesAndSplits) {
   LOWBIT_TEST_RNG(rng);
   for (const WeightOnlySpec spec : {WeightOnlySpec{4, 32, true, DType::f16}, WeightOnlySpec{8, 128, false, DType::bf16},
@@ -100,16 +98,14 @@ TEST_F(WeightOnlyWgmmaGpu, TilesAndSplits) {
     for (const auto& [tile_m, tile_n] :
          {std::pair{32, 0}, std::pair{64, 0}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 0}}) {
       for (const int splits : sanitizer_subset<int>({1, 2, 4, 8}, {0, 1})) {
-        for (const auto& [tma, share_x] : {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
-          if (share_x && tile_m == 128) continue;  // the X pair: the producer warp's, 32 / 64 rows
+        for (const bool tma : {false, true}) {
           wo::Variant variant{wo::Kernel::wgmma};
           variant.tile_m = tile_m;
           variant.tile_n = tile_n;
           variant.k_slices = splits;
           variant.tma = tma;
-          variant.share_x = share_x;
           SCOPED_TRACE(testing::Message() << "tile_m " << tile_m << " tile_n " << tile_n << " splits " << splits
-                                          << " tma " << tma << " share_x " << share_x);
+                                          << " tma " << tma);
           for (const std::int64_t m : {17, tile_m == 32 ? 40 : tile_m + 1}) {
             run_case(rng, spec, w, m, m % 2 == 1, tma || splits != 2, &variant, Entry::variant_only);
           }

@@ -69,8 +69,7 @@ bool takes(const Variant& v, const Params& p, Form form) {
       return wgmma_available() && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
              (v.tile_n == 0 || wgmma_tile_n(wgmma_tile_m(p, v), v, form) == v.tile_n) &&
              (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8) &&
-             (!v.share_x || wgmma_shares_x(p, v)) && (!v.tma || tma_loads_take(p)) &&
-             (v.tma || !is_block_form(form));
+             (!v.tma || tma_loads_take(p)) && (v.tma || !is_block_form(form));
   }
   return false;
 }

@@ -20,11 +20,10 @@ void run_mma(const Params& p, const Variant& v, cudaStream_t stream);
 template <class T, Form F>
 void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream);
 
-// The wgmma kernel's activation rows per block for p (the variant's, or its rule), its
-// weight rows per block at those activation rows, and whether two blocks share X tiles.
+// The wgmma kernel's activation rows per block for p (the variant's, or its rule), and
+// its weight rows per block at those activation rows.
 int wgmma_tile_m(const Params& p, const Variant& v);
 int wgmma_tile_n(int tile_m, const Variant& v, Form form);
-bool wgmma_shares_x(const Params& p, const Variant& v);
 
 // The small-matrix kernel's limits (its registers hold a warp's codes), and whether it
 // beats the streaming kernel (small matrices: under 1 MB of codes).

@@ -92,9 +92,6 @@ struct Variant {
   // that kernel: blocks of a cluster along K (1 to 8), their partials summed over
   // distributed shared memory; 0: the fill rule of gemv.cu.
   int k_parts = 0;
-  // wgmma, TMA at 32 / 64 activation rows: two n blocks of a cluster share each activation
-  // tile, each loading half of it into both (TMA multicast).
-  bool share_x = false;
 };
 constexpr int kGemvShapes = 16;
 constexpr int kGemvMaxParts = 8;

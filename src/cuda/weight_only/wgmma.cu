@@ -230,21 +230,12 @@ struct TmaLoader {
   static constexpr bool kMins = F == Form::q4_zero_point;
   static constexpr std::uint32_t kStepBytes = L::kX + L::kCodes + (kMins ? 2 : 1) * L::kScaleBytes;
 
-  // `pair_mask` != 0: this block and its X-sharing partner (the cluster ranks in the mask)
-  // each load one of the step's two X atoms (`atom`) into both; the stage's barrier still
-  // counts both atoms' bytes.
   __device__ static void issue(const Params& p, const WgmmaMaps& maps, std::uint32_t stage_addr, std::uint32_t bar,
-                               std::int64_t tile0, std::int64_t m0, std::int64_t step, std::uint16_t pair_mask = 0,
-                               int atom = 0) {
+                               std::int64_t tile0, std::int64_t m0, std::int64_t step) {
     gemm::sm90::mbarrier_arrive_expect_tx(bar, kStepBytes);
     const int k_byte = static_cast<int>(step * formats::kPackStepK * 2);
-    if (pair_mask != 0) {
-      gemm::sm90::tma_load_2d_multicast(stage_addr + atom * kBN * 128, &maps.x, bar, k_byte + 128 * atom,
-                                        static_cast<int>(m0), pair_mask);
-    } else {
-      gemm::sm90::tma_load_2d(stage_addr, &maps.x, bar, k_byte, static_cast<int>(m0));
-      gemm::sm90::tma_load_2d(stage_addr + kBN * 128, &maps.x, bar, k_byte + 128, static_cast<int>(m0));
-    }
+    gemm::sm90::tma_load_2d(stage_addr, &maps.x, bar, k_byte, static_cast<int>(m0));
+    gemm::sm90::tma_load_2d(stage_addr + kBN * 128, &maps.x, bar, k_byte + 128, static_cast<int>(m0));
     constexpr int kUnitWords = form_unit_bytes<F>() / 8;  // the codes map's elements are 8 bytes
     gemm::sm90::tma_load_2d(stage_addr + L::kX, &maps.codes, bar, static_cast<int>(step * kUnitWords),
                             static_cast<int>(tile0));
@@ -425,18 +416,11 @@ constexpr bool has_producer(bool tma, int bn) { return tma && bn <= 64; }
 constexpr int block_threads(bool tma, int bn) { return has_producer(tma, bn) ? kThreads + 32 : kThreads; }
 
 // kTma: the loads as TMA on a full-barrier a stage, issued by the producer warp or thread
-// 0 (TmaLoader, maps); else cp.async by every thread (Loader; maps unused). kPair (the
-// producer warp only): two n blocks of a cluster share each X tile, each loading one of
-// its atoms into both by TMA multicast (half the X bytes a block pulls from L2, which
-// bind at 32 / 64 rows); their stages are released to both producers (an empty-barrier
-// counts both blocks' consumer warps). A cluster is then the pair's splits: rank =
-// pair member x splits + split.
-template <class T, Form F, int kBN, int kMi, bool kTma, bool kPair>
+// 0 (TmaLoader, maps); else cp.async by every thread (Loader; maps unused).
+template <class T, Form F, int kBN, int kMi, bool kTma>
 __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(const Params p, int splits,
                                                                        std::int64_t n_blocks, std::int64_t m_blocks,
                                                                        const __grid_constant__ WgmmaMaps maps) {
-  static_assert(!kPair || has_producer(kTma, kBN), "the shared X tile is the producer warp's");
-  constexpr int kMembers = kPair ? 2 : 1;
 #if defined(LOWBIT_SM90A_DEVICE)
   using L = Layout<F, kBN, kMi>;
   // A static marker: its size tells the host that this image has the sm_90a body (a
@@ -449,12 +433,9 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int split = static_cast<int>(blockIdx.x % static_cast<unsigned>(splits));
-  const int member = static_cast<int>(blockIdx.x / static_cast<unsigned>(splits) % kMembers);  // in the X pair
   std::int64_t n_block, m_block;
-  tile_of(blockIdx.x / static_cast<unsigned>(splits * kMembers),
-          static_cast<std::uint32_t>((n_blocks + kMembers - 1) / kMembers), static_cast<std::uint32_t>(m_blocks),
-          &n_block, &m_block);
-  n_block = n_block * kMembers + member;  // past the last n block (odd n_blocks): zeros in, nothing out
+  tile_of(blockIdx.x / static_cast<unsigned>(splits), static_cast<std::uint32_t>(n_blocks),
+          static_cast<std::uint32_t>(m_blocks), &n_block, &m_block);
   const std::int64_t tile0 = n_block * L::kTiles, m0 = m_block * kBN;
   const auto k_steps = static_cast<std::uint32_t>(p.k_steps);  // < 2^28 (launch checks)
   const std::int64_t step_begin = k_steps * split / splits, step_end = k_steps * (split + 1) / splits;
@@ -469,19 +450,11 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 #pragma unroll
       for (int s = 0; s < L::kStages; ++s) {
         gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
-        gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&empty[s]), kMembers * kThreads / 32);
+        gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&empty[s]), kThreads / 32);
       }
       gemm::sm90::fence_barrier_init();
     }
-    // The barriers' initialization, before anyone (the partner's warps too) uses them.
-    if constexpr (kPair) {
-      cg::this_cluster().sync();
-    } else {
-      __syncthreads();
-    }
-    // The pair's cluster ranks: this block's and its partner's (same split).
-    const auto rank_of = [&](int m) { return static_cast<std::uint32_t>(m * splits + split); };
-    const auto pair_mask = static_cast<std::uint16_t>(kPair ? (1u << rank_of(0)) | (1u << rank_of(1)) : 0u);
+    __syncthreads();  // the barriers' initialization, before anyone waits on them
     if (threadIdx.x >= kThreads) {
       // The producer warp: step i into stage i % kStages once the step that stage held
       // (i - kStages) is released; the whole warp waits, lane 0 issues.
@@ -498,7 +471,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
         gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&empty[stage]), phase ^ 1u);
         if (lane == 0) {
           TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + stage * L::kStage, gemm::sm90::smem_address(&full[stage]),
-                                        tile0, m0, step, pair_mask, member);
+                                        tile0, m0, step);
         }
         __syncwarp();
         if (++stage == L::kStages) stage = 0, phase ^= 1u;
@@ -513,14 +486,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
         // Its k16 block 1's wait_group 1 left only this step's groups in flight: the
         // step before is done with its stage.
         __syncwarp();
-        if (step > step_begin && lane == 0) {
-          if constexpr (kPair) {  // both producers write this stage (their X atoms)
-            gemm::sm90::mbarrier_arrive_cluster(gemm::sm90::smem_address(&empty[last_stage]), rank_of(0));
-            gemm::sm90::mbarrier_arrive_cluster(gemm::sm90::smem_address(&empty[last_stage]), rank_of(1));
-          } else {
-            gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
-          }
-        }
+        if (step > step_begin && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
         last_stage = stage;
         if (++stage == L::kStages) stage = 0, phase ^= 1u;
       }
@@ -601,7 +567,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
     }
   }
   cg::cluster_group cluster = cg::this_cluster();
-  if (splits * kMembers > 1) {
+  if (splits > 1) {
     cluster.sync();
   } else {
     __syncthreads();
@@ -624,8 +590,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
     for (int e = 0; e < 8; ++e) sum[e] = 0.0f;
 #pragma unroll 2
     for (int s = 0; s < splits; ++s) {
-      const float* src =
-          (splits > 1 ? cluster.map_shared_rank(partial, member * splits + s) : partial) + row * L::kPartialStride + run * 8;
+      const float* src = (splits > 1 ? cluster.map_shared_rank(partial, s) : partial) + row * L::kPartialStride + run * 8;
       const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
       sum[0] += v0.x, sum[1] += v0.y, sum[2] += v0.z, sum[3] += v0.w;
       sum[4] += v1.x, sum[5] += v1.y, sum[6] += v1.z, sum[7] += v1.w;
@@ -646,9 +611,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       }
     }
   }
-  // No block leaves while another still reads its shared memory (or, paired, may still
-  // arrive on its barriers).
-  if (splits * kMembers > 1) cluster.sync();
+  if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
   (void)sm90a_body;
 #else
   (void)p, (void)splits, (void)n_blocks, (void)m_blocks, (void)maps;
@@ -657,21 +620,20 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 
 // Whether this device runs the kernel (cuda/sm90_kernel.h: compute capability 9.0, the
 // sm_90a body's static marker, the shared memory opt-in), once per device.
-template <class T, Form F, int kBN, int kMi, bool kTma, bool kPair>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 bool kernel_ready() {
   static Sm90KernelReady ready;
-  return ready(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma, kPair>), sizeof(int),
+  return ready(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma>), sizeof(int),
                Layout<F, kBN, kMi>::kSmem);
 }
 
 // Resident blocks per SM of an instantiation (occupancy query, once per process).
-template <class T, Form F, int kBN, int kMi, bool kTma, bool kPair>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma, kPair>,
-                                                      block_threads(kTma, kBN), Layout<F, kBN, kMi>::kSmem) !=
-        cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma>, block_threads(kTma, kBN),
+                                                      Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
       (void)cudaGetLastError();
       b = 1;
     }
@@ -681,56 +643,47 @@ int blocks_per_sm() {
 }
 
 // Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
-// steps per split, the cluster (splits x the X pair) at most kMaxSplits blocks. `forced`
-// > 0: that split (a benchmark sweep), still bounded so.
-template <class T, Form F, int kBN, int kMi, bool kTma, bool kPair>
+// steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
+// steps.
+template <class T, Form F, int kBN, int kMi, bool kTma>
 int choose_splits(const Params& p, std::int64_t tiles, int forced) {
-  constexpr int kMembers = kPair ? 2 : 1;
   if (forced > 0) {
     int s = forced;
-    while (s > 1 && (p.k_steps < 4 * s || s * kMembers > kMaxSplits)) s /= 2;
+    while (s > 1 && p.k_steps < 4 * s) s /= 2;
     return s;
   }
   core::SplitKProblem problem;
   problem.tiles = tiles;
-  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma, kPair>()) * core::multiprocessor_count();
+  problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma>()) * core::multiprocessor_count();
   problem.k_steps = p.k_steps;
-  problem.max_splits = kMaxSplits / kMembers;
   // A block's prologue, epilogue and reduction cost about 8 of its 128-k steps: the value
   // that orders the H200's split sweep at 28672 x 8192 (M 512: 2; 2048, 8192: 1).
   problem.fixed_steps = 8.0;
   // Three blocks a SM (32 activation rows): clusters of 8 keep three quarters of the
   // slots, not the quarter fitted at one and two (H200: 32 x 4096 x 14336 split 8 29.2 us
   // against split 4's 35.2, 32 x 4096 x 4096 15.1 against 15.3; bench/notes/weight_only.md).
-  if (blocks_per_sm<T, F, kBN, kMi, kTma, kPair>() >= 3) problem.cluster_share[3] = 0.75;
-  // An X pair's cluster of s splits is 2 s blocks: the share of a cluster twice the size.
-  if constexpr (kPair) {
-    for (int i = 0; i < 3; ++i) problem.cluster_share[i] = problem.cluster_share[i + 1];
-  }
+  if (blocks_per_sm<T, F, kBN, kMi, kTma>() >= 3) problem.cluster_share[3] = 0.75;
   return core::pick_k_splits(problem);
 }
 
-template <class T, Form F, int kBN, int kMi, bool kTma, bool kPair = false>
+template <class T, Form F, int kBN, int kMi, bool kTma>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
-  constexpr int kMembers = kPair ? 2 : 1;
-  const bool ready = kernel_ready<T, F, kBN, kMi, kTma, kPair>();
+  const bool ready = kernel_ready<T, F, kBN, kMi, kTma>();
   LOWBIT_CHECK(ready, "weight_only: the wgmma kernel needs a compute capability 9.0 GPU and an "
                                           "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
-  const std::int64_t n_launched = (n_blocks + kMembers - 1) / kMembers * kMembers;  // whole pairs
-  const int splits = choose_splits<T, F, kBN, kMi, kTma, kPair>(p, n_launched * m_blocks, v.k_slices);
-  LOWBIT_CHECK(n_launched * m_blocks * splits < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
-               "weight_only: M x N needs more blocks (", n_launched * m_blocks * splits,
+  const int splits = choose_splits<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks, v.k_slices);
+  LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
+               "weight_only: M x N needs more blocks (", n_blocks * m_blocks * splits,
                ") than one grid dimension holds");
-  LOWBIT_CHECK(splits >= 1 && splits * kMembers <= kMaxSplits, "weight_only: a cluster of ", splits * kMembers,
+  LOWBIT_CHECK(splits >= 1 && splits <= kMaxSplits, "weight_only: a split-K cluster of ", splits,
                " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
   const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
-  launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma, kPair>,
-                        dim3(static_cast<unsigned>(n_launched * m_blocks * splits)), dim3(block_threads(kTma, kBN)),
-                        L::kSmem, stream, false, static_cast<unsigned>(splits * kMembers), p, splits, n_blocks,
+  launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
+                        dim3(block_threads(kTma, kBN)), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
                         m_blocks, maps);
 }
 
@@ -745,7 +698,7 @@ int wgmma_tile_m(const Params& p, const Variant& v) {
 
 bool wgmma_available() {
   // One instantiation stands for all: they are built together, for the same targets.
-  return kernel_ready<__half, Form::q4_zero_point, 32, 1, false, false>();
+  return kernel_ready<__half, Form::q4_zero_point, 32, 1, false>();
 }
 
 // The weight rows a block takes: 256 with 128 activation rows, and with 64 for INT8
@@ -758,20 +711,9 @@ int wgmma_tile_n(int tile_m, const Variant& v, Form form) {
   return tile_m == 128 || (tile_m == 64 && form == Form::int8) ? 256 : 128;
 }
 
-// Whether two n blocks share each X tile (wgmma_kernel's kPair): the variant's choice,
-// where the producer warp loads (TMA at 32 / 64 activation rows).
-bool wgmma_shares_x(const Params& p, const Variant& v) { return v.share_x && v.tma && wgmma_tile_m(p, v) <= 64; }
-
 template <class T, Form F, bool kTma>
 void run_wgmma_loads(const Params& p, const Variant& v, cudaStream_t stream) {
   const int tile_m = wgmma_tile_m(p, v);
-  if constexpr (kTma) {
-    if (wgmma_shares_x(p, v)) {
-      if (tile_m == 32) return launch<T, F, 32, 1, kTma, true>(p, v, stream);
-      return wgmma_tile_n(tile_m, v, F) == 256 ? launch<T, F, 64, 2, kTma, true>(p, v, stream)
-                                               : launch<T, F, 64, 1, kTma, true>(p, v, stream);
-    }
-  }
   switch (tile_m) {
     case 32: return launch<T, F, 32, 1, kTma>(p, v, stream);
     case 64:
