@@ -160,6 +160,11 @@ DEFAULT_FIGURES = {
     **{topic: {f"full_b{b}_{part}_tok_s": f"results[policy=full,b={b}].{key}.tokens_per_second_median"
                for b in (1, 8, 16) for part, key in (("tg", "decode"), ("pp", "prefill"))}
        for topic in ("batch-8b-q8", "batch-8b-q6k", "batch-8b-q4km", "batch-8b-q5km")},
+    # the condition at B = 64 (2K prompts, 128 generated), and B 16 / 32 / 64 at 2K / 64
+    "batch-8b-b64": {f"{p}_b64_{part}_tok_s": f"results[policy={p},b=64].{key}.tokens_per_second_median"
+                     for p in ("full", "selective4") for part, key in (("tg", "decode"), ("pp", "prefill"))},
+    "batch-8b-2k": {f"{p}_b{b}_tg_tok_s": f"results[policy={p},b={b}].decode.tokens_per_second_median"
+                    for p in ("full", "selective4") for b in (16, 32, 64)},
     "batch-8b-32x8k": {f"{p}_b32_{part}_tok_s": f"results[policy={p},b=32].{key}.tokens_per_second_median"
                        for p in ("full", "selective8", "selective4")
                        for part, key in (("tg", "decode"), ("pp", "prefill"))},
