@@ -21,7 +21,7 @@ template <class T, Form F>
 void run_wgmma(const Params& p, const Variant& v, cudaStream_t stream);
 
 // The wgmma kernel's activation rows per block for p (the variant's, or its rule), and
-// its weight rows per block at those activation rows.
+// its weight rows per block at those activation rows for the form.
 int wgmma_tile_m(const Params& p, const Variant& v);
 int wgmma_tile_n(int tile_m, const Variant& v, Form form);
 

@@ -683,8 +683,8 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
   const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
   launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
-                        dim3(block_threads(kTma, kBN)), L::kSmem, stream, false, static_cast<unsigned>(splits), p, splits, n_blocks,
-                        m_blocks, maps);
+                        dim3(block_threads(kTma, kBN)), L::kSmem, stream, false, static_cast<unsigned>(splits), p,
+                        splits, n_blocks, m_blocks, maps);
 }
 
 }  // namespace
@@ -718,7 +718,7 @@ void run_wgmma_loads(const Params& p, const Variant& v, cudaStream_t stream) {
     case 32: return launch<T, F, 32, 1, kTma>(p, v, stream);
     case 64:
       return wgmma_tile_n(tile_m, v, F) == 256 ? launch<T, F, 64, 2, kTma>(p, v, stream)
-                                            : launch<T, F, 64, 1, kTma>(p, v, stream);
+                                               : launch<T, F, 64, 1, kTma>(p, v, stream);
     default: return launch<T, F, 128, 2, kTma>(p, v, stream);
   }
 }
