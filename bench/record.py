@@ -185,6 +185,13 @@ DEFAULT_FIGURES = {
                           _gemm("weight_only_wgmma", f"{op_name}", v, m, 28672, 8192) + ".ms"
                           for op, op_name in (("q4_1", "w4a16 g32 zp (Q4_1)"), ("q8_0", "w8a16 g32 (Q8_0)"))
                           for m in (512, 2048, 8192) for v in ("production", "wgmma split 1")},
+    # batched-decode rows (M 32 / 64) at the 8B FFN shape: production against cuBLAS FP16
+    "weight-only-wgmma-small-m": {f"{op}_m{m}_{v.replace(' ', '').replace('.', '')}_ms":
+                                  _gemm("weight_only_wgmma", f"{op_name}", v, m, 28672, 8192) + ".ms"
+                                  for op, op_name in (("q4_1", "w4a16 g32 zp (Q4_1)"), ("g128", "w4a16 g128 zp"),
+                                                      ("q8_0", "w8a16 g32 (Q8_0)"), ("f16", "f16 weights"))
+                                  for m in (32, 64)
+                                  for v in (("cublas f16",) if op == "f16" else ("production",))},
     "python-overhead": {
         "processes": "processes",
         "cuda_quantize_over_us": _overhead("cuda", "quantize_tensor int8") + ".over_us",
