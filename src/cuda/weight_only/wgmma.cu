@@ -267,11 +267,14 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
 
 // k16 block j's kMi wgmmas (A: a; B: the stage's X tile, atom j / 4, 32 bytes per k16
 // inside it) committed as one group, once the group two blocks back (which read the
-// registers the caller reused for a) is done.
+// registers the caller reused for a) is done. `x_desc`: the stage's X descriptor; block
+// j's is it plus the block's offset >> 4 in the start-address field (bits 0-13: shared
+// addresses stay below 2^18, so the sum never carries out of it), one add instead of
+// the address masks and shifts a block.
 template <class T, int kBN, int kMi>
-__device__ __forceinline__ void issue_k16(std::uint32_t x_addr, int j, std::uint32_t (&a)[kMi][4],
+__device__ __forceinline__ void issue_k16(std::uint64_t x_desc, int j, std::uint32_t (&a)[kMi][4],
                                           float (&acc)[kMi][kBN / 2], bool first) {
-  const std::uint64_t desc = gemm::sm90::sw128_descriptor(x_addr + (j / 4) * kBN * 128 + (j % 4) * 32);
+  const std::uint64_t desc = x_desc + static_cast<std::uint64_t>(((j / 4) * kBN * 128 + (j % 4) * 32) >> 4);
   gemm::sm90::wgmma_wait<1>();
   gemm::sm90::wgmma_fence();
 #pragma unroll
@@ -287,6 +290,7 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
                                                      int wg, int warp, int lane, float (&acc)[kMi][kBN / 2],
                                                      bool first) {
   using L = Layout<F, kBN, kMi>;
+  const std::uint64_t x_desc = gemm::sm90::sw128_descriptor(x_addr);
   const int g = lane / 4, c = lane % 4;
   const auto shift = static_cast<std::uint32_t>(4 * c);  // the lane's nibbles c, c + 4 of a word
   const std::uint8_t* codes = stage + L::kX;
@@ -336,7 +340,7 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
           a[mi][3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
         }
       }
-      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first);
+      issue_k16<T, kBN, kMi>(x_desc, j, a, acc, first);
     }
   }
 }
@@ -349,6 +353,7 @@ __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, st
                                                    int lane, const QuadColumn& column, float (&acc)[kMi][kBN / 2],
                                                    bool first) {
   using L = Layout<F, kBN, kMi>;
+  const std::uint64_t x_desc = gemm::sm90::sw128_descriptor(x_addr);
   constexpr formats::WeightBlocks kB = blocks_of(F);
   constexpr int kUnit = form_unit_bytes<F>();
   const int g = lane / 4;
@@ -375,7 +380,7 @@ __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, st
         a[mi][2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
         a[mi][3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
       }
-      issue_k16<T, kBN, kMi>(x_addr, j, a, acc, first);
+      issue_k16<T, kBN, kMi>(x_desc, j, a, acc, first);
     }
   }
 }
