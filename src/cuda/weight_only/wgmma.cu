@@ -282,6 +282,20 @@ __device__ __forceinline__ void issue_k16(std::uint64_t x_desc, int j, std::uint
   gemm::sm90::wgmma_commit();
 }
 
+// The two k16 blocks 2 cp + h of packed lane column cp: each block's kMi A fragments
+// filled in place by fill(mi, h, a[mi]), then issued as one group (issue_k16).
+template <class T, int kBN, int kMi, class Fill>
+__device__ __forceinline__ void issue_lane_column(std::uint64_t x_desc, int cp, float (&acc)[kMi][kBN / 2],
+                                                  bool first, const Fill& fill) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    std::uint32_t a[kMi][4];
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi) fill(mi, h, a[mi]);
+    issue_k16<T, kBN, kMi>(x_desc, 2 * cp + h, a, acc, first);
+  }
+}
+
 // One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
 // its kMi wgmmas issued as one group (issue_k16). The fragments of block j are built
 // while the group of block j - 1 runs.
@@ -314,34 +328,27 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
         hi4[mi] = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (4 * g + cp) * 16);
       }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int j = 2 * cp + h;
-      std::uint32_t a[kMi][4];
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi) {
-        if constexpr (F == Form::int8) {
-          // Half h of the lane column: chunk (h * 32 + 4 g + cp) of each unit.
-          const int t = tile_lo(mi);
-          const uint4 lo = *reinterpret_cast<const uint4*>(codes + t * kUnit + (h * 32 + 4 * g + cp) * 16);
-          const uint4 hi = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (h * 32 + 4 * g + cp) * 16);
-          std::uint32_t b_lo[2], b_hi[2];
-          dequant_int8_word<T>(gather_int8(lo, c), s_lo[mi], b_lo);
-          dequant_int8_word<T>(gather_int8(hi, c), s_hi[mi], b_hi);
-          a[mi][0] = b_lo[0], a[mi][1] = b_hi[0], a[mi][2] = b_lo[1], a[mi][3] = b_hi[1];
-        } else {
-          // Register i from word i of (row g at k, row g + 8 at k, row g at k + 8, row
-          // g + 8 at k + 8): its nibbles c, c + 4.
-          const std::uint32_t w0 = h == 0 ? lo4[mi].x : lo4[mi].z, w1 = h == 0 ? hi4[mi].x : hi4[mi].z;
-          const std::uint32_t w2 = h == 0 ? lo4[mi].y : lo4[mi].w, w3 = h == 0 ? hi4[mi].y : hi4[mi].w;
-          a[mi][0] = scale_pair<T, F>(int4_code_pair_at<T, F>(w0, shift), s_lo[mi]);
-          a[mi][1] = scale_pair<T, F>(int4_code_pair_at<T, F>(w1, shift), s_hi[mi]);
-          a[mi][2] = scale_pair<T, F>(int4_code_pair_at<T, F>(w2, shift), s_lo[mi]);
-          a[mi][3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
-        }
+    issue_lane_column<T, kBN, kMi>(x_desc, cp, acc, first, [&](int mi, int h, std::uint32_t(&a)[4]) {
+      if constexpr (F == Form::int8) {
+        // Half h of the lane column: chunk (h * 32 + 4 g + cp) of each unit.
+        const int t = tile_lo(mi);
+        const uint4 lo = *reinterpret_cast<const uint4*>(codes + t * kUnit + (h * 32 + 4 * g + cp) * 16);
+        const uint4 hi = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (h * 32 + 4 * g + cp) * 16);
+        std::uint32_t b_lo[2], b_hi[2];
+        dequant_int8_word<T>(gather_int8(lo, c), s_lo[mi], b_lo);
+        dequant_int8_word<T>(gather_int8(hi, c), s_hi[mi], b_hi);
+        a[0] = b_lo[0], a[1] = b_hi[0], a[2] = b_lo[1], a[3] = b_hi[1];
+      } else {
+        // Register i from word i of (row g at k, row g + 8 at k, row g at k + 8, row
+        // g + 8 at k + 8): its nibbles c, c + 4.
+        const std::uint32_t w0 = h == 0 ? lo4[mi].x : lo4[mi].z, w1 = h == 0 ? hi4[mi].x : hi4[mi].z;
+        const std::uint32_t w2 = h == 0 ? lo4[mi].y : lo4[mi].w, w3 = h == 0 ? hi4[mi].y : hi4[mi].w;
+        a[0] = scale_pair<T, F>(int4_code_pair_at<T, F>(w0, shift), s_lo[mi]);
+        a[1] = scale_pair<T, F>(int4_code_pair_at<T, F>(w1, shift), s_hi[mi]);
+        a[2] = scale_pair<T, F>(int4_code_pair_at<T, F>(w2, shift), s_lo[mi]);
+        a[3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
       }
-      issue_k16<T, kBN, kMi>(x_desc, j, a, acc, first);
-    }
+    });
   }
 }
 
@@ -368,20 +375,13 @@ __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, st
       lo[mi] = load_block_lane<F>(codes + t * kUnit, 4 * g + cp);
       hi[mi] = load_block_lane<F>(codes + (t + 1) * kUnit, 4 * g + cp);
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int j = 2 * cp + h;
-      std::uint32_t a[kMi][4];
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi) {
-        // Registers: (row g at k, row g + 8 at k, row g at k + 8, row g + 8 at k + 8).
-        a[mi][0] = scale_block_pair<F>(lo[mi], 2 * h, code_pair_1024_at<kB>(lo[mi].c, 2 * h, column));
-        a[mi][1] = scale_block_pair<F>(hi[mi], 2 * h, code_pair_1024_at<kB>(hi[mi].c, 2 * h, column));
-        a[mi][2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
-        a[mi][3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
-      }
-      issue_k16<T, kBN, kMi>(x_desc, j, a, acc, first);
-    }
+    // Registers: (row g at k, row g + 8 at k, row g at k + 8, row g + 8 at k + 8).
+    issue_lane_column<T, kBN, kMi>(x_desc, cp, acc, first, [&](int mi, int h, std::uint32_t(&a)[4]) {
+      a[0] = scale_block_pair<F>(lo[mi], 2 * h, code_pair_1024_at<kB>(lo[mi].c, 2 * h, column));
+      a[1] = scale_block_pair<F>(hi[mi], 2 * h, code_pair_1024_at<kB>(hi[mi].c, 2 * h, column));
+      a[2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
+      a[3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
+    });
   }
 }
 
