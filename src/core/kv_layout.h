@@ -196,53 +196,87 @@ struct KvRowForms {
 };
 
 // The flash prefill over a mixed cache (cuda/flash/flash_wgmma_cache.cu): a block of rows
-// at positions [tmin, tmax] reads one virtual key sequence of three segments, each
-// starting on a tile of `tile` keys, each position s of a segment masked by its rule for
-// the row at t (visible), so that a row sees every position once, in KvRowForms' form:
+// at positions [tmin, tmax] reads one virtual key sequence of segments, each starting on
+// a tile of `tile` keys, each position s of a segment masked by its rule for the row at t
+// (visible), so that a row sees every position once, in the form the cache held at t:
 //   sink    [0, min(sink, tmax + 1)), FP16 slots                      s <= t
-//   body    [body_base, tmax - window + 1), quantized                 s <= t - window
+//   body    [body_base, q(tmax)), quantized                           s < q(t)
+//   open    [max(body_base, q(tmin)), tmax - window + 1): K FP16,     q(t) <= s <= t - window
+//           V quantized (key blocks only)
 //   recent  [max(sink, tmin - window + 1), tmax + 1), FP16 from the   t - window < s <= t
 //           chunk (s >= pos0) or the ring's snapshot (s < pos0)
-// int8 / int4 (body, no window, sink 0): the body alone; window (no body): no body.
-// Positions of a tile at or past its segment's end are not read (zeros) and masked.
+// where q(t) (quantized_end) is the end of the positions whose K the cache held quantized
+// at t: t - window + 1 (every body position), or with key blocks of B the end of the last
+// complete block (the open block's K is FP16: from the chunk, the ring's snapshot or the
+// staging ring's). int8 / int4 (body, no window, sink 0): the body (and open) alone;
+// window (no body): no body. Positions of a tile at or past its segment's end are not
+// read (zeros) and masked. The methods' kKeyBlocks false: a kernel compiled for caches
+// without key blocks (key_block 0), without their arithmetic.
 struct KvFlashSegments {
-  enum Segment : int { sink_segment = 0, body_segment = 1, recent_segment = 2 };
+  enum Segment : int { sink_segment = 0, body_segment = 1, open_segment = 2, recent_segment = 3 };
   struct Tile {
     int segment, first, end;  // positions [first, first + tile) of the segment, those below end read
   };
   // No member initializers: a kernel keeps one in shared memory (trivially constructed).
-  int window, tile_keys;
-  int sink_end, body_lo, body_hi, recent_lo, recent_hi;
-  int body_tile, recent_tile, tiles;  // the segments' first tiles; all tiles
+  int window, tile_keys, body_base, key_block;
+  int sink_end, body_lo, body_hi, open_lo, open_hi, recent_lo, recent_hi;
+  int body_tile, open_tile, recent_tile, tiles;  // the segments' first tiles; all tiles
 
   KvFlashSegments() = default;
-  LOWBIT_HD KvFlashSegments(int sink, int window_, int body_base, bool has_body, int tmin, int tmax, int tile)
-      : window(window_), tile_keys(tile) {
-    const bool f16 = !has_body || window > 0;  // int8 / int4 have no FP16 positions
+  LOWBIT_HD KvFlashSegments(int sink, int window_, int body_base_, bool has_body, int tmin, int tmax, int tile,
+                            int key_block_ = 0)
+      : window(window_), tile_keys(tile), body_base(body_base_), key_block(has_body ? key_block_ : 0) {
+    const bool f16 = !has_body || window > 0;  // int8 / int4 have no FP16 slots
     sink_end = f16 ? (sink < tmax + 1 ? sink : tmax + 1) : 0;
     body_lo = body_base;
-    body_hi = has_body && tmax - window + 1 > body_lo ? tmax - window + 1 : body_lo;
+    body_hi = has_body && quantized_end(tmax) > body_lo ? quantized_end(tmax) : body_lo;
+    open_lo = quantized_end(tmin) > body_lo ? quantized_end(tmin) : body_lo;
+    open_hi = key_block > 0 && tmax - window + 1 > open_lo ? tmax - window + 1 : open_lo;
     recent_lo = sink > tmin - window + 1 ? sink : tmin - window + 1;
     recent_hi = window > 0 && tmax + 1 > recent_lo ? tmax + 1 : recent_lo;
     body_tile = (sink_end + tile - 1) / tile;
-    recent_tile = body_tile + (body_hi - body_lo + tile - 1) / tile;
+    open_tile = body_tile + (body_hi - body_lo + tile - 1) / tile;
+    recent_tile = open_tile + (open_hi - open_lo + tile - 1) / tile;
     tiles = recent_tile + (recent_hi - recent_lo + tile - 1) / tile;
   }
+  // The end of the positions whose K the row at t sees quantized.
+  template <bool kKeyBlocks = true>
+  LOWBIT_HD int quantized_end(int t) const {
+    const int end = t - window + 1;
+    if (!kKeyBlocks || key_block == 0 || end <= body_base) return end;
+    return body_base + (end - body_base) / key_block * key_block;
+  }
+  template <bool kKeyBlocks = true>
   LOWBIT_HD Tile at(int t) const {
     if (t >= recent_tile) return Tile{recent_segment, recent_lo + (t - recent_tile) * tile_keys, recent_hi};
+    if (kKeyBlocks && t >= open_tile) return Tile{open_segment, open_lo + (t - open_tile) * tile_keys, open_hi};
     if (t >= body_tile) return Tile{body_segment, body_lo + (t - body_tile) * tile_keys, body_hi};
     return Tile{sink_segment, t * tile_keys, sink_end};
   }
   // Whether the row at t sees position s of a tile of `segment` (s below the tile's end).
+  template <bool kKeyBlocks = true>
   LOWBIT_HD bool visible(int segment, int t, int s) const {
     if (s > t) return false;
-    return segment == body_segment ? s <= t - window : segment == recent_segment ? s > t - window : true;
+    if (!kKeyBlocks) {  // the form kernels without key blocks were measured with
+      return segment == body_segment ? s <= t - window : segment == recent_segment ? s > t - window : true;
+    }
+    return segment == body_segment     ? s < quantized_end(t)
+           : segment == open_segment   ? s >= quantized_end(t) && s <= t - window
+           : segment == recent_segment ? s > t - window
+                                       : true;
   }
   // Whether every row in [t_lo, t_hi] sees every position of the tile (no mask needed).
+  template <bool kKeyBlocks = true>
   LOWBIT_HD bool whole(const Tile& k, int t_lo, int t_hi) const {
     const int last = k.first + tile_keys - 1;
     if (last >= k.end || last > t_lo) return false;
-    return k.segment == body_segment     ? last <= t_lo - window
+    if (!kKeyBlocks) {
+      return k.segment == body_segment     ? last <= t_lo - window
+             : k.segment == recent_segment ? k.first > t_hi - window
+                                           : true;
+    }
+    return k.segment == body_segment     ? last < quantized_end(t_lo)
+           : k.segment == open_segment   ? k.first >= quantized_end(t_hi) && last <= t_lo - window
            : k.segment == recent_segment ? k.first > t_hi - window
                                          : true;
   }

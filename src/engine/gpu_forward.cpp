@@ -152,7 +152,7 @@ void attend_chunk(const ModelConfig& c, const SequenceLayer& s, std::uint16_t* q
   // would one at a time (cuda/kv/kv_cuda.h, ChunkRows).
   const cuda::kv::ChunkRows chunk = chunk_rows(c, qkv, n, pos0);
   cuda::kv::rope_rows(s.shape, chunk, rope_tables(c, s.rope, s.hadamard), stream);
-  if (s.shape.key_block > 0) {  // key blocks: appended in order, attended in pieces
+  if (s.shape.key_block > 0) {  // key blocks: appended in order, attended whole (flash) or in pieces
     cuda::kv::kv_prefill_key_blocks(s.shape, s.layer, chunk, snapshot, c.n_heads, att, c.q_dim(), workspace,
                                     workspace_bytes, stream);
     return;

@@ -357,15 +357,19 @@ TEST(DecodeCacheLayout, RowsKernelItemsCoverEachRowsPositionsOnce) {
 // The flash prefill's segments over a mixed cache (KvFlashSegments, the masks of
 // cuda/flash/flash_wgmma_cache.cu): for every block of a chunk's rows (128 and 192 rows:
 // head_dim 128 / 64), each row at t meets every position s <= t exactly once over all
-// tiles, in KvRowForms' form (sink and recent segments FP16, the body quantized), and no
-// later position; every position a tile reads (below its segment's end) is where that
-// form is held at the chunk's end: the sink below `sink`, the body in [body_base,
-// pos0 + rows - 1 - window] (quantized by the chunk's appends), the recent positions at
-// or past the sink and inside the ring's snapshot (s > pos0 - window) or the chunk
-// (s <= the block's last row); `whole` (no mask) only where each of a warp's 16 rows sees
-// the whole tile. Window, selective, int8, int4; small and engine-like sink / window;
-// tiles of 128 and 16 keys; chunks at 0, inside the sink + window, across it and far.
+// tiles, in the segment of the forms the cache held at t (sink and recent: K and V FP16;
+// body: both quantized; open: K FP16 in a key block not yet complete, V quantized), and
+// no later position; every position a tile reads (below its segment's end) is where that
+// form is held at the chunk's end: the sink below `sink`, the body's K in a block complete
+// by the chunk's last row, its V in [body_base, pos0 + rows - 1 - window] (quantized by
+// the chunk's appends), K of an open tile in the chunk, the ring's snapshot or the staging
+// ring's (the block open at pos0 - 1), the recent positions at or past the sink and inside
+// the ring's snapshot (s > pos0 - window) or the chunk (s <= the block's last row); `whole`
+// (no mask) only where each of a warp's 16 rows sees the whole tile. Window, selective,
+// int8, int4, per token and in key blocks of 16, 32 and 48; small and engine-like sink /
+// window; tiles of 128 and 16 keys; chunks at 0, inside the sink + window, across it and far.
 TEST(DecodeCacheLayout, FlashSegmentsCoverEachRowsPositionsOnce) {
+  using Segments = core::KvFlashSegments;
   struct Chunk {
     int pos0, rows;
   };
@@ -375,54 +379,73 @@ TEST(DecodeCacheLayout, FlashSegmentsCoverEachRowsPositionsOnce) {
       const core::KvLayerShape s = kv_shape(c.policy, 2, 64, sink, window, c.bits == 0 ? 8 : c.bits, 4000);
       const core::KvRowForms f(s);
       const bool body = s.body != core::KvBody::none;
-      for (Chunk ch : {Chunk{0, 1}, Chunk{0, 17}, Chunk{1, 300}, Chunk{20, 128}, Chunk{40, 128}, Chunk{47, 3},
-                       Chunk{130, 300}, Chunk{1000, 17}}) {
-        for (int block_rows : {128, 192}) {
-          for (int tile : {128, 16}) {
-            for (int r0 = 0; r0 < ch.rows; r0 += block_rows) {
-              const int tmin = ch.pos0 + r0, tmax = ch.pos0 + std::min(r0 + block_rows, ch.rows) - 1;
-              SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(c.policy) << " sink " << sink
-                                              << " window " << window << " chunk " << ch.pos0 << "+" << ch.rows
-                                              << " rows " << tmin << ".." << tmax << " tile " << tile);
-              const core::KvFlashSegments k(static_cast<int>(s.sink), static_cast<int>(s.window),
-                                            static_cast<int>(s.body_base), body, tmin, tmax, tile);
-              ASSERT_GE(k.tiles, 1);
-              const int n = tmax + 1;
-              std::vector<int> f16_seen(static_cast<std::size_t>(n)), body_seen(f16_seen.size());
-              for (int t = tmin; t <= tmax; ++t) {
-                std::fill(f16_seen.begin(), f16_seen.end(), 0);
-                std::fill(body_seen.begin(), body_seen.end(), 0);
-                for (int i = 0; i < k.tiles; ++i) {
-                  const core::KvFlashSegments::Tile kt = k.at(i);
-                  for (int q = kt.first; q < kt.first + tile && q < kt.end; ++q) {
-                    if (t == tmin) {  // where the tile reads q from holds it in this form
-                      if (kt.segment == core::KvFlashSegments::sink_segment) {
-                        ASSERT_LT(q, s.sink) << "sink tile " << i << " position " << q;
-                      } else if (kt.segment == core::KvFlashSegments::body_segment) {
-                        ASSERT_TRUE(body && q >= s.body_base && q <= ch.pos0 + ch.rows - 1 - s.window)
-                            << "body tile " << i << " position " << q;
-                      } else {
-                        ASSERT_TRUE(q >= s.sink && q > ch.pos0 - s.window && q <= tmax && s.window > 0)
-                            << "recent tile " << i << " position " << q;
+      for (const int key_block : {0, 16, 32, 48}) {
+        if (key_block > 0 && !body) continue;
+        const auto base = static_cast<int>(s.body_base), w = static_cast<int>(s.window);
+        // Whether the row at t holds q's K quantized: q's block complete (its last body
+        // position left the window) with key blocks, else q in the body.
+        auto k_quantized = [&](int t, int q) {
+          if (!f.body_at(t, q)) return false;
+          return key_block == 0 || base + ((q - base) / key_block + 1) * key_block - 1 <= t - w;
+        };
+        for (Chunk ch : {Chunk{0, 1}, Chunk{0, 17}, Chunk{1, 300}, Chunk{20, 128}, Chunk{40, 128}, Chunk{47, 3},
+                         Chunk{130, 300}, Chunk{1000, 17}}) {
+          const int last_row = ch.pos0 + ch.rows - 1;
+          for (int block_rows : {128, 192}) {
+            for (int tile : {128, 16}) {
+              for (int r0 = 0; r0 < ch.rows; r0 += block_rows) {
+                const int tmin = ch.pos0 + r0, tmax = ch.pos0 + std::min(r0 + block_rows, ch.rows) - 1;
+                SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(c.policy) << " sink " << sink
+                                                << " window " << window << " key block " << key_block << " chunk "
+                                                << ch.pos0 << "+" << ch.rows << " rows " << tmin << ".." << tmax
+                                                << " tile " << tile);
+                const Segments k(static_cast<int>(s.sink), w, base, body, tmin, tmax, tile, key_block);
+                ASSERT_GE(k.tiles, 1);
+                const int n = tmax + 1;
+                std::vector<int> seen(static_cast<std::size_t>(4 * n));  // [segment][position]
+                for (int t = tmin; t <= tmax; ++t) {
+                  std::fill(seen.begin(), seen.end(), 0);
+                  for (int i = 0; i < k.tiles; ++i) {
+                    const Segments::Tile kt = k.at(i);
+                    for (int q = kt.first; q < kt.first + tile && q < kt.end; ++q) {
+                      if (t == tmin) {  // where the tile reads q from holds it in this form
+                        if (kt.segment == Segments::sink_segment) {
+                          ASSERT_LT(q, s.sink) << "sink tile " << i << " position " << q;
+                        } else if (kt.segment == Segments::body_segment) {
+                          ASSERT_TRUE(k_quantized(last_row, q)) << "body tile " << i << " position " << q;
+                        } else if (kt.segment == Segments::open_segment) {
+                          ASSERT_TRUE(key_block > 0 && f.body_at(last_row, q) &&
+                                      (q >= ch.pos0 || q > ch.pos0 - 1 - w || !k_quantized(ch.pos0 - 1, q)))
+                              << "open tile " << i << " position " << q;
+                        } else {
+                          ASSERT_TRUE(q >= s.sink && q > ch.pos0 - w && q <= tmax && w > 0)
+                              << "recent tile " << i << " position " << q;
+                        }
                       }
+                      if (!k.visible(kt.segment, t, q)) continue;
+                      ASSERT_LE(q, t) << "a later position, tile " << i;
+                      ++seen[static_cast<std::size_t>(kt.segment * n + q)];
                     }
-                    if (!k.visible(kt.segment, t, q)) continue;
-                    ASSERT_LE(q, t) << "a later position, tile " << i;
-                    ++(kt.segment == core::KvFlashSegments::body_segment ? body_seen : f16_seen)[static_cast<std::size_t>(q)];
+                  }
+                  for (int q = 0; q <= t; ++q) {
+                    const int expected = f.f16_at(t, q)       ? (q < s.sink ? Segments::sink_segment : Segments::recent_segment)
+                                         : k_quantized(t, q) ? Segments::body_segment
+                                         : f.body_at(t, q)   ? Segments::open_segment
+                                                             : -1;
+                    for (int segment = 0; segment < 4; ++segment) {
+                      ASSERT_EQ(seen[static_cast<std::size_t>(segment * n + q)], segment == expected ? 1 : 0)
+                          << "row " << t << " s " << q << " segment " << segment;
+                    }
                   }
                 }
-                for (int q = 0; q <= t; ++q) {
-                  ASSERT_EQ(f16_seen[static_cast<std::size_t>(q)], f.f16_at(t, q) ? 1 : 0) << "row " << t << " s " << q;
-                  ASSERT_EQ(body_seen[static_cast<std::size_t>(q)], f.body_at(t, q) ? 1 : 0) << "row " << t << " s " << q;
-                }
-              }
-              for (int t_lo = tmin; t_lo <= tmax; t_lo += 16) {  // a warp's 16 rows
-                for (int i = 0; i < k.tiles; ++i) {
-                  const core::KvFlashSegments::Tile kt = k.at(i);
-                  if (!k.whole(kt, t_lo, t_lo + 15)) continue;
-                  for (int t = t_lo; t <= t_lo + 15; ++t) {
-                    for (int q = kt.first; q < kt.first + tile; ++q) {
-                      ASSERT_TRUE(q < kt.end && k.visible(kt.segment, t, q)) << "whole tile " << i << " row " << t;
+                for (int t_lo = tmin; t_lo <= tmax; t_lo += 16) {  // a warp's 16 rows
+                  for (int i = 0; i < k.tiles; ++i) {
+                    const Segments::Tile kt = k.at(i);
+                    if (!k.whole(kt, t_lo, t_lo + 15)) continue;
+                    for (int t = t_lo; t <= t_lo + 15; ++t) {
+                      for (int q = kt.first; q < kt.first + tile; ++q) {
+                        ASSERT_TRUE(q < kt.end && k.visible(kt.segment, t, q)) << "whole tile " << i << " row " << t;
+                      }
                     }
                   }
                 }

@@ -32,6 +32,7 @@
 #include "common/poison.h"
 #include "common/random.h"
 #include "core/device_buffer.h"
+#include "cuda/flash/flash_cuda.h"
 #include "cuda/kv/kv_cuda.h"
 #include "engine/gpu_kv_storage.h"
 #include "formats/float16.h"
@@ -205,9 +206,13 @@ TEST_F(KvKeyBlockGpu, AppendWritesTheTwinsBytes) {
 }
 
 // Whether out (n_heads x d, f32 or f16) is within the tolerance of the twin's attention.
-// f16_p: mma_swap's weights rounded to f16 (the Vmax 2^-10 term).
+// f16_p: mma_swap's weights rounded to f16 (the Vmax 2^-10 term). flash: the prefill's
+// flash kernel, whose decoded K and V values and weights are f16 (kv_cache_gpu_test's
+// FlashOverTheMixedCacheMatchesTheTwinAndTheRowsKernels bound: 2 (Vmax (2^-11 + 2^-11 +
+// 2^-10 Smax + 2^-15) + 2^-11 |o|)).
 ::testing::AssertionResult close_to_twin(const std::vector<std::uint8_t>& raw, DType dtype, const TwinAttention& ref,
-                                         std::int64_t n_heads, std::int64_t d, bool f16_p = false) {
+                                         std::int64_t n_heads, std::int64_t d, bool f16_p = false,
+                                         bool flash = false) {
   int bad = 0;
   std::string first;
   for (std::int64_t i = 0; i < n_heads * d; ++i) {
@@ -222,8 +227,12 @@ TEST_F(KvKeyBlockGpu, AppendWritesTheTwinsBytes) {
       got = formats::half_to_float({bits});
     }
     const double tol =
-        ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15 + (f16_p ? 0x1p-10 : 0.0)) +
-        (dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
+        flash ? 2.0 * (ref.vmax[h] * (0x1p-11 + 0x1p-11 + 0x1p-10 * ref.smax[h] + 0x1p-15) +
+                       0x1p-11 * std::fabs(ref.out[e])) +
+                    1e-6
+              : ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15 +
+                               (f16_p ? 0x1p-10 : 0.0)) +
+                    (dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
     const double err = std::fabs(static_cast<double>(got) - ref.out[e]);
     if (!(err <= tol) && bad++ == 0) {
       first = "head " + std::to_string(h) + " channel " + std::to_string(i % d) + ": got " + std::to_string(got) +
@@ -411,57 +420,101 @@ TEST_F(KvKeyBlockGpu, TensorCoreKernelMatchesTheTwinAndSimt) {
   }
 }
 
+// One prefill of a key-blocked cache (kv_prefill_key_blocks, `kernel`): rows [pos0,
+// pos0 + rows) after the history appended one token at a time; the cache bytes are the
+// twin's after the chunk, and each checked row's output (every `row_step`-th and the last
+// two) matches the twin's attention at its length. Returns whether the flash kernel took
+// the chunk.
+bool check_prefill(Rng& rng, const Policy& p, const Heads& hh, std::int64_t d, std::int64_t b, std::int64_t pos0,
+                   std::int64_t rows, ce::AttentionKernel kernel, std::int64_t row_step) {
+  const std::int64_t length = pos0 + rows;
+  const ce::KvLayerShape s = blocked_shape(p, hh.hkv, d, b, length);
+  const std::int64_t kv = hh.hkv * d, qdim = hh.h * d, ld = qdim + 2 * kv;
+  const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
+  const auto q = random_f16(rng, rows * hh.h, d, 1.5f);
+  // The chunk as the QKV GEMM writes it: [rows][q | k | v].
+  std::vector<std::uint16_t> chunk(static_cast<std::size_t>(rows * ld));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::uint16_t* dst = chunk.data() + r * ld;
+    std::memcpy(dst, q.data() + r * qdim, static_cast<std::size_t>(qdim) * 2);
+    std::memcpy(dst + qdim, k.data() + (pos0 + r) * kv, static_cast<std::size_t>(kv) * 2);
+    std::memcpy(dst + qdim + kv, v.data() + (pos0 + r) * kv, static_cast<std::size_t>(kv) * 2);
+  }
+  BlockedLayer layer(s);
+  layer.poison();
+  const core::DeviceBuffer kd = to_device(k), vd = to_device(v), chunk_d = to_device(chunk);
+  append_all(s, layer.dev, pos0, kd, vd, AppendForm::host);
+  // Workspace for 3 rows a launch: pieces of more rows take several launches.
+  const std::size_t ws_bytes = ce::kv_attention_rows_workspace(s, hh.h, 3, length);
+  GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(rows * qdim) * 2);
+  GuardedBuffer snapshot(ce::ring_snapshot_bytes(s));
+  ws.poison(kFloatPoison);
+  out.poison(kFloatPoison);
+  snapshot.poison(kFloatPoison);
+  const ce::ChunkRows c{chunk_d.data(), rows, ld, qdim, qdim + kv, pos0};
+  void* snap = snapshot.bytes() ? snapshot.data() : nullptr;
+  const bool flash = kernel == ce::AttentionKernel::automatic &&
+                     ce::kv_attention_rows_flash(s, layer.dev, c, snap, hh.h, out.data(), qdim);
+  ce::kv_prefill_key_blocks(s, layer.dev, c, snap, hh.h, out.data(), qdim, ws.data(), ws_bytes, nullptr, kernel);
+  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(ws.guards_intact("workspace"));
+  EXPECT_TRUE(out.guards_intact("out"));
+  EXPECT_TRUE(snapshot.guards_intact("snapshot"));
+  expect_same_bytes(layer, build_kv_twin(s, length, k, v));
+  const std::vector<std::uint8_t> raw = out.download_bytes();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (r % row_step != 0 && r < rows - 2) continue;
+    const KvTwin twin = build_kv_twin(s, pos0 + r + 1, k, v);
+    const std::vector<std::uint16_t> qr(q.begin() + r * qdim, q.begin() + (r + 1) * qdim);
+    const std::vector<std::uint8_t> row(raw.begin() + r * qdim * 2, raw.begin() + (r + 1) * qdim * 2);
+    EXPECT_TRUE(close_to_twin(row, DType::f16, twin_attention(twin, qr, hh.h), hh.h, d, false, flash)) << "row " << r;
+  }
+  return flash;
+}
+
 // The prefill of a key-blocked cache (the engine's attend_chunk, kv_prefill_key_blocks):
-// a chunk of rows at pos0 that crosses two block completions, in pieces; the cache bytes
-// are the twin's after the chunk, and each row's output matches the twin's attention at
-// its length.
+// a chunk of rows at pos0 that crosses two block completions, in pieces (simt), and the
+// same chunk whole where the flash kernel takes it (automatic).
 TEST_F(KvKeyBlockGpu, PrefillMatchesTheTwin) {
   LOWBIT_TEST_RNG(rng);
   const Heads hh{9, 3};
   for (const Policy& p : kPolicies) {
     for (const std::int64_t d : {64, 128}) {
       for (const std::int64_t b : {32, 64}) {
-        const std::int64_t pos0 = kSink + kWindow + b - 7, rows = b + 9 + (b == 32 ? 64 : 0), length = pos0 + rows;
-        SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " B " + std::to_string(b));
-        const ce::KvLayerShape s = blocked_shape(p, hh.hkv, d, b, length);
-        const std::int64_t kv = hh.hkv * d, qdim = hh.h * d, ld = qdim + 2 * kv;
-        const auto k = random_f16(rng, length * hh.hkv, d, 1.0f), v = random_f16(rng, length * hh.hkv, d, 1.0f);
-        const auto q = random_f16(rng, rows * hh.h, d, 1.5f);
-        // The chunk as the QKV GEMM writes it: [rows][q | k | v].
-        std::vector<std::uint16_t> chunk(static_cast<std::size_t>(rows * ld));
-        for (std::int64_t r = 0; r < rows; ++r) {
-          std::uint16_t* dst = chunk.data() + r * ld;
-          std::memcpy(dst, q.data() + r * qdim, static_cast<std::size_t>(qdim) * 2);
-          std::memcpy(dst + qdim, k.data() + (pos0 + r) * kv, static_cast<std::size_t>(kv) * 2);
-          std::memcpy(dst + qdim + kv, v.data() + (pos0 + r) * kv, static_cast<std::size_t>(kv) * 2);
+        for (const ce::AttentionKernel kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::automatic}) {
+          const std::int64_t pos0 = kSink + kWindow + b - 7, rows = b + 9 + (b == 32 ? 64 : 0);
+          SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " B " + std::to_string(b) +
+                       (kernel == ce::AttentionKernel::simt ? " simt" : " automatic"));
+          check_prefill(rng, p, hh, d, b, pos0, rows, kernel, 1);
+          if (HasFailure()) return;
         }
-        BlockedLayer layer(s);
-        layer.poison();
-        const core::DeviceBuffer kd = to_device(k), vd = to_device(v), chunk_d = to_device(chunk);
-        append_all(s, layer.dev, pos0, kd, vd, AppendForm::host);
-        // Workspace for 3 rows a launch: pieces of more rows take several launches.
-        const std::size_t ws_bytes = ce::kv_attention_rows_workspace(s, hh.h, 3, length);
-        GuardedBuffer ws(ws_bytes), out(static_cast<std::size_t>(rows * qdim) * 2);
-        GuardedBuffer snapshot(ce::ring_snapshot_bytes(s));
-        ws.poison(kFloatPoison);
-        out.poison(kFloatPoison);
-        snapshot.poison(kFloatPoison);
-        const ce::ChunkRows c{chunk_d.data(), rows, ld, qdim, qdim + kv, pos0};
-        ce::kv_prefill_key_blocks(s, layer.dev, c, snapshot.bytes() ? snapshot.data() : nullptr, hh.h, out.data(),
-                                  qdim, ws.data(), ws_bytes, nullptr);
-        LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_TRUE(ws.guards_intact("workspace"));
-        EXPECT_TRUE(out.guards_intact("out"));
-        EXPECT_TRUE(snapshot.guards_intact("snapshot"));
-        expect_same_bytes(layer, build_kv_twin(s, length, k, v));
-        const std::vector<std::uint8_t> raw = out.download_bytes();
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const KvTwin twin = build_kv_twin(s, pos0 + r + 1, k, v);
-          const std::vector<std::uint16_t> qr(q.begin() + r * qdim, q.begin() + (r + 1) * qdim);
-          const std::vector<std::uint8_t> row(raw.begin() + r * qdim * 2, raw.begin() + (r + 1) * qdim * 2);
-          EXPECT_TRUE(close_to_twin(row, DType::f16, twin_attention(twin, qr, hh.h), hh.h, d)) << "row " << r;
+      }
+    }
+  }
+}
+
+// The flash kernel's key blocks (4-bit bodies; blocks of 16 .. 128 keys and multiples of
+// its 128-key tile) over whole chunks of several query blocks of 128 / 192 rows: from the
+// first position (no snapshot read), from inside the sink + window, and far in (body
+// tiles before the chunk, the open block's keys in the staging ring's snapshot); GQA
+// groups 3 and 1. The simt pieces are the same test's reference form above.
+TEST_F(KvKeyBlockGpu, FlashPrefillOfWholeChunksMatchesTheTwin) {
+  if (!cuda::flash::flash_wgmma_available()) GTEST_SKIP() << "the flash wgmma kernel needs Hopper and an sm_90a build";
+  LOWBIT_TEST_RNG(rng);
+  for (const Policy& p : kPolicies) {
+    if (p.bits != 4) continue;
+    for (const std::int64_t d : {64, 128}) {
+      for (const std::int64_t b : {16, 32, 128, 256}) {
+        for (const Heads hh : {Heads{9, 3}, Heads{4, 4}}) {
+          for (auto [pos0, rows] : {std::pair<std::int64_t, std::int64_t>{0, 300}, {9, 200}, {700 + b / 2 + 3, 331}}) {
+            SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " B " + std::to_string(b) + " H " +
+                         std::to_string(hh.h) + "/" + std::to_string(hh.hkv) + " chunk at " + std::to_string(pos0) +
+                         " of " + std::to_string(rows));
+            EXPECT_TRUE(check_prefill(rng, p, hh, d, b, pos0, rows, ce::AttentionKernel::automatic, 13))
+                << "the flash kernel did not take the chunk";
+            if (HasFailure()) return;
+          }
         }
-        if (HasFailure()) return;
       }
     }
   }
@@ -494,7 +547,7 @@ TEST_F(KvKeyBlockGpu, UnsupportedFormsAreRefusedByName) {
   const ce::ChunkRows c{chunk.data(), 4, 6 * 64, 2 * 64, 4 * 64, 30};
   EXPECT_LOWBIT_ERROR(ce::kv_append_rows(s, layer.dev, c, nullptr, nullptr), "key blocks (--kv-key-block 32)");
   EXPECT_LOWBIT_ERROR(ce::kv_attention_rows(s, layer.dev, c, nullptr, 2, out.data(), 2 * 64, ws.data(), ws.bytes(),
-                                            nullptr),
+                                            nullptr, ce::AttentionKernel::simt),
                       "the row at 31 completes a block before the chunk's last row (33)");
   EXPECT_EQ(s.next_block_completion(0), 31);
   EXPECT_EQ(s.next_block_completion(31), 31);

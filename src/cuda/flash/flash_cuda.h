@@ -56,9 +56,13 @@ bool flash_attention_over_cache(const CacheAttention& c, cuda_stream_t stream);
 //   FP16 recent                        t - window < s, s >= sink (window, selective): from
 //                                      the chunk's own K / V rows (s >= pos0) or the ring's
 //                                      snapshot (s < pos0);
-// nothing else (the window policy has no body). The kernel walks one virtual key
-// sequence of three segments (sink, body, recent), each masked by its rule, so every
-// row sees each position once. f16; scale 1 / sqrt(head_dim). Element strides.
+// nothing else (the window policy has no body). With key blocks (key_block B > 0: K per
+// channel over blocks of B body positions, core/kv_layout.h) the row at t sees K of the
+// body positions past its last complete block in FP16 (the open block: from the chunk,
+// the ring's snapshot or the staging ring's snapshot), their V quantized as ever. The
+// kernel walks one virtual key sequence of segments (sink, body, open, recent:
+// core::KvFlashSegments), each masked by its rule, so every row sees each position once.
+// f16; scale 1 / sqrt(head_dim). Element strides.
 struct MixedCacheAttention {
   const void* q = nullptr;  // [rows][ldq], query head h at column h * head_dim
   std::int64_t ldq = 0;
@@ -77,6 +81,11 @@ struct MixedCacheAttention {
   const void* scales_v = nullptr;
   const void* mins_k = nullptr;  // f16 [s - body_base][kv_heads], 4 bits only
   const void* mins_v = nullptr;
+  // Key blocks: K's scales and mins are f16 [block][kv_heads][head_dim] instead; the
+  // staging ring before the chunk [kv_heads][key_block][head_dim], body position s at
+  // slot (s - body_base) % key_block (read for positions before the chunk only).
+  std::int64_t key_block = 0;
+  const void* snap_staged = nullptr;
   std::int64_t sink = 0, window = 0, body_base = 0;
   void* out = nullptr;  // [rows][ldo], laid out as q
   std::int64_t ldo = 0;
@@ -89,5 +98,11 @@ struct MixedCacheAttention {
 // not this device or build, head_dim other than 64 / 128, or TMA refused q. Throws
 // lowbit::Error naming a malformed argument (the loads' 16-byte alignment included).
 bool flash_attention_over_mixed_cache(const MixedCacheAttention& c, cuda_stream_t stream);
+// Whether flash_attention_over_mixed_cache would run c (the same checks, nothing launched):
+// a caller that must choose its form before it writes the cache asks first.
+bool flash_mixed_cache_takes(const MixedCacheAttention& c);
+// The key blocks the kernel reads: the 4-bit body, B a multiple of 16 that divides the
+// kernel's 128-key tile or that it divides.
+bool flash_mixed_cache_key_block(int body_bits, std::int64_t key_block);
 
 }  // namespace lowbit::cuda::flash

@@ -51,9 +51,12 @@ namespace {
 constexpr int kBN = 128;  // keys a tile
 constexpr int kBox = 64;  // channels a 128-byte swizzle row
 
-// Bits: 0 (window: FP16 segments only), 8 or 4 (selective, int8, int4).
-template <int HD, int Bits>
+// Bits: 0 (window: FP16 segments only), 8 or 4 (selective, int8, int4). KB: K in key
+// blocks (4 bits only): a body tile's K dequantized with its channels' scales and mins,
+// staged beside its codes.
+template <int HD, int Bits, bool KB>
 struct MixedLayout {
+  static_assert(!KB || Bits == 4, "key blocks on the 4-bit body only");
   static constexpr int kConsumers = HD == 64 ? 3 : 2;  // as flash_wgmma.cu's WgLayout
   static constexpr int kBM = 64 * kConsumers;
   // The dequantization is the producers' own instruction stream (over a thousand
@@ -78,18 +81,24 @@ struct MixedLayout {
   static constexpr int kKV = kBN * HD * 2;
   static constexpr int kCodeBytes = Bits == 8 ? HD : Bits == 4 ? HD / 2 : 0;  // a body row's codes
   static constexpr int kStaged = kBN * kCodeBytes;  // one part's codes of a tile
+  // Key blocks: a K tile's blocks' scales and mins, [block][scale, min][HD] f16, for up to
+  // kBN / 16 blocks (blocks of 16 .. 128 keys dividing kBN, or multiples of kBN: one).
+  static constexpr int kMaxTileBlocks = kBN / 16;
+  static constexpr int kParams = KB ? kMaxTileBlocks * 2 * HD * 2 : 0;
   static constexpr int kStages = 2;  // of the f16 tiles the consumers read
   // The body's codes have their own ring, deeper than the tiles' (their slot is free once
   // the producer has dequantized from it, without the consumers): as many stages as fit
   // beside Q and the tiles (1 KB kept for the static barriers and segments), at most 4
-  // (3 at head_dim 64: the producer's 32 registers).
+  // (3 at head_dim 64: the producer's 32 registers); with key blocks each stage also
+  // holds K's parameters (3 stages at head_dim 128).
   static constexpr int kFixed = kQ + kStages * 2 * kKV + 1024;  // + slack to align to 1024 bytes
   static constexpr int kMaxCodeStages = HD == 64 ? 3 : 4;
-  static constexpr int kCodeStages = Bits == 0 ? 1 : std::min(kMaxCodeStages, (226 * 1024 - kFixed) / (2 * kStaged));
+  static constexpr int kCodeStages =
+      Bits == 0 ? 1 : std::min(kMaxCodeStages, (226 * 1024 - kFixed) / (2 * kStaged + kParams));
   static_assert(Bits == 0 || kCodeStages >= 2, "two stages of codes at least");
   static constexpr int kAhead = Bits == 0 ? 1 : kCodeStages - 1;  // tiles a body tile's codes are copied ahead
-  // Q, {K, V} x stages, staged codes {K, V} x code stages.
-  static constexpr int kSmem = kFixed + kCodeStages * 2 * kStaged;
+  // Q, {K, V} x stages, staged codes {K, V} x code stages, K's parameters x code stages.
+  static constexpr int kSmem = kFixed + kCodeStages * (2 * kStaged + kParams);
   static_assert(kSmem <= 226 * 1024, "shared memory");
 };
 
@@ -105,6 +114,7 @@ struct MixedArgs {
   long long chunk_ld;
   const std::uint16_t* snap_k;
   const std::uint16_t* snap_v;
+  const std::uint16_t* snap_staged;  // key blocks: the staging ring before the chunk
   const std::uint16_t* f16_k;
   const std::uint16_t* f16_v;
   long long f16_slots;
@@ -117,7 +127,7 @@ struct MixedArgs {
   std::uint16_t* out;
   long long ldo;
   int rows, pos0, group, kv_heads;
-  int sink, window, body_base;
+  int sink, window, body_base, key_block;
   float sl2;
   int head_group;  // block_order.cuh
 };
@@ -128,12 +138,19 @@ struct Params {
 };
 
 using Segments = core::KvFlashSegments;  // the three segments and their masks
-constexpr int kSink = Segments::sink_segment, kBody = Segments::body_segment;
+constexpr int kSink = Segments::sink_segment, kBody = Segments::body_segment, kOpen = Segments::open_segment;
 
 // The block's segments (rows at [tmin, tmax]) in tiles of kBN keys.
-template <int Bits>
+template <int Bits, bool KB>
 __device__ __forceinline__ Segments block_segments(const MixedArgs& a, int tmin, int tmax) {
-  return Segments(a.sink, a.window, a.body_base, Bits != 0, tmin, tmax, kBN);
+  return Segments(a.sink, a.window, a.body_base, Bits != 0, tmin, tmax, kBN, KB ? a.key_block : 0);
+}
+
+// Whether a part's tile of `segment` comes from the body's codes: the body's, and with
+// key blocks V's in the open segment (quantized per token as ever; its K is FP16).
+template <bool KB>
+__device__ __forceinline__ bool coded(int part, int segment) {
+  return segment == kBody || (KB && part == 1 && segment == kOpen);
 }
 
 // Byte offset of 16-byte chunk ch (8 channels) of key row p in a tile as TMA writes it
@@ -153,17 +170,18 @@ __device__ __forceinline__ std::uint32_t staged_chunk(int p, int b) {
   return static_cast<std::uint32_t>(p * kCodeBytes + ((b ^ ((p / kRowsPerLine) % kChunks)) * 16));
 }
 
-template <int HD, int Bits>
-__global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
+template <int HD, int Bits, bool KB>
+__global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
     flash_mixed_cache_kernel(const __grid_constant__ CUtensorMap q_map, const MixedArgs a) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using namespace gemm::sm90;
-  using L = MixedLayout<HD, Bits>;
+  using L = MixedLayout<HD, Bits, KB>;
   static_assert(L::kStages == 2, "Barriers holds two stages");
   __shared__ Barriers bars;  // also the sm_90a body's static marker (cuda/sm90_kernel.h)
   extern __shared__ std::uint8_t dynamic_smem[];
   const std::uint32_t sq = (gemm::sm90::smem_address(dynamic_smem) + 1023u) & ~1023u, skv = sq + L::kQ;
   const std::uint32_t staged = skv + L::kStages * 2 * L::kKV;
+  const std::uint32_t params = staged + L::kCodeStages * 2 * L::kStaged;  // key blocks: K's, a code stage each
   const BlockTile block = block_tile(a, L::kBM);
   const int h = block.head, g = h / a.group, t0 = block.t0;
   constexpr int kBM = L::kBM, kConsumers = L::kConsumers;
@@ -172,7 +190,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   // The segments in shared memory (set with the barriers): the producer's registers are
   // few, and every thread reads them once a tile.
   __shared__ Segments keys;
-  const int tiles = block_segments<Bits>(a, tmin, tmax).tiles;  // >= 1: a row sees at least itself
+  const int tiles = block_segments<Bits, KB>(a, tmin, tmax).tiles;  // >= 1: a row sees at least itself
   const std::uint32_t q_bar = gemm::sm90::smem_address(&bars.q);
   const std::uint32_t k_full = gemm::sm90::smem_address(&bars.k_full[0]);
   const std::uint32_t k_empty = gemm::sm90::smem_address(&bars.k_empty[0]);
@@ -184,11 +202,12 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   auto v_tile = [&](int t) { return k_tile(t) + L::kKV; };
   auto part_tile = [&](int part, int t) { return part ? v_tile(t) : k_tile(t); };
   auto staged_part = [&](int part, int u) { return staged + ((u % L::kCodeStages) * 2 + part) * L::kStaged; };
+  auto param_slot = [&](int u) { return params + (u % L::kCodeStages) * L::kParams; };
   auto bar = [](std::uint32_t ring, int t) { return ring + 8 * (t % L::kStages); };
   auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
 
   if (threadIdx.x == 0) {
-    keys = block_segments<Bits>(a, tmin, tmax);
+    keys = block_segments<Bits, KB>(a, tmin, tmax);
     mbarrier_init(q_bar, 1);
 #pragma unroll
     for (int s = 0; s < L::kStages; ++s) {
@@ -212,10 +231,17 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
 #pragma unroll
       for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(sq + x * kBM * 128, &q_map, q_bar, h * HD + x * kBox, t0);
     }
-    // The FP16 row of position s in the sink or recent segment, KV head g.
+    // The FP16 row of position s in the sink, recent or (K) open segment, KV head g: a
+    // position before the chunk in the ring's snapshot, or (key blocks: a body position
+    // of the block open before the chunk) in the staging ring's.
     auto f16_row = [&](int part, int segment, int s) -> const std::uint16_t* {
       if (segment == kSink) return (part ? a.f16_v : a.f16_k) + (g * a.f16_slots + s) * HD;
       if (s >= a.pos0) return (part ? a.chunk_v : a.chunk_k) + (s - a.pos0) * a.chunk_ld + g * HD;
+      if constexpr (KB) {
+        if (s <= a.pos0 - 1 - a.window) {
+          return a.snap_staged + (static_cast<long long>(g) * a.key_block + (s - a.body_base) % a.key_block) * HD;
+        }
+      }
       return (part ? a.snap_v : a.snap_k) + (static_cast<long long>(g) * a.window + s % a.window) * HD;
     };
     // Body tile u's codes of one part (K 0, V 1), kAhead tiles before its publication:
@@ -224,8 +250,8 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // 32 rows) into the code slot. One commit group, empty unless u is a body tile.
     auto issue_codes = [&](int part, int u) {
       if constexpr (Bits != 0) {
-        const Segments::Tile k = keys.at(u);
-        if (u < keys.tiles && k.segment == kBody) {
+        const Segments::Tile k = keys.template at<KB>(u);
+        if (u < keys.tiles && coded<KB>(part, k.segment)) {
           // Thread p copies chunk p % kRowChunks of rows p / kRowChunks + kStep i: the same
           // chunk of the swizzle in each (kStep rows are whole swizzle periods), so one
           // shared address plus a constant per row.
@@ -240,6 +266,20 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
           for (int i = 0; i < kRowChunks; ++i) {
             if (k.first + row + kStep * i < k.end) cp_async16(dst + i * kStep * L::kCodeBytes, src + i * kStep * row_bytes, 16);
           }
+          if constexpr (KB) {
+            // K's blocks in the tile (complete ones: the body ends on a block): their
+            // scales and mins, 16-byte chunk i of [block][scale, min][HD] from thread i % 128.
+            if (part == 0) {
+              const int j0 = (k.first - a.body_base) / a.key_block;
+              const int blocks = (min(k.first + kBN, k.end) - 1 - a.body_base) / a.key_block - j0 + 1;
+              constexpr int kBlockChunks = 2 * HD / 8;
+              for (int i = p; i < blocks * kBlockChunks; i += 128) {
+                const int blk = i / kBlockChunks, which = (i % kBlockChunks) / (HD / 8), c8 = i % (HD / 8);
+                const long long at = (static_cast<long long>(j0 + blk) * a.kv_heads + g) * HD + 8 * c8;
+                cp_async16(param_slot(u) + (blk * 2 + which) * HD * 2 + 16 * c8, (which ? a.mins_k : a.scales_k) + at, 16);
+              }
+            }
+          }
         }
       }
       cp_async_commit();
@@ -250,8 +290,8 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // whole producer; publish converts them a tile later.
     auto load_params = [&](int part, int u, Params& param) {
       if constexpr (Bits != 0) {
-        const Segments::Tile k = keys.at(u);
-        if (u < keys.tiles && k.segment == kBody && k.first + p < k.end) {
+        const Segments::Tile k = keys.template at<KB>(u);
+        if (u < keys.tiles && coded<KB>(part, k.segment) && !(KB && part == 0) && k.first + p < k.end) {
           const long long at = static_cast<long long>(k.first + p - a.body_base) * a.kv_heads + g;
           param.scale = __ldg(reinterpret_cast<const unsigned short*>(part ? a.scales_v : a.scales_k) + at);
           if constexpr (Bits == 4) param.min = __ldg(reinterpret_cast<const unsigned short*>(part ? a.mins_v : a.mins_k) + at);
@@ -262,8 +302,8 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // consumers freed its stage: its rows (zeros past the segment's end) copied into the
     // swizzled tile. One commit group, empty unless u is such a tile.
     auto issue_f16 = [&](int part, int u) {
-      const Segments::Tile k = keys.at(u);
-      if (u < keys.tiles && k.segment != kBody) {
+      const Segments::Tile k = keys.template at<KB>(u);
+      if (u < keys.tiles && !coded<KB>(part, k.segment)) {
         mbarrier_wait(bar(part ? v_empty : k_empty, u), parity(u) ^ 1);
         // Thread p copies chunk p % kChunks of rows p / kChunks + kStep i.
         constexpr int kStep = 128 / L::kChunks;
@@ -287,12 +327,28 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
     // past the body's end). Then the stage's full barrier gets this thread's arrival.
     auto publish = [&](int part, int t, const Params& param) {
       if constexpr (Bits != 0) {
-        const Segments::Tile k = keys.at(t);
-        if (k.segment == kBody) {
+        const Segments::Tile k = keys.template at<KB>(t);
+        if (coded<KB>(part, k.segment)) {
           named_barrier(barrier_id, 128);
           mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
           const std::uint32_t dst = part_tile(part, t);
-          if (k.first + p < k.end) {
+          if (KB && part == 0 && k.first + p < k.end) {
+            if constexpr (KB) {  // key blocks: row p's channels with its block's scales and mins
+            const int blk = (k.first + p - a.body_base) / a.key_block - (k.first - a.body_base) / a.key_block;
+            const std::uint32_t block_params = param_slot(t) + blk * 2 * HD * 2;
+#pragma unroll
+            for (int b = 0; b < L::kCodeBytes / 16; ++b) {
+              const uint4 codes = kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b));
+              kv::dequantize16_int4_channels(
+                  codes,
+                  [&](int i, uint4& scales, uint4& mins) {
+                    scales = kv::ld_shared16(block_params + (32 * b + 8 * i) * 2);
+                    mins = kv::ld_shared16(block_params + HD * 2 + (32 * b + 8 * i) * 2);
+                  },
+                  [&](int i, uint4 v) { kv::st_shared16(dst + tile_chunk(p, b * 4 + i), v); });
+            }
+            }
+          } else if (k.first + p < k.end) {
             const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param.scale)));
             const __half2 m2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param.min)));
             constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
@@ -391,14 +447,14 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
   };
   // The segment's mask, skipped where every row of the warp sees the whole tile.
   auto softmax = [&](int t, float (&corr)[2]) {
-    const Segments::Tile k = keys.at(t);
-    if (!keys.whole(k, t_lo, t_lo + 15)) {
+    const Segments::Tile k = keys.template at<KB>(t);
+    if (!keys.template whole<KB>(k, t_lo, t_lo + 15)) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int s = k.first + j * 8 + 2 * c + (e & 1), t_row = t_lo + r + 8 * (e >> 1);
-          if (s >= k.end || !keys.visible(k.segment, t_row, s)) sc[j][e] = -INFINITY;
+          if (s >= k.end || !keys.template visible<KB>(k.segment, t_row, s)) sc[j][e] = -INFINITY;
         }
     }
     softmax_tile<kBN>(sc, m, l, a.sl2, corr);
@@ -480,22 +536,28 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits>::kThreads, 1)
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
-template <int HD, int Bits>
+template <int HD, int Bits, bool KB>
 bool instance_ready() {
   static Sm90KernelReady ready;
-  return ready(reinterpret_cast<const void*>(flash_mixed_cache_kernel<HD, Bits>), sizeof(Barriers),
-               MixedLayout<HD, Bits>::kSmem);
+  return ready(reinterpret_cast<const void*>(flash_mixed_cache_kernel<HD, Bits, KB>), sizeof(Barriers),
+               MixedLayout<HD, Bits, KB>::kSmem);
 }
 
-template <int HD, int Bits>
-bool launch_instance(const MixedArgs& a, const void* q, long long ldq, int heads, cudaStream_t stream) {
-  using L = MixedLayout<HD, Bits>;
-  if (!instance_ready<HD, Bits>()) return false;
+// q's tensor map, or false where TMA refuses it.
+template <int HD, int Bits, bool KB>
+bool encode_q(CUtensorMap* q_map, const void* q, long long ldq, int heads, int rows) {
+  return gemm::encode_swizzled_128(q_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, q, static_cast<std::int64_t>(heads) * HD,
+                                   rows, ldq * 2, kBox, MixedLayout<HD, Bits, KB>::kBM) == nullptr;
+}
+
+// Launches the instance, or (launch false) says whether it would run.
+template <int HD, int Bits, bool KB>
+bool launch_instance(const MixedArgs& a, const void* q, long long ldq, int heads, cudaStream_t stream, bool launch) {
+  using L = MixedLayout<HD, Bits, KB>;
+  if (!instance_ready<HD, Bits, KB>()) return false;
   CUtensorMap q_map;
-  if (gemm::encode_swizzled_128(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT16, q, static_cast<std::int64_t>(heads) * HD,
-                                a.rows, ldq * 2, kBox, L::kBM) != nullptr) {
-    return false;
-  }
+  if (!encode_q<HD, Bits, KB>(&q_map, q, ldq, heads, a.rows)) return false;
+  if (!launch) return true;
   const std::int64_t q_tiles = (a.rows + L::kBM - 1) / L::kBM;
   check_block_count(q_tiles, heads);
   MixedArgs ordered = a;
@@ -504,25 +566,26 @@ bool launch_instance(const MixedArgs& a, const void* q, long long ldq, int heads
   // at 64 matters less here, where every block's body runs to its rows' window.
   ordered.head_group = 1;
   const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(heads), 1);
-  flash_mixed_cache_kernel<HD, Bits><<<grid, L::kThreads, L::kSmem, stream>>>(q_map, ordered);
+  flash_mixed_cache_kernel<HD, Bits, KB><<<grid, L::kThreads, L::kSmem, stream>>>(q_map, ordered);
   LOWBIT_CUDA_CHECK_LAUNCH();
   return true;
 }
 
 template <int HD>
-bool launch_bits(const MixedArgs& a, const void* q, long long ldq, int heads, int bits, cudaStream_t stream) {
+bool launch_bits(const MixedArgs& a, const void* q, long long ldq, int heads, int bits, cudaStream_t stream,
+                 bool launch) {
+  if (a.key_block > 0) return launch_instance<HD, 4, true>(a, q, ldq, heads, stream, launch);  // 4 bits (checked)
   switch (bits) {
-    case 8: return launch_instance<HD, 8>(a, q, ldq, heads, stream);
-    case 4: return launch_instance<HD, 4>(a, q, ldq, heads, stream);
-    default: return launch_instance<HD, 0>(a, q, ldq, heads, stream);
+    case 8: return launch_instance<HD, 8, false>(a, q, ldq, heads, stream, launch);
+    case 4: return launch_instance<HD, 4, false>(a, q, ldq, heads, stream, launch);
+    default: return launch_instance<HD, 0, false>(a, q, ldq, heads, stream, launch);
   }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-}  // namespace
-
-bool flash_attention_over_mixed_cache(const MixedCacheAttention& c, cuda_stream_t stream) {
+// flash_attention_over_mixed_cache, or (launch false) whether it would run.
+bool run_mixed(const MixedCacheAttention& c, cuda_stream_t stream, bool launch) {
   const std::int64_t d = c.head_dim, q_cols = c.heads * d;
   const char* what = "flash_attention_over_mixed_cache";
   LOWBIT_CHECK(c.q && c.chunk_k && c.chunk_v && c.out, what, ": null q, chunk_k, chunk_v or out");
@@ -559,12 +622,23 @@ bool flash_attention_over_mixed_cache(const MixedCacheAttention& c, cuda_stream_
   LOWBIT_CHECK(aligned16(c.chunk_k) && aligned16(c.chunk_v) && aligned16(c.f16_k) && aligned16(c.f16_v) &&
                    aligned16(c.snap_k) && aligned16(c.snap_v) && aligned16(c.codes_k) && aligned16(c.codes_v),
                what, ": the chunk's K / V, the FP16 slots, the snapshot and the codes must be 16-byte aligned");
+  LOWBIT_CHECK(c.key_block >= 0 && (c.key_block == 0 || c.body_bits != 0), what, ": key_block ", c.key_block,
+               " (>= 0; a cache without a body has none)");
+  if (c.key_block > 0) {
+    // Positions before the chunk in the block open then are in the staging ring's snapshot.
+    LOWBIT_CHECK(c.pos0 <= c.body_base || (c.snap_staged && aligned16(c.snap_staged)), what,
+                 ": key blocks: the staging ring's snapshot (snap_staged, 16-byte aligned)");
+    LOWBIT_CHECK(!reads_body || (c.mins_k && aligned16(c.scales_k) && aligned16(c.mins_k)), what,
+                 ": key blocks: K's scales and mins, 16-byte aligned");
+    if (!flash_mixed_cache_key_block(c.body_bits, c.key_block)) return false;
+  }
   if ((d != 64 && d != 128) || !wgmma_ready()) return false;
   const MixedArgs a{static_cast<const std::uint16_t*>(c.chunk_k),
                     static_cast<const std::uint16_t*>(c.chunk_v),
                     c.chunk_ld,
                     static_cast<const std::uint16_t*>(c.snap_k),
                     static_cast<const std::uint16_t*>(c.snap_v),
+                    static_cast<const std::uint16_t*>(c.snap_staged),
                     static_cast<const std::uint16_t*>(c.f16_k),
                     static_cast<const std::uint16_t*>(c.f16_v),
                     c.f16_slots,
@@ -583,11 +657,25 @@ bool flash_attention_over_mixed_cache(const MixedCacheAttention& c, cuda_stream_
                     static_cast<int>(std::min<std::int64_t>(c.sink, std::int64_t{1} << 30)),
                     static_cast<int>(c.window),
                     static_cast<int>(c.body_base),
+                    static_cast<int>(c.key_block),
                     1.4426950408889634f / std::sqrt(static_cast<float>(d)),
                     1};
   const auto s = static_cast<cudaStream_t>(stream);
   const int heads = static_cast<int>(c.heads), bits = c.body_bits;
-  return d == 64 ? launch_bits<64>(a, c.q, c.ldq, heads, bits, s) : launch_bits<128>(a, c.q, c.ldq, heads, bits, s);
+  return d == 64 ? launch_bits<64>(a, c.q, c.ldq, heads, bits, s, launch)
+                 : launch_bits<128>(a, c.q, c.ldq, heads, bits, s, launch);
 }
+
+}  // namespace
+
+bool flash_mixed_cache_key_block(int body_bits, std::int64_t key_block) {
+  return body_bits == 4 && key_block % 16 == 0 && key_block > 0 && (kBN % key_block == 0 || key_block % kBN == 0);
+}
+
+bool flash_attention_over_mixed_cache(const MixedCacheAttention& c, cuda_stream_t stream) {
+  return run_mixed(c, stream, true);
+}
+
+bool flash_mixed_cache_takes(const MixedCacheAttention& c) { return run_mixed(c, nullptr, false); }
 
 }  // namespace lowbit::cuda::flash

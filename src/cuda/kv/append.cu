@@ -657,21 +657,27 @@ void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRo
 }
 
 std::size_t ring_snapshot_bytes(const KvLayerShape& shape) {
-  return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2);
+  return static_cast<std::size_t>(2 * shape.kv_heads * shape.window * shape.head_dim * 2) + shape.staged_bytes();
 }
 
 void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, void* snapshot, cuda_stream_t stream) {
-  if (shape.window == 0) return;
-  LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring needs a snapshot buffer");
+  if (ring_snapshot_bytes(shape) == 0) return;
+  LOWBIT_CHECK(snapshot != nullptr, "kv_append_rows: the window's ring and the staging ring need a snapshot buffer");
   const std::int64_t d = shape.head_dim;
-  const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
-  const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
-  const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
   auto* dst = static_cast<std::uint8_t*>(snapshot);
-  for (const KvPart* part : {&layer.k, &layer.v}) {
-    const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
-    LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
-    dst += width * rows;
+  if (shape.window > 0) {
+    const std::size_t width = static_cast<std::size_t>(shape.window * d * 2);
+    const std::size_t pitch = static_cast<std::size_t>(shape.f16_slots() * d * 2);
+    const std::size_t rows = static_cast<std::size_t>(shape.kv_heads);
+    for (const KvPart* part : {&layer.k, &layer.v}) {
+      const auto* ring = reinterpret_cast<const std::uint8_t*>(part->f16 + shape.sink * d);
+      LOWBIT_CUDA_CHECK(cudaMemcpy2DAsync(dst, width, ring, pitch, width, rows, cudaMemcpyDeviceToDevice, stream));
+      dst += width * rows;
+    }
+  }
+  if (shape.key_blocks()) {
+    LOWBIT_CHECK(layer.k.staged != nullptr, "kv_snapshot_ring: key blocks without a staging ring");
+    LOWBIT_CUDA_CHECK(cudaMemcpyAsync(dst, layer.k.staged, shape.staged_bytes(), cudaMemcpyDeviceToDevice, stream));
   }
 }
 

@@ -779,6 +779,48 @@ std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t 
 
 namespace {
 
+// The flash kernel's view of a chunk over a contiguous cache of the policies with a body
+// or a ring (cuda/flash flash_attention_over_mixed_cache).
+flash::MixedCacheAttention mixed_cache_of(const KvLayerShape& shape, const KvLayerBuffers& layer,
+                                          const ChunkRows& chunk, const void* snapshot, std::int64_t n_heads,
+                                          void* out, std::int64_t out_ld) {
+  const std::int64_t d = shape.head_dim;
+  const auto* base = static_cast<const std::uint16_t*>(chunk.base);
+  const auto* snap = static_cast<const std::uint16_t*>(snapshot);
+  const std::int64_t ring = shape.kv_heads * shape.window * d;  // one part of the snapshot
+  flash::MixedCacheAttention c;
+  c.q = base;
+  c.ldq = chunk.ld;
+  c.chunk_k = base + chunk.k_col;
+  c.chunk_v = base + chunk.v_col;
+  c.chunk_ld = chunk.ld;
+  c.snap_k = snap;
+  c.snap_v = snap ? snap + ring : nullptr;
+  c.f16_k = layer.k.f16;
+  c.f16_v = layer.v.f16;
+  c.f16_slots = shape.f16_slots();
+  c.body_bits = static_cast<int>(shape.body);
+  c.codes_k = layer.k.codes;
+  c.codes_v = layer.v.codes;
+  c.scales_k = layer.k.scales;
+  c.scales_v = layer.v.scales;
+  c.mins_k = layer.k.mins;
+  c.mins_v = layer.v.mins;
+  c.key_block = shape.key_blocks() ? shape.key_block : 0;
+  c.snap_staged = snap && shape.key_blocks() ? snap + 2 * ring : nullptr;  // ring_snapshot_bytes' layout
+  c.sink = shape.sink;
+  c.window = shape.window;
+  c.body_base = shape.body_base;
+  c.out = out;
+  c.ldo = out_ld;
+  c.rows = chunk.rows;
+  c.pos0 = chunk.pos0;
+  c.heads = n_heads;
+  c.kv_heads = shape.kv_heads;
+  c.head_dim = d;
+  return c;
+}
+
 // kv_attention_rows on a contiguous cache, or (table set) on a sequence's pages.
 void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                     const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
@@ -786,16 +828,6 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                     const std::int32_t* table, AttentionKernel kernel, bool paged_entry) {
   const std::int64_t d = shape.head_dim;
   check_chunk_rows(shape, chunk, "kv_attention_rows");
-  // Key blocks: the rows after in-order appends (kv_append), none but the last
-  // completing a block, so that the others read its FP16 keys from the staging ring
-  // (kv_prefill_key_blocks cuts a chunk so); the simt kernel.
-  const bool key_blocks = shape.key_block > 0;
-  LOWBIT_CHECK(!key_blocks || shape.next_block_completion(chunk.pos0) >= chunk.pos0 + chunk.rows - 1,
-               "kv_attention_rows: key blocks (--kv-key-block ", shape.key_block, "): the row at ",
-               shape.next_block_completion(chunk.pos0), " completes a block before the chunk's last row (",
-               chunk.pos0 + chunk.rows - 1, "); cut the chunk there (kv_prefill_key_blocks)");
-  LOWBIT_CHECK(!key_blocks || kernel != AttentionKernel::mma, "kv_attention_rows: key blocks are read by the simt "
-               "kernel only");
   LOWBIT_CHECK(n_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention_rows: n_heads = ", n_heads,
                " is not a multiple of kv_heads = ", shape.kv_heads);
   LOWBIT_CHECK(chunk.k_col >= n_heads * d, "kv_attention_rows: k_col ", chunk.k_col, " inside the ", n_heads * d,
@@ -807,54 +839,32 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                "kv_attention_rows: the ring's positions before the chunk need its snapshot");
   LOWBIT_CHECK(kernel != AttentionKernel::mma_swap, "kv_attention_rows: mma_swap is a decode kernel; the rows form "
                "runs mma (tensor cores) or simt");
-  // The full policy on a contiguous cache is flash's causal chunk over the FP16 slots
-  // (slot = position, [kv_heads][slots][D]): the Hopper wgmma kernel, where it runs.
   // flash: Hopper's wgmma kernels where they run, on a contiguous cache (not the paged
   // entry: its window policy has no pages, table null, and keeps the rows kernel, as every
-  // paged policy does) without key blocks.
-  const bool flash = kernel == AttentionKernel::automatic && !paged_entry && !key_blocks;
+  // paged policy does). The full policy is flash's causal chunk over the FP16 slots (slot
+  // = position, [kv_heads][slots][D]); the others its form over the sink, the body and
+  // the recent keys, with key blocks over any chunk appended after the snapshot.
+  const bool flash = kernel == AttentionKernel::automatic && !paged_entry;
   if (flash && shape.full()) {
     const flash::CacheAttention c{chunk.base, chunk.ld, layer.k.f16, layer.v.f16, d, shape.f16_slots() * d, out,
                                   out_ld, chunk.rows, chunk.pos0, n_heads, shape.kv_heads, d};
     if (flash::flash_attention_over_cache(c, stream)) return;
   }
-  // The other policies (selective, window, int8, int4) on a contiguous cache: the same
-  // kernel family over the sink, the body (dequantized in shared memory) and the recent
-  // FP16 keys as three masked segments, exact as the rows kernel (flash_wgmma_cache.cu).
-  if (flash && !shape.full()) {
-    const auto* base = static_cast<const std::uint16_t*>(chunk.base);
-    const auto* snap = static_cast<const std::uint16_t*>(snapshot);
-    const std::int64_t ring = shape.kv_heads * shape.window * d;  // one part of the snapshot
-    flash::MixedCacheAttention c;
-    c.q = base;
-    c.ldq = chunk.ld;
-    c.chunk_k = base + chunk.k_col;
-    c.chunk_v = base + chunk.v_col;
-    c.chunk_ld = chunk.ld;
-    c.snap_k = snap;
-    c.snap_v = snap ? snap + ring : nullptr;
-    c.f16_k = layer.k.f16;
-    c.f16_v = layer.v.f16;
-    c.f16_slots = shape.f16_slots();
-    c.body_bits = static_cast<int>(shape.body);
-    c.codes_k = layer.k.codes;
-    c.codes_v = layer.v.codes;
-    c.scales_k = layer.k.scales;
-    c.scales_v = layer.v.scales;
-    c.mins_k = layer.k.mins;
-    c.mins_v = layer.v.mins;
-    c.sink = shape.sink;
-    c.window = shape.window;
-    c.body_base = shape.body_base;
-    c.out = out;
-    c.ldo = out_ld;
-    c.rows = chunk.rows;
-    c.pos0 = chunk.pos0;
-    c.heads = n_heads;
-    c.kv_heads = shape.kv_heads;
-    c.head_dim = d;
-    if (flash::flash_attention_over_mixed_cache(c, stream)) return;
+  if (flash && !shape.full() &&
+      flash::flash_attention_over_mixed_cache(mixed_cache_of(shape, layer, chunk, snapshot, n_heads, out, out_ld),
+                                              stream)) {
+    return;
   }
+  // Else key blocks: the rows after in-order appends (kv_append), none but the last
+  // completing a block, so that the others read its FP16 keys from the staging ring
+  // (kv_prefill_key_blocks cuts a chunk so); the simt kernel.
+  const bool key_blocks = shape.key_block > 0;
+  LOWBIT_CHECK(!key_blocks || shape.next_block_completion(chunk.pos0) >= chunk.pos0 + chunk.rows - 1,
+               "kv_attention_rows: key blocks (--kv-key-block ", shape.key_block, "): the row at ",
+               shape.next_block_completion(chunk.pos0), " completes a block before the chunk's last row (",
+               chunk.pos0 + chunk.rows - 1, "); cut the chunk there (kv_prefill_key_blocks)");
+  LOWBIT_CHECK(!key_blocks || kernel != AttentionKernel::mma, "kv_attention_rows: key blocks are read by the simt "
+               "kernel only");
   if (kernel != AttentionKernel::simt && !key_blocks && rows_mma_takes(shape, n_heads)) {
     RowsMmaArgs a{shape, layer, paged, table};
     a.chunk = static_cast<const __half*>(chunk.base);
@@ -898,6 +908,13 @@ void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, c
                        std::size_t workspace_bytes, cuda_stream_t stream, AttentionKernel kernel) {
   attention_rows(shape, layer, chunk, snapshot, n_heads, out, out_ld, workspace, workspace_bytes, stream, PagedArgs{},
                  nullptr, kernel, false);
+}
+
+bool kv_attention_rows_flash(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                             const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld) {
+  check_chunk_rows(shape, chunk, "kv_attention_rows_flash");
+  return !shape.full() &&
+         flash::flash_mixed_cache_takes(mixed_cache_of(shape, layer, chunk, snapshot, n_heads, out, out_ld));
 }
 
 void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,

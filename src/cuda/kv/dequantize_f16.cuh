@@ -27,6 +27,15 @@ __device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
 __device__ __forceinline__ std::uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
 __device__ __forceinline__ __half2 bits_half2(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
 
+// Byte i of a word of INT4 codes (channels 2i, 2i + 1, the low nibble first) as the f16
+// pair (q_lo, q_hi): the byte to bits 0-7 and, shifted down a nibble, to bits 16-23; one
+// LOP3 keeps each half's low nibble under the f16 exponent of 1024: the halves are 1024 +
+// q_lo and 1024 + q_hi, exact, and so is subtracting 1024.
+__device__ __forceinline__ __half2 int4_pair(std::uint32_t word, int i) {
+  const std::uint32_t both = __byte_perm(word, word >> 4, 0x4400u + 0x1111u * static_cast<unsigned>(i));
+  return __hsub2(bits_half2(and_or<0x000F000Fu, 0x64006400u>(both)), __float2half2_rn(1024.0f));
+}
+
 // 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
 // as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
 // channel order as each is ready.
@@ -50,22 +59,31 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
       store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
   } else {
-    // Byte i (channels 2i, 2i + 1) to bits 0-7 and, shifted down a nibble, to bits 16-23;
-    // one LOP3 keeps each half's low nibble under the f16 exponent of 1024: the halves
-    // are 1024 + q_lo and 1024 + q_hi, exact, and so is subtracting 1024.
-    const __half2 bias = __float2half2_rn(1024.0f);
 #pragma unroll
     for (int h = 0; h < 4; ++h) {  // word h: channels 8h .. 8h + 7
-      const std::uint32_t down = w[h] >> 4;
       std::uint32_t o[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const std::uint32_t both = __byte_perm(w[h], down, 0x4400u + 0x1111u * static_cast<unsigned>(i));
-        const std::uint32_t pair = and_or<0x000F000Fu, 0x64006400u>(both);
-        o[i] = half2_bits(__hfma2(__hsub2(bits_half2(pair), bias), s2, m2));
-      }
+      for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(w[h], i), s2, m2));
       store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
+  }
+}
+
+// 16 bytes of INT4 codes with a scale and a min a channel (key blocks): q * s + min in
+// f16 arithmetic, channel by channel; params(h, scales, mins) gives the f16 scales and
+// mins of channels 8h .. 8h + 7 (16 bytes each), store(h, chunk) takes their values.
+template <class Params, class Store>
+__device__ __forceinline__ void dequantize16_int4_channels(uint4 codes, Params&& params, Store&& store) {
+  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    uint4 s, m;
+    params(h, s, m);
+    const std::uint32_t sw[4] = {s.x, s.y, s.z, s.w}, mw[4] = {m.x, m.y, m.z, m.w};
+    std::uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(w[h], i), bits_half2(sw[i]), bits_half2(mw[i])));
+    store(h, make_uint4(o[0], o[1], o[2], o[3]));
   }
 }
 

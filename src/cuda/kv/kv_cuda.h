@@ -161,11 +161,12 @@ inline void check_key_blocks(const KvLayerShape& s, const KvLayerBuffers& layer,
 // Rotates every row's query heads and K in place by the angles of its position (then by
 // the Hadamard transform, with rope.hadamard).
 void rope_rows(const KvLayerShape& shape, const ChunkRows& chunk, const AppendRope& rope, cuda_stream_t stream);
-// Bytes of the ring snapshot (window and selective; 0 for the other forms): the ring's
-// FP16 slots of K and V as they were before the chunk, f16 [2][kv_heads][window][D].
+// Bytes of the ring snapshot (window and selective; key blocks; 0 for the other forms):
+// the ring's FP16 slots of K and V as they were before the chunk, f16 [2][kv_heads]
+// [window][D], then with key blocks K's staging ring, f16 [kv_heads][key_block][D].
 std::size_t ring_snapshot_bytes(const KvLayerShape& shape);
-// Copies the ring's slots (as they are before a chunk) into the snapshot; nothing for a
-// cache without a ring.
+// Copies the ring's slots and the staging ring (as they are before a chunk) into the
+// snapshot; nothing for a cache without either.
 void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, void* snapshot, cuda_stream_t stream);
 // Snapshots the ring, then writes every row's slot (the ring's last writers only) and,
 // under selective, quantizes each token that leaves the window from its FP16 value (in
@@ -180,22 +181,32 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
 // the workspace for split-K partials where it holds them (any size, none included);
 // automatic on the full policy's contiguous cache runs flash's Hopper wgmma kernel over
 // the FP16 slots instead where it runs (cuda/flash flash_attention_over_cache: P rounded
-// to f16 as well; no workspace), and on the other policies' contiguous cache (not key
-// blocks) its form over the sink, the body and the recent keys (cuda/flash
-// flash_attention_over_mixed_cache: the same semantics and roundings as the mma kernel),
-// else the mma kernel (paged_kv_attention_rows: always);
+// to f16 as well; no workspace), and on the other policies' contiguous cache its form
+// over the sink, the body and the recent keys (cuda/flash
+// flash_attention_over_mixed_cache: the same semantics and roundings as the mma kernel;
+// with key blocks (4 bits, the blocks it takes) over any chunk appended in order after
+// the snapshot: kv_attention_rows_flash says where), else the mma kernel (not key
+// blocks; paged_kv_attention_rows: always);
 // simt runs the decode kernel row by row (f32 throughout; the reference), whose
 // workspace takes kv_attention_rows_workspace(..., r) bytes for r rows at a time.
 void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                        std::size_t workspace_bytes, cuda_stream_t stream,
                        AttentionKernel kernel = AttentionKernel::automatic);
+// Whether kv_attention_rows (automatic) runs this chunk of a contiguous cache on the
+// flash kernel (nothing launched): with key blocks, a chunk that crosses block
+// completions can then be appended whole before its attention.
+bool kv_attention_rows_flash(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
+                             const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld);
 // Prefill of a cache with key blocks (prefill_key_blocks.cpp), after rope_rows: the
-// appends and attention of kv_append_rows + kv_attention_rows, the same results. A row
-// must read the FP16 keys of a block that a later row completes, so the chunk is cut
-// after each row whose append completes a block (core next_block_completion); a piece's
-// rows are appended in order (kv_append_rows_in_order) after a snapshot of the ring,
-// then attended at once (kv_attention_rows, simt). Its workspace and snapshot:
+// appends and attention of kv_append_rows + kv_attention_rows, the same results. Where
+// the flash kernel takes the chunk (kv_attention_rows_flash; kernel automatic): one
+// snapshot (ring and staging ring), the rows appended in order (kv_append_rows_in_order),
+// one attention, each row reading the FP16 keys of its open block from the chunk or the
+// snapshot. Else a row must read the FP16 keys of a block that a later row completes
+// from the staging ring, so the chunk is cut after each row whose append completes a
+// block (core next_block_completion); a piece's rows are appended in order after a
+// snapshot, then attended at once (kv_attention_rows, simt). Its workspace and snapshot:
 // kv_attention_rows_workspace of one row or more, ring_snapshot_bytes.
 // kv_append_rows_in_order: a chunk's rows appended one after the other in one launch
 // (a warp per head and part), the bytes of `rows` kv_append calls; key blocks only.
@@ -203,7 +214,8 @@ void kv_append_rows_in_order(const KvLayerShape& shape, const KvLayerBuffers& la
                              cuda_stream_t stream);
 void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                            void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
-                           std::size_t workspace_bytes, cuda_stream_t stream);
+                           std::size_t workspace_bytes, cuda_stream_t stream,
+                           AttentionKernel kernel = AttentionKernel::automatic);
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,
                                             std::int64_t max_length);
 // Workspace bytes enough for kv_attention / kv_attention_at at any length up to
