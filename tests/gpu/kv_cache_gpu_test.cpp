@@ -1070,6 +1070,21 @@ TEST_F(KvCacheGpu, FlashOverTheMixedCacheChecksItsArguments) {
   throws([](auto& a) { a.chunk_ld = 100; }, "chunk_ld");
   throws([b](auto& a) { a.codes_k = b + 8; }, "16-byte aligned");
   throws([b](auto& a) { a.chunk_v = b + 1544 + 2; }, "16-byte aligned");
+  // Key blocks: a size >= 0 with a body; the staging ring's snapshot where a body
+  // position precedes the chunk; K's parameters 16-byte aligned. Blocks the kernel does
+  // not take (8 bits, sizes that neither divide nor are divided by its 128-key tile) are
+  // not run: false.
+  throws([](auto& a) { a.key_block = -32; }, "key_block -32");
+  throws([](auto& a) { a.key_block = 32; }, "staging ring's snapshot");
+  throws([b](auto& a) { a.key_block = 32, a.snap_staged = b, a.mins_k = b + 2; }, "K's scales and mins");
+  cuda::flash::MixedCacheAttention blocked = ok;
+  blocked.key_block = 48;
+  blocked.snap_staged = b;
+  EXPECT_FALSE(cuda::flash::flash_mixed_cache_takes(blocked));
+  EXPECT_FALSE(cuda::flash::flash_attention_over_mixed_cache(blocked, nullptr));
+  blocked.key_block = 32;
+  blocked.body_bits = 8;
+  EXPECT_FALSE(cuda::flash::flash_mixed_cache_takes(blocked));
   // A chunk inside the sink + window reads no body and no snapshot: neither is needed.
   cuda::flash::MixedCacheAttention early = ok;
   early.pos0 = 0;

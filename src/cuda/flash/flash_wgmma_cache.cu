@@ -611,27 +611,30 @@ bool run_mixed(const MixedCacheAttention& c, cuda_stream_t stream, bool launch) 
                ": the FP16 slots (f16_k, f16_v, f16_slots ", c.f16_slots, " >= sink + window)");
   LOWBIT_CHECK(c.window == 0 || c.pos0 <= c.sink || (c.snap_k && c.snap_v), what,
                ": the ring's positions before the chunk need its snapshot (snap_k, snap_v)");
-  // The body is read where the chunk's last row has one (a short selective cache may hold none).
-  const bool reads_body = c.body_bits != 0 && c.pos0 + c.rows - 1 - c.window >= c.body_base;
-  LOWBIT_CHECK(!reads_body || (c.codes_k && c.codes_v && c.scales_k && c.scales_v &&
-                                    (c.body_bits == 8 || (c.mins_k && c.mins_v))),
+  LOWBIT_CHECK(c.key_block >= 0 && (c.key_block == 0 || c.body_bits != 0), what, ": key_block ", c.key_block,
+               " (>= 0; a cache without a body has none)");
+  if (c.key_block > 0 && !flash_mixed_cache_key_block(c.body_bits, c.key_block)) return false;
+  // The body is read where the chunk's last row has one (a short selective cache may hold
+  // none); with key blocks its K where the last row has a complete block.
+  const std::int64_t body_end = c.pos0 + c.rows - c.window;  // the last row's
+  const bool reads_body = c.body_bits != 0 && body_end > c.body_base;
+  const bool reads_k_body = reads_body && (c.key_block == 0 || body_end - c.body_base >= c.key_block);
+  LOWBIT_CHECK((!reads_body || (c.codes_v && c.scales_v && (c.body_bits == 8 || c.mins_v))) &&
+                   (!reads_k_body || (c.codes_k && c.scales_k && (c.body_bits == 8 || c.mins_k))),
                what, ": the body's codes, scales (and 4-bit mins)");
   LOWBIT_CHECK(c.chunk_ld >= c.kv_heads * d && c.chunk_ld % 8 == 0, what, ": chunk_ld ", c.chunk_ld,
                " must hold the KV heads and be a multiple of 8");
-  // 16-byte copies: every FP16 row and every code row starts on 16 bytes.
+  // 16-byte copies: every FP16 row and every code row starts on 16 bytes (key blocks: K's
+  // scales and mins too, and the staging ring's snapshot, read where a body position
+  // precedes the chunk).
   LOWBIT_CHECK(aligned16(c.chunk_k) && aligned16(c.chunk_v) && aligned16(c.f16_k) && aligned16(c.f16_v) &&
                    aligned16(c.snap_k) && aligned16(c.snap_v) && aligned16(c.codes_k) && aligned16(c.codes_v),
                what, ": the chunk's K / V, the FP16 slots, the snapshot and the codes must be 16-byte aligned");
-  LOWBIT_CHECK(c.key_block >= 0 && (c.key_block == 0 || c.body_bits != 0), what, ": key_block ", c.key_block,
-               " (>= 0; a cache without a body has none)");
-  if (c.key_block > 0) {
-    // Positions before the chunk in the block open then are in the staging ring's snapshot.
-    LOWBIT_CHECK(c.pos0 <= c.body_base || (c.snap_staged && aligned16(c.snap_staged)), what,
-                 ": key blocks: the staging ring's snapshot (snap_staged, 16-byte aligned)");
-    LOWBIT_CHECK(!reads_body || (c.mins_k && aligned16(c.scales_k) && aligned16(c.mins_k)), what,
-                 ": key blocks: K's scales and mins, 16-byte aligned");
-    if (!flash_mixed_cache_key_block(c.body_bits, c.key_block)) return false;
-  }
+  LOWBIT_CHECK(c.key_block == 0 || (aligned16(c.scales_k) && aligned16(c.mins_k)), what,
+               ": key blocks: K's scales and mins must be 16-byte aligned");
+  LOWBIT_CHECK(c.key_block == 0 || c.pos0 - c.window <= c.body_base ||
+                   (c.snap_staged && aligned16(c.snap_staged)),
+               what, ": key blocks: the staging ring's snapshot (snap_staged, 16-byte aligned)");
   if ((d != 64 && d != 128) || !wgmma_ready()) return false;
   const MixedArgs a{static_cast<const std::uint16_t*>(c.chunk_k),
                     static_cast<const std::uint16_t*>(c.chunk_v),
