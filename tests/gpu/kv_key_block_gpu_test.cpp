@@ -132,17 +132,21 @@ std::vector<std::int64_t> lengths_of(const Policy& p, std::int64_t b) {
 
 // How a test appends: kv_append by host position; kv_append_at by a device position with
 // history_complete, as the engine's decode graph does; kv_append_rows_in_order over
-// chunks of 37 rows (the prefill's).
-enum class AppendForm { host, device, rows_in_order };
+// chunks of 37 rows (the prefill's pieces); kv_append_rows over chunks of 37 rows (the
+// prefill's whole chunks: the rows in parallel, the blocks they complete after them).
+enum class AppendForm { host, device, rows_in_order, rows };
 const char* form_name(AppendForm f) {
-  return f == AppendForm::host ? "kv_append" : f == AppendForm::device ? "kv_append_at" : "kv_append_rows_in_order";
+  return f == AppendForm::host            ? "kv_append"
+         : f == AppendForm::device        ? "kv_append_at"
+         : f == AppendForm::rows_in_order ? "kv_append_rows_in_order"
+                                          : "kv_append_rows";
 }
 
 // Appends tokens 0 .. length - 1 of k, v (f16 [length][H][D]) in order.
 void append_all(const ce::KvLayerShape& s, const ce::KvLayerBuffers& layer, std::int64_t length,
                 const core::DeviceBuffer& k, const core::DeviceBuffer& v, AppendForm form) {
   const std::int64_t row = s.kv_heads * s.head_dim;
-  if (form == AppendForm::rows_in_order) {
+  if (form == AppendForm::rows_in_order || form == AppendForm::rows) {
     // The chunk rows [k | v] of every position, 37 at a time.
     const std::vector<std::uint16_t> kh = download<std::uint16_t>(k.data(), k.bytes() / 2);
     const std::vector<std::uint16_t> vh = download<std::uint16_t>(v.data(), v.bytes() / 2);
@@ -151,12 +155,16 @@ void append_all(const ce::KvLayerShape& s, const ce::KvLayerBuffers& layer, std:
       std::copy(kh.begin() + p * row, kh.begin() + (p + 1) * row, rows.begin() + 2 * p * row);
       std::copy(vh.begin() + p * row, vh.begin() + (p + 1) * row, rows.begin() + (2 * p + 1) * row);
     }
-    core::DeviceBuffer rows_d(rows.size() * 2);
+    core::DeviceBuffer rows_d(rows.size() * 2), snapshot(ce::ring_snapshot_bytes(s));
     LOWBIT_CUDA_CHECK(cudaMemcpy(rows_d.data(), rows.data(), rows_d.bytes(), cudaMemcpyHostToDevice));
     for (std::int64_t p0 = 0; p0 < length; p0 += 37) {
       const ce::ChunkRows c{rows_d.as<std::uint16_t>() + 2 * p0 * row, std::min<std::int64_t>(37, length - p0),
                             2 * row, 0, row, p0};
-      ce::kv_append_rows_in_order(s, layer, c, nullptr);
+      if (form == AppendForm::rows) {
+        ce::kv_append_rows(s, layer, c, snapshot.data(), nullptr);
+      } else {
+        ce::kv_append_rows_in_order(s, layer, c, nullptr);
+      }
     }
     LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
     return;
@@ -185,7 +193,8 @@ TEST_F(KvKeyBlockGpu, AppendWritesTheTwinsBytes) {
     for (const std::int64_t d : {64, 128}) {
       for (const std::int64_t hkv : {1, 3}) {
         for (const std::int64_t b : {32, 64}) {
-          for (const AppendForm form : {AppendForm::host, AppendForm::device, AppendForm::rows_in_order}) {
+          for (const AppendForm form :
+               {AppendForm::host, AppendForm::device, AppendForm::rows_in_order, AppendForm::rows}) {
             const std::int64_t length = lengths_of(p, b).back();
             SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " kv_heads " + std::to_string(hkv) +
                          " B " + std::to_string(b) + " " + form_name(form));
@@ -545,7 +554,7 @@ TEST_F(KvKeyBlockGpu, UnsupportedFormsAreRefusedByName) {
                       "got --kv-key-block 32 and a group of 9");
   // Rows 30..33: the append of 31 completes the first block, before the last row.
   const ce::ChunkRows c{chunk.data(), 4, 6 * 64, 2 * 64, 4 * 64, 30};
-  EXPECT_LOWBIT_ERROR(ce::kv_append_rows(s, layer.dev, c, nullptr, nullptr), "key blocks (--kv-key-block 32)");
+  EXPECT_LOWBIT_ERROR(ce::kv_append_rows(s, layer.dev, c, nullptr, nullptr), "the staging ring need a snapshot buffer");
   EXPECT_LOWBIT_ERROR(ce::kv_attention_rows(s, layer.dev, c, nullptr, 2, out.data(), 2 * 64, ws.data(), ws.bytes(),
                                             nullptr, ce::AttentionKernel::simt),
                       "the row at 31 completes a block before the chunk's last row (33)");

@@ -250,28 +250,29 @@ __device__ void quantize_head(const BodyRow& rows, int head, const float (&x)[D 
   }
 }
 
-// Key blocks (core/kv_layout.h): block `block` of K's body, complete in the staging ring,
-// quantized per channel over its B positions: a lane owns its E channels c0 .. c0 + E - 1
-// in every slot (it wrote them, or its counterpart in an earlier launch did), takes their
-// statistics over the B slots, then encodes each slot into its position's code row. The
-// arithmetic of quantize_head per channel: cpu::kv_quantize over the transposed block.
-template <int D, class Scheme>
-__device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, int head, long long block) {
+// Key blocks (core/kv_layout.h): block `block` of K's body, complete, quantized per
+// channel over its B positions: a lane owns its E channels c0 .. c0 + E - 1 in every slot,
+// load(i, x) giving slot i's (the staging ring's, which it wrote or its counterpart in an
+// earlier launch did; or the chunk's and the snapshot's), takes their statistics over the
+// B slots, then encodes each slot into its position's code row. The arithmetic of
+// quantize_head per channel: cpu::kv_quantize over the transposed block.
+template <int D, class Scheme, class Load>
+__device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, int head, long long block,
+                                   const Load& load) {
   constexpr int E = D / 32;
   const int c0 = static_cast<int>(threadIdx.x) * E;
   const int b = static_cast<int>(s.key_block);
-  const std::uint16_t* staged = part.staged + static_cast<long long>(head) * b * D + c0;
   std::uint32_t abs_bits[E];
   float lo[E], hi[E];
   {
     float x[E];
-    load_halves(staged, x);
+    load(0, x);
 #pragma unroll
     for (int e = 0; e < E; ++e) abs_bits[e] = formats::abs_bits(x[e]), lo[e] = x[e], hi[e] = x[e];
   }
   for (int i = 1; i < b; ++i) {
     float x[E];
-    load_halves(staged + static_cast<long long>(i) * D, x);
+    load(i, x);
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       abs_bits[e] = max(abs_bits[e], formats::abs_bits(x[e]));
@@ -289,7 +290,7 @@ __device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, in
   }
   for (int i = 0; i < b; ++i) {
     float x[E];
-    load_halves(staged + static_cast<long long>(i) * D, x);
+    load(i, x);
     const long long pos = s.body_base + block * b + i;
     std::uint8_t* codes = contiguous_body_row(s, part, pos).codes + head * (Scheme::kBits == 8 ? D : D / 2);
     std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
@@ -317,7 +318,11 @@ __device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, l
   std::uint16_t* dst = part.staged + (head * s.key_block + slot) * D + static_cast<int>(threadIdx.x) * E;
 #pragma unroll
   for (int e = 0; e < E; ++e) dst[e] = __half_as_ushort(__float2half_rn(x[e]));  // exact: f16 values
-  if (slot == s.key_block - 1) quantize_key_block<D, Scheme>(s, part, head, (pos - s.body_base) / s.key_block);
+  if (slot == s.key_block - 1) {
+    const std::uint16_t* staged = part.staged + head * s.key_block * D + static_cast<int>(threadIdx.x) * E;
+    quantize_key_block<D, Scheme>(s, part, head, (pos - s.body_base) / s.key_block,
+                                  [&](int i, float (&x)[E]) { load_halves(staged + static_cast<long long>(i) * D, x); });
+  }
 }
 
 // Where the append of position pos writes (Paged: through the row's table; a page the
@@ -450,7 +455,10 @@ struct AppendRowsArgs {
   KvLayerShape shape;
   KvLayerBuffers layer;  // paged: the sequence's fixed area (window, selective)
   ChunkRows chunk;
-  const std::uint16_t* snapshot;  // [2][kv_heads][window][D]
+  const std::uint16_t* snapshot;  // [2][kv_heads][window][D], then key blocks' staging ring [kv_heads][B][D]
+  // Key blocks: K's body positions from here on are in the block the chunk leaves open
+  // (staged); those before it in blocks the chunk completes (kv_quantize_key_blocks_kernel).
+  long long key_open_begin = 0;
   // Paged form (kernels compiled with Paged): the pool and the sequence's page table.
   PagedArgs paged{};
   const std::int32_t* table = nullptr;
@@ -484,12 +492,27 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
       return contiguous_body_row(s, part, p);
     }
   };
+  // Body token u's value v: quantized; with key blocks K's staged if the chunk leaves
+  // u's block open, else left to its block's quantization.
+  auto to_body = [&](long long u, const float (&v)[E]) {
+    if constexpr (Scheme::kBits != 0) {
+      if (!is_v && s.key_block > 0) {
+        if (u >= a.key_open_begin) {
+          std::uint16_t* dst = part.staged + (head * s.key_block + s.staged_slot(u)) * D + c0;
+#pragma unroll
+          for (int e = 0; e < E; ++e) dst[e] = __half_as_ushort(__float2half_rn(v[e]));  // exact: f16 values
+        }
+        return;
+      }
+      const BodyRow rows = body_rows(u);
+      if (rows.codes) quantize_head<D, Scheme>(rows, head, v);
+    }
+  };
   float x[E];
   load_halves(chunk_row(row), x);
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival
-      const BodyRow rows = body_rows(t);
-      if (rows.codes) quantize_head<D, Scheme>(rows, head, x);
+      to_body(t, x);
       return;
     }
     if (t >= s.sink + s.window) {  // t - window leaves the window
@@ -500,8 +523,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
       } else {
         load_halves(a.snapshot + ((is_v ? s.kv_heads : 0) + head) * s.window * D + (u % s.window) * D + c0, old);
       }
-      const BodyRow rows = body_rows(u);
-      if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
+      to_body(u, old);
     }
   }
   const bool in_ring = s.window > 0 && t >= s.sink;
@@ -516,6 +538,32 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
   }
 #pragma unroll
   for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));
+}
+
+// Key blocks, prefill: grid (kv_heads, blocks), one warp each: K's blocks that the
+// chunk completes, first_block on, quantized from their FP16 values: a position in the
+// chunk from its row, one before it from the snapshot (the ring's, or the staging ring's
+// where it had left the window).
+template <int D, class Scheme>
+__global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsArgs a, long long first_block) {
+  constexpr int E = D / 32;
+  pdl_trigger();
+  pdl_wait();
+  const KvLayerShape& s = a.shape;
+  const ChunkRows& c = a.chunk;
+  const int head = static_cast<int>(blockIdx.x), c0 = static_cast<int>(threadIdx.x) * E;
+  const long long block = first_block + blockIdx.y;
+  const std::uint16_t* staged = a.snapshot + 2 * s.kv_heads * s.window * D;
+  quantize_key_block<D, Scheme>(s, a.layer.k, head, block, [&](int i, float (&x)[E]) {
+    const long long p = s.body_base + block * s.key_block + i;
+    if (p >= c.pos0) {
+      load_halves(static_cast<const __half*>(c.base) + (p - c.pos0) * c.ld + c.k_col + head * D + c0, x);
+    } else if (p > c.pos0 - 1 - s.window) {  // in the ring before the chunk
+      load_halves(a.snapshot + (head * s.window + p % s.window) * D + c0, x);
+    } else {
+      load_halves(staged + (head * s.key_block + s.staged_slot(p)) * D + c0, x);
+    }
+  });
 }
 
 // A scheme with no body: FP16 only.
@@ -692,19 +740,41 @@ void launch_append_rows(const AppendRowsArgs& a, dim3 grid, cudaStream_t stream)
   }
 }
 
+// Key blocks: the blocks the chunk completes, [first, end), quantized (contiguous cache).
+template <int D>
+void quantize_key_blocks(const AppendRowsArgs& a, long long first, long long end, cudaStream_t stream) {
+  if (end <= first) return;
+  const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), static_cast<unsigned>(end - first));
+  if (a.shape.body == KvBody::int8) {
+    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int8Symmetric>, grid, 32, 0, stream, a, first);
+  } else {
+    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int4Asymmetric>, grid, 32, 0, stream, a, first);
+  }
+}
+
 // kv_append_rows on a contiguous cache, or (a.table set) on a sequence's pages.
-void append_rows(const AppendRowsArgs& a, void* snapshot, cudaStream_t stream) {
+void append_rows(AppendRowsArgs a, void* snapshot, cudaStream_t stream) {
   const KvLayerShape& shape = a.shape;
   const KvLayerBuffers& layer = a.layer;
   const ChunkRows& chunk = a.chunk;
   const std::int64_t d = shape.head_dim;
   kv_snapshot_ring(shape, layer, snapshot, stream);
+  long long first_block = 0, end_block = 0;
+  if (shape.key_blocks()) {
+    // K's body ends at the body's end before the chunk and after it (int8 / int4: window 0).
+    auto body_end = [&](std::int64_t length) { return std::max(shape.body_base, length - shape.window); };
+    a.key_open_begin = shape.open_block_begin(body_end(chunk.pos0 + chunk.rows));
+    first_block = (shape.open_block_begin(body_end(chunk.pos0)) - shape.body_base) / shape.key_block;
+    end_block = (a.key_open_begin - shape.body_base) / shape.key_block;
+  }
   const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
   const bool paged = a.table != nullptr;
   if (d == 64) {
     paged ? launch_append_rows<64, true>(a, grid, stream) : launch_append_rows<64, false>(a, grid, stream);
+    if (!paged) quantize_key_blocks<64>(a, first_block, end_block, stream);
   } else {
     paged ? launch_append_rows<128, true>(a, grid, stream) : launch_append_rows<128, false>(a, grid, stream);
+    if (!paged) quantize_key_blocks<128>(a, first_block, end_block, stream);
   }
 }
 
@@ -713,8 +783,7 @@ void append_rows(const AppendRowsArgs& a, void* snapshot, cudaStream_t stream) {
 void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
                     cuda_stream_t stream) {
   check_chunk_rows(shape, chunk, "kv_append_rows");
-  LOWBIT_CHECK(shape.key_block == 0, "kv_append_rows: key blocks (--kv-key-block ", shape.key_block,
-               ") are appended in order, row by row (kv_prefill_key_blocks)");
+  check_key_blocks(shape, layer, false, "kv_append_rows");
   append_rows(AppendRowsArgs{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)}, snapshot, stream);
 }
 

@@ -171,6 +171,11 @@ void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, vo
 // Snapshots the ring, then writes every row's slot (the ring's last writers only) and,
 // under selective, quantizes each token that leaves the window from its FP16 value (in
 // the chunk or the snapshot); int8 / int4 quantize every row. K must be rotated already.
+// Key blocks (contiguous cache): K's body tokens of the block the chunk leaves open are
+// staged, and each block the chunk completes is quantized from its FP16 values (the
+// chunk's, the ring's snapshot or the staging ring's): the bytes of the rows' appends in
+// order. A chunk attended whole after it needs the flash kernel (kv_attention_rows_flash);
+// kv_prefill_key_blocks chooses.
 void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
                     cuda_stream_t stream);
 // Each row's attention at its position, after kv_append_rows: the sink and the body from
@@ -200,10 +205,9 @@ bool kv_attention_rows_flash(const KvLayerShape& shape, const KvLayerBuffers& la
                              const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld);
 // Prefill of a cache with key blocks (prefill_key_blocks.cpp), after rope_rows: the
 // appends and attention of kv_append_rows + kv_attention_rows, the same results. Where
-// the flash kernel takes the chunk (kv_attention_rows_flash; kernel automatic): one
-// snapshot (ring and staging ring), the rows appended in order (kv_append_rows_in_order),
-// one attention, each row reading the FP16 keys of its open block from the chunk or the
-// snapshot. Else a row must read the FP16 keys of a block that a later row completes
+// the flash kernel takes the chunk (kv_attention_rows_flash; kernel automatic): those two
+// over the whole chunk, each row reading the FP16 keys of its open block from the chunk
+// or the snapshot. Else a row must read the FP16 keys of a block that a later row completes
 // from the staging ring, so the chunk is cut after each row whose append completes a
 // block (core next_block_completion); a piece's rows are appended in order after a
 // snapshot, then attended at once (kv_attention_rows, simt). Its workspace and snapshot:

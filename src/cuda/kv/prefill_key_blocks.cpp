@@ -1,7 +1,7 @@
 // Prefill of a cache with key blocks (kv_cuda.h, kv_prefill_key_blocks). Where the flash
-// kernel takes the chunk: one snapshot of the ring and the staging ring, the rows appended
-// in order, one attention that reads each row's open block in FP16 from the chunk or the
-// snapshot. Else the chunk in pieces that end where a row's append completes a block,
+// kernel takes the chunk: kv_append_rows (a snapshot of the ring and the staging ring,
+// the rows in parallel, then the blocks they complete), one attention that reads each
+// row's open block in FP16 from the chunk or the snapshot. Else the chunk in pieces that end where a row's append completes a block,
 // each piece's rows appended in order (one launch) and attended at once (the simt rows
 // form): within a piece no block is quantized before its last row, so every row reads the
 // open block's FP16 keys from the staging ring, as it would one token at a time; the
@@ -22,8 +22,7 @@ void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& laye
                "kv_prefill_key_blocks: the kernel is automatic (flash where it runs) or simt");
   if (kernel == AttentionKernel::automatic &&
       kv_attention_rows_flash(shape, layer, chunk, snapshot, n_heads, out, out_ld)) {
-    kv_snapshot_ring(shape, layer, snapshot, stream);
-    kv_append_rows_in_order(shape, layer, chunk, stream);
+    kv_append_rows(shape, layer, chunk, snapshot, stream);
     kv_attention_rows(shape, layer, chunk, snapshot, n_heads, out, out_ld, workspace, workspace_bytes, stream);
     return;
   }
