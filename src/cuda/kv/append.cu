@@ -456,9 +456,11 @@ struct AppendRowsArgs {
   KvLayerBuffers layer;  // paged: the sequence's fixed area (window, selective)
   ChunkRows chunk;
   const std::uint16_t* snapshot;  // [2][kv_heads][window][D], then key blocks' staging ring [kv_heads][B][D]
-  // Key blocks: K's body positions from here on are in the block the chunk leaves open
-  // (staged); those before it in blocks the chunk completes (kv_quantize_key_blocks_kernel).
-  long long key_open_begin = 0;
+  // Key blocks: K's body positions from here on are the staging ring's last writers in the
+  // chunk (the B before the body's end: the block left open and, as the rows' appends in
+  // order leave them, the last ones of the block before it); the blocks the chunk
+  // completes are quantized by kv_quantize_key_blocks_kernel.
+  long long key_staged_from = 0;
   // Paged form (kernels compiled with Paged): the pool and the sequence's page table.
   PagedArgs paged{};
   const std::int32_t* table = nullptr;
@@ -492,12 +494,12 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
       return contiguous_body_row(s, part, p);
     }
   };
-  // Body token u's value v: quantized; with key blocks K's staged if the chunk leaves
-  // u's block open, else left to its block's quantization.
+  // Body token u's value v: quantized; with key blocks K's staged where u is its slot's
+  // last writer (its block's quantization reads the chunk and the snapshot).
   auto to_body = [&](long long u, const float (&v)[E]) {
     if constexpr (Scheme::kBits != 0) {
       if (!is_v && s.key_block > 0) {
-        if (u >= a.key_open_begin) {
+        if (u >= a.key_staged_from) {
           std::uint16_t* dst = part.staged + (head * s.key_block + s.staged_slot(u)) * D + c0;
 #pragma unroll
           for (int e = 0; e < E; ++e) dst[e] = __half_as_ushort(__float2half_rn(v[e]));  // exact: f16 values
@@ -763,9 +765,10 @@ void append_rows(AppendRowsArgs a, void* snapshot, cudaStream_t stream) {
   if (shape.key_blocks()) {
     // K's body ends at the body's end before the chunk and after it (int8 / int4: window 0).
     auto body_end = [&](std::int64_t length) { return std::max(shape.body_base, length - shape.window); };
-    a.key_open_begin = shape.open_block_begin(body_end(chunk.pos0 + chunk.rows));
+    const std::int64_t end = body_end(chunk.pos0 + chunk.rows);
+    a.key_staged_from = end - shape.key_block;
     first_block = (shape.open_block_begin(body_end(chunk.pos0)) - shape.body_base) / shape.key_block;
-    end_block = (a.key_open_begin - shape.body_base) / shape.key_block;
+    end_block = (shape.open_block_begin(end) - shape.body_base) / shape.key_block;
   }
   const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2, static_cast<unsigned>(chunk.rows));
   const bool paged = a.table != nullptr;

@@ -171,8 +171,8 @@ void kv_snapshot_ring(const KvLayerShape& shape, const KvLayerBuffers& layer, vo
 // Snapshots the ring, then writes every row's slot (the ring's last writers only) and,
 // under selective, quantizes each token that leaves the window from its FP16 value (in
 // the chunk or the snapshot); int8 / int4 quantize every row. K must be rotated already.
-// Key blocks (contiguous cache): K's body tokens of the block the chunk leaves open are
-// staged, and each block the chunk completes is quantized from its FP16 values (the
+// Key blocks (contiguous cache): K's body tokens are staged where they are their slot's
+// last writer, and each block the chunk completes is quantized from its FP16 values (the
 // chunk's, the ring's snapshot or the staging ring's): the bytes of the rows' appends in
 // order. A chunk attended whole after it needs the flash kernel (kv_attention_rows_flash);
 // kv_prefill_key_blocks chooses.
