@@ -100,6 +100,7 @@ DEFAULT_FIGURES = {
     "decode-8b-q4km": _decode_figures((2048, 8192)),
     "decode-8b-q6k": _decode_figures((2048, 8192)),
     "decode-8b-q5km": _decode_figures((2048, 8192)),
+    "decode-8b-key-blocks": _decode_figures((2048, 8192)),
     "decode-70b": _decode_figures((2048,)),
     "decode-qwen-q4k": _decode_figures((2048, 8192)),
     "weight-only-blocks": {f"{t}_{n}x{k}_m1_{unit}": f"rows[op={t},N={n},K={k},M=1].{path}"
