@@ -4,12 +4,14 @@
 // rows kernel's exact semantics (cuda/kv/attention_rows_mma.cu).
 //
 // A block owns 128 query rows (192 at head_dim 64) of one head: rows [tmin, tmax] by
-// position. Its keys are one virtual sequence of three segments (core::KvFlashSegments):
-// the sink (FP16 cache slots), the body (quantized codes) and the recent positions (FP16
-// from the chunk's rows or the ring's snapshot), each starting on a tile of 128 keys and
-// masked by its own rule for the row at t, so that every row sees each position once, in
-// the form the cache held at t. A segment's positions past its end are zeros in the tile
-// (0 * NaN would reach O) and masked.
+// position. Its keys are one virtual sequence of segments (core::KvFlashSegments): the
+// sink (FP16 cache slots), the body (quantized codes), with key blocks the open positions
+// (K FP16 from the chunk or a snapshot, V codes) and the recent positions (FP16 from the
+// chunk's rows or the ring's snapshot), each starting on a tile of 128 keys and masked by
+// its own rule for the row at t, so that every row sees each position once, in the form
+// the cache held at t. A segment's positions past its end are zeros in the tile (0 * NaN
+// would reach O) and masked. Key blocks (KB, 4-bit bodies): a body tile's K dequantized
+// per channel with its blocks' scales and mins, copied beside its codes.
 //
 // The producers are whole warpgroups (the full path's is one TMA thread): at head_dim 128
 // one for K and one for V, at 64 one for both (the registers of a third consumer). K and V
