@@ -336,19 +336,19 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
           const std::uint32_t dst = part_tile(part, t);
           if (KB && part == 0 && k.first + p < k.end) {
             if constexpr (KB) {  // key blocks: row p's channels with its block's scales and mins
-            const int blk = (k.first + p - a.body_base) / a.key_block - (k.first - a.body_base) / a.key_block;
-            const std::uint32_t block_params = param_slot(t) + blk * 2 * HD * 2;
+              const int blk = (k.first + p - a.body_base) / a.key_block - (k.first - a.body_base) / a.key_block;
+              const std::uint32_t block_params = param_slot(t) + blk * 2 * HD * 2;
 #pragma unroll
-            for (int b = 0; b < L::kCodeBytes / 16; ++b) {
-              const uint4 codes = kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b));
-              kv::dequantize16_int4_channels(
-                  codes,
-                  [&](int i, uint4& scales, uint4& mins) {
-                    scales = kv::ld_shared16(block_params + (32 * b + 8 * i) * 2);
-                    mins = kv::ld_shared16(block_params + HD * 2 + (32 * b + 8 * i) * 2);
-                  },
-                  [&](int i, uint4 v) { kv::st_shared16(dst + tile_chunk(p, b * 4 + i), v); });
-            }
+              for (int b = 0; b < L::kCodeBytes / 16; ++b) {
+                const uint4 codes = kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b));
+                kv::dequantize16_int4_channels(
+                    codes,
+                    [&](int i, uint4& scales, uint4& mins) {
+                      scales = kv::ld_shared16(block_params + (32 * b + 8 * i) * 2);
+                      mins = kv::ld_shared16(block_params + HD * 2 + (32 * b + 8 * i) * 2);
+                    },
+                    [&](int i, uint4 v) { kv::st_shared16(dst + tile_chunk(p, b * 4 + i), v); });
+              }
             }
           } else if (k.first + p < k.end) {
             const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param.scale)));
