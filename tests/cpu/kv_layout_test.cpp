@@ -428,7 +428,8 @@ TEST(DecodeCacheLayout, FlashSegmentsCoverEachRowsPositionsOnce) {
                     }
                   }
                   for (int q = 0; q <= t; ++q) {
-                    const int expected = f.f16_at(t, q)       ? (q < s.sink ? Segments::sink_segment : Segments::recent_segment)
+                    const int f16_segment = q < s.sink ? Segments::sink_segment : Segments::recent_segment;
+                    const int expected = f.f16_at(t, q)       ? f16_segment
                                          : k_quantized(t, q) ? Segments::body_segment
                                          : f.body_at(t, q)   ? Segments::open_segment
                                                              : -1;

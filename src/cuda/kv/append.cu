@@ -320,8 +320,8 @@ __device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, l
   for (int e = 0; e < E; ++e) dst[e] = __half_as_ushort(__float2half_rn(x[e]));  // exact: f16 values
   if (slot == s.key_block - 1) {
     const std::uint16_t* staged = part.staged + head * s.key_block * D + static_cast<int>(threadIdx.x) * E;
-    quantize_key_block<D, Scheme>(s, part, head, (pos - s.body_base) / s.key_block,
-                                  [&](int i, float (&x)[E]) { load_halves(staged + static_cast<long long>(i) * D, x); });
+    auto load = [&](int i, float (&x)[E]) { load_halves(staged + static_cast<long long>(i) * D, x); };
+    quantize_key_block<D, Scheme>(s, part, head, (pos - s.body_base) / s.key_block, load);
   }
 }
 

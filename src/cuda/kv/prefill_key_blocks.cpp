@@ -1,11 +1,12 @@
 // Prefill of a cache with key blocks (kv_cuda.h, kv_prefill_key_blocks). Where the flash
 // kernel takes the chunk: kv_append_rows (a snapshot of the ring and the staging ring,
 // the rows in parallel, then the blocks they complete), one attention that reads each
-// row's open block in FP16 from the chunk or the snapshot. Else the chunk in pieces that end where a row's append completes a block,
-// each piece's rows appended in order (one launch) and attended at once (the simt rows
-// form): within a piece no block is quantized before its last row, so every row reads the
-// open block's FP16 keys from the staging ring, as it would one token at a time; the
-// piece's last row reads the block it completed quantized.
+// row's open block in FP16 from the chunk or the snapshot. Else the chunk in pieces that
+// end where a row's append completes a block, each piece's rows appended in order (one
+// launch) and attended at once (the simt rows form): within a piece no block is
+// quantized before its last row, so every row reads the open block's FP16 keys from the
+// staging ring, as it would one token at a time; the piece's last row reads the block it
+// completed quantized.
 #include <algorithm>
 
 #include "cuda/kv/kv_cuda.h"
