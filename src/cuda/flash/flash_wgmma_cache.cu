@@ -559,9 +559,9 @@ bool launch_instance(const MixedArgs& a, const void* q, long long ldq, int heads
   if (!instance_ready<HD, Bits, KB>()) return false;
   CUtensorMap q_map;
   if (!encode_q<HD, Bits, KB>(&q_map, q, ldq, heads, a.rows)) return false;
-  if (!launch) return true;
   const std::int64_t q_tiles = (a.rows + L::kBM - 1) / L::kBM;
   check_block_count(q_tiles, heads);
+  if (!launch) return true;
   MixedArgs ordered = a;
   // One head a group of the block order (its KV head's tiles shared in L2 by the blocks
   // resident together), at 64 as at 128: the causal balance of flash_wgmma.cu's choice
