@@ -29,6 +29,9 @@ RULES = [
     (r"^(rope_rows_kernel<|sample_kernel)", 0, "prefill's RoPE, the sampler"),
     (r"^wgmma_kernel<", 0, "the weight-only GEMM of batched decode and prefill (M > 16)"),
     (r"^flash_wgmma_kernel<", 0, "the full cache's flash prefill"),
+    (r"^flash_mixed_cache_kernel<\d+, 4, true>", 256,
+     "the key-block instance's producer spills: 2.6x the per-token instance a launch, the next lever "
+     "(bench/notes/kv_accuracy.md, session 37)"),
     (r"^flash_mixed_cache_kernel<", 64, "the producers' spills at their register cap (bench/notes/prefill.md)"),
 ]
 
