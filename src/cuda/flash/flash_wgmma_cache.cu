@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (warpgroup < L::kProducers) {
-    release_registers<L::kProducerRegs>();
+    if constexpr (!(KB && L::kProducers == 2)) release_registers<L::kProducerRegs>();
     const int p = static_cast<int>(threadIdx.x) % 128;  // the key row this thread loads in every tile
     const int barrier_id = 1 + kConsumers + warpgroup;  // this producer warpgroup's named barrier
     if (threadIdx.x == 0) {
@@ -409,8 +409,11 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
     if constexpr (kParts == 2) {
       produce(std::integral_constant<int, 0>{});
     } else if (warpgroup == 0) {
+      // Key blocks: K's producer dequantizes per channel; it takes 8 registers of V's.
+      if constexpr (KB) release_registers<L::kProducerRegs + 8>();
       produce(std::integral_constant<int, 0>{});
     } else {
+      if constexpr (KB) release_registers<L::kProducerRegs - 8>();
       produce(std::integral_constant<int, 1>{});
     }
     cp_async_wait<0>();  // the last (empty) groups: nothing in flight at exit
