@@ -475,7 +475,9 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
                                          1);
     }
   };
-  // The segment's mask, skipped where every row of the warp sees the whole tile.
+  // The segment's mask, skipped where every row of the warp sees the whole tile. The
+  // quantized ends of this thread's two rows, once.
+  const int q_row[2] = {keys.template quantized_end<KB>(t_lo + r), keys.template quantized_end<KB>(t_lo + r + 8)};
   auto softmax = [&](int t, float (&corr)[2]) {
     const Segments::Tile k = keys.template at<KB>(t);
     if (!keys.template whole<KB>(k, t_lo, t_lo + 15)) {
@@ -484,7 +486,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int s = k.first + j * 8 + 2 * c + (e & 1), t_row = t_lo + r + 8 * (e >> 1);
-          if (s >= k.end || !keys.template visible<KB>(k.segment, t_row, s)) sc[j][e] = -INFINITY;
+          if (s >= k.end || !keys.template visible_with<KB>(k.segment, t_row, s, q_row[e >> 1])) sc[j][e] = -INFINITY;
         }
     }
     softmax_tile<kBN>(sc, m, l, a.sl2, corr);
