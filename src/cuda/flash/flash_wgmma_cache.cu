@@ -338,25 +338,21 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
         int next = (j0 + blk + 1) * a.key_block - first;        // the row where the next block starts
         const std::uint32_t params_of_tile = param_slot(t) + ch * 16;
         uint4 s = kv::ld_shared16(params_of_tile + blk * 2 * HD * 2), m = kv::ld_shared16(params_of_tile + (blk * 2 + 1) * HD * 2);
-        // Row r0 + kRowStep i's code word and output chunk: kRowStep rows further each step,
-        // in the same place of both swizzles (rows kRowStep apart swizzle alike).
-        constexpr int kCodeRowsPerLine = 128 / L::kCodeBytes, kCodeChunks = L::kCodeBytes / 16;
-        static_assert(kRowStep % 8 == 0 && (kRowStep / kCodeRowsPerLine) % kCodeChunks == 0, "swizzles repeat");
-        std::uint32_t in = staged_part(0, t) + staged_chunk<L::kCodeBytes>(r0, ch / 4) + (ch % 4) * 4;
-        std::uint32_t out = dst + tile_chunk(r0, ch);
-        const int rows = k.end - k.first;  // the body's rows in the tile
-#pragma unroll
-        for (int row = r0; row < kBN; row += kRowStep) {
+        const std::uint32_t codes = staged_part(0, t) + (ch % 4) * 4;
+#pragma unroll 1
+        for (int i = 0; i < kBN / kRowStep; ++i) {
+          const int row = r0 + kRowStep * i;
           if (row >= next) {
             ++blk;
             next += a.key_block;
             s = kv::ld_shared16(params_of_tile + blk * 2 * HD * 2);
             m = kv::ld_shared16(params_of_tile + (blk * 2 + 1) * HD * 2);
           }
-          const uint4 v = row < rows ? kv::dequantize_word_int4_channels(kv::ld_shared4(in), s, m) : make_uint4(0, 0, 0, 0);
-          kv::st_shared16(out, v);
-          in += kRowStep * L::kCodeBytes;
-          out += kRowStep * 128;
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (k.first + row < k.end) {
+            v = kv::dequantize_word_int4_channels(kv::ld_shared4(codes + staged_chunk<L::kCodeBytes>(row, ch / 4)), s, m);
+          }
+          kv::st_shared16(dst + tile_chunk(row, ch), v);
         }
       }
     };
