@@ -322,46 +322,11 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
       }
       cp_async_commit();
     };
-    // Key blocks: K's body tile t into the stage at dst, the channels' way round: thread p
-    // takes channels 8 ch .. 8 ch + 7 (ch = p % kChunks) of rows p / kChunks + kRowStep i,
-    // so that it loads its channels' scales and mins once a key block (rows kRowStep < B
-    // apart cross at most one block boundary a step), not once a row and chunk (thread p
-    // taking row p read every channel's parameters for every row: 32 16-byte loads a row
-    // at head_dim 128). Zeros past the body's end.
-    auto publish_key_blocks = [&](int t, const Segments::Tile& k, std::uint32_t dst) {
-      if constexpr (KB) {
-        constexpr int kRowStep = 128 / L::kChunks;  // 8 at head_dim 128, 16 at 64
-        const int ch = p % L::kChunks, r0 = p / L::kChunks;
-        const int first = k.first - a.body_base;  // the tile's first body index
-        const int j0 = first / a.key_block;
-        int blk = (first + r0) / a.key_block - j0;              // row r0's block in the tile's
-        int next = (j0 + blk + 1) * a.key_block - first;        // the row where the next block starts
-        const std::uint32_t params_of_tile = param_slot(t) + ch * 16;
-        uint4 s = kv::ld_shared16(params_of_tile + blk * 2 * HD * 2), m = kv::ld_shared16(params_of_tile + (blk * 2 + 1) * HD * 2);
-        const std::uint32_t codes = staged_part(0, t) + (ch % 4) * 4;
-#pragma unroll 1
-        for (int i = 0; i < kBN / kRowStep; ++i) {
-          const int row = r0 + kRowStep * i;
-          if (row >= next) {
-            ++blk;
-            next += a.key_block;
-            s = kv::ld_shared16(params_of_tile + blk * 2 * HD * 2);
-            m = kv::ld_shared16(params_of_tile + (blk * 2 + 1) * HD * 2);
-          }
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (k.first + row < k.end) {
-            v = kv::dequantize_word_int4_channels(kv::ld_shared4(codes + staged_chunk<L::kCodeBytes>(row, ch / 4)), s, m);
-          }
-          kv::st_shared16(dst + tile_chunk(row, ch), v);
-        }
-      }
-    };
     // Tile t of one part has landed (this thread's groups waited for). A body tile: the
     // warpgroup meets at its named barrier (every thread's copies of it landed,
     // every thread done with tile t - 1's codes, whose slot is copied into next), then,
     // once the consumers freed the stage, thread p dequantizes row p into the tile (zeros
-    // past the body's end; K's key blocks: publish_key_blocks). Then the stage's full
-    // barrier gets this thread's arrival.
+    // past the body's end). Then the stage's full barrier gets this thread's arrival.
     auto publish = [&](int part, int t, const Params& param) {
       if constexpr (Bits != 0) {
         const Segments::Tile k = keys.template at<KB>(t);
@@ -369,8 +334,22 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
           named_barrier(barrier_id, 128);
           mbarrier_wait(bar(part ? v_empty : k_empty, t), parity(t) ^ 1);
           const std::uint32_t dst = part_tile(part, t);
-          if (KB && part == 0) {
-            if constexpr (KB) publish_key_blocks(t, k, dst);
+          if (KB && part == 0 && k.first + p < k.end) {
+            if constexpr (KB) {  // key blocks: row p's channels with its block's scales and mins
+              const int blk = (k.first + p - a.body_base) / a.key_block - (k.first - a.body_base) / a.key_block;
+              const std::uint32_t block_params = param_slot(t) + blk * 2 * HD * 2;
+#pragma unroll
+              for (int b = 0; b < L::kCodeBytes / 16; ++b) {
+                const uint4 codes = kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b));
+                kv::dequantize16_int4_channels(
+                    codes,
+                    [&](int i, uint4& scales, uint4& mins) {
+                      scales = kv::ld_shared16(block_params + (32 * b + 8 * i) * 2);
+                      mins = kv::ld_shared16(block_params + HD * 2 + (32 * b + 8 * i) * 2);
+                    },
+                    [&](int i, uint4 v) { kv::st_shared16(dst + tile_chunk(p, b * 4 + i), v); });
+              }
+            }
           } else if (k.first + p < k.end) {
             const __half2 s2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param.scale)));
             const __half2 m2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(param.min)));

@@ -12,14 +12,9 @@
 
 namespace lowbit::cuda::kv {
 
-// Shared-memory accesses by address (the staged codes, the f16 tiles).
+// 16-byte shared-memory accesses by address (the staged codes, the f16 tiles).
 __device__ __forceinline__ void st_shared16(std::uint32_t address, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-}
-__device__ __forceinline__ std::uint32_t ld_shared4(std::uint32_t address) {
-  std::uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(address));
-  return v;
 }
 __device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
   uint4 v;
@@ -74,15 +69,22 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
   }
 }
 
-// One word of INT4 codes (8 channels, the low nibble first) with a scale and a min a
-// channel (key blocks; s, m: the 8 channels' f16 scales and mins): q * s + min in f16
-// arithmetic, the 8 values as one 16-byte chunk.
-__device__ __forceinline__ uint4 dequantize_word_int4_channels(std::uint32_t word, uint4 s, uint4 m) {
-  const std::uint32_t sw[4] = {s.x, s.y, s.z, s.w}, mw[4] = {m.x, m.y, m.z, m.w};
-  std::uint32_t o[4];
+// 16 bytes of INT4 codes with a scale and a min a channel (key blocks): q * s + min in
+// f16 arithmetic, channel by channel; params(h, scales, mins) gives the f16 scales and
+// mins of channels 8h .. 8h + 7 (16 bytes each), store(h, chunk) takes their values.
+template <class Params, class Store>
+__device__ __forceinline__ void dequantize16_int4_channels(uint4 codes, Params&& params, Store&& store) {
+  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(word, i), bits_half2(sw[i]), bits_half2(mw[i])));
-  return make_uint4(o[0], o[1], o[2], o[3]);
+  for (int h = 0; h < 4; ++h) {
+    uint4 s, m;
+    params(h, s, m);
+    const std::uint32_t sw[4] = {s.x, s.y, s.z, s.w}, mw[4] = {m.x, m.y, m.z, m.w};
+    std::uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(w[h], i), bits_half2(sw[i]), bits_half2(mw[i])));
+    store(h, make_uint4(o[0], o[1], o[2], o[3]));
+  }
 }
 
 }  // namespace lowbit::cuda::kv
