@@ -213,6 +213,7 @@ struct KvRowForms {
 // read (zeros) and masked. The methods' kKeyBlocks false: a kernel compiled for caches
 // without key blocks (key_block 0), without their arithmetic.
 struct KvFlashSegments {
+  LOWBIT_HD static int min_int(int a, int b) { return a < b ? a : b; }
   enum Segment : int { sink_segment = 0, body_segment = 1, open_segment = 2, recent_segment = 3 };
   struct Tile {
     int segment, first, end;  // positions [first, first + tile) of the segment, those below end read
@@ -263,14 +264,25 @@ struct KvFlashSegments {
   // instructions; per position they tripled the key-block flash kernel's SASS).
   template <bool kKeyBlocks = true>
   LOWBIT_HD bool visible_with(int segment, int t, int s, int q_t) const {
-    if (s > t) return false;
-    if (!kKeyBlocks) {  // the form kernels without key blocks were measured with
-      return segment == body_segment ? s <= t - window : segment == recent_segment ? s > t - window : true;
+    int lo, hi;
+    visible_span<kKeyBlocks>(segment, t, q_t, lo, hi);
+    return s >= lo && s < hi;
+  }
+  // The positions [lo, hi) of a tile of `segment` that the row at t sees (q_t =
+  // quantized_end(t)): a kernel masks a row's scores by two compares, not a rule a position.
+  template <bool kKeyBlocks = true>
+  LOWBIT_HD void visible_span(int segment, int t, int q_t, int& lo, int& hi) const {
+    lo = 0;
+    hi = t + 1;
+    const int f16_from = t - window + 1;  // the recent positions' first; the body's end per token
+    if (segment == recent_segment) {
+      lo = f16_from;
+    } else if (segment == body_segment) {
+      hi = min_int(hi, kKeyBlocks ? q_t : f16_from);
+    } else if (kKeyBlocks && segment == open_segment) {
+      lo = q_t;
+      hi = min_int(hi, f16_from);
     }
-    return segment == body_segment     ? s < q_t
-           : segment == open_segment   ? s >= q_t && s <= t - window
-           : segment == recent_segment ? s > t - window
-                                       : true;
   }
   // Whether every row in [t_lo, t_hi] sees every position of the tile (no mask needed).
   template <bool kKeyBlocks = true>

@@ -456,12 +456,21 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
   auto softmax = [&](int t, float (&corr)[2]) {
     const Segments::Tile k = keys.template at<KB>(t);
     if (!keys.template whole<KB>(k, t_lo, t_lo + 15)) {
+      // Each row's visible positions [lo, hi) of the tile, relative to this thread's first
+      // column (k.first + 2 c), so that a score's test is two compares with constants.
+      int lo[2], hi[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        keys.template visible_span<KB>(k.segment, t_lo + r + 8 * h, q_row[h], lo[h], hi[h]);
+        lo[h] -= k.first + 2 * c;
+        hi[h] = min(hi[h], k.end) - (k.first + 2 * c);
+      }
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int s = k.first + j * 8 + 2 * c + (e & 1), t_row = t_lo + r + 8 * (e >> 1);
-          if (s >= k.end || !keys.template visible_with<KB>(k.segment, t_row, s, q_row[e >> 1])) sc[j][e] = -INFINITY;
+          const int col = j * 8 + (e & 1);
+          if (col < lo[e >> 1] || col >= hi[e >> 1]) sc[j][e] = -INFINITY;
         }
     }
     softmax_tile<kBN>(sc, m, l, a.sl2, corr);
