@@ -262,29 +262,22 @@ __device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, in
   constexpr int E = D / 32;
   const int c0 = static_cast<int>(threadIdx.x) * E;
   const int b = static_cast<int>(s.key_block);
-  // The slots in batches of kBatch: a batch's loads are issued before any of them is used,
-  // so that they are in flight together (one slot at a time, the B dependent round trips
-  // to L2 were the prefill kernel's 16 us a launch). The order of the statistics and of
-  // the stores is the slots' order, as before.
-  constexpr int kBatch = 8;
   std::uint32_t abs_bits[E];
   float lo[E], hi[E];
-  for (int i0 = 0; i0 < b; i0 += kBatch) {
-    float x[kBatch][E];
+  {
+    float x[E];
+    load(0, x);
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + j < b) load(i0 + j, x[j]);
-    }
+    for (int e = 0; e < E; ++e) abs_bits[e] = formats::abs_bits(x[e]), lo[e] = x[e], hi[e] = x[e];
+  }
+  for (int i = 1; i < b; ++i) {
+    float x[E];
+    load(i, x);
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + j >= b) continue;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const std::uint32_t bits = formats::abs_bits(x[j][e]);
-        abs_bits[e] = i0 + j == 0 ? bits : max(abs_bits[e], bits);
-        lo[e] = i0 + j == 0 ? x[j][e] : fminf(lo[e], x[j][e]);
-        hi[e] = i0 + j == 0 ? x[j][e] : fmaxf(hi[e], x[j][e]);
-      }
+    for (int e = 0; e < E; ++e) {
+      abs_bits[e] = max(abs_bits[e], formats::abs_bits(x[e]));
+      lo[e] = fminf(lo[e], x[e]);
+      hi[e] = fmaxf(hi[e], x[e]);
     }
   }
   formats::HalfParams<Scheme> p[E];
@@ -295,29 +288,22 @@ __device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, in
     part.scales[param + e] = p[e].scale.bits;
     if constexpr (Scheme::kBits == 4) part.mins[param + e] = p[e].min.bits;
   }
-  for (int i0 = 0; i0 < b; i0 += kBatch) {
-    float x[kBatch][E];
+  for (int i = 0; i < b; ++i) {
+    float x[E];
+    load(i, x);
+    const long long pos = s.body_base + block * b + i;
+    std::uint8_t* codes = contiguous_body_row(s, part, pos).codes + head * (Scheme::kBits == 8 ? D : D / 2);
+    std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + j < b) load(i0 + j, x[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + j >= b) continue;
-      const long long pos = s.body_base + block * b + i0 + j;
-      std::uint8_t* codes = contiguous_body_row(s, part, pos).codes + head * (Scheme::kBits == 8 ? D : D / 2);
-      std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
-#pragma unroll
-      for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[j][e])) << (Scheme::kBits * e);
-      if constexpr (Scheme::kBits == 8 && E == 2) {
-        reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
-      } else if constexpr (Scheme::kBits == 8) {
-        reinterpret_cast<std::uint32_t*>(codes)[threadIdx.x] = packed;
-      } else if constexpr (E == 2) {
-        codes[threadIdx.x] = static_cast<std::uint8_t>(packed);
-      } else {
-        reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
-      }
+    for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[e])) << (Scheme::kBits * e);
+    if constexpr (Scheme::kBits == 8 && E == 2) {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+    } else if constexpr (Scheme::kBits == 8) {
+      reinterpret_cast<std::uint32_t*>(codes)[threadIdx.x] = packed;
+    } else if constexpr (E == 2) {
+      codes[threadIdx.x] = static_cast<std::uint8_t>(packed);
+    } else {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
     }
   }
 }
@@ -575,9 +561,9 @@ __global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsAr
     if (p >= c.pos0) {
       load_halves(static_cast<const __half*>(c.base) + (p - c.pos0) * c.ld + c.k_col + head * D + c0, x);
     } else if (p > c.pos0 - 1 - s.window) {  // in the ring before the chunk
-      load_halves(a.snapshot + (head * s.window + static_cast<int>(p) % static_cast<int>(s.window)) * D + c0, x);
+      load_halves(a.snapshot + (head * s.window + p % s.window) * D + c0, x);
     } else {
-      load_halves(staged + (head * s.key_block + i) * D + c0, x);  // slot i: the block starts a ring round
+      load_halves(staged + (head * s.key_block + s.staged_slot(p)) * D + c0, x);
     }
   });
 }
