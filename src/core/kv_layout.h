@@ -257,19 +257,13 @@ struct KvFlashSegments {
   // Whether the row at t sees position s of a tile of `segment` (s below the tile's end).
   template <bool kKeyBlocks = true>
   LOWBIT_HD bool visible(int segment, int t, int s) const {
-    return visible_with<kKeyBlocks>(segment, t, s, quantized_end<kKeyBlocks>(t));
-  }
-  // The same with q_t = quantized_end(t) from the caller: a kernel's rows are fixed, so it
-  // divides by key_block once a row rather than once a position (a division is ~25
-  // instructions; per position they tripled the key-block flash kernel's SASS).
-  template <bool kKeyBlocks = true>
-  LOWBIT_HD bool visible_with(int segment, int t, int s, int q_t) const {
     int lo, hi;
-    visible_span<kKeyBlocks>(segment, t, q_t, lo, hi);
+    visible_span<kKeyBlocks>(segment, t, quantized_end<kKeyBlocks>(t), lo, hi);
     return s >= lo && s < hi;
   }
   // The positions [lo, hi) of a tile of `segment` that the row at t sees (q_t =
-  // quantized_end(t)): a kernel masks a row's scores by two compares, not a rule a position.
+  // quantized_end(t), from the caller: a kernel's rows are fixed, so it divides by
+  // key_block once a row, not once a position, and masks a row's scores by two compares).
   template <bool kKeyBlocks = true>
   LOWBIT_HD void visible_span(int segment, int t, int q_t, int& lo, int& hi) const {
     lo = 0;

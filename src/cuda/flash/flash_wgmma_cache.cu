@@ -139,7 +139,7 @@ struct Params {
   std::uint32_t scale, min;
 };
 
-using Segments = core::KvFlashSegments;  // the three segments and their masks
+using Segments = core::KvFlashSegments;  // the segments and their masks
 constexpr int kSink = Segments::sink_segment, kBody = Segments::body_segment, kOpen = Segments::open_segment;
 
 // The block's segments (rows at [tmin, tmax]) in tiles of kBN keys.
