@@ -13,13 +13,15 @@
 namespace lowbit::core {
 
 KvPageLayout kv_page_layout(const KvCacheSpec& spec, std::int64_t layers, std::size_t budget_bytes,
-                            std::int64_t max_seqs, std::int64_t page_tokens) {
+                            std::int64_t max_seqs, std::int64_t page_tokens, std::int64_t key_block) {
   LOWBIT_CHECK(page_tokens >= 16 && page_tokens % 16 == 0 && page_tokens <= 4096, "kv pages: page_tokens = ",
                page_tokens, ", expected a multiple of 16 in 16..4096");
   LOWBIT_CHECK(layers >= 1 && layers <= 4096, "kv pages: layers = ", layers, ", expected 1..4096");
   LOWBIT_CHECK(max_seqs >= 1 && max_seqs <= 65535, "kv pages: max_seqs = ", max_seqs, ", expected 1..65535");
   KvPageLayout l;
-  l.shape = kv_layer_shape(spec);
+  l.shape = with_key_block(kv_layer_shape(spec), key_block);
+  LOWBIT_CHECK(!l.shape.key_blocks() || (key_block % 16 == 0 && page_tokens == key_block), "kv pages: key blocks of ",
+               key_block, " need pages of as many tokens (a multiple of 16), got page_tokens ", page_tokens);
   l.layers = layers;
   l.page_tokens = page_tokens;
   l.max_seqs = max_seqs;
@@ -54,7 +56,7 @@ KvPagedLayer kv_paged_layer(const KvPageLayout& layout, void* pool, std::int64_t
   auto* base = static_cast<std::uint8_t*>(pool);
   KvPagedLayer v;
   if (layout.has_pages()) v.pages = base + static_cast<std::size_t>(layer * layout.pages * layout.page_bytes());
-  if (layout.fixed_slots() > 0) {
+  if (layout.fixed_bytes() > 0) {
     v.fixed = reinterpret_cast<std::uint16_t*>(base + layout.pages_bytes() +
                                                static_cast<std::size_t>(layer * layout.max_seqs * layout.fixed_bytes()));
   }
@@ -64,10 +66,14 @@ KvPagedLayer kv_paged_layer(const KvPageLayout& layout, void* pool, std::int64_t
 KvLayerBuffers kv_fixed_area(const KvPageLayout& layout, const KvPagedLayer& layer, std::int64_t slot) {
   LOWBIT_CHECK(slot >= 0 && slot < layout.max_seqs, "kv pages: slot ", slot, ", expected 0..", layout.max_seqs - 1);
   KvLayerBuffers b;
-  if (layout.fixed_slots() == 0) return b;
+  if (layout.fixed_bytes() == 0) return b;
   LOWBIT_CHECK(layer.fixed != nullptr, "kv pages: the layer's fixed areas are missing");
-  b.k.f16 = layer.fixed + slot * (layout.fixed_bytes() / 2);
-  b.v.f16 = b.k.f16 + layout.shape.kv_heads * layout.fixed_slots() * layout.shape.head_dim;
+  std::uint16_t* area = layer.fixed + slot * (layout.fixed_bytes() / 2);
+  if (layout.fixed_slots() > 0) {
+    b.k.f16 = area;
+    b.v.f16 = b.k.f16 + layout.shape.kv_heads * layout.fixed_slots() * layout.shape.head_dim;
+  }
+  if (layout.shape.key_blocks()) b.k.staged = area + layout.fixed_f16_bytes() / 2;
   return b;
 }
 

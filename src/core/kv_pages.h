@@ -63,23 +63,37 @@ struct KvPageLayout {
   // FP16 slots of a sequence's fixed area (window, selective: sink + window).
   LOWBIT_HD std::int64_t fixed_slots() const { return shape.window > 0 ? shape.sink + shape.window : 0; }
 
-  // Bytes of one page of one layer, and of its parts (K and V alike).
+  // Bytes of one page of one layer, and of its parts (K and V alike, but for K's
+  // parameters with key blocks).
   LOWBIT_HD std::int64_t f16_part_bytes() const { return shape.kv_heads * page_tokens * shape.head_dim * 2; }
   LOWBIT_HD std::int64_t code_part_bytes() const { return page_tokens * shape.kv_heads * shape.code_bytes(); }
-  LOWBIT_HD std::int64_t param_part_bytes() const { return page_tokens * shape.kv_heads * 2; }
+  // Scales (or mins) of one part: per position and head, [P][H] f16; K's with key blocks
+  // per channel of the block whose first position is in the page, [H][D] f16 (pages of
+  // key_block tokens hold one block's first position each; see key_block_page).
+  LOWBIT_HD std::int64_t param_part_bytes(bool v = true) const {
+    return shape.key_blocks() && !v ? shape.kv_heads * shape.head_dim * 2 : page_tokens * shape.kv_heads * 2;
+  }
   LOWBIT_HD std::int64_t page_bytes() const {
     if (paged_f16()) return 2 * f16_part_bytes();
     if (!paged_body()) return 0;
-    return 2 * code_part_bytes() + 2 * param_part_bytes() * (shape.has_mins() ? 2 : 1);
+    return 2 * code_part_bytes() + (param_part_bytes(false) + param_part_bytes(true)) * (shape.has_mins() ? 2 : 1);
   }
   // Offsets in a body page: codes K, V; scales K, V; mins K, V.
   LOWBIT_HD std::int64_t codes_offset(bool v) const { return v ? code_part_bytes() : 0; }
-  LOWBIT_HD std::int64_t scales_offset(bool v) const { return 2 * code_part_bytes() + (v ? param_part_bytes() : 0); }
-  LOWBIT_HD std::int64_t mins_offset(bool v) const {
-    return 2 * code_part_bytes() + 2 * param_part_bytes() + (v ? param_part_bytes() : 0);
+  LOWBIT_HD std::int64_t scales_offset(bool v) const {
+    return 2 * code_part_bytes() + (v ? param_part_bytes(false) : 0);
   }
-  // Bytes of one sequence's fixed area of one layer (K and V).
-  LOWBIT_HD std::int64_t fixed_bytes() const { return 2 * shape.kv_heads * fixed_slots() * shape.head_dim * 2; }
+  LOWBIT_HD std::int64_t mins_offset(bool v) const {
+    return 2 * code_part_bytes() + param_part_bytes(false) + param_part_bytes(true) + (v ? param_part_bytes(false) : 0);
+  }
+  // Key blocks: the position whose page holds block j's parameters (the block's first).
+  LOWBIT_HD std::int64_t key_block_page(std::int64_t j) const { return shape.body_base + j * shape.key_block; }
+  // Bytes of one sequence's fixed area of one layer: the FP16 sink and window (K, then
+  // V), then with key blocks K's staging ring (the open block's FP16 keys, [H][B][D]).
+  LOWBIT_HD std::int64_t fixed_f16_bytes() const { return 2 * shape.kv_heads * fixed_slots() * shape.head_dim * 2; }
+  LOWBIT_HD std::int64_t fixed_bytes() const {
+    return fixed_f16_bytes() + (shape.key_blocks() ? shape.kv_heads * shape.key_block * shape.head_dim * 2 : 0);
+  }
 
   // The page-table index of position pos (FP16 pages: pos / P; body: see above).
   LOWBIT_HD std::int64_t logical_page(std::int64_t pos) const {
@@ -107,8 +121,10 @@ struct KvPageLayout {
 // Throws lowbit::Error naming what does not fit (a budget below the fixed areas and
 // one page, a page size that is not a positive multiple of 16, too many pages for int32
 // ids).
+// key_block B > 0 (a body policy): K in key blocks (core/kv_layout.h), which needs pages of
+// B tokens (page_tokens = B, a multiple of 16).
 KvPageLayout kv_page_layout(const KvCacheSpec& spec, std::int64_t layers, std::size_t budget_bytes,
-                            std::int64_t max_seqs, std::int64_t page_tokens = 16);
+                            std::int64_t max_seqs, std::int64_t page_tokens = 16, std::int64_t key_block = 0);
 
 // Host pointers of one layer in a pool at `pool` (device or host memory).
 struct KvPagedLayer {
@@ -117,8 +133,8 @@ struct KvPagedLayer {
 };
 KvPagedLayer kv_paged_layer(const KvPageLayout& layout, void* pool, std::int64_t layer);
 // Sequence slot `slot`'s fixed area in a layer as the contiguous cache's FP16 buffers
-// (k.f16, v.f16; the rest null; all null without a fixed area): the rows forms and the
-// kernels read and write it with the contiguous arithmetic.
+// (k.f16, v.f16; with key blocks k.staged; the rest null; all null without a fixed
+// area): the rows forms and the kernels read and write it with the contiguous arithmetic.
 KvLayerBuffers kv_fixed_area(const KvPageLayout& layout, const KvPagedLayer& layer, std::int64_t slot);
 
 // Checks a batch's descriptors and the page tables they use as the kernels would read

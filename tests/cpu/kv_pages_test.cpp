@@ -117,6 +117,49 @@ TEST(KvPages, PagesHoldTheContiguousBytesOfTheirTokens) {
   }
 }
 
+// Key blocks on pages of B tokens: a body page holds its positions' codes, V's per-token
+// parameters and K's per-channel parameters of the one block whose first position it
+// holds; the fixed area gains K's staging ring after the FP16 slots.
+TEST(KvPages, KeyBlockPagesHoldOneBlocksParameters) {
+  const Case cases[] = {{KvPolicy::selective, 8}, {KvPolicy::selective, 4}, {KvPolicy::int8, 8}, {KvPolicy::int4, 4}};
+  for (const Case& c : cases) {
+    for (std::int64_t d : {64, 128}) {
+      SCOPED_TRACE(std::string(kv_policy_name(c.policy)) + std::to_string(c.bits) + " D " + std::to_string(d));
+      const std::int64_t tokens = 3000, heads = 3, b = 32;
+      const KvCacheSpec spec = spec_of(c, heads, d, tokens);
+      const KvPageLayout l = core::kv_page_layout(spec, 2, std::size_t{1} << 26, 4, b, b);
+      const core::KvLayerShape s = l.shape;
+      ASSERT_TRUE(s.key_blocks());
+      const std::int64_t m = s.has_mins() ? 2 : 1;
+      EXPECT_EQ(l.page_bytes(), 2 * b * heads * s.code_bytes() + b * heads * 2 * m + heads * d * 2 * m);
+      for (bool v : {false, true}) {
+        EXPECT_EQ(l.scales_offset(v) % 16, 0);
+        if (s.has_mins()) EXPECT_EQ(l.mins_offset(v) % 16, 0);
+      }
+      EXPECT_EQ(l.scales_offset(false) + l.param_part_bytes(false), l.scales_offset(true));
+      EXPECT_EQ((s.has_mins() ? l.mins_offset(true) : l.scales_offset(true)) + l.param_part_bytes(true),
+                l.page_bytes());
+      // Each block's first position in a page of its own, the blocks' pages in order.
+      for (std::int64_t j = 0; l.key_block_page(j) < tokens; ++j) {
+        EXPECT_EQ(l.logical_page(l.key_block_page(j)), l.logical_page(l.key_block_page(0)) + j) << "block " << j;
+      }
+      // The fixed area: the FP16 slots (selective), then the staging ring.
+      const std::int64_t ring = heads * b * d * 2;
+      EXPECT_EQ(l.fixed_bytes(), (l.fixed_slots() ? static_cast<std::int64_t>(2 * s.f16_bytes()) : 0) + ring);
+      std::vector<std::uint8_t> pool(l.pool_bytes());
+      const core::KvPagedLayer last = core::kv_paged_layer(l, pool.data(), l.layers - 1);
+      ASSERT_NE(last.fixed, nullptr);
+      EXPECT_EQ(reinterpret_cast<std::uint8_t*>(last.fixed) + l.max_seqs * l.fixed_bytes(), pool.data() + pool.size());
+      const core::KvLayerBuffers area = core::kv_fixed_area(l, last, l.max_seqs - 1);
+      EXPECT_EQ(reinterpret_cast<std::uint8_t*>(area.k.staged) + ring, pool.data() + pool.size());
+      EXPECT_EQ(area.k.f16 != nullptr, l.fixed_slots() > 0);
+    }
+  }
+  const KvCacheSpec spec = spec_of({KvPolicy::int4, 4}, 2, 64, 1000);
+  EXPECT_LOWBIT_ERROR(core::kv_page_layout(spec, 1, std::size_t{1} << 24, 2, 16, 32), "page_tokens 16");
+  EXPECT_LOWBIT_ERROR(core::kv_page_layout(spec, 1, std::size_t{1} << 24, 2, 48, 40), "key blocks of 40");
+}
+
 // The target: INT4 selective holds ~3.4x the tokens of FP16 in one budget
 // (Llama-3-8B's KV shape, 40 GB, 64 sequences: sink 16 + window 32 FP16 each).
 TEST(KvPages, SelectiveInt4HoldsOverThreeTimesFp16TokensInABudget) {

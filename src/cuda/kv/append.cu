@@ -856,7 +856,7 @@ void paged_kv_append(const KvPageLayout& layout, const KvPagedLayer& layer, cons
                "paged_kv_append: batch of ", batch.batch, " rows (1..65535) with device descriptors and page tables");
   LOWBIT_CHECK(batch.max_length >= 1 && batch.max_length <= layout.max_tokens, "paged_kv_append: max_length ",
                batch.max_length, ", expected 1..", layout.max_tokens);
-  LOWBIT_CHECK((layer.pages || !layout.has_pages()) && (layer.fixed || layout.fixed_slots() == 0),
+  LOWBIT_CHECK((layer.pages || !layout.has_pages()) && (layer.fixed || layout.fixed_bytes() == 0),
                "paged_kv_append: the layer's pages or fixed areas are missing");
   LOWBIT_CHECK(rows.base && rows.k_col >= n_heads * d && rows.v_col >= n_heads * d &&
                    rows.ld >= rows.k_col + s.kv_heads * d && rows.ld >= rows.v_col + s.kv_heads * d,

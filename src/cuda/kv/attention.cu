@@ -957,7 +957,7 @@ void check_paged_call(const KvPageLayout& layout, const KvPagedLayer& layer, con
                what, ": batch of ", batch.batch, " rows (1..65535) with device descriptors and page tables");
   LOWBIT_CHECK(batch.max_length >= 1 && batch.max_length <= layout.max_tokens && batch.max_length < (1ll << 30), what,
                ": max_length ", batch.max_length, ", expected 1..", layout.max_tokens);
-  LOWBIT_CHECK((layer.pages || !layout.has_pages()) && (layer.fixed || layout.fixed_slots() == 0), what,
+  LOWBIT_CHECK((layer.pages || !layout.has_pages()) && (layer.fixed || layout.fixed_bytes() == 0), what,
                ": the layer's pages or fixed areas are missing");
   LOWBIT_CHECK(layout.page_tokens % 16 == 0 && layout.page_tokens > 0, what, ": page_tokens ", layout.page_tokens,
                ", expected a multiple of 16");

@@ -112,7 +112,7 @@ inline void check_paged_rows_call(const KvPageLayout& layout, const KvPagedLayer
                                   const std::int32_t* tables, const ChunkRows& chunk, const char* what) {
   LOWBIT_CHECK(slot >= 0 && slot < layout.max_seqs, what, ": slot ", slot, ", expected 0..", layout.max_seqs - 1);
   LOWBIT_CHECK((tables || !layout.has_pages()) && (layer.pages || !layout.has_pages()) &&
-                   (layer.fixed || layout.fixed_slots() == 0),
+                   (layer.fixed || layout.fixed_bytes() == 0),
                what, ": the pool's pages, fixed areas or page tables are missing");
   LOWBIT_CHECK(chunk.pos0 + chunk.rows <= layout.max_tokens, what, ": positions up to ", chunk.pos0 + chunk.rows - 1,
                " past the ", layout.max_tokens, " a sequence holds");
