@@ -87,19 +87,23 @@ KvCacheSpec spec_of(const Case& c, std::int64_t d, std::int64_t max_tokens) {
 }
 
 // Builds the batch by B-row appends (step t appends position t of every row still
-// shorter than its length; the others idle) through a shuffled allocator.
-Batch build_batch(std::mt19937& rng, const Case& c, std::int64_t d, const std::vector<std::int64_t>& lengths) {
+// shorter than its length; the others idle) through a shuffled allocator. key_block > 0:
+// K in key blocks of that many tokens, on pages of as many.
+Batch build_batch(std::mt19937& rng, const Case& c, std::int64_t d, const std::vector<std::int64_t>& lengths,
+                  std::int64_t key_block = 0) {
   Batch b;
   b.lengths = lengths;
   b.max_length = *std::max_element(lengths.begin(), lengths.end());
   const auto rows = static_cast<std::int64_t>(lengths.size());
   const KvCacheSpec spec = spec_of(c, d, b.max_length);
+  const std::int64_t page_tokens = key_block > 0 ? key_block : 16;
   // Room for every row and a third more pages, so that held pages are scattered among free ones.
-  const KvPageLayout probe = core::kv_page_layout(spec, 1, std::size_t{1} << 32, rows + 3);
+  const KvPageLayout probe = core::kv_page_layout(spec, 1, std::size_t{1} << 32, rows + 3, page_tokens, key_block);
   std::int64_t pages = 1;
   for (std::int64_t len : lengths) pages += probe.pages_for(len);
   b.layout = core::kv_page_layout(
-      spec, 1, probe.fixed_bytes_total() + static_cast<std::size_t>((pages + pages / 3) * probe.page_bytes()), rows + 3);
+      spec, 1, probe.fixed_bytes_total() + static_cast<std::size_t>((pages + pages / 3) * probe.page_bytes()), rows + 3,
+      page_tokens, key_block);
   KvPageAllocator alloc(b.layout, 0x9e3779b9u + static_cast<std::uint64_t>(rows));
   const std::int32_t spare = alloc.open();  // slots out of order too
   for (std::int64_t i = 0; i < rows; ++i) b.slots.push_back(alloc.open());
@@ -151,6 +155,43 @@ long long first_difference(const T* got, const T* want, std::int64_t n) {
   return -1;
 }
 
+// Key blocks: K's codes of the complete blocks by position, each block's parameters in
+// the page of its first position, and the staging ring in the sequence's fixed area.
+template <class PageOf>
+void expect_key_blocks_hold_twin(const KvPageLayout& l, const core::KvPagedLayer& host, std::int32_t slot,
+                                 const PageOf& page, const KvTwin& t) {
+  const core::KvLayerShape& s = l.shape;
+  const std::int64_t d = s.head_dim, h = s.kv_heads, cb = s.code_bytes();
+  const std::int64_t body_end = std::max(s.body_base, t.length - s.window);
+  const std::int64_t blocks = (s.open_block_begin(body_end) - s.body_base) / s.key_block;
+  for (std::int64_t pos = s.body_base; pos < s.body_base + blocks * s.key_block; ++pos) {
+    const std::int64_t r = (pos % l.page_tokens) * h, p = (pos - s.body_base) * h;
+    ASSERT_EQ(first_difference(page(pos) + l.codes_offset(false) + r * cb, t.k.codes.data() + p * cb, h * cb), -1)
+        << "K codes of position " << pos;
+  }
+  for (std::int64_t j = 0; j < blocks; ++j) {
+    const std::uint8_t* at = page(l.key_block_page(j));
+    ASSERT_EQ(first_difference(reinterpret_cast<const std::uint16_t*>(at + l.scales_offset(false)),
+                               t.k.scales.data() + j * h * d, h * d),
+              -1)
+        << "K scales of block " << j;
+    if (s.has_mins()) {
+      ASSERT_EQ(first_difference(reinterpret_cast<const std::uint16_t*>(at + l.mins_offset(false)),
+                                 t.k.mins.data() + j * h * d, h * d),
+                -1)
+          << "K mins of block " << j;
+    }
+  }
+  // The open block's slots (the others hold older blocks' keys, as the twin's ring does).
+  const std::uint16_t* ring = host.fixed + slot * (l.fixed_bytes() / 2) + l.fixed_f16_bytes() / 2;
+  for (std::int64_t pos = s.open_block_begin(body_end); pos < body_end; ++pos) {
+    for (std::int64_t hh = 0; hh < h; ++hh) {
+      const std::int64_t at = (hh * s.key_block + s.staged_slot(pos)) * d;
+      ASSERT_EQ(first_difference(ring + at, t.k.staged.data() + at, d), -1) << "staged K of position " << pos;
+    }
+  }
+}
+
 // The pool holds every row's twin bytes where the layout puts them.
 void expect_pool_holds_twins(const Batch& b) {
   const KvPageLayout& l = b.layout;
@@ -168,6 +209,10 @@ void expect_pool_holds_twins(const Batch& b) {
       if (l.fixed_slots() > 0) {
         const std::uint16_t* fixed = host.fixed + b.slots[i] * (l.fixed_bytes() / 2) + (is_v ? h * l.fixed_slots() * d : 0);
         ASSERT_EQ(first_difference(fixed, part.f16.data(), h * l.fixed_slots() * d), -1) << "fixed area " << is_v;
+      }
+      if (!is_v && s.key_blocks()) {
+        expect_key_blocks_hold_twin(l, host, b.slots[i], page, t);
+        continue;
       }
       for (std::int64_t pos = 0; pos < t.length; ++pos) {
         if (l.paged_f16()) {
@@ -339,6 +384,23 @@ TEST_F(PagedKvGpu, BatchedAttentionEqualsContiguousAndTheTwin) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// Key blocks (KIVI) on pages of B tokens: the batched append writes the twin's bytes (K's
+// blocks quantized per channel as they complete, their parameters in the page of their
+// first position, the open block in the fixed area's ring), rows of different lengths.
+TEST_F(PagedKvGpu, AppendWithKeyBlocksWritesTheTwinsBytes) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : {kCases[2], kCases[3], kCases[4], kCases[5]}) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t key_block : {16, 32, 64}) {
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " B " + std::to_string(key_block));
+        const Batch b = build_batch(rng, c, d, {1, 31, 33, 96, 250, 257}, key_block);
+        expect_pool_holds_twins(b);
+        EXPECT_EQ(download<std::int32_t>(b.status.data(), 1)[0], 0);
       }
     }
   }

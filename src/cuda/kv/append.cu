@@ -256,8 +256,40 @@ __device__ void quantize_head(const BodyRow& rows, int head, const float (&x)[D 
 // earlier launch did; or the chunk's and the snapshot's), takes their statistics over the
 // B slots, then encodes each slot into its position's code row. The arithmetic of
 // quantize_head per channel: cpu::kv_quantize over the transposed block.
-template <int D, class Scheme, class Load>
-__device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, int head, long long block,
+// Where a key block's parameters ([H][D] f16 scales, INT4 also mins) and its positions'
+// code rows (KV head 0's) go: the contiguous cache's (core/kv_layout.h) or, paged, the
+// page of the block's first position and each position's page (core/kv_pages.h; null:
+// not in the table, flagged, nothing written).
+struct KeyBlockParams {
+  std::uint16_t* scales;
+  std::uint16_t* mins;
+};
+struct ContiguousKeyBlocks {
+  const KvLayerShape* s;
+  KvPart part;
+  __device__ KeyBlockParams params(long long block) const {
+    const long long at = block * s->kv_heads * s->head_dim;
+    return KeyBlockParams{part.scales + at, part.mins ? part.mins + at : nullptr};
+  }
+  __device__ std::uint8_t* codes(long long pos) const { return contiguous_body_row(*s, part, pos).codes; }
+};
+struct PagedKeyBlocks {
+  const PagedArgs* p;
+  const std::int32_t* table;
+  __device__ KeyBlockParams params(long long block) const {
+    std::uint8_t* page = page_or_null(*p, table, p->layout.key_block_page(block));
+    if (!page) return KeyBlockParams{nullptr, nullptr};
+    return KeyBlockParams{reinterpret_cast<std::uint16_t*>(page + p->layout.scales_offset(false)),
+                          reinterpret_cast<std::uint16_t*>(page + p->layout.mins_offset(false))};
+  }
+  __device__ std::uint8_t* codes(long long pos) const {
+    std::uint8_t* page = page_or_null(*p, table, pos);
+    return page ? body_row_in(p->layout, page, false, pos).codes : nullptr;
+  }
+};
+
+template <int D, class Scheme, class Load, class Dest>
+__device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int head, long long block,
                                    const Load& load) {
   constexpr int E = D / 32;
   const int c0 = static_cast<int>(threadIdx.x) * E;
@@ -281,18 +313,22 @@ __device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, in
     }
   }
   formats::HalfParams<Scheme> p[E];
-  const long long param = (block * s.kv_heads + head) * D + c0;
+  const KeyBlockParams params = dest.params(block);
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     p[e] = formats::HalfParams<Scheme>::from_range(formats::bits_to_float(abs_bits[e]), lo[e], hi[e]);
-    part.scales[param + e] = p[e].scale.bits;
-    if constexpr (Scheme::kBits == 4) part.mins[param + e] = p[e].min.bits;
+    if (params.scales) params.scales[head * D + c0 + e] = p[e].scale.bits;
+    if constexpr (Scheme::kBits == 4) {
+      if (params.mins) params.mins[head * D + c0 + e] = p[e].min.bits;
+    }
   }
   for (int i = 0; i < b; ++i) {
     float x[E];
     load(i, x);
     const long long pos = s.body_base + block * b + i;
-    std::uint8_t* codes = contiguous_body_row(s, part, pos).codes + head * (Scheme::kBits == 8 ? D : D / 2);
+    std::uint8_t* row = dest.codes(pos);
+    if (!row) continue;
+    std::uint8_t* codes = row + head * (Scheme::kBits == 8 ? D : D / 2);
     std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
 #pragma unroll
     for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[e])) << (Scheme::kBits * e);
@@ -310,8 +346,8 @@ __device__ void quantize_key_block(const KvLayerShape& s, const KvPart& part, in
 
 // Key blocks: a lane's E FP16 values of K at body position pos into the staging ring;
 // the warp quantizes the block when pos completes it.
-template <int D, class Scheme>
-__device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, long long pos,
+template <int D, class Scheme, class Dest>
+__device__ void stage_key(const KvLayerShape& s, const KvPart& part, const Dest& dest, int head, long long pos,
                           const float (&x)[D / 32]) {
   constexpr int E = D / 32;
   const long long slot = s.staged_slot(pos);
@@ -321,7 +357,7 @@ __device__ void stage_key(const KvLayerShape& s, const KvPart& part, int head, l
   if (slot == s.key_block - 1) {
     const std::uint16_t* staged = part.staged + head * s.key_block * D + static_cast<int>(threadIdx.x) * E;
     auto load = [&](int i, float (&x)[E]) { load_halves(staged + static_cast<long long>(i) * D, x); };
-    quantize_key_block<D, Scheme>(s, part, head, (pos - s.body_base) / s.key_block, load);
+    quantize_key_block<D, Scheme>(s, dest, head, (pos - s.body_base) / s.key_block, load);
   }
 }
 
@@ -354,6 +390,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
     if (row.fixed) {
       a.layer.k.f16 = row.fixed;
       a.layer.v.f16 = row.fixed + fixed_part_halves(a.paged.layout);
+      a.layer.k.staged = row.fixed + a.paged.layout.fixed_f16_bytes() / 2;  // key blocks' ring (unread otherwise)
     }
     const __half* base = a.k + b * a.rows_ld;  // a.k: the rows' base
     a.k = base + a.k_col;
@@ -374,6 +411,14 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
     }
     return part.f16 + (head * s.f16_slots() + s.slot(pos)) * D + c0;
   };
+  // Where a completed key block goes.
+  auto key_blocks = [&] {
+    if constexpr (Paged) {
+      return PagedKeyBlocks{&a.paged, table};
+    } else {
+      return ContiguousKeyBlocks{&s, part};
+    }
+  };
   // The body rows of position p (null codes: not held).
   auto body_rows = [&](long long p) -> BodyRow {
     if constexpr (Paged) {
@@ -390,8 +435,8 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
       const std::uint16_t* slot = f16_slot();
       float old[E];
       load_halves(slot, old);
-      if (!Paged && !is_v && s.key_block > 0) {  // key blocks: staged (the block quantized when complete)
-        stage_key<D, Scheme>(s, part, head, pos - s.window, old);
+      if (!is_v && s.key_block > 0) {  // key blocks: staged (the block quantized when complete)
+        stage_key<D, Scheme>(s, part, key_blocks(), head, pos - s.window, old);
       } else {
         const BodyRow rows = body_rows(pos - s.window);
         if (rows.codes) quantize_head<D, Scheme>(rows, head, old);
@@ -418,8 +463,8 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
 
   if constexpr (Scheme::kBits != 0) {
     if (s.window == 0) {  // int8 / int4: every token quantized on arrival (key blocks: staged)
-      if (!Paged && !is_v && s.key_block > 0) {
-        stage_key<D, Scheme>(s, part, head, pos, x);
+      if (!is_v && s.key_block > 0) {
+        stage_key<D, Scheme>(s, part, key_blocks(), head, pos, x);
         return;
       }
       const BodyRow rows = body_rows(pos);
@@ -546,7 +591,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
 // chunk completes, first_block on, quantized from their FP16 values: a position in the
 // chunk from its row, one before it from the snapshot (the ring's, or the staging ring's
 // where it had left the window).
-template <int D, class Scheme>
+template <int D, class Scheme, bool Paged>
 __global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsArgs a, long long first_block) {
   constexpr int E = D / 32;
   pdl_trigger();
@@ -556,7 +601,14 @@ __global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsAr
   const int head = static_cast<int>(blockIdx.x), c0 = static_cast<int>(threadIdx.x) * E;
   const long long block = first_block + blockIdx.y;
   const std::uint16_t* staged = a.snapshot + 2 * s.kv_heads * s.window * D;
-  quantize_key_block<D, Scheme>(s, a.layer.k, head, block, [&](int i, float (&x)[E]) {
+  auto dest = [&] {
+    if constexpr (Paged) {
+      return PagedKeyBlocks{&a.paged, a.table};
+    } else {
+      return ContiguousKeyBlocks{&s, a.layer.k};
+    }
+  };
+  quantize_key_block<D, Scheme>(s, dest(), head, block, [&](int i, float (&x)[E]) {
     const long long p = s.body_base + block * s.key_block + i;
     if (p >= c.pos0) {
       load_halves(static_cast<const __half*>(c.base) + (p - c.pos0) * c.ld + c.k_col + head * D + c0, x);
@@ -601,7 +653,11 @@ void launch(const AppendArgs& a, cudaStream_t stream, unsigned rows) {
 void run(const AppendArgs& a, cudaStream_t stream, unsigned rows = 1) {
   LOWBIT_CHECK(a.shape.head_dim == 64 || a.shape.head_dim == 128, "kv_append: head_dim = ", a.shape.head_dim,
                ", expected 64 or 128");
-  check_key_blocks(a.shape, a.layer, a.paged.descs != nullptr, "kv_append");
+  if (a.paged.descs != nullptr) {
+    check_paged_key_blocks(a.paged.layout, "paged_kv_append");
+  } else {
+    check_key_blocks(a.shape, a.layer, false, "kv_append");
+  }
   LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos,
                "kv_append: the Hadamard rotation rides on the fused rope (set its tables and q)");
   if (a.rope.cos) {
@@ -641,7 +697,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_in_order_kernel(KvLayerShap
       if (is_v) {
         quantize_head<D, Scheme>(contiguous_body_row(s, part, pos), head, x);
       } else {
-        stage_key<D, Scheme>(s, part, head, pos, x);
+        stage_key<D, Scheme>(s, part, ContiguousKeyBlocks{&s, part}, head, pos, x);
       }
       continue;
     }
@@ -652,7 +708,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_in_order_kernel(KvLayerShap
       if (is_v) {
         quantize_head<D, Scheme>(contiguous_body_row(s, part, pos - s.window), head, old);
       } else {
-        stage_key<D, Scheme>(s, part, head, pos - s.window, old);
+        stage_key<D, Scheme>(s, part, ContiguousKeyBlocks{&s, part}, head, pos - s.window, old);
       }
     }
 #pragma unroll
@@ -743,14 +799,14 @@ void launch_append_rows(const AppendRowsArgs& a, dim3 grid, cudaStream_t stream)
 }
 
 // Key blocks: the blocks the chunk completes, [first, end), quantized (contiguous cache).
-template <int D>
+template <int D, bool Paged>
 void quantize_key_blocks(const AppendRowsArgs& a, long long first, long long end, cudaStream_t stream) {
   if (end <= first) return;
   const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), static_cast<unsigned>(end - first));
   if (a.shape.body == KvBody::int8) {
-    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int8Symmetric>, grid, 32, 0, stream, a, first);
+    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int8Symmetric, Paged>, grid, 32, 0, stream, a, first);
   } else {
-    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int4Asymmetric>, grid, 32, 0, stream, a, first);
+    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int4Asymmetric, Paged>, grid, 32, 0, stream, a, first);
   }
 }
 
@@ -774,10 +830,12 @@ void append_rows(AppendRowsArgs a, void* snapshot, cudaStream_t stream) {
   const bool paged = a.table != nullptr;
   if (d == 64) {
     paged ? launch_append_rows<64, true>(a, grid, stream) : launch_append_rows<64, false>(a, grid, stream);
-    if (!paged) quantize_key_blocks<64>(a, first_block, end_block, stream);
+    paged ? quantize_key_blocks<64, true>(a, first_block, end_block, stream)
+          : quantize_key_blocks<64, false>(a, first_block, end_block, stream);
   } else {
     paged ? launch_append_rows<128, true>(a, grid, stream) : launch_append_rows<128, false>(a, grid, stream);
-    if (!paged) quantize_key_blocks<128>(a, first_block, end_block, stream);
+    paged ? quantize_key_blocks<128, true>(a, first_block, end_block, stream)
+          : quantize_key_blocks<128, false>(a, first_block, end_block, stream);
   }
 }
 
@@ -794,7 +852,7 @@ void paged_kv_append_rows(const KvPageLayout& layout, const KvPagedLayer& layer,
                           const std::int32_t* tables, const ChunkRows& chunk, void* snapshot, cuda_stream_t stream,
                           std::int32_t* status) {
   check_chunk_rows(layout.shape, chunk, "paged_kv_append_rows");
-  check_key_blocks(layout.shape, KvLayerBuffers{}, true, "paged_kv_append_rows");
+  check_paged_key_blocks(layout, "paged_kv_append_rows");
   check_paged_rows_call(layout, layer, slot, tables, chunk, "paged_kv_append_rows");
   AppendRowsArgs a{layout.shape, core::kv_fixed_area(layout, layer, slot), chunk,
                    static_cast<const std::uint16_t*>(snapshot)};

@@ -107,6 +107,17 @@ void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& lay
                              std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                              std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status = nullptr,
                              AttentionKernel kernel = AttentionKernel::automatic);
+// The checks of a paged cache with key blocks (nothing without them): a body, B a multiple
+// of 16 and pages of B tokens (core::kv_page_layout's rule, which puts each block's first
+// position in a page of its own, where its parameters live). The appends take them; the
+// attention does not yet (kv_attention refuses them by name).
+inline void check_paged_key_blocks(const KvPageLayout& layout, const char* what) {
+  const KvLayerShape& s = layout.shape;
+  if (s.key_block == 0) return;
+  LOWBIT_CHECK(s.key_blocks() && s.key_block % 16 == 0 && layout.page_tokens == s.key_block, what,
+               ": key blocks of ", s.key_block, " on a quantizing policy need pages of as many tokens (a multiple of "
+               "16), got pages of ", layout.page_tokens);
+}
 // The checks both make of the pool, the slot and the table (the chunk: check_chunk_rows).
 inline void check_paged_rows_call(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
                                   const std::int32_t* tables, const ChunkRows& chunk, const char* what) {
