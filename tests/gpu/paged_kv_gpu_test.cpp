@@ -406,6 +406,63 @@ TEST_F(PagedKvGpu, AppendWithKeyBlocksWritesTheTwinsBytes) {
   }
 }
 
+// The same by the prefill's rows append: one sequence's chunks (crossing blocks, pages and
+// the window's ring within and across chunks), each block the chunk completes quantized
+// from the chunk's rows and the snapshot.
+TEST_F(PagedKvGpu, RowsAppendWithKeyBlocksWritesTheTwinsBytes) {
+  LOWBIT_TEST_RNG(rng);
+  const std::vector<std::int64_t> chunks = {37, 1, 100, 64, 211, 3};
+  std::int64_t length = 0;
+  for (std::int64_t n : chunks) length += n;
+  for (const Case& c : {kCases[2], kCases[3], kCases[4], kCases[5]}) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t key_block : {16, 32}) {
+        SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " B " + std::to_string(key_block));
+        const KvCacheSpec spec = spec_of(c, d, length);
+        const KvPageLayout probe = core::kv_page_layout(spec, 1, std::size_t{1} << 32, 2, key_block, key_block);
+        const std::int64_t pages = 2 * probe.pages_for(length) + 1;  // scattered among as many free ones
+        Batch b;
+        b.layout = core::kv_page_layout(spec, 1, probe.fixed_bytes_total() + static_cast<std::size_t>(pages * probe.page_bytes()),
+                                        2, key_block, key_block);
+        const KvPageLayout& l = b.layout;
+        KvPageAllocator alloc(l, 0x6a09e667u);
+        const std::int32_t spare = alloc.open();
+        b.slots = {alloc.open()};
+        alloc.close(spare);
+        b.lengths = {length};
+        b.max_length = length;
+        b.pool = core::DeviceBuffer(l.pool_bytes());
+        LOWBIT_CUDA_CHECK(cudaMemset(b.pool.data(), kFloatPoison, b.pool.bytes()));
+        b.layer = core::kv_paged_layer(l, b.pool.data(), 0);
+        upload(b.status, std::vector<std::int32_t>{0});
+        const std::int64_t hd = kKvHeads * d, ld = 3 * hd;  // no query heads: K at hd, V at 2 hd
+        const std::vector<std::uint16_t> data = random_f16(rng, length, ld, 1.0f);
+        core::DeviceBuffer rows_dev, snapshot(std::max<std::size_t>(ce::ring_snapshot_bytes(l.shape), 16));
+        upload(rows_dev, data);
+        std::int64_t pos0 = 0;
+        for (std::int64_t n : chunks) {
+          alloc.grow(b.slots[0], pos0 + n);
+          upload(b.tables, alloc.tables());
+          const ce::ChunkRows chunk{rows_dev.as<std::uint16_t>() + pos0 * ld, n, ld, hd, 2 * hd, pos0};
+          ce::paged_kv_append_rows(l, b.layer, b.slots[0], b.tables.as<std::int32_t>(), chunk, snapshot.data(), nullptr,
+                                   b.status.as<std::int32_t>());
+          LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+          pos0 += n;
+        }
+        ce::paged_kv_check_status(b.status.as<std::int32_t>(), nullptr);
+        b.host_tables = alloc.tables();
+        std::vector<std::uint16_t> k(static_cast<std::size_t>(length * hd)), v(k.size());
+        for (std::int64_t t = 0; t < length; ++t) {
+          std::copy(data.begin() + t * ld + hd, data.begin() + t * ld + 2 * hd, k.begin() + t * hd);
+          std::copy(data.begin() + t * ld + 2 * hd, data.begin() + t * ld + 3 * hd, v.begin() + t * hd);
+        }
+        b.twins.push_back(build_kv_twin(l.shape, length, k, v));
+        expect_pool_holds_twins(b);
+      }
+    }
+  }
+}
+
 TEST_F(PagedKvGpu, AppendWithRopeRotatesLikeKvAppendAt) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : {kCases[0], kCases[3]}) {
