@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -241,12 +242,13 @@ void expect_pool_holds_twins(const Batch& b) {
 
 // One contiguous layer on the device holding a twin's bytes.
 struct ContiguousLayer {
-  core::DeviceBuffer kf, kc, ks, km, vf, vc, vs, vm;
+  core::DeviceBuffer kf, kc, ks, km, kst, vf, vc, vs, vm;
   ce::KvLayerBuffers dev;
   explicit ContiguousLayer(const KvTwin& t) {
-    upload(kf, t.k.f16), upload(kc, t.k.codes), upload(ks, t.k.scales), upload(km, t.k.mins);
+    upload(kf, t.k.f16), upload(kc, t.k.codes), upload(ks, t.k.scales), upload(km, t.k.mins), upload(kst, t.k.staged);
     upload(vf, t.v.f16), upload(vc, t.v.codes), upload(vs, t.v.scales), upload(vm, t.v.mins);
-    dev.k = {kf.as<std::uint16_t>(), kc.as<std::uint8_t>(), ks.as<std::uint16_t>(), km.as<std::uint16_t>()};
+    dev.k = {kf.as<std::uint16_t>(), kc.as<std::uint8_t>(), ks.as<std::uint16_t>(), km.as<std::uint16_t>(),
+             kst.as<std::uint16_t>()};  // key blocks' staging ring (empty otherwise)
     dev.v = {vf.as<std::uint16_t>(), vc.as<std::uint8_t>(), vs.as<std::uint16_t>(), vm.as<std::uint16_t>()};
   }
   // The layer's bytes now, as a twin of `length` positions shaped like `like`.
@@ -286,103 +288,128 @@ const char* kernel_name(ce::AttentionKernel k) {
 
 class PagedKvGpu : public GpuTest {};
 
+// The batched decode attention of rows sequences (the last row idle) equals the contiguous
+// kernel's bit for bit at the batch's split length and the twin in double, for each of
+// `kernels`; key_block > 0: K in key blocks on pages of as many tokens.
+void check_batched_attention(std::mt19937& rng, const Case& c, std::int64_t d, std::int64_t rows,
+                             std::int64_t key_block, std::initializer_list<ce::AttentionKernel> kernels) {
+  const Batch b = build_batch(rng, c, d, lengths_of(rows), key_block);
+  expect_pool_holds_twins(b);
+  EXPECT_EQ(download<std::int32_t>(b.status.data(), 1)[0], 0);
+  // q rows: [row][ld], q at column 0; the last row idle (its output keeps the poison).
+  const std::int64_t hd = kHeads * d, ld = hd + 2 * kKvHeads * d;
+  const std::vector<std::uint16_t> q = random_f16(rng, rows + 1, ld, 1.5f);
+  core::DeviceBuffer qd;
+  upload(qd, q);
+  std::vector<KvSeqDesc> descs;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    descs.push_back({static_cast<std::int32_t>(b.lengths[static_cast<std::size_t>(i)] - 1),
+                     b.slots[static_cast<std::size_t>(i)]});
+  }
+  descs.push_back({-1, 0});
+  core::DeviceBuffer descs_dev;
+  upload(descs_dev, descs);
+  ce::PagedBatch batch{descs_dev.as<KvSeqDesc>(), b.tables.as<std::int32_t>(), rows + 1, b.max_length,
+                       b.status.as<std::int32_t>()};
+  const ce::BatchRows qrows{qd.data(), ld, hd, hd + kKvHeads * d};
+  for (ce::AttentionKernel kernel : kernels) {
+    for (DType out_dtype : sanitizer_subset<DType>({DType::f32, DType::f16}, {0})) {
+      SCOPED_TRACE(std::string(kernel_name(kernel)) + " out " + dtype_name(out_dtype));
+      const std::size_t ws_bytes = ce::paged_kv_attention_workspace(b.layout, kHeads, rows + 1, b.max_length);
+      core::DeviceBuffer ws(ws_bytes);
+      LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));
+      const std::size_t es = dtype_size(out_dtype);
+      const std::int64_t out_ld = hd + 64;  // a gap between rows: must stay poisoned
+      GuardedBuffer out(static_cast<std::size_t>((rows + 1) * out_ld) * es);
+      out.poison(kFloatPoison);
+      ce::paged_kv_attention(b.layout, b.layer, batch, qrows, kHeads, out.data(), out_ld, out_dtype, ws.data(),
+                             ws_bytes, nullptr, false, kernel);
+      // Twice: the fused combine's counters are left ready for the next call.
+      ce::paged_kv_attention(b.layout, b.layer, batch, qrows, kHeads, out.data(), out_ld, out_dtype, ws.data(),
+                             ws_bytes, nullptr, false, kernel);
+      LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_TRUE(out.guards_intact("out"));
+      ce::paged_kv_check_status(b.status.as<std::int32_t>(), nullptr);
+      const std::vector<std::uint8_t> got = out.download_bytes();
+      const ce::DecodeSplitPlan plan =
+          ce::paged_kv_attention_plan(b.layout, kHeads, rows + 1, b.max_length, kernel);
+      for (std::int64_t i = 0; i <= rows; ++i) {
+        const std::uint8_t* row = got.data() + static_cast<std::size_t>(i * out_ld) * es;
+        // Past each row's heads, and all of the idle row: untouched.
+        const std::int64_t written = i < rows ? hd : 0;
+        for (std::size_t e = static_cast<std::size_t>(written) * es; e < static_cast<std::size_t>(out_ld) * es; ++e) {
+          ASSERT_EQ(row[e], kFloatPoison) << "row " << i << " byte " << e;
+        }
+        if (i == rows) continue;
+        const KvTwin& t = b.twins[static_cast<std::size_t>(i)];
+        // The contiguous kernel with the batch's split length.
+        const ContiguousLayer cl(t);
+        core::DeviceBuffer pos, qi, outc;
+        upload(pos, std::vector<std::int32_t>{static_cast<std::int32_t>(t.length - 1)});
+        upload(qi, std::vector<std::uint16_t>(q.begin() + i * ld, q.begin() + i * ld + hd));
+        outc = core::DeviceBuffer(static_cast<std::size_t>(hd) * es);
+        LOWBIT_CUDA_CHECK(cudaMemset(outc.data(), kFloatPoison, outc.bytes()));
+        const std::int64_t splits = (b.max_length + plan.split_len - 1) / plan.split_len;
+        const std::size_t cws = core::decode_workspace_bytes(kHeads, d, splits) + 4096;
+        core::DeviceBuffer cw(cws);
+        LOWBIT_CUDA_CHECK(cudaMemset(cw.data(), 0, cws));
+        ce::kv_attention_at(t.shape, cl.dev, pos.as<std::int32_t>(), b.max_length, qi.data(), kHeads,
+                            outc.data(), out_dtype, cw.data(), cws, nullptr, false, kernel, plan.split_len);
+        const std::vector<std::uint8_t> want = download<std::uint8_t>(outc.data(), outc.bytes());
+        ASSERT_EQ(first_difference(row, want.data(), hd * static_cast<std::int64_t>(es)), -1)
+            << "row " << i << " (length " << t.length << ") differs from the contiguous kernel";
+        // And the twin in double (kv_cache_gpu_test's tolerance).
+        const std::vector<std::uint16_t> qh(q.begin() + i * ld, q.begin() + i * ld + hd);
+        const TwinAttention ref = twin_attention(t, qh, kHeads);
+        const bool f16_p = kernel == ce::AttentionKernel::mma_swap;
+        int bad = 0;
+        for (std::int64_t e = 0; e < hd; ++e) {
+          const auto h = static_cast<std::size_t>(e / d);
+          float v;
+          if (out_dtype == DType::f32) {
+            std::memcpy(&v, row + 4 * e, 4);
+          } else {
+            std::uint16_t bits;
+            std::memcpy(&bits, row + 2 * e, 2);
+            v = formats::half_to_float({bits});
+          }
+          const double want_e = ref.out[static_cast<std::size_t>(e)];
+          const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15 +
+                                            (f16_p ? 0x1p-10 : 0.0)) +
+                             (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(want_e) : 0.0) + 1e-7;
+          if (!(std::fabs(v - want_e) <= tol) && bad++ < 3) {
+            ADD_FAILURE() << "row " << i << " element " << e << ": " << v << " vs twin " << want_e;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(PagedKvGpu, BatchedAttentionEqualsContiguousAndTheTwin) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : kCases) {
     for (std::int64_t d : {64, 128}) {
       for (std::int64_t rows : sanitizer_subset<std::int64_t>({1, 3, 16}, {1})) {
         SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " B " + std::to_string(rows));
-        const Batch b = build_batch(rng, c, d, lengths_of(rows));
-        expect_pool_holds_twins(b);
-        EXPECT_EQ(download<std::int32_t>(b.status.data(), 1)[0], 0);
-        // q rows: [row][ld], q at column 0; the last row idle (its output keeps the poison).
-        const std::int64_t hd = kHeads * d, ld = hd + 2 * kKvHeads * d;
-        const std::vector<std::uint16_t> q = random_f16(rng, rows + 1, ld, 1.5f);
-        core::DeviceBuffer qd;
-        upload(qd, q);
-        std::vector<KvSeqDesc> descs;
-        for (std::int64_t i = 0; i < rows; ++i) {
-          descs.push_back({static_cast<std::int32_t>(b.lengths[static_cast<std::size_t>(i)] - 1),
-                           b.slots[static_cast<std::size_t>(i)]});
-        }
-        descs.push_back({-1, 0});
-        core::DeviceBuffer descs_dev;
-        upload(descs_dev, descs);
-        ce::PagedBatch batch{descs_dev.as<KvSeqDesc>(), b.tables.as<std::int32_t>(), rows + 1, b.max_length,
-                             b.status.as<std::int32_t>()};
-        const ce::BatchRows qrows{qd.data(), ld, hd, hd + kKvHeads * d};
-        for (ce::AttentionKernel kernel :
-             {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap}) {
-          for (DType out_dtype : sanitizer_subset<DType>({DType::f32, DType::f16}, {0})) {
-            SCOPED_TRACE(std::string(kernel_name(kernel)) + " out " + dtype_name(out_dtype));
-            const std::size_t ws_bytes = ce::paged_kv_attention_workspace(b.layout, kHeads, rows + 1, b.max_length);
-            core::DeviceBuffer ws(ws_bytes);
-            LOWBIT_CUDA_CHECK(cudaMemset(ws.data(), 0, ws_bytes));
-            const std::size_t es = dtype_size(out_dtype);
-            const std::int64_t out_ld = hd + 64;  // a gap between rows: must stay poisoned
-            GuardedBuffer out(static_cast<std::size_t>((rows + 1) * out_ld) * es);
-            out.poison(kFloatPoison);
-            ce::paged_kv_attention(b.layout, b.layer, batch, qrows, kHeads, out.data(), out_ld, out_dtype, ws.data(),
-                                   ws_bytes, nullptr, false, kernel);
-            // Twice: the fused combine's counters are left ready for the next call.
-            ce::paged_kv_attention(b.layout, b.layer, batch, qrows, kHeads, out.data(), out_ld, out_dtype, ws.data(),
-                                   ws_bytes, nullptr, false, kernel);
-            LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
-            EXPECT_TRUE(out.guards_intact("out"));
-            ce::paged_kv_check_status(b.status.as<std::int32_t>(), nullptr);
-            const std::vector<std::uint8_t> got = out.download_bytes();
-            const ce::DecodeSplitPlan plan =
-                ce::paged_kv_attention_plan(b.layout, kHeads, rows + 1, b.max_length, kernel);
-            for (std::int64_t i = 0; i <= rows; ++i) {
-              const std::uint8_t* row = got.data() + static_cast<std::size_t>(i * out_ld) * es;
-              // Past each row's heads, and all of the idle row: untouched.
-              const std::int64_t written = i < rows ? hd : 0;
-              for (std::size_t e = static_cast<std::size_t>(written) * es; e < static_cast<std::size_t>(out_ld) * es; ++e) {
-                ASSERT_EQ(row[e], kFloatPoison) << "row " << i << " byte " << e;
-              }
-              if (i == rows) continue;
-              const KvTwin& t = b.twins[static_cast<std::size_t>(i)];
-              // The contiguous kernel with the batch's split length.
-              const ContiguousLayer cl(t);
-              core::DeviceBuffer pos, qi, outc;
-              upload(pos, std::vector<std::int32_t>{static_cast<std::int32_t>(t.length - 1)});
-              upload(qi, std::vector<std::uint16_t>(q.begin() + i * ld, q.begin() + i * ld + hd));
-              outc = core::DeviceBuffer(static_cast<std::size_t>(hd) * es);
-              LOWBIT_CUDA_CHECK(cudaMemset(outc.data(), kFloatPoison, outc.bytes()));
-              const std::int64_t splits = (b.max_length + plan.split_len - 1) / plan.split_len;
-              const std::size_t cws = core::decode_workspace_bytes(kHeads, d, splits) + 4096;
-              core::DeviceBuffer cw(cws);
-              LOWBIT_CUDA_CHECK(cudaMemset(cw.data(), 0, cws));
-              ce::kv_attention_at(t.shape, cl.dev, pos.as<std::int32_t>(), b.max_length, qi.data(), kHeads,
-                                  outc.data(), out_dtype, cw.data(), cws, nullptr, false, kernel, plan.split_len);
-              const std::vector<std::uint8_t> want = download<std::uint8_t>(outc.data(), outc.bytes());
-              ASSERT_EQ(first_difference(row, want.data(), hd * static_cast<std::int64_t>(es)), -1)
-                  << "row " << i << " (length " << t.length << ") differs from the contiguous kernel";
-              // And the twin in double (kv_cache_gpu_test's tolerance).
-              const std::vector<std::uint16_t> qh(q.begin() + i * ld, q.begin() + i * ld + hd);
-              const TwinAttention ref = twin_attention(t, qh, kHeads);
-              const bool f16_p = kernel == ce::AttentionKernel::mma_swap;
-              int bad = 0;
-              for (std::int64_t e = 0; e < hd; ++e) {
-                const auto h = static_cast<std::size_t>(e / d);
-                float v;
-                if (out_dtype == DType::f32) {
-                  std::memcpy(&v, row + 4 * e, 4);
-                } else {
-                  std::uint16_t bits;
-                  std::memcpy(&bits, row + 2 * e, 2);
-                  v = formats::half_to_float({bits});
-                }
-                const double want_e = ref.out[static_cast<std::size_t>(e)];
-                const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15 +
-                                                  (f16_p ? 0x1p-10 : 0.0)) +
-                                   (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(want_e) : 0.0) + 1e-7;
-                if (!(std::fabs(v - want_e) <= tol) && bad++ < 3) {
-                  ADD_FAILURE() << "row " << i << " element " << e << ": " << v << " vs twin " << want_e;
-                }
-              }
-            }
-          }
+        check_batched_attention(rng, c, d, rows, 0,
+                                {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap});
+      }
+    }
+  }
+}
+
+// Key blocks: mma_swap's paged KB instance (each block's parameters from the page of its
+// first position, the open block from the fixed area's ring) against its contiguous one.
+TEST_F(PagedKvGpu, BatchedAttentionWithKeyBlocksEqualsContiguousAndTheTwin) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Case& c : {kCases[2], kCases[3], kCases[4], kCases[5]}) {
+    for (std::int64_t d : {64, 128}) {
+      for (std::int64_t key_block : {16, 32}) {
+        for (std::int64_t rows : sanitizer_subset<std::int64_t>({1, 3, 16}, {3})) {
+          SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " key block " + std::to_string(key_block) +
+                       " B " + std::to_string(rows));
+          check_batched_attention(rng, c, d, rows, key_block, {ce::AttentionKernel::mma_swap});
         }
       }
     }

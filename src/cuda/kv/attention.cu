@@ -628,7 +628,14 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                    const PagedLaunch* paged = nullptr, std::int64_t split_len = 0) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
-  check_key_blocks(shape, layer, paged != nullptr || (rows && rows->table), "kv_attention");
+  if (paged && shape.key_block > 0) {  // the batched decode: mma_swap's paged KB instance
+    check_paged_key_blocks(paged->args.layout, "paged_kv_attention");
+    LOWBIT_CHECK(kernel != AttentionKernel::simt && uses_mma(n_heads, shape, kernel), "paged_kv_attention: key "
+                 "blocks (--kv-key-block ", shape.key_block, ") are read by mma_swap only (GQA groups of up to ",
+                 kMmaSwapMaxGroup, "), got a group of ", n_heads / shape.kv_heads);
+  } else {
+    check_key_blocks(shape, layer, paged != nullptr || (rows && rows->table), "kv_attention");
+  }
   // Key blocks: the append that completes a block rewrites its codes, so no row is read
   // before the append's grid is done.
   prefetch = prefetch && shape.key_block == 0;

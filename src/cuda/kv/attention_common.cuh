@@ -145,6 +145,7 @@ __device__ __forceinline__ bool enter_paged_row(SplitArgs& a, int d) {
   if (row.fixed) {
     a.layer.k.f16 = row.fixed;
     a.layer.v.f16 = row.fixed + fixed_part_halves(a.paged.layout);
+    a.layer.k.staged = row.fixed + a.paged.layout.fixed_f16_bytes() / 2;  // key blocks' ring (unread otherwise)
   }
   a.q += b * a.q_ld;
   a.acc += b * a.n_heads * a.splits * d;

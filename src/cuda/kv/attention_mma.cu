@@ -563,10 +563,11 @@ __device__ __forceinline__ BodyRow body_row(const SplitArgs& a, bool is_v, int p
   }
 }
 
-// KB: K in key blocks (Swap, the contiguous cache, a body; the kernel comment "Key blocks").
+// KB: K in key blocks (Swap, a body; the kernel comment "Key blocks"; paged: each block's
+// parameters in the page of its first position, the open block in the row's fixed area).
 template <int D, int Bits, bool Swap, bool Paged, bool KB = false>
 __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
-  static_assert(!KB || (Swap && !Paged && Bits != 0), "key blocks: mma_swap over a contiguous cache's body");
+  static_assert(!KB || (Swap && Bits != 0), "key blocks: mma_swap over a body");
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
   using S = Smem<D, Bits, KB>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -871,9 +872,17 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
         constexpr int kVec = D / 8, kPerBlock = (Bits == 4 ? 2 : 1) * kVec;  // 16-byte copies
         for (int q = lane; q < kPerBlock * (r.b1 > r.b0 ? 2 : 1); q += 32) {
           const int which = q / kPerBlock, vec = (q % kPerBlock) / kVec, chunk = q % kVec;
-          const long long at = (static_cast<long long>(r.b0 + which) * s.kv_heads + head) * D + chunk * 8;
-          cp_async16(&kb_smem->params[warp][slot][which][vec][chunk], (vec ? a.layer.k.mins : a.layer.k.scales) + at,
-                     16);
+          const std::uint16_t* src;
+          if constexpr (Paged) {  // in the page of the block's first position, [H][D] (core/kv_pages.h)
+            const KvPageLayout& l = a.paged.layout;
+            const std::uint8_t* page = page_of(a.paged, a.table, l.key_block_page(r.b0 + which));
+            src = reinterpret_cast<const std::uint16_t*>(page + (vec ? l.mins_offset(false) : l.scales_offset(false))) +
+                  head * D + chunk * 8;
+          } else {
+            const long long at = (static_cast<long long>(r.b0 + which) * s.kv_heads + head) * D + chunk * 8;
+            src = (vec ? a.layer.k.mins : a.layer.k.scales) + at;
+          }
+          cp_async16(&kb_smem->params[warp][slot][which][vec][chunk], src, 16);
         }
       }
     }
@@ -1313,11 +1322,11 @@ int launch_kernel(const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap)
 }
 
 // Key blocks: the swapped variant's KB instantiation (the only tensor-core kernel that
-// reads them; uses_mma in attention.cu sends the others to simt).
-template <int D, int Bits>
+// reads them; uses_mma in attention.cu sends the others to simt, or refuses them paged).
+template <int D, int Bits, bool Paged>
 int launch_key_blocks(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
-  auto* kernel = kv_attention_mma_kernel<D, Bits, true, false, true>;
-  const int blocks = resident<D, Bits, true, false, true>(kernel);
+  auto* kernel = kv_attention_mma_kernel<D, Bits, true, Paged, true>;
+  const int blocks = resident<D, Bits, true, Paged, true>(kernel);
   if (a) launch_pdl(kernel, grid, kThreads, Smem<D, Bits, true>::bytes(), stream, *a);
   return blocks;
 }
@@ -1325,11 +1334,9 @@ int launch_key_blocks(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
 // Launches when `a` is set; returns the instantiation's resident blocks a SM.
 template <int D, bool Paged>
 int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap) {
-  if constexpr (!Paged) {
-    if (shape.key_block > 0) {  // check_key_blocks: a body
-      return shape.body == KvBody::int8 ? launch_key_blocks<D, 8>(a, grid, stream)
-                                        : launch_key_blocks<D, 4>(a, grid, stream);
-    }
+  if (shape.key_block > 0) {  // check_key_blocks: a body
+    return shape.body == KvBody::int8 ? launch_key_blocks<D, 8, Paged>(a, grid, stream)
+                                      : launch_key_blocks<D, 4, Paged>(a, grid, stream);
   }
   switch (shape.body) {
     case KvBody::none: return launch_kernel<D, 0, Paged>(a, grid, stream, swap);
