@@ -42,14 +42,17 @@ core::KvPageLayout pool_layout(const ModelConfig& c, const KvCacheOptions& cache
                " the engine keeps besides its KV pool");
   const std::size_t bytes = std::min(budget, free - headroom);
   const KvCacheSpec spec = spec_of(c, cache, max_tokens);
-  const core::KvPageLayout probe = core::kv_page_layout(spec, c.n_layers, std::size_t{1} << 60, 1, kPageTokens);
+  // Key blocks: pages of a block (core/kv_pages.h), each holding its block's parameters.
+  const std::int64_t page_tokens = cache.kv_key_block > 0 ? cache.kv_key_block : kPageTokens;
+  const core::KvPageLayout probe =
+      core::kv_page_layout(spec, c.n_layers, std::size_t{1} << 60, 1, page_tokens, cache.kv_key_block);
   const auto per_slot = static_cast<std::size_t>(probe.layers * probe.fixed_bytes());
   std::int64_t slots = kMaxSlots;
   if (per_slot > 0) {
     const std::size_t share = probe.has_pages() ? bytes / 2 : bytes;
     slots = std::clamp<std::int64_t>(static_cast<std::int64_t>(share / per_slot), 1, kMaxSlots);
   }
-  return core::kv_page_layout(spec, c.n_layers, bytes, slots, kPageTokens);
+  return core::kv_page_layout(spec, c.n_layers, bytes, slots, page_tokens, cache.kv_key_block);
 }
 
 // Sections of the step's input blob, each 16-byte aligned.
@@ -70,7 +73,9 @@ GpuBatchEngine::GpuBatchEngine(const GpuModel& model, KvCacheOptions cache, std:
       max_sequence_tokens_(max_sequence_tokens > 0 ? max_sequence_tokens : model.config().context_length),
       act_(model.config(), kPassRows),
       rope_(model.config(), std::max<std::int64_t>(max_sequence_tokens_, 1)),
-      scratch_(core::kv_layer_shape(spec_of(model.config(), cache, std::max<std::int64_t>(max_sequence_tokens_, 1))),
+      scratch_(core::with_key_block(
+                   core::kv_layer_shape(spec_of(model.config(), cache, std::max<std::int64_t>(max_sequence_tokens_, 1))),
+                   cache.kv_key_block),
                model.config().n_heads, std::max<std::int64_t>(max_sequence_tokens_, 1), kPassRows),
       use_graphs_(use_graphs) {
   LOWBIT_CHECK(kv_budget_bytes > 0, "kv budget: expected > 0 bytes");

@@ -167,6 +167,11 @@ void attend_chunk_paged(const ModelConfig& c, const PagedSequenceLayer& s, std::
                         std::size_t workspace_bytes, cudaStream_t stream) {
   const cuda::kv::ChunkRows chunk = chunk_rows(c, qkv, n, pos0);
   cuda::kv::rope_rows(s.layout.shape, chunk, rope_tables(c, s.rope, s.hadamard), stream);
+  if (s.layout.shape.key_block > 0) {  // key blocks: in pieces (the simt rows form over pages)
+    cuda::kv::paged_kv_prefill_key_blocks(s.layout, s.layer, s.slot, s.tables, chunk, snapshot, c.n_heads, att,
+                                          c.q_dim(), workspace, workspace_bytes, stream, s.status);
+    return;
+  }
   cuda::kv::paged_kv_append_rows(s.layout, s.layer, s.slot, s.tables, chunk, snapshot, stream, s.status);
   cuda::kv::paged_kv_attention_rows(s.layout, s.layer, s.slot, s.tables, chunk, snapshot, c.n_heads, att, c.q_dim(),
                                     workspace, workspace_bytes, stream, s.status);

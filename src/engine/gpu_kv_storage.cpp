@@ -1,5 +1,7 @@
 #include "engine/gpu_kv_storage.h"
 
+#include "cuda/kv/kv_cuda.h"
+
 #include "lowbit/cuda_check.h"
 #include "lowbit/error.h"
 
@@ -51,8 +53,13 @@ bool check_gpu_kv_options(const ModelConfig& c, const KvCacheOptions& cache, con
   // no GPU layout yet.
   LOWBIT_CHECK(cache.kv_rotate != KvRotate::kv, who, ": --kv-rotate kv is not supported on the GPU (k or off)");
   LOWBIT_CHECK(!cache.kv_symmetric, who, ": --kv-symmetric on is not supported on the GPU");
-  LOWBIT_CHECK(!paged || cache.kv_key_block == 0, who, ": --kv-key-block ", cache.kv_key_block,
-               " is not supported by the paged GPU cache (batched serving; keys per token: 0)");
+  // The paged cache's key blocks: pages of a block (a multiple of 16 tokens), read by the
+  // batched decode's mma_swap kernel (GQA groups of up to kMmaSwapMaxGroup).
+  LOWBIT_CHECK(!paged || cache.kv_key_block == 0 ||
+                   (cache.kv_key_block % 16 == 0 && c.n_heads / c.n_kv_heads <= cuda::kv::kMmaSwapMaxGroup),
+               who, ": --kv-key-block ", cache.kv_key_block, " on the paged GPU cache (batched serving) needs a "
+               "multiple of 16 and GQA groups of up to ", cuda::kv::kMmaSwapMaxGroup, " query heads (the model has ",
+               c.n_heads / c.n_kv_heads, ")");
   const bool hadamard =
       cache.kv_rotate == KvRotate::k && cache.policy != KvPolicy::full && cache.policy != KvPolicy::window;
   LOWBIT_CHECK(!hadamard || c.head_dim == 64 || c.head_dim == 128, who,

@@ -128,9 +128,18 @@ double top_gap(std::span<const float> logits) {
 
 class GpuBatchEngineGpu : public GpuTest {};
 
+// The same cache with K in key blocks of `b` tokens.
+engine::KvCacheOptions with_key_blocks(engine::KvCacheOptions o, std::int64_t b) {
+  o.kv_key_block = b;
+  return o;
+}
+
 TEST_F(GpuBatchEngineGpu, OneSequenceIsGpuSessionBitForBit) {
-  for (const engine::KvCacheOptions& cache : {policy(KvPolicy::full), policy(KvPolicy::selective, 4)}) {
-    SCOPED_TRACE(kv_policy_name(cache.policy));
+  // Key blocks: selective's body [4, length - 16) completes blocks of 16, int4's of 32.
+  for (const engine::KvCacheOptions& cache :
+       {policy(KvPolicy::full), policy(KvPolicy::selective, 4), with_key_blocks(policy(KvPolicy::selective, 4), 16),
+        with_key_blocks(policy(KvPolicy::int4, 4), 32)}) {
+    SCOPED_TRACE(std::string(kv_policy_name(cache.policy)) + " key block " + std::to_string(cache.kv_key_block));
     GpuBatchEngine engine(model().gpu, cache, std::size_t{1} << 30, 256);
     engine::GpuSession session(model().gpu, cache, 256);
     engine::GpuSession forward_session(model().gpu, cache, 256);

@@ -570,8 +570,16 @@ TEST_F(KvKeyBlockGpu, UnsupportedFormsAreRefusedByName) {
   engine::KvCacheOptions options;
   options.policy = KvPolicy::int4;
   options.kv_key_block = 32;
+  // The paged cache: blocks of a multiple of 16 (its pages) and mma_swap's GQA groups.
+  config.n_heads = 18;
   EXPECT_LOWBIT_ERROR(engine::check_gpu_kv_options(config, options, "gpu batch engine", /*paged=*/true),
-                      "--kv-key-block 32 is not supported by the paged GPU cache");
+                      "GQA groups of up to 8 query heads (the model has 9)");
+  config.n_heads = 8;
+  EXPECT_FALSE(engine::check_gpu_kv_options(config, options, "gpu batch engine", /*paged=*/true));
+  options.kv_key_block = 24;
+  EXPECT_LOWBIT_ERROR(engine::check_gpu_kv_options(config, options, "gpu batch engine", /*paged=*/true),
+                      "--kv-key-block 24 on the paged GPU cache");
+  options.kv_key_block = 32;
   EXPECT_FALSE(engine::check_gpu_kv_options(config, options, "gpu session", /*paged=*/false));
   LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -151,13 +151,15 @@ __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head
 // parameters (the twin's values exactly: q * s, fma(q, s, min)), the open block
 // [open, recent_begin) FP16 from the staging ring, the sink and window as ever.
 // Rows: the rows form's (its FP16 ring positions from the chunk or the snapshot).
-template <int D, int Bits, bool Rows>
+// Paged: a position's codes in its page, a block's parameters in the page of its first
+// position (core/kv_pages.h), the staging ring in the sequence's fixed area.
+template <int D, int Bits, bool Rows, bool Paged>
 __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head, int pos, int sub, int open,
                                                    float (&x)[kChannels]) {
   const KvLayerShape& s = a.shape;
   const KvPart& part = a.layer.k;
   if (!in_body<Bits>(a, pos)) {
-    load_row<D, Bits, Rows, false>(a, false, head, pos, sub, x);
+    load_row<D, Bits, Rows, Paged>(a, false, head, pos, sub, x);
     return;
   }
   // 32-bit index arithmetic (positions < 2^30, checked on the host): a 64-bit division
@@ -172,19 +174,27 @@ __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head,
     return;
   }
   if constexpr (Bits != 0) {
-    const long long param = (static_cast<long long>(block) * s.kv_heads + head) * D + sub * kChannels;
-    const auto* sp = reinterpret_cast<const uint4*>(part.scales + param);
+    const std::uint16_t *scales = part.scales, *mins = part.mins;
+    long long param = (static_cast<long long>(block) * s.kv_heads + head) * D + sub * kChannels;
+    if constexpr (Paged) {
+      const KvPageLayout& l = a.paged.layout;
+      const std::uint8_t* page = page_of(a.paged, a.table, l.key_block_page(block));
+      scales = reinterpret_cast<const std::uint16_t*>(page + l.scales_offset(false));
+      mins = reinterpret_cast<const std::uint16_t*>(page + l.mins_offset(false));
+      param = static_cast<long long>(head) * D + sub * kChannels;
+    }
+    const auto* sp = reinterpret_cast<const uint4*>(scales + param);
     float scale[kChannels];
     halves(__ldg(sp), scale);
     halves(__ldg(sp + 1), scale + 8);
-    const BodyRow body = contiguous_body_row(s, part, pos);
+    const BodyRow body = Paged ? paged_body_row(a.paged, a.table, false, pos) : contiguous_body_row(s, part, pos);
     if constexpr (Bits == 8) {
       const uint4 c = __ldg(reinterpret_cast<const uint4*>(body.codes + head * D + sub * kChannels));
       const std::uint32_t w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
       for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale[i];
     } else {
-      const auto* mp = reinterpret_cast<const uint4*>(part.mins + param);
+      const auto* mp = reinterpret_cast<const uint4*>(mins + param);
       float min[kChannels];
       halves(__ldg(mp), min);
       halves(__ldg(mp + 1), min + 8);
@@ -199,7 +209,7 @@ __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head,
 // the append that completes a block rewrites its codes).
 template <int D, int GQ, int Bits, bool Rows, bool Paged, bool KB = false>
 __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs args) {
-  static_assert(!KB || (!Paged && Bits != 0), "key blocks: the contiguous cache's forms of a body");
+  static_assert(!KB || Bits != 0, "key blocks: a body's forms");
   pdl_trigger();
   SplitArgs a = args;
   if (!a.prefetch) pdl_wait();
@@ -293,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     const int j = warp * kPosPerWarp + t * kStep + row;
     float x[kChannels] = {};
     if constexpr (KB) {
-      if (j < n) load_key_block_row<D, Bits, Rows>(a, head, position(i0 + j), sub, open, x);
+      if (j < n) load_key_block_row<D, Bits, Rows, Paged>(a, head, position(i0 + j), sub, open, x);
     } else {
       if (j < n) decode_raw<Bits>(kpre[t], in_body<Bits>(a, position(i0 + j)), x);
     }
@@ -304,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     const int j = base + row;
     float x[kChannels] = {};
     if constexpr (KB) {
-      if (j < n) load_key_block_row<D, Bits, Rows>(a, head, position(i0 + j), sub, open, x);
+      if (j < n) load_key_block_row<D, Bits, Rows, Paged>(a, head, position(i0 + j), sub, open, x);
     } else {
       if (j < n) load_row<D, Bits, Rows, Paged>(a, false, head, position(i0 + j), sub, x);
     }
@@ -467,13 +477,13 @@ namespace {
 
 template <int D, int GQ, bool Rows, bool Paged>
 void launch_split(const SplitArgs& a, dim3 grid, cudaStream_t stream) {
-  if constexpr (!Paged) {
-    if (a.shape.key_block > 0) {  // key blocks (check_key_blocks: a body)
-      a.shape.body == KvBody::int8
-          ? launch_pdl(decode_split_kernel<D, GQ, 8, Rows, false, true>, grid, kThreads, 0, stream, a)
-          : launch_pdl(decode_split_kernel<D, GQ, 4, Rows, false, true>, grid, kThreads, 0, stream, a);
-      return;
-    }
+  // Key blocks (check_key_blocks: a body): the contiguous forms, and paged the rows form
+  // (the prefill's pieces; the batched decode reads them on mma_swap).
+  if (a.shape.key_block > 0 && (!Paged || Rows)) {
+    a.shape.body == KvBody::int8
+        ? launch_pdl(decode_split_kernel<D, GQ, 8, Rows, Paged, true>, grid, kThreads, 0, stream, a)
+        : launch_pdl(decode_split_kernel<D, GQ, 4, Rows, Paged, true>, grid, kThreads, 0, stream, a);
+    return;
   }
   switch (a.shape.body) {
     case KvBody::none: launch_pdl(decode_split_kernel<D, GQ, 0, Rows, Paged>, grid, kThreads, 0, stream, a); break;
@@ -633,6 +643,8 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
     LOWBIT_CHECK(kernel != AttentionKernel::simt && uses_mma(n_heads, shape, kernel), "paged_kv_attention: key "
                  "blocks (--kv-key-block ", shape.key_block, ") are read by mma_swap only (GQA groups of up to ",
                  kMmaSwapMaxGroup, "), got a group of ", n_heads / shape.kv_heads);
+  } else if (rows && rows->table && shape.key_block > 0) {  // a paged prefill's piece: the simt rows form
+    check_paged_key_blocks(rows->paged.layout, "paged_kv_attention_rows");
   } else {
     check_key_blocks(shape, layer, paged != nullptr || (rows && rows->table), "kv_attention");
   }

@@ -10,8 +10,27 @@
 #include <algorithm>
 
 #include "cuda/kv/kv_cuda.h"
+#include "cuda/kv/paged_kv_cuda.h"
 
 namespace lowbit::cuda::kv {
+namespace {
+
+// fn(piece, first) for each piece of the chunk: rows [first, last], where last is the
+// first row from first on whose append completes a block, or the chunk's last row.
+template <class Fn>
+void for_each_key_block_piece(const KvLayerShape& shape, const ChunkRows& chunk, Fn&& fn) {
+  for (std::int64_t first = 0; first < chunk.rows;) {
+    const std::int64_t last = std::min(shape.next_block_completion(chunk.pos0 + first) - chunk.pos0, chunk.rows - 1);
+    ChunkRows piece = chunk;
+    piece.base = static_cast<std::uint16_t*>(chunk.base) + first * chunk.ld;
+    piece.rows = last - first + 1;
+    piece.pos0 = chunk.pos0 + first;
+    fn(piece, first);
+    first = last + 1;
+  }
+}
+
+}  // namespace
 
 void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                            void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
@@ -27,19 +46,30 @@ void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& laye
     kv_attention_rows(shape, layer, chunk, snapshot, n_heads, out, out_ld, workspace, workspace_bytes, stream);
     return;
   }
-  for (std::int64_t first = 0; first < chunk.rows;) {
-    // The piece ends at the first row that completes a block, or at the chunk's end.
-    const std::int64_t last = std::min(shape.next_block_completion(chunk.pos0 + first) - chunk.pos0, chunk.rows - 1);
-    ChunkRows piece = chunk;
-    piece.base = static_cast<std::uint16_t*>(chunk.base) + first * chunk.ld;
-    piece.rows = last - first + 1;
-    piece.pos0 = chunk.pos0 + first;
+  for_each_key_block_piece(shape, chunk, [&](const ChunkRows& piece, std::int64_t first) {
     kv_snapshot_ring(shape, layer, snapshot, stream);  // the ring before the piece (the rows kernel reads it)
     kv_append_rows_in_order(shape, layer, piece, stream);
     kv_attention_rows(shape, layer, piece, snapshot, n_heads, static_cast<std::uint16_t*>(out) + first * out_ld,
                       out_ld, workspace, workspace_bytes, stream, AttentionKernel::simt);
-    first = last + 1;
-  }
+  });
+}
+
+void paged_kv_prefill_key_blocks(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
+                                 const std::int32_t* tables, const ChunkRows& chunk, void* snapshot,
+                                 std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
+                                 std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status) {
+  check_chunk_rows(layout.shape, chunk, "paged_kv_prefill_key_blocks");
+  check_paged_key_blocks(layout, "paged_kv_prefill_key_blocks");
+  LOWBIT_CHECK(layout.shape.key_block > 0, "paged_kv_prefill_key_blocks: the cache has no key blocks");
+  // A piece's rows appended in parallel: each is its staging slot's last writer (a piece
+  // holds at most one block's rows), and the block its last row completes is quantized
+  // from the piece and the snapshot, which the append takes first.
+  for_each_key_block_piece(layout.shape, chunk, [&](const ChunkRows& piece, std::int64_t first) {
+    paged_kv_append_rows(layout, layer, slot, tables, piece, snapshot, stream, status);
+    paged_kv_attention_rows(layout, layer, slot, tables, piece, snapshot, n_heads,
+                            static_cast<std::uint16_t*>(out) + first * out_ld, out_ld, workspace, workspace_bytes,
+                            stream, status, AttentionKernel::simt);
+  });
 }
 
 }  // namespace lowbit::cuda::kv
