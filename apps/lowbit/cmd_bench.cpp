@@ -157,8 +157,8 @@ int bench_kv_attention(const Args& args) {
   usage_check(options.key_block % 16 == 0, "--kv-key-block: ", options.key_block,
               " is not a multiple of 16 (mma_swap's tiles; 0: keys per token)");
   usage_check(options.key_block == 0 || (options.batches.empty() && options.rows == 1),
-              "--kv-key-block: the one-sequence decode form only (the paged cache of --batch has no key blocks; "
-              "--rows does not time the key-block prefill)");
+              "--kv-key-block: the one-sequence decode form only (--batch does not lay out pages of a key block "
+              "yet; --rows does not time the key-block prefill)");
 #if LOWBIT_WITH_CUDA
   return bench::run_kv_attention_bench(options);
 #else
