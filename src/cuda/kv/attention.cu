@@ -1005,6 +1005,7 @@ std::size_t paged_kv_attention_workspace(const KvPageLayout& layout, std::int64_
   std::size_t bound = 0;
   for (const AttentionKernel kernel : {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap}) {
     if (kernel != AttentionKernel::simt && !uses_mma(n_heads, layout.shape, AttentionKernel::automatic)) continue;
+    if (kernel == AttentionKernel::mma && layout.shape.key_block > 0) continue;  // mma_swap reads key blocks
     const bool mma = kernel != AttentionKernel::simt;
     const std::int64_t splits = paged_kv_attention_plan(layout, n_heads, batch, max_length, kernel).splits;
     const std::int64_t blocks = n_heads / heads_per_block(n_heads, layout.shape, mma);
