@@ -63,7 +63,7 @@ void quantize_typed(const float* x, std::int64_t rows, std::int64_t cols, std::i
   }
 }
 
-template <class Scheme>
+template <class Scheme, bool ToF16 = false>
 void dequantize_typed(const std::uint8_t* codes, const std::uint16_t* scales, const std::uint16_t* mins,
                       std::int64_t rows, std::int64_t cols, std::int64_t group, float* out) {
   const std::int64_t groups = cols / group;
@@ -76,7 +76,8 @@ void dequantize_typed(const std::uint8_t* codes, const std::uint16_t* scales, co
       for (std::int64_t c = g * group; c < (g + 1) * group; ++c) {
         const std::uint8_t byte = codes[r * code_cols + (Scheme::kBits == 8 ? c : c / 2)];
         const unsigned stored = Scheme::kBits == 8 || c % 2 == 0 ? byte : byte >> 4u;
-        out[r * cols + c] = p.decode(Scheme::from_storage(stored));
+        const int code = Scheme::from_storage(stored);
+        out[r * cols + c] = ToF16 ? f16_decoded(code, p.s, p.m) : p.decode(code);
       }
     }
   }
@@ -108,6 +109,24 @@ void kv_dequantize(int bits, const std::uint8_t* codes, const std::uint16_t* sca
     LOWBIT_CHECK(mins != nullptr, "kv dequantize: INT4 needs mins");
     dequantize_typed<formats::Int4Asymmetric>(codes, scales, mins, rows, cols, group, out);
   }
+}
+
+void kv_dequantize_to_f16(int bits, const std::uint8_t* codes, const std::uint16_t* scales,
+                          const std::uint16_t* mins, std::int64_t rows, std::int64_t cols, std::int64_t group,
+                          float* out, bool int4_symmetric) {
+  check_args(bits, rows, cols, group);
+  if (bits == 8) {
+    dequantize_typed<formats::Int8Symmetric, true>(codes, scales, mins, rows, cols, group, out);
+  } else if (int4_symmetric) {
+    dequantize_typed<formats::Int4Symmetric, true>(codes, scales, nullptr, rows, cols, group, out);
+  } else {
+    LOWBIT_CHECK(mins != nullptr, "kv dequantize: INT4 needs mins");
+    dequantize_typed<formats::Int4Asymmetric, true>(codes, scales, mins, rows, cols, group, out);
+  }
+}
+
+float f16_decoded(int code, float scale, float min) {
+  return formats::half_to_float(formats::double_to_half(code * static_cast<double>(scale) + min));
 }
 
 // ---- the decode cache's twin ----------------------------------------------------------
@@ -221,8 +240,9 @@ void read_f16(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::i
 }
 
 // Key blocks: K's body positions [first, end) as f32 [pos][head][d]: the complete blocks'
-// codes decoded with their channel's parameters (the formats' formulas, as the kernels
-// decode), the open block's FP16 values from the staging ring.
+// codes decoded with their channel's parameters into f16 keys, f16(q s + min) by one
+// rounding (as every kernel decodes them: the flash producers' and the decode kernels'
+// HFMA2), the open block's FP16 values from the staging ring.
 void read_key_blocks(const KvLayerShape& s, const KvPart& p, std::int64_t first, std::int64_t end, float* out) {
   const std::int64_t h = s.kv_heads, d = s.head_dim, open = s.open_block_begin(end);
   for (std::int64_t pos = first; pos < end; ++pos) {
@@ -238,11 +258,11 @@ void read_key_blocks(const KvLayerShape& s, const KvPart& p, std::int64_t first,
         const float scale = formats::half_to_float({p.scales[param]});
         const std::uint8_t* row = body_codes(s, p, j) + head * s.code_bytes();
         if (s.body == KvBody::int8) {
-          o[c] = formats::int8_decode(static_cast<std::int8_t>(row[c]), scale);
+          o[c] = f16_decoded(static_cast<std::int8_t>(row[c]), scale, 0.0f);
         } else {
           const std::uint8_t byte = row[c / 2];
           const auto code = static_cast<std::uint8_t>(c % 2 == 0 ? byte & 0xFu : byte >> 4u);
-          o[c] = formats::int4_decode(code, scale, formats::half_to_float({p.mins[param]}));
+          o[c] = f16_decoded(code, scale, formats::half_to_float({p.mins[param]}));
         }
       }
     }

@@ -31,6 +31,14 @@ void kv_quantize(int bits, const float* x, std::int64_t rows, std::int64_t cols,
 // The values those codes and parameters stand for (HalfParams::decode), rows x cols f32.
 void kv_dequantize(int bits, const std::uint8_t* codes, const std::uint16_t* scales, const std::uint16_t* mins,
                    std::int64_t rows, std::int64_t cols, std::int64_t group, float* out, bool int4_symmetric = false);
+// As kv_dequantize, each value rounded once to f16: f16(q s + min), what the kernels'
+// HFMA2 gives. Key blocks' keys are these values (every reader of them decodes so).
+void kv_dequantize_to_f16(int bits, const std::uint8_t* codes, const std::uint16_t* scales,
+                          const std::uint16_t* mins, std::int64_t rows, std::int64_t cols, std::int64_t group,
+                          float* out, bool int4_symmetric = false);
+// One such value: f16(code scale + min) by one rounding (the sum is exact in double: a
+// code of 8 bits or fewer times an f16, plus an f16, is a multiple of 2^-24 under 2^25).
+float f16_decoded(int code, float scale, float min);
 
 // Appends the token at `pos` to host buffers: k and v are f16 bits [kv_heads x head_dim]
 // with row strides k_ld, v_ld (elements). What kv_append does on the GPU, byte for byte.

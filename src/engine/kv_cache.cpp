@@ -187,7 +187,7 @@ void KvCache::stage_key(Part& part, std::int64_t pos, std::int64_t index, const 
   std::uint16_t* scales = part.scales.data() + block_index * kv;
   std::uint16_t* mins = part.mins.empty() ? nullptr : part.mins.data() + block_index * kv;
   cpu::kv_quantize(bits, t.data(), kv, b, b, codes, scales, mins, symmetric4);
-  cpu::kv_dequantize(bits, codes, scales, mins, kv, b, b, back.data(), symmetric4);
+  cpu::kv_dequantize_to_f16(bits, codes, scales, mins, kv, b, b, back.data(), symmetric4);  // the kernels' keys
   for (std::int64_t i = 0; i < b; ++i) {
     float* out = part.decodedq.data() + (pos - b + 1 + i) * kv;
     for (std::int64_t c = 0; c < kv; ++c) out[c] = back[static_cast<std::size_t>(c * b + i)];

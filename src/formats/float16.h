@@ -3,6 +3,8 @@
 // as the CUDA intrinsics __float2half_rn and __float2bfloat16_rn do.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "formats/hd.h"
@@ -59,6 +61,20 @@ LOWBIT_HD Half float_to_half(float value) {
   const std::uint32_t rounded = magnitude + 0xc8000fffu + odd;
   return Half{static_cast<std::uint16_t>(sign | (rounded >> 13))};
 #endif
+}
+
+// The f16 nearest a double (ties to even) by one rounding, where float_to_half of the
+// double's float could round twice. Host only; rounds in the default rounding mode.
+inline Half double_to_half(double value) {
+  const auto f = static_cast<float>(value);
+  if (static_cast<double>(f) == value) return float_to_half(f);  // exact in float: one rounding left
+  if (std::isnan(value)) return Half{0x7fffu};
+  int exponent = 0;
+  std::frexp(std::fabs(value), &exponent);  // |value| = m 2^exponent, m in [0.5, 1)
+  // The f16 grid at |value|: 11 significant bits, subnormals on 2^-24's.
+  const double ulp = std::ldexp(1.0, std::max(exponent - 1, -14) - 10);
+  const double rounded = std::nearbyint(std::fabs(value) / ulp) * ulp;  // on the grid, or 2^16 (inf)
+  return float_to_half(static_cast<float>(std::copysign(rounded, value)));
 }
 
 LOWBIT_HD float bf16_to_float(BFloat16 b) { return bits_to_float(static_cast<std::uint32_t>(b.bits) << 16); }

@@ -107,6 +107,28 @@ TEST(Half, EveryTieRoundsToEven) {
   }
 }
 
+// double_to_half rounds once: a double a hair either side of a tie (which its float
+// rounds onto the tie) goes to the nearer half; the tie itself to the even one.
+TEST(Half, DoubleToHalfRoundsOnce) {
+  for (std::uint32_t bits = 0; bits < 0x7c00; ++bits) {
+    const double lo = half_value(bits);
+    const double hi = bits + 1 == 0x7c00 ? 65536.0 : half_value(bits + 1);
+    const double mid = (lo + hi) / 2, hair = (hi - lo) * 0x1p-30;
+    const std::uint32_t even = (bits % 2 == 0) ? bits : bits + 1;
+    for (const std::uint32_t sign : {0x0000u, 0x8000u}) {
+      const double s = sign ? -1.0 : 1.0;
+      ASSERT_EQ(double_to_half(s * lo).bits, sign | bits) << std::hex << bits;
+      ASSERT_EQ(double_to_half(s * mid).bits, sign | even) << "tie above 0x" << std::hex << (sign | bits);
+      ASSERT_EQ(double_to_half(s * (mid - hair)).bits, sign | bits) << "below the tie above 0x" << std::hex << bits;
+      ASSERT_EQ(double_to_half(s * (mid + hair)).bits, sign | (bits + 1)) << "above the tie above 0x" << std::hex
+                                                                          << bits;
+    }
+  }
+  EXPECT_TRUE(std::isnan(half_to_float(double_to_half(std::nan("")))));
+  EXPECT_EQ(double_to_half(1e300).bits, 0x7c00u);
+  EXPECT_EQ(double_to_half(-0.0).bits, 0x8000u);
+}
+
 TEST(BFloat16, HandCheckedValues) {
   EXPECT_EQ(bf16_bits(0.0f), 0x0000);
   EXPECT_EQ(bf16_bits(-0.0f), 0x8000);

@@ -10,12 +10,12 @@
 // engine's KvCache.
 //
 // Tolerance, per output element: that of kv_cache_gpu_test's simt kernel (the kernel
-// decodes a blocked key to the twin's f32 value, then the same f32 dot product, softmax
-// and sums): Vmax ((D + 4) 2u Smax + 2^-15), plus 2^-11 |o| for an f16 output. The
-// tensor-core kernel (mma_swap, automatic's choice for GQA groups up to 8 and key blocks
-// of a multiple of 16) scores a blocked key as (q' s')_hi . codes + (q' s')_lo . codes
-// (exact up to lo's subnormals) plus q' . m in f32, so the same bound, plus mma_swap's
-// f16 weights: Vmax 2^-10 (kv_cache_gpu_test).
+// decodes a blocked key to the twin's value, f16(q s + min) by one rounding, then the same
+// f32 dot product, softmax and sums): Vmax ((D + 4) 2u Smax + 2^-15), plus 2^-11 |o| for
+// an f16 output. The tensor-core kernel (mma_swap, automatic's choice for GQA groups up to
+// 8 and key blocks of a multiple of 16) decodes the same f16 keys (HFMA2) and scores them
+// on the tensor cores (exact products, f32 sums), so the same bound, plus mma_swap's f16
+// weights: Vmax 2^-10 (kv_cache_gpu_test).
 #include <gtest/gtest.h>
 
 #include <algorithm>

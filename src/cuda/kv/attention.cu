@@ -148,7 +148,7 @@ __device__ __forceinline__ void load_row(const SplitArgs& a, bool is_v, int head
 
 // Key blocks (core/kv_layout.h; the kernel's KB instantiation): the 16 channels of K at
 // visible position pos. The complete blocks' codes decoded with their channels' f16
-// parameters (the twin's values exactly: q * s, fma(q, s, min)), the open block
+// parameters into f16 keys (the twin's values exactly: f16(q s + min), one rounding), the open block
 // [open, recent_begin) FP16 from the staging ring, the sink and window as ever.
 // Rows: the rows form's (its FP16 ring positions from the chunk or the snapshot).
 // Paged: a position's codes in its page, a block's parameters in the page of its first
@@ -192,7 +192,7 @@ __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head,
       const uint4 c = __ldg(reinterpret_cast<const uint4*>(body.codes + head * D + sub * kChannels));
       const std::uint32_t w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
-      for (int i = 0; i < kChannels; ++i) x[i] = i8_as_float(w[i / 4], i % 4) * scale[i];
+      for (int i = 0; i < kChannels; ++i) x[i] = __half2float(__float2half_rn(i8_as_float(w[i / 4], i % 4) * scale[i]));
     } else {
       const auto* mp = reinterpret_cast<const uint4*>(mins + param);
       float min[kChannels];
@@ -200,7 +200,10 @@ __device__ __forceinline__ void load_key_block_row(const SplitArgs& a, int head,
       halves(__ldg(mp + 1), min + 8);
       const uint2 c = __ldg(reinterpret_cast<const uint2*>(body.codes + head * (D / 2) + sub * (kChannels / 2)));
 #pragma unroll
-      for (int i = 0; i < kChannels; ++i) x[i] = fmaf(nibble_as_float(i < 8 ? c.x : c.y, i % 8), scale[i], min[i]);
+      for (int i = 0; i < kChannels; ++i) {
+        x[i] = __half2float(__hfma(__float2half_rn(nibble_as_float(i < 8 ? c.x : c.y, i % 8)),
+                                   __float2half_rn(scale[i]), __float2half_rn(min[i])));
+      }
     }
   }
 }

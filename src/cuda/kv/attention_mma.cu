@@ -37,20 +37,16 @@
 // column, the sums kept per lane and reduced after the loop); the scale / min of a
 // position applies to rows g, g + 8, so a lane needs the parameters of 2 positions, not 4.
 //
-// Key blocks (core/kv_layout.h; the KB instantiation of Swap, contiguous cache): K's body
-// positions in a complete block b have per-channel parameters s_b, m_b, so the score of
-// head h is sum_d (q_hd s_bd) code_d + sum_d q_hd m_bd: the mma takes the codes as today
-// and, in place of Q's fragment, that of q s_b, made once a key block a warp (a warp takes
-// a run of consecutive tiles, not every 4th, so that a block's fragment serves its tiles).
-// q s in one f16 would cost 2^-11 a product; as P's hi + lo in the mma kernel, it is split
-// into hi = f16(q' s') and lo = f16(q' s' - hi) (one fma), and since the product of two
-// f16 has 22 bits, hi + lo is exact but for lo's subnormals. q' = q 2^kq (per head, its
-// largest |q'| in [2^6, 2^7)) and s' = s 2^ks (per block, the largest in [2^7, 2^8)) keep
-// q' s' < 2^15 (f16) and lo mostly normal; the scores take 2^-ks and q_scale 2^-kq. The
-// minimum term q' . m_b is one more mma chain a block (A's rows all m_b). Positions of the
-// open block are FP16 from the staging ring, scored like the sink and window against q'.
-// A tile meets up to two key blocks (B a multiple of 16) and FP16 rows: a pass of mma for
-// each form it holds. The blocks' parameters ride the ring with the tile's codes.
+// Key blocks (core/kv_layout.h; the KB instantiation of Swap; paged too): K's body
+// positions in a complete block b have per-channel parameters s_b, m_b. A body row's codes
+// become f16 keys k = f16(q s_b + m_b) by one rounding (one HFMA2 a channel pair, the
+// flash prefill's producers' values and the twin's, read_key_blocks), which the mma
+// scores against Q's own fragment: the scores are f32-exact for those keys, as the other
+// instantiations' are for theirs. A tile meets up to two key blocks (B a multiple of 16):
+// each row takes its block's parameters, copied with the tile's codes into the ring.
+// Positions of the open block are FP16 keys from the staging ring, scored like the sink
+// and window. A warp takes a run of consecutive tiles (every 4th otherwise), so that the
+// key block of its next tile is the same or the next one: no division a tile.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -193,24 +189,9 @@ __device__ __forceinline__ std::uint32_t transpose_8x8(std::uint32_t x) {
   return y;
 }
 
-// Key blocks' power-of-two scalings: bit views of an f16 pair, 2^e as an f16 pair (e in
-// [-14, 15]) and as an f32, and the exponent of a positive normal f32.
+// Bit views of an f16 pair (key blocks' decode).
 __device__ __forceinline__ __half2 half2_of(std::uint32_t w) { return *reinterpret_cast<const __half2*>(&w); }
 __device__ __forceinline__ std::uint32_t bits_of(__half2 h) { return *reinterpret_cast<const std::uint32_t*>(&h); }
-__device__ __forceinline__ __half2 pow2_half2(int e) {
-  const std::uint32_t h = static_cast<std::uint32_t>(e + 15) << 10;
-  return half2_of(h | h << 16);
-}
-__device__ __forceinline__ float pow2_float(int e) { return __uint_as_float(static_cast<std::uint32_t>(e + 127) << 23); }
-__device__ __forceinline__ int exponent_of(float x) { return static_cast<int>((__float_as_uint(x) >> 23) & 0xffu) - 127; }
-// The largest |x| of n f16 pairs, as f32.
-template <int N>
-__device__ __forceinline__ float max_abs(const std::uint32_t* w) {
-  __half2 m = __habs2(half2_of(w[0]));
-#pragma unroll
-  for (int i = 1; i < N; ++i) m = __hmax2(m, __habs2(half2_of(w[i])));
-  return fmaxf(__low2float(m), __high2float(m));
-}
 
 // Where visible index i of the split lives, and in which form.
 struct Where {
@@ -394,24 +375,19 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
 // parameters [0], [1] are those of positions g, g + 8 (K rows r); qb[i][lane] holds Q row
 // g's words 4i .. 4i + 3 of quarter c (the B fragments of k steps 2i, 2i + 1); sum_q[h] is
 // sum(q) of head 2c + h. The scores of heads past the group are finite (q = 0) and unused.
-// KB (key blocks): the scores come in kb_scores[r][h] (row g + 8 r, head 2c + h, q_scale
-// applied: the kernel's kb_scores lambda); x.ks / x.km are not read.
+// KB (key blocks): K's rows are f16 keys (their parameters applied), x.ks / x.km not read.
 template <int D, int Bits, bool KB = false>
 __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, const uint4 (*qb)[32], int lane,
-                                               float q_scale, const float (&sum_q)[2], WarpState<D, true>& st,
-                                               const float (&kb_scores)[2][2]) {
+                                               float q_scale, const float (&sum_q)[2], WarpState<D, true>& st) {
   constexpr int kKSteps = D / 16, kMTiles = D / 16;
   const int g = lane / 4;
   // Two accumulators (even / odd k steps): two chains of D / 32 mma, not one of D / 16.
   float sacc[2][4] = {};
-  if constexpr (!KB) {
 #pragma unroll
-    for (int i = 0; i < kKSteps / 2; ++i) {
-      const uint4 q = qb[i][lane];
-      mma_16816<__half>(sacc[0], x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
-      mma_16816<__half>(sacc[1], x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z,
-                        q.w);
-    }
+  for (int i = 0; i < kKSteps / 2; ++i) {
+    const uint4 q = qb[i][lane];
+    mma_16816<__half>(sacc[0], x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
+    mma_16816<__half>(sacc[1], x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z, q.w);
   }
   // sacc[.][2 r + h]: row (position) g + 8 r, column (query head) 2c + h.
   float p[4], alpha[2];
@@ -420,12 +396,12 @@ __device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, 
     float mx = -INFINITY;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      const float raw = sacc[0][2 * r + h] + sacc[1][2 * r + h];
       float score;
-      if constexpr (KB) {
-        score = kb_scores[r][h];
+      if constexpr (Bits == 0 || KB) {
+        score = raw * q_scale;
       } else {
-        const float ks = Bits == 0 ? 1.0f : x.ks[r], km = Bits == 4 ? x.km[r] : 0.0f;
-        const float raw = sacc[0][2 * r + h] + sacc[1][2 * r + h];
+        const float ks = x.ks[r], km = Bits == 4 ? x.km[r] : 0.0f;
         score = fmaf(raw, ks, km * sum_q[h]) * q_scale;
       }
       p[2 * r + h] = g + 8 * r < valid ? score : -INFINITY;
@@ -477,13 +453,10 @@ constexpr int kKbStages = 3;  // Smem's ring stages of a quantized body
 
 // Key blocks' shared memory (KB: Smem's base; empty otherwise, so that the other
 // instantiations keep their size). Per warp and ring stage, the f16 scales and (INT4) mins
-// of the up to two key blocks of the stage's tile, copied with its codes; per warp, the
-// B fragments (Q's layout, sm.qf) of q' s' for the key block it last took, in an f16 hi
-// and lo part (kernel comment "Key blocks").
+// of the up to two key blocks of the stage's tile, copied with its codes.
 template <int D>
 struct KbSmem {
   uint4 params[kWarps][kKbStages][2][2][D / 8];  // [warp][stage][block of the tile][scales | mins]
-  uint4 hi[kWarps][D / 32][32], lo[kWarps][D / 32][32];
 };
 template <int D, bool KB>
 struct KbArea {};
@@ -671,9 +644,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
   float sum_q[2] = {0.0f, 0.0f};
-  float kb_qfac[2] = {0.0f, 0.0f};  // KB: q_scale 2^-kq of heads 2c, 2c + 1 (q' = q 2^kq in sm.qf)
   // A warp's tiles: first, first + stride, ... before end_tile. KB: a run of consecutive tiles
-  // (a key block's fragments, made once, serve the run's tiles in it); else every 4th.
+  // (each tile's key blocks found from the last one's, kb_block_of); else every 4th.
   constexpr int kStride = KB ? 1 : kWarps;
   const int per_warp = KB ? (tiles + kWarps - 1) / kWarps : 0;
   const int first = KB ? warp * per_warp : warp;
@@ -934,20 +906,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 1);
       sum_q[r] += __shfl_xor_sync(0xffffffffu, sum_q[r], 2);
     }
-    if constexpr (KB) {
-      // q' = q 2^kq, head g's largest |q'| in [2^6, 2^7) (at most 2^15 x 2^-9 = 2^6 for a
-      // head of tiny q): with s' < 2^8, q' s' < 2^15 fits f16. Exact: a power of two.
-      float mx = max_abs<D / 8>(rows[0]);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const int kq = mx > 0.0f ? min(6 - exponent_of(mx), 15) : 0;
-      const __half2 up = pow2_half2(kq);
-#pragma unroll
-      for (int w = 0; w < D / 8; ++w) rows[0][w] = bits_of(__hmul2(half2_of(rows[0][w]), up));
-      const float own = a.q_scale * pow2_float(-kq);
-      kb_qfac[0] = __shfl_sync(0xffffffffu, own, 8 * c);
-      kb_qfac[1] = __shfl_sync(0xffffffffu, own, 8 * c + 4);
-    }
     if constexpr (Swap) {
       // B fragments (column g = head g): words 4i .. 4i + 3 of row g; sum(q) of heads 2c, 2c + 1.
       if (warp == 0) {
@@ -975,107 +933,52 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     load_words<D / 2>(row + c * (D / 4), past_l1(pos), dst);
     interleave_quads<Bits, D / 8>(dst);
   };
-  // KB: the key block whose fragments the warp holds (kb_smem->hi / lo), its 2^-ks and its
-  // minimum terms q' . m of heads 2c, 2c + 1 (INT4).
-  int kb_have = -1, kb_hint = 0;
-  float kb_inv = 0.0f, kb_min[2] = {0.0f, 0.0f};
-  // Makes the fragments of a key block from its scales and mins (params[0], params[1]; a
-  // stage's copy). s' = s 2^ks, the block's largest s' in [2^7, 2^8) (exact: a power of
-  // two; ks <= 15 keeps 2^ks an f16); hi = f16(q' s'), lo = f16(q' s' - hi) by one fma:
-  // the product of two f16 has 22 bits, so hi + lo is exact unless lo is subnormal (an
-  // absolute error under 2^-25 against q' s' of up to 2^15). The minimum terms on the
-  // tensor cores: every row of A is m (f16, exact products, f32 sums), B is Q's fragment.
-  auto kb_make = [&](const uint4 (*params)[D / 8]) {
-    std::uint32_t sw[D / 8];
-    load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(params[0]) + c * (D / 2), sw);
-    interleave_quads<Bits, D / 8>(sw);
-    float mx = max_abs<D / 8>(sw);
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const int ks = mx > 0.0f ? min(7 - exponent_of(mx), 15) : 0;
-    const __half2 up = pow2_half2(ks);
-    __syncwarp();  // every lane has read the previous block's fragments
+  // KB: the body rows' codes (x.k[r], made halves; decode[r]: a row in a complete key
+  // block) into their f16 keys q s + m, one rounding a channel (HFMA2; INT8: q s), with
+  // the parameters of key block which[r] of the stage's tile (0: its first, 1: its
+  // second), quarter c in the codes' channel order. 16 bytes of parameters at a time
+  // (registers: the D = 128 instances are at their bound), loaded once where both rows
+  // share a block.
+  int kb_hint = 0;
+  auto kb_decode = [&](TileRegs<D>& x, int stage_slot, const bool (&decode)[2], const int (&which)[2]) {
+    const auto* params = reinterpret_cast<const std::uint8_t*>(kb_smem->params[warp][stage_slot]);
+    const bool shared_block = decode[0] && which[0] == which[1];
 #pragma unroll
-    for (int i = 0; i < kKSteps / 2; ++i) {
-      const uint4 q = sm.qf[i][lane];
-      const std::uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-      std::uint32_t hi[4], lo[4];
+    for (int i = 0; i < D / 32; ++i) {  // words 4i .. 4i + 3 of each row
+      std::uint32_t sw[2][4], mw[2][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const __half2 sp = __hmul2(half2_of(sw[4 * i + e]), up);
-        const __half2 h = __hmul2(half2_of(qw[e]), sp);
-        hi[e] = bits_of(h);
-        lo[e] = bits_of(__hfma2(half2_of(qw[e]), sp, __hneg2(h)));
-      }
-      kb_smem->hi[warp][i][lane] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      kb_smem->lo[warp][i][lane] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    }
-    kb_inv = pow2_float(-ks);
-    if constexpr (Bits == 4) {
-      std::uint32_t mw[D / 8];
-      load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(params[1]) + c * (D / 2), mw);
-      interleave_quads<Bits, D / 8>(mw);
-      float acc[4] = {};
+      for (int r = 0; r < 2; ++r) {
+        if (!decode[r]) continue;
+        if (r == 1 && shared_block) {
 #pragma unroll
-      for (int i = 0; i < kKSteps / 2; ++i) {
-        const uint4 q = sm.qf[i][lane];
-        mma_16816<__half>(acc, mw[4 * i], mw[4 * i], mw[4 * i + 1], mw[4 * i + 1], q.x, q.y);
-        mma_16816<__half>(acc, mw[4 * i + 2], mw[4 * i + 2], mw[4 * i + 3], mw[4 * i + 3], q.z, q.w);
-      }
-      kb_min[0] = acc[0];  // C row g, columns (heads) 2c, 2c + 1
-      kb_min[1] = acc[1];
-    }
-    __syncwarp();  // the fragments are written before any lane reads them
-  };
-  // KB: the scores of tile `base` (rows g + 8 r, heads 2c + h), q_scale applied, into pre.
-  // FP16 rows (sink, window, open block) against q'; rows in a complete key block b
-  // against b's q' s' (hi and lo): (sum hi code + sum lo code) 2^-ks + q' . m. A tile
-  // meets at most two key blocks and FP16 rows: a pass of mma for each form it holds.
-  auto kb_scores = [&](const TileRegs<D>& x, int base, int stage_slot, float (&pre)[2][2]) {
-    auto dot = [&](const uint4 (*frag)[32], float (&acc)[4]) {
-#pragma unroll
-      for (int i = 0; i < kKSteps / 2; ++i) {
-        const uint4 q = frag[i][lane];
-        mma_16816<__half>(acc, x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
-        mma_16816<__half>(acc, x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z, q.w);
-      }
-    };
-    const KbRange r = kb_range(base, kb_hint);
-    const int pos0 = i0 + base;
-    if (r.lo >= r.hi || r.lo > pos0 || r.hi < min(pos0 + kTile, i0 + n)) {  // FP16 rows
-      float acc[4] = {};
-      dot(sm.qf, acc);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) pre[e / 2][e % 2] = acc[e];
-    }
-    if (r.lo < r.hi) {
-      const int split_at = kb_base + r.b1 * kb_block;  // the rows before it are in b0
-#pragma unroll 1
-      for (int b = r.b0; b <= r.b1; ++b) {
-        if (b != kb_have) {
-          kb_make(kb_smem->params[warp][stage_slot][b - r.b0]);
-          kb_have = b;
+          for (int e = 0; e < 4; ++e) {
+            sw[1][e] = sw[0][e];
+            if constexpr (Bits == 4) mw[1][e] = mw[0][e];
+          }
+        } else {
+          // Block which[r]'s scales (D f16), then its mins.
+          const std::uint8_t* at = params + (which[r] ? sizeof(uint4[2][D / 8]) : 0) + c * (D / 2) + 16 * i;
+          load_shared<16>(at, sw[r]);
+          interleave_quads<Bits, 4>(sw[r]);
+          if constexpr (Bits == 4) {
+            load_shared<16>(at + D * 2, mw[r]);  // the mins after D f16 scales
+            interleave_quads<Bits, 4>(mw[r]);
+          }
         }
-        float hi[4] = {}, lo[4] = {};
-        dot(kb_smem->hi[warp], hi);
-        dot(kb_smem->lo[warp], lo);
-        const int from = b == r.b0 ? r.lo : split_at, to = b == r.b1 ? r.hi : split_at;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int pos = pos0 + g + 8 * (e / 2);
-          if (pos >= from && pos < to) pre[e / 2][e % 2] = fmaf(hi[e] + lo[e], kb_inv, kb_min[e % 2]);
+          std::uint32_t& k = x.k[r][4 * i + e];
+          k = Bits == 4 ? bits_of(__hfma2(half2_of(k), half2_of(sw[r][e]), half2_of(mw[r][e])))
+                        : bits_of(__hmul2(half2_of(k), half2_of(sw[r][e])));
         }
       }
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) pre[e / 2][e % 2] *= kb_qfac[e % 2];
   };
 
   int slot = 0;
   for (int t = first; t < end_tile; t += kStride) {
     const int base = t * kTile;
     TileRegs<D> x;
-    float kb_pre[2][2] = {};
     if constexpr (Bits == 0) {
       const TileRows tile = tile_rows(base);
       if (t == first) {
@@ -1115,6 +1018,9 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       };
       // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
       // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
+      // KB: the tile's positions in complete key blocks, and where its second block starts.
+      const KbRange kr = KB ? kb_range(base, kb_hint) : KbRange{0, 0, 0, 0};
+      const int kb_second = kb_base + kr.b1 * kb_block;
       auto take = [&](auto checked) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -1128,13 +1034,24 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
             codes_to_halves<Bits, D / 4>(x.k[r]);
           }
           if constexpr (Swap) {  // every row's (an FP16 token's and one past the split: 1, 0)
-            if constexpr (!KB) {  // KB: K's parameters are the key block's (kb_scores)
+            if constexpr (!KB) {  // KB: K's parameters are the key block's (kb_decode)
               x.ks[r] = param(row, 0);
               x.km[r] = Bits == 4 ? param(row, 1) : 0.0f;
             }
             x.vs[r] = param(row, 2);
             x.vm[r] = Bits == 4 ? param(row, 3) : 0.0f;
           }
+        }
+        if constexpr (KB) {
+          bool decode[2];
+          int which[2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int pos = i0 + base + g + 8 * r;
+            decode[r] = !checked || (pos >= kr.lo && pos < kr.hi);
+            which[r] = pos >= kb_second ? 1 : 0;
+          }
+          kb_decode(x, slot, decode, which);
         }
         if constexpr (Swap && !decltype(checked)::value) {  // a body tile: fragments from the codes
           std::uint32_t raw[4][kCodeBytes / 32];
@@ -1172,12 +1089,11 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       } else {
         take(std::true_type{});
       }
-      if constexpr (KB) kb_scores(x, base, slot, kb_pre);
       slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }
     if constexpr (Swap) {
       if constexpr (Bits == 0) v_fragments(x);  // quantized: take() made them (cheaper from the codes)
-      tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st, kb_pre);
+      tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
     } else {
       tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
     }
