@@ -50,6 +50,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -1018,9 +1019,10 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       };
       // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
       // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
-      // KB: the tile's positions in complete key blocks, and where its second block starts.
+      // KB: the tile's positions in complete key blocks, and where its second block starts
+      // (past the tile when it meets one block: the stage holds the parameters of one).
       const KbRange kr = KB ? kb_range(base, kb_hint) : KbRange{0, 0, 0, 0};
-      const int kb_second = kb_base + kr.b1 * kb_block;
+      const int kb_second = kr.b1 > kr.b0 ? kb_base + kr.b1 * kb_block : INT_MAX;
       auto take = [&](auto checked) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
