@@ -387,11 +387,7 @@ __global__ void __launch_bounds__(32) kv_append_kernel(AppendArgs args) {
     if (!paged_row(a.paged, static_cast<int>(b), row)) return;
     pos = row.pos;
     table = row.table;
-    if (row.fixed) {
-      a.layer.k.f16 = row.fixed;
-      a.layer.v.f16 = row.fixed + fixed_part_halves(a.paged.layout);
-      a.layer.k.staged = row.fixed + a.paged.layout.fixed_f16_bytes() / 2;  // key blocks' ring (unread otherwise)
-    }
+    if (row.fixed) enter_fixed_area(a.paged.layout, row.fixed, a.layer);
     const __half* base = a.k + b * a.rows_ld;  // a.k: the rows' base
     a.k = base + a.k_col;
     a.v = base + a.v_col;

@@ -142,11 +142,7 @@ __device__ __forceinline__ bool enter_paged_row(SplitArgs& a, int d) {
   const long long b = blockIdx.z;
   if (!paged_row(a.paged, static_cast<int>(b), row)) return false;
   a.table = row.table;
-  if (row.fixed) {
-    a.layer.k.f16 = row.fixed;
-    a.layer.v.f16 = row.fixed + fixed_part_halves(a.paged.layout);
-    a.layer.k.staged = row.fixed + a.paged.layout.fixed_f16_bytes() / 2;  // key blocks' ring (unread otherwise)
-  }
+  if (row.fixed) enter_fixed_area(a.paged.layout, row.fixed, a.layer);
   a.q += b * a.q_ld;
   a.acc += b * a.n_heads * a.splits * d;
   a.max_sum += b * a.n_heads * a.splits * 2;

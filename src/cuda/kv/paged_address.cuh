@@ -56,6 +56,14 @@ __device__ __forceinline__ long long fixed_part_halves(const KvPageLayout& l) {
   return l.shape.kv_heads * l.fixed_slots() * l.shape.head_dim;
 }
 
+// Points a batch row's layer buffers at its fixed area (core::kv_fixed_area's arithmetic):
+// K's FP16 slots, V's after them, then K's staging ring (key blocks; unread otherwise).
+__device__ __forceinline__ void enter_fixed_area(const KvPageLayout& l, std::uint16_t* fixed, KvLayerBuffers& layer) {
+  layer.k.f16 = fixed;
+  layer.v.f16 = fixed + fixed_part_halves(l);
+  layer.k.staged = fixed + l.fixed_f16_bytes() / 2;
+}
+
 // Position pos's page-table index (KvPageLayout::logical_page) and its row in the page,
 // in 32-bit arithmetic: positions are below 2^31 (kv_page_layout checks max_tokens), and
 // a division by the runtime page size takes ~20 instructions in 32 bits against ~70 in 64
