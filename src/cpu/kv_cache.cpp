@@ -83,6 +83,21 @@ void dequantize_typed(const std::uint8_t* codes, const std::uint16_t* scales, co
   }
 }
 
+// kv_dequantize's scheme dispatch; ToF16: each value rounded once to f16.
+template <bool ToF16>
+void dequantize_scheme(int bits, const std::uint8_t* codes, const std::uint16_t* scales, const std::uint16_t* mins,
+                       std::int64_t rows, std::int64_t cols, std::int64_t group, float* out, bool int4_symmetric) {
+  check_args(bits, rows, cols, group);
+  if (bits == 8) {
+    dequantize_typed<formats::Int8Symmetric, ToF16>(codes, scales, mins, rows, cols, group, out);
+  } else if (int4_symmetric) {
+    dequantize_typed<formats::Int4Symmetric, ToF16>(codes, scales, nullptr, rows, cols, group, out);
+  } else {
+    LOWBIT_CHECK(mins != nullptr, "kv dequantize: INT4 needs mins");
+    dequantize_typed<formats::Int4Asymmetric, ToF16>(codes, scales, mins, rows, cols, group, out);
+  }
+}
+
 }  // namespace
 
 void kv_quantize(int bits, const float* x, std::int64_t rows, std::int64_t cols, std::int64_t group,
@@ -100,29 +115,13 @@ void kv_quantize(int bits, const float* x, std::int64_t rows, std::int64_t cols,
 
 void kv_dequantize(int bits, const std::uint8_t* codes, const std::uint16_t* scales, const std::uint16_t* mins,
                    std::int64_t rows, std::int64_t cols, std::int64_t group, float* out, bool int4_symmetric) {
-  check_args(bits, rows, cols, group);
-  if (bits == 8) {
-    dequantize_typed<formats::Int8Symmetric>(codes, scales, mins, rows, cols, group, out);
-  } else if (int4_symmetric) {
-    dequantize_typed<formats::Int4Symmetric>(codes, scales, nullptr, rows, cols, group, out);
-  } else {
-    LOWBIT_CHECK(mins != nullptr, "kv dequantize: INT4 needs mins");
-    dequantize_typed<formats::Int4Asymmetric>(codes, scales, mins, rows, cols, group, out);
-  }
+  dequantize_scheme<false>(bits, codes, scales, mins, rows, cols, group, out, int4_symmetric);
 }
 
 void kv_dequantize_to_f16(int bits, const std::uint8_t* codes, const std::uint16_t* scales,
                           const std::uint16_t* mins, std::int64_t rows, std::int64_t cols, std::int64_t group,
                           float* out, bool int4_symmetric) {
-  check_args(bits, rows, cols, group);
-  if (bits == 8) {
-    dequantize_typed<formats::Int8Symmetric, true>(codes, scales, mins, rows, cols, group, out);
-  } else if (int4_symmetric) {
-    dequantize_typed<formats::Int4Symmetric, true>(codes, scales, nullptr, rows, cols, group, out);
-  } else {
-    LOWBIT_CHECK(mins != nullptr, "kv dequantize: INT4 needs mins");
-    dequantize_typed<formats::Int4Asymmetric, true>(codes, scales, mins, rows, cols, group, out);
-  }
+  dequantize_scheme<true>(bits, codes, scales, mins, rows, cols, group, out, int4_symmetric);
 }
 
 float f16_decoded(int code, float scale, float min) {
