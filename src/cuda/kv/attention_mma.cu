@@ -734,18 +734,31 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     return hint;
   };
   // The positions [lo, hi) of tile `base` in complete key blocks (lo >= hi: none), and the
-  // key blocks of the first and last (a tile meets at most two: key_block % 16 == 0).
+  // key blocks of the first and last (a tile meets at most two: key_block % 16 == 0, so the
+  // last is the first's or the next).
+  const int kb_end = min(i0 + n, kb_open);  // the split's complete-block positions end here
   struct KbRange {
     int lo, hi, b0, b1;
   };
   auto kb_range = [&](int base, int& hint) {
     KbRange r;
     r.lo = max(i0 + base, a.sink_end);
-    r.hi = min(min(i0 + base + kTile, i0 + n), kb_open);
+    r.hi = min(i0 + base + kTile, kb_end);
     r.b0 = r.lo < r.hi ? kb_block_of(r.lo, hint) : 0;
-    r.b1 = r.lo < r.hi ? kb_block_of(r.hi - 1, hint) : 0;
+    r.b1 = r.b0 + (r.lo < r.hi && r.hi - 1 >= kb_base + (r.b0 + 1) * kb_block ? 1 : 0);
     return r;
   };
+  // Where the second key block of the tile in each ring stage starts (INT_MAX: the tile
+  // meets one), noted by the issue that copies its parameters, read by the take: three
+  // registers, selected, not an array (a runtime index would put it in local memory).
+  static_assert(kKbStages == 3, "a register a stage");
+  int kb_second_0 = INT_MAX, kb_second_1 = INT_MAX, kb_second_2 = INT_MAX;
+  auto kb_note_second = [&](int slot, int at) {
+    kb_second_0 = slot == 0 ? at : kb_second_0;
+    kb_second_1 = slot == 1 ? at : kb_second_1;
+    kb_second_2 = slot == 2 ? at : kb_second_2;
+  };
+  auto kb_second_of = [&](int slot) { return slot == 0 ? kb_second_0 : slot == 1 ? kb_second_1 : kb_second_2; };
   int kb_issue_hint = 0;
   auto issue = [&](int t, int slot) {
     if (Bits != 0 && t < end_tile && body_tile(t * kTile)) {
@@ -841,6 +854,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     if constexpr (KB) {
       // The scales (and mins) of the tile's key blocks: one or two vectors of D f16 each.
       const KbRange r = t < end_tile ? kb_range(t * kTile, kb_issue_hint) : KbRange{0, 0, 0, 0};
+      kb_note_second(slot, r.b1 > r.b0 ? kb_base + r.b1 * kb_block : INT_MAX);
       if (r.lo < r.hi) {
         constexpr int kVec = D / 8, kPerBlock = (Bits == 4 ? 2 : 1) * kVec;  // 16-byte copies
         for (int q = lane; q < kPerBlock * (r.b1 > r.b0 ? 2 : 1); q += 32) {
@@ -940,7 +954,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // second), quarter c in the codes' channel order. 16 bytes of parameters at a time
   // (registers: the D = 128 instances are at their bound), loaded once where both rows
   // share a block.
-  int kb_hint = 0;
   auto kb_decode = [&](TileRegs<D>& x, int stage_slot, const bool (&decode)[2], const int (&which)[2]) {
     const auto* params = reinterpret_cast<const std::uint8_t*>(kb_smem->params[warp][stage_slot]);
     const bool shared_block = decode[0] && which[0] == which[1];
@@ -1019,10 +1032,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       };
       // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
       // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
-      // KB: the tile's positions in complete key blocks, and where its second block starts
-      // (past the tile when it meets one block: the stage holds the parameters of one).
-      const KbRange kr = KB ? kb_range(base, kb_hint) : KbRange{0, 0, 0, 0};
-      const int kb_second = kr.b1 > kr.b0 ? kb_base + kr.b1 * kb_block : INT_MAX;
+      // KB: where the tile's second key block starts (its issue noted it; INT_MAX: one block).
+      const int kb_second = KB ? kb_second_of(slot) : INT_MAX;
       auto take = [&](auto checked) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -1050,7 +1061,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int pos = i0 + base + g + 8 * r;
-            decode[r] = !checked || (pos >= kr.lo && pos < kr.hi);
+            decode[r] = !checked || (pos >= a.sink_end && pos < kb_end);
             which[r] = pos >= kb_second ? 1 : 0;
           }
           kb_decode(x, slot, decode, which);
