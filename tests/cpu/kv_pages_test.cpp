@@ -134,7 +134,9 @@ TEST(KvPages, KeyBlockPagesHoldOneBlocksParameters) {
       EXPECT_EQ(l.page_bytes(), 2 * b * heads * s.code_bytes() + b * heads * 2 * m + heads * d * 2 * m);
       for (bool v : {false, true}) {
         EXPECT_EQ(l.scales_offset(v) % 16, 0);
-        if (s.has_mins()) EXPECT_EQ(l.mins_offset(v) % 16, 0);
+        if (s.has_mins()) {
+          EXPECT_EQ(l.mins_offset(v) % 16, 0);
+        }
       }
       EXPECT_EQ(l.scales_offset(false) + l.param_part_bytes(false), l.scales_offset(true));
       EXPECT_EQ((s.has_mins() ? l.mins_offset(true) : l.scales_offset(true)) + l.param_part_bytes(true),
