@@ -45,8 +45,7 @@
 // instantiations' are for theirs. A tile meets up to two key blocks (B a multiple of 16):
 // each row takes its block's parameters, copied with the tile's codes into the ring.
 // Positions of the open block are FP16 keys from the staging ring, scored like the sink
-// and window. A warp takes a run of consecutive tiles (every 4th otherwise), so that the
-// key block of its next tile is the same or the next one: no division a tile.
+// and window. A warp finds its next tile's key block from its last one's by compares.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -645,12 +644,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
   float sum_q[2] = {0.0f, 0.0f};
-  // A warp's tiles: first, first + stride, ... before end_tile. KB: a run of consecutive tiles
-  // (each tile's key blocks found from the last one's, kb_block_of); else every 4th.
-  constexpr int kStride = KB ? 1 : kWarps;
-  const int per_warp = KB ? (tiles + kWarps - 1) / kWarps : 0;
-  const int first = KB ? warp * per_warp : warp;
-  const int end_tile = KB ? min(first + per_warp, tiles) : tiles;
+  // A warp's tiles: every 4th, from its own. So the tiles of FP16 rows at a split's ends
+  // (the sink; the window and, with key blocks, the open block), whose rows are loaded
+  // directly and not through the ring, fall to different warps: a run of consecutive
+  // tiles a warp put them all in the last warp's run, the split's tail (ncu, session 39).
+  constexpr int kStride = kWarps;
+  const int first = warp, end_tile = tiles;
 
   // FP16 caches: each tile's loads straight into registers at the top of its iteration
   // (a tile of FP16 rows is 256 bytes a lane in flight).
@@ -722,14 +721,19 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   const int kb_open = KB ? static_cast<int>(s.open_block_begin(a.recent_begin)) : 0;
   KbSmem<D>* kb_smem = nullptr;  // KB: sm.kb (the other instantiations have none)
   if constexpr (KB) kb_smem = &sm.kb;
-  // The key block of body position pos, `hint`'s or the next when it holds pos: a warp
-  // walks its tiles in order, so a division a key block, not two a tile.
+  // The key block of body position pos from `hint`, the block of an earlier position: a
+  // warp walks its tiles forward, 64 positions a step, so a few compares (at most 64 / 16
+  // blocks ahead), not a division; a first call (or a position behind) divides.
   auto kb_block_of = [&](int pos, int& hint) {
-    const int start = kb_base + hint * kb_block;
-    if (pos >= start + kb_block && pos < start + 2 * kb_block) {
-      ++hint;
-    } else if (pos < start || pos >= start + kb_block) {
+    int start = kb_base + hint * kb_block;
+    if (pos < start || pos >= start + 5 * kb_block) {
       hint = (pos - kb_base) / kb_block;
+      return hint;
+    }
+#pragma unroll 1
+    while (pos >= start + kb_block) {
+      ++hint;
+      start += kb_block;
     }
     return hint;
   };
