@@ -513,6 +513,9 @@ __device__ __forceinline__ void load_shared(const std::uint8_t* p, std::uint32_t
   }
 }
 
+// Brings the 128-byte line at p into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // Paged: full's FP16 rows are in pages (paged_address.cuh); the fixed area of window and
 // selective is addressed as the contiguous buffer.
 template <int D, bool Paged>
@@ -837,6 +840,28 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
           } else {
             cp_async16(dst, a.paged.layer.pages ? a.paged.layer.pages : part == 0 ? a.layer.k.codes : a.layer.v.codes,
                        0);  // zeros: an FP16 token's or one past the split (a valid address, nothing read)
+          }
+        }
+      }
+      // The tile's FP16 rows (the sink and window; KB: the open block's staged keys) are
+      // loaded directly when it is taken, two tiles from now, and their latency ends a
+      // split (ncu, session 39: selective's launches have a tail): into L2 now, a row and
+      // part a lane (L2, not L1: the append may still be writing the newest row, and L2
+      // is where writes land). Swap only: the other variant's D = 128 instances, at their
+      // register bound, spill with it.
+      if constexpr (Swap) {
+        const int row = lane % kTile, part = lane / kTile, j = base + row;
+        if (j < n) {
+          const Where at = where<Bits>(a, i0 + j);
+          const std::uint16_t* f16 = nullptr;
+          if (!at.body) {
+            f16 = f16_row<D, Paged>(a, part != 0, at.pos, end_slot);
+          } else if (KB && part == 0 && at.pos >= kb_open) {
+            f16 = a.layer.k.staged + (static_cast<long long>(head) * kb_block + (at.pos - kb_base) % kb_block) * D;
+          }
+          if (f16 != nullptr) {
+#pragma unroll
+            for (int line = 0; line < D * 2 / 128; ++line) prefetch_l2(f16 + 64 * line);
           }
         }
       }
