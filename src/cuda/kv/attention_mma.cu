@@ -45,8 +45,7 @@
 // instantiations' are for theirs. A tile meets up to two key blocks (B a multiple of 16):
 // each row takes its block's parameters, copied with the tile's codes into the ring.
 // Positions of the open block are FP16 keys from the staging ring, scored like the sink
-// and window. A warp takes a run of consecutive tiles (every 4th otherwise), so that the
-// key block of its next tile is the same or the next one: no division a tile.
+// and window. A warp finds its next tile's key block from its last one's by compares.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -514,6 +513,9 @@ __device__ __forceinline__ void load_shared(const std::uint8_t* p, std::uint32_t
   }
 }
 
+// Brings the 128-byte line at p into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // Paged: full's FP16 rows are in pages (paged_address.cuh); the fixed area of window and
 // selective is addressed as the contiguous buffer.
 template <int D, bool Paged>
@@ -645,12 +647,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
   float sum_q[2] = {0.0f, 0.0f};
-  // A warp's tiles: first, first + stride, ... before end_tile. KB: a run of consecutive tiles
-  // (each tile's key blocks found from the last one's, kb_block_of); else every 4th.
-  constexpr int kStride = KB ? 1 : kWarps;
-  const int per_warp = KB ? (tiles + kWarps - 1) / kWarps : 0;
-  const int first = KB ? warp * per_warp : warp;
-  const int end_tile = KB ? min(first + per_warp, tiles) : tiles;
+  // A warp's tiles: every 4th, from its own. So the tiles of FP16 rows at a split's ends
+  // (the sink; the window and, with key blocks, the open block), whose rows are loaded
+  // directly and not through the ring, fall to different warps: a run of consecutive
+  // tiles a warp put them all in the last warp's run, the split's tail (ncu, session 39).
+  constexpr int kStride = kWarps;
+  const int first = warp, end_tile = tiles;
 
   // FP16 caches: each tile's loads straight into registers at the top of its iteration
   // (a tile of FP16 rows is 256 bytes a lane in flight).
@@ -722,30 +724,48 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   const int kb_open = KB ? static_cast<int>(s.open_block_begin(a.recent_begin)) : 0;
   KbSmem<D>* kb_smem = nullptr;  // KB: sm.kb (the other instantiations have none)
   if constexpr (KB) kb_smem = &sm.kb;
-  // The key block of body position pos, `hint`'s or the next when it holds pos: a warp
-  // walks its tiles in order, so a division a key block, not two a tile.
+  // The key block of body position pos from `hint`, the block of an earlier position: a
+  // warp walks its tiles forward, 64 positions a step, so a few compares (at most 64 / 16
+  // blocks ahead), not a division; a first call (or a position behind) divides.
   auto kb_block_of = [&](int pos, int& hint) {
-    const int start = kb_base + hint * kb_block;
-    if (pos >= start + kb_block && pos < start + 2 * kb_block) {
-      ++hint;
-    } else if (pos < start || pos >= start + kb_block) {
+    int start = kb_base + hint * kb_block;
+    if (pos < start || pos >= start + 5 * kb_block) {
       hint = (pos - kb_base) / kb_block;
+      return hint;
+    }
+#pragma unroll 1
+    while (pos >= start + kb_block) {
+      ++hint;
+      start += kb_block;
     }
     return hint;
   };
   // The positions [lo, hi) of tile `base` in complete key blocks (lo >= hi: none), and the
-  // key blocks of the first and last (a tile meets at most two: key_block % 16 == 0).
+  // key blocks of the first and last (a tile meets at most two: key_block % 16 == 0, so the
+  // last is the first's or the next).
+  const int kb_end = min(i0 + n, kb_open);  // the split's complete-block positions end here
   struct KbRange {
     int lo, hi, b0, b1;
   };
   auto kb_range = [&](int base, int& hint) {
     KbRange r;
     r.lo = max(i0 + base, a.sink_end);
-    r.hi = min(min(i0 + base + kTile, i0 + n), kb_open);
+    r.hi = min(i0 + base + kTile, kb_end);
     r.b0 = r.lo < r.hi ? kb_block_of(r.lo, hint) : 0;
-    r.b1 = r.lo < r.hi ? kb_block_of(r.hi - 1, hint) : 0;
+    r.b1 = r.b0 + (r.lo < r.hi && r.hi - 1 >= kb_base + (r.b0 + 1) * kb_block ? 1 : 0);
     return r;
   };
+  // Where the second key block of the tile in each ring stage starts (INT_MAX: the tile
+  // meets one), noted by the issue that copies its parameters, read by the take: three
+  // registers, selected, not an array (a runtime index would put it in local memory).
+  static_assert(kKbStages == 3, "a register a stage");
+  int kb_second_0 = INT_MAX, kb_second_1 = INT_MAX, kb_second_2 = INT_MAX;
+  auto kb_note_second = [&](int slot, int at) {
+    kb_second_0 = slot == 0 ? at : kb_second_0;
+    kb_second_1 = slot == 1 ? at : kb_second_1;
+    kb_second_2 = slot == 2 ? at : kb_second_2;
+  };
+  auto kb_second_of = [&](int slot) { return slot == 0 ? kb_second_0 : slot == 1 ? kb_second_1 : kb_second_2; };
   int kb_issue_hint = 0;
   auto issue = [&](int t, int slot) {
     if (Bits != 0 && t < end_tile && body_tile(t * kTile)) {
@@ -823,6 +843,28 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
           }
         }
       }
+      // The tile's FP16 rows (the sink and window; KB: the open block's staged keys) are
+      // loaded directly when it is taken, two tiles from now, and their latency ends a
+      // split (ncu, session 39: selective's launches have a tail): into L2 now, a row and
+      // part a lane (L2, not L1: the append may still be writing the newest row, and L2
+      // is where writes land). Swap only: the other variant's D = 128 instances, at their
+      // register bound, spill with it.
+      if constexpr (Swap) {
+        const int row = lane % kTile, part = lane / kTile, j = base + row;
+        if (j < n) {
+          const Where at = where<Bits>(a, i0 + j);
+          const std::uint16_t* f16 = nullptr;
+          if (!at.body) {
+            f16 = f16_row<D, Paged>(a, part != 0, at.pos, end_slot);
+          } else if (KB && part == 0 && at.pos >= kb_open) {
+            f16 = a.layer.k.staged + (static_cast<long long>(head) * kb_block + (at.pos - kb_base) % kb_block) * D;
+          }
+          if (f16 != nullptr) {
+#pragma unroll
+            for (int line = 0; line < D * 2 / 128; ++line) prefetch_l2(f16 + 64 * line);
+          }
+        }
+      }
       // The parameters of a tile with FP16 tokens or an end: loaded here (such tiles are
       // few) and stored in both halves of the pair, so either half reads them.
       const int j = base + param_row;
@@ -841,6 +883,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     if constexpr (KB) {
       // The scales (and mins) of the tile's key blocks: one or two vectors of D f16 each.
       const KbRange r = t < end_tile ? kb_range(t * kTile, kb_issue_hint) : KbRange{0, 0, 0, 0};
+      kb_note_second(slot, r.b1 > r.b0 ? kb_base + r.b1 * kb_block : INT_MAX);
       if (r.lo < r.hi) {
         constexpr int kVec = D / 8, kPerBlock = (Bits == 4 ? 2 : 1) * kVec;  // 16-byte copies
         for (int q = lane; q < kPerBlock * (r.b1 > r.b0 ? 2 : 1); q += 32) {
@@ -940,7 +983,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // second), quarter c in the codes' channel order. 16 bytes of parameters at a time
   // (registers: the D = 128 instances are at their bound), loaded once where both rows
   // share a block.
-  int kb_hint = 0;
   auto kb_decode = [&](TileRegs<D>& x, int stage_slot, const bool (&decode)[2], const int (&which)[2]) {
     const auto* params = reinterpret_cast<const std::uint8_t*>(kb_smem->params[warp][stage_slot]);
     const bool shared_block = decode[0] && which[0] == which[1];
@@ -1019,10 +1061,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       };
       // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
       // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
-      // KB: the tile's positions in complete key blocks, and where its second block starts
-      // (past the tile when it meets one block: the stage holds the parameters of one).
-      const KbRange kr = KB ? kb_range(base, kb_hint) : KbRange{0, 0, 0, 0};
-      const int kb_second = kr.b1 > kr.b0 ? kb_base + kr.b1 * kb_block : INT_MAX;
+      // KB: where the tile's second key block starts (its issue noted it; INT_MAX: one block).
+      const int kb_second = KB ? kb_second_of(slot) : INT_MAX;
       auto take = [&](auto checked) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -1050,7 +1090,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int pos = i0 + base + g + 8 * r;
-            decode[r] = !checked || (pos >= kr.lo && pos < kr.hi);
+            decode[r] = !checked || (pos >= a.sink_end && pos < kb_end);
             which[r] = pos >= kb_second ? 1 : 0;
           }
           kb_decode(x, slot, decode, which);
