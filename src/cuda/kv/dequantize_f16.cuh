@@ -69,20 +69,34 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
   }
 }
 
-// 16 bytes of INT4 codes with a scale and a min a channel (key blocks): q * s + min in
-// f16 arithmetic, channel by channel; params(h, scales, mins) gives the f16 scales and
-// mins of channels 8h .. 8h + 7 (16 bytes each), store(h, chunk) takes their values.
-template <class Params, class Store>
-__device__ __forceinline__ void dequantize16_int4_channels(uint4 codes, Params&& params, Store&& store) {
+// 16 bytes of codes with a scale (and, INT4, a min) a channel (key blocks): INT8 q * s,
+// INT4 q * s + min, in f16 arithmetic, channel by channel; params(h, scales, mins) gives
+// the f16 scales and mins (INT8: mins unused) of the channels of chunk h (8 channels, 16
+// bytes each), store(h, chunk) takes their values; chunks as dequantize16's.
+template <int Bits, class Params, class Store>
+__device__ __forceinline__ void dequantize16_channels(uint4 codes, Params&& params, Store&& store) {
   const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  constexpr int kChunks = Bits == 8 ? 2 : 4;
 #pragma unroll
-  for (int h = 0; h < 4; ++h) {
+  for (int h = 0; h < kChunks; ++h) {
     uint4 s, m;
     params(h, s, m);
     const std::uint32_t sw[4] = {s.x, s.y, s.z, s.w}, mw[4] = {m.x, m.y, m.z, m.w};
     std::uint32_t o[4];
+    if constexpr (Bits == 8) {
+      const __half2 bias = __float2half2_rn(1152.0f);  // as dequantize16: (byte ^ 0x80) + 1024 - 1152 = q
 #pragma unroll
-    for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(w[h], i), bits_half2(sw[i]), bits_half2(mw[i])));
+      for (int i = 0; i < 2; ++i) {
+        const std::uint32_t flipped = w[2 * h + i] ^ 0x80808080u;
+        const __half2 lo = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4140u)), bias);
+        const __half2 hi = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4342u)), bias);
+        o[2 * i] = half2_bits(__hmul2(lo, bits_half2(sw[2 * i])));
+        o[2 * i + 1] = half2_bits(__hmul2(hi, bits_half2(sw[2 * i + 1])));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(w[h], i), bits_half2(sw[i]), bits_half2(mw[i])));
+    }
     store(h, make_uint4(o[0], o[1], o[2], o[3]));
   }
 }
