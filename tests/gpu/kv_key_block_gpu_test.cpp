@@ -540,8 +540,8 @@ TEST_F(KvKeyBlockGpu, TensorCorePrefillOfWholeChunksMatchesTheTwin) {
   LOWBIT_TEST_RNG(rng);
   for (const Policy& p : kPolicies) {
     for (const std::int64_t d : {64, 128}) {
-      for (const std::int64_t b : {16, 48, 64}) {
-        for (const Heads hh : {Heads{9, 3}, Heads{4, 4}, Heads{16, 2}}) {
+      for (const std::int64_t b : sanitizer_subset<std::int64_t>({16, 48, 64}, {1})) {
+        for (const Heads hh : sanitizer_subset<Heads>({Heads{9, 3}, Heads{4, 4}, Heads{16, 2}}, {0})) {
           for (auto [pos0, rows] : {std::pair<std::int64_t, std::int64_t>{0, 150}, {9, 100}, {700 + b / 2 + 3, 131}}) {
             SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " B " + std::to_string(b) + " H " +
                          std::to_string(hh.h) + "/" + std::to_string(hh.hkv) + " chunk at " + std::to_string(pos0) +

@@ -264,6 +264,7 @@ struct ContiguousLayer {
     t.v.scales = download<std::uint16_t>(vs.data(), t.v.scales.size());
     t.k.mins = download<std::uint16_t>(km.data(), t.k.mins.size());
     t.v.mins = download<std::uint16_t>(vm.data(), t.v.mins.size());
+    t.k.staged = download<std::uint16_t>(kst.data(), t.k.staged.size());  // key blocks' staging ring
     return t;
   }
 };
