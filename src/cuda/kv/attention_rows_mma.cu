@@ -267,40 +267,52 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
   };
   // A body or open item's staged codes -> its tile (after the staging landed: wait +
   // barrier); thread tid writes row tid % 64 of part tid / 64, zeros where no row reads
-  // it (an open item's K rows: only those; the rest came as FP16).
+  // it (an open item's K rows: only those; the rest came as FP16), but for K by channel.
   auto dequantize_item = [&](int item, int buf) {
     if constexpr (Bits != 0) {
       const int view = item % kViews, n0 = item / kViews * kBN;
       const int part = tid / kBN, p = tid % kBN, s = n0 + p;
       const std::uint32_t dst = L::tile(base, buf, part) + p * L::kRow;
       const bool needed = forms.needed(view, tmin, tmax, s);
+      constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
+      if constexpr (KB) {
+        if (part == 0 && view == Forms::kBody) {
+          // K by channel, channel-major: thread tid takes 16-byte chunk ch (8 channels) of
+          // positions g, g + kGroups, ...: it loads its chunk's scales and mins once a block,
+          // not all D of them a position, and 4 or 8 bytes of codes a position.
+          constexpr int kGroups = kBN / kChunks;
+          const int ch = tid % kChunks, g = tid / kChunks;
+          int first, count;
+          tile_blocks(n0, first, count);
+          int cached = -1;
+          uint4 scales = make_uint4(0, 0, 0, 0), mins = scales;
+#pragma unroll 2
+          for (int i = 0; i < kChunks; ++i) {
+            const int pc = i * kGroups + g, sc = n0 + pc;
+            const std::uint32_t at = L::tile(base, buf, 0) + pc * L::kRow + swizzle(pc, ch) * 16;
+            if (!forms.needed(Forms::kBody, tmin, tmax, sc)) {
+              st_shared16(at, make_uint4(0, 0, 0, 0));
+              continue;
+            }
+            const int which = (sc - forms.body_base) / forms.key_block - first;
+            if (which != cached) {
+              scales = ld_shared16(L::params(base, which, 0) + ch * 16);
+              if constexpr (Bits == 4) mins = ld_shared16(L::params(base, which, 1) + ch * 16);
+              cached = which;
+            }
+            const std::uint32_t codes = L::raw(base, 0) + pc * L::kRawRow + ch * (Bits == 8 ? 8 : 4);
+            const uint2 q = Bits == 8 ? ld_shared8(codes) : make_uint2(ld_shared4(codes), 0u);
+            st_shared16(at, dequantize8_channels<Bits>(q, scales, mins));
+          }
+          return;
+        }
+      }
       if (!needed) {
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch) st_shared16(dst + ch * 16, make_uint4(0, 0, 0, 0));
         return;
       }
-      constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
-      if constexpr (KB) {
-        if (part == 0) {
-          if (view == Forms::kOpen) return;
-          int first, count;
-          tile_blocks(n0, first, count);
-          const int which = (s - forms.body_base) / forms.key_block - first;
-#pragma unroll
-          for (int b = 0; b < L::kCodeBytes / 16; ++b) {
-            const uint4 codes = ld_shared16(L::raw(base, 0) + p * L::kRawRow + b * 16);
-            dequantize16_channels<Bits>(
-                codes,
-                [&](int h, uint4& scales, uint4& mins) {
-                  const int channel = (b * kPer16 + h) * 8;
-                  scales = ld_shared16(L::params(base, which, 0) + channel * 2);
-                  if constexpr (Bits == 4) mins = ld_shared16(L::params(base, which, 1) + channel * 2);
-                },
-                [&](int h, uint4 v) { st_shared16(dst + swizzle(p, b * kPer16 + h) * 16, v); });
-          }
-          return;
-        }
-      }
+      if (KB && part == 0) return;  // an open item's K: its FP16 rows came by cp.async
       const __half2 s2 = __half2half2(__ushort_as_half(pending_scale));
       const __half2 m2 = __half2half2(__ushort_as_half(pending_min));
 #pragma unroll
