@@ -185,25 +185,32 @@ struct KvRowForms {
     if (key_block == 0 || end <= body_base) return end;
     return body_base + (end - body_base) / key_block * key_block;
   }
+  // The forms' tests take the rows' quantized ends from the caller where a kernel has
+  // them (q_t = quantized_end(t); its rows are fixed: one division a row, not one a test).
   LOWBIT_HD bool f16_at(int t, int s) const { return f16 && s <= t && (s < sink || (window > 0 && s > t - window)); }
-  LOWBIT_HD bool body_at(int t, int s) const {
-    return body && s >= body_lo() && s < quantized_end(t) && s <= t;
+  LOWBIT_HD bool body_at(int t, int q_t, int s) const { return body && s >= body_lo() && s < q_t && s <= t; }
+  LOWBIT_HD bool body_at(int t, int s) const { return body_at(t, quantized_end(t), s); }
+  LOWBIT_HD bool open_at(int t, int q_t, int s) const { return key_block > 0 && s >= q_t && s <= t - window; }
+  LOWBIT_HD bool open_at(int t, int s) const { return open_at(t, quantized_end(t), s); }
+  LOWBIT_HD bool at(int view, int t, int q_t, int s) const {
+    return view == kBody ? body_at(t, q_t, s) : view == kOpen ? open_at(t, q_t, s) : f16_at(t, s);
   }
-  LOWBIT_HD bool open_at(int t, int s) const { return key_block > 0 && s >= quantized_end(t) && s <= t - window; }
-  LOWBIT_HD bool at(int view, int t, int s) const {
-    return view == kBody ? body_at(t, s) : view == kOpen ? open_at(t, s) : f16_at(t, s);
-  }
-  // Whether some row in [tmin, tmax] reads s in the view. Open: a position before tmin's
-  // window edge is open for tmin from its quantized end on; one past it is open for the
-  // row whose window it just left unless it is a block's last (which that row quantizes).
-  LOWBIT_HD bool needed(int view, int tmin, int tmax, int s) const {
+  LOWBIT_HD bool at(int view, int t, int s) const { return at(view, t, quantized_end(t), s); }
+  // Whether some row in [tmin, tmax] reads s in the view (q_min, q_max: their quantized
+  // ends). Open: a position before tmin's window edge is open for tmin from its quantized
+  // end on; one past it is open for the row whose window it just left unless it is a
+  // block's last (which that row quantizes).
+  LOWBIT_HD bool needed(int view, int tmin, int tmax, int q_min, int q_max, int s) const {
     if (s > tmax) return false;
-    if (view == kBody) return body && s >= body_lo() && s < quantized_end(tmax);
+    if (view == kBody) return body && s >= body_lo() && s < q_max;
     if (view == kOpen) {
-      if (key_block == 0 || s < body_base || s < quantized_end(tmin) || s > tmax - window) return false;
+      if (key_block == 0 || s < body_base || s < q_min || s > tmax - window) return false;
       return s < tmin - window || (s + 1 - body_base) % key_block != 0;
     }
     return f16 && (s < sink || (window > 0 && s > tmin - window));
+  }
+  LOWBIT_HD bool needed(int view, int tmin, int tmax, int s) const {
+    return needed(view, tmin, tmax, quantized_end(tmin), quantized_end(tmax), s);
   }
   // Whether some position of the tile [n0, n0 + tile) is needed (open: of two positions
   // in its range at most one is a block's last).
@@ -224,12 +231,15 @@ struct KvRowForms {
     return f16 && (n0 < sink || (window > 0 && n1 > tmin - window));
   }
   // Whether every row in [tmin, tmax] reads every position of the tile in the view.
-  LOWBIT_HD bool tile_whole(int view, int tmin, int tmax, int n0, int tile) const {
+  LOWBIT_HD bool tile_whole(int view, int tmin, int tmax, int q_min, int q_max, int n0, int tile) const {
     const int n1 = n0 + tile - 1;
     if (n1 > tmin) return false;
-    if (view == kBody) return body && n0 >= body_lo() && n1 < quantized_end(tmin);
-    if (view == kOpen) return key_block > 0 && n0 >= quantized_end(tmax) && n1 <= tmin - window;
+    if (view == kBody) return body && n0 >= body_lo() && n1 < q_min;
+    if (view == kOpen) return key_block > 0 && n0 >= q_max && n1 <= tmin - window;
     return f16 && (n1 < sink || (window > 0 && n0 > tmax - window));
+  }
+  LOWBIT_HD bool tile_whole(int view, int tmin, int tmax, int n0, int tile) const {
+    return tile_whole(view, tmin, tmax, quantized_end(tmin), quantized_end(tmax), n0, tile);
   }
 };
 

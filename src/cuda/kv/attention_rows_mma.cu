@@ -169,11 +169,15 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     return m < R * G && r0 + rr < a.rows ? tmin + rr : -1;
   };
   const int t_lane[2] = {row_position(warp * 16 + r), row_position(warp * 16 + r + 8)};
+  // Quantized ends (key blocks: a division each) of the block's, the warp's and the lane's rows.
+  const int q_min = forms.quantized_end(tmin), q_max = forms.quantized_end(tmax);
+  const int q_lane[2] = {forms.quantized_end(t_lane[0]), forms.quantized_end(t_lane[1])};
   const int tw_min = row_position(warp * 16);
   const int tw_last = row_position(warp * 16 + 15);
   const bool warp_full = tw_last >= 0;  // every M-row of the warp is a row
   int tw_max = tw_min;
   for (int m = warp * 16 + 1; m < warp * 16 + 16; ++m) tw_max = max(tw_max, row_position(m));
+  const int qw_min = forms.quantized_end(tw_min), qw_max = forms.quantized_end(tw_max);
 
   // Q: M-row m = (row, head) of the chunk; padding reads as zeros.
 #pragma unroll
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
   // Key blocks: the first of the blocks whose K a body tile at n0 reads (its parameters
   // are copied from there on), and how many.
   auto tile_blocks = [&](int n0, int& first, int& count) {
-    const int lo = max(n0, forms.body_lo()), hi = min(n0 + kBN, forms.quantized_end(tmax)) - 1;
+    const int lo = max(n0, forms.body_lo()), hi = min(n0 + kBN, q_max) - 1;
     first = (lo - forms.body_base) / forms.key_block;
     count = lo <= hi ? (hi - forms.body_base) / forms.key_block - first + 1 : 0;
   };
@@ -212,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
   auto issue_item = [&](int item, int buf) {
     const int view = item % kViews, n0 = item / kViews * kBN, p = tid / 2, half = tid % 2, s = n0 + p;
     if (view == Forms::kFp16) {
-      const bool ok = forms.needed(Forms::kFp16, tmin, tmax, s);
+      const bool ok = forms.needed(Forms::kFp16, tmin, tmax, q_min, q_max, s);
       const void* rows[2] = {nullptr, nullptr};
       if (ok) {
         if (Paged && a.shape.window == 0) {  // full: K's and V's rows from one page lookup
@@ -231,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
       constexpr int kCodeChunks = L::kCodeBytes / 16;
       static_assert(kCodeChunks % 2 == 0, "code chunks split over a lane pair");
       const bool open = KB && view == Forms::kOpen;  // K's FP16 row into the tile, V's codes
-      if (forms.needed(view, tmin, tmax, s)) {
+      if (forms.needed(view, tmin, tmax, q_min, q_max, s)) {
         const BodyRows kv = body_rows<Paged>(a, s);  // paged: one page lookup for K and V
         if (open) issue_f16_row(L::tile(base, buf, 0) + p * L::kRow, open_key_row<D>(a, kh, s), p, half, true);
 #pragma unroll
@@ -245,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
         }
       }
       const int part = tid / kBN, sp = n0 + tid % kBN;
-      if (!(KB && part == 0) && forms.needed(view, tmin, tmax, sp)) {
+      if (!(KB && part == 0) && forms.needed(view, tmin, tmax, q_min, q_max, sp)) {
         const BodyRow row = body_row<Paged>(a, part, sp);
         pending_scale = __ldg(row.scales + kh);
         if constexpr (Bits == 4) pending_min = __ldg(row.mins + kh);
@@ -273,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
       const int view = item % kViews, n0 = item / kViews * kBN;
       const int part = tid / kBN, p = tid % kBN, s = n0 + p;
       const std::uint32_t dst = L::tile(base, buf, part) + p * L::kRow;
-      const bool needed = forms.needed(view, tmin, tmax, s);
+      const bool needed = forms.needed(view, tmin, tmax, q_min, q_max, s);
       constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
       if constexpr (KB) {
         if (part == 0 && view == Forms::kBody) {
@@ -284,17 +288,18 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
           const int ch = tid % kChunks, g = tid / kChunks;
           int first, count;
           tile_blocks(n0, first, count);
-          int cached = -1;
+          int cached = -1, which = 0;
+          int next_block = forms.body_base + (first + 1) * forms.key_block;  // which's end
           uint4 scales = make_uint4(0, 0, 0, 0), mins = scales;
 #pragma unroll 2
           for (int i = 0; i < kChunks; ++i) {
             const int pc = i * kGroups + g, sc = n0 + pc;
             const std::uint32_t at = L::tile(base, buf, 0) + pc * L::kRow + swizzle(pc, ch) * 16;
-            if (!forms.needed(Forms::kBody, tmin, tmax, sc)) {
+            if (!forms.needed(Forms::kBody, tmin, tmax, q_min, q_max, sc)) {
               st_shared16(at, make_uint4(0, 0, 0, 0));
               continue;
             }
-            const int which = (sc - forms.body_base) / forms.key_block - first;
+            for (; sc >= next_block; next_block += forms.key_block) ++which;  // positions rise
             if (which != cached) {
               scales = ld_shared16(L::params(base, which, 0) + ch * 16);
               if constexpr (Bits == 4) mins = ld_shared16(L::params(base, which, 1) + ch * 16);
@@ -348,12 +353,12 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     if (tw_min >= 0 && n0 <= tw_max) {
       float s[kBN / 8][4];
       flash::qk_tile<D, kBN>(s, qf, L::tile(base, buf, 0), lane);
-      if (!(warp_full && forms.tile_whole(view, tw_min, tw_max, n0, kBN))) {
+      if (!(warp_full && forms.tile_whole(view, tw_min, tw_max, qw_min, qw_max, n0, kBN))) {
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            if (!forms.at(view, t_lane[e >> 1], n0 + j * 8 + 2 * c + (e & 1))) s[j][e] = -INFINITY;
+            if (!forms.at(view, t_lane[e >> 1], q_lane[e >> 1], n0 + j * 8 + 2 * c + (e & 1))) s[j][e] = -INFINITY;
           }
         }
       }
