@@ -288,7 +288,9 @@ struct PagedKeyBlocks {
   }
 };
 
-template <int D, class Scheme, class Load, class Dest>
+// kBatch: positions whose loads are in flight at once (the prefill's kernel 8; the decode
+// step's append 1: its registers, and a block completes once every B steps).
+template <int D, class Scheme, int kBatch, class Load, class Dest>
 __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int head, long long block,
                                    const Load& load) {
   constexpr int E = D / 32;
@@ -304,7 +306,6 @@ __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int 
   }
   // In batches whose loads are all issued before their values are used: one position at
   // a time, each waited for its global latency (a prefill's block took ~45 us).
-  constexpr int kBatch = 8;
   for (int i0 = 1; i0 < b; i0 += kBatch) {
     float x[kBatch][E];
 #pragma unroll
@@ -378,7 +379,7 @@ __device__ void stage_key(const KvLayerShape& s, const KvPart& part, const Dest&
   if (slot == s.key_block - 1) {
     const std::uint16_t* staged = part.staged + head * s.key_block * D + static_cast<int>(threadIdx.x) * E;
     auto load = [&](int i, float (&x)[E]) { load_halves(staged + static_cast<long long>(i) * D, x); };
-    quantize_key_block<D, Scheme>(s, dest, head, (pos - s.body_base) / s.key_block, load);
+    quantize_key_block<D, Scheme, 1>(s, dest, head, (pos - s.body_base) / s.key_block, load);
   }
 }
 
@@ -625,7 +626,7 @@ __global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsAr
       return ContiguousKeyBlocks{&s, a.layer.k};
     }
   };
-  quantize_key_block<D, Scheme>(s, dest(), head, block, [&](int i, float (&x)[E]) {
+  quantize_key_block<D, Scheme, 8>(s, dest(), head, block, [&](int i, float (&x)[E]) {
     const long long p = s.body_base + block * s.key_block + i;
     if (p >= c.pos0) {
       load_halves(static_cast<const __half*>(c.base) + (p - c.pos0) * c.ld + c.k_col + head * D + c0, x);
