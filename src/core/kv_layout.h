@@ -15,8 +15,8 @@
 //          the f32 scale / min rounded to f16, the codes encoded with the rounded values.
 // Only the default group (one scale (+ min) per token per KV head) is laid out here.
 //
-// Key blocks (key_block = B > 0, KIVI; the engine's --kv-key-block; contiguous cache
-// only): K's body is quantized per channel over blocks of B body positions (body index
+// Key blocks (key_block = B > 0, KIVI; the engine's --kv-key-block; the paged pool's
+// placement: core/kv_pages.h): K's body is quantized per channel over blocks of B body positions (body index
 // j = pos - body_base, block j / B) once the block is complete, from FP16 values kept
 // until then in a staging ring. V is unchanged. K then has:
 //   codes  as above, by position ([body_pos][H][code_bytes]), each code that of its

@@ -266,8 +266,8 @@ TEST(DecodeCacheLayout, RowFormsAreTheDecodeSpans) {
           for (int q = 0; q <= t; ++q) {
             const bool sink = q < span.sink_end, recent = q >= span.recent_begin;
             const bool body = !sink && !recent && s.body != core::KvBody::none;
-            const std::int64_t block_last = s.body_base + ((q - s.body_base) / std::max<std::int64_t>(key_block, 1) + 1) *
-                                                              key_block - 1;
+            const std::int64_t b = std::max<std::int64_t>(key_block, 1);
+            const std::int64_t block_last = s.body_base + ((q - s.body_base) / b + 1) * key_block - 1;
             const bool complete = key_block == 0 || block_last <= t - s.window;
             ASSERT_EQ(f.f16_at(t, q), sink || recent) << "t " << t << " s " << q;
             ASSERT_EQ(f.body_at(t, q), body && complete) << "t " << t << " s " << q;

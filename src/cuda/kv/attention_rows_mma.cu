@@ -107,8 +107,13 @@ __device__ __forceinline__ const void* f16_row(const RowsMmaArgs& a, int part, i
 template <int D>
 __device__ __forceinline__ const std::uint16_t* open_key_row(const RowsMmaArgs& a, int kh, int s) {
   const KvLayerShape& sh = a.shape;
-  if (s >= a.pos0) return reinterpret_cast<const std::uint16_t*>(a.chunk + (static_cast<long long>(s - a.pos0) * a.ld + a.k_col + kh * D));
-  if (sh.window > 0 && s > a.pos0 - 1 - sh.window) return a.snap_k + (static_cast<long long>(kh) * sh.window + s % sh.window) * D;
+  if (s >= a.pos0) {
+    const long long at = static_cast<long long>(s - a.pos0) * a.ld + a.k_col + kh * D;
+    return reinterpret_cast<const std::uint16_t*>(a.chunk + at);
+  }
+  if (sh.window > 0 && s > a.pos0 - 1 - sh.window) {
+    return a.snap_k + (static_cast<long long>(kh) * sh.window + s % sh.window) * D;
+  }
   return a.snap_staged + (static_cast<long long>(kh) * sh.key_block + sh.staged_slot(s)) * D;
 }
 
@@ -119,7 +124,8 @@ __device__ __forceinline__ const std::uint16_t* key_block_params(const RowsMmaAr
   if constexpr (Paged) {
     const KvPageLayout& l = a.paged.layout;
     const std::uint8_t* page = page_of(a.paged, a.table, l.key_block_page(j));
-    return reinterpret_cast<const std::uint16_t*>(page + (vec ? l.mins_offset(false) : l.scales_offset(false))) + kh * D;
+    const long long offset = vec ? l.mins_offset(false) : l.scales_offset(false);
+    return reinterpret_cast<const std::uint16_t*>(page + offset) + kh * D;
   } else {
     return (vec ? a.layer.k.mins : a.layer.k.scales) + (static_cast<long long>(j) * a.shape.kv_heads + kh) * D;
   }

@@ -143,9 +143,9 @@ inline void check_chunk_rows(const KvLayerShape& shape, const ChunkRows& c, cons
                    aligned(c.v_col),
                what, ": chunk rows and their K / V columns must be 16-byte aligned");
 }
-// The checks of a cache with key blocks (shape.key_block > 0; nothing for 0): the
-// contiguous cache only (paged: the batched engine's pool has no staging ring), a body,
-// an even size up to 1024, and K's staging ring and parameters set. `what` names the caller.
+// The checks of a contiguous cache with key blocks (shape.key_block > 0; nothing for 0;
+// the paged pool's: check_paged_key_blocks): a body, an even size up to 1024, and K's
+// staging ring and parameters set. `what` names the caller.
 inline void check_key_blocks(const KvLayerShape& s, const KvLayerBuffers& layer, bool paged, const char* what) {
   if (s.key_block == 0) return;
   LOWBIT_CHECK(!paged, what, ": key blocks (--kv-key-block ", s.key_block,

@@ -109,8 +109,8 @@ void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& lay
                              AttentionKernel kernel = AttentionKernel::automatic);
 // The checks of a paged cache with key blocks (nothing without them): a body, B a multiple
 // of 16 and pages of B tokens (core::kv_page_layout's rule, which puts each block's first
-// position in a page of its own, where its parameters live). The appends take them; the
-// attention does not yet (kv_attention refuses them by name).
+// position in a page of its own, where its parameters live). The appends, the decode
+// attention (mma_swap) and the prefill (the tensor-core rows kernel, or simt pieces) take them.
 inline void check_paged_key_blocks(const KvPageLayout& layout, const char* what) {
   const KvLayerShape& s = layout.shape;
   if (s.key_block == 0) return;
