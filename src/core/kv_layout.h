@@ -15,8 +15,8 @@
 //          the f32 scale / min rounded to f16, the codes encoded with the rounded values.
 // Only the default group (one scale (+ min) per token per KV head) is laid out here.
 //
-// Key blocks (key_block = B > 0, KIVI; the engine's --kv-key-block; contiguous cache
-// only): K's body is quantized per channel over blocks of B body positions (body index
+// Key blocks (key_block = B > 0, KIVI; the engine's --kv-key-block; the paged pool's
+// placement: core/kv_pages.h): K's body is quantized per channel over blocks of B body positions (body index
 // j = pos - body_base, block j / B) once the block is complete, from FP16 values kept
 // until then in a staging ring. V is unchanged. K then has:
 //   codes  as above, by position ([body_pos][H][code_bytes]), each code that of its
@@ -157,41 +157,89 @@ inline DecodeSpan decode_span(const KvLayerShape& s, std::int64_t length) {
 //   body  sink <= s <= t - window (selective), every s (int8 / int4: window 0);
 // nothing else (the window policy drops the body; int8 / int4 have no FP16 positions):
 // decode_span(t + 1)'s [0, sink_end), [recent_begin, end) and its body between them.
+// With key blocks of B (kv_layout.h) the body splits in two by the row's quantized end
+// q(t), the end of its last complete block (KvFlashSegments::quantized_end):
+//   body  s < q(t): K and V quantized;
+//   open  q(t) <= s <= t - window: K FP16 (the block is open at t), V quantized.
 // A kernel block of rows [tmin, tmax] reads a tile of `tile` positions at n0 in a view
-// (FP16 or body) when some row reads some of its positions in that form.
+// (kFp16, kBody, kOpen) when some row reads some of its positions in that form; views()
+// says how many a tile has (3 with key blocks), and item = views() * tile + view.
 struct KvRowForms {
-  int sink = 0, window = 0;
+  enum View : int { kFp16 = 0, kBody = 1, kOpen = 2 };
+  int sink = 0, window = 0, body_base = 0, key_block = 0;
   bool f16 = false, body = false;
 
   LOWBIT_HD explicit KvRowForms(const KvLayerShape& s)
       : sink(static_cast<int>(s.sink < (1 << 30) ? s.sink : (1 << 30))),
         window(static_cast<int>(s.window)),
+        body_base(static_cast<int>(s.body_base < (1 << 30) ? s.body_base : (1 << 30))),
+        key_block(s.key_blocks() ? static_cast<int>(s.key_block) : 0),
         f16(s.body == KvBody::none || s.window > 0),
         body(s.body != KvBody::none) {}
+  LOWBIT_HD int views() const { return key_block > 0 ? 3 : 2; }
+  // The body's first position: the sink's end under selective, 0 for int8 / int4.
+  LOWBIT_HD int body_lo() const { return window > 0 ? sink : 0; }
+  // The end of the positions whose K the row at t reads quantized (t - window + 1 per token).
+  LOWBIT_HD int quantized_end(int t) const {
+    const int end = t - window + 1;
+    if (key_block == 0 || end <= body_base) return end;
+    return body_base + (end - body_base) / key_block * key_block;
+  }
+  // The forms' tests take the rows' quantized ends from the caller where a kernel has
+  // them (q_t = quantized_end(t); its rows are fixed: one division a row, not one a test).
   LOWBIT_HD bool f16_at(int t, int s) const { return f16 && s <= t && (s < sink || (window > 0 && s > t - window)); }
-  LOWBIT_HD bool body_at(int t, int s) const {
-    return body && s <= t && (window == 0 || (s >= sink && s <= t - window));
+  LOWBIT_HD bool body_at(int t, int q_t, int s) const { return body && s >= body_lo() && s < q_t && s <= t; }
+  LOWBIT_HD bool body_at(int t, int s) const { return body_at(t, quantized_end(t), s); }
+  LOWBIT_HD bool open_at(int t, int q_t, int s) const { return key_block > 0 && s >= q_t && s <= t - window; }
+  LOWBIT_HD bool open_at(int t, int s) const { return open_at(t, quantized_end(t), s); }
+  LOWBIT_HD bool at(int view, int t, int q_t, int s) const {
+    return view == kBody ? body_at(t, q_t, s) : view == kOpen ? open_at(t, q_t, s) : f16_at(t, s);
   }
-  LOWBIT_HD bool at(bool in_body, int t, int s) const { return in_body ? body_at(t, s) : f16_at(t, s); }
-  // Whether some row in [tmin, tmax] reads s in the view.
-  LOWBIT_HD bool needed(bool in_body, int tmin, int tmax, int s) const {
+  LOWBIT_HD bool at(int view, int t, int s) const { return at(view, t, quantized_end(t), s); }
+  // Whether some row in [tmin, tmax] reads s in the view (q_min, q_max: their quantized
+  // ends). Open: a position before tmin's window edge is open for tmin from its quantized
+  // end on; one past it is open for the row whose window it just left unless it is a
+  // block's last (which that row quantizes).
+  LOWBIT_HD bool needed(int view, int tmin, int tmax, int q_min, int q_max, int s) const {
     if (s > tmax) return false;
-    return in_body ? body && (window == 0 || (s >= sink && s <= tmax - window))
-                   : f16 && (s < sink || (window > 0 && s > tmin - window));
+    if (view == kBody) return body && s >= body_lo() && s < q_max;
+    if (view == kOpen) {
+      if (key_block == 0 || s < body_base || s < q_min || s > tmax - window) return false;
+      return s < tmin - window || (s + 1 - body_base) % key_block != 0;
+    }
+    return f16 && (s < sink || (window > 0 && s > tmin - window));
   }
-  // Whether some position of the tile [n0, n0 + tile) is needed.
-  LOWBIT_HD bool tile_needed(bool in_body, int tmin, int tmax, int n0, int tile) const {
+  LOWBIT_HD bool needed(int view, int tmin, int tmax, int s) const {
+    return needed(view, tmin, tmax, quantized_end(tmin), quantized_end(tmax), s);
+  }
+  // Whether some position of the tile [n0, n0 + tile) is needed (open: of two positions
+  // in its range at most one is a block's last).
+  LOWBIT_HD bool tile_needed(int view, int tmin, int tmax, int n0, int tile) const {
     if (n0 > tmax) return false;
     const int n1 = n0 + tile - 1;
-    if (in_body) return body && (window == 0 || (n1 >= sink && (n0 > sink ? n0 : sink) <= tmax - window));
+    if (view == kBody) {
+      const int lo = body_lo() > n0 ? body_lo() : n0;
+      return body && lo < quantized_end(tmax) && lo <= n1;
+    }
+    if (view == kOpen) {
+      if (key_block == 0) return false;
+      int lo = quantized_end(tmin) > n0 ? quantized_end(tmin) : n0;
+      lo = lo > body_base ? lo : body_base;
+      const int hi = n1 < tmax - window ? n1 : tmax - window;
+      return lo < hi || (lo == hi && needed(kOpen, tmin, tmax, lo));
+    }
     return f16 && (n0 < sink || (window > 0 && n1 > tmin - window));
   }
   // Whether every row in [tmin, tmax] reads every position of the tile in the view.
-  LOWBIT_HD bool tile_whole(bool in_body, int tmin, int tmax, int n0, int tile) const {
+  LOWBIT_HD bool tile_whole(int view, int tmin, int tmax, int q_min, int q_max, int n0, int tile) const {
     const int n1 = n0 + tile - 1;
     if (n1 > tmin) return false;
-    return in_body ? body && (window == 0 || (n0 >= sink && n1 <= tmin - window))
-                   : f16 && (n1 < sink || (window > 0 && n0 > tmax - window));
+    if (view == kBody) return body && n0 >= body_lo() && n1 < q_min;
+    if (view == kOpen) return key_block > 0 && n0 >= q_max && n1 <= tmin - window;
+    return f16 && (n1 < sink || (window > 0 && n0 > tmax - window));
+  }
+  LOWBIT_HD bool tile_whole(int view, int tmin, int tmax, int n0, int tile) const {
+    return tile_whole(view, tmin, tmax, quantized_end(tmin), quantized_end(tmax), n0, tile);
   }
 };
 
@@ -300,13 +348,13 @@ struct KvFlashSegments {
   }
 };
 
-// The prefill rows kernel's items: tile j of `tile` positions in view v (0 FP16, 1 body)
-// is item 2 j + v; a block of rows [tmin, tmax] walks the items of its split, tiles
-// [first_tile, end_tile), that some row reads. The item after `item` (start: 2 first_tile
-// - 1), or -1.
-LOWBIT_HD int next_rows_item(const KvRowForms& f, int item, int end_tile, int tmin, int tmax, int tile) {
-  for (++item; item < 2 * end_tile; ++item) {
-    if (f.tile_needed(item & 1, tmin, tmax, (item >> 1) * tile, tile)) return item;
+// The prefill rows kernel's items: tile j of `tile` positions in view v is item views j +
+// v (views: f.views(), which a kernel passes as a constant); a block of rows [tmin, tmax]
+// walks the items of its split, tiles [first_tile, end_tile), that some row reads. The
+// item after `item` (start: views first_tile - 1), or -1.
+LOWBIT_HD int next_rows_item(const KvRowForms& f, int views, int item, int end_tile, int tmin, int tmax, int tile) {
+  for (++item; item < views * end_tile; ++item) {
+    if (f.tile_needed(item % views, tmin, tmax, item / views * tile, tile)) return item;
   }
   return -1;
 }

@@ -239,53 +239,67 @@ TEST(KvPolicyNames, PolicyWithBitsInOneName) {
 
 // The prefill rows kernel's forms (KvRowForms) are decode_span's: the row at t sees s in
 // FP16 exactly when s < sink_end or s >= recent_begin of the span of t + 1 positions, in
-// the body exactly between them (quantizing policies), and nothing else. Its block and
-// tile tests (needed, tile_needed) are exact, and tile_whole (the kernel then skips the
-// per-element masks) never claims a pair that is not in the view: checked exhaustively
-// over small shapes, every block of rows and every tile offset.
+// the body exactly between them (quantizing policies), and nothing else; with key blocks
+// the span's body is the body where s's block is complete at t (its last body position
+// left the window) and open before. Its block and tile tests (needed, tile_needed) are
+// exact, and tile_whole (the kernel then skips the per-element masks) never claims a pair
+// that is not in the view: checked exhaustively over small shapes, every block of rows and
+// every tile offset, per token and in key blocks of 16, 32 and 48.
 TEST(DecodeCacheLayout, RowFormsAreTheDecodeSpans) {
   struct Params {
     std::int64_t sink, window;
   };
   for (const Case& c : kCases) {
     for (Params p : {Params{0, 1}, Params{3, 5}, Params{16, 32}, Params{5, 37}}) {
-      const core::KvLayerShape s = kv_shape(c.policy, 2, 64, p.sink, p.window, c.bits == 0 ? 8 : c.bits, 160);
-      const core::KvRowForms f(s);
-      const int n = 130;
-      for (int t = 0; t < n; ++t) {
-        const core::DecodeSpan span = decode_span(s, t + 1);
-        for (int q = 0; q <= t; ++q) {
-          const bool sink = q < span.sink_end, recent = q >= span.recent_begin;
-          const bool body = !sink && !recent && s.body != core::KvBody::none;
-          ASSERT_EQ(f.f16_at(t, q), sink || recent) << "t " << t << " s " << q;
-          ASSERT_EQ(f.body_at(t, q), body) << "t " << t << " s " << q;
+      const core::KvLayerShape per_token =
+          kv_shape(c.policy, 2, 64, p.sink, p.window, c.bits == 0 ? 8 : c.bits, 160);
+      for (const std::int64_t key_block : {0, 16, 32, 48}) {
+        if (key_block > 0 && per_token.body == core::KvBody::none) continue;
+        const core::KvLayerShape s = core::with_key_block(per_token, key_block);
+        SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(c.policy) << " sink " << p.sink << " window "
+                                        << p.window << " key block " << key_block);
+        const core::KvRowForms f(s);
+        ASSERT_EQ(f.views(), key_block > 0 ? 3 : 2);
+        const int n = 130;
+        for (int t = 0; t < n; ++t) {
+          const core::DecodeSpan span = decode_span(s, t + 1);
+          for (int q = 0; q <= t; ++q) {
+            const bool sink = q < span.sink_end, recent = q >= span.recent_begin;
+            const bool body = !sink && !recent && s.body != core::KvBody::none;
+            const std::int64_t b = std::max<std::int64_t>(key_block, 1);
+            const std::int64_t block_last = s.body_base + ((q - s.body_base) / b + 1) * key_block - 1;
+            const bool complete = key_block == 0 || block_last <= t - s.window;
+            ASSERT_EQ(f.f16_at(t, q), sink || recent) << "t " << t << " s " << q;
+            ASSERT_EQ(f.body_at(t, q), body && complete) << "t " << t << " s " << q;
+            ASSERT_EQ(f.open_at(t, q), body && !complete) << "t " << t << " s " << q;
+          }
+          for (int view = 0; view < f.views(); ++view) ASSERT_FALSE(f.at(view, t, t + 1)) << "a later position";
         }
-        ASSERT_FALSE(f.f16_at(t, t + 1) || f.body_at(t, t + 1)) << "a row sees no later position";
-      }
-      for (int tile : {16, 64}) {
-        for (int tmin = 0; tmin < n; tmin += 7) {
-          for (int tmax : {tmin, tmin + 8, tmin + 63}) {
-            for (bool in_body : {false, true}) {
-              auto some_row = [&](int q) {
-                for (int t = tmin; t <= tmax; ++t) {
-                  if (f.at(in_body, t, q)) return true;
+        for (int tile : {16, 64}) {
+          for (int tmin = 0; tmin < n; tmin += 7) {
+            for (int tmax : {tmin, tmin + 8, tmin + 63}) {
+              for (int view = 0; view < f.views(); ++view) {
+                auto some_row = [&](int q) {
+                  for (int t = tmin; t <= tmax; ++t) {
+                    if (f.at(view, t, q)) return true;
+                  }
+                  return false;
+                };
+                for (int q = 0; q < tmax + 2; ++q) {
+                  ASSERT_EQ(f.needed(view, tmin, tmax, q), some_row(q))
+                      << "view " << view << " rows " << tmin << ".." << tmax << " s " << q;
                 }
-                return false;
-              };
-              for (int q = 0; q < tmax + 2; ++q) {
-                ASSERT_EQ(f.needed(in_body, tmin, tmax, q), some_row(q))
-                    << "rows " << tmin << ".." << tmax << " s " << q;
-              }
-              for (int n0 = 0; n0 < tmax + tile; n0 += tile) {
-                bool any = false, all = true;
-                for (int q = n0; q < n0 + tile; ++q) {
-                  any = any || some_row(q);
-                  for (int t = tmin; t <= tmax; ++t) all = all && f.at(in_body, t, q);
-                }
-                ASSERT_EQ(f.tile_needed(in_body, tmin, tmax, n0, tile), any) << "rows " << tmin << ".." << tmax
-                                                                             << " tile " << n0;
-                if (f.tile_whole(in_body, tmin, tmax, n0, tile)) {
-                  ASSERT_TRUE(all) << "rows " << tmin << ".." << tmax << " tile " << n0;
+                for (int n0 = 0; n0 < tmax + tile; n0 += tile) {
+                  bool any = false, all = true;
+                  for (int q = n0; q < n0 + tile; ++q) {
+                    any = any || some_row(q);
+                    for (int t = tmin; t <= tmax; ++t) all = all && f.at(view, t, q);
+                  }
+                  ASSERT_EQ(f.tile_needed(view, tmin, tmax, n0, tile), any)
+                      << "view " << view << " rows " << tmin << ".." << tmax << " tile " << n0;
+                  if (f.tile_whole(view, tmin, tmax, n0, tile)) {
+                    ASSERT_TRUE(all) << "view " << view << " rows " << tmin << ".." << tmax << " tile " << n0;
+                  }
                 }
               }
             }
@@ -300,7 +314,8 @@ TEST(DecodeCacheLayout, RowFormsAreTheDecodeSpans) {
 // block's splits visit each (tile, view) that some of its rows read exactly once, within
 // the split's tiles, so each row at t meets every position it sees (s <= t, in the form
 // it sees it) in exactly one item; the plan keeps within the workspace's splits and covers
-// the last row's tiles. Every policy, GQA groups 1 .. 64, short and long chunks.
+// the last row's tiles. Every policy, per token and in key blocks of 16 and 48, GQA
+// groups 1 .. 64, short and long chunks.
 TEST(DecodeCacheLayout, RowsKernelItemsCoverEachRowsPositionsOnce) {
   struct Chunk {
     std::int64_t pos0, rows;
@@ -308,42 +323,53 @@ TEST(DecodeCacheLayout, RowsKernelItemsCoverEachRowsPositionsOnce) {
   constexpr int kTile = 64;
   for (const Case& c : kCases) {
     for (auto [sink, window] : {std::pair<std::int64_t, std::int64_t>{16, 32}, {5, 37}}) {
-      const core::KvLayerShape s = kv_shape(c.policy, 8, 64, sink, window, c.bits == 0 ? 8 : c.bits, 4000);
-      const core::KvRowForms f(s);
-      for (Chunk ch : {Chunk{0, 1}, Chunk{0, 63}, Chunk{5, 7}, Chunk{40, 100}, Chunk{700, 600}, Chunk{3000, 100},
-                       Chunk{2000, 40}}) {
-        for (std::int64_t group : {1, 3, 7, 8, 64}) {
-          for (std::int64_t max_splits : {0, 1, 4, 1000}) {
-            SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(c.policy) << " chunk " << ch.pos0 << "+"
-                                            << ch.rows << " group " << group << " max splits " << max_splits);
-            const core::RowsTilePlan plan = core::plan_rows_tiles(ch.rows, ch.pos0, 2, group, 64, kTile, 264, max_splits);
-            ASSERT_EQ(plan.rows_per_block, 64 / group);
-            ASSERT_GE(plan.splits, 1);
-            ASSERT_LE(plan.splits, std::max<std::int64_t>(1, max_splits));
-            ASSERT_GE(plan.splits * plan.split_tiles, plan.tiles);
-            ASSERT_LT((plan.splits - 1) * plan.split_tiles, plan.tiles);
-            ASSERT_EQ(plan.tiles, (ch.pos0 + ch.rows - 1) / kTile + 1);
-            for (std::int64_t r0 = 0; r0 < ch.rows; r0 += plan.rows_per_block) {
-              const int tmin = static_cast<int>(ch.pos0 + r0);
-              const int tmax = static_cast<int>(ch.pos0 + std::min(r0 + plan.rows_per_block, ch.rows) - 1);
-              std::vector<int> visits(static_cast<std::size_t>(2 * plan.tiles), 0);
-              for (std::int64_t split = 0; split < plan.splits; ++split) {
-                const int first = static_cast<int>(split * plan.split_tiles);
-                const int end = std::min(tmax / kTile + 1, static_cast<int>((split + 1) * plan.split_tiles));
-                for (int item = core::next_rows_item(f, 2 * first - 1, end, tmin, tmax, kTile); item >= 0;
-                     item = core::next_rows_item(f, item, end, tmin, tmax, kTile)) {
-                  ASSERT_GE(item / 2, first);
-                  ASSERT_LT(item / 2, end);
-                  ++visits[static_cast<std::size_t>(item)];
+      const core::KvLayerShape per_token = kv_shape(c.policy, 8, 64, sink, window, c.bits == 0 ? 8 : c.bits, 4000);
+      for (const std::int64_t key_block : {0, 16, 48}) {
+        if (key_block > 0 && per_token.body == core::KvBody::none) continue;
+        const core::KvLayerShape s = core::with_key_block(per_token, key_block);
+        const core::KvRowForms f(s);
+        const int views = f.views();
+        for (Chunk ch : {Chunk{0, 1}, Chunk{0, 63}, Chunk{5, 7}, Chunk{40, 100}, Chunk{700, 600}, Chunk{3000, 100},
+                         Chunk{2000, 40}}) {
+          for (std::int64_t group : {1, 3, 7, 8, 64}) {
+            for (std::int64_t max_splits : {0, 1, 4, 1000}) {
+              SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(c.policy) << " key block " << key_block
+                                              << " chunk " << ch.pos0 << "+" << ch.rows << " group " << group
+                                              << " max splits " << max_splits);
+              const core::RowsTilePlan plan =
+                  core::plan_rows_tiles(ch.rows, ch.pos0, 2, group, 64, kTile, 264, max_splits);
+              ASSERT_EQ(plan.rows_per_block, 64 / group);
+              ASSERT_GE(plan.splits, 1);
+              ASSERT_LE(plan.splits, std::max<std::int64_t>(1, max_splits));
+              ASSERT_GE(plan.splits * plan.split_tiles, plan.tiles);
+              ASSERT_LT((plan.splits - 1) * plan.split_tiles, plan.tiles);
+              ASSERT_EQ(plan.tiles, (ch.pos0 + ch.rows - 1) / kTile + 1);
+              for (std::int64_t r0 = 0; r0 < ch.rows; r0 += plan.rows_per_block) {
+                const int tmin = static_cast<int>(ch.pos0 + r0);
+                const int tmax = static_cast<int>(ch.pos0 + std::min(r0 + plan.rows_per_block, ch.rows) - 1);
+                std::vector<int> visits(static_cast<std::size_t>(views * plan.tiles), 0);
+                for (std::int64_t split = 0; split < plan.splits; ++split) {
+                  const int first = static_cast<int>(split * plan.split_tiles);
+                  const int end = std::min(tmax / kTile + 1, static_cast<int>((split + 1) * plan.split_tiles));
+                  for (int item = core::next_rows_item(f, views, views * first - 1, end, tmin, tmax, kTile);
+                       item >= 0; item = core::next_rows_item(f, views, item, end, tmin, tmax, kTile)) {
+                    ASSERT_GE(item / views, first);
+                    ASSERT_LT(item / views, end);
+                    ++visits[static_cast<std::size_t>(item)];
+                  }
                 }
-              }
-              for (int v : visits) ASSERT_LE(v, 1) << "an item visited twice";
-              for (int t : {tmin, (tmin + tmax) / 2, tmax}) {
-                for (int q = 0; q <= t; ++q) {
-                  const bool f16 = f.f16_at(t, q), body = f.body_at(t, q);
-                  if (!f16 && !body) continue;
-                  ASSERT_EQ(visits[static_cast<std::size_t>(2 * (q / kTile) + (body ? 1 : 0))], 1)
-                      << "row " << t << " position " << q;
+                for (int v : visits) ASSERT_LE(v, 1) << "an item visited twice";
+                for (int t : {tmin, (tmin + tmax) / 2, tmax}) {
+                  for (int q = 0; q <= t; ++q) {
+                    int seen = 0;
+                    for (int view = 0; view < views; ++view) {
+                      if (!f.at(view, t, q)) continue;
+                      ++seen;
+                      ASSERT_EQ(visits[static_cast<std::size_t>(views * (q / kTile) + view)], 1)
+                          << "row " << t << " position " << q << " view " << view;
+                    }
+                    ASSERT_LE(seen, 1) << "row " << t << " position " << q << " in two views";
+                  }
                 }
               }
             }

@@ -432,8 +432,8 @@ TEST_F(KvKeyBlockGpu, TensorCoreKernelMatchesTheTwinAndSimt) {
 // One prefill of a key-blocked cache (kv_prefill_key_blocks, `kernel`): rows [pos0,
 // pos0 + rows) after the history appended one token at a time; the cache bytes are the
 // twin's after the chunk, and each checked row's output (every `row_step`-th and the last
-// two) matches the twin's attention at its length. Returns whether the flash kernel took
-// the chunk.
+// two) matches the twin's attention at its length (the tensor cores' tolerance but for
+// simt). Returns whether the flash kernel took the chunk.
 bool check_prefill(Rng& rng, const Policy& p, const Heads& hh, std::int64_t d, std::int64_t b, std::int64_t pos0,
                    std::int64_t rows, ce::AttentionKernel kernel, std::int64_t row_step) {
   const std::int64_t length = pos0 + rows;
@@ -476,7 +476,9 @@ bool check_prefill(Rng& rng, const Policy& p, const Heads& hh, std::int64_t d, s
     const KvTwin twin = build_kv_twin(s, pos0 + r + 1, k, v);
     const std::vector<std::uint16_t> qr(q.begin() + r * qdim, q.begin() + (r + 1) * qdim);
     const std::vector<std::uint8_t> row(raw.begin() + r * qdim * 2, raw.begin() + (r + 1) * qdim * 2);
-    EXPECT_TRUE(close_to_twin(row, DType::f16, twin_attention(twin, qr, hh.h), hh.h, d, false, flash)) << "row " << r;
+    EXPECT_TRUE(close_to_twin(row, DType::f16, twin_attention(twin, qr, hh.h), hh.h, d, false,
+                              kernel != ce::AttentionKernel::simt))
+        << "row " << r;
   }
   return flash;
 }
@@ -529,6 +531,30 @@ TEST_F(KvKeyBlockGpu, FlashPrefillOfWholeChunksMatchesTheTwin) {
   }
 }
 
+// The tensor-core rows kernel's key blocks (kv_prefill_key_blocks, mma; INT8 and INT4,
+// blocks of 16 .. 64 including 48, which tiles of 64 meet unaligned) over whole chunks:
+// the body view's K dequantized by channel with each block's parameters, the open view's
+// K from the chunk, the ring's snapshot or the staging ring's snapshot; from the first
+// position, from inside the sink + window, and far in; GQA groups 3, 1 and 8.
+TEST_F(KvKeyBlockGpu, TensorCorePrefillOfWholeChunksMatchesTheTwin) {
+  LOWBIT_TEST_RNG(rng);
+  for (const Policy& p : kPolicies) {
+    for (const std::int64_t d : {64, 128}) {
+      for (const std::int64_t b : sanitizer_subset<std::int64_t>({16, 48, 64}, {1})) {
+        for (const Heads hh : sanitizer_subset<Heads>({Heads{9, 3}, Heads{4, 4}, Heads{16, 2}}, {0})) {
+          for (auto [pos0, rows] : {std::pair<std::int64_t, std::int64_t>{0, 150}, {9, 100}, {700 + b / 2 + 3, 131}}) {
+            SCOPED_TRACE(std::string(p.name) + " D " + std::to_string(d) + " B " + std::to_string(b) + " H " +
+                         std::to_string(hh.h) + "/" + std::to_string(hh.hkv) + " chunk at " + std::to_string(pos0) +
+                         " of " + std::to_string(rows));
+            check_prefill(rng, p, hh, d, b, pos0, rows, ce::AttentionKernel::mma, 7);
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
 // What the GPU does not take with key blocks is refused by name.
 TEST_F(KvKeyBlockGpu, UnsupportedFormsAreRefusedByName) {
   const Policy p = kPolicies[3];  // int4
@@ -561,6 +587,15 @@ TEST_F(KvKeyBlockGpu, UnsupportedFormsAreRefusedByName) {
   EXPECT_EQ(s.next_block_completion(0), 31);
   EXPECT_EQ(s.next_block_completion(31), 31);
   EXPECT_EQ(s.next_block_completion(32), 63);
+  // The tensor-core rows kernel: blocks of 16 or more (a tile of 64 positions meets at
+  // most five), refused before anything is appended.
+  const ce::KvLayerShape small_block = blocked_shape(p, 2, 64, 8, 100);
+  BlockedLayer small_layer(small_block);
+  small_layer.poison();
+  core::DeviceBuffer snap(ce::ring_snapshot_bytes(small_block));
+  EXPECT_LOWBIT_ERROR(ce::kv_prefill_key_blocks(small_block, small_layer.dev, c, snap.data(), 2, out.data(), 2 * 64,
+                                                ws.data(), ws.bytes(), nullptr, ce::AttentionKernel::mma),
+                      "the mma kernel takes key blocks of 16 or more and GQA groups of up to 64, got 8 and 1");
   ce::KvLayerBuffers no_ring = layer.dev;
   no_ring.k.staged = nullptr;
   EXPECT_LOWBIT_ERROR(ce::kv_append(s, no_ring, 0, q.data(), q.data(), nullptr), "staging ring");

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -263,6 +264,7 @@ struct ContiguousLayer {
     t.v.scales = download<std::uint16_t>(vs.data(), t.v.scales.size());
     t.k.mins = download<std::uint16_t>(km.data(), t.k.mins.size());
     t.v.mins = download<std::uint16_t>(vm.data(), t.v.mins.size());
+    t.k.staged = download<std::uint16_t>(kst.data(), t.k.staged.size());  // key blocks' staging ring
     return t;
   }
 };
@@ -569,17 +571,30 @@ TEST_F(PagedKvGpu, AppendWithRopeRotatesLikeKvAppendAt) {
   }
 }
 
+// With key blocks (pages of B tokens) the prefill is paged_kv_prefill_key_blocks against
+// kv_prefill_key_blocks: the whole chunk on the tensor cores (each row reading its open
+// block's keys from the chunk or the snapshot), or in pieces on simt.
 TEST_F(PagedKvGpu, RowsFormEqualsContiguousRowsForm) {
   LOWBIT_TEST_RNG(rng);
   // Two sequences' chunks, interleaved: the first crosses the window's ring several
   // times within a chunk and across chunks; one-row chunks; a chunk ending mid-page.
   const std::vector<std::vector<std::int64_t>> chunks = {{37, 1, 100, 64, 211, 3}, {5, 90, 1, 160}};
   for (const Case& c : kCases) {
-    using Run = std::pair<std::int64_t, ce::AttentionKernel>;
-    for (auto [d, kernel] : {Run{64, ce::AttentionKernel::automatic}, Run{128, ce::AttentionKernel::automatic},
-                             Run{64, ce::AttentionKernel::simt}, Run{128, ce::AttentionKernel::simt}}) {
+    using Run = std::tuple<std::int64_t, ce::AttentionKernel, std::int64_t>;
+    std::vector<Run> runs;
+    for (std::int64_t key_block : {0, 16, 32}) {
+      if (key_block > 0 && (c.policy == KvPolicy::full || c.policy == KvPolicy::window)) continue;
+      for (std::int64_t d : {64, 128}) {
+        for (ce::AttentionKernel k : {ce::AttentionKernel::automatic, ce::AttentionKernel::simt}) {
+          runs.push_back(Run{d, k, key_block});
+        }
+      }
+    }
+    for (auto [d, kernel, key_block] : runs) {
       SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) +
-                   (kernel == ce::AttentionKernel::simt ? " simt" : " tensor cores"));
+                   (kernel == ce::AttentionKernel::simt ? " simt" : " tensor cores") + " key block " +
+                   std::to_string(key_block));
+      const std::int64_t page_tokens = key_block > 0 ? key_block : 16;
       std::vector<std::int64_t> lengths;
       for (const auto& plan : chunks) {
         std::int64_t n = 0;
@@ -588,11 +603,12 @@ TEST_F(PagedKvGpu, RowsFormEqualsContiguousRowsForm) {
       }
       const std::int64_t max_tokens = *std::max_element(lengths.begin(), lengths.end()) + 20;
       const KvCacheSpec spec = spec_of(c, d, max_tokens);
-      const KvPageLayout probe = core::kv_page_layout(spec, 1, std::size_t{1} << 32, 4);
+      const KvPageLayout probe = core::kv_page_layout(spec, 1, std::size_t{1} << 32, 4, page_tokens, key_block);
       // Room for both and as many pages again, handed out shuffled: scattered pages.
       const std::int64_t pages = 2 * (probe.pages_for(lengths[0]) + probe.pages_for(lengths[1])) + 1;
       const KvPageLayout l = core::kv_page_layout(
-          spec, 1, probe.fixed_bytes_total() + static_cast<std::size_t>(pages * probe.page_bytes()), 4);
+          spec, 1, probe.fixed_bytes_total() + static_cast<std::size_t>(pages * probe.page_bytes()), 4, page_tokens,
+          key_block);
       KvPageAllocator alloc(l, 0x51ed2701u);
       const std::int32_t spare = alloc.open();
       const std::vector<std::int32_t> slots = {alloc.open(), alloc.open()};
@@ -605,7 +621,7 @@ TEST_F(PagedKvGpu, RowsFormEqualsContiguousRowsForm) {
       std::vector<ContiguousLayer> contiguous;
       for (KvTwin& t : empty) {
         t.shape = l.shape;
-        poison_part(l.shape, t.k);
+        poison_part(l.shape, t.k, true);
         poison_part(l.shape, t.v);
         contiguous.emplace_back(t);
       }
@@ -634,17 +650,26 @@ TEST_F(PagedKvGpu, RowsFormEqualsContiguousRowsForm) {
           GuardedBuffer out_paged(static_cast<std::size_t>(n * out_ld) * 2), out_flat(out_paged.bytes());
           out_paged.poison(kFloatPoison);
           out_flat.poison(kFloatPoison);
-          ce::paged_kv_append_rows(l, layer, slots[i], tables.as<std::int32_t>(), chunk, snap_paged.data(), nullptr,
-                                   status.as<std::int32_t>());
-          ce::paged_kv_attention_rows(l, layer, slots[i], tables.as<std::int32_t>(), chunk, snap_paged.data(), kHeads,
-                                      out_paged.data(), out_ld, ws_paged.data(), ws_bytes, nullptr,
-                                      status.as<std::int32_t>(), kernel);
           // The paged form's automatic kernel is mma: so the contiguous one's here (its
-          // automatic runs flash for the full policy on Hopper, which rounds differently).
-          ce::kv_append_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), nullptr);
-          ce::kv_attention_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), kHeads, out_flat.data(), out_ld,
-                                ws_flat.data(), ws_bytes, nullptr,
-                                kernel == ce::AttentionKernel::automatic ? ce::AttentionKernel::mma : kernel);
+          // automatic runs flash on Hopper where it takes the chunk, which rounds differently).
+          const ce::AttentionKernel flat_kernel =
+              kernel == ce::AttentionKernel::automatic ? ce::AttentionKernel::mma : kernel;
+          if (key_block > 0) {
+            ce::paged_kv_prefill_key_blocks(l, layer, slots[i], tables.as<std::int32_t>(), chunk, snap_paged.data(),
+                                            kHeads, out_paged.data(), out_ld, ws_paged.data(), ws_bytes, nullptr,
+                                            status.as<std::int32_t>(), kernel);
+            ce::kv_prefill_key_blocks(l.shape, contiguous[i].dev, chunk, snap_flat.data(), kHeads, out_flat.data(),
+                                      out_ld, ws_flat.data(), ws_bytes, nullptr, flat_kernel);
+          } else {
+            ce::paged_kv_append_rows(l, layer, slots[i], tables.as<std::int32_t>(), chunk, snap_paged.data(), nullptr,
+                                     status.as<std::int32_t>());
+            ce::paged_kv_attention_rows(l, layer, slots[i], tables.as<std::int32_t>(), chunk, snap_paged.data(),
+                                        kHeads, out_paged.data(), out_ld, ws_paged.data(), ws_bytes, nullptr,
+                                        status.as<std::int32_t>(), kernel);
+            ce::kv_append_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), nullptr);
+            ce::kv_attention_rows(l.shape, contiguous[i].dev, chunk, snap_flat.data(), kHeads, out_flat.data(),
+                                  out_ld, ws_flat.data(), ws_bytes, nullptr, flat_kernel);
+          }
           LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
           ce::paged_kv_check_status(status.as<std::int32_t>(), nullptr);
           EXPECT_TRUE(out_paged.guards_intact("paged out"));

@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
 #pragma unroll
               for (int b = 0; b < L::kCodeBytes / 16; ++b) {
                 const uint4 codes = kv::ld_shared16(staged_part(part, t) + staged_chunk<L::kCodeBytes>(p, b));
-                kv::dequantize16_int4_channels(
+                kv::dequantize16_channels<4>(
                     codes,
                     [&](int i, uint4& scales, uint4& mins) {
                       scales = kv::ld_shared16(block_params + (32 * b + 8 * i) * 2);

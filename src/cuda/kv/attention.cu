@@ -877,17 +877,20 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                                               stream)) {
     return;
   }
-  // Else key blocks: the rows after in-order appends (kv_append), none but the last
+  // Else the tensor-core rows kernel, with key blocks over any chunk appended after the
+  // snapshot (its rows read an open block's K from the chunk or the snapshot), or the
+  // simt kernel, with key blocks over rows appended in order (kv_append), none but the last
   // completing a block, so that the others read its FP16 keys from the staging ring
-  // (kv_prefill_key_blocks cuts a chunk so); the simt kernel.
+  // (kv_prefill_key_blocks cuts a chunk so).
   const bool key_blocks = shape.key_block > 0;
-  LOWBIT_CHECK(!key_blocks || shape.next_block_completion(chunk.pos0) >= chunk.pos0 + chunk.rows - 1,
+  const bool mma = kernel != AttentionKernel::simt && rows_mma_takes(shape, n_heads);
+  LOWBIT_CHECK(!key_blocks || !mma || chunk.pos0 <= shape.body_base || snapshot != nullptr,
+               "kv_attention_rows: key blocks: the open block before the chunk needs the ring's snapshot");
+  LOWBIT_CHECK(!key_blocks || mma || shape.next_block_completion(chunk.pos0) >= chunk.pos0 + chunk.rows - 1,
                "kv_attention_rows: key blocks (--kv-key-block ", shape.key_block, "): the row at ",
                shape.next_block_completion(chunk.pos0), " completes a block before the chunk's last row (",
                chunk.pos0 + chunk.rows - 1, "); cut the chunk there (kv_prefill_key_blocks)");
-  LOWBIT_CHECK(!key_blocks || kernel != AttentionKernel::mma, "kv_attention_rows: key blocks are read by the simt "
-               "kernel only");
-  if (kernel != AttentionKernel::simt && !key_blocks && rows_mma_takes(shape, n_heads)) {
+  if (mma) {
     RowsMmaArgs a{shape, layer, paged, table};
     a.chunk = static_cast<const __half*>(chunk.base);
     a.ld = chunk.ld;
@@ -895,9 +898,10 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
     a.v_col = chunk.v_col;
     a.pos0 = static_cast<int>(chunk.pos0);
     a.rows = static_cast<int>(chunk.rows);
-    if (snapshot) {
+    if (snapshot) {  // ring_snapshot_bytes' layout
       a.snap_k = static_cast<const std::uint16_t*>(snapshot);
       a.snap_v = a.snap_k + shape.kv_heads * shape.window * d;
+      a.snap_staged = a.snap_v + shape.kv_heads * shape.window * d;
     }
     a.n_heads = static_cast<int>(n_heads);
     a.q_scale = 1.4426950408889634f / std::sqrt(static_cast<float>(d));
@@ -906,8 +910,8 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
     launch_rows_mma(a, workspace, workspace_bytes, stream);
     return;
   }
-  LOWBIT_CHECK(kernel != AttentionKernel::mma, "kv_attention_rows: the mma kernel takes GQA groups of up to 64, got ",
-               n_heads / shape.kv_heads);
+  LOWBIT_CHECK(kernel != AttentionKernel::mma, "kv_attention_rows: the mma kernel takes GQA groups of up to 64 and "
+               "key blocks of 16 or more, got ", n_heads / shape.kv_heads, " and ", shape.key_block);
   // As many rows a launch as the workspace holds (the last row's plan serves them all).
   const DecodeSpan last = decode_span(shape, chunk.pos0 + chunk.rows);
   const std::size_t per_row = decode_workspace_bytes(n_heads, d, rows_plan(last.visible(shape)).splits);

@@ -178,6 +178,7 @@ struct RowsMmaArgs {
   int pos0 = 0, rows = 0;
   const std::uint16_t* snap_k = nullptr;  // the ring before the chunk, [kv_heads][window][D]
   const std::uint16_t* snap_v = nullptr;
+  const std::uint16_t* snap_staged = nullptr;  // key blocks: K's staging ring before it, [kv_heads][B][D]
   int n_heads = 0;
   float q_scale = 0.0f;  // log2(e) / sqrt(D)
   __half* out = nullptr;
@@ -187,8 +188,6 @@ struct RowsMmaArgs {
   float* acc = nullptr;
   float* max_sum = nullptr;
 };
-// Whether the tensor-core rows kernel takes the shape (GQA groups up to 64).
-bool rows_mma_takes(const KvLayerShape& shape, std::int64_t n_heads);
 // Launches it (and, when it splits the positions, the combine): split-K only as far as
 // the workspace holds the partials, so any workspace (even none) serves.
 void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);

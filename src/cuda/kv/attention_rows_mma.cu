@@ -20,6 +20,13 @@
 //              tile as f16 (INT8 q * s, INT4 q * s + min in f16 arithmetic: the exact
 //              value rounded once), never in global memory.
 // Only the tiles that the window's edge crosses for some of the block's rows take both.
+// With key blocks (core::KvRowForms) the body view's K is dequantized by channel, with
+// the scales (and mins) of the tile's blocks copied beside the codes, and a third view,
+// open, holds the positions whose block is not complete at the row: K's FP16 row from
+// the chunk, the ring's snapshot or the staging ring's snapshot (the block open before
+// the chunk), V's codes as the body's. So the whole chunk is appended first
+// (kv_append_rows) and attended at once: every row reads each position as the cache held
+// it at its own position.
 // Positions no row of the block reads in a view are zero in its tile (their rows may
 // hold poison: 0 * NaN would reach O).
 //
@@ -48,7 +55,10 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kBM = 16 * kWarps;  // query rows (row x head) a block
 constexpr int kBN = 64;           // positions a tile
 
-template <int D, int Bits>
+// Key blocks a tile of 64 positions meets at most (blocks of 16 or more).
+constexpr int kMaxTileBlocks = kBN / 16 + 1;
+
+template <int D, int Bits, bool KB>
 struct RowsLayout {
   static constexpr int kRow = 2 * D;  // bytes of an f16 tile row
   static constexpr int kQ = kBM * kRow;
@@ -58,12 +68,17 @@ struct RowsLayout {
   // 16 bytes of 8 consecutive rows hit 8 different bank groups.
   static constexpr int kRawRow = kCodeBytes + 16;
   static constexpr int kRaw = Bits != 0 ? 2 * kBN * kRawRow : 0;
-  static constexpr int kSmem = kQ + 4 * kPart + kRaw;  // Q, {K, V} x 2 buffers, staging
+  static constexpr int kParams = KB ? kMaxTileBlocks * 2 * kRow : 0;  // key blocks: scales, mins a block
+  static constexpr int kSmem = kQ + 4 * kPart + kRaw + kParams;  // Q, {K, V} x 2 buffers, staging, K's blocks
   __device__ static std::uint32_t tile(std::uint32_t base, int buf, int part) {
     return base + kQ + (2 * buf + part) * kPart;
   }
   __device__ static std::uint32_t raw(std::uint32_t base, int part) {
     return base + kQ + 4 * kPart + part * kBN * kRawRow;
+  }
+  // Block `which` of the tile's: D f16 scales (vec 0) or mins (vec 1).
+  __device__ static std::uint32_t params(std::uint32_t base, int which, int vec) {
+    return base + kQ + 4 * kPart + kRaw + (2 * which + vec) * kRow;
   }
 };
 
@@ -86,6 +101,36 @@ __device__ __forceinline__ const void* f16_row(const RowsMmaArgs& a, int part, i
   return p.f16 + (static_cast<long long>(kh) * sh.f16_slots() + s) * D;
 }
 
+// K's FP16 row of an open position s (its block not complete at the row; key blocks):
+// the chunk's (s >= pos0), the ring's snapshot (still in the window before the chunk) or
+// the staging ring's snapshot (it had left the window: the block open before the chunk).
+template <int D>
+__device__ __forceinline__ const std::uint16_t* open_key_row(const RowsMmaArgs& a, int kh, int s) {
+  const KvLayerShape& sh = a.shape;
+  if (s >= a.pos0) {
+    const long long at = static_cast<long long>(s - a.pos0) * a.ld + a.k_col + kh * D;
+    return reinterpret_cast<const std::uint16_t*>(a.chunk + at);
+  }
+  if (sh.window > 0 && s > a.pos0 - 1 - sh.window) {
+    return a.snap_k + (static_cast<long long>(kh) * sh.window + s % sh.window) * D;
+  }
+  return a.snap_staged + (static_cast<long long>(kh) * sh.key_block + sh.staged_slot(s)) * D;
+}
+
+// The scales (vec 0) or mins (vec 1) of K's block j, head kh: D f16 (core/kv_layout.h;
+// paged: in the page of the block's first position, core/kv_pages.h).
+template <int D, bool Paged>
+__device__ __forceinline__ const std::uint16_t* key_block_params(const RowsMmaArgs& a, int kh, int j, int vec) {
+  if constexpr (Paged) {
+    const KvPageLayout& l = a.paged.layout;
+    const std::uint8_t* page = page_of(a.paged, a.table, l.key_block_page(j));
+    const long long offset = vec ? l.mins_offset(false) : l.scales_offset(false);
+    return reinterpret_cast<const std::uint16_t*>(page + offset) + kh * D;
+  } else {
+    return (vec ? a.layer.k.mins : a.layer.k.scales) + (static_cast<long long>(j) * a.shape.kv_heads + kh) * D;
+  }
+}
+
 template <bool Paged>
 __device__ __forceinline__ BodyRow body_row(const RowsMmaArgs& a, int part, int s) {
   if constexpr (Paged) return paged_body_row(a.paged, a.table, part != 0, s);
@@ -106,10 +151,12 @@ __device__ __forceinline__ void dequantize16_to_tile(uint4 codes, __half2 s2, __
                      [&](int h, uint4 v) { st_shared16(row_address + swizzle(row, first_chunk + h) * 16, v); });
 }
 
-template <int D, int Bits, bool Paged>
+template <int D, int Bits, bool Paged, bool KB>
 __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs a) {
-  using L = RowsLayout<D, Bits>;
+  using L = RowsLayout<D, Bits, KB>;
+  using Forms = core::KvRowForms;
   constexpr int kChunks = D / 8;  // 16-byte chunks of an f16 row
+  constexpr int kViews = KB ? 3 : 2;
   extern __shared__ __align__(128) std::uint8_t smem[];
   const std::uint32_t base = smem_address(smem);
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, r = lane / 4, c = lane % 4;
@@ -117,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
   const int kh = static_cast<int>(blockIdx.y);
   const int r0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * R;  // the longest rows first
   const int tmin = a.pos0 + r0, tmax = a.pos0 + min(r0 + R, a.rows) - 1;
-  const core::KvRowForms forms(a.shape);
+  const Forms forms(a.shape);
   const int split = static_cast<int>(blockIdx.z);
   const int end_tile = min(tmax / kBN + 1, (split + 1) * a.split_tiles);
 
@@ -128,11 +175,15 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     return m < R * G && r0 + rr < a.rows ? tmin + rr : -1;
   };
   const int t_lane[2] = {row_position(warp * 16 + r), row_position(warp * 16 + r + 8)};
+  // Quantized ends (key blocks: a division each) of the block's, the warp's and the lane's rows.
+  const int q_min = forms.quantized_end(tmin), q_max = forms.quantized_end(tmax);
+  const int q_lane[2] = {forms.quantized_end(t_lane[0]), forms.quantized_end(t_lane[1])};
   const int tw_min = row_position(warp * 16);
   const int tw_last = row_position(warp * 16 + 15);
   const bool warp_full = tw_last >= 0;  // every M-row of the warp is a row
   int tw_max = tw_min;
   for (int m = warp * 16 + 1; m < warp * 16 + 16; ++m) tw_max = max(tw_max, row_position(m));
+  const int qw_min = forms.quantized_end(tw_min), qw_max = forms.quantized_end(tw_max);
 
   // Q: M-row m = (row, head) of the chunk; padding reads as zeros.
 #pragma unroll
@@ -143,18 +194,35 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     cp_async16(base + m * L::kRow + swizzle(m, ch) * 16, a.chunk + at, ok ? 16 : 0);
   }
 
-  // Issues the loads of an item into tile buffer `buf`; a body item's codes go to the
-  // staging area and this thread's scale / min (of position tid % 64 of part tid / 64)
-  // to registers, for dequantize_item. Thread tid takes position p = tid / 2 of the tile,
-  // K and V, and the 16-byte chunks tid % 2, tid % 2 + 2, ... of each: a row's address
-  // (the ring, chunk, snapshot, sink or page it lives in) is worked out once for all of
-  // its chunks, not once a chunk, and the lane pair reads 32 contiguous bytes a step.
+  // Key blocks: the first of the blocks whose K a body tile at n0 reads (its parameters
+  // are copied from there on), and how many.
+  auto tile_blocks = [&](int n0, int& first, int& count) {
+    const int lo = max(n0, forms.body_lo()), hi = min(n0 + kBN, q_max) - 1;
+    first = (lo - forms.body_base) / forms.key_block;
+    count = lo <= hi ? (hi - forms.body_base) / forms.key_block - first + 1 : 0;
+  };
+
+  // Issues the loads of an item into tile buffer `buf`; a body item's codes (an open
+  // item's V codes) go to the staging area and this thread's scale / min (of position
+  // tid % 64 of part tid / 64; not K's by channel) to registers, for dequantize_item. Thread
+  // tid takes position p = tid / 2 of the tile, K and V, and the 16-byte chunks tid % 2,
+  // tid % 2 + 2, ... of each: a row's address (the ring, chunk, snapshot, sink or page it
+  // lives in) is worked out once for all of its chunks, not once a chunk, and the lane
+  // pair reads 32 contiguous bytes a step.
   static_assert(kThreads == 2 * kBN, "two threads a tile position");
   std::uint16_t pending_scale = 0, pending_min = 0;
+  auto issue_f16_row = [&](std::uint32_t dst, const std::uint16_t* row, int p, int half, bool ok) {
+#pragma unroll
+    for (int j = 0; j < kChunks / 2; ++j) {
+      const int ch = 2 * j + half;
+      // Not needed: zero bytes read (src not dereferenced), the chunk zero-filled.
+      cp_async16(dst + swizzle(p, ch) * 16, ok ? static_cast<const void*>(row + ch * 8) : a.chunk, ok ? 16 : 0);
+    }
+  };
   auto issue_item = [&](int item, int buf) {
-    const int n0 = (item >> 1) * kBN, p = tid / 2, half = tid % 2, s = n0 + p;
-    if ((item & 1) == 0) {
-      const bool ok = forms.needed(false, tmin, tmax, s);
+    const int view = item % kViews, n0 = item / kViews * kBN, p = tid / 2, half = tid % 2, s = n0 + p;
+    if (view == Forms::kFp16) {
+      const bool ok = forms.needed(Forms::kFp16, tmin, tmax, q_min, q_max, s);
       const void* rows[2] = {nullptr, nullptr};
       if (ok) {
         if (Paged && a.shape.window == 0) {  // full: K's and V's rows from one page lookup
@@ -166,22 +234,18 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
       }
 #pragma unroll
       for (int part = 0; part < 2; ++part) {
-        const auto* row = static_cast<const std::uint16_t*>(rows[part]);
-        const std::uint32_t dst = L::tile(base, buf, part) + p * L::kRow;
-#pragma unroll
-        for (int j = 0; j < kChunks / 2; ++j) {
-          const int ch = 2 * j + half;
-          // Not needed: zero bytes read (src not dereferenced), the chunk zero-filled.
-          cp_async16(dst + swizzle(p, ch) * 16, ok ? static_cast<const void*>(row + ch * 8) : a.chunk, ok ? 16 : 0);
-        }
+        issue_f16_row(L::tile(base, buf, part) + p * L::kRow, static_cast<const std::uint16_t*>(rows[part]), p, half,
+                      ok);
       }
     } else if constexpr (Bits != 0) {
       constexpr int kCodeChunks = L::kCodeBytes / 16;
       static_assert(kCodeChunks % 2 == 0, "code chunks split over a lane pair");
-      if (forms.needed(true, tmin, tmax, s)) {
+      const bool open = KB && view == Forms::kOpen;  // K's FP16 row into the tile, V's codes
+      if (forms.needed(view, tmin, tmax, q_min, q_max, s)) {
         const BodyRows kv = body_rows<Paged>(a, s);  // paged: one page lookup for K and V
+        if (open) issue_f16_row(L::tile(base, buf, 0) + p * L::kRow, open_key_row<D>(a, kh, s), p, half, true);
 #pragma unroll
-        for (int part = 0; part < 2; ++part) {
+        for (int part = open ? 1 : 0; part < 2; ++part) {
           const std::uint8_t* codes = (part ? kv.v : kv.k).codes + kh * L::kCodeBytes;
 #pragma unroll
           for (int j = 0; j < kCodeChunks / 2; ++j) {
@@ -191,28 +255,77 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
         }
       }
       const int part = tid / kBN, sp = n0 + tid % kBN;
-      if (forms.needed(true, tmin, tmax, sp)) {
+      if (!(KB && part == 0) && forms.needed(view, tmin, tmax, q_min, q_max, sp)) {
         const BodyRow row = body_row<Paged>(a, part, sp);
         pending_scale = __ldg(row.scales + kh);
         if constexpr (Bits == 4) pending_min = __ldg(row.mins + kh);
       }
+      if constexpr (KB) {
+        if (!open) {  // the scales (and mins) of the tile's blocks: D f16 each
+          constexpr int kVecs = Bits == 4 ? 2 : 1, kPerBlock = kVecs * kChunks;
+          int first, count;
+          tile_blocks(n0, first, count);
+          for (int u = tid; u < count * kPerBlock; u += kThreads) {
+            const int which = u / kPerBlock, vec = u % kPerBlock / kChunks, ch = u % kChunks;
+            cp_async16(L::params(base, which, vec) + ch * 16,
+                       key_block_params<D, Paged>(a, kh, first + which, vec) + ch * 8, 16);
+          }
+        }
+      }
     }
     cp_async_commit();
   };
-  // A body item's staged codes -> its tile (after the staging landed: wait + barrier);
-  // thread tid writes row tid % 64 of part tid / 64, zeros where no row reads it.
+  // A body or open item's staged codes -> its tile (after the staging landed: wait +
+  // barrier); thread tid writes row tid % 64 of part tid / 64, zeros where no row reads
+  // it (an open item's K rows: only those; the rest came as FP16), but for K by channel.
   auto dequantize_item = [&](int item, int buf) {
     if constexpr (Bits != 0) {
-      const int part = tid / kBN, p = tid % kBN, s = (item >> 1) * kBN + p;
+      const int view = item % kViews, n0 = item / kViews * kBN;
+      const int part = tid / kBN, p = tid % kBN, s = n0 + p;
       const std::uint32_t dst = L::tile(base, buf, part) + p * L::kRow;
-      if (!forms.needed(true, tmin, tmax, s)) {
+      const bool needed = forms.needed(view, tmin, tmax, q_min, q_max, s);
+      constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
+      if constexpr (KB) {
+        if (part == 0 && view == Forms::kBody) {
+          // K by channel, channel-major: thread tid takes 16-byte chunk ch (8 channels) of
+          // positions g, g + kGroups, ...: it loads its chunk's scales and mins once a block,
+          // not all D of them a position, and 4 or 8 bytes of codes a position.
+          constexpr int kGroups = kBN / kChunks;
+          const int ch = tid % kChunks, g = tid / kChunks;
+          int first, count;
+          tile_blocks(n0, first, count);
+          int cached = -1, which = 0;
+          int next_block = forms.body_base + (first + 1) * forms.key_block;  // which's end
+          uint4 scales = make_uint4(0, 0, 0, 0), mins = scales;
+#pragma unroll 2
+          for (int i = 0; i < kChunks; ++i) {
+            const int pc = i * kGroups + g, sc = n0 + pc;
+            const std::uint32_t at = L::tile(base, buf, 0) + pc * L::kRow + swizzle(pc, ch) * 16;
+            if (!forms.needed(Forms::kBody, tmin, tmax, q_min, q_max, sc)) {
+              st_shared16(at, make_uint4(0, 0, 0, 0));
+              continue;
+            }
+            for (; sc >= next_block; next_block += forms.key_block) ++which;  // positions rise
+            if (which != cached) {
+              scales = ld_shared16(L::params(base, which, 0) + ch * 16);
+              if constexpr (Bits == 4) mins = ld_shared16(L::params(base, which, 1) + ch * 16);
+              cached = which;
+            }
+            const std::uint32_t codes = L::raw(base, 0) + pc * L::kRawRow + ch * (Bits == 8 ? 8 : 4);
+            const uint2 q = Bits == 8 ? ld_shared8(codes) : make_uint2(ld_shared4(codes), 0u);
+            st_shared16(at, dequantize8_channels<Bits>(q, scales, mins));
+          }
+          return;
+        }
+      }
+      if (!needed) {
 #pragma unroll
         for (int ch = 0; ch < kChunks; ++ch) st_shared16(dst + ch * 16, make_uint4(0, 0, 0, 0));
         return;
       }
+      if (KB && part == 0) return;  // an open item's K: its FP16 rows came by cp.async
       const __half2 s2 = __half2half2(__ushort_as_half(pending_scale));
       const __half2 m2 = __half2half2(__ushort_as_half(pending_min));
-      constexpr int kPer16 = Bits == 8 ? 2 : 4;  // f16 chunks from 16 code bytes
 #pragma unroll
       for (int b = 0; b < L::kCodeBytes / 16; ++b) {
         const uint4 codes = ld_shared16(L::raw(base, part) + p * L::kRawRow + b * 16);
@@ -221,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     }
   };
 
-  int item = core::next_rows_item(forms, 2 * split * a.split_tiles - 1, end_tile, tmin, tmax, kBN);
+  int item = core::next_rows_item(forms, kViews, kViews * split * a.split_tiles - 1, end_tile, tmin, tmax, kBN);
   if (item >= 0) {
     issue_item(item, 0);
   } else {
@@ -229,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
   }
   cp_async_wait<0>();
   __syncthreads();
-  if (item >= 0 && (item & 1)) {
+  if (item >= 0 && item % kViews != Forms::kFp16) {
     dequantize_item(item, 0);
     __syncthreads();
   }
@@ -240,19 +353,18 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
 
   for (int it = 0; item >= 0; ++it) {
     const int buf = it & 1;
-    const int next = core::next_rows_item(forms, item, end_tile, tmin, tmax, kBN);
+    const int next = core::next_rows_item(forms, kViews, item, end_tile, tmin, tmax, kBN);
     if (next >= 0) issue_item(next, buf ^ 1);
-    const int n0 = (item >> 1) * kBN;
-    const bool in_body = item & 1;
+    const int n0 = item / kViews * kBN, view = item % kViews;
     if (tw_min >= 0 && n0 <= tw_max) {
       float s[kBN / 8][4];
       flash::qk_tile<D, kBN>(s, qf, L::tile(base, buf, 0), lane);
-      if (!(warp_full && forms.tile_whole(in_body, tw_min, tw_max, n0, kBN))) {
+      if (!(warp_full && forms.tile_whole(view, tw_min, tw_max, qw_min, qw_max, n0, kBN))) {
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            if (!forms.at(in_body, t_lane[e >> 1], n0 + j * 8 + 2 * c + (e & 1))) s[j][e] = -INFINITY;
+            if (!forms.at(view, t_lane[e >> 1], q_lane[e >> 1], n0 + j * 8 + 2 * c + (e & 1))) s[j][e] = -INFINITY;
           }
         }
       }
@@ -262,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
     }
     cp_async_wait<0>();
     __syncthreads();  // every warp is done with `buf`; the next item's loads have landed
-    if (next >= 0 && (next & 1)) {
+    if (next >= 0 && next % kViews != Forms::kFp16) {
       dequantize_item(next, buf ^ 1);
       __syncthreads();
     }
@@ -293,39 +405,42 @@ __global__ void __launch_bounds__(kThreads, 2) rows_mma_kernel(const RowsMmaArgs
   }
 }
 
-template <int D, int Bits, bool Paged>
+template <int D, int Bits, bool Paged, bool KB = false>
 void launch(const RowsMmaArgs& a, dim3 grid, cudaStream_t stream) {
-  using L = RowsLayout<D, Bits>;
+  using L = RowsLayout<D, Bits, KB>;
   static const bool configured = [] {
-    LOWBIT_CUDA_CHECK(
-        cudaFuncSetAttribute(rows_mma_kernel<D, Bits, Paged>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
+    LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(rows_mma_kernel<D, Bits, Paged, KB>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem));
     return true;
   }();
   (void)configured;
-  rows_mma_kernel<D, Bits, Paged><<<grid, kThreads, L::kSmem, stream>>>(a);
+  rows_mma_kernel<D, Bits, Paged, KB><<<grid, kThreads, L::kSmem, stream>>>(a);
   LOWBIT_CUDA_CHECK_LAUNCH();
 }
 
 template <int D, bool Paged>
 void launch_bits(const RowsMmaArgs& a, dim3 grid, cudaStream_t stream) {
+  const bool kb = a.shape.key_blocks();
   switch (a.shape.body) {
     case KvBody::none: launch<D, 0, Paged>(a, grid, stream); break;
-    case KvBody::int8: launch<D, 8, Paged>(a, grid, stream); break;
-    case KvBody::int4: launch<D, 4, Paged>(a, grid, stream); break;
+    case KvBody::int8: kb ? launch<D, 8, Paged, true>(a, grid, stream) : launch<D, 8, Paged>(a, grid, stream); break;
+    case KvBody::int4: kb ? launch<D, 4, Paged, true>(a, grid, stream) : launch<D, 4, Paged>(a, grid, stream); break;
   }
 }
 
 }  // namespace
 
 bool rows_mma_takes(const KvLayerShape& shape, std::int64_t n_heads) {
-  return n_heads / shape.kv_heads <= kBM && (shape.head_dim == 64 || shape.head_dim == 128);
+  return n_heads / shape.kv_heads <= kBM && (shape.head_dim == 64 || shape.head_dim == 128) &&
+         (!shape.key_blocks() || shape.key_block >= 16);  // a tile meets at most kMaxTileBlocks
 }
 
 void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   const std::int64_t d = a.shape.head_dim;
   LOWBIT_CHECK(rows_mma_takes(a.shape, a.n_heads),
-               "kv_attention_rows: the tensor-core kernel takes GQA groups of up to ", kBM, " query heads, got ",
-               a.n_heads / a.shape.kv_heads);
+               "kv_attention_rows: the tensor-core kernel takes GQA groups of up to ", kBM,
+               " query heads and key blocks of 16 or more, got ", a.n_heads / a.shape.kv_heads, " and ",
+               a.shape.key_block);
   const std::int64_t end = static_cast<std::int64_t>(a.pos0) + a.rows;
   LOWBIT_CHECK(end < (std::int64_t{1} << 30), "kv_attention_rows: positions up to ", end, ", expected below 2^30");
   a.group = a.n_heads / static_cast<int>(a.shape.kv_heads);

@@ -12,9 +12,20 @@
 
 namespace lowbit::cuda::kv {
 
-// 16-byte shared-memory accesses by address (the staged codes, the f16 tiles).
+// Shared-memory accesses by address (the staged codes, the f16 tiles): 16 bytes, and 4
+// or 8 bytes of codes.
 __device__ __forceinline__ void st_shared16(std::uint32_t address, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ std::uint32_t ld_shared4(std::uint32_t address) {
+  std::uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(address));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_shared8(std::uint32_t address) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(address));
+  return v;
 }
 __device__ __forceinline__ uint4 ld_shared16(std::uint32_t address) {
   uint4 v;
@@ -69,21 +80,43 @@ __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2
   }
 }
 
-// 16 bytes of INT4 codes with a scale and a min a channel (key blocks): q * s + min in
-// f16 arithmetic, channel by channel; params(h, scales, mins) gives the f16 scales and
-// mins of channels 8h .. 8h + 7 (16 bytes each), store(h, chunk) takes their values.
-template <class Params, class Store>
-__device__ __forceinline__ void dequantize16_int4_channels(uint4 codes, Params&& params, Store&& store) {
-  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+// 8 channels' codes (INT4: codes.x, the low nibble first; INT8: codes.x, codes.y) with a
+// scale (and, INT4, a min) a channel (key blocks; 16 bytes of f16 each) -> their f16
+// values: INT8 q * s, INT4 q * s + min, in f16 arithmetic (one rounding).
+template <int Bits>
+__device__ __forceinline__ uint4 dequantize8_channels(uint2 codes, uint4 s, uint4 m) {
+  const std::uint32_t sw[4] = {s.x, s.y, s.z, s.w}, mw[4] = {m.x, m.y, m.z, m.w};
+  std::uint32_t o[4];
+  if constexpr (Bits == 8) {
+    const __half2 bias = __float2half2_rn(1152.0f);  // as dequantize16: (byte ^ 0x80) + 1024 - 1152 = q
+    const std::uint32_t w[2] = {codes.x, codes.y};
 #pragma unroll
-  for (int h = 0; h < 4; ++h) {
+    for (int i = 0; i < 2; ++i) {
+      const std::uint32_t flipped = w[i] ^ 0x80808080u;
+      const __half2 lo = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4140u)), bias);
+      const __half2 hi = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4342u)), bias);
+      o[2 * i] = half2_bits(__hmul2(lo, bits_half2(sw[2 * i])));
+      o[2 * i + 1] = half2_bits(__hmul2(hi, bits_half2(sw[2 * i + 1])));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(codes.x, i), bits_half2(sw[i]), bits_half2(mw[i])));
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// 16 bytes of codes with a scale (and, INT4, a min) a channel: params(h, scales, mins)
+// gives the f16 scales and mins (INT8: mins unused) of the channels of chunk h (8
+// channels, 16 bytes each), store(h, chunk) takes their values; chunks as dequantize16's.
+template <int Bits, class Params, class Store>
+__device__ __forceinline__ void dequantize16_channels(uint4 codes, Params&& params, Store&& store) {
+  const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  constexpr int kChunks = Bits == 8 ? 2 : 4;
+#pragma unroll
+  for (int h = 0; h < kChunks; ++h) {
     uint4 s, m;
     params(h, s, m);
-    const std::uint32_t sw[4] = {s.x, s.y, s.z, s.w}, mw[4] = {m.x, m.y, m.z, m.w};
-    std::uint32_t o[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hfma2(int4_pair(w[h], i), bits_half2(sw[i]), bits_half2(mw[i])));
-    store(h, make_uint4(o[0], o[1], o[2], o[3]));
+    store(h, dequantize8_channels<Bits>(Bits == 8 ? make_uint2(w[2 * h], w[2 * h + 1]) : make_uint2(w[h], 0u), s, m));
   }
 }
 

@@ -143,9 +143,9 @@ inline void check_chunk_rows(const KvLayerShape& shape, const ChunkRows& c, cons
                    aligned(c.v_col),
                what, ": chunk rows and their K / V columns must be 16-byte aligned");
 }
-// The checks of a cache with key blocks (shape.key_block > 0; nothing for 0): the
-// contiguous cache only (paged: the batched engine's pool has no staging ring), a body,
-// an even size up to 1024, and K's staging ring and parameters set. `what` names the caller.
+// The checks of a contiguous cache with key blocks (shape.key_block > 0; nothing for 0;
+// the paged pool's: check_paged_key_blocks): a body, an even size up to 1024, and K's
+// staging ring and parameters set. `what` names the caller.
 inline void check_key_blocks(const KvLayerShape& s, const KvLayerBuffers& layer, bool paged, const char* what) {
   if (s.key_block == 0) return;
   LOWBIT_CHECK(!paged, what, ": key blocks (--kv-key-block ", s.key_block,
@@ -190,14 +190,20 @@ void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
 // over the sink, the body and the recent keys (cuda/flash
 // flash_attention_over_mixed_cache: the same semantics and roundings as the mma kernel;
 // with key blocks (4 bits, the blocks it takes) over any chunk appended in order after
-// the snapshot: kv_attention_rows_flash says where), else the mma kernel (not key
-// blocks; paged_kv_attention_rows: always);
+// the snapshot: kv_attention_rows_flash says where), else the mma kernel where it takes
+// the shape (rows_mma_takes; paged_kv_attention_rows: always), with key blocks over any
+// chunk appended after the snapshot;
 // simt runs the decode kernel row by row (f32 throughout; the reference), whose
 // workspace takes kv_attention_rows_workspace(..., r) bytes for r rows at a time.
 void kv_attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                        const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                        std::size_t workspace_bytes, cuda_stream_t stream,
                        AttentionKernel kernel = AttentionKernel::automatic);
+// Whether kv_attention_rows' tensor-core kernel (mma; attention_rows_mma.cu) takes the
+// shape: head_dim 64 or 128, GQA groups up to 64, key blocks of 16 or more (over any chunk
+// appended after the snapshot: its rows read an open block's K from the chunk or the
+// snapshot).
+bool rows_mma_takes(const KvLayerShape& shape, std::int64_t n_heads);
 // Whether kv_attention_rows (automatic) runs this chunk of a contiguous cache on the
 // flash kernel (nothing launched): with key blocks, a chunk that crosses block
 // completions can then be appended whole before its attention.
@@ -205,9 +211,10 @@ bool kv_attention_rows_flash(const KvLayerShape& shape, const KvLayerBuffers& la
                              const void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld);
 // Prefill of a cache with key blocks (prefill_key_blocks.cpp), after rope_rows: the
 // appends and attention of kv_append_rows + kv_attention_rows, the same results. Where
-// the flash kernel takes the chunk (kv_attention_rows_flash; kernel automatic): those two
-// over the whole chunk, each row reading the FP16 keys of its open block from the chunk
-// or the snapshot. Else a row must read the FP16 keys of a block that a later row completes
+// the flash kernel takes the chunk (kv_attention_rows_flash; kernel automatic) or the
+// tensor-core rows kernel does (rows_mma_takes; automatic or mma): those two over the
+// whole chunk, each row reading the FP16 keys of its open block from the chunk or the
+// snapshot. Else (simt) a row must read the FP16 keys of a block that a later row completes
 // from the staging ring, so the chunk is cut after each row whose append completes a
 // block (core next_block_completion); a piece's rows are appended in order after a
 // snapshot, then attended at once (kv_attention_rows, simt). Its workspace and snapshot:

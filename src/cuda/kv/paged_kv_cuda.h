@@ -109,8 +109,8 @@ void paged_kv_attention_rows(const KvPageLayout& layout, const KvPagedLayer& lay
                              AttentionKernel kernel = AttentionKernel::automatic);
 // The checks of a paged cache with key blocks (nothing without them): a body, B a multiple
 // of 16 and pages of B tokens (core::kv_page_layout's rule, which puts each block's first
-// position in a page of its own, where its parameters live). The appends take them; the
-// attention does not yet (kv_attention refuses them by name).
+// position in a page of its own, where its parameters live). The appends, the decode
+// attention (mma_swap) and the prefill (the tensor-core rows kernel, or simt pieces) take them.
 inline void check_paged_key_blocks(const KvPageLayout& layout, const char* what) {
   const KvLayerShape& s = layout.shape;
   if (s.key_block == 0) return;
@@ -118,14 +118,17 @@ inline void check_paged_key_blocks(const KvPageLayout& layout, const char* what)
                ": key blocks of ", s.key_block, " on a quantizing policy need pages of as many tokens (a multiple of "
                "16), got pages of ", layout.page_tokens);
 }
-// Prefill of a paged cache with key blocks (prefill_key_blocks.cpp), after rope_rows: the
-// chunk in pieces that end where a row's append completes a block, each piece appended
-// (paged_kv_append_rows) and attended by the simt rows form, so that every row reads the
-// open block's FP16 keys from the staging ring, as one token at a time would.
+// Prefill of a paged cache with key blocks (prefill_key_blocks.cpp), after rope_rows:
+// automatic / mma (where rows_mma_takes): the whole chunk appended (paged_kv_append_rows)
+// and attended by the tensor-core rows kernel, each row reading its open block's FP16 keys
+// from the chunk or the snapshot; simt: the chunk in pieces that end where a row's append
+// completes a block, each piece appended and attended by the simt rows form, so that every
+// row reads the open block's FP16 keys from the staging ring, as one token at a time would.
 void paged_kv_prefill_key_blocks(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
                                  const std::int32_t* tables, const ChunkRows& chunk, void* snapshot,
                                  std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
-                                 std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status = nullptr);
+                                 std::size_t workspace_bytes, cuda_stream_t stream, std::int32_t* status = nullptr,
+                                 AttentionKernel kernel = AttentionKernel::automatic);
 // The checks both make of the pool, the slot and the table (the chunk: check_chunk_rows).
 inline void check_paged_rows_call(const KvPageLayout& layout, const KvPagedLayer& layer, std::int32_t slot,
                                   const std::int32_t* tables, const ChunkRows& chunk, const char* what) {
