@@ -288,9 +288,7 @@ struct PagedKeyBlocks {
   }
 };
 
-// kBatch: positions whose loads are in flight at once (the prefill's kernel 8; the decode
-// step's append 1: its registers, and a block completes once every B steps).
-template <int D, class Scheme, int kBatch, class Load, class Dest>
+template <int D, class Scheme, class Load, class Dest>
 __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int head, long long block,
                                    const Load& load) {
   constexpr int E = D / 32;
@@ -304,23 +302,14 @@ __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int 
 #pragma unroll
     for (int e = 0; e < E; ++e) abs_bits[e] = formats::abs_bits(x[e]), lo[e] = x[e], hi[e] = x[e];
   }
-  // In batches whose loads are all issued before their values are used: one position at
-  // a time, each waited for its global latency (a prefill's block took ~45 us).
-  for (int i0 = 1; i0 < b; i0 += kBatch) {
-    float x[kBatch][E];
+  for (int i = 1; i < b; ++i) {
+    float x[E];
+    load(i, x);
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + j < b) load(i0 + j, x[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (i0 + j >= b) break;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        abs_bits[e] = max(abs_bits[e], formats::abs_bits(x[j][e]));
-        lo[e] = fminf(lo[e], x[j][e]);
-        hi[e] = fmaxf(hi[e], x[j][e]);
-      }
+    for (int e = 0; e < E; ++e) {
+      abs_bits[e] = max(abs_bits[e], formats::abs_bits(x[e]));
+      lo[e] = fminf(lo[e], x[e]);
+      hi[e] = fmaxf(hi[e], x[e]);
     }
   }
   formats::HalfParams<Scheme> p[E];
@@ -333,35 +322,24 @@ __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int 
       if (params.mins) params.mins[head * D + c0 + e] = p[e].min.bits;
     }
   }
-  // Encoded in batches too: the batch's values and code rows (a page lookup each) are
-  // loaded before its stores, which the compiler may not move loads across.
-  for (int i0 = 0; i0 < b; i0 += kBatch) {
-    float x[kBatch][E];
-    std::uint8_t* rows[kBatch];
+  for (int i = 0; i < b; ++i) {
+    float x[E];
+    load(i, x);
+    const long long pos = s.body_base + block * b + i;
+    std::uint8_t* row = dest.codes(pos);
+    if (!row) continue;
+    std::uint8_t* codes = row + head * (Scheme::kBits == 8 ? D : D / 2);
+    std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      rows[j] = nullptr;
-      if (i0 + j < b) {
-        load(i0 + j, x[j]);
-        rows[j] = dest.codes(s.body_base + block * b + i0 + j);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (!rows[j]) continue;
-      std::uint8_t* codes = rows[j] + head * (Scheme::kBits == 8 ? D : D / 2);
-      std::uint32_t packed = 0;  // as quantize_head packs a lane's E codes
-#pragma unroll
-      for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[j][e])) << (Scheme::kBits * e);
-      if constexpr (Scheme::kBits == 8 && E == 2) {
-        reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
-      } else if constexpr (Scheme::kBits == 8) {
-        reinterpret_cast<std::uint32_t*>(codes)[threadIdx.x] = packed;
-      } else if constexpr (E == 2) {
-        codes[threadIdx.x] = static_cast<std::uint8_t>(packed);
-      } else {
-        reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
-      }
+    for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[e])) << (Scheme::kBits * e);
+    if constexpr (Scheme::kBits == 8 && E == 2) {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+    } else if constexpr (Scheme::kBits == 8) {
+      reinterpret_cast<std::uint32_t*>(codes)[threadIdx.x] = packed;
+    } else if constexpr (E == 2) {
+      codes[threadIdx.x] = static_cast<std::uint8_t>(packed);
+    } else {
+      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
     }
   }
 }
@@ -379,7 +357,7 @@ __device__ void stage_key(const KvLayerShape& s, const KvPart& part, const Dest&
   if (slot == s.key_block - 1) {
     const std::uint16_t* staged = part.staged + head * s.key_block * D + static_cast<int>(threadIdx.x) * E;
     auto load = [&](int i, float (&x)[E]) { load_halves(staged + static_cast<long long>(i) * D, x); };
-    quantize_key_block<D, Scheme, 1>(s, dest, head, (pos - s.body_base) / s.key_block, load);
+    quantize_key_block<D, Scheme>(s, dest, head, (pos - s.body_base) / s.key_block, load);
   }
 }
 
@@ -626,7 +604,7 @@ __global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsAr
       return ContiguousKeyBlocks{&s, a.layer.k};
     }
   };
-  quantize_key_block<D, Scheme, 8>(s, dest(), head, block, [&](int i, float (&x)[E]) {
+  quantize_key_block<D, Scheme>(s, dest(), head, block, [&](int i, float (&x)[E]) {
     const long long p = s.body_base + block * s.key_block + i;
     if (p >= c.pos0) {
       load_halves(static_cast<const __half*>(c.base) + (p - c.pos0) * c.ld + c.k_col + head * D + c0, x);
