@@ -652,7 +652,7 @@ void run(const AppendArgs& a, cudaStream_t stream, unsigned rows = 1) {
   if (a.paged.descs != nullptr) {
     check_paged_key_blocks(a.paged.layout, "paged_kv_append");
   } else {
-    check_key_blocks(a.shape, a.layer, false, "kv_append");
+    check_key_blocks(a.shape, a.layer, "kv_append");
   }
   LOWBIT_CHECK(!a.rope.hadamard || a.rope.cos,
                "kv_append: the Hadamard rotation rides on the fused rope (set its tables and q)");
@@ -717,7 +717,7 @@ __global__ void __launch_bounds__(32) kv_append_rows_in_order_kernel(KvLayerShap
 void kv_append_rows_in_order(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk,
                              cuda_stream_t stream) {
   check_chunk_rows(shape, chunk, "kv_append_rows_in_order");
-  check_key_blocks(shape, layer, false, "kv_append_rows_in_order");
+  check_key_blocks(shape, layer, "kv_append_rows_in_order");
   LOWBIT_CHECK(shape.key_blocks(), "kv_append_rows_in_order: a cache with key blocks (else kv_append_rows)");
   const dim3 grid(static_cast<unsigned>(shape.kv_heads), 2);
   auto go = [&](auto kernel) { launch_pdl(kernel, grid, 32, 0, stream, shape, layer, chunk); };
@@ -840,7 +840,7 @@ void append_rows(AppendRowsArgs a, void* snapshot, cudaStream_t stream) {
 void kv_append_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, const ChunkRows& chunk, void* snapshot,
                     cuda_stream_t stream) {
   check_chunk_rows(shape, chunk, "kv_append_rows");
-  check_key_blocks(shape, layer, false, "kv_append_rows");
+  check_key_blocks(shape, layer, "kv_append_rows");
   append_rows(AppendRowsArgs{shape, layer, chunk, static_cast<const std::uint16_t*>(snapshot)}, snapshot, stream);
 }
 

@@ -649,7 +649,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
   } else if (rows && rows->table && shape.key_block > 0) {  // a paged prefill's piece: the simt rows form
     check_paged_key_blocks(rows->paged.layout, "paged_kv_attention_rows");
   } else {
-    check_key_blocks(shape, layer, paged != nullptr || (rows && rows->table), "kv_attention");
+    check_key_blocks(shape, layer, "kv_attention");
   }
   // Key blocks: the append that completes a block rewrites its codes, so no row is read
   // before the append's grid is done.

@@ -50,23 +50,23 @@ __device__ __forceinline__ __half2 int4_pair(std::uint32_t word, int i) {
 // 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
 // as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
 // channel order as each is ready.
+// Bytes 2i, 2i + 1 of a word of INT8 codes (two channels) as the f16 pair (q_lo, q_hi):
+// 0x64XX is the f16 1024 + XX, and (byte ^ 0x80) = q + 128, so q = that - 1152, exact.
+__device__ __forceinline__ __half2 int8_pair(std::uint32_t word, int i) {
+  const std::uint32_t flipped = word ^ 0x80808080u;
+  return __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4140u + 0x0202u * static_cast<unsigned>(i))),
+                 __float2half2_rn(1152.0f));
+}
+
 template <int Bits, class Store>
 __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2, Store&& store) {
   const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   if constexpr (Bits == 8) {
-    // 0x64XX is the f16 1024 + XX: (byte ^ 0x80) = q + 128, so q = that - 1152, exact.
-    const __half2 bias = __float2half2_rn(1152.0f);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {  // words 2h, 2h + 1: channels 8h .. 8h + 7
       std::uint32_t o[4];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const std::uint32_t flipped = w[2 * h + i] ^ 0x80808080u;
-        const __half2 lo = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4140u)), bias);
-        const __half2 hi = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4342u)), bias);
-        o[2 * i] = half2_bits(__hmul2(lo, s2));
-        o[2 * i + 1] = half2_bits(__hmul2(hi, s2));
-      }
+      for (int i = 0; i < 4; ++i) o[i] = half2_bits(__hmul2(int8_pair(w[2 * h + i / 2], i % 2), s2));
       store(h, make_uint4(o[0], o[1], o[2], o[3]));
     }
   } else {
@@ -88,15 +88,9 @@ __device__ __forceinline__ uint4 dequantize8_channels(uint2 codes, uint4 s, uint
   const std::uint32_t sw[4] = {s.x, s.y, s.z, s.w}, mw[4] = {m.x, m.y, m.z, m.w};
   std::uint32_t o[4];
   if constexpr (Bits == 8) {
-    const __half2 bias = __float2half2_rn(1152.0f);  // as dequantize16: (byte ^ 0x80) + 1024 - 1152 = q
-    const std::uint32_t w[2] = {codes.x, codes.y};
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const std::uint32_t flipped = w[i] ^ 0x80808080u;
-      const __half2 lo = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4140u)), bias);
-      const __half2 hi = __hsub2(bits_half2(__byte_perm(flipped, 0x64646464u, 0x4342u)), bias);
-      o[2 * i] = half2_bits(__hmul2(lo, bits_half2(sw[2 * i])));
-      o[2 * i + 1] = half2_bits(__hmul2(hi, bits_half2(sw[2 * i + 1])));
+    for (int i = 0; i < 4; ++i) {
+      o[i] = half2_bits(__hmul2(int8_pair(i < 2 ? codes.x : codes.y, i % 2), bits_half2(sw[i])));
     }
   } else {
 #pragma unroll

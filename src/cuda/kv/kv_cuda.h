@@ -146,10 +146,8 @@ inline void check_chunk_rows(const KvLayerShape& shape, const ChunkRows& c, cons
 // The checks of a contiguous cache with key blocks (shape.key_block > 0; nothing for 0;
 // the paged pool's: check_paged_key_blocks): a body, an even size up to 1024, and K's
 // staging ring and parameters set. `what` names the caller.
-inline void check_key_blocks(const KvLayerShape& s, const KvLayerBuffers& layer, bool paged, const char* what) {
+inline void check_key_blocks(const KvLayerShape& s, const KvLayerBuffers& layer, const char* what) {
   if (s.key_block == 0) return;
-  LOWBIT_CHECK(!paged, what, ": key blocks (--kv-key-block ", s.key_block,
-               ") are not supported by the paged cache (batched serving); use 0 (keys per token)");
   LOWBIT_CHECK(s.key_blocks() && s.key_block % 2 == 0 && s.key_block <= 1024, what, ": key_block ", s.key_block,
                ", expected an even 2..1024 on a quantizing policy");
   auto aligned = [](const void* p) { return p && reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };

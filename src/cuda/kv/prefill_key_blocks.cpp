@@ -36,7 +36,7 @@ void kv_prefill_key_blocks(const KvLayerShape& shape, const KvLayerBuffers& laye
                            void* snapshot, std::int64_t n_heads, void* out, std::int64_t out_ld, void* workspace,
                            std::size_t workspace_bytes, cuda_stream_t stream, AttentionKernel kernel) {
   check_chunk_rows(shape, chunk, "kv_prefill_key_blocks");
-  check_key_blocks(shape, layer, false, "kv_prefill_key_blocks");
+  check_key_blocks(shape, layer, "kv_prefill_key_blocks");
   LOWBIT_CHECK(shape.key_block > 0, "kv_prefill_key_blocks: the cache has no key blocks (kv_append_rows)");
   LOWBIT_CHECK(kernel == AttentionKernel::automatic || kernel == AttentionKernel::mma ||
                    kernel == AttentionKernel::simt,
