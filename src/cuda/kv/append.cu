@@ -288,21 +288,27 @@ struct PagedKeyBlocks {
   }
 };
 
-template <int D, class Scheme, class Load, class Dest>
+// kWarps warps share a block (threadIdx.y the warp): warp w takes slots w, w + kWarps, ..,
+// and the warps' statistics meet in shared memory: maxima and minima, exact in any order.
+// lo and hi start at NaN, which fminf / fmaxf drop, so a warp without slots adds nothing.
+template <int D, int kWarps>
+struct KeyBlockStats {
+  std::uint32_t abs_bits[kWarps][D];
+  float lo[kWarps][D], hi[kWarps][D];
+};
+
+template <int D, class Scheme, int kWarps, class Load, class Dest>
 __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int head, long long block,
                                    const Load& load) {
   constexpr int E = D / 32;
-  const int c0 = static_cast<int>(threadIdx.x) * E;
+  const int lane = static_cast<int>(threadIdx.x), warp = kWarps > 1 ? static_cast<int>(threadIdx.y) : 0;
+  const int c0 = lane * E;
   const int b = static_cast<int>(s.key_block);
   std::uint32_t abs_bits[E];
   float lo[E], hi[E];
-  {
-    float x[E];
-    load(0, x);
 #pragma unroll
-    for (int e = 0; e < E; ++e) abs_bits[e] = formats::abs_bits(x[e]), lo[e] = x[e], hi[e] = x[e];
-  }
-  for (int i = 1; i < b; ++i) {
+  for (int e = 0; e < E; ++e) abs_bits[e] = 0, lo[e] = __int_as_float(0x7fffffff), hi[e] = lo[e];
+  for (int i = warp; i < b; i += kWarps) {
     float x[E];
     load(i, x);
 #pragma unroll
@@ -312,17 +318,35 @@ __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int 
       hi[e] = fmaxf(hi[e], x[e]);
     }
   }
+  if constexpr (kWarps > 1) {
+    __shared__ KeyBlockStats<D, kWarps> stats;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      stats.abs_bits[warp][c0 + e] = abs_bits[e], stats.lo[warp][c0 + e] = lo[e], stats.hi[warp][c0 + e] = hi[e];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        abs_bits[e] = max(abs_bits[e], stats.abs_bits[w][c0 + e]);
+        lo[e] = fminf(lo[e], stats.lo[w][c0 + e]);
+        hi[e] = fmaxf(hi[e], stats.hi[w][c0 + e]);
+      }
+    }
+  }
   formats::HalfParams<Scheme> p[E];
   const KeyBlockParams params = dest.params(block);
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     p[e] = formats::HalfParams<Scheme>::from_range(formats::bits_to_float(abs_bits[e]), lo[e], hi[e]);
+    if (warp != 0) continue;
     if (params.scales) params.scales[head * D + c0 + e] = p[e].scale.bits;
     if constexpr (Scheme::kBits == 4) {
       if (params.mins) params.mins[head * D + c0 + e] = p[e].min.bits;
     }
   }
-  for (int i = 0; i < b; ++i) {
+  for (int i = warp; i < b; i += kWarps) {
     float x[E];
     load(i, x);
     const long long pos = s.body_base + block * b + i;
@@ -333,13 +357,13 @@ __device__ void quantize_key_block(const KvLayerShape& s, const Dest& dest, int 
 #pragma unroll
     for (int e = 0; e < E; ++e) packed |= Scheme::to_storage(p[e].encode(x[e])) << (Scheme::kBits * e);
     if constexpr (Scheme::kBits == 8 && E == 2) {
-      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+      reinterpret_cast<std::uint16_t*>(codes)[lane] = static_cast<std::uint16_t>(packed);
     } else if constexpr (Scheme::kBits == 8) {
-      reinterpret_cast<std::uint32_t*>(codes)[threadIdx.x] = packed;
+      reinterpret_cast<std::uint32_t*>(codes)[lane] = packed;
     } else if constexpr (E == 2) {
-      codes[threadIdx.x] = static_cast<std::uint8_t>(packed);
+      codes[lane] = static_cast<std::uint8_t>(packed);
     } else {
-      reinterpret_cast<std::uint16_t*>(codes)[threadIdx.x] = static_cast<std::uint16_t>(packed);
+      reinterpret_cast<std::uint16_t*>(codes)[lane] = static_cast<std::uint16_t>(packed);
     }
   }
 }
@@ -357,7 +381,7 @@ __device__ void stage_key(const KvLayerShape& s, const KvPart& part, const Dest&
   if (slot == s.key_block - 1) {
     const std::uint16_t* staged = part.staged + head * s.key_block * D + static_cast<int>(threadIdx.x) * E;
     auto load = [&](int i, float (&x)[E]) { load_halves(staged + static_cast<long long>(i) * D, x); };
-    quantize_key_block<D, Scheme>(s, dest, head, (pos - s.body_base) / s.key_block, load);
+    quantize_key_block<D, Scheme, 1>(s, dest, head, (pos - s.body_base) / s.key_block, load);
   }
 }
 
@@ -583,12 +607,16 @@ __global__ void __launch_bounds__(32) kv_append_rows_kernel(AppendRowsArgs a) {
   for (int i = 0; i < E; ++i) slot[i] = __half_as_ushort(__float2half_rn(x[i]));
 }
 
-// Key blocks, prefill: grid (kv_heads, blocks), one warp each: K's blocks that the
-// chunk completes, first_block on, quantized from their FP16 values: a position in the
-// chunk from its row, one before it from the snapshot (the ring's, or the staging ring's
-// where it had left the window).
+// Key blocks, prefill: grid (kv_heads, blocks), kQuantizeWarps warps each (one warp left
+// the grid's few blocks latency-bound on its serial slot loop): K's blocks that the chunk
+// completes, first_block on, quantized from their FP16 values: a position in the chunk
+// from its row, one before it from the snapshot (the ring's, or the staging ring's where
+// it had left the window).
+constexpr int kQuantizeWarps = 8;
+
 template <int D, class Scheme, bool Paged>
-__global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsArgs a, long long first_block) {
+__global__ void __launch_bounds__(32 * kQuantizeWarps)
+    kv_quantize_key_blocks_kernel(AppendRowsArgs a, long long first_block) {
   constexpr int E = D / 32;
   pdl_trigger();
   pdl_wait();
@@ -604,7 +632,7 @@ __global__ void __launch_bounds__(32) kv_quantize_key_blocks_kernel(AppendRowsAr
       return ContiguousKeyBlocks{&s, a.layer.k};
     }
   };
-  quantize_key_block<D, Scheme>(s, dest(), head, block, [&](int i, float (&x)[E]) {
+  quantize_key_block<D, Scheme, kQuantizeWarps>(s, dest(), head, block, [&](int i, float (&x)[E]) {
     const long long p = s.body_base + block * s.key_block + i;
     if (p >= c.pos0) {
       load_halves(static_cast<const __half*>(c.base) + (p - c.pos0) * c.ld + c.k_col + head * D + c0, x);
@@ -799,11 +827,10 @@ template <int D, bool Paged>
 void quantize_key_blocks(const AppendRowsArgs& a, long long first, long long end, cudaStream_t stream) {
   if (end <= first) return;
   const dim3 grid(static_cast<unsigned>(a.shape.kv_heads), static_cast<unsigned>(end - first));
-  if (a.shape.body == KvBody::int8) {
-    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int8Symmetric, Paged>, grid, 32, 0, stream, a, first);
-  } else {
-    launch_pdl(kv_quantize_key_blocks_kernel<D, formats::Int4Asymmetric, Paged>, grid, 32, 0, stream, a, first);
-  }
+  const dim3 threads(32, kQuantizeWarps);
+  auto kernel = a.shape.body == KvBody::int8 ? kv_quantize_key_blocks_kernel<D, formats::Int8Symmetric, Paged>
+                                             : kv_quantize_key_blocks_kernel<D, formats::Int4Asymmetric, Paged>;
+  launch_pdl(kernel, grid, threads, 0, stream, a, first);
 }
 
 // kv_append_rows on a contiguous cache, or (a.table set) on a sequence's pages.
