@@ -10,6 +10,7 @@
 
 #include "common/kv_twin.h"
 #include "common/random.h"
+#include "core/fast_divisor.h"
 #include "core/kv_layout.h"
 #include "engine/kv_cache.h"
 
@@ -34,6 +35,32 @@ engine::KvCacheOptions options(const Case& c, std::int64_t sink, std::int64_t wi
   o.window = window;
   o.kv_bits = c.bits == 0 ? 8 : c.bits;
   return o;
+}
+
+// The decode kernels' key-block index (body index / key_block) by multiply-high: equal to
+// integer division for every divisor a cache can take and more, at the numerators where
+// a rounding error would show first (multiples and their neighbours, the top of the range).
+TEST(FastDivisor, EqualsIntegerDivision) {
+  LOWBIT_TEST_RNG(rng);
+  std::vector<std::uint32_t> divisors;
+  for (std::uint32_t d = 1; d <= 1100; ++d) divisors.push_back(d);
+  for (int b = 11; b < 31; ++b) divisors.insert(divisors.end(), {(1u << b) - 1, 1u << b, (1u << b) + 1});
+  divisors.push_back(0x7fffffffu);
+  std::uniform_int_distribution<std::uint32_t> any(1, 0x7fffffffu), below(0, 0x7fffffffu);
+  for (int i = 0; i < 200; ++i) divisors.push_back(any(rng));
+  for (const std::uint32_t d : divisors) {
+    const core::FastDivisor div(d);
+    std::vector<std::uint32_t> numerators = {0, 1, d - 1, d, d + 1, 0x7fffffffu, 0x7fffffffu - d};
+    const std::uint32_t top = 0x7fffffffu / d * d;  // the largest multiple of d below 2^31
+    numerators.insert(numerators.end(), {top, top - 1, top - d, top - d + 1});
+    for (int k = 0; k < 64; ++k) numerators.push_back(below(rng));
+    for (const std::uint32_t n : numerators) {
+      if (n > 0x7fffffffu) continue;  // d - 1 + ... past the range: not a case
+      ASSERT_EQ(div.divide(n), n / d) << n << " / " << d;
+    }
+  }
+  EXPECT_THROW(core::FastDivisor(0), Error);
+  EXPECT_THROW(core::FastDivisor(std::int64_t{1} << 31), Error);
 }
 
 TEST(DecodeCacheLayout, HoldsExactlyKvCacheBytes) {

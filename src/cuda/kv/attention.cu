@@ -728,6 +728,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
               out,
               out_dtype == DType::f16};
   a.balanced = balanced;
+  if (shape.key_block > 0) a.key_block_div = core::FastDivisor(shape.key_block);
   if (rows) {
     const ChunkRows& c = rows->chunk;
     const auto* base = static_cast<const __half*>(c.base);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/fast_divisor.h"
 #include "cuda/kv/kv_cuda.h"
 #include "cuda/kv/paged_address.cuh"
 
@@ -50,6 +51,8 @@ struct SplitArgs {
   // positions over `splits` (core::split_len_at, resolve_device_span); split_len is then
   // the capacity's, an upper bound.
   bool balanced = false;
+  // Key blocks (the mma_swap KB instance): body index / key_block without a division.
+  core::FastDivisor key_block_div{};
 };
 
 

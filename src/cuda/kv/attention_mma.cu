@@ -724,21 +724,9 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   const int kb_open = KB ? static_cast<int>(s.open_block_begin(a.recent_begin)) : 0;
   KbSmem<D>* kb_smem = nullptr;  // KB: sm.kb (the other instantiations have none)
   if constexpr (KB) kb_smem = &sm.kb;
-  // The key block of body position pos from `hint`, the block of an earlier position: a
-  // warp walks its tiles forward, 64 positions a step, so a few compares (at most 64 / 16
-  // blocks ahead), not a division; a first call (or a position behind) divides.
-  auto kb_block_of = [&](int pos, int& hint) {
-    int start = kb_base + hint * kb_block;
-    if (pos < start || pos >= start + 5 * kb_block) {
-      hint = (pos - kb_base) / kb_block;
-      return hint;
-    }
-#pragma unroll 1
-    while (pos >= start + kb_block) {
-      ++hint;
-      start += kb_block;
-    }
-    return hint;
+  // The key block of body position pos (>= kb_base): a multiply-high and a shift.
+  auto kb_block_of = [&](int pos) {
+    return static_cast<int>(a.key_block_div.divide(static_cast<std::uint32_t>(pos - kb_base)));
   };
   // The positions [lo, hi) of tile `base` in complete key blocks (lo >= hi: none), and the
   // key blocks of the first and last (a tile meets at most two: key_block % 16 == 0, so the
@@ -747,11 +735,11 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   struct KbRange {
     int lo, hi, b0, b1;
   };
-  auto kb_range = [&](int base, int& hint) {
+  auto kb_range = [&](int base) {
     KbRange r;
     r.lo = max(i0 + base, a.sink_end);
     r.hi = min(i0 + base + kTile, kb_end);
-    r.b0 = r.lo < r.hi ? kb_block_of(r.lo, hint) : 0;
+    r.b0 = r.lo < r.hi ? kb_block_of(r.lo) : 0;
     r.b1 = r.b0 + (r.lo < r.hi && r.hi - 1 >= kb_base + (r.b0 + 1) * kb_block ? 1 : 0);
     return r;
   };
@@ -766,7 +754,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     kb_second_2 = slot == 2 ? at : kb_second_2;
   };
   auto kb_second_of = [&](int slot) { return slot == 0 ? kb_second_0 : slot == 1 ? kb_second_1 : kb_second_2; };
-  int kb_issue_hint = 0;
   auto issue = [&](int t, int slot) {
     if (Bits != 0 && t < end_tile && body_tile(t * kTile)) {
       typename S::Stage& stage = sm.ring[warp][slot];
@@ -882,11 +869,15 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     }
     if constexpr (KB) {
       // The scales (and mins) of the tile's key blocks: one or two vectors of D f16 each.
-      const KbRange r = t < end_tile ? kb_range(t * kTile, kb_issue_hint) : KbRange{0, 0, 0, 0};
+      const KbRange r = t < end_tile ? kb_range(t * kTile) : KbRange{0, 0, 0, 0};
       kb_note_second(slot, r.b1 > r.b0 ? kb_base + r.b1 * kb_block : INT_MAX);
       if (r.lo < r.hi) {
         constexpr int kVec = D / 8, kPerBlock = (Bits == 4 ? 2 : 1) * kVec;  // 16-byte copies
-        for (int q = lane; q < kPerBlock * (r.b1 > r.b0 ? 2 : 1); q += 32) {
+        const int copies = kPerBlock * (r.b1 > r.b0 ? 2 : 1);
+#pragma unroll
+        for (int k = 0; k < (2 * kPerBlock + 31) / 32; ++k) {  // at most two a lane
+          const int q = lane + 32 * k;
+          if (q >= copies) break;
           const int which = q / kPerBlock, vec = (q % kPerBlock) / kVec, chunk = q % kVec;
           const std::uint16_t* src;
           if constexpr (Paged) {  // in the page of the block's first position, [H][D] (core/kv_pages.h)
