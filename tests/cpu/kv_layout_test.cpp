@@ -55,7 +55,7 @@ TEST(FastDivisor, EqualsIntegerDivision) {
     numerators.insert(numerators.end(), {top, top - 1, top - d, top - d + 1});
     for (int k = 0; k < 64; ++k) numerators.push_back(below(rng));
     for (const std::uint32_t n : numerators) {
-      if (n > 0x7fffffffu) continue;  // d - 1 + ... past the range: not a case
+      if (n > 0x7fffffffu) continue;  // d + 1 past 2^31 - 1 for the largest divisors
       ASSERT_EQ(div.divide(n), n / d) << n << " / " << d;
     }
   }
