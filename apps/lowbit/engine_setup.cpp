@@ -96,8 +96,8 @@ void KvCacheFlags::declare(Options& options, bool with_policy) {
                  "rotate keys (k) or keys and values (kv) by a Walsh-Hadamard transform along head_dim before "
                  "they are quantized (default off)");
   options.integer("--kv-key-block", &kv_key_block, 0, 1024,
-                  "keys quantized per channel over blocks of N tokens, KIVI's form (GPU: even N, not the batched "
-                  "engine; default 0: per token)");
+                  "keys quantized per channel over blocks of N tokens, KIVI's form (GPU: even N; the batched "
+                  "engine, serve: a multiple of 16; default 0: per token)");
   options.choice("--kv-symmetric", &kv_symmetric, {"off", "on"},
                  "INT4 codes symmetric (scale only) instead of asymmetric (scale + min) (default off)");
 }
