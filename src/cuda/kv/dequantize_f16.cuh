@@ -47,9 +47,6 @@ __device__ __forceinline__ __half2 int4_pair(std::uint32_t word, int i) {
   return __hsub2(bits_half2(and_or<0x000F000Fu, 0x64006400u>(both)), __float2half2_rn(1024.0f));
 }
 
-// 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
-// as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
-// channel order as each is ready.
 // Bytes 2i, 2i + 1 of a word of INT8 codes (two channels) as the f16 pair (q_lo, q_hi):
 // 0x64XX is the f16 1024 + XX, and (byte ^ 0x80) = q + 128, so q = that - 1152, exact.
 __device__ __forceinline__ __half2 int8_pair(std::uint32_t word, int i) {
@@ -58,6 +55,9 @@ __device__ __forceinline__ __half2 int8_pair(std::uint32_t word, int i) {
                  __float2half2_rn(1152.0f));
 }
 
+// 16 bytes of codes (INT8: 16 channels, INT4: 32, the low nibble first) -> the f16 values
+// as 16-byte chunks of 8 channels each (INT8: 2, INT4: 4), handed to store(i, chunk) in
+// channel order as each is ready.
 template <int Bits, class Store>
 __device__ __forceinline__ void dequantize16(uint4 codes, __half2 s2, __half2 m2, Store&& store) {
   const std::uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
