@@ -102,17 +102,15 @@ std::string relative_check(const std::vector<float>& got, const std::vector<floa
 }
 
 // The kernels a decode section times: the SIMT reference first, then the tensor-core
-// kernels at the plan's split (length 0) and at each forced length (mma_roles where the
-// cache has a quantized body: it runs mma_swap otherwise).
+// kernels at the plan's split (length 0) and at each forced length.
 std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> kernel_cases(const std::vector<std::int64_t>& lens,
-                                                                             bool mma, bool mma_swap, bool mma_roles) {
+                                                                             bool mma, bool mma_swap) {
   std::vector<std::pair<cuda::kv::AttentionKernel, std::int64_t>> cases{{cuda::kv::AttentionKernel::simt, 0}};
   std::vector<std::int64_t> all{0};
   all.insert(all.end(), lens.begin(), lens.end());
   for (const std::int64_t len : all) {
     if (mma) cases.emplace_back(cuda::kv::AttentionKernel::mma, len);
     if (mma_swap) cases.emplace_back(cuda::kv::AttentionKernel::mma_swap, len);
-    if (mma_roles) cases.emplace_back(cuda::kv::AttentionKernel::mma_roles, len);
   }
   return cases;
 }
@@ -143,15 +141,9 @@ KernelRun run_kernel(const std::function<void(int, void*)>& launch, bool referen
 }
 
 // mma: the tensor-core kernel; mma_swap: its variant with positions as the mma's M and P in
-// f16 only (attention_mma.cu), automatic's choice for GQA groups of up to 8; mma_roles:
-// mma_swap with warp roles.
+// f16 only (attention_mma.cu), automatic's choice for GQA groups of up to 8.
 const char* kernel_name(cuda::kv::AttentionKernel k) {
-  switch (k) {
-    case cuda::kv::AttentionKernel::mma: return "mma";
-    case cuda::kv::AttentionKernel::mma_swap: return "mma_swap";
-    case cuda::kv::AttentionKernel::mma_roles: return "mma_roles";
-    default: return "simt";
-  }
+  return k == cuda::kv::AttentionKernel::mma ? "mma" : k == cuda::kv::AttentionKernel::mma_swap ? "mma_swap" : "simt";
 }
 
 // The rows form's kernels: automatic is flash's wgmma kernel where kv_attention_rows
@@ -321,8 +313,7 @@ int run_batch_bench(const KvAttentionBenchOptions& o, const RunInfo& info, doubl
         }
         DeviceBuffer ws(ws_bytes), ref(static_cast<std::size_t>(batch * q_cols) * 4), out(ref.bytes());
         LOWBIT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws_bytes, stream));  // the combine's counters
-        const bool body = s.body != core::KvBody::none;
-        for (const auto& [kernel, split_len] : kernel_cases(o.split_lens, true, true, body)) {
+        for (const auto& [kernel, split_len] : kernel_cases(o.split_lens, true, true)) {
           auto launch = [&](int i, void* dst) {
             const core::KvPagedLayer layer = core::kv_paged_layer(layout, pool.data(), i % layers);
             cuda::kv::paged_kv_attention(layout, layer, paged, qrows, o.n_heads, dst, q_cols, DType::f32, ws.data(),
@@ -424,8 +415,7 @@ int run_kv_attention_bench(const KvAttentionBenchOptions& o) {
       // The plan's split for each kernel, then (--split-len) the tensor-core kernels at each
       // given split length: split_len 0 is the plan's. Key blocks: no mma.
       const bool mma = !key_blocks, mma_swap = !key_blocks || swap_takes_key_blocks;
-      for (const auto& [kernel, split_len] :
-           kernel_cases(o.split_lens, mma, mma_swap, mma_swap && s.body != core::KvBody::none)) {
+      for (const auto& [kernel, split_len] : kernel_cases(o.split_lens, mma, mma_swap)) {
         const core::DecodeSplitPlan plan =
             split_len > 0 ? core::decode_plan_of_length(span.visible(s), split_len)
                           : cuda::kv::kv_attention_plan(s, span, o.n_heads, kernel);

@@ -143,10 +143,10 @@ TEST_F(KvCacheGpu, AppendWritesTheCpuQuantizeBuffers) {
   }
 }
 
-// Each kernel (simt, mma, mma_swap, mma_roles) against the twin: every policy, head_dim 64
-// and 128, lengths from one token to several splits (4097: a last split of one position),
-// GQA groups 3 and 4 everywhere and every group from 1 to 8 at two lengths (mma_swap and
-// mma_roles also 9 and 16, which run mma's math), a full cache of sink 5 and window 37, f32 and f16 outputs.
+// Each kernel (simt, mma, mma_swap) against the twin: every policy, head_dim 64 and 128,
+// lengths from one token to several splits (4097: a last split of one position), GQA
+// groups 3 and 4 everywhere and every group from 1 to 8 at two lengths (mma_swap also 9
+// and 16, which run mma's math), a full cache of sink 5 and window 37, f32 and f16 outputs.
 struct Heads {
   std::int64_t h, hkv;
 };
@@ -161,8 +161,7 @@ struct AttentionCase {
 
 std::vector<AttentionCase> attention_cases() {
   std::vector<AttentionCase> out;
-  for (const auto kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap,
-                            ce::AttentionKernel::mma_roles}) {
+  for (const auto kernel : {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap}) {
     // Under the sanitizer: a partial tile, a ragged length over several splits, one long
     // length (the fused combine), and the group sizes 1, 4 and 8.
     const std::vector<std::int64_t> lengths =
@@ -175,7 +174,7 @@ std::vector<AttentionCase> attention_cases() {
     for (const std::int64_t ratio : sanitizer_subset<std::int64_t>({1, 2, 3, 4, 5, 6, 7, 8}, {0, 3, 7})) {
       for (const std::int64_t length : {65, 2049}) out.push_back({kernel, 128, Heads{2 * ratio, 2}, length});
     }
-    if (kernel == ce::AttentionKernel::mma_swap || kernel == ce::AttentionKernel::mma_roles) {
+    if (kernel == ce::AttentionKernel::mma_swap) {
       for (const std::int64_t ratio : {9, 16}) out.push_back({kernel, 64, Heads{2 * ratio, 2}, 300});
     }
     // A full cache whose last body tile ends at the body's last slot, 123 x 3 (odd) scales
@@ -187,12 +186,7 @@ std::vector<AttentionCase> attention_cases() {
 }
 
 const char* kernel_label(ce::AttentionKernel k) {
-  switch (k) {
-    case ce::AttentionKernel::mma: return "mma";
-    case ce::AttentionKernel::mma_swap: return "mma_swap";
-    case ce::AttentionKernel::mma_roles: return "mma_roles";
-    default: return "simt";
-  }
+  return k == ce::AttentionKernel::mma ? "mma" : k == ce::AttentionKernel::mma_swap ? "mma_swap" : "simt";
 }
 
 TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
@@ -241,11 +235,10 @@ TEST_F(KvCacheGpu, MatchesTheTwinInDouble) {
             std::memcpy(&bits, raw.data() + 2 * e, 2);
             got = formats::half_to_float({bits});
           }
-          // mma_swap and mma_roles (a group of up to 8) round each weight p (times V's scale)
-          // to f16 once, without the lo part: relative 2^-11 a weight, so at most 2^-11 of
-          // sum p |v - min| / sum p <= 2^-11 (2 vmax) (INT4: |code * scale| = |v - min| <= 2 vmax).
-          const bool f16_p = (ac.kernel == ce::AttentionKernel::mma_swap || ac.kernel == ce::AttentionKernel::mma_roles) &&
-                             hh.h / hh.hkv <= 8;
+          // mma_swap (a group of up to 8) rounds each weight p (times V's scale) to f16 once,
+          // without the lo part: relative 2^-11 a weight, so at most 2^-11 of sum p |v - min|
+          // / sum p <= 2^-11 (2 vmax) (INT4: |code * scale| = |v - min| <= 2 vmax).
+          const bool f16_p = ac.kernel == ce::AttentionKernel::mma_swap && hh.h / hh.hkv <= 8;
           const double tol = ref.vmax[h] * (2.0 * static_cast<double>(d + 4) * 0x1p-24 * ref.smax[h] + 0x1p-15 +
                                             (f16_p ? 0x1p-10 : 0.0)) +
                              (out_dtype == DType::f16 ? 0x1p-11 * std::fabs(ref.out[e]) : 0.0) + 1e-7;
@@ -398,12 +391,12 @@ TEST_F(KvCacheGpu, AppendWithRopeRotatesLikeTheCpu) {
 // into the split kernel): with max_length = length it is the host form bit for bit; with
 // a longer max_length (splits past the end exit at once) it agrees within the combine's
 // rounding; calls of both plans alternating on one workspace, the counters each leaves
-// behind serve the next (a batch engine's caches of different capacities share one). Each
-// tensor-core variant (mma; mma_swap, automatic's choice here; mma_roles).
+// behind serve the next (a batch engine's caches of different capacities share one). Both
+// tensor-core variants (mma; mma_swap, automatic's choice here).
 TEST_F(KvCacheGpu, GraphFormMatchesTheHostForm) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t d = 64, heads = 9, hkv = 3, capacity = 6000;
-  for (const auto kernel : {ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap, ce::AttentionKernel::mma_roles})
+  for (const auto kernel : {ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap})
   for (const Case& c : kCases) {
     for (std::int64_t length : {1, 7, 300, 2000}) {
       SCOPED_TRACE(std::string(c.name) + " " + kernel_label(kernel) + " length " + std::to_string(length));
@@ -455,13 +448,13 @@ TEST_F(KvCacheGpu, GraphFormMatchesTheHostForm) {
 // Each step's output equals bit for bit that of the same call without early loads, made
 // after the append finished: a row read before the append wrote it (the new token's;
 // selective's token leaving the window) would show. At the end the cache holds the
-// twin's bytes. Each tensor-core variant (mma; mma_swap, automatic's choice here; mma_roles).
+// twin's bytes. Both tensor-core variants (mma; mma_swap, automatic's choice here).
 TEST_F(KvCacheGpu, EarlyLoadsWaitForTheAppendedRows) {
   LOWBIT_TEST_RNG(rng);
   const std::int64_t d = 64, heads = 9, hkv = 3, length = 150, capacity = 400;
   cudaStream_t stream = nullptr;
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (const auto kernel : {ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap, ce::AttentionKernel::mma_roles})
+  for (const auto kernel : {ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap})
   for (const Case& c : kCases) {
     SCOPED_TRACE(std::string(c.name) + " " + kernel_label(kernel));
     const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);

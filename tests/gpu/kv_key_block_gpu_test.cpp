@@ -408,14 +408,11 @@ TEST_F(KvKeyBlockGpu, TensorCoreKernelMatchesTheTwinAndSimt) {
                 SCOPED_TRACE(std::string("out ") + dtype_name(out_dtype) + (graph ? " kv_attention_at" : " kv_attention"));
                 const auto simt = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::simt);
                 const auto swap = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::mma_swap);
-                const auto roles = attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::mma_roles);
                 const auto automatic =
                     attend(bc, hh.h, out_dtype, graph, ce::AttentionKernel::automatic);
                 EXPECT_TRUE(close_to_twin(simt, out_dtype, ref, hh.h, d));
                 EXPECT_TRUE(close_to_twin(swap, out_dtype, ref, hh.h, d, /*f16_p=*/true));
                 EXPECT_TRUE(close_to_each_other(swap, simt, out_dtype, ref, hh.h, d));
-                EXPECT_TRUE(close_to_twin(roles, out_dtype, ref, hh.h, d, /*f16_p=*/true)) << "mma_roles";
-                EXPECT_TRUE(close_to_each_other(roles, simt, out_dtype, ref, hh.h, d)) << "mma_roles";
                 EXPECT_EQ(automatic, swap) << "automatic should run mma_swap, bit for bit";
                 if (!graph && out_dtype == DType::f32) {
                   const auto short_splits =

@@ -363,7 +363,7 @@ void check_batched_attention(std::mt19937& rng, const Case& c, std::int64_t d, s
         // And the twin in double (kv_cache_gpu_test's tolerance).
         const std::vector<std::uint16_t> qh(q.begin() + i * ld, q.begin() + i * ld + hd);
         const TwinAttention ref = twin_attention(t, qh, kHeads);
-        const bool f16_p = kernel == ce::AttentionKernel::mma_swap || kernel == ce::AttentionKernel::mma_roles;
+        const bool f16_p = kernel == ce::AttentionKernel::mma_swap;
         int bad = 0;
         for (std::int64_t e = 0; e < hd; ++e) {
           const auto h = static_cast<std::size_t>(e / d);
@@ -395,16 +395,14 @@ TEST_F(PagedKvGpu, BatchedAttentionEqualsContiguousAndTheTwin) {
       for (std::int64_t rows : sanitizer_subset<std::int64_t>({1, 3, 16}, {1})) {
         SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " B " + std::to_string(rows));
         check_batched_attention(rng, c, d, rows, 0,
-                                {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap,
-                                 ce::AttentionKernel::mma_roles});
+                                {ce::AttentionKernel::simt, ce::AttentionKernel::mma, ce::AttentionKernel::mma_swap});
       }
     }
   }
 }
 
-// Key blocks: mma_swap's and mma_roles' paged KB instances (each block's parameters from the
-// page of its first position, the open block from the fixed area's ring) against their
-// contiguous ones.
+// Key blocks: mma_swap's paged KB instance (each block's parameters from the page of its
+// first position, the open block from the fixed area's ring) against its contiguous one.
 TEST_F(PagedKvGpu, BatchedAttentionWithKeyBlocksEqualsContiguousAndTheTwin) {
   LOWBIT_TEST_RNG(rng);
   for (const Case& c : {kCases[2], kCases[3], kCases[4], kCases[5]}) {
@@ -413,8 +411,7 @@ TEST_F(PagedKvGpu, BatchedAttentionWithKeyBlocksEqualsContiguousAndTheTwin) {
         for (std::int64_t rows : sanitizer_subset<std::int64_t>({1, 3, 16}, {3})) {
           SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " key block " + std::to_string(key_block) +
                        " B " + std::to_string(rows));
-          check_batched_attention(rng, c, d, rows, key_block,
-                                  {ce::AttentionKernel::mma_swap, ce::AttentionKernel::mma_roles});
+          check_batched_attention(rng, c, d, rows, key_block, {ce::AttentionKernel::mma_swap});
         }
       }
     }

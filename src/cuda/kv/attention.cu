@@ -529,12 +529,12 @@ std::size_t counters_bytes(std::size_t counters) { return (counters * sizeof(uns
 bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
   if (kernel == AttentionKernel::simt) return false;
   if (shape.key_block > 0) {
-    // Key blocks: mma_swap and mma_roles read them (their KB instantiations; a tile meets
-    // at most two key blocks of a multiple of 16 positions), the others run on simt.
+    // Key blocks: mma_swap reads them (its KB instantiation; a tile meets at most two key
+    // blocks of a multiple of 16 positions), the others run on simt.
     const std::int64_t group = n_heads / shape.kv_heads;
     const bool swap_takes = group <= kMmaSwapMaxGroup && shape.key_block % 16 == 0;
     LOWBIT_CHECK(kernel != AttentionKernel::mma, "kv_attention: key blocks (--kv-key-block ", shape.key_block,
-                 ") are read by the simt, mma_swap and mma_roles kernels, not mma");
+                 ") are read by the simt and mma_swap kernels, not mma");
     LOWBIT_CHECK(swap_takes || kernel == AttentionKernel::automatic, "kv_attention: mma_swap reads key blocks of a "
                  "multiple of 16 positions with GQA groups of up to ", kMmaSwapMaxGroup, ", got --kv-key-block ",
                  shape.key_block, " and a group of ", group);
@@ -546,24 +546,18 @@ bool uses_mma(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel k
   return fits;
 }
 
-// The tensor-core kernel that runs where uses_mma: the swapped variant (positions as M,
-// f16 P) where the group fits it, as named (mma_roles) or by automatic (H100: 2-20%
-// faster than mma at every length and policy measured, bench/notes/decode.md); else mma.
-AttentionKernel mma_kernel(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
-  if (kernel == AttentionKernel::mma || n_heads / shape.kv_heads > kMmaSwapMaxGroup) return AttentionKernel::mma;
-  return kernel == AttentionKernel::mma_roles ? AttentionKernel::mma_roles : AttentionKernel::mma_swap;
+// Whether the mma kernel runs its swapped variant (positions as M, f16 P): automatic takes
+// it where the group fits (H100: 2-20% faster than mma at every length and policy measured,
+// bench/notes/decode.md); mma names the other variant.
+bool uses_swap(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
+  return (kernel == AttentionKernel::mma_swap || kernel == AttentionKernel::automatic) &&
+         n_heads / shape.kv_heads <= kMmaSwapMaxGroup;
 }
 
-// The kernel that runs the decode forms (not rows): simt or mma_kernel's.
-AttentionKernel decode_kernel(std::int64_t n_heads, const KvLayerShape& shape, AttentionKernel kernel) {
-  return uses_mma(n_heads, shape, kernel) ? mma_kernel(n_heads, shape, kernel) : AttentionKernel::simt;
-}
-
-// Blocks a SM that the split plan fills the device with for the running kernel (`chosen`,
-// decode_kernel's): the tensor-core kernels' occupancy (3 for the quantized bodies at
-// head_dim 128, 2 for FP16), 2 for the SIMT kernel.
-int resident_blocks(const KvLayerShape& shape, AttentionKernel chosen) {
-  return chosen == AttentionKernel::simt ? 2 : mma_blocks_per_sm(shape, chosen);
+// Blocks a SM that the split plan fills the device with: the mma kernel's occupancy (3 for
+// the quantized bodies at head_dim 128, 2 for FP16), 2 for the SIMT kernel.
+int resident_blocks(const KvLayerShape& shape, bool mma, bool swap = false) {
+  return mma ? mma_blocks_per_sm(shape, swap) : 2;
 }
 
 // Query heads a block of the kernel takes: mma all of a KV head's, simt 1 to 4.
@@ -581,12 +575,12 @@ struct PlanInputs {
 PlanInputs plan_inputs(const KvLayerShape& shape, std::int64_t n_heads, AttentionKernel kernel) {
   LOWBIT_CHECK(n_heads > 0 && shape.kv_heads > 0 && n_heads % shape.kv_heads == 0, "kv_attention: n_heads = ",
                n_heads, " is not a multiple of kv_heads = ", shape.kv_heads);
-  const AttentionKernel chosen = decode_kernel(n_heads, shape, kernel);
-  const bool mma = chosen != AttentionKernel::simt;
+  const bool mma = uses_mma(n_heads, shape, kernel);
   const core::DecodeSplitCost& cost = !mma                         ? core::kSimtSplitCost
                                       : shape.body == KvBody::none ? core::kMmaF16SplitCost
                                                                    : core::kMmaQuantSplitCost;
-  return PlanInputs{n_heads / heads_per_block(n_heads, shape, mma), resident_blocks(shape, chosen), &cost};
+  return PlanInputs{n_heads / heads_per_block(n_heads, shape, mma),
+                    resident_blocks(shape, mma, mma && uses_swap(n_heads, shape, kernel)), &cost};
 }
 
 // The plan of `batch` rows (the paged form): the batch's blocks fill the device at the
@@ -647,10 +641,10 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                    const PagedLaunch* paged = nullptr, std::int64_t split_len = 0) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
-  if (paged && shape.key_block > 0) {  // the batched decode: mma_swap's (or mma_roles') paged KB instance
+  if (paged && shape.key_block > 0) {  // the batched decode: mma_swap's paged KB instance
     check_paged_key_blocks(paged->args.layout, "paged_kv_attention");
     LOWBIT_CHECK(kernel != AttentionKernel::simt && uses_mma(n_heads, shape, kernel), "paged_kv_attention: key "
-                 "blocks (--kv-key-block ", shape.key_block, ") are read by mma_swap and mma_roles only (GQA groups of up to ",
+                 "blocks (--kv-key-block ", shape.key_block, ") are read by mma_swap only (GQA groups of up to ",
                  kMmaSwapMaxGroup, "), got a group of ", n_heads / shape.kv_heads);
   } else if (rows && rows->table && shape.key_block > 0) {  // a paged prefill's piece: the simt rows form
     check_paged_key_blocks(rows->paged.layout, "paged_kv_attention_rows");
@@ -684,7 +678,8 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
                  ") outside the body's slots");
   }
   const bool mma = !rows && uses_mma(n_heads, shape, kernel);
-  const AttentionKernel chosen = mma ? mma_kernel(n_heads, shape, kernel) : AttentionKernel::simt;
+  const bool swap = mma && uses_swap(n_heads, shape, kernel);
+  const AttentionKernel chosen = swap ? AttentionKernel::mma_swap : mma ? AttentionKernel::mma : AttentionKernel::simt;
   const core::SequenceSplitPlan sequence =
       rows || paged ? core::SequenceSplitPlan{} : sequence_plan(shape, span, n_heads, chosen);
   DecodeSplitPlan plan = rows    ? rows_plan(span.visible(shape))
@@ -760,7 +755,7 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq),
                   static_cast<unsigned>(row_count));
   if (mma) {
-    launch_split_mma(a, grid, stream, chosen, paged != nullptr);
+    launch_split_mma(a, grid, stream, swap, paged != nullptr);
   } else if (d == 64) {
     launch_split<64>(a, gq, grid, stream);
   } else {
@@ -865,9 +860,8 @@ void attention_rows(const KvLayerShape& shape, const KvLayerBuffers& layer, cons
                "kv_attention_rows: out_ld ", out_ld, " (even, >= ", n_heads * d, ") and a 4-byte aligned out");
   LOWBIT_CHECK(shape.window == 0 || chunk.pos0 <= shape.sink || snapshot != nullptr,
                "kv_attention_rows: the ring's positions before the chunk need its snapshot");
-  LOWBIT_CHECK(kernel != AttentionKernel::mma_swap && kernel != AttentionKernel::mma_roles, "kv_attention_rows: ",
-               kernel == AttentionKernel::mma_swap ? "mma_swap" : "mma_roles",
-               " is a decode kernel; the rows form runs mma (tensor cores) or simt");
+  LOWBIT_CHECK(kernel != AttentionKernel::mma_swap, "kv_attention_rows: mma_swap is a decode kernel; the rows form "
+               "runs mma (tensor cores) or simt");
   // flash: Hopper's wgmma kernels where they run, on a contiguous cache (not the paged
   // entry: its window policy has no pages, table null, and keeps the rows kernel, as every
   // paged policy does). The full policy is flash's causal chunk over the FP16 slots (slot
@@ -969,15 +963,12 @@ std::size_t kv_attention_workspace_bound(const KvLayerShape& shape, std::int64_t
   // (core/kv_layout.h), for either kernel (the mma kernel's blocks take more heads: fewer
   // blocks a split, more splits); the counters of the fused combine are one a block row.
   std::int64_t bound = 1, rows_of_blocks = 0;
-  for (const AttentionKernel kernel :
-       {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap, AttentionKernel::mma_roles}) {
+  for (const AttentionKernel kernel : {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap}) {
     const bool mma = kernel != AttentionKernel::simt;
     if (mma && !uses_mma(n_heads, shape, AttentionKernel::automatic)) continue;
-    if (kernel == AttentionKernel::mma && shape.key_block > 0) continue;  // mma refuses key blocks
     const std::int64_t blocks = n_heads / heads_per_block(n_heads, shape, mma);
     const std::int64_t slots =
-        std::int64_t{resident_blocks(shape, mma ? mma_kernel(n_heads, shape, kernel) : kernel)} *
-        core::multiprocessor_count();
+        std::int64_t{resident_blocks(shape, mma, uses_swap(n_heads, shape, kernel))} * core::multiprocessor_count();
     bound = std::max(bound, core::decode_splits_most(max_length, blocks, slots));
     rows_of_blocks = std::max(rows_of_blocks, blocks);
   }
@@ -1020,10 +1011,9 @@ DecodeSplitPlan paged_kv_attention_plan(const KvPageLayout& layout, std::int64_t
 std::size_t paged_kv_attention_workspace(const KvPageLayout& layout, std::int64_t n_heads, std::int64_t batch,
                                          std::int64_t max_length) {
   std::size_t bound = 0;
-  for (const AttentionKernel kernel :
-       {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap, AttentionKernel::mma_roles}) {
+  for (const AttentionKernel kernel : {AttentionKernel::simt, AttentionKernel::mma, AttentionKernel::mma_swap}) {
     if (kernel != AttentionKernel::simt && !uses_mma(n_heads, layout.shape, AttentionKernel::automatic)) continue;
-    if (kernel == AttentionKernel::mma && layout.shape.key_block > 0) continue;  // mma refuses key blocks
+    if (kernel == AttentionKernel::mma && layout.shape.key_block > 0) continue;  // mma_swap reads key blocks
     const bool mma = kernel != AttentionKernel::simt;
     const std::int64_t splits = paged_kv_attention_plan(layout, n_heads, batch, max_length, kernel).splits;
     const std::int64_t blocks = n_heads / heads_per_block(n_heads, layout.shape, mma);

@@ -196,12 +196,12 @@ struct RowsMmaArgs {
 void launch_rows_mma(RowsMmaArgs a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
 
 // The tensor-core kernel's launch (attention_mma.cu): grid (splits, kv_heads); every
-// query head of a KV head in one block (group <= kMmaMaxGroup, kv_cuda.h). kernel: mma,
-// mma_swap or mma_roles (AttentionKernel; the latter two take groups of up to
-// kMmaSwapMaxGroup, larger ones run mma). paged: the instantiation with the paged
-// address map (a.paged.descs set).
-void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream, AttentionKernel kernel, bool paged = false);
+// query head of a KV head in one block (group <= kMmaMaxGroup, kv_cuda.h).
+// swap: the variant with positions as the mma's M and P in f16 only (AttentionKernel::
+// mma_swap; groups of up to kMmaSwapMaxGroup, larger ones take the other).
+// paged: the instantiation with the paged address map (a.paged.descs set).
+void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream, bool swap = false, bool paged = false);
 // The blocks a SM the tensor-core kernel of this shape keeps resident.
-int mma_blocks_per_sm(const KvLayerShape& shape, AttentionKernel kernel, bool paged = false);
+int mma_blocks_per_sm(const KvLayerShape& shape, bool swap = false, bool paged = false);
 
 }  // namespace lowbit::cuda::kv

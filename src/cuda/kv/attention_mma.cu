@@ -60,7 +60,6 @@
 #include "cuda/kv/kv_cuda.h"
 #include "cuda/lop3.cuh"
 #include "cuda/mma.cuh"
-#include "cuda/named_barrier.cuh"
 #include "formats/float16.h"
 #include "lowbit/cuda_check.h"
 
@@ -372,24 +371,15 @@ __device__ __forceinline__ void tile_math(const TileRegs<D>& x, int valid, const
   }
 }
 
-// A tile's probabilities P^T (lane (g, c): positions g and g + 8 of heads 2c, 2c + 1, the
-// S^T accumulator's layout) and its heads' rescale factors: what the scores of a tile
-// (tile_scores_swap) hand its values (tile_values_swap).
-struct TileProbs {
-  float p[4];      // [2 r + h]: position g + 8 r, head 2c + h
-  float alpha[2];  // heads 2c, 2c + 1
-};
-
-// A tile's scores, positions as M (Swap): S^T = K Q^T and the online softmax. x's
+// One tile, positions as M (Swap): S^T = K Q^T, the online softmax, O^T += V^T P^T. x's
 // parameters [0], [1] are those of positions g, g + 8 (K rows r); qb[i][lane] holds Q row
 // g's words 4i .. 4i + 3 of quarter c (the B fragments of k steps 2i, 2i + 1); sum_q[h] is
 // sum(q) of head 2c + h. The scores of heads past the group are finite (q = 0) and unused.
 // KB (key blocks): K's rows are f16 keys (their parameters applied), x.ks / x.km not read.
 template <int D, int Bits, bool KB = false>
-__device__ __forceinline__ TileProbs tile_scores_swap(const TileRegs<D>& x, int valid, const uint4 (*qb)[32],
-                                                      int lane, float q_scale, const float (&sum_q)[2],
-                                                      WarpState<D, true>& st) {
-  constexpr int kKSteps = D / 16;
+__device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, const uint4 (*qb)[32], int lane,
+                                               float q_scale, const float (&sum_q)[2], WarpState<D, true>& st) {
+  constexpr int kKSteps = D / 16, kMTiles = D / 16;
   const int g = lane / 4;
   // Two accumulators (even / odd k steps): two chains of D / 32 mma, not one of D / 16.
   float sacc[2][4] = {};
@@ -399,8 +389,8 @@ __device__ __forceinline__ TileProbs tile_scores_swap(const TileRegs<D>& x, int 
     mma_16816<__half>(sacc[0], x.k[0][4 * i], x.k[1][4 * i], x.k[0][4 * i + 1], x.k[1][4 * i + 1], q.x, q.y);
     mma_16816<__half>(sacc[1], x.k[0][4 * i + 2], x.k[1][4 * i + 2], x.k[0][4 * i + 3], x.k[1][4 * i + 3], q.z, q.w);
   }
-  TileProbs pr;
-  float* p = pr.p;
+  // sacc[.][2 r + h]: row (position) g + 8 r, column (query head) 2c + h.
+  float p[4], alpha[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = -INFINITY;
@@ -423,7 +413,7 @@ __device__ __forceinline__ TileProbs tile_scores_swap(const TileRegs<D>& x, int 
     // Row 0 of a tile is always valid, so m_new is finite (the guards of tile_math are not
     // needed): exp2 of -inf - m_new, and of the first tile's -inf - m_new, is 0.
     const float m_new = fmaxf(st.m[h], mx);
-    pr.alpha[h] = exp2_approx(st.m[h] - m_new);
+    alpha[h] = exp2_approx(st.m[h] - m_new);
     float sum = 0.0f, vm_sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -433,49 +423,24 @@ __device__ __forceinline__ TileProbs tile_scores_swap(const TileRegs<D>& x, int 
       if constexpr (Bits == 4) vm_sum = fmaf(e, x.vm[r], vm_sum);
       if constexpr (Bits != 0) e *= x.vs[r];
     }
-    st.l[h] = fmaf(st.l[h], pr.alpha[h], sum);
-    st.vmin[h] = fmaf(st.vmin[h], pr.alpha[h], vm_sum);
+    st.l[h] = fmaf(st.l[h], alpha[h], sum);
+    st.vmin[h] = fmaf(st.vmin[h], alpha[h], vm_sum);
     st.m[h] = m_new;
   }
-  return pr;
-}
-
-// P^T's f16 pairs (positions g | g + 8 of heads 2c, 2c + 1) from a tile's probabilities.
-__device__ __forceinline__ uint2 pack_probs(const TileProbs& pr) {
-  return make_uint2(pack_halves(pr.p[0], pr.p[1]), pack_halves(pr.p[2], pr.p[3]));
-}
-
-// A tile's values (Swap): O^T = alpha O^T + V^T P^T, va V^T's A fragments (TileRegs::va),
-// `packed()` P^T's pairs (pack_probs), taken after the rescale.
-template <int D, class Packed>
-__device__ __forceinline__ void tile_values_swap(const std::uint32_t (&va)[D / 16][4], const float (&alpha)[2],
-                                                 Packed packed, float (&o)[D / 16][4]) {
-  constexpr int kMTiles = D / 16;
-  // The running maximum of a head rarely moves once a few tiles are in: the accumulators
-  // are rescaled only when some lane's did (a warp-uniform branch).
   if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[1];
-      o[i][2] *= alpha[0];
-      o[i][3] *= alpha[1];
+      st.o[i][0] *= alpha[0];
+      st.o[i][1] *= alpha[1];
+      st.o[i][2] *= alpha[0];
+      st.o[i][3] *= alpha[1];
     }
   }
   // P^T's B fragment: rows (positions) 2c, 2c + 1 | 2c + 8, 2c + 9 of column (head) g.
-  const uint2 pairs = packed();
-  const std::uint32_t b0 = transpose_8x8(pairs.x);
-  const std::uint32_t b1 = transpose_8x8(pairs.y);
+  const std::uint32_t b0 = transpose_8x8(pack_halves(p[0], p[1]));
+  const std::uint32_t b1 = transpose_8x8(pack_halves(p[2], p[3]));
 #pragma unroll
-  for (int i = 0; i < kMTiles; ++i) mma_16816<__half>(o[i], va[i][0], va[i][1], va[i][2], va[i][3], b0, b1);
-}
-
-// One tile (Swap): its scores, then its values.
-template <int D, int Bits, bool KB = false>
-__device__ __forceinline__ void tile_math_swap(const TileRegs<D>& x, int valid, const uint4 (*qb)[32], int lane,
-                                               float q_scale, const float (&sum_q)[2], WarpState<D, true>& st) {
-  const TileProbs pr = tile_scores_swap<D, Bits, KB>(x, valid, qb, lane, q_scale, sum_q, st);
-  tile_values_swap<D>(x.va, pr.alpha, [&] { return pack_probs(pr); }, st.o);
+  for (int i = 0; i < kMTiles; ++i) mma_16816<__half>(st.o[i], x.va[i][0], x.va[i][1], x.va[i][2], x.va[i][3], b0, b1);
 }
 
 // Where a tile's rows are in a page (its first row; the tile's 16 are consecutive).
@@ -500,33 +465,12 @@ struct KbArea<D, true> {
   KbSmem<D> kb;
 };
 
-// Warp roles (the Roles instantiations; empty otherwise): a block's warps in pairs, the
-// pair's score warp hands each tile's probabilities to its value warp through a ring of
-// kProbSlots slots, and each head's minimum term (the score warp's) joins the value warp's
-// output at the end.
-constexpr int kPairs = kWarps / 2;
-constexpr int kProbSlots = 2;
-// The roles' register bound: 128 a thread (4 blocks an SM); with key blocks 168 (3), under
-// which their score warp's decode does not spill.
-constexpr int roles_blocks_per_sm(bool kb) { return kb ? 3 : 4; }
-struct ProbSlot {
-  uint2 p[32];      // lane (g, c)'s pack_probs
-  float2 alpha[4];  // heads 2c, 2c + 1 (lane c's)
-};
-template <bool Roles>
-struct RolesArea {};
-template <>
-struct RolesArea<true> {
-  ProbSlot probs[kPairs][kProbSlots];
-  float vmin[kPairs][kMmaMaxGroup];
-};
-
 // The shared memory of a block: Q's fragments and (paged) the split's tile pages for the
 // whole loop; then either the
 // quantized kernels' cp.async rings (during the loop) or the warps' results and the
 // combine's weights (after it).
-template <int D, int Bits, bool KB = false, bool Roles = false>
-struct Smem : KbArea<D, KB>, RolesArea<Roles> {
+template <int D, int Bits, bool KB = false>
+struct Smem : KbArea<D, KB> {
   static constexpr int kStages = Bits == 0 ? 1 : kKbStages;  // FP16 caches use no ring
   static constexpr int kCodeBytes = Bits == 0 ? 16 : D * Bits / 8;
   static constexpr int kPitch = kCodeBytes + 16;  // padded rows: 16-byte reads without bank conflicts
@@ -597,14 +541,11 @@ __device__ __forceinline__ BodyRow body_row(const SplitArgs& a, bool is_v, int p
 
 // KB: K in key blocks (Swap, a body; the kernel comment "Key blocks"; paged: each block's
 // parameters in the page of its first position, the open block in the row's fixed area).
-// Roles: warp roles (Swap, a body; the kernel comment "Warp roles").
-template <int D, int Bits, bool Swap, bool Paged, bool KB = false, bool Roles = false>
-__global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks_per_sm(KB) : 3)
-    kv_attention_mma_kernel(SplitArgs args) {
+template <int D, int Bits, bool Swap, bool Paged, bool KB = false>
+__global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_kernel(SplitArgs args) {
   static_assert(!KB || (Swap && Bits != 0), "key blocks: mma_swap over a body");
-  static_assert(!Roles || (Swap && Bits != 0), "warp roles: mma_swap over a body");
   constexpr int kKSteps = D / 16, kNTiles = D / 8;
-  using S = Smem<D, Bits, KB, Roles>;
+  using S = Smem<D, Bits, KB>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& sm = *reinterpret_cast<S*>(smem_raw);
   // The next kernel, the O projection's GEMV, launches after our main loop: launched at
@@ -623,11 +564,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
   const KvLayerShape& s = a.shape;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, c = lane % 4;
-  // Roles: the pair `stream` takes the tiles a warp takes otherwise; its score warp (even)
-  // reads K and the parameters, its value warp (odd) V. Otherwise a warp does both.
-  constexpr int kStreams = Roles ? kPairs : kWarps;  // a block's tile streams, each its partial
-  const int stream = Roles ? warp / 2 : warp;
-  const bool scores_role = !Roles || warp % 2 == 0, values_role = !Roles || warp % 2 == 1;
   const int head = static_cast<int>(blockIdx.y), h0 = head * a.group;
   const int split = static_cast<int>(blockIdx.x);
   const int i0 = split * a.split_len;
@@ -704,15 +640,19 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
     interleave_quads<Bits, D / 16>(x.v[u]);
   };
 
-  WarpState<D, Swap> st;  // Roles: a warp sets and keeps its role's part (run_tiles)
+  WarpState<D, Swap> st;
   constexpr int kOTiles = Swap ? D / 16 : kNTiles;
+#pragma unroll
+  for (int j = 0; j < kOTiles; ++j) st.o[j][0] = st.o[j][1] = st.o[j][2] = st.o[j][3] = 0.0f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
   float sum_q[2] = {0.0f, 0.0f};
   // A warp's tiles: every 4th, from its own. So the tiles of FP16 rows at a split's ends
   // (the sink; the window and, with key blocks, the open block), whose rows are loaded
   // directly and not through the ring, fall to different warps: a run of consecutive
   // tiles a warp put them all in the last warp's run, the split's tail (ncu, session 39).
-  constexpr int kStride = kStreams;
-  const int first = stream, end_tile = tiles;
+  constexpr int kStride = kWarps;
+  const int first = warp, end_tile = tiles;
 
   // FP16 caches: each tile's loads straight into registers at the top of its iteration
   // (a tile of FP16 rows is 256 bytes a lane in flight).
@@ -823,7 +763,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
 #pragma unroll
       for (int i = 0; i < 2 * kChunks / 32; ++i) {
         constexpr int kPerPart = kChunks / 32;
-        if (Roles && !(i < kPerPart ? scores_role : values_role)) continue;  // the other role's part
         const int q = lane + 32 * (kPerPart > 0 ? i % kPerPart : 0), row = q / kRowChunks, chunk = q % kRowChunks;
         const std::uint8_t* codes = i < kPerPart ? kv.k.codes : kv.v.codes;
         std::uint8_t* dst = (i < kPerPart ? stage.k[row] : stage.v[row]) + chunk * 16;
@@ -835,8 +774,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
       // memory, a store and a dependent load on every tile's issue path.
       const std::uint16_t* scales = param_part ? kv.v.scales : kv.k.scales;
       const std::uint16_t* mins = param_part ? kv.v.mins : kv.k.mins;
-      if (!scores_role || (KB && param_part == 0)) {
-        // Roles: the score warp applies every parameter. KB: K's are per key block (below).
+      if (KB && param_part == 0) {
+        // K's parameters are per key block (below), not per token.
       } else if (!Paged && !odd && contiguous_index(t, param_row) + 1 >= body_params) {
         // The buffer's last value at an even index: a 4-byte copy, even one zero-filling
         // its second half, is an access past the buffer (compute-sanitizer flags it).
@@ -865,7 +804,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
           const Where at = j < n ? where<Bits>(a, i0 + j) : Where{0, false};
 #pragma unroll
           for (int part = 0; part < 2; ++part) {
-            if (Roles && !(part == 0 ? scores_role : values_role)) continue;
             std::uint8_t* dst = (part == 0 ? stage.k[row] : stage.v[row]) + chunk * 16;
             if (j < n && at.body) {
               const BodyRow rows = body_row<Paged>(a, part != 0, at.pos);
@@ -880,7 +818,6 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
 #pragma unroll
         for (int q = lane; q < 2 * kChunks; q += 32) {
           const int part = q / kChunks, row = (q % kChunks) / (kCodeBytes / 16), chunk = q % (kCodeBytes / 16);
-          if (Roles && !(part == 0 ? scores_role : values_role)) continue;
           const int j = base + row;
           std::uint8_t* dst = (part == 0 ? stage.k[row] : stage.v[row]) + chunk * 16;
           const Where at = j < n ? where<Bits>(a, i0 + j) : Where{0, false};
@@ -900,8 +837,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
       // is where writes land). Swap only: the other variant's D = 128 instances, at their
       // register bound, spill with it.
       if constexpr (Swap) {
-        // Roles: a warp its own part's rows, lanes 16-31 a row's second line.
-        const int row = lane % kTile, part = Roles ? (values_role ? 1 : 0) : lane / kTile, j = base + row;
+        const int row = lane % kTile, part = lane / kTile, j = base + row;
         if (j < n) {
           const Where at = where<Bits>(a, i0 + j);
           const std::uint16_t* f16 = nullptr;
@@ -912,54 +848,48 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
           }
           if (f16 != nullptr) {
 #pragma unroll
-            for (int line = Roles ? lane / kTile : 0; line < D * 2 / 128; line += Roles ? 2 : 1) {
-              prefetch_l2(f16 + 64 * line);
-            }
+            for (int line = 0; line < D * 2 / 128; ++line) prefetch_l2(f16 + 64 * line);
           }
         }
       }
       // The parameters of a tile with FP16 tokens or an end: loaded here (such tiles are
       // few) and stored in both halves of the pair, so either half reads them.
-      if (scores_role) {
-        const int j = base + param_row;
-        std::uint32_t scale = 0x3c00u, min = 0;  // 1 and 0: an FP16 token's, or one past the split
-        if (j < n) {
-          const Where at = where<Bits>(a, i0 + j);
-          if (at.body && (!KB || param_part != 0)) {  // KB: K's parameters are per key block
-            const BodyRow rows = body_row<Paged>(a, param_part != 0, at.pos);
-            scale = __ldcg(rows.scales + head);
-            if constexpr (Bits == 4) min = __ldcg(rows.mins + head);
-          }
+      const int j = base + param_row;
+      std::uint32_t scale = 0x3c00u, min = 0;  // 1 and 0: an FP16 token's, or one past the split
+      if (j < n) {
+        const Where at = where<Bits>(a, i0 + j);
+        if (at.body && (!KB || param_part != 0)) {  // KB: K's parameters are per key block
+          const BodyRow rows = body_row<Paged>(a, param_part != 0, at.pos);
+          scale = __ldcg(rows.scales + head);
+          if constexpr (Bits == 4) min = __ldcg(rows.mins + head);
         }
-        stage.params[param_row][2 * param_part] = scale | scale << 16;
-        stage.params[param_row][2 * param_part + 1] = min | min << 16;
       }
+      stage.params[param_row][2 * param_part] = scale | scale << 16;
+      stage.params[param_row][2 * param_part + 1] = min | min << 16;
     }
     if constexpr (KB) {
-      if (scores_role) {
-        // The scales (and mins) of the tile's key blocks: one or two vectors of D f16 each.
-        const KbRange r = t < end_tile ? kb_range(t * kTile) : KbRange{0, 0, 0, 0};
-        kb_note_second(slot, r.b1 > r.b0 ? kb_base + r.b1 * kb_block : INT_MAX);
-        if (r.lo < r.hi) {
-          constexpr int kVec = D / 8, kPerBlock = (Bits == 4 ? 2 : 1) * kVec;  // 16-byte copies
-          const int copies = kPerBlock * (r.b1 > r.b0 ? 2 : 1);
+      // The scales (and mins) of the tile's key blocks: one or two vectors of D f16 each.
+      const KbRange r = t < end_tile ? kb_range(t * kTile) : KbRange{0, 0, 0, 0};
+      kb_note_second(slot, r.b1 > r.b0 ? kb_base + r.b1 * kb_block : INT_MAX);
+      if (r.lo < r.hi) {
+        constexpr int kVec = D / 8, kPerBlock = (Bits == 4 ? 2 : 1) * kVec;  // 16-byte copies
+        const int copies = kPerBlock * (r.b1 > r.b0 ? 2 : 1);
 #pragma unroll
-          for (int k = 0; k < (2 * kPerBlock + 31) / 32; ++k) {  // at most two a lane
-            const int q = lane + 32 * k;
-            if (q >= copies) break;
-            const int which = q / kPerBlock, vec = (q % kPerBlock) / kVec, chunk = q % kVec;
-            const std::uint16_t* src;
-            if constexpr (Paged) {  // in the page of the block's first position, [H][D] (core/kv_pages.h)
-              const KvPageLayout& l = a.paged.layout;
-              const std::uint8_t* page = page_of(a.paged, a.table, l.key_block_page(r.b0 + which));
-              src = reinterpret_cast<const std::uint16_t*>(page + (vec ? l.mins_offset(false) : l.scales_offset(false))) +
-                    head * D + chunk * 8;
-            } else {
-              const long long at = (static_cast<long long>(r.b0 + which) * s.kv_heads + head) * D + chunk * 8;
-              src = (vec ? a.layer.k.mins : a.layer.k.scales) + at;
-            }
-            cp_async16(&kb_smem->params[warp][slot][which][vec][chunk], src, 16);
+        for (int k = 0; k < (2 * kPerBlock + 31) / 32; ++k) {  // at most two a lane
+          const int q = lane + 32 * k;
+          if (q >= copies) break;
+          const int which = q / kPerBlock, vec = (q % kPerBlock) / kVec, chunk = q % kVec;
+          const std::uint16_t* src;
+          if constexpr (Paged) {  // in the page of the block's first position, [H][D] (core/kv_pages.h)
+            const KvPageLayout& l = a.paged.layout;
+            const std::uint8_t* page = page_of(a.paged, a.table, l.key_block_page(r.b0 + which));
+            src = reinterpret_cast<const std::uint16_t*>(page + (vec ? l.mins_offset(false) : l.scales_offset(false))) +
+                  head * D + chunk * 8;
+          } else {
+            const long long at = (static_cast<long long>(r.b0 + which) * s.kv_heads + head) * D + chunk * 8;
+            src = (vec ? a.layer.k.mins : a.layer.k.scales) + at;
           }
+          cp_async16(&kb_smem->params[warp][slot][which][vec][chunk], src, 16);
         }
       }
     }
@@ -1079,43 +1009,24 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
     }
   };
 
-  // The tiles of this warp's stream, both roles or (Roles) one: each warp sets and keeps
-  // only its role's state, so that neither role's loop carries the other's registers.
-  auto run_tiles = [&](auto scores_c, auto values_c) {
-    constexpr bool kScores = decltype(scores_c)::value, kValues = decltype(values_c)::value;
-    if constexpr (kValues) {
+  int slot = 0;
+  for (int t = first; t < end_tile; t += kStride) {
+    const int base = t * kTile;
+    TileRegs<D> x;
+    if constexpr (Bits == 0) {
+      const TileRows tile = tile_rows(base);
+      if (t == first) {
+        x = head_tile;
+        if (a.prefetch) {  // the new token's rows, after the wait
 #pragma unroll
-      for (int j = 0; j < kOTiles; ++j) st.o[j][0] = st.o[j][1] = st.o[j][2] = st.o[j][3] = 0.0f;
-    }
-    if constexpr (kScores) {
-      st.m[0] = st.m[1] = -INFINITY;
-      st.l[0] = st.l[1] = st.vmin[0] = st.vmin[1] = 0.0f;
-    }
-    int slot = 0;
-    int turn = 0;  // Roles: the pair's tiles so far
-    for (int t = first; t < end_tile; t += kStride) {
-      const int base = t * kTile;
-      TileRegs<D> x;
-      if constexpr (Bits == 0) {
-        const TileRows tile = tile_rows(base);
-        if (t == first) {
-          x = head_tile;
-          if (a.prefetch) {  // the new token's rows, after the wait
+          for (int r = 0; r < 2; ++r) {
+            const int j = base + g + 8 * r;
+            if (j < n && appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_k(x.k[r], j, tile);
+          }
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int j = base + g + 8 * r;
-              if (j < n && appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_k(x.k[r], j, tile);
-            }
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-              const int j = base + column_of(c, u);
-              if (j < n && appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_v(x, u, j, tile);
-            }
-          } else {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) load_f16_k(x.k[r], base + g + 8 * r, tile);
-#pragma unroll
-            for (int u = 0; u < 4; ++u) load_f16_v(x, u, base + column_of(c, u), tile);
+          for (int u = 0; u < 4; ++u) {
+            const int j = base + column_of(c, u);
+            if (j < n && appended_now(a, where<Bits>(a, i0 + j).pos)) load_f16_v(x, u, j, tile);
           }
         } else {
 #pragma unroll
@@ -1124,144 +1035,113 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
           for (int u = 0; u < 4; ++u) load_f16_v(x, u, base + column_of(c, u), tile);
         }
       } else {
-        cp_async_wait<S::kStages - 2>();  // this lane's copies of tile t have landed ...
-        __syncwarp();                     // ... and every lane's; the slot read last iteration is free
-        issue(t + 2 * kStride, slot + 2 >= S::kStages ? slot + 2 - S::kStages : slot + 2);
-        const typename S::Stage& stage = sm.ring[warp][slot];
-        // A row's parameter of the pair (index p of K scale, K min, V scale, V min).
-        auto param = [&](int row, int p) {
-          const std::uint32_t pair = stage.params[row][p];
-          return formats::half_to_float({static_cast<std::uint16_t>(param_odd(row) ? pair >> 16 : pair)});
-        };
-        // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
-        // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
-        // KB: where the tile's second key block starts (its issue noted it; INT_MAX: one block).
-        const int kb_second = KB ? kb_second_of(slot) : INT_MAX;
-        auto take = [&](auto checked) {
-          if constexpr (kScores) {  // K's rows, and the parameters
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int row = g + 8 * r, j = base + row;
-              if (checked && j < n && !where<Bits>(a, i0 + j).body) {
-                load_f16_k(x.k[r], j, TileRows{});
-              } else if (KB && checked && j < n && i0 + j >= kb_open) {
-                load_staged_k(x.k[r], i0 + j);
-              } else {
-                load_shared<kCodeBytes / 4>(stage.k[row] + c * (kCodeBytes / 4), x.k[r]);
-                codes_to_halves<Bits, D / 4>(x.k[r]);
-              }
-              if constexpr (Swap) {  // every row's (an FP16 token's and one past the split: 1, 0)
-                if constexpr (!KB) {  // KB: K's parameters are the key block's (kb_decode)
-                  x.ks[r] = param(row, 0);
-                  x.km[r] = Bits == 4 ? param(row, 1) : 0.0f;
-                }
-                x.vs[r] = param(row, 2);
-                x.vm[r] = Bits == 4 ? param(row, 3) : 0.0f;
-              }
-            }
-            if constexpr (KB) {
-              bool decode[2];
-              int which[2];
+        for (int r = 0; r < 2; ++r) load_f16_k(x.k[r], base + g + 8 * r, tile);
 #pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                const int pos = i0 + base + g + 8 * r;
-                decode[r] = !checked || (pos >= a.sink_end && pos < kb_end);
-                which[r] = pos >= kb_second ? 1 : 0;
-              }
-              kb_decode(x, slot, decode, which);
-            }
-          }
-          if constexpr (kValues) {  // V's rows
-            if constexpr (Swap && !decltype(checked)::value) {  // a body tile: fragments from the codes
-              std::uint32_t raw[4][kCodeBytes / 32];
-#pragma unroll
-              for (int u = 0; u < 4; ++u) {
-                load_shared<kCodeBytes / 8>(stage.v[column_of(c, u)] + g * (kCodeBytes / 8), raw[u]);
-              }
-              if constexpr (Bits == 4) {
-                v_fragments_int4<D>(raw, x);
-              } else {
-                v_fragments_int8<D>(raw, x);
-              }
-            } else {
-#pragma unroll
-              for (int u = 0; u < 4; ++u) {
-                const int row = column_of(c, u), j = base + row;
-                if (checked && j < n && !where<Bits>(a, i0 + j).body) {
-                  load_f16_v(x, u, j, TileRows{});
-                } else {
-                  load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
-                  codes_to_halves<Bits, D / 8>(x.v[u]);
-                  if constexpr (!Swap) {
-                    x.ks[u] = param(row, 0);
-                    x.km[u] = Bits == 4 ? param(row, 1) : 0.0f;
-                    x.vs[u] = param(row, 2);
-                    x.vm[u] = Bits == 4 ? param(row, 3) : 0.0f;
-                  }
-                }
-              }
-              if constexpr (Swap) v_fragments(x);  // a tile with FP16 tokens or an end
-            }
-          }
-        };
-        if (body_tile(base) && (!KB || i0 + base + kTile <= kb_open)) {  // KB: no open key block row
-          take(std::false_type{});
-        } else {
-          take(std::true_type{});
-        }
-        slot = slot + 1 == S::kStages ? 0 : slot + 1;
+        for (int u = 0; u < 4; ++u) load_f16_v(x, u, base + column_of(c, u), tile);
       }
-      if constexpr (Roles) {
-        // The pair's turn on its probability slot: the score warp writes it once the value
-        // warp has read the tile kProbSlots before (its first kProbSlots tiles: free), the
-        // value warp releases it unless no later tile of the pair takes it.
-        ProbSlot& probs = sm.probs[stream][turn % kProbSlots];
-        const int full = 1 + 2 * (stream * kProbSlots + turn % kProbSlots), empty = full + 1;
-        if constexpr (kScores) {
-          const TileProbs pr = tile_scores_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
-          if (turn >= kProbSlots) named_barrier(empty, 64);
-          probs.p[lane] = pack_probs(pr);
-          if (g == 0) probs.alpha[c] = make_float2(pr.alpha[0], pr.alpha[1]);
-          named_barrier_arrive(full, 64);
-        } else {
-          named_barrier(full, 64);
-          const uint2 pairs = probs.p[lane];
-          const float2 alpha2 = probs.alpha[c];
-          if (t + kProbSlots * kStride < end_tile) named_barrier_arrive(empty, 64);
-          const float alpha[2] = {alpha2.x, alpha2.y};
-          tile_values_swap<D>(x.va, alpha, [&] { return pairs; }, st.o);
-        }
-        ++turn;
-      } else if constexpr (Swap) {
-        if constexpr (Bits == 0) v_fragments(x);  // quantized: take() made them (cheaper from the codes)
-        tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
-      } else {
-        tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
-      }
-    }
-  };
-  if constexpr (Roles) {
-    if (scores_role) {
-      run_tiles(std::true_type{}, std::false_type{});
     } else {
-      run_tiles(std::false_type{}, std::true_type{});
+      cp_async_wait<S::kStages - 2>();  // this lane's copies of tile t have landed ...
+      __syncwarp();                     // ... and every lane's; the slot read last iteration is free
+      issue(t + 2 * kStride, slot + 2 >= S::kStages ? slot + 2 - S::kStages : slot + 2);
+      const typename S::Stage& stage = sm.ring[warp][slot];
+      // A row's parameter of the pair (index p of K scale, K min, V scale, V min).
+      auto param = [&](int row, int p) {
+        const std::uint32_t pair = stage.params[row][p];
+        return formats::half_to_float({static_cast<std::uint16_t>(param_odd(row) ? pair >> 16 : pair)});
+      };
+      // The tile's rows from the stage; `checked` (a tile with FP16 tokens or an end):
+      // each row tested, FP16 tokens loaded directly. Body tiles compile without the tests.
+      // KB: where the tile's second key block starts (its issue noted it; INT_MAX: one block).
+      const int kb_second = KB ? kb_second_of(slot) : INT_MAX;
+      auto take = [&](auto checked) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = g + 8 * r, j = base + row;
+          if (checked && j < n && !where<Bits>(a, i0 + j).body) {
+            load_f16_k(x.k[r], j, TileRows{});
+          } else if (KB && checked && j < n && i0 + j >= kb_open) {
+            load_staged_k(x.k[r], i0 + j);
+          } else {
+            load_shared<kCodeBytes / 4>(stage.k[row] + c * (kCodeBytes / 4), x.k[r]);
+            codes_to_halves<Bits, D / 4>(x.k[r]);
+          }
+          if constexpr (Swap) {  // every row's (an FP16 token's and one past the split: 1, 0)
+            if constexpr (!KB) {  // KB: K's parameters are the key block's (kb_decode)
+              x.ks[r] = param(row, 0);
+              x.km[r] = Bits == 4 ? param(row, 1) : 0.0f;
+            }
+            x.vs[r] = param(row, 2);
+            x.vm[r] = Bits == 4 ? param(row, 3) : 0.0f;
+          }
+        }
+        if constexpr (KB) {
+          bool decode[2];
+          int which[2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int pos = i0 + base + g + 8 * r;
+            decode[r] = !checked || (pos >= a.sink_end && pos < kb_end);
+            which[r] = pos >= kb_second ? 1 : 0;
+          }
+          kb_decode(x, slot, decode, which);
+        }
+        if constexpr (Swap && !decltype(checked)::value) {  // a body tile: fragments from the codes
+          std::uint32_t raw[4][kCodeBytes / 32];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            load_shared<kCodeBytes / 8>(stage.v[column_of(c, u)] + g * (kCodeBytes / 8), raw[u]);
+          }
+          if constexpr (Bits == 4) {
+            v_fragments_int4<D>(raw, x);
+          } else {
+            v_fragments_int8<D>(raw, x);
+          }
+        } else {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int row = column_of(c, u), j = base + row;
+            if (checked && j < n && !where<Bits>(a, i0 + j).body) {
+              load_f16_v(x, u, j, TileRows{});
+            } else {
+              load_shared<kCodeBytes / 8>(stage.v[row] + g * (kCodeBytes / 8), x.v[u]);
+              codes_to_halves<Bits, D / 8>(x.v[u]);
+              if constexpr (!Swap) {
+                x.ks[u] = param(row, 0);
+                x.km[u] = Bits == 4 ? param(row, 1) : 0.0f;
+                x.vs[u] = param(row, 2);
+                x.vm[u] = Bits == 4 ? param(row, 3) : 0.0f;
+              }
+            }
+          }
+          if constexpr (Swap) v_fragments(x);  // a tile with FP16 tokens or an end
+        }
+      };
+      if (body_tile(base) && (!KB || i0 + base + kTile <= kb_open)) {  // KB: no open key block row
+        take(std::false_type{});
+      } else {
+        take(std::true_type{});
+      }
+      slot = slot + 1 == S::kStages ? 0 : slot + 1;
     }
-  } else {
-    run_tiles(std::true_type{}, std::true_type{});
+    if constexpr (Swap) {
+      if constexpr (Bits == 0) v_fragments(x);  // quantized: take() made them (cheaper from the codes)
+      tile_math_swap<D, Bits, KB>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
+    } else {
+      tile_math<D>(x, n - base, sm.qf, lane, a.q_scale, sum_q, st);
+    }
   }
   if constexpr (Bits != 0) cp_async_wait<0>();
   pdl_trigger();
 
   // A row's sum and minimum term over its four lanes (Swap: a head's over the 8 lanes of
   // its column); the minimums join every channel.
-  if (scores_role) {
 #pragma unroll
-    for (int row = 0; row < 2; ++row) {
+  for (int row = 0; row < 2; ++row) {
 #pragma unroll
-      for (int o = Swap ? 4 : 1; o <= (Swap ? 16 : 2); o *= 2) {
-        st.l[row] += __shfl_xor_sync(0xffffffffu, st.l[row], o);
-        st.vmin[row] += __shfl_xor_sync(0xffffffffu, st.vmin[row], o);
-      }
+    for (int o = Swap ? 4 : 1; o <= (Swap ? 16 : 2); o *= 2) {
+      st.l[row] += __shfl_xor_sync(0xffffffffu, st.l[row], o);
+      st.vmin[row] += __shfl_xor_sync(0xffffffffu, st.vmin[row], o);
     }
   }
 
@@ -1272,26 +1152,18 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
   if constexpr (Swap) {
     // C row g | g + 8 of m tile i is channel g * kNTiles + channel_of_half(2i | 2i + 1); column
     // 2c + h is head 2c + h.
-    // Roles: the value warp writes the output, the score warp the rest (the minimum term
-    // apart, added in the combine below).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int hq = 2 * c + h;
       if (hq < a.group) {
-        const float vmin = Roles ? 0.0f : st.vmin[h];
-        if (values_role) {
 #pragma unroll
-          for (int i = 0; i < kOTiles; ++i) {
+        for (int i = 0; i < kOTiles; ++i) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              after.o[stream][hq][g * kNTiles + channel_of_half<Bits>(2 * i + e)] = st.o[i][2 * e + h] + vmin;
-            }
+          for (int e = 0; e < 2; ++e) {
+            after.o[warp][hq][g * kNTiles + channel_of_half<Bits>(2 * i + e)] = st.o[i][2 * e + h] + st.vmin[h];
           }
         }
-        if (scores_role && g == 0) {
-          after.ml[stream][hq][0] = st.m[h], after.ml[stream][hq][1] = st.l[h];
-          if constexpr (Roles) sm.vmin[stream][hq] = st.vmin[h];
-        }
+        if (g == 0) after.ml[warp][hq][0] = st.m[h], after.ml[warp][hq][1] = st.l[h];
       }
     }
   } else {
@@ -1314,15 +1186,13 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
     const int hq = idx / D, d = idx % D;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kStreams; ++w) mx = fmaxf(mx, after.ml[w][hq][0]);
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, after.ml[w][hq][0]);
     float sum = 0.0f, acc = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kStreams; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float weight = mx == -INFINITY ? 0.0f : exp2f(after.ml[w][hq][0] - mx);
       sum = fmaf(after.ml[w][hq][1], weight, sum);
-      float o = after.o[w][hq][d];
-      if constexpr (Roles) o += sm.vmin[w][hq];
-      acc = fmaf(o, weight, acc);
+      acc = fmaf(after.o[w][hq][d], weight, acc);
     }
     const int hg = h0 + hq;
     if (active == 1) {  // nothing to combine: out = acc / l
@@ -1379,70 +1249,70 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : Roles ? roles_blocks
 }
 
 // Once per instantiation (and device, in practice one): the shared-memory opt-in, and the
-// blocks a SM it keeps resident (the split plan fills the device with that many); launches
-// when `a` is set.
-template <int D, int Bits, bool Swap, bool Paged, bool KB = false, bool Roles = false>
-int launch_instance(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
-  auto* kernel = kv_attention_mma_kernel<D, Bits, Swap, Paged, KB, Roles>;
-  constexpr int bytes = static_cast<int>(Smem<D, Bits, KB, Roles>::bytes());
+// blocks a SM keeps resident (the split plan fills the device with that many).
+template <int D, int Bits, bool Swap, bool Paged, bool KB = false>
+int resident(void (*kernel)(SplitArgs)) {
   static const int blocks = [&] {
+    constexpr int bytes = static_cast<int>(Smem<D, Bits, KB>::bytes());
     LOWBIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     int per_sm = 0;
     LOWBIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
     return std::max(per_sm, 1);
   }();
-  if (a) launch_pdl(kernel, grid, kThreads, bytes, stream, *a);
   return blocks;
 }
 
-// The instance of a body (Bits 8 / 4) for the kernel: mma, mma_swap, or mma_roles (warp
-// roles); key blocks: mma_swap's or mma_roles' KB instance.
-template <int D, int Bits, bool Paged, bool KB>
-int launch_body(const SplitArgs* a, dim3 grid, cudaStream_t stream, AttentionKernel kernel) {
-  if (kernel == AttentionKernel::mma_roles) return launch_instance<D, Bits, true, Paged, KB, true>(a, grid, stream);
-  if (KB || kernel == AttentionKernel::mma_swap) return launch_instance<D, Bits, true, Paged, KB>(a, grid, stream);
-  return launch_instance<D, Bits, false, Paged>(a, grid, stream);
+template <int D, int Bits, bool Paged>
+int launch_kernel(const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap) {
+  auto* kernel = swap ? kv_attention_mma_kernel<D, Bits, true, Paged> : kv_attention_mma_kernel<D, Bits, false, Paged>;
+  const int blocks = swap ? resident<D, Bits, true, Paged>(kernel) : resident<D, Bits, false, Paged>(kernel);
+  if (a) launch_pdl(kernel, grid, kThreads, Smem<D, Bits>::bytes(), stream, *a);
+  return blocks;
 }
 
-// Launches when `a` is set; returns the instance's resident blocks a SM. FP16 caches run
-// mma_swap for mma_roles (the roles take a quantized body).
+// Key blocks: the swapped variant's KB instantiation (the only tensor-core kernel that
+// reads them; uses_mma in attention.cu sends the others to simt, or refuses them paged).
+template <int D, int Bits, bool Paged>
+int launch_key_blocks(const SplitArgs* a, dim3 grid, cudaStream_t stream) {
+  auto* kernel = kv_attention_mma_kernel<D, Bits, true, Paged, true>;
+  const int blocks = resident<D, Bits, true, Paged, true>(kernel);
+  if (a) launch_pdl(kernel, grid, kThreads, Smem<D, Bits, true>::bytes(), stream, *a);
+  return blocks;
+}
+
+// Launches when `a` is set; returns the instantiation's resident blocks a SM.
 template <int D, bool Paged>
-int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream, AttentionKernel kernel) {
+int launch_d(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap) {
   if (shape.key_block > 0) {  // check_key_blocks: a body
-    return shape.body == KvBody::int8 ? launch_body<D, 8, Paged, true>(a, grid, stream, kernel)
-                                      : launch_body<D, 4, Paged, true>(a, grid, stream, kernel);
+    return shape.body == KvBody::int8 ? launch_key_blocks<D, 8, Paged>(a, grid, stream)
+                                      : launch_key_blocks<D, 4, Paged>(a, grid, stream);
   }
   switch (shape.body) {
-    case KvBody::none:
-      return kernel == AttentionKernel::mma ? launch_instance<D, 0, false, Paged>(a, grid, stream)
-                                            : launch_instance<D, 0, true, Paged>(a, grid, stream);
-    case KvBody::int8: return launch_body<D, 8, Paged, false>(a, grid, stream, kernel);
-    case KvBody::int4: return launch_body<D, 4, Paged, false>(a, grid, stream, kernel);
+    case KvBody::none: return launch_kernel<D, 0, Paged>(a, grid, stream, swap);
+    case KvBody::int8: return launch_kernel<D, 8, Paged>(a, grid, stream, swap);
+    case KvBody::int4: return launch_kernel<D, 4, Paged>(a, grid, stream, swap);
   }
   return 1;
 }
 
-int launch_or_query(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream,
-                    AttentionKernel kernel, bool paged) {
-  LOWBIT_CHECK(kernel == AttentionKernel::mma || kernel == AttentionKernel::mma_swap ||
-                   kernel == AttentionKernel::mma_roles,
-               "launch_split_mma: not a tensor-core kernel");
+int launch_or_query(const KvLayerShape& shape, const SplitArgs* a, dim3 grid, cudaStream_t stream, bool swap,
+                    bool paged) {
   if (paged) {
-    return shape.head_dim == 64 ? launch_d<64, true>(shape, a, grid, stream, kernel)
-                                : launch_d<128, true>(shape, a, grid, stream, kernel);
+    return shape.head_dim == 64 ? launch_d<64, true>(shape, a, grid, stream, swap)
+                                : launch_d<128, true>(shape, a, grid, stream, swap);
   }
-  return shape.head_dim == 64 ? launch_d<64, false>(shape, a, grid, stream, kernel)
-                              : launch_d<128, false>(shape, a, grid, stream, kernel);
+  return shape.head_dim == 64 ? launch_d<64, false>(shape, a, grid, stream, swap)
+                              : launch_d<128, false>(shape, a, grid, stream, swap);
 }
 
 }  // namespace
 
-void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream, AttentionKernel kernel, bool paged) {
-  launch_or_query(a.shape, &a, grid, stream, a.group <= kMmaSwapMaxGroup ? kernel : AttentionKernel::mma, paged);
+void launch_split_mma(const SplitArgs& a, dim3 grid, cudaStream_t stream, bool swap, bool paged) {
+  launch_or_query(a.shape, &a, grid, stream, swap && a.group <= kMmaSwapMaxGroup, paged);
 }
 
-int mma_blocks_per_sm(const KvLayerShape& shape, AttentionKernel kernel, bool paged) {
-  return launch_or_query(shape, nullptr, dim3(), nullptr, kernel, paged);
+int mma_blocks_per_sm(const KvLayerShape& shape, bool swap, bool paged) {
+  return launch_or_query(shape, nullptr, dim3(), nullptr, swap, paged);
 }
 
 }  // namespace lowbit::cuda::kv

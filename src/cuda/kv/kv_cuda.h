@@ -57,11 +57,9 @@ void kv_append(const KvLayerShape& shape, const KvLayerBuffers& layer, std::int6
 // The decode attention's kernels: simt (f32 on the CUDA cores; every form, and the one
 // the rows form runs), mma (tensor cores, attention_mma.cu: the decode forms, GQA groups
 // of up to 16 query heads), mma_swap (its variant with the positions as the mma's M and P
-// in f16 only; GQA groups of up to 8, larger ones run mma), mma_roles (mma_swap with warp
-// roles: a score warp hands each tile's probabilities to a value warp; quantized bodies,
-// FP16-only caches run mma_swap). automatic picks mma_swap, then mma, where they take the
-// shape (H100: mma_swap 2-20% faster than mma, bench/notes/decode.md).
-enum class AttentionKernel : int { automatic, simt, mma, mma_swap, mma_roles };
+// in f16 only; GQA groups of up to 8, larger ones run mma). automatic picks mma_swap, then
+// mma, where they take the shape (H100: mma_swap 2-20% faster than mma, bench/notes/decode.md).
+enum class AttentionKernel : int { automatic, simt, mma, mma_swap };
 // The GQA groups (query heads a KV head) the tensor-core decode kernels take: mma all of a
 // KV head's query heads in one block's m16 rows, mma_swap in its n8 columns.
 constexpr int kMmaMaxGroup = 16;
