@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/named_barrier.cuh"
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LOWBIT_SM90A_DEVICE 1
 #endif
@@ -15,6 +17,9 @@
 #if defined(LOWBIT_SM90A_DEVICE)
 
 namespace lowbit::cuda::gemm::sm90 {
+
+using cuda::named_barrier;
+using cuda::named_barrier_arrive;
 
 __device__ __forceinline__ std::uint32_t smem_address(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
@@ -166,17 +171,6 @@ __device__ __forceinline__ void release_registers() {
 template <int kRegs>
 __device__ __forceinline__ void claim_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-
-// Named barrier among `threads` threads (id 0 is __syncthreads').
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Arrives on named barrier `id` without waiting: the threads that bar.sync on it wait
-// for these arrivals too (`threads` counts both).
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace lowbit::cuda::gemm::sm90

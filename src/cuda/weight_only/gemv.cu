@@ -47,6 +47,7 @@
 #include "core/device.h"
 #include "core/gemv_split.h"
 #include "core/pdl.cuh"
+#include "cuda/named_barrier.cuh"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
 #include "lowbit/cuda_check.h"
@@ -631,10 +632,6 @@ __device__ __forceinline__ void stage_x(const Params& p, std::int64_t step, std:
   }
 }
 
-__device__ __forceinline__ void group_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // One step from a slot: per packed word w, the lane's 8 activations of each row group
 // (one LDS.128 each), then every tile pair's A fragments of that word against them.
 // Per accumulator the mma order is gemv_kernel's (w, then the two k16 halves).
@@ -766,7 +763,7 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1)
   int slot = 0;
   for (std::int64_t i = 0; i < steps; ++i) {
     cp_async_wait<kStages - 2>();                 // this thread's copies of step i have landed
-    group_barrier(1 + k_slice, group_threads);    // ... everyone's; and slot i - 1 is read
+    named_barrier(1 + k_slice, group_threads);    // ... everyone's; and slot i - 1 is read
     const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
     if (i + kStages - 1 < steps) {
       if (have) stream.issue_next(lane, ahead_slot, ring);
@@ -781,7 +778,7 @@ __global__ void __launch_bounds__(kXsMaxWarps * 32, 1)
   // compute-sanitizer's racecheck from reporting write_out's partials as RAW hazards, which
   // it does when slices of unequal step counts used cp.async (H100: 32,729 reports in
   // GemvVariants, 0 with this loop; the twin kernel in bench/notes/weight_only.md).
-  for (std::int64_t i = steps; i < (p.k_steps + ranges - 1) / ranges; ++i) group_barrier(1 + k_slice, group_threads);
+  for (std::int64_t i = steps; i < (p.k_steps + ranges - 1) / ranges; ++i) named_barrier(1 + k_slice, group_threads);
   cp_async_wait<0>();
   if (pdl == 3) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if constexpr (kParts) {
