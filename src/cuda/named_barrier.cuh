@@ -10,7 +10,8 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 }
 
 // Arrives on barrier `id` without waiting: the threads that bar.sync on it wait for these
-// arrivals too (`threads` counts both). Prior shared-memory writes are visible to them.
+// arrivals too (`threads` counts both); when the barrier completes, this thread's earlier
+// memory accesses are performed for them (PTX ISA, barrier).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
