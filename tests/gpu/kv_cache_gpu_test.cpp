@@ -1190,5 +1190,22 @@ TEST_F(KvCacheGpu, RejectsASmallWorkspace) {
                Error);
 }
 
+// The combines read the partials 16 bytes at a time: a workspace 8 bytes past an aligned
+// one (large enough) is refused with its reason, not read out of alignment.
+TEST_F(KvCacheGpu, RejectsAMisalignedWorkspace) {
+  const ce::KvLayerShape s = kv_shape(KvPolicy::full, 3, 64, 0, 0, 0, 1000);
+  const ce::DecodeSpan span = core::decode_span(s, 1000);
+  const std::size_t need = ce::kv_attention_workspace_bound(s, 9, 1000);
+  core::DeviceBuffer q(9 * 64 * 2), out(9 * 64 * 4), ws(need + 16);
+  DeviceLayer layer(s);
+  void* shifted = static_cast<char*>(ws.data()) + 8;
+  try {
+    ce::kv_attention(s, layer.dev, span, q.data(), 9, out.data(), DType::f32, shifted, need, nullptr);
+    ADD_FAILURE() << "a workspace 8 bytes off alignment was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lowbit::test

@@ -428,16 +428,10 @@ __global__ void __launch_bounds__(kThreads, 4) decode_split_kernel(SplitArgs arg
     if (lane == 0) totals[warp] = l;
   }
   __syncthreads();
-  for (int t = static_cast<int>(threadIdx.x); t < GQ * D / 2; t += kThreads) {
-    const int g = 2 * t / D, h = h0 + g, c = 2 * t % D;
-    const float2 v = combine_pair(a.acc, scores[g], totals[g], a.splits, active, D, h, c);
-    if (a.out_f16) {
-      static_cast<__half*>(a.out)[h * D + c] = __float2half_rn(v.x);
-      static_cast<__half*>(a.out)[h * D + c + 1] = __float2half_rn(v.y);
-    } else {
-      static_cast<float*>(a.out)[h * D + c] = v.x;
-      static_cast<float*>(a.out)[h * D + c + 1] = v.y;
-    }
+  for (int t = static_cast<int>(threadIdx.x); t < GQ * D / 4; t += kThreads) {
+    const int g = 4 * t / D, h = h0 + g, c = 4 * t % D;
+    store_quad(a.out, a.out_f16, static_cast<long long>(h) * D + c,
+               combine_quad(a.acc, scores[g], totals[g], a.splits, active, D, h, c));
   }
   if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
 }
@@ -708,6 +702,8 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
   const std::size_t partials = decode_workspace_bytes(n_heads, d, plan.splits) * static_cast<std::size_t>(row_count);
   const std::size_t need = counter_bytes + partials;
   LOWBIT_CHECK(workspace_bytes >= need, "kv_attention: workspace of ", workspace_bytes, " bytes, needs ", need);
+  LOWBIT_CHECK(aligned(workspace, 16), "kv_attention: the workspace must be 16-byte aligned (the combines read the "
+               "partials 16 bytes at a time)");
   SplitArgs a{shape,
               layer,
               static_cast<int>(span.sink_end),

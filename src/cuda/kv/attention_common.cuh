@@ -99,19 +99,35 @@ __device__ __forceinline__ float combine_channel(const float* acc, const float* 
   return o / total;
 }
 
-// Channels c and c + 1 (c even) with 8-byte loads: each channel's sum in combine_channel's
-// order, so the same bits; half the threads, so the fused combine takes one round.
-__device__ __forceinline__ float2 combine_pair(const float* acc, const float* weights, float total, int stride,
+// Channels c .. c + 3 (c a multiple of 4) with 16-byte loads: each channel's sum in
+// combine_channel's order, so the same bits; a quarter of the threads, so that the fused
+// combine of a group of 4 heads at head_dim 128 is one item a thread (128 threads): its
+// unrolled loads are the tail's L2 round trips, one set a thread rather than two.
+__device__ __forceinline__ float4 combine_quad(const float* acc, const float* weights, float total, int stride,
                                                int splits, int d, int h, int c) {
-  const float2* a = reinterpret_cast<const float2*>(acc + static_cast<long long>(h) * stride * d + c);
-  float2 o = make_float2(0.0f, 0.0f);
+  const float4* a = reinterpret_cast<const float4*>(acc + static_cast<long long>(h) * stride * d + c);
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 16
   for (int s = 0; s < splits; ++s) {
-    const float2 v = __ldcg(a + static_cast<long long>(s) * (d / 2));
-    o.x = fmaf(v.x, weights[s], o.x);
-    o.y = fmaf(v.y, weights[s], o.y);
+    const float4 v = __ldcg(a + static_cast<long long>(s) * (d / 4));
+    const float w = weights[s];
+    o.x = fmaf(v.x, w, o.x);
+    o.y = fmaf(v.y, w, o.y);
+    o.z = fmaf(v.z, w, o.z);
+    o.w = fmaf(v.w, w, o.w);
   }
-  return make_float2(o.x / total, o.y / total);
+  return make_float4(o.x / total, o.y / total, o.z / total, o.w / total);
+}
+
+// out[at .. at + 3] = v, as f16 or f32.
+__device__ __forceinline__ void store_quad(void* out, bool out_f16, long long at, float4 v) {
+  if (out_f16) {
+    __half* o = static_cast<__half*>(out) + at;
+    o[0] = __float2half_rn(v.x), o[1] = __float2half_rn(v.y), o[2] = __float2half_rn(v.z), o[3] = __float2half_rn(v.w);
+  } else {
+    float* o = static_cast<float*>(out) + at;
+    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+  }
 }
 
 // The rows this step's append writes: the new token (end - 1) and, under selective, the

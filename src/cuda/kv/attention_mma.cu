@@ -1231,17 +1231,11 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       if (lane == 0) after.totals[hq] = t;
     }
     __syncthreads();
-    for (int idx = static_cast<int>(threadIdx.x); idx < count * D / 2; idx += kThreads) {
-      const int hq = idx / (D / 2), ch = 2 * (idx % (D / 2)), hg = h0 + first_head + hq;
-      const float2 v =
-          combine_pair(a.acc, after.weights + hq * active, after.totals[hq], a.splits, active, D, hg, ch);
-      if (a.out_f16) {
-        static_cast<__half*>(a.out)[hg * D + ch] = __float2half_rn(v.x);
-        static_cast<__half*>(a.out)[hg * D + ch + 1] = __float2half_rn(v.y);
-      } else {
-        static_cast<float*>(a.out)[hg * D + ch] = v.x;
-        static_cast<float*>(a.out)[hg * D + ch + 1] = v.y;
-      }
+    for (int idx = static_cast<int>(threadIdx.x); idx < count * D / 4; idx += kThreads) {
+      const int hq = idx / (D / 4), ch = 4 * (idx % (D / 4)), hg = h0 + first_head + hq;
+      const float4 v =
+          combine_quad(a.acc, after.weights + hq * active, after.totals[hq], a.splits, active, D, hg, ch);
+      store_quad(a.out, a.out_f16, static_cast<long long>(hg) * D + ch, v);
     }
     __syncthreads();
   }
