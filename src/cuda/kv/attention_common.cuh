@@ -119,6 +119,38 @@ __device__ __forceinline__ float4 combine_quad(const float* acc, const float* we
   return make_float4(o.x / total, o.y / total, o.z / total, o.w / total);
 }
 
+// The fused combine with its first loads early (one quad of channels a thread): the quad's
+// partials of the first kEarlySplits splits are loaded before the weights are known, so
+// that their L2 round trip overlaps the weights' (combine_weights); then every split is
+// summed in combine_quad's order (the same bits).
+constexpr int kEarlySplits = 16;
+__device__ __forceinline__ const float4* quad_partials(const float* acc, int stride, int d, int h, int c) {
+  return reinterpret_cast<const float4*>(acc + static_cast<long long>(h) * stride * d + c);
+}
+__device__ __forceinline__ void load_early_partials(const float4* a, int splits, int d, float4 (&v)[kEarlySplits]) {
+#pragma unroll
+  for (int s = 0; s < kEarlySplits; ++s) {
+    if (s < splits) v[s] = __ldcg(a + static_cast<long long>(s) * (d / 4));
+  }
+}
+__device__ __forceinline__ float4 combine_quad_early(const float4* a, const float4 (&v)[kEarlySplits],
+                                                     const float* weights, float total, int splits, int d) {
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto add = [&](const float4& x, float w) {
+    o.x = fmaf(x.x, w, o.x);
+    o.y = fmaf(x.y, w, o.y);
+    o.z = fmaf(x.z, w, o.z);
+    o.w = fmaf(x.w, w, o.w);
+  };
+#pragma unroll
+  for (int s = 0; s < kEarlySplits; ++s) {
+    if (s < splits) add(v[s], weights[s]);
+  }
+#pragma unroll 16
+  for (int s = kEarlySplits; s < splits; ++s) add(__ldcg(a + static_cast<long long>(s) * (d / 4)), weights[s]);
+  return make_float4(o.x / total, o.y / total, o.z / total, o.w / total);
+}
+
 // out[at .. at + 3] = v, as f16 or f32.
 __device__ __forceinline__ void store_quad(void* out, bool out_f16, long long at, float4 v) {
   if (out_f16) {

@@ -1223,6 +1223,27 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // The heads' combine weights side by side when they fit (a warp a head at a time),
   // else one head after another.
   const int heads_at_once = max(1, min(a.group, kMaxSplit / active));
+  if (D == 128 && a.group * D / 4 <= kThreads && heads_at_once == a.group) {
+    // One pass, a quad a thread (a group of up to 4 heads): its first partials in flight
+    // while the weights are made. Head_dim 128 only: at 64 the early registers cost the
+    // instances below 128 registers an SM's fourth block (ptxas, session 42).
+    const int idx = static_cast<int>(threadIdx.x), hq = idx / (D / 4), ch = 4 * (idx % (D / 4));
+    const bool mine = hq < a.group;
+    const float4* partials = quad_partials(a.acc, a.splits, D, h0 + hq, ch);
+    float4 v[kEarlySplits];
+    if (mine) load_early_partials(partials, active, D, v);
+    for (int w_hq = warp; w_hq < a.group; w_hq += kWarps) {
+      const float t = combine_weights(a.max_sum, a.splits, active, h0 + w_hq, after.weights + w_hq * active, lane);
+      if (lane == 0) after.totals[w_hq] = t;
+    }
+    __syncthreads();
+    if (mine) {
+      store_quad(a.out, a.out_f16, static_cast<long long>(h0 + hq) * D + ch,
+                 combine_quad_early(partials, v, after.weights + hq * active, after.totals[hq], active, D));
+    }
+    if (threadIdx.x == 0) a.counters[blockIdx.y] = 0;  // ready for the next call
+    return;
+  }
   for (int first_head = 0; first_head < a.group; first_head += heads_at_once) {
     const int count = min(heads_at_once, a.group - first_head);
     for (int hq = warp; hq < count; hq += kWarps) {
