@@ -1223,10 +1223,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // The heads' combine weights side by side when they fit (a warp a head at a time),
   // else one head after another.
   const int heads_at_once = max(1, min(a.group, kMaxSplit / active));
-  if (D == 128 && a.group * D / 4 <= kThreads && heads_at_once == a.group) {
+  if (D == 128 && Bits == 0 && a.group * D / 4 <= kThreads && heads_at_once == a.group) {
     // One pass, a quad a thread (a group of up to 4 heads): its first partials in flight
-    // while the weights are made. Head_dim 128 only: at 64 the early registers cost the
-    // instances below 128 registers an SM's fourth block (ptxas, session 42).
+    // while the weights are made. FP16 caches at head_dim 128 only: the quantized
+    // instances, at their register bound, lost their main loop's schedule to the early
+    // registers (8B selective4 -1.5 to -2%, full +0.2 to +0.5%: bench/notes/decode.md,
+    // session 42), and at head_dim 64 the instances under 128 registers grew past them.
     const int idx = static_cast<int>(threadIdx.x), hq = idx / (D / 4), ch = 4 * (idx % (D / 4));
     const bool mine = hq < a.group;
     const float4* partials = quad_partials(a.acc, a.splits, D, h0 + hq, ch);
