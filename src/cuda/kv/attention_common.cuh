@@ -99,23 +99,28 @@ __device__ __forceinline__ float combine_channel(const float* acc, const float* 
   return o / total;
 }
 
+// The partials of channels c .. c + 3 of head h (acc as SplitArgs lays it out; stride: the
+// plan's splits), 16 bytes a split, and one split's term of their weighted sum.
+__device__ __forceinline__ const float4* quad_partials(const float* acc, int stride, int d, int h, int c) {
+  return reinterpret_cast<const float4*>(acc + static_cast<long long>(h) * stride * d + c);
+}
+__device__ __forceinline__ void add_quad(float4& o, const float4& x, float w) {
+  o.x = fmaf(x.x, w, o.x);
+  o.y = fmaf(x.y, w, o.y);
+  o.z = fmaf(x.z, w, o.z);
+  o.w = fmaf(x.w, w, o.w);
+}
+
 // Channels c .. c + 3 (c a multiple of 4) with 16-byte loads: each channel's sum in
 // combine_channel's order, so the same bits; a quarter of the threads, so that the fused
 // combine of a group of 4 heads at head_dim 128 is one item a thread (128 threads): its
 // unrolled loads are the tail's L2 round trips, one set a thread rather than two.
 __device__ __forceinline__ float4 combine_quad(const float* acc, const float* weights, float total, int stride,
                                                int splits, int d, int h, int c) {
-  const float4* a = reinterpret_cast<const float4*>(acc + static_cast<long long>(h) * stride * d + c);
+  const float4* a = quad_partials(acc, stride, d, h, c);
   float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 16
-  for (int s = 0; s < splits; ++s) {
-    const float4 v = __ldcg(a + static_cast<long long>(s) * (d / 4));
-    const float w = weights[s];
-    o.x = fmaf(v.x, w, o.x);
-    o.y = fmaf(v.y, w, o.y);
-    o.z = fmaf(v.z, w, o.z);
-    o.w = fmaf(v.w, w, o.w);
-  }
+  for (int s = 0; s < splits; ++s) add_quad(o, __ldcg(a + static_cast<long long>(s) * (d / 4)), weights[s]);
   return make_float4(o.x / total, o.y / total, o.z / total, o.w / total);
 }
 
@@ -124,9 +129,6 @@ __device__ __forceinline__ float4 combine_quad(const float* acc, const float* we
 // that their L2 round trip overlaps the weights' (combine_weights); then every split is
 // summed in combine_quad's order (the same bits).
 constexpr int kEarlySplits = 16;
-__device__ __forceinline__ const float4* quad_partials(const float* acc, int stride, int d, int h, int c) {
-  return reinterpret_cast<const float4*>(acc + static_cast<long long>(h) * stride * d + c);
-}
 __device__ __forceinline__ void load_early_partials(const float4* a, int splits, int d, float4 (&v)[kEarlySplits]) {
 #pragma unroll
   for (int s = 0; s < kEarlySplits; ++s) {
@@ -136,18 +138,12 @@ __device__ __forceinline__ void load_early_partials(const float4* a, int splits,
 __device__ __forceinline__ float4 combine_quad_early(const float4* a, const float4 (&v)[kEarlySplits],
                                                      const float* weights, float total, int splits, int d) {
   float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  auto add = [&](const float4& x, float w) {
-    o.x = fmaf(x.x, w, o.x);
-    o.y = fmaf(x.y, w, o.y);
-    o.z = fmaf(x.z, w, o.z);
-    o.w = fmaf(x.w, w, o.w);
-  };
 #pragma unroll
   for (int s = 0; s < kEarlySplits; ++s) {
-    if (s < splits) add(v[s], weights[s]);
+    if (s < splits) add_quad(o, v[s], weights[s]);
   }
 #pragma unroll 16
-  for (int s = kEarlySplits; s < splits; ++s) add(__ldcg(a + static_cast<long long>(s) * (d / 4)), weights[s]);
+  for (int s = kEarlySplits; s < splits; ++s) add_quad(o, __ldcg(a + static_cast<long long>(s) * (d / 4)), weights[s]);
   return make_float4(o.x / total, o.y / total, o.z / total, o.w / total);
 }
 
