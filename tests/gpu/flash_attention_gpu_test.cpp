@@ -163,32 +163,6 @@ TEST_F(FlashAttentionGpu, MatchesTheCpuInDouble) {
   }
 }
 
-// Many more (query tile, head) items than SMs, so that the wgmma kernel's persistent
-// blocks each walk several, among them tiles past their sequence's end (skipped): 32
-// sequences of 1-260 queries attending to 0-90 more keys, 8 / 2 heads (hd 128: 768
-// items, ~6 a block on 132 SMs).
-TEST_F(FlashAttentionGpu, BlocksWalkManyItems) {
-  LOWBIT_TEST_RNG(rng);
-  Lengths lengths;
-  std::uniform_int_distribution<std::int32_t> q_len(1, 260), extra(0, 90);
-  for (int s = 0; s < 32; ++s) {
-    const std::int32_t q = q_len(rng);
-    lengths.emplace_back(q, q + extra(rng));
-  }
-  for (FlashKernel kernel : kernels_here()) {
-    for (DType dtype : {DType::f16, DType::bf16}) {
-      for (std::int64_t hd : {64, 128}) {
-        for (bool causal : {true, false}) {
-          SCOPED_TRACE(std::string(kernel_name(kernel)) + " " + dtype_name(dtype) + " D " + std::to_string(hd) +
-                       (causal ? " causal" : " non-causal"));
-          check_case(rng, FlashAttentionParams{8, 2, hd, causal, 0.0f}, dtype, lengths, kernel);
-          if (HasFailure()) return;
-        }
-      }
-    }
-  }
-}
-
 // The public entry (validation, the prefix sums uploaded from the host, the kernel it
 // picks) on a batch of mixed lengths with causal chunks.
 TEST_F(FlashAttentionGpu, PublicEntry) {

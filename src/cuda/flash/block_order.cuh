@@ -17,22 +17,16 @@ struct BlockTile {
   int t0;  // the block's first query of its sequence
 };
 
-// The work at linear index lin (query tile fastest) of a tiles x heads grid, in the
-// order's walk. bm: query rows a block; A: the launch's arguments (Args, or another
-// kernel's with a head_group).
+// bm: query rows a block; A: the launch's arguments (Args, or another kernel's with a
+// head_group).
 template <class A>
-__device__ __forceinline__ BlockTile tile_at(const A& a, int bm, int lin, int tiles, int heads) {
+__device__ __forceinline__ BlockTile block_tile(const A& a, int bm) {
+  const int tiles = static_cast<int>(gridDim.x), heads = static_cast<int>(gridDim.y);
+  const int lin = static_cast<int>(blockIdx.x) + tiles * static_cast<int>(blockIdx.y);
   const int span = a.head_group * tiles, group = lin / span, rest = lin - group * span;
   const int width = min(a.head_group, heads - group * a.head_group);  // the last group may be narrower
   const int rank = rest / width;
   return BlockTile{group * a.head_group + rest - rank * width, (tiles - 1 - rank) * bm};
-}
-
-// The block's own work, one block a (query tile, head) of the grid.
-template <class A>
-__device__ __forceinline__ BlockTile block_tile(const A& a, int bm) {
-  const int tiles = static_cast<int>(gridDim.x), heads = static_cast<int>(gridDim.y);
-  return tile_at(a, bm, static_cast<int>(blockIdx.x) + tiles * static_cast<int>(blockIdx.y), tiles, heads);
 }
 
 }  // namespace lowbit::cuda::flash

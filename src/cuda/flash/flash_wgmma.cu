@@ -28,11 +28,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-#include "core/device.h"
 #include "cuda/flash/block_order.cuh"
 #include "cuda/flash/flash_kernels.h"
 #include "cuda/flash/wgmma_attention.cuh"
@@ -68,10 +66,9 @@ struct WgLayout {
 };
 
 // K and V in rings of their own (FlashAttention-3's two pipelines): tile j's K is released
-// as soon as S_j is computed, its V only after P_j V_j, which runs alongside S_j+1. The
-// Q tile is released once every consumer has its last S of the block's work item.
+// as soon as S_j is computed, its V only after P_j V_j, which runs alongside S_j+1.
 struct Barriers {
-  std::uint64_t q_full, q_empty;
+  std::uint64_t q;
   std::uint64_t k_full[2], k_empty[2];
   std::uint64_t v_full[2], v_empty[2];
 };
@@ -80,48 +77,8 @@ struct Maps {
   CUtensorMap q, k, v;
 };
 
-// The persistent grid's work: items = query tiles x heads x sequences, in block_order.cuh's
-// walk (query tile fastest within a sequence); block i takes items i, i + gridDim.x, ...
-struct Work {
-  int q_tiles, heads, items;
-};
-
-// One work item as both roles see it.
-struct Item {
-  int h, t0;                   // head, first query of the sequence
-  int q_first, q_len, k_first, k_len;
-  int offset;                  // query i sits at key position offset + i (causal)
-  int tiles;                   // key tiles the item reads
-};
-
-template <int HD>
-__device__ __forceinline__ Item item_at(const Args& a, const Work& w, int index) {
-  const int per_seq = w.q_tiles * w.heads, b = index / per_seq;
-  const BlockTile tile = tile_at(a, WgLayout<HD>::kBM, index - b * per_seq, w.q_tiles, w.heads);
-  Item x;
-  x.h = tile.head, x.t0 = tile.t0;
-  x.q_first = a.cu_q ? a.cu_q[b] : 0, x.q_len = a.cu_q ? a.cu_q[b + 1] - x.q_first : a.q_len;
-  x.k_first = a.cu_k ? a.cu_k[b] : 0, x.k_len = a.cu_k ? a.cu_k[b + 1] - x.k_first : a.k_len;
-  x.offset = a.causal ? x.k_len - x.q_len : 0;
-  const int n_end = a.causal ? min(x.k_len, x.offset + x.t0 + WgLayout<HD>::kBM) : x.k_len;
-  x.tiles = (n_end + kBN - 1) / kBN;
-  return x;
-}
-
-// The first item at or after `index` (stride gridDim.x) with queries: the tiles past a
-// shorter sequence's end have none (items when there is none left).
-template <int HD>
-__device__ __forceinline__ int next_item(const Args& a, const Work& w, int index) {
-  for (; index < w.items; index += static_cast<int>(gridDim.x)) {
-    const Item x = item_at<HD>(a, w, index);
-    if (x.t0 < x.q_len) break;
-  }
-  return index;
-}
-
 template <int HD, class T>
-__global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a,
-                                                                                const Work work) {
+__global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(const __grid_constant__ Maps maps, const Args a) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using namespace gemm::sm90;
   using L = WgLayout<HD>;
@@ -129,27 +86,33 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
   __shared__ Barriers bars;  // also the sm_90a body's static marker (cuda/sm90_kernel.h)
   extern __shared__ std::uint8_t dynamic_smem[];
   const std::uint32_t sq = (smem_address(dynamic_smem) + 1023u) & ~1023u, skv = sq + L::kQ;
+  const BlockTile tile = block_tile(a, L::kBM);
+  const int h = tile.head, b = blockIdx.z, g = h / a.group;
+  const int q_first = a.cu_q ? a.cu_q[b] : 0, q_len = a.cu_q ? a.cu_q[b + 1] - q_first : a.q_len;
+  const int k_first = a.cu_k ? a.cu_k[b] : 0, k_len = a.cu_k ? a.cu_k[b + 1] - k_first : a.k_len;
   constexpr int kBM = L::kBM, kConsumers = L::kConsumers;
-  const std::uint32_t q_full = smem_address(&bars.q_full), q_empty = smem_address(&bars.q_empty);
+  const int t0 = tile.t0;  // the block's first query of the sequence
+  if (t0 >= q_len) return;
+  // Query i sits at position offset + i of the keys (causal: the last q_len of k_len).
+  const int offset = a.causal ? k_len - q_len : 0;
+  const int n_end = a.causal ? min(k_len, offset + t0 + kBM) : k_len;
+  const int tiles = (n_end + kBN - 1) / kBN;
+  const std::uint32_t q_bar = smem_address(&bars.q);
   const std::uint32_t k_full = smem_address(&bars.k_full[0]), k_empty = smem_address(&bars.k_empty[0]);
   const std::uint32_t v_full = smem_address(&bars.v_full[0]), v_empty = smem_address(&bars.v_empty[0]);
-  // Ring index i (the block's i-th key tile over all its items) sits in stage i % 2 of
-  // each ring: its K at skv + stage * 2 kKV, its V kKV further.
-  auto k_tile = [&](int i) { return skv + (i % L::kStages) * 2 * L::kKV; };
-  auto v_tile = [&](int i) { return k_tile(i) + L::kKV; };
-  auto bar = [](std::uint32_t ring, int i) { return ring + 8 * (i % L::kStages); };
-  auto parity = [](int i) { return static_cast<std::uint32_t>((i / L::kStages) & 1); };
-  const int first = next_item<HD>(a, work, blockIdx.x);
-  if (first >= work.items) return;  // every item of this block past its sequence's end
+  // Stage t % 2 of each ring holds tile t: its K at skv + stage * 2 kKV, its V kKV further.
+  auto k_tile = [&](int t) { return skv + (t % L::kStages) * 2 * L::kKV; };
+  auto v_tile = [&](int t) { return k_tile(t) + L::kKV; };
+  auto bar = [](std::uint32_t ring, int t) { return ring + 8 * (t % L::kStages); };
+  auto parity = [](int t) { return static_cast<std::uint32_t>((t / L::kStages) & 1); };
 
   if (threadIdx.x == 0) {
-    mbarrier_init(q_full, 1);
-    mbarrier_init(q_empty, kConsumers * 4);  // one arrive per consumer warp
+    mbarrier_init(q_bar, 1);
 #pragma unroll
     for (int s = 0; s < L::kStages; ++s) {
       mbarrier_init(k_full + 8 * s, 1);  // the producer's arrive + the TMA bytes
       mbarrier_init(v_full + 8 * s, 1);
-      mbarrier_init(k_empty + 8 * s, kConsumers * 4);
+      mbarrier_init(k_empty + 8 * s, kConsumers * 4);  // one arrive per consumer warp
       mbarrier_init(v_empty + 8 * s, kConsumers * 4);
     }
     fence_barrier_init();
@@ -163,34 +126,19 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
       prefetch_tensor_map(&maps.q);
       prefetch_tensor_map(&maps.k);
       prefetch_tensor_map(&maps.v);
-      int ring = 0;
-      for (int w = first, n = 0; w < work.items;
-           w = next_item<HD>(a, work, w + gridDim.x), ++n) {
-        const Item x = item_at<HD>(a, work, w);
-        const int g = x.h / a.group;
-        // The Q tile once every consumer has its last S of the item before (under that
-        // item's last P V and O stores).
-        if (n > 0) mbarrier_wait(q_empty, static_cast<std::uint32_t>((n - 1) & 1));
-        mbarrier_arrive_expect_tx(q_full, L::kQ);
+      mbarrier_arrive_expect_tx(q_bar, L::kQ);
 #pragma unroll
-        for (int b = 0; b < L::kBoxes; ++b) {
-          tma_load_2d(sq + b * kBM * 128, &maps.q, q_full, x.h * HD + b * kBox, x.q_first + x.t0);
-        }
-        for (int t = 0; t < x.tiles; ++t, ++ring) {
-          const int key = x.k_first + t * kBN;
-          mbarrier_wait(bar(k_empty, ring), parity(ring) ^ 1);
-          mbarrier_arrive_expect_tx(bar(k_full, ring), L::kKV);
+      for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(sq + x * kBM * 128, &maps.q, q_bar, h * HD + x * kBox, q_first + t0);
+      for (int t = 0; t < tiles; ++t) {
+        const int key = k_first + t * kBN;
+        mbarrier_wait(bar(k_empty, t), parity(t) ^ 1);
+        mbarrier_arrive_expect_tx(bar(k_full, t), L::kKV);
 #pragma unroll
-          for (int b = 0; b < L::kBoxes; ++b) {
-            tma_load_3d(k_tile(ring) + b * kBN * 128, &maps.k, bar(k_full, ring), b * kBox, key, g);
-          }
-          mbarrier_wait(bar(v_empty, ring), parity(ring) ^ 1);
-          mbarrier_arrive_expect_tx(bar(v_full, ring), L::kKV);
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_3d(k_tile(t) + x * kBN * 128, &maps.k, bar(k_full, t), x * kBox, key, g);
+        mbarrier_wait(bar(v_empty, t), parity(t) ^ 1);
+        mbarrier_arrive_expect_tx(bar(v_full, t), L::kKV);
 #pragma unroll
-          for (int b = 0; b < L::kBoxes; ++b) {
-            tma_load_3d(v_tile(ring) + b * kBN * 128, &maps.v, bar(v_full, ring), b * kBox, key, g);
-          }
-        }
+        for (int x = 0; x < L::kBoxes; ++x) tma_load_3d(v_tile(t) + x * kBN * 128, &maps.v, bar(v_full, t), x * kBox, key, g);
       }
     }
     return;
@@ -199,153 +147,141 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
   claim_registers<L::kConsumerRegs>();
   const int wg = warpgroup - 1, warp = (static_cast<int>(threadIdx.x) / 32) % 4, lane = static_cast<int>(threadIdx.x) % 32;
   const int r = lane / 4, c = lane % 4;
-  auto release = [&](std::uint32_t ring, int i) {
-    if (lane == 0) mbarrier_arrive(bar(ring, i));  // this warp is done with the stage
+  const int wg_lo = t0 + wg * 64, row_lo = wg_lo + warp * 16;  // the warpgroup's and the warp's first query
+  // The warpgroup's tiles: a prefix of the block's (causal, three consumers: up to its last
+  // row's diagonal). Two consumers of a 128-row block skip a tile only where the keys run
+  // 64-127 past the queries, and the skip's code cost 2-3% at head_dim 128 (H200).
+  const int wg_tiles =
+      a.causal && kConsumers == 3 ? min(tiles, (min(k_len, offset + wg_lo + 64) + kBN - 1) / kBN) : tiles;
+  float o[HD / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float sc[kBN / 8][4];  // S_j, then its softmax weights
+  std::uint32_t pa[kBN / 16][4];  // P_j: the weights rounded to T, wgmma's A fragments
+
+  // S = Q K_t^T, issued (not waited for).
+  auto issue_s = [&](int t) {
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks) {
+      const std::uint32_t col = (ks % 4) * 32;  // the k16 step's bytes in its 128-byte box row
+      const std::uint64_t qd = sw128_descriptor(sq + (ks / 4) * kBM * 128 + wg * 64 * 128 + col);
+      const std::uint64_t kd = sw128_descriptor(k_tile(t) + (ks / 4) * kBN * 128 + col);
+      sm90::wgmma_ss<T, kBN>(sc, qd, kd, ks > 0);
+    }
+  };
+  // O += P V_t, issued.
+  auto issue_pv = [&](int t) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      // Keys 16 kk .. 16 kk + 15: two 8-row atoms of every channel box.
+      sm90::wgmma_rs_n_major<T, HD>(o, pa[kk], sm90::sw128_mn_descriptor(v_tile(t) + kk * 16 * 128, kBN * 128), 1);
+    }
+  };
+  // The mask (tiles that cross the diagonal or the sequence's end) and the online
+  // softmax of S_t; corr: the factor O and l take.
+  auto softmax = [&](int t, float (&corr)[2]) {
+    const int n0 = t * kBN;
+    if (n0 + kBN > k_len || (a.causal && n0 + kBN - 1 > offset + row_lo)) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + j * 8 + 2 * c + (e & 1), row = row_lo + r + 8 * (e >> 1);
+          if (key >= k_len || (a.causal && key > offset + row)) sc[j][e] = -INFINITY;
+        }
+    }
+    softmax_tile<kBN>(sc, m, l, a.sl2, corr);
+  };
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      pa[kk][0] = pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]);
+      pa[kk][1] = pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]);
+      pa[kk][2] = pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pa[kk][3] = pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+    }
+  };
+  auto release = [&](std::uint32_t ring, int t) {
+    if (lane == 0) mbarrier_arrive(bar(ring, t));  // this warp is done with the stage
   };
   // Ping-pong (FlashAttention-3): the consumers take turns to issue their wgmmas, so one's
   // softmax runs while another's products hold the tensor cores. Named barrier 1 + w is
   // consumer w's turn: it waits there (bar.sync) and hands the turn to the next (w + 1
-  // mod kConsumers) with bar.arrive. Each takes tiles + 1 turns an item (those of skipped
-  // tiles too) and hands every one over; the last consumer gives consumer 0 its first
-  // turn, and consumer 0 takes one more after the block's last item, so that every
-  // barrier's arrivals match its waits.
+  // mod kConsumers) with bar.arrive. Each takes tiles + 1 turns (those of skipped tiles
+// too); the last consumer gives
+  // consumer 0 its first turn and skips handing over its last, so every barrier's
+  // arrivals match its waits.
+  int turns = 0;
   auto take_turn = [&] { named_barrier(1 + wg, 256); };
-  auto hand_over = [&] { named_barrier_arrive(1 + (wg + 1) % kConsumers, 256); };
+  auto hand_over = [&] {
+    if (++turns <= tiles || wg != kConsumers - 1) named_barrier_arrive(1 + (wg + 1) % kConsumers, 256);
+  };
   if (wg == kConsumers - 1) named_barrier_arrive(1, 256);
 
-  int ring = 0;  // the ring index of the item's first key tile
-  for (int w = first, n = 0; w < work.items; w = next_item<HD>(a, work, w + gridDim.x), ++n) {
-    const Item x = item_at<HD>(a, work, w);
-    const int tiles = x.tiles;
-    const int wg_lo = x.t0 + wg * 64, row_lo = wg_lo + warp * 16;  // the warpgroup's and the warp's first query
-    // The warpgroup's tiles: a prefix of the item's (causal, three consumers: up to its
-    // last row's diagonal). Two consumers of a 128-row block skip a tile only where the
-    // keys run 64-127 past the queries, and the skip's code cost 2-3% at head_dim 128 (H200).
-    const int wg_tiles = a.causal && kConsumers == 3
-                             ? min(tiles, (min(x.k_len, x.offset + wg_lo + 64) + kBN - 1) / kBN)
-                             : tiles;
-    auto release_q = [&] {
-      if (lane == 0) mbarrier_arrive(q_empty);
-    };
-    float o[HD / 8][4] = {};
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float sc[kBN / 8][4];  // S_j, then its softmax weights
-    std::uint32_t pa[kBN / 16][4];  // P_j: the weights rounded to T, wgmma's A fragments
-
-    // S = Q K_t^T, issued (not waited for).
-    auto issue_s = [&](int t) {
-#pragma unroll
-      for (int ks = 0; ks < HD / 16; ++ks) {
-        const std::uint32_t col = (ks % 4) * 32;  // the k16 step's bytes in its 128-byte box row
-        const std::uint64_t qd = sw128_descriptor(sq + (ks / 4) * kBM * 128 + wg * 64 * 128 + col);
-        const std::uint64_t kd = sw128_descriptor(k_tile(ring + t) + (ks / 4) * kBN * 128 + col);
-        sm90::wgmma_ss<T, kBN>(sc, qd, kd, ks > 0);
-      }
-    };
-    // O += P V_t, issued.
-    auto issue_pv = [&](int t) {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        // Keys 16 kk .. 16 kk + 15: two 8-row atoms of every channel box.
-        sm90::wgmma_rs_n_major<T, HD>(o, pa[kk], sm90::sw128_mn_descriptor(v_tile(ring + t) + kk * 16 * 128, kBN * 128),
-                                      1);
-      }
-    };
-    // The mask (tiles that cross the diagonal or the sequence's end) and the online
-    // softmax of S_t; corr: the factor O and l take.
-    auto softmax = [&](int t, float (&corr)[2]) {
-      const int n0 = t * kBN;
-      if (n0 + kBN > x.k_len || (a.causal && n0 + kBN - 1 > x.offset + row_lo)) {
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = n0 + j * 8 + 2 * c + (e & 1), row = row_lo + r + 8 * (e >> 1);
-            if (key >= x.k_len || (a.causal && key > x.offset + row)) sc[j][e] = -INFINITY;
-          }
-      }
-      softmax_tile<kBN>(sc, m, l, a.sl2, corr);
-    };
-    auto pack_p = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        pa[kk][0] = pack_pair<T>(sc[2 * kk][0], sc[2 * kk][1]);
-        pa[kk][1] = pack_pair<T>(sc[2 * kk][2], sc[2 * kk][3]);
-        pa[kk][2] = pack_pair<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-        pa[kk][3] = pack_pair<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-      }
-    };
-
-    mbarrier_wait(q_full, static_cast<std::uint32_t>(n & 1));
-    // S_0 alone; then each step issues S_t and P_t-1 V_t-1 together: the softmax of S_t
-    // runs while P_t-1 V_t-1 is on the tensor cores, and O is rescaled once that is done.
-    mbarrier_wait(bar(k_full, ring), parity(ring));
+  mbarrier_wait(q_bar, 0);
+  // S_0 alone; then each step issues S_t and P_t-1 V_t-1 together: the softmax of S_t runs
+  // while P_t-1 V_t-1 is on the tensor cores, and O is rescaled once that is done.
+  mbarrier_wait(bar(k_full, 0), 0);
+  take_turn();
+  wgmma_fence();
+  issue_s(0);
+  wgmma_commit();
+  hand_over();
+  wgmma_wait<0>();
+  fence_accumulators(sc);
+  release(k_empty, 0);
+  {
+    float corr[2];
+    softmax(0, corr);  // O is still zero: nothing to rescale
+  }
+  pack_p();
+  for (int t = 1; t < wg_tiles; ++t) {
+    mbarrier_wait(bar(k_full, t), parity(t));
+    mbarrier_wait(bar(v_full, t - 1), parity(t - 1));
     take_turn();
     wgmma_fence();
-    issue_s(0);
+    issue_s(t);
+    wgmma_commit();
+    issue_pv(t - 1);
     wgmma_commit();
     hand_over();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // S_t is done; P_t-1 V_t-1 may still run
     fence_accumulators(sc);
-    release(k_empty, ring);
-    if (wg_tiles == 1) release_q();
-    {
-      float corr[2];
-      softmax(0, corr);  // O is still zero: nothing to rescale
-    }
-    pack_p();
-    for (int t = 1; t < wg_tiles; ++t) {
-      mbarrier_wait(bar(k_full, ring + t), parity(ring + t));
-      mbarrier_wait(bar(v_full, ring + t - 1), parity(ring + t - 1));
-      take_turn();
-      wgmma_fence();
-      issue_s(t);
-      wgmma_commit();
-      issue_pv(t - 1);
-      wgmma_commit();
-      hand_over();
-      wgmma_wait<1>();  // S_t is done; P_t-1 V_t-1 may still run
-      fence_accumulators(sc);
-      release(k_empty, ring + t);
-      if (t == wg_tiles - 1) release_q();
-      float corr[2];
-      softmax(t, corr);
-      wgmma_wait<0>();
-      fence_accumulators(o);
-      release(v_empty, ring + t - 1);
-#pragma unroll
-      for (int d = 0; d < HD / 8; ++d) {
-        o[d][0] *= corr[0], o[d][1] *= corr[0];
-        o[d][2] *= corr[1], o[d][3] *= corr[1];
-      }
-      pack_p();
-    }
-    mbarrier_wait(bar(v_full, ring + wg_tiles - 1), parity(ring + wg_tiles - 1));
-    take_turn();
-    wgmma_fence();
-    issue_pv(wg_tiles - 1);
-    wgmma_commit();
-    hand_over();
+    release(k_empty, t);
+    float corr[2];
+    softmax(t, corr);
     wgmma_wait<0>();
     fence_accumulators(o);
-    release(v_empty, ring + wg_tiles - 1);
-    // Tiles wholly above this warpgroup's diagonal (another's): their turns are passed on
-    // at once and their stages released once they land (never while TMA still writes).
-    for (int t = wg_tiles; t < tiles; ++t) {
-      mbarrier_wait(bar(k_full, ring + t), parity(ring + t));
-      mbarrier_wait(bar(v_full, ring + t), parity(ring + t));
-      take_turn();
-      hand_over();
-      release(k_empty, ring + t);
-      release(v_empty, ring + t);
+    release(v_empty, t - 1);
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      o[d][0] *= corr[0], o[d][1] *= corr[0];
+      o[d][2] *= corr[1], o[d][3] *= corr[1];
     }
-
-    store_rows<HD, T>(o, l, a.out, a.ldo, x.q_first, x.h * HD, row_lo + r, x.q_len, c);
-    ring += tiles;
+    pack_p();
   }
-  if (wg == 0) take_turn();  // the last consumer's last hand-over
+  mbarrier_wait(bar(v_full, wg_tiles - 1), parity(wg_tiles - 1));
+  take_turn();
+  wgmma_fence();
+  issue_pv(wg_tiles - 1);
+  wgmma_commit();
+  hand_over();
+  wgmma_wait<0>();
+  fence_accumulators(o);
+  release(v_empty, wg_tiles - 1);
+  // Tiles wholly above this warpgroup's diagonal (another's): their turns are passed on
+  // at once and their stages released once they land (never while TMA still writes).
+  for (int t = wg_tiles; t < tiles; ++t) {
+    mbarrier_wait(bar(k_full, t), parity(t));
+    mbarrier_wait(bar(v_full, t), parity(t));
+    take_turn();
+    hand_over();
+    release(k_empty, t);
+    release(v_empty, t);
+  }
+
+  store_rows<HD, T>(o, l, a.out, a.ldo, q_first, h * HD, row_lo + r, q_len, c);
 #else
-  (void)maps, (void)a, (void)work;
+  (void)maps, (void)a;
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
@@ -379,15 +315,11 @@ bool launch_instance(const Args& a, int heads, int kv_heads, std::int64_t max_q_
   // that way: there the longest tiles of every head first (one group of all heads). H200,
   // bench/notes/flash.md steps 5 and 7: non-causal 128 595 / 532 -> 653 TFLOPS, causal
   // 128 594 -> 606; causal 64 460 with all heads against 431 with one, 448 with seven.
-  check_block_count(q_tiles * batch, heads);
+  check_block_count(q_tiles, heads);
   Args ordered = a;
   ordered.head_group = a.causal && HD == 64 ? heads : 1;
-  // Persistent: a block a SM walks the items (one block fits a SM: 240 registers a
-  // consumer thread), so that an item's Q and first K / V load under the previous one's
-  // last products and stores (bench/notes/flash.md, step 9).
-  const Work work{static_cast<int>(q_tiles), heads, static_cast<int>(q_tiles * heads * batch)};
-  const int blocks = std::min(work.items, core::multiprocessor_count());
-  flash_wgmma_kernel<HD, T><<<blocks, L::kThreads, L::kSmem, stream>>>(maps, ordered, work);
+  const dim3 grid(static_cast<unsigned>(q_tiles), static_cast<unsigned>(heads), batch);
+  flash_wgmma_kernel<HD, T><<<grid, L::kThreads, L::kSmem, stream>>>(maps, ordered);
   LOWBIT_CUDA_CHECK_LAUNCH();
   return true;
 }
