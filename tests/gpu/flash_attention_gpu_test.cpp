@@ -163,23 +163,6 @@ TEST_F(FlashAttentionGpu, MatchesTheCpuInDouble) {
   }
 }
 
-// Without the mask, each block of the wgmma kernel walks the key tiles from its own query
-// tile's index on (wrapping): long key ranges of many tiles, the partial last one met
-// first, last or between, against the CPU.
-TEST_F(FlashAttentionGpu, NonCausalKeyTilesInAnyOrder) {
-  LOWBIT_TEST_RNG(rng);
-  for (FlashKernel kernel : kernels_here()) {
-    for (DType dtype : {DType::f16, DType::bf16}) {
-      for (std::int64_t hd : {64, 128}) {
-        SCOPED_TRACE(std::string(kernel_name(kernel)) + " " + dtype_name(dtype) + " D " + std::to_string(hd));
-        check_case(rng, FlashAttentionParams{2, 1, hd, false, 0.0f}, dtype, {{900, 1300}, {390, 2000}, {5, 129}},
-                   kernel);
-        if (HasFailure()) return;
-      }
-    }
-  }
-}
-
 // The public entry (validation, the prefix sums uploaded from the host, the kernel it
 // picks) on a batch of mixed lengths with causal chunks.
 TEST_F(FlashAttentionGpu, PublicEntry) {

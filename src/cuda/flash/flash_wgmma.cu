@@ -97,12 +97,6 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
   const int offset = a.causal ? k_len - q_len : 0;
   const int n_end = a.causal ? min(k_len, offset + t0 + kBM) : k_len;
   const int tiles = (n_end + kBN - 1) / kBN;
-  // Non-causal: the block walks the key tiles from its own query tile's index on (mod
-  // tiles), so that the blocks of a head resident together read different K / V tiles at
-  // once rather than each tile's lines together (bench/notes/flash.md, step 10). Causal
-  // keeps the order: its first tile must hold a visible key of every row.
-  const int start = a.causal ? 0 : (t0 / kBM) % tiles;
-  auto key_tile = [&](int t) { return t + start < tiles ? t + start : t + start - tiles; };
   const std::uint32_t q_bar = smem_address(&bars.q);
   const std::uint32_t k_full = smem_address(&bars.k_full[0]), k_empty = smem_address(&bars.k_empty[0]);
   const std::uint32_t v_full = smem_address(&bars.v_full[0]), v_empty = smem_address(&bars.v_empty[0]);
@@ -136,7 +130,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
 #pragma unroll
       for (int x = 0; x < L::kBoxes; ++x) tma_load_2d(sq + x * kBM * 128, &maps.q, q_bar, h * HD + x * kBox, q_first + t0);
       for (int t = 0; t < tiles; ++t) {
-        const int key = k_first + key_tile(t) * kBN;
+        const int key = k_first + t * kBN;
         mbarrier_wait(bar(k_empty, t), parity(t) ^ 1);
         mbarrier_arrive_expect_tx(bar(k_full, t), L::kKV);
 #pragma unroll
@@ -183,9 +177,9 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
     }
   };
   // The mask (tiles that cross the diagonal or the sequence's end) and the online
-  // softmax of S of key tile kt; corr: the factor O and l take.
-  auto softmax = [&](int kt, float (&corr)[2]) {
-    const int n0 = kt * kBN;
+  // softmax of S_t; corr: the factor O and l take.
+  auto softmax = [&](int t, float (&corr)[2]) {
+    const int n0 = t * kBN;
     if (n0 + kBN > k_len || (a.causal && n0 + kBN - 1 > offset + row_lo)) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
@@ -237,7 +231,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
   release(k_empty, 0);
   {
     float corr[2];
-    softmax(key_tile(0), corr);  // O is still zero: nothing to rescale
+    softmax(0, corr);  // O is still zero: nothing to rescale
   }
   pack_p();
   for (int t = 1; t < wg_tiles; ++t) {
@@ -254,7 +248,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
     fence_accumulators(sc);
     release(k_empty, t);
     float corr[2];
-    softmax(key_tile(t), corr);
+    softmax(t, corr);
     wgmma_wait<0>();
     fence_accumulators(o);
     release(v_empty, t - 1);
