@@ -496,6 +496,152 @@ TEST_F(KvCacheGpu, EarlyLoadsWaitForTheAppendedRows) {
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The engine's decode step over FP16 caches, the append inside the attention
+// (kv_append_attention_at), against kv_append_at + kv_attention_at on a second cache, step
+// by step in one stream with a sync between steps (history_complete's contract; every
+// fourth step without it): each step's output equal bit for bit, and at the end both
+// caches hold the same bytes and the fused call's q is still unrotated. Full and window
+// (its ring wraps), head_dim 64 / 128, GQA 9/3 (mma_swap), 32/8 (mma_swap and mma) and
+// 16/1 (mma), RoPE normal over the head or half of it, NEOX, none; f16 and f32 outputs.
+TEST_F(KvCacheGpu, AppendInsideTheAttentionMatchesTheTwoCalls) {
+  LOWBIT_TEST_RNG(rng);
+  // Under a sanitizer: 60 steps (the window's ring still wraps), head_dim 128 only.
+  const std::int64_t length = under_sanitizer() ? 60 : 130, capacity = 300;
+  struct Style {
+    bool rope, neox;
+    std::int64_t dims;  // of head_dim: 1 all, 2 half
+  };
+  const Style styles[] = {{true, false, 1}, {true, false, 2}, {true, true, 1}, {false, false, 1}};
+  struct Heads {
+    std::int64_t heads, kv;
+    ce::AttentionKernel kernel;
+  };
+  const Heads shapes[] = {{9, 3, ce::AttentionKernel::automatic},
+                          {32, 8, ce::AttentionKernel::automatic},
+                          {32, 8, ce::AttentionKernel::mma},
+                          {16, 1, ce::AttentionKernel::automatic}};
+  cudaStream_t stream = nullptr;
+  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Case& c : {kCases[0], kCases[1]}) {
+    for (std::int64_t d : {64, 128}) {
+      if (under_sanitizer() && d == 64) continue;
+      for (const Heads& hs : shapes) {
+        for (const Style& st : styles) {
+          const std::int64_t heads = hs.heads, hkv = hs.kv, rope_dims = st.rope ? d / st.dims : 0;
+          const DType out_dtype = d == 64 ? DType::f32 : DType::f16;
+          SCOPED_TRACE(std::string(c.name) + " D " + std::to_string(d) + " heads " + std::to_string(heads) + "/" +
+                       std::to_string(hkv) + " " + kernel_label(hs.kernel) +
+                       (st.rope ? (st.neox ? " neox " : " normal ") + std::to_string(rope_dims) : " no rope"));
+          const ce::KvLayerShape s = kv_shape(c.policy, hkv, d, kSink, kWindow, c.bits, capacity);
+          const std::int64_t half = rope_dims / 2;
+          std::vector<float> cos_t(static_cast<std::size_t>(std::max<std::int64_t>(1, capacity * half))),
+              sin_t(cos_t.size());
+          for (std::int64_t p = 0; p < capacity; ++p) {
+            for (std::int64_t i = 0; i < half; ++i) {
+              const double angle = static_cast<double>(p) * std::pow(500000.0, -2.0 * static_cast<double>(i) / rope_dims);
+              cos_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::cos(angle));
+              sin_t[static_cast<std::size_t>(p * half + i)] = static_cast<float>(std::sin(angle));
+            }
+          }
+          const auto k = random_f16(rng, length * hkv, d, 1.0f), v = random_f16(rng, length * hkv, d, 1.0f);
+          const auto q = random_f16(rng, length * heads, d, 1.5f);
+          core::DeviceBuffer kd(k.size() * 2), vd(v.size() * 2), qa(q.size() * 2), qb(q.size() * 2), pos_d(4),
+              cd(cos_t.size() * 4), sd(sin_t.size() * 4);
+          for (auto [dst, src] : {std::pair{&kd, k.data()}, std::pair{&vd, v.data()}, std::pair{&qa, q.data()},
+                                  std::pair{&qb, q.data()}}) {
+            LOWBIT_CUDA_CHECK(cudaMemcpy(dst->data(), src, dst->bytes(), cudaMemcpyHostToDevice));
+          }
+          LOWBIT_CUDA_CHECK(cudaMemcpy(cd.data(), cos_t.data(), cd.bytes(), cudaMemcpyHostToDevice));
+          LOWBIT_CUDA_CHECK(cudaMemcpy(sd.data(), sin_t.data(), sd.bytes(), cudaMemcpyHostToDevice));
+          DeviceLayer two(s), one(s);
+          two.poison();
+          one.poison();
+          const std::size_t ws_bytes = ce::kv_attention_workspace_bound(s, heads, capacity);
+          const std::size_t out_bytes = static_cast<std::size_t>(heads * d) * (out_dtype == DType::f16 ? 2 : 4);
+          core::DeviceBuffer ws_two(ws_bytes), ws_one(ws_bytes), out_two(out_bytes), out_one(out_bytes);
+          LOWBIT_CUDA_CHECK(cudaMemset(ws_two.data(), 0, ws_bytes));
+          LOWBIT_CUDA_CHECK(cudaMemset(ws_one.data(), 0, ws_bytes));
+          LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's poison and zeros first
+          auto rope_at = [&](core::DeviceBuffer& qbuf, std::int64_t pos) {
+            return ce::AppendRope{st.rope ? cd.as<float>() : nullptr, st.rope ? sd.as<float>() : nullptr, rope_dims,
+                                  qbuf.as<std::uint16_t>() + pos * heads * d, heads, false, st.neox};
+          };
+          ASSERT_TRUE(ce::kv_attention_appends(s, rope_at(qb, 0), heads, hs.kernel));
+          int mismatched = 0;
+          for (std::int64_t pos = 0; pos < length; ++pos) {
+            const auto p32 = static_cast<std::int32_t>(pos);
+            const bool history_complete = pos % 4 != 3;
+            LOWBIT_CUDA_CHECK(cudaMemcpyAsync(pos_d.data(), &p32, 4, cudaMemcpyHostToDevice, stream));
+            const std::uint16_t* kp = kd.as<std::uint16_t>() + pos * hkv * d;
+            const std::uint16_t* vp = vd.as<std::uint16_t>() + pos * hkv * d;
+            const ce::AppendRope ra = rope_at(qa, pos), rb = rope_at(qb, pos);
+            LOWBIT_CUDA_CHECK(cudaMemsetAsync(out_two.data(), 0xff, out_bytes, stream));
+            LOWBIT_CUDA_CHECK(cudaMemsetAsync(out_one.data(), 0x7f, out_bytes, stream));
+            ce::kv_append_at(s, two.dev, pos_d.as<std::int32_t>(), kp, vp, stream, &ra, history_complete);
+            ce::kv_attention_at(s, two.dev, pos_d.as<std::int32_t>(), capacity, ra.q, heads, out_two.data(), out_dtype,
+                                ws_two.data(), ws_bytes, stream, history_complete, hs.kernel);
+            ce::kv_append_attention_at(s, one.dev, pos_d.as<std::int32_t>(), capacity, kp, vp, rb, heads,
+                                       out_one.data(), out_dtype, ws_one.data(), ws_bytes, stream, history_complete,
+                                       hs.kernel);
+            LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+            const std::vector<std::uint8_t> a = download<std::uint8_t>(out_two.data(), out_bytes);
+            const std::vector<std::uint8_t> b = download<std::uint8_t>(out_one.data(), out_bytes);
+            if (a != b && mismatched++ < 3) ADD_FAILURE() << "position " << pos << ": the outputs differ";
+          }
+          EXPECT_EQ(mismatched, 0);
+          EXPECT_EQ(first_difference(one.k.f16, download<std::uint8_t>(two.k.f16.data(), two.k.f16.bytes()).data()), -1)
+              << "K slots";
+          EXPECT_EQ(first_difference(one.v.f16, download<std::uint8_t>(two.v.f16.data(), two.v.f16.bytes()).data()), -1)
+              << "V slots";
+          EXPECT_EQ(first_difference(qb, q.data()), -1) << "the fused call's q left as it was";
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// What the append inside does not take is refused by name (and kv_attention_appends says
+// so): quantizing policies, the Hadamard option, NEOX over part of the head, the simt kernel.
+TEST_F(KvCacheGpu, AppendInsideRefusesWhatItDoesNotTake) {
+  const std::int64_t d = 128, heads = 32, hkv = 8, capacity = 64;
+  core::DeviceBuffer qkv((heads + 2 * hkv) * d * 2), out(heads * d * 2), pos_d(4), cos_t(capacity * d * 2),
+      sin_t(capacity * d * 2);
+  const ce::KvLayerShape full = kv_shape(KvPolicy::full, hkv, d, kSink, kWindow, 0, capacity);
+  const ce::KvLayerShape selective = kv_shape(KvPolicy::selective, hkv, d, kSink, kWindow, 4, capacity);
+  const ce::AppendRope ok{cos_t.as<float>(), sin_t.as<float>(), d, qkv.as<std::uint16_t>(), heads, false, false};
+  ce::AppendRope hadamard = ok, part_neox = ok;
+  hadamard.hadamard = true;
+  part_neox.neox = true;
+  part_neox.rope_dims = d / 2;
+  struct Refused {
+    const ce::KvLayerShape* shape;
+    const ce::AppendRope* rope;
+    ce::AttentionKernel kernel;
+    const char* what;
+  };
+  EXPECT_TRUE(ce::kv_attention_appends(full, ok, heads));
+  for (const Refused& r : {Refused{&selective, &ok, ce::AttentionKernel::automatic, "selective"},
+                           Refused{&full, &hadamard, ce::AttentionKernel::automatic, "hadamard"},
+                           Refused{&full, &part_neox, ce::AttentionKernel::automatic, "partial NEOX"},
+                           Refused{&full, &ok, ce::AttentionKernel::simt, "simt"}}) {
+    SCOPED_TRACE(r.what);
+    EXPECT_FALSE(ce::kv_attention_appends(*r.shape, *r.rope, heads, r.kernel));
+    DeviceLayer layer(*r.shape);
+    const std::size_t ws_bytes = ce::kv_attention_workspace_bound(*r.shape, heads, capacity);
+    core::DeviceBuffer ws(ws_bytes);
+    const std::uint16_t* k = qkv.as<std::uint16_t>() + heads * d;
+    try {
+      ce::kv_append_attention_at(*r.shape, layer.dev, pos_d.as<std::int32_t>(), capacity, k, k + hkv * d, *r.rope,
+                                 heads, out.data(), DType::f16, ws.data(), ws_bytes, nullptr, true, r.kernel);
+      ADD_FAILURE() << "taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the append inside takes"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The rows form (prefill): after a history appended one token at a time, a chunk of
 // rows through kv_append_rows + kv_attention_rows (its SIMT kernel) leaves the cache
 // bytes that the rows appended one at a time leave, and gives each row the attention of the host form

@@ -58,6 +58,7 @@
 #include "cuda/fast_math.cuh"
 #include "cuda/kv/attention_common.cuh"
 #include "cuda/kv/kv_cuda.h"
+#include "cuda/kv/rope.cuh"
 #include "cuda/lop3.cuh"
 #include "cuda/mma.cuh"
 #include "formats/float16.h"
@@ -486,11 +487,17 @@ struct Smem : KbArea<D, KB> {
     float weights[kMaxSplit];
     float totals[kMmaMaxGroup];
   };
+  // The append inside (FP16 caches, kv_append_attention_at): the new position's RoPE
+  // angles, read before the main loop (the FP16 kernels use no ring; `after` comes later).
+  struct Rope {
+    float cos[D / 2], sin[D / 2];
+  };
   uint4 qf[D / 16][32];
   TilePage pages[DecodeSplitPlan::kMaxMmaSplit / kTile];  // paged: a tile's page and first row
   union {
     Stage ring[kWarps][kStages];
     After after;
+    Rope rope;
   };
   static constexpr std::size_t bytes() { return sizeof(Smem); }
 };
@@ -524,6 +531,83 @@ __device__ __forceinline__ const std::uint16_t* f16_row(const SplitArgs& a, bool
   if (Paged && a.shape.window == 0) return paged_f16_row(a.paged, a.table, is_v, head, pos);
   const std::uint16_t* f16 = is_v ? a.layer.v.f16 : a.layer.k.f16;
   return f16 + (static_cast<long long>(head) * a.shape.f16_slots() + f16_slot(a.shape, pos, a.end, end_slot)) * D;
+}
+
+// The append inside (kv_append_attention_at): the new token's K row rotated by RoPE and
+// its V row, as kv_append_at stores them, written into the cache by the block holding the
+// position. A thread takes K's 16-byte chunks t and t + D / 16 (channels 8 t .. and D / 2
+// + 8 t ..: the NEOX pairs, whose rope_dims the host holds at D) or one V chunk. cos / sin:
+// the position's angles (shared memory), rope_half of them.
+template <int D, bool Paged>
+__device__ __forceinline__ void append_new_token(const SplitArgs& a, const float* cos, const float* sin,
+                                                 int end_slot) {
+  constexpr int kChunks = D / 8, kHalf = kChunks / 2;
+  const int pos = a.end - 1, head = static_cast<int>(blockIdx.y);
+  for (int t = static_cast<int>(threadIdx.x); t < kHalf + kChunks; t += kThreads) {
+    if (t < kHalf) {
+      const uint4* src = reinterpret_cast<const uint4*>(a.new_k + static_cast<long long>(head) * D);
+      uint4 lo = __ldcg(src + t), hi = __ldcg(src + t + kHalf);
+      auto* l = reinterpret_cast<__half2*>(&lo);
+      auto* h = reinterpret_cast<__half2*>(&hi);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {  // the pairs of channels 8 t + 2 p (l) and D / 2 + 8 t + 2 p (h)
+        float2 x = __half22float2(l[p]), y = __half22float2(h[p]);
+        if (a.rope_neox) {  // (x, y) component-wise are pairs (i, i + D / 2), i = 8 t + 2 p + e
+          const int i = 8 * t + 2 * p;
+          const float2 c = make_float2(cos[i], cos[i + 1]), s = make_float2(sin[i], sin[i + 1]);
+          const float2 first = make_float2(rope_first(x.x, y.x, c.x, s.x), rope_first(x.y, y.y, c.y, s.y));
+          y = make_float2(rope_second(x.x, y.x, c.x, s.x), rope_second(x.y, y.y, c.y, s.y));
+          x = first;
+        } else {  // pairs (2 i, 2 i + 1) within each half2, i = 4 t + p and D / 4 + 4 t + p
+          const int i = 4 * t + p, j = D / 4 + 4 * t + p;
+          if (i < a.rope_half) {
+            x = make_float2(rope_first(x.x, x.y, cos[i], sin[i]), rope_second(x.x, x.y, cos[i], sin[i]));
+          }
+          if (j < a.rope_half) {
+            y = make_float2(rope_first(y.x, y.y, cos[j], sin[j]), rope_second(y.x, y.y, cos[j], sin[j]));
+          }
+        }
+        l[p] = __float22half2_rn(x);  // exact: each value is an f16 already
+        h[p] = __float22half2_rn(y);
+      }
+      auto* dst = reinterpret_cast<uint4*>(const_cast<std::uint16_t*>(f16_row<D, Paged>(a, false, pos, end_slot)));
+      dst[t] = lo;
+      dst[t + kHalf] = hi;
+    } else {
+      const int v = t - kHalf;
+      const uint4 x = __ldcg(reinterpret_cast<const uint4*>(a.new_v + static_cast<long long>(head) * D) + v);
+      reinterpret_cast<uint4*>(const_cast<std::uint16_t*>(f16_row<D, Paged>(a, true, pos, end_slot)))[v] = x;
+    }
+  }
+}
+
+// The append inside: a lane's quarter c of a query head (channels c D / 4 + 2 w, + 1 in
+// word w) rotated by RoPE as kv_append_at rotates q in place. NEOX pairs channel i < D / 2
+// with i + D / 2, two quarters on: lane c ^ 2 of the quad holds the partner word (every
+// lane of the warp calls this).
+template <int D, bool kNeox>
+__device__ __forceinline__ void rotate_q_quarter(std::uint32_t (&w)[D / 8], int c, const float* cos,
+                                                 const float* sin, int rope_half) {
+#pragma unroll
+  for (int k = 0; k < D / 8; ++k) {
+    float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+    const int ch = c * (D / 4) + 2 * k;  // the word's first channel
+    if constexpr (kNeox) {
+      const std::uint32_t other = __shfl_xor_sync(0xffffffffu, w[k], 2);
+      const float2 o = __half22float2(*reinterpret_cast<const __half2*>(&other));
+      const int i = ch % (D / 2);
+      if (c < 2) {  // the pairs' first: x c - o s
+        x = make_float2(rope_first(x.x, o.x, cos[i], sin[i]), rope_first(x.y, o.y, cos[i + 1], sin[i + 1]));
+      } else {  // their second: o s + x c
+        x = make_float2(rope_second(o.x, x.x, cos[i], sin[i]), rope_second(o.y, x.y, cos[i + 1], sin[i + 1]));
+      }
+    } else if (ch / 2 < rope_half) {
+      const int i = ch / 2;
+      x = make_float2(rope_first(x.x, x.y, cos[i], sin[i]), rope_second(x.x, x.y, cos[i], sin[i]));
+    }
+    const __half2 r = __float22half2_rn(x);
+    w[k] = *reinterpret_cast<const std::uint32_t*>(&r);
+  }
 }
 
 // Where a body position's rows are (head 0; positions kv_heads rows apart).
@@ -570,7 +654,9 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   const int n = min(a.split_len, a.visible - i0);
   const int tiles = (n + kTile - 1) / kTile;
   const int end_slot = s.window > 0 ? (a.end - 1) % static_cast<int>(s.window) : 0;
-  auto past_l1 = [&](int pos) { return a.prefetch && appended_now(a, pos); };
+  // The rows this step appends are read past L1 (written during the launch chain, or by
+  // this block: the append inside).
+  auto past_l1 = [&](int pos) { return (a.prefetch || (Bits == 0 && !Paged && a.appends)) && appended_now(a, pos); };
 
   // A tile of 16 body positions (almost all of them at long contexts) takes the paths
   // without per-position checks: its rows are consecutive in the cache (a position is
@@ -910,12 +996,32 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // One call site for both orders (the wait is a no-op the second time): each inlined
   // issue() is ~850 instructions of SASS, and the quantized step's attention at 2K stalls
   // on fetching its instructions (bench/notes/decode.md, session 30).
+  // The append inside (FP16 caches): the new position's angles before the wait (the table
+  // and the position are the history's).
+  if constexpr (Bits == 0 && !Paged) {
+    if (a.appends) {
+      const long long row = static_cast<long long>(a.end - 1) * a.rope_half;
+      for (int i = static_cast<int>(threadIdx.x); i < a.rope_half; i += kThreads) {
+        sm.rope.cos[i] = a.rope_cos[row + i];
+        sm.rope.sin[i] = a.rope_sin[row + i];
+      }
+      __syncthreads();
+    }
+  }
   if (a.prefetch && !early) pdl_wait();
   if constexpr (Bits != 0) {
     issue(first, 0);
     issue(first + kStride, 1);
   }
   if (a.prefetch) pdl_wait();
+  // The append inside: the block holding the new position writes its K (rotated) and V
+  // rows into the cache; the block barrier after Q below orders them before the tiles'
+  // loads of that position (past L1).
+  if constexpr (Bits == 0 && !Paged) {
+    if (a.appends && n > 0 && i0 + n == a.visible) {
+      append_new_token<D, Paged>(a, sm.rope.cos, sm.rope.sin, end_slot);
+    }
+  }
 
   // Q as A fragments (rows g and g + 8; quarter c of head_dim), and sum(q) per row for
   // INT4 keys' minimums. The fragments are the same for every warp: kept in shared memory
@@ -931,6 +1037,15 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       } else {
 #pragma unroll
         for (int w = 0; w < D / 8; ++w) rows[r][w] = 0;
+      }
+      if constexpr (Bits == 0 && !Paged) {
+        if (a.appends) {
+          if (a.rope_neox) {
+            rotate_q_quarter<D, true>(rows[r], c, sm.rope.cos, sm.rope.sin, a.rope_half);
+          } else {
+            rotate_q_quarter<D, false>(rows[r], c, sm.rope.cos, sm.rope.sin, a.rope_half);
+          }
+        }
       }
 #pragma unroll
       for (int w = 0; w < D / 8; ++w) {
