@@ -487,17 +487,20 @@ struct Smem : KbArea<D, KB> {
     float weights[kMaxSplit];
     float totals[kMmaMaxGroup];
   };
-  // The append inside (FP16 caches, kv_append_attention_at): the new position's RoPE
-  // angles, read before the main loop (the FP16 kernels use no ring; `after` comes later).
-  struct Rope {
+  // The append inside (FP16 caches, kv_append_attention_at; the FP16 kernels use no ring,
+  // and `after` is written past every warp's loop): the new position's RoPE angles, the
+  // group's query heads rotated, the new token's K (rotated) and V rows.
+  struct Append {
     float cos[D / 2], sin[D / 2];
+    alignas(16) std::uint16_t q[kMmaMaxGroup][D];
+    alignas(16) std::uint16_t k[D], v[D];
   };
   uint4 qf[D / 16][32];
   TilePage pages[DecodeSplitPlan::kMaxMmaSplit / kTile];  // paged: a tile's page and first row
   union {
     Stage ring[kWarps][kStages];
     After after;
-    Rope rope;
+    Append append;
   };
   static constexpr std::size_t bytes() { return sizeof(Smem); }
 };
@@ -533,80 +536,73 @@ __device__ __forceinline__ const std::uint16_t* f16_row(const SplitArgs& a, bool
   return f16 + (static_cast<long long>(head) * a.shape.f16_slots() + f16_slot(a.shape, pos, a.end, end_slot)) * D;
 }
 
-// The append inside (kv_append_attention_at): the new token's K row rotated by RoPE and
-// its V row, as kv_append_at stores them, written into the cache by the block holding the
-// position. A thread takes K's 16-byte chunks t and t + D / 16 (channels 8 t .. and D / 2
-// + 8 t ..: the NEOX pairs, whose rope_dims the host holds at D) or one V chunk. cos / sin:
-// the position's angles (shared memory), rope_half of them.
-template <int D, bool Paged>
-__device__ __forceinline__ void append_new_token(const SplitArgs& a, const float* cos, const float* sin,
-                                                 int end_slot) {
-  constexpr int kChunks = D / 8, kHalf = kChunks / 2;
-  const int pos = a.end - 1, head = static_cast<int>(blockIdx.y);
-  for (int t = static_cast<int>(threadIdx.x); t < kHalf + kChunks; t += kThreads) {
-    if (t < kHalf) {
-      const uint4* src = reinterpret_cast<const uint4*>(a.new_k + static_cast<long long>(head) * D);
-      uint4 lo = __ldcg(src + t), hi = __ldcg(src + t + kHalf);
-      auto* l = reinterpret_cast<__half2*>(&lo);
-      auto* h = reinterpret_cast<__half2*>(&hi);
+// The append inside (kv_append_attention_at), after the wait: the group's query heads and
+// (`owner`: the block holding the new position) the new token's K and V rows, in items of
+// two 16-byte chunks, channels 8 t .. 8 t + 7 and D / 2 + 8 t .. (t < D / 16): both loaded
+// first, then rotated by RoPE as kv_append_at rotates (normal pairs (2 i, 2 i + 1) within
+// a chunk, rotated for i < rope_half; NEOX pairs (i, i + D / 2) across the two, the host
+// holding rope_dims at D), into shared memory, and K and V also into the cache for the
+// later steps. The caller's block barrier publishes them.
+template <int D, int kMaxGroup, class Area>
+__device__ __forceinline__ void stage_append(const SplitArgs& a, Area& sm, bool owner, std::uint16_t* k_row,
+                                             std::uint16_t* v_row) {
+  constexpr int kHalf = D / 16;  // items a head
+  constexpr int kItems = ((kMaxGroup + 2) * kHalf + kThreads - 1) / kThreads;
+  const int q_items = a.group * kHalf, items = q_items + (owner ? 2 * kHalf : 0);
+  const int head = static_cast<int>(blockIdx.y);
+  auto source = [&](int it) {  // the item's head row and its chunk t
+    const __half* row = it < q_items            ? a.q + (static_cast<long long>(head) * a.group + it / kHalf) * D
+                        : it < q_items + kHalf ? a.new_k + static_cast<long long>(head) * D
+                                               : a.new_v + static_cast<long long>(head) * D;
+    return reinterpret_cast<const uint4*>(row);
+  };
+  uint4 lo[kItems], hi[kItems];
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {  // the pairs of channels 8 t + 2 p (l) and D / 2 + 8 t + 2 p (h)
+  for (int j = 0; j < kItems; ++j) {
+    const int it = static_cast<int>(threadIdx.x) + j * kThreads;
+    if (it >= items) continue;
+    const int t = (it < q_items ? it : it - q_items) % kHalf;
+    lo[j] = __ldcg(source(it) + t);
+    hi[j] = __ldcg(source(it) + t + kHalf);
+  }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int it = static_cast<int>(threadIdx.x) + j * kThreads;
+    if (it >= items) continue;
+    const int t = (it < q_items ? it : it - q_items) % kHalf;
+    const bool is_v = it >= q_items + kHalf;
+    if (!is_v) {
+      auto* l = reinterpret_cast<__half2*>(&lo[j]);
+      auto* h = reinterpret_cast<__half2*>(&hi[j]);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {  // channels 8 t + 2 p, + 1 (l) and D / 2 + 8 t + 2 p, + 1 (h)
         float2 x = __half22float2(l[p]), y = __half22float2(h[p]);
-        if (a.rope_neox) {  // (x, y) component-wise are pairs (i, i + D / 2), i = 8 t + 2 p + e
+        if (a.rope_neox) {  // pairs (x.e, y.e), angle 8 t + 2 p + e
           const int i = 8 * t + 2 * p;
-          const float2 c = make_float2(cos[i], cos[i + 1]), s = make_float2(sin[i], sin[i + 1]);
-          const float2 first = make_float2(rope_first(x.x, y.x, c.x, s.x), rope_first(x.y, y.y, c.y, s.y));
-          y = make_float2(rope_second(x.x, y.x, c.x, s.x), rope_second(x.y, y.y, c.y, s.y));
+          const float2 first = make_float2(rope_first(x.x, y.x, sm.cos[i], sm.sin[i]),
+                                           rope_first(x.y, y.y, sm.cos[i + 1], sm.sin[i + 1]));
+          y = make_float2(rope_second(x.x, y.x, sm.cos[i], sm.sin[i]),
+                          rope_second(x.y, y.y, sm.cos[i + 1], sm.sin[i + 1]));
           x = first;
-        } else {  // pairs (2 i, 2 i + 1) within each half2, i = 4 t + p and D / 4 + 4 t + p
-          const int i = 4 * t + p, j = D / 4 + 4 * t + p;
-          if (i < a.rope_half) {
-            x = make_float2(rope_first(x.x, x.y, cos[i], sin[i]), rope_second(x.x, x.y, cos[i], sin[i]));
-          }
-          if (j < a.rope_half) {
-            y = make_float2(rope_first(y.x, y.y, cos[j], sin[j]), rope_second(y.x, y.y, cos[j], sin[j]));
-          }
+        } else {  // pairs (x.x, x.y), angle 4 t + p, and (y.x, y.y), angle D / 4 + 4 t + p
+          const int i = 4 * t + p, i2 = D / 4 + 4 * t + p;
+          if (i < a.rope_half) x = make_float2(rope_first(x.x, x.y, sm.cos[i], sm.sin[i]),
+                                               rope_second(x.x, x.y, sm.cos[i], sm.sin[i]));
+          if (i2 < a.rope_half) y = make_float2(rope_first(y.x, y.y, sm.cos[i2], sm.sin[i2]),
+                                                rope_second(y.x, y.y, sm.cos[i2], sm.sin[i2]));
         }
         l[p] = __float22half2_rn(x);  // exact: each value is an f16 already
         h[p] = __float22half2_rn(y);
       }
-      auto* dst = reinterpret_cast<uint4*>(const_cast<std::uint16_t*>(f16_row<D, Paged>(a, false, pos, end_slot)));
-      dst[t] = lo;
-      dst[t + kHalf] = hi;
-    } else {
-      const int v = t - kHalf;
-      const uint4 x = __ldcg(reinterpret_cast<const uint4*>(a.new_v + static_cast<long long>(head) * D) + v);
-      reinterpret_cast<uint4*>(const_cast<std::uint16_t*>(f16_row<D, Paged>(a, true, pos, end_slot)))[v] = x;
     }
-  }
-}
-
-// The append inside: a lane's quarter c of a query head (channels c D / 4 + 2 w, + 1 in
-// word w) rotated by RoPE as kv_append_at rotates q in place. NEOX pairs channel i < D / 2
-// with i + D / 2, two quarters on: lane c ^ 2 of the quad holds the partner word (every
-// lane of the warp calls this).
-template <int D, bool kNeox>
-__device__ __forceinline__ void rotate_q_quarter(std::uint32_t (&w)[D / 8], int c, const float* cos,
-                                                 const float* sin, int rope_half) {
-#pragma unroll
-  for (int k = 0; k < D / 8; ++k) {
-    float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
-    const int ch = c * (D / 4) + 2 * k;  // the word's first channel
-    if constexpr (kNeox) {
-      const std::uint32_t other = __shfl_xor_sync(0xffffffffu, w[k], 2);
-      const float2 o = __half22float2(*reinterpret_cast<const __half2*>(&other));
-      const int i = ch % (D / 2);
-      if (c < 2) {  // the pairs' first: x c - o s
-        x = make_float2(rope_first(x.x, o.x, cos[i], sin[i]), rope_first(x.y, o.y, cos[i + 1], sin[i + 1]));
-      } else {  // their second: o s + x c
-        x = make_float2(rope_second(o.x, x.x, cos[i], sin[i]), rope_second(o.y, x.y, cos[i + 1], sin[i + 1]));
-      }
-    } else if (ch / 2 < rope_half) {
-      const int i = ch / 2;
-      x = make_float2(rope_first(x.x, x.y, cos[i], sin[i]), rope_second(x.x, x.y, cos[i], sin[i]));
+    std::uint16_t* staged = it < q_items ? sm.q[it / kHalf] : is_v ? sm.v : sm.k;
+    reinterpret_cast<uint4*>(staged)[t] = lo[j];
+    reinterpret_cast<uint4*>(staged)[t + kHalf] = hi[j];
+    if (it >= q_items) {
+      auto* row = reinterpret_cast<uint4*>(is_v ? v_row : k_row);
+      row[t] = lo[j];
+      row[t + kHalf] = hi[j];
     }
-    const __half2 r = __float22half2_rn(x);
-    w[k] = *reinterpret_cast<const std::uint32_t*>(&r);
   }
 }
 
@@ -654,9 +650,7 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   const int n = min(a.split_len, a.visible - i0);
   const int tiles = (n + kTile - 1) / kTile;
   const int end_slot = s.window > 0 ? (a.end - 1) % static_cast<int>(s.window) : 0;
-  // The rows this step appends are read past L1 (written during the launch chain, or by
-  // this block: the append inside).
-  auto past_l1 = [&](int pos) { return (a.prefetch || (Bits == 0 && !Paged && a.appends)) && appended_now(a, pos); };
+  auto past_l1 = [&](int pos) { return a.prefetch && appended_now(a, pos); };
 
   // A tile of 16 body positions (almost all of them at long contexts) takes the paths
   // without per-position checks: its rows are consecutive in the cache (a position is
@@ -705,8 +699,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       return;
     }
     const int pos = where<Bits>(a, i0 + j).pos;
-    const std::uint16_t* row = tile.k ? tile.k + (j % kTile) * D : f16_row<D, Paged>(a, false, pos, end_slot);
-    load_words<D / 2>(row + c * (D / 4), past_l1(pos), dst);
+    if (Bits == 0 && !Paged && a.appends && pos == a.end - 1) {  // staged by stage_append
+      load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(sm.append.k + c * (D / 4)), dst);
+    } else {
+      const std::uint16_t* row = tile.k ? tile.k + (j % kTile) * D : f16_row<D, Paged>(a, false, pos, end_slot);
+      load_words<D / 2>(row + c * (D / 4), past_l1(pos), dst);
+    }
     interleave_quads<Bits, D / 8>(dst);
   };
   // V's rows also set their parameters (1, 0).
@@ -721,8 +719,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       return;
     }
     const int pos = where<Bits>(a, i0 + j).pos;
-    const std::uint16_t* row = tile.v ? tile.v + (j % kTile) * D : f16_row<D, Paged>(a, true, pos, end_slot);
-    load_words<D / 4>(row + g * (D / 8), past_l1(pos), x.v[u]);
+    if (Bits == 0 && !Paged && a.appends && pos == a.end - 1) {  // staged by stage_append
+      load_shared<D / 4>(reinterpret_cast<const std::uint8_t*>(sm.append.v + g * (D / 8)), x.v[u]);
+    } else {
+      const std::uint16_t* row = tile.v ? tile.v + (j % kTile) * D : f16_row<D, Paged>(a, true, pos, end_slot);
+      load_words<D / 4>(row + g * (D / 8), past_l1(pos), x.v[u]);
+    }
     interleave_quads<Bits, D / 16>(x.v[u]);
   };
 
@@ -1002,8 +1004,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     if (a.appends) {
       const long long row = static_cast<long long>(a.end - 1) * a.rope_half;
       for (int i = static_cast<int>(threadIdx.x); i < a.rope_half; i += kThreads) {
-        sm.rope.cos[i] = a.rope_cos[row + i];
-        sm.rope.sin[i] = a.rope_sin[row + i];
+        sm.append.cos[i] = a.rope_cos[row + i];
+        sm.append.sin[i] = a.rope_sin[row + i];
       }
       __syncthreads();
     }
@@ -1014,12 +1016,16 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     issue(first + kStride, 1);
   }
   if (a.prefetch) pdl_wait();
-  // The append inside: the block holding the new position writes its K (rotated) and V
-  // rows into the cache; the block barrier after Q below orders them before the tiles'
-  // loads of that position (past L1).
+  // The append inside: the query heads rotated, and in the block holding the new position
+  // its K and V rows, staged in shared memory (the tiles read the new position there) and
+  // written into the cache.
   if constexpr (Bits == 0 && !Paged) {
-    if (a.appends && n > 0 && i0 + n == a.visible) {
-      append_new_token<D, Paged>(a, sm.rope.cos, sm.rope.sin, end_slot);
+    if (a.appends) {
+      const bool owner = n > 0 && i0 + n == a.visible;
+      std::uint16_t* k_row = owner ? const_cast<std::uint16_t*>(f16_row<D, Paged>(a, false, a.end - 1, end_slot)) : nullptr;
+      std::uint16_t* v_row = owner ? const_cast<std::uint16_t*>(f16_row<D, Paged>(a, true, a.end - 1, end_slot)) : nullptr;
+      stage_append<D, Swap ? kMmaSwapMaxGroup : kMmaMaxGroup>(a, sm.append, owner, k_row, v_row);
+      __syncthreads();
     }
   }
 
@@ -1032,20 +1038,14 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     for (int r = 0; r < (Swap ? 1 : 2); ++r) {  // Swap: G <= 8, row g only
       const int hq = g + 8 * r;
       if (hq < a.group) {
-        // Past L1: q is the append's output (load_words).
-        load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), true, rows[r]);
+        if (Bits == 0 && !Paged && a.appends) {  // rotated in shared memory (stage_append)
+          load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(sm.append.q[hq] + c * (D / 4)), rows[r]);
+        } else {  // past L1: q is the append's output (load_words)
+          load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), true, rows[r]);
+        }
       } else {
 #pragma unroll
         for (int w = 0; w < D / 8; ++w) rows[r][w] = 0;
-      }
-      if constexpr (Bits == 0 && !Paged) {
-        if (a.appends) {
-          if (a.rope_neox) {
-            rotate_q_quarter<D, true>(rows[r], c, sm.rope.cos, sm.rope.sin, a.rope_half);
-          } else {
-            rotate_q_quarter<D, false>(rows[r], c, sm.rope.cos, sm.rope.sin, a.rope_half);
-          }
-        }
       }
 #pragma unroll
       for (int w = 0; w < D / 8; ++w) {
