@@ -137,15 +137,9 @@ void attend_decode_row(const ModelConfig& c, const SequenceLayer& s, std::uint16
   const std::uint16_t* k = qkv_row + c.q_dim();
   const std::uint16_t* v = k + c.kv_dim();
   // RoPE rides on the append: K rotated as it is stored, Q in place (qwen2: NEOX pairs).
-  // With --kv-rotate k, K and Q are then rotated by the Hadamard transform. FP16 caches
-  // append inside the attention (one kernel boundary fewer on the step's chain).
+  // With --kv-rotate k, K and Q are then rotated by the Hadamard transform.
   cuda::kv::AppendRope rope = rope_tables(c, s.rope, s.hadamard);
   rope.q = qkv_row;
-  if (cuda::kv::kv_attention_appends(s.shape, rope, c.n_heads)) {
-    cuda::kv::kv_append_attention_at(s.shape, s.layer, device_pos, max_length, k, v, rope, c.n_heads, att_row,
-                                     DType::f16, workspace, workspace_bytes, stream, history_complete);
-    return;
-  }
   cuda::kv::kv_append_at(s.shape, s.layer, device_pos, k, v, stream, &rope, history_complete, ring_backup);
   cuda::kv::kv_attention_at(s.shape, s.layer, device_pos, max_length, qkv_row, c.n_heads, att_row, DType::f16,
                             workspace, workspace_bytes, stream, history_complete);

@@ -74,8 +74,7 @@ struct SequenceLayer {
 };
 
 // One decode row (qkv f16 [q | k | v] at `qkv_row`) at position *device_pos: RoPE on the
-// append, the append, the attention over max_length's split plan into att_row (f16); FP16
-// caches append inside the attention (kv_append_attention_at: q is left unrotated).
+// append, the append, the attention over max_length's split plan into att_row (f16).
 // The workspace is kv_attention_at's (zeroed once); ring_backup: kv_append_at's (or null).
 // history_complete: kv_append_at's guarantee (kv_cuda.h).
 void attend_decode_row(const ModelConfig& c, const SequenceLayer& s, std::uint16_t* qkv_row,

@@ -19,7 +19,6 @@
 
 #include "cuda/kv/kv_cuda.h"
 #include "cuda/kv/paged_address.cuh"
-#include "cuda/kv/rope.cuh"
 #include "core/pdl.cuh"
 #include "formats/code_scheme.h"
 #include "formats/hadamard.h"
@@ -76,8 +75,9 @@ __device__ __forceinline__ void rotate(const LaneAngles<E>& t, float (&x)[E]) {
     if (!t.rotated[e / 2]) continue;
     const float c = t.cos[e / 2], s = t.sin[e / 2];
     const float a = x[e], b = x[e + 1];
-    x[e] = rope_first(a, b, c, s);
-    x[e + 1] = rope_second(a, b, c, s);
+    // Explicit roundings, no FMA contraction: the CPU's (a c - b s) to the bit.
+    x[e] = __half2float(__float2half_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))));
+    x[e + 1] = __half2float(__float2half_rn(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c))));
   }
 }
 
@@ -126,7 +126,9 @@ __device__ __forceinline__ void rotate(const NeoxAngles<E>& t, float (&x)[E]) {
     // (a, b) = (x[c], x[c + half]): the first gets a c - b s, the second a s + b c.
     const float a = t.role[e] == 1 ? x[e] : head[c0 + e - t.half];
     const float b = t.role[e] == 1 ? head[c0 + e + t.half] : x[e];
-    x[e] = t.role[e] == 1 ? rope_first(a, b, c, s) : rope_second(a, b, c, s);
+    const float y = t.role[e] == 1 ? __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s))
+                                   : __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    x[e] = __half2float(__float2half_rn(y));
   }
   __syncwarp();  // every partner read before the next head's values are written
 }

@@ -628,19 +628,11 @@ struct PagedLaunch {
 // Checks and launches; `span` is the one checked on the host (for a graph launch, that
 // of max_length positions, which also fixes the plan; for the rows form, the last row's;
 // for the paged form, max_length's). split_len > 0 replaces the plan's split length.
-// kv_append_attention_at's new token: its k and v rows and RoPE (q: launch_decode's).
-struct AppendInside {
-  const void* k;
-  const void* v;
-  const AppendRope* rope;
-};
-
 void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span,
                    const std::int32_t* device_pos, bool fused_combine, bool prefetch, const void* q,
                    std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
                    cudaStream_t stream, AttentionKernel kernel, const RowsLaunch* rows = nullptr,
-                   const PagedLaunch* paged = nullptr, std::int64_t split_len = 0,
-                   const AppendInside* inside = nullptr) {
+                   const PagedLaunch* paged = nullptr, std::int64_t split_len = 0) {
   const std::int64_t d = shape.head_dim;
   LOWBIT_CHECK(d == 64 || d == 128, "kv_attention: head_dim = ", d, ", expected 64 or 128");
   if (paged && shape.key_block > 0) {  // the batched decode: mma_swap's paged KB instance
@@ -756,17 +748,6 @@ void launch_decode(const KvLayerShape& shape, const KvLayerBuffers& layer, const
     a.q_ld = paged->q_ld;
     a.out_ld = paged->out_ld;
   }
-  if (inside) {
-    LOWBIT_CHECK(mma && !rows && !paged, "kv_append_attention_at: the append inside runs on the tensor-core kernels");
-    const AppendRope& r = *inside->rope;
-    a.appends = true;
-    a.new_k = static_cast<const __half*>(inside->k);
-    a.new_v = static_cast<const __half*>(inside->v);
-    a.rope_cos = r.cos;
-    a.rope_sin = r.sin;
-    a.rope_half = r.cos ? static_cast<int>(r.rope_dims / 2) : 0;
-    a.rope_neox = r.cos && r.neox;
-  }
   const dim3 grid(static_cast<unsigned>(plan.splits), static_cast<unsigned>(n_heads / gq),
                   static_cast<unsigned>(row_count));
   if (mma) {
@@ -805,35 +786,6 @@ void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, con
   LOWBIT_CHECK(device_pos != nullptr, "kv_attention_at: null device position");
   launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, q, n_heads, out,
                 out_dtype, workspace, workspace_bytes, stream, kernel, nullptr, nullptr, split_len);
-}
-
-bool kv_attention_appends(const KvLayerShape& shape, const AppendRope& rope, std::int64_t n_heads,
-                          AttentionKernel kernel) {
-  const std::int64_t d = shape.head_dim;
-  const bool rope_fits = rope.cos == nullptr || (rope.rope_dims % 2 == 0 && rope.rope_dims >= 2 &&
-                                                 rope.rope_dims <= d && (!rope.neox || rope.rope_dims == d));
-  return shape.body == KvBody::none && shape.key_block == 0 && (d == 64 || d == 128) && !rope.hadamard &&
-         rope_fits && n_heads > 0 && n_heads % shape.kv_heads == 0 && uses_mma(n_heads, shape, kernel);
-}
-
-void kv_append_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
-                            std::int64_t max_length, const void* k, const void* v, const AppendRope& rope,
-                            std::int64_t n_heads, void* out, DType out_dtype, void* workspace,
-                            std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete,
-                            AttentionKernel kernel) {
-  LOWBIT_CHECK(device_pos != nullptr, "kv_append_attention_at: null device position");
-  LOWBIT_CHECK(kv_attention_appends(shape, rope, n_heads, kernel), "kv_append_attention_at: the append inside takes "
-               "FP16 caches (full, window) at head_dim 64 or 128, RoPE without the Hadamard option (NEOX over the "
-               "whole head), and the tensor-core kernels; got policy body ", static_cast<int>(shape.body),
-               ", head_dim ", shape.head_dim, ", rope_dims ", rope.rope_dims, rope.neox ? " (NEOX)" : "",
-               rope.hadamard ? ", Hadamard" : "", ", ", n_heads, " / ", shape.kv_heads, " heads");
-  auto aligned = [](const void* p) { return p != nullptr && reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  LOWBIT_CHECK(aligned(k) && aligned(v) && aligned(rope.q), "kv_append_attention_at: q, k and v must be 16-byte "
-               "aligned (the kernel's loads)");
-  LOWBIT_CHECK((rope.cos == nullptr) == (rope.sin == nullptr), "kv_append_attention_at: RoPE needs both tables");
-  const AppendInside inside{k, v, &rope};
-  launch_decode(shape, layer, decode_span(shape, max_length), device_pos, true, history_complete, rope.q, n_heads,
-                out, out_dtype, workspace, workspace_bytes, stream, kernel, nullptr, nullptr, 0, &inside);
 }
 
 std::size_t kv_attention_rows_workspace(const KvLayerShape& shape, std::int64_t n_heads, std::int64_t rows,

@@ -53,17 +53,6 @@ struct SplitArgs {
   bool balanced = false;
   // Key blocks (the mma_swap KB instance): body index / key_block without a division.
   core::FastDivisor key_block_div{};
-  // The append inside (kv_append_attention_at; the tensor-core kernels over FP16 caches):
-  // q unrotated, the new token's k and v rows as the QKV product wrote them, and RoPE's
-  // tables (rope_half = rope_dims / 2; 0: no rotation). Last, so that the fields above
-  // keep their offsets in every instance's parameters.
-  bool appends = false;
-  bool rope_neox = false;
-  int rope_half = 0;
-  const __half* new_k = nullptr;
-  const __half* new_v = nullptr;
-  const float* rope_cos = nullptr;
-  const float* rope_sin = nullptr;
 };
 
 

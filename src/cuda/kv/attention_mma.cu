@@ -58,7 +58,6 @@
 #include "cuda/fast_math.cuh"
 #include "cuda/kv/attention_common.cuh"
 #include "cuda/kv/kv_cuda.h"
-#include "cuda/kv/rope.cuh"
 #include "cuda/lop3.cuh"
 #include "cuda/mma.cuh"
 #include "formats/float16.h"
@@ -487,20 +486,11 @@ struct Smem : KbArea<D, KB> {
     float weights[kMaxSplit];
     float totals[kMmaMaxGroup];
   };
-  // The append inside (FP16 caches, kv_append_attention_at; the FP16 kernels use no ring,
-  // and `after` is written past every warp's loop): the new position's RoPE angles, the
-  // group's query heads rotated, the new token's K (rotated) and V rows.
-  struct Append {
-    float cos[D / 2], sin[D / 2];
-    alignas(16) std::uint16_t q[kMmaMaxGroup][D];
-    alignas(16) std::uint16_t k[D], v[D];
-  };
   uint4 qf[D / 16][32];
   TilePage pages[DecodeSplitPlan::kMaxMmaSplit / kTile];  // paged: a tile's page and first row
   union {
     Stage ring[kWarps][kStages];
     After after;
-    Append append;
   };
   static constexpr std::size_t bytes() { return sizeof(Smem); }
 };
@@ -534,76 +524,6 @@ __device__ __forceinline__ const std::uint16_t* f16_row(const SplitArgs& a, bool
   if (Paged && a.shape.window == 0) return paged_f16_row(a.paged, a.table, is_v, head, pos);
   const std::uint16_t* f16 = is_v ? a.layer.v.f16 : a.layer.k.f16;
   return f16 + (static_cast<long long>(head) * a.shape.f16_slots() + f16_slot(a.shape, pos, a.end, end_slot)) * D;
-}
-
-// The append inside (kv_append_attention_at), after the wait: the group's query heads and
-// (`owner`: the block holding the new position) the new token's K and V rows, in items of
-// two 16-byte chunks, channels 8 t .. 8 t + 7 and D / 2 + 8 t .. (t < D / 16): both loaded
-// first, then rotated by RoPE as kv_append_at rotates (normal pairs (2 i, 2 i + 1) within
-// a chunk, rotated for i < rope_half; NEOX pairs (i, i + D / 2) across the two, the host
-// holding rope_dims at D), into shared memory, and K and V also into the cache for the
-// later steps. The caller's block barrier publishes them.
-template <int D, int kMaxGroup, class Area>
-__device__ __forceinline__ void stage_append(const SplitArgs& a, Area& sm, bool owner, std::uint16_t* k_row,
-                                             std::uint16_t* v_row) {
-  constexpr int kHalf = D / 16;  // items a head
-  constexpr int kItems = ((kMaxGroup + 2) * kHalf + kThreads - 1) / kThreads;
-  const int q_items = a.group * kHalf, items = q_items + (owner ? 2 * kHalf : 0);
-  const int head = static_cast<int>(blockIdx.y);
-  auto source = [&](int it) {  // the item's head row and its chunk t
-    const __half* row = it < q_items            ? a.q + (static_cast<long long>(head) * a.group + it / kHalf) * D
-                        : it < q_items + kHalf ? a.new_k + static_cast<long long>(head) * D
-                                               : a.new_v + static_cast<long long>(head) * D;
-    return reinterpret_cast<const uint4*>(row);
-  };
-  uint4 lo[kItems], hi[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int it = static_cast<int>(threadIdx.x) + j * kThreads;
-    if (it >= items) continue;
-    const int t = (it < q_items ? it : it - q_items) % kHalf;
-    lo[j] = __ldcg(source(it) + t);
-    hi[j] = __ldcg(source(it) + t + kHalf);
-  }
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int it = static_cast<int>(threadIdx.x) + j * kThreads;
-    if (it >= items) continue;
-    const int t = (it < q_items ? it : it - q_items) % kHalf;
-    const bool is_v = it >= q_items + kHalf;
-    if (!is_v) {
-      auto* l = reinterpret_cast<__half2*>(&lo[j]);
-      auto* h = reinterpret_cast<__half2*>(&hi[j]);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {  // channels 8 t + 2 p, + 1 (l) and D / 2 + 8 t + 2 p, + 1 (h)
-        float2 x = __half22float2(l[p]), y = __half22float2(h[p]);
-        if (a.rope_neox) {  // pairs (x.e, y.e), angle 8 t + 2 p + e
-          const int i = 8 * t + 2 * p;
-          const float2 first = make_float2(rope_first(x.x, y.x, sm.cos[i], sm.sin[i]),
-                                           rope_first(x.y, y.y, sm.cos[i + 1], sm.sin[i + 1]));
-          y = make_float2(rope_second(x.x, y.x, sm.cos[i], sm.sin[i]),
-                          rope_second(x.y, y.y, sm.cos[i + 1], sm.sin[i + 1]));
-          x = first;
-        } else {  // pairs (x.x, x.y), angle 4 t + p, and (y.x, y.y), angle D / 4 + 4 t + p
-          const int i = 4 * t + p, i2 = D / 4 + 4 * t + p;
-          if (i < a.rope_half) x = make_float2(rope_first(x.x, x.y, sm.cos[i], sm.sin[i]),
-                                               rope_second(x.x, x.y, sm.cos[i], sm.sin[i]));
-          if (i2 < a.rope_half) y = make_float2(rope_first(y.x, y.y, sm.cos[i2], sm.sin[i2]),
-                                                rope_second(y.x, y.y, sm.cos[i2], sm.sin[i2]));
-        }
-        l[p] = __float22half2_rn(x);  // exact: each value is an f16 already
-        h[p] = __float22half2_rn(y);
-      }
-    }
-    std::uint16_t* staged = it < q_items ? sm.q[it / kHalf] : is_v ? sm.v : sm.k;
-    reinterpret_cast<uint4*>(staged)[t] = lo[j];
-    reinterpret_cast<uint4*>(staged)[t + kHalf] = hi[j];
-    if (it >= q_items) {
-      auto* row = reinterpret_cast<uint4*>(is_v ? v_row : k_row);
-      row[t] = lo[j];
-      row[t + kHalf] = hi[j];
-    }
-  }
 }
 
 // Where a body position's rows are (head 0; positions kv_heads rows apart).
@@ -699,12 +619,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       return;
     }
     const int pos = where<Bits>(a, i0 + j).pos;
-    if (Bits == 0 && !Paged && a.appends && pos == a.end - 1) {  // staged by stage_append
-      load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(sm.append.k + c * (D / 4)), dst);
-    } else {
-      const std::uint16_t* row = tile.k ? tile.k + (j % kTile) * D : f16_row<D, Paged>(a, false, pos, end_slot);
-      load_words<D / 2>(row + c * (D / 4), past_l1(pos), dst);
-    }
+    const std::uint16_t* row = tile.k ? tile.k + (j % kTile) * D : f16_row<D, Paged>(a, false, pos, end_slot);
+    load_words<D / 2>(row + c * (D / 4), past_l1(pos), dst);
     interleave_quads<Bits, D / 8>(dst);
   };
   // V's rows also set their parameters (1, 0).
@@ -719,12 +635,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
       return;
     }
     const int pos = where<Bits>(a, i0 + j).pos;
-    if (Bits == 0 && !Paged && a.appends && pos == a.end - 1) {  // staged by stage_append
-      load_shared<D / 4>(reinterpret_cast<const std::uint8_t*>(sm.append.v + g * (D / 8)), x.v[u]);
-    } else {
-      const std::uint16_t* row = tile.v ? tile.v + (j % kTile) * D : f16_row<D, Paged>(a, true, pos, end_slot);
-      load_words<D / 4>(row + g * (D / 8), past_l1(pos), x.v[u]);
-    }
+    const std::uint16_t* row = tile.v ? tile.v + (j % kTile) * D : f16_row<D, Paged>(a, true, pos, end_slot);
+    load_words<D / 4>(row + g * (D / 8), past_l1(pos), x.v[u]);
     interleave_quads<Bits, D / 16>(x.v[u]);
   };
 
@@ -998,36 +910,12 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
   // One call site for both orders (the wait is a no-op the second time): each inlined
   // issue() is ~850 instructions of SASS, and the quantized step's attention at 2K stalls
   // on fetching its instructions (bench/notes/decode.md, session 30).
-  // The append inside (FP16 caches): the new position's angles before the wait (the table
-  // and the position are the history's).
-  if constexpr (Bits == 0 && !Paged) {
-    if (a.appends) {
-      const long long row = static_cast<long long>(a.end - 1) * a.rope_half;
-      for (int i = static_cast<int>(threadIdx.x); i < a.rope_half; i += kThreads) {
-        sm.append.cos[i] = a.rope_cos[row + i];
-        sm.append.sin[i] = a.rope_sin[row + i];
-      }
-      __syncthreads();
-    }
-  }
   if (a.prefetch && !early) pdl_wait();
   if constexpr (Bits != 0) {
     issue(first, 0);
     issue(first + kStride, 1);
   }
   if (a.prefetch) pdl_wait();
-  // The append inside: the query heads rotated, and in the block holding the new position
-  // its K and V rows, staged in shared memory (the tiles read the new position there) and
-  // written into the cache.
-  if constexpr (Bits == 0 && !Paged) {
-    if (a.appends) {
-      const bool owner = n > 0 && i0 + n == a.visible;
-      std::uint16_t* k_row = owner ? const_cast<std::uint16_t*>(f16_row<D, Paged>(a, false, a.end - 1, end_slot)) : nullptr;
-      std::uint16_t* v_row = owner ? const_cast<std::uint16_t*>(f16_row<D, Paged>(a, true, a.end - 1, end_slot)) : nullptr;
-      stage_append<D, Swap ? kMmaSwapMaxGroup : kMmaMaxGroup>(a, sm.append, owner, k_row, v_row);
-      __syncthreads();
-    }
-  }
 
   // Q as A fragments (rows g and g + 8; quarter c of head_dim), and sum(q) per row for
   // INT4 keys' minimums. The fragments are the same for every warp: kept in shared memory
@@ -1038,11 +926,8 @@ __global__ void __launch_bounds__(kThreads, Bits == 0 ? 1 : 3) kv_attention_mma_
     for (int r = 0; r < (Swap ? 1 : 2); ++r) {  // Swap: G <= 8, row g only
       const int hq = g + 8 * r;
       if (hq < a.group) {
-        if (Bits == 0 && !Paged && a.appends) {  // rotated in shared memory (stage_append)
-          load_shared<D / 2>(reinterpret_cast<const std::uint8_t*>(sm.append.q[hq] + c * (D / 4)), rows[r]);
-        } else {  // past L1: q is the append's output (load_words)
-          load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), true, rows[r]);
-        }
+        // Past L1: q is the append's output (load_words).
+        load_words<D / 2>(a.q + static_cast<long long>(h0 + hq) * D + c * (D / 4), true, rows[r]);
       } else {
 #pragma unroll
         for (int w = 0; w < D / 8; ++w) rows[r][w] = 0;

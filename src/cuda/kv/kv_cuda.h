@@ -114,20 +114,6 @@ void kv_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, con
                      std::int64_t max_length, const void* q, std::int64_t n_heads, void* out, DType out_dtype,
                      void* workspace, std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete = false,
                      AttentionKernel kernel = AttentionKernel::automatic, std::int64_t split_len = 0);
-// The decode step's append inside its attention: kv_append_at then kv_attention_at in one
-// launch, the same cache bytes and outputs, one kernel boundary fewer on the step's chain.
-// q, k and v as the QKV product wrote them (rope.q: q, which stays unrotated); every block
-// rotates its query heads itself, and the block that holds the new position rotates k and
-// writes k and v into the cache before reading them. Taken where kv_attention_appends says
-// so: FP16 caches (full, window), without the Hadamard option, NEOX over the whole head
-// only, the tensor-core kernels (GQA groups of up to kMmaMaxGroup).
-bool kv_attention_appends(const KvLayerShape& shape, const AppendRope& rope, std::int64_t n_heads,
-                          AttentionKernel kernel = AttentionKernel::automatic);
-void kv_append_attention_at(const KvLayerShape& shape, const KvLayerBuffers& layer, const std::int32_t* device_pos,
-                            std::int64_t max_length, const void* k, const void* v, const AppendRope& rope,
-                            std::int64_t n_heads, void* out, DType out_dtype, void* workspace,
-                            std::size_t workspace_bytes, cuda_stream_t stream, bool history_complete = false,
-                            AttentionKernel kernel = AttentionKernel::automatic);
 // Prefill: a chunk of tokens at positions pos0 .. pos0 + rows - 1 in three or four
 // launches and a copy (rope_rows; kv_append_rows, which snapshots the window's ring
 // first; kv_attention_rows, and a combine where it splits the positions), with the
