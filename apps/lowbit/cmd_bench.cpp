@@ -178,6 +178,8 @@ int bench_attention(const Args& args) {
   cli.integer("--kv-heads", &options.kv_heads, 1, 65535, "KV heads (default 32)");
   cli.text("--head-dim", &head_dims, "D[,D]", "64, 128 or both (default 128,64)");
   cli.choice("--dtype", &dtypes, {"f16", "bf16", "f16,bf16"}, "f16, bf16 or both (default both)");
+  cli.integer("--repeat", &options.repeat, 1, 100,
+              "measure each case N times, the inputs allocated afresh at other addresses each time (default 1)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.head_dims = parse_positive_integers(head_dims, "--head-dim", 128);

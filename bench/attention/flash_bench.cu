@@ -28,8 +28,10 @@ int run_flash_bench(const FlashBenchOptions& o) {
   std::printf("flash_attention, one sequence of L %lld, %lld query heads over %lld KV heads (the peer, PyTorch's "
               "SDPA: python -m lowbit.bench_attention, or bench/attention/sdpa_peer.py alone)\n\n",
               static_cast<long long>(o.seq_len), static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads));
-  std::printf("| kernel | dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) |\n"
-              "|---|---|---:|---|---:|---:|---:|---:|\n");
+  const bool repeats = o.repeat > 1;
+  std::printf("| %skernel | dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) |\n"
+              "|%s---|---|---:|---|---:|---:|---:|---:|\n",
+              repeats ? "repeat | " : "", repeats ? "---:|" : "");
   // Each kernel by name (the public entry picks wgmma where it runs), the prefix sums
   // uploaded once.
   std::vector<cuda::flash::FlashKernel> kernels{cuda::flash::FlashKernel::mma};
@@ -39,7 +41,11 @@ int run_flash_bench(const FlashBenchOptions& o) {
   const std::vector<std::int32_t> cu{0, l};
   for (const std::string& name : o.dtypes) {
     const DType dtype = name == "bf16" ? DType::bf16 : DType::f16;
-    for (const std::int64_t hd : o.head_dims) {
+    for (const std::int64_t hd : o.head_dims)
+    for (std::int64_t rep = 0; rep < o.repeat; ++rep) {
+      // Repetition r's inputs after a spacer of r x (4 MiB + 64 KiB), held while they are:
+      // each repetition's buffers at other addresses.
+      const core::DeviceBuffer spacer(static_cast<std::size_t>(rep) * ((4u << 20) + (64u << 10)) + 256);
       const std::int64_t q_cols = o.heads * hd, kv_cols = o.kv_heads * hd;
       const auto q_bytes = static_cast<std::size_t>(o.seq_len * q_cols) * 2;
       const auto kv_bytes = static_cast<std::size_t>(o.seq_len * kv_cols) * 2;
@@ -68,12 +74,14 @@ int run_flash_bench(const FlashBenchOptions& o) {
         const double flops = 4.0 * static_cast<double>(hd * o.heads) * static_cast<double>(o.seq_len) *
                              static_cast<double>(o.seq_len) / (causal ? 2.0 : 1.0);
         const double tflops = flops / (ms * 1e9);
+        if (repeats) std::printf("| %lld ", static_cast<long long>(rep + 1));
         std::printf("| %s | %s | %lld | %s | %.3f | %.3f | %.3f | %.0f |\n", kernel_name, name.c_str(),
                     static_cast<long long>(hd),
                     causal ? "causal" : "none", ms_min, ms, ms_max, tflops);
         Json row = Json::object();
         row.set("kernel", kernel_name).set("dtype", name).set("head_dim", hd).set("causal", causal).set("ms", ms).set("ms_min", ms_min);
         row.set("ms_max", ms_max).set("tflops", tflops);
+        if (repeats) row.set("repeat", rep + 1);
         rows.push(row);
       }
     }

@@ -15,6 +15,10 @@ struct FlashBenchOptions {
   std::int64_t seq_len = 8192, heads = 32, kv_heads = 32;
   std::vector<std::int64_t> head_dims{128, 64};
   std::vector<std::string> dtypes{"f16", "bf16"};
+  // Every case measured this many times in one process, each time over freshly allocated
+  // inputs that a spacer allocation places at other addresses: whether a run's speed
+  // follows where its buffers lie (bench/notes/flash.md, the non-causal modes).
+  std::int64_t repeat = 1;
   std::string json_path;
 };
 
