@@ -180,6 +180,8 @@ int bench_attention(const Args& args) {
   cli.choice("--dtype", &dtypes, {"f16", "bf16", "f16,bf16"}, "f16, bf16 or both (default both)");
   cli.integer("--repeat", &options.repeat, 1, 100,
               "measure each case N times, the inputs allocated afresh at other addresses each time (default 1)");
+  cli.number("--idle-ms", &options.idle_ms, 0.0, 10000.0,
+             "the host sleeps this long before each timed sample, the GPU idle (default 0)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.head_dims = parse_positive_integers(head_dims, "--head-dim", 128);

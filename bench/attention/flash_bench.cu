@@ -66,7 +66,7 @@ int run_flash_bench(const FlashBenchOptions& o) {
               cuda::flash::flash_attention(matrix(q, q_cols), matrix(k, kv_cols), matrix(v, kv_cols),
                                            matrix(out, q_cols), cu_d, cu_d, 1, o.seq_len, p, stream, kernel);
             },
-            stream);
+            stream, 15, 1.0, o.idle_ms);
         const char* kernel_name = kernel == cuda::flash::FlashKernel::wgmma ? "wgmma" : "mma.sync";
         const double ms = median(samples);
         const double ms_min = *std::min_element(samples.begin(), samples.end());
@@ -88,9 +88,11 @@ int run_flash_bench(const FlashBenchOptions& o) {
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
   std::printf("\nTFLOPS: 4 x head_dim x heads x L^2 (halved by the causal mask) over the median time.\n");
+  if (o.idle_ms > 0) std::printf("The host slept %.1f ms before each sample.\n", o.idle_ms);
   if (!o.json_path.empty()) {
     Json doc = run_info_json("attention", info);
-    doc.set("seq_len", o.seq_len).set("heads", o.heads).set("kv_heads", o.kv_heads).set("rows", rows);
+    doc.set("seq_len", o.seq_len).set("heads", o.heads).set("kv_heads", o.kv_heads).set("idle_ms", o.idle_ms);
+    doc.set("rows", rows);
     doc.write_file(o.json_path);
   }
   return 0;

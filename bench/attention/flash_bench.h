@@ -19,6 +19,9 @@ struct FlashBenchOptions {
   // inputs that a spacer allocation places at other addresses: whether a run's speed
   // follows where its buffers lie (bench/notes/flash.md, the non-causal modes).
   std::int64_t repeat = 1;
+  // The host sleeps this long before each timed sample: whether a kernel's speed depends
+  // on the GPU idling between launches (the profiler's launches run alone and fast).
+  double idle_ms = 0.0;
   std::string json_path;
 };
 

@@ -1,5 +1,7 @@
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <thread>
 
 #include "core/device_buffer.h"
 #include "lowbit/cuda_check.h"
@@ -50,7 +52,7 @@ double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t strea
 }
 
 std::vector<double> gpu_sample_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples,
-                                  double min_sample_ms) {
+                                  double min_sample_ms, double idle_ms) {
   EventPair events;
   int counter = 0;
   auto timed = [&](int reps) {
@@ -66,7 +68,10 @@ std::vector<double> gpu_sample_ms(const std::function<void(int)>& launch, cuda_s
   const double estimate = timed(3);
   const int reps = static_cast<int>(std::clamp(std::ceil(min_sample_ms / std::max(estimate, 1e-4)), 1.0, 2000.0));
   std::vector<double> times;
-  for (int s = 0; s < samples; ++s) times.push_back(timed(reps));
+  for (int s = 0; s < samples; ++s) {
+    if (idle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(idle_ms));
+    times.push_back(timed(reps));
+  }
   return times;
 }
 

@@ -37,9 +37,10 @@ inline double host_median_ms(const std::function<void()>& fn, int samples, int w
 // launches (use it to rotate among input copies). Warm-up first.
 double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples = 15,
                      double min_sample_ms = 1.0);
-// The per-launch milliseconds of each sample (for min / median / max), as gpu_median_ms.
+// The per-launch milliseconds of each sample (for min / median / max), as gpu_median_ms;
+// idle_ms > 0: the host sleeps that long before each sample (the GPU idle in between).
 std::vector<double> gpu_sample_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples = 15,
-                                  double min_sample_ms = 1.0);
+                                  double min_sample_ms = 1.0, double idle_ms = 0.0);
 
 // Device-to-device copy bandwidth (bytes read + written per second / 1e9) of a
 // `bytes`-sized cudaMemcpyAsync: the memory-bound ceiling of this run.
