@@ -68,7 +68,8 @@ constexpr int kMmaSwapMaxGroup = 8;
 // out[h] = softmax(q[h] . K^T / sqrt(D)) V over the span's positions of KV head
 // h / (n_heads / kv_heads). q: f16 [n_heads x D]; out: [n_heads x D] f32 or f16.
 // workspace: decode_workspace_bytes(n_heads, D, splits of the plan) or more, 16-byte
-// aligned (every form's). q and the FP16 / code buffers 16-byte aligned. Two launches (splits, then combine); no sync.
+// aligned (every form's). q and the FP16 / code buffers 16-byte aligned. Two launches
+// (splits, then combine); no sync.
 // split_len > 0 replaces the plan's split length, as kv_attention_at's (a benchmark's sweep).
 void kv_attention(const KvLayerShape& shape, const KvLayerBuffers& layer, const DecodeSpan& span, const void* q,
                   std::int64_t n_heads, void* out, DType out_dtype, void* workspace, std::size_t workspace_bytes,
