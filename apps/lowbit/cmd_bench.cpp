@@ -182,6 +182,8 @@ int bench_attention(const Args& args) {
               "measure each case N times, the inputs allocated afresh at other addresses each time (default 1)");
   cli.number("--idle-ms", &options.idle_ms, 0.0, 10000.0,
              "the host sleeps this long before each timed sample, the GPU idle (default 0)");
+  cli.number("--sample-ms", &options.sample_ms, 0.0, 10000.0,
+             "launches back to back until a sample lasts this long; 20 keeps the GPU busy as a long prefill (default 1)");
   cli.text("--json", &options.json_path, "FILE", "also write the results as JSON");
   if (const auto status = cli.parse(args)) return *status;
   options.head_dims = parse_positive_integers(head_dims, "--head-dim", 128);

@@ -22,6 +22,10 @@ struct FlashBenchOptions {
   // The host sleeps this long before each timed sample: whether a kernel's speed depends
   // on the GPU idling between launches (the profiler's launches run alone and fast).
   double idle_ms = 0.0;
+  // Launches back to back until a sample lasts this long: 1 ms takes one or two launches
+  // between host syncs; 20 ms holds the GPU busy as a long prefill does (and, where the
+  // board is at its power limit, at the clock that load settles to).
+  double sample_ms = 1.0;
   std::string json_path;
 };
 

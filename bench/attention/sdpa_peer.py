@@ -27,6 +27,9 @@ def main():
     parser.add_argument("json")
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--idle-ms", type=float, default=0.0, help="the host sleeps this long before each sample")
+    parser.add_argument("--sample-ms", type=float, default=1.0,
+                        help="back-to-back calls until a sample lasts this long (20: a long prefill's load)")
     args = parser.parse_args()
     seq, heads = args.seq_len, args.heads
     rows = []
@@ -36,7 +39,8 @@ def main():
         for head_dim in (128, 64):
             q, k, v = (torch.randn(1, heads, seq, head_dim, device="cuda", dtype=getattr(torch, dtype)) for _ in range(3))
             for causal in (True, False):
-                t = _timing.time_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                t = _timing.time_ms(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                                    sample_ms=args.sample_ms, idle_ms=args.idle_ms)
                 tflops = 4.0 * head_dim * heads * seq * seq / (2 if causal else 1) / (t[1] * 1e9)
                 mask = "causal" if causal else "none"
                 print(f"| {dtype} | {head_dim} | {mask} | {t[0]:.3f} | {t[1]:.3f} | {t[2]:.3f} | {tflops:.0f} |")
@@ -44,6 +48,7 @@ def main():
                              "ms_max": t[2], "tflops": tflops})
     with open(args.json, "w") as f:
         json.dump({"benchmark": "attention-sdpa-peer", "seq_len": seq, "heads": heads, "torch": torch.__version__,
+                   "idle_ms": args.idle_ms, "sample_ms": args.sample_ms,
                    "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 
 

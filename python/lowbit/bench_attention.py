@@ -3,7 +3,7 @@ in the same process, on the same tensors (issue 16: "faster than PyTorch's SDPA 
 in the same run").
 
     python -m lowbit.bench_attention [--seq-len N] [--heads H] [--kv-heads G] [--head-dim D]
-                                     [--dtype float16,bfloat16] [--json FILE]
+                                     [--dtype float16,bfloat16] [--idle-ms X] [--sample-ms X] [--json FILE]
 
 For each dtype, head_dim and mask it checks that the two outputs agree (max |difference|),
 then times each over back-to-back calls with CUDA events: ms min / median / max of the
@@ -29,6 +29,9 @@ def main(argv=None) -> int:
     parser.add_argument("--kv-heads", type=int, default=32)
     parser.add_argument("--head-dim", default="128,64", help="64, 128 or both (default both)")
     parser.add_argument("--dtype", default="float16,bfloat16")
+    parser.add_argument("--idle-ms", type=float, default=0.0, help="the host sleeps this long before each sample")
+    parser.add_argument("--sample-ms", type=float, default=1.0,
+                        help="back-to-back calls until a sample lasts this long (20: a long prefill's load)")
     parser.add_argument("--json", default="")
     args = parser.parse_args(argv)
     try:
@@ -64,8 +67,8 @@ def main(argv=None) -> int:
                     return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=kv != heads)
 
                 diff = (ours().float() - sdpa()[0].transpose(0, 1).float()).abs().max().item()
-                t_sdpa = time_ms(torch, sdpa)
-                t_ours = time_ms(torch, ours)
+                t_sdpa = time_ms(torch, sdpa, sample_ms=args.sample_ms, idle_ms=args.idle_ms)
+                t_ours = time_ms(torch, ours, sample_ms=args.sample_ms, idle_ms=args.idle_ms)
                 mask = "causal" if causal else "none"
                 for name, t in (("lowbit", t_ours), ("sdpa", t_sdpa)):
                     tflops = flops / (t[1] * 1e9)
@@ -77,6 +80,7 @@ def main(argv=None) -> int:
     print("\nTFLOPS: 4 x head_dim x heads x L^2 (halved by the causal mask) over the median time.")
     if args.json:
         write_json(args.json, {"seq_len": seq, "heads": heads, "kv_heads": kv, "gpu": torch.cuda.get_device_name(),
+                               "idle_ms": args.idle_ms, "sample_ms": args.sample_ms,
                                "torch": torch.__version__, "rows": rows})
     return 0
 
