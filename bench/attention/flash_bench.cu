@@ -29,8 +29,8 @@ int run_flash_bench(const FlashBenchOptions& o) {
               "SDPA: python -m lowbit.bench_attention, or bench/attention/sdpa_peer.py alone)\n\n",
               static_cast<long long>(o.seq_len), static_cast<long long>(o.heads), static_cast<long long>(o.kv_heads));
   const bool repeats = o.repeat > 1;
-  std::printf("| %skernel | dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) | SM GHz |\n"
-              "|%s---|---|---:|---|---:|---:|---:|---:|---:|\n",
+  std::printf("| %skernel | dtype | head_dim | mask | ms min | ms median | ms max | TFLOPS (median) |\n"
+              "|%s---|---|---:|---|---:|---:|---:|---:|\n",
               repeats ? "repeat | " : "", repeats ? "---:|" : "");
   // Each kernel by name (the public entry picks wgmma where it runs), the prefix sums
   // uploaded once.
@@ -61,13 +61,12 @@ int run_flash_bench(const FlashBenchOptions& o) {
       for (const auto kernel : kernels)
       for (const bool causal : {true, false}) {
         const FlashAttentionParams p{o.heads, o.kv_heads, hd, causal, 0.0f};
-        std::vector<double> ghz;
         const std::vector<double> samples = gpu_sample_ms(
             [&](int) {
               cuda::flash::flash_attention(matrix(q, q_cols), matrix(k, kv_cols), matrix(v, kv_cols),
                                            matrix(out, q_cols), cu_d, cu_d, 1, o.seq_len, p, stream, kernel);
             },
-            stream, 15, o.sample_ms, o.idle_ms, &ghz);
+            stream, 15, o.sample_ms, o.idle_ms);
         const char* kernel_name = kernel == cuda::flash::FlashKernel::wgmma ? "wgmma" : "mma.sync";
         const double ms = median(samples);
         const double ms_min = *std::min_element(samples.begin(), samples.end());
@@ -76,12 +75,11 @@ int run_flash_bench(const FlashBenchOptions& o) {
                              static_cast<double>(o.seq_len) / (causal ? 2.0 : 1.0);
         const double tflops = flops / (ms * 1e9);
         if (repeats) std::printf("| %lld ", static_cast<long long>(rep + 1));
-        const double sm_ghz = median(ghz);
-        std::printf("| %s | %s | %lld | %s | %.3f | %.3f | %.3f | %.0f | %.2f |\n", kernel_name, name.c_str(),
-                    static_cast<long long>(hd), causal ? "causal" : "none", ms_min, ms, ms_max, tflops, sm_ghz);
+        std::printf("| %s | %s | %lld | %s | %.3f | %.3f | %.3f | %.0f |\n", kernel_name, name.c_str(),
+                    static_cast<long long>(hd), causal ? "causal" : "none", ms_min, ms, ms_max, tflops);
         Json row = Json::object();
         row.set("kernel", kernel_name).set("dtype", name).set("head_dim", hd).set("causal", causal).set("ms", ms).set("ms_min", ms_min);
-        row.set("ms_max", ms_max).set("tflops", tflops).set("sm_ghz", sm_ghz);
+        row.set("ms_max", ms_max).set("tflops", tflops);
         if (repeats) row.set("repeat", rep + 1);
         rows.push(row);
       }
@@ -89,8 +87,6 @@ int run_flash_bench(const FlashBenchOptions& o) {
   }
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
   std::printf("\nTFLOPS: 4 x head_dim x heads x L^2 (halved by the causal mask) over the median time.\n");
-  std::printf("SM GHz: the SM clock right after each sample (SM cycles over globaltimer ns), the median; a board at\n"
-              "its power limit runs below its boost clock under load, as PyTorch's kernels do in the same regime.\n");
   std::printf("Each sample: back-to-back launches for >= %.1f ms", o.sample_ms);
   if (o.idle_ms > 0) std::printf(", after the host slept %.1f ms", o.idle_ms);
   std::printf(".\n");

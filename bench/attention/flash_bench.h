@@ -19,8 +19,8 @@ struct FlashBenchOptions {
   // inputs that a spacer allocation places at other addresses: whether a run's speed
   // follows where its buffers lie (bench/notes/flash.md, the non-causal modes).
   std::int64_t repeat = 1;
-  // The host sleeps this long before each timed sample: whether a kernel's speed depends
-  // on the GPU idling between launches (the profiler's launches run alone and fast).
+  // The host sleeps this long before each timed sample: 1 ms lets an H200 come back to
+  // its full SM clock between samples (bench/notes/flash.md, the SM clock's modes).
   double idle_ms = 0.0;
   // Launches back to back until a sample lasts this long: 1 ms takes one or two launches
   // between host syncs; 20 ms holds the GPU busy as a long prefill does (and, where the

@@ -44,35 +44,7 @@ __global__ void read_kernel(const uint4* __restrict__ src, std::int64_t n, unsig
   if (acc == 0x9e3779b9u) *sink = acc;  // never in practice; the compiler cannot know
 }
 
-// Thread 0 of each block spins `cycles` SM cycles and writes cycles per globaltimer ns.
-__global__ void clock_probe_kernel(long long cycles, double* ghz) {
-  if (threadIdx.x != 0) return;
-  unsigned long long t0, t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  const long long c0 = clock64();
-  long long c1 = c0;
-  while (c1 - c0 < cycles) c1 = clock64();
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-  ghz[blockIdx.x] = t1 > t0 ? static_cast<double>(c1 - c0) / static_cast<double>(t1 - t0) : 0.0;
-}
-
 }  // namespace
-
-double sm_clock_ghz(cuda_stream_t stream) {
-  int device = 0, sms = 0;
-  LOWBIT_CUDA_CHECK(cudaGetDevice(&device));
-  LOWBIT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  core::DeviceBuffer out(static_cast<std::size_t>(sms) * sizeof(double));
-  const auto s = static_cast<cudaStream_t>(stream);
-  // 200k cycles, ~100-140 us: the globaltimer's ticks (up to a microsecond apart) stay
-  // below 1% of the span.
-  clock_probe_kernel<<<sms, 32, 0, s>>>(200000, static_cast<double*>(out.data()));
-  LOWBIT_CUDA_CHECK_LAUNCH();
-  std::vector<double> ghz(static_cast<std::size_t>(sms));
-  LOWBIT_CUDA_CHECK(cudaMemcpyAsync(ghz.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost, s));
-  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(s));
-  return median(ghz);
-}
 
 double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples,
                      double min_sample_ms) {
@@ -80,7 +52,7 @@ double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t strea
 }
 
 std::vector<double> gpu_sample_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples,
-                                  double min_sample_ms, double idle_ms, std::vector<double>* sm_ghz) {
+                                  double min_sample_ms, double idle_ms) {
   EventPair events;
   int counter = 0;
   auto timed = [&](int reps) {
@@ -99,7 +71,6 @@ std::vector<double> gpu_sample_ms(const std::function<void(int)>& launch, cuda_s
   for (int s = 0; s < samples; ++s) {
     if (idle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(idle_ms));
     times.push_back(timed(reps));
-    if (sm_ghz) sm_ghz->push_back(sm_clock_ghz(stream));
   }
   return times;
 }

@@ -38,18 +38,9 @@ inline double host_median_ms(const std::function<void()>& fn, int samples, int w
 double gpu_median_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples = 15,
                      double min_sample_ms = 1.0);
 // The per-launch milliseconds of each sample (for min / median / max), as gpu_median_ms;
-// idle_ms > 0: the host sleeps that long before each sample (the GPU idle in between);
-// sm_ghz: if given, the SM clock right after each sample (sm_clock_ghz), one entry a sample.
+// idle_ms > 0: the host sleeps that long before each sample (the GPU idle in between).
 std::vector<double> gpu_sample_ms(const std::function<void(int)>& launch, cuda_stream_t stream, int samples = 15,
-                                  double min_sample_ms = 1.0, double idle_ms = 0.0,
-                                  std::vector<double>* sm_ghz = nullptr);
-
-// The SM clock the GPU runs at now, in GHz: SM cycles over globaltimer nanoseconds, counted
-// by one spinning thread on each of the GPU's SMs for ~100 us (the median over SMs). It
-// sees what the clock readings of nvidia-smi do not: a GPU at its power limit
-// slows its SMs within a millisecond and recovers as quickly when idle
-// (bench/notes/flash.md, "The non-causal modes are the SM clock").
-double sm_clock_ghz(cuda_stream_t stream);
+                                  double min_sample_ms = 1.0, double idle_ms = 0.0);
 
 // Device-to-device copy bandwidth (bytes read + written per second / 1e9) of a
 // `bytes`-sized cudaMemcpyAsync: the memory-bound ceiling of this run.
