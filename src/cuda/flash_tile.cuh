@@ -75,8 +75,11 @@ __device__ __forceinline__ void qk_tile(float (&s)[kBN / 8][4], const std::uint3
 // The online softmax of rows r (e = 0, 1) and r + 8 (e = 2, 3) over the tile's scores
 // (masked ones -inf): s becomes p = 2^(s sl2 - m), m the rows' running max (in the exp2
 // domain, the same on the 4 lanes of a row), l this lane's part of the running sum;
-// corr the factor the rows' earlier O and sums take.
-template <int kBN>
+// corr the factor the rows' earlier O and sums take. kMaxSlack > 0: m moves only when
+// the tile's max passes it by more than kMaxSlack, so p stays below 2^kMaxSlack and corr
+// is exactly 1 on most tiles, where a caller can skip O's rescaling (FlashAttention-4's
+// lazy rescaling; the quotient O / l is the same, p's rounding relative as before).
+template <int kBN, int kMaxSlack = 0>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float (&m)[2], float (&l)[2], float sl2,
                                              float (&corr)[2]) {
 #pragma unroll
@@ -86,9 +89,18 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float (&m)[
     for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[hr], mx * sl2);
+    float m_new;
+    if constexpr (kMaxSlack == 0) {
+      m_new = fmaxf(m[hr], mx * sl2);
+    } else {
+      m_new = mx * sl2 > m[hr] + static_cast<float>(kMaxSlack) ? mx * sl2 : m[hr];
+    }
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
-    corr[hr] = exp2_approx(m[hr] - m_use);
+    if constexpr (kMaxSlack == 0) {
+      corr[hr] = exp2_approx(m[hr] - m_use);
+    } else {
+      corr[hr] = m_new == m[hr] ? 1.0f : exp2_approx(m[hr] - m_use);
+    }
     m[hr] = m_new;
     float sum = 0.0f;
 #pragma unroll

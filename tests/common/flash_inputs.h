@@ -42,6 +42,14 @@ struct FlashInputs {
   TensorView view(std::vector<std::uint16_t>& data, std::int64_t rows, std::int64_t cols, std::int64_t ld) const {
     return TensorView::matrix(data.data(), dtype, Device::cpu, rows, cols, ld);
   }
+  // Multiplies K's row `row` (every KV head) by `factor`, rounded back to the dtype.
+  void scale_key(std::int64_t row, float factor) {
+    for (std::int64_t c = 0; c < kv_cols(); ++c) {
+      auto& b = k[static_cast<std::size_t>(row * ldk + c)];
+      const float x = static_cast<float>(value(b)) * factor;
+      b = dtype == DType::bf16 ? formats::float_to_bf16(x).bits : formats::float_to_half(x).bits;
+    }
+  }
   double value(std::uint16_t bits) const {
     return dtype == DType::bf16 ? formats::bf16_to_float(formats::BFloat16{bits})
                                 : formats::half_to_float(formats::Half{bits});

@@ -3,8 +3,9 @@
 // public entry picks one) on fresh random inputs: f16 and bf16, head_dim 64 and 128, GQA groups 1, 3, 4 and 8,
 // causal and not; single sequences of 1, 63, 65, 130 and 4097 queries (around the
 // kernel's 128-row and 64-key tiles), a batch of mixed lengths (blocks of short sequences
-// exit, long ones take several tiles), and causal chunks at the end of longer keys
-// (chunked prefill); rows with padded strides, outputs poisoned (the padding and guards
+// exit, long ones take several tiles), causal chunks at the end of longer keys
+// (chunked prefill), and loud keys whose scores jump past the running max late (the lazy
+// max's rescaling); rows with padded strides, outputs poisoned (the padding and guards
 // must stay so).
 // Tolerance per element (Vmax: the largest |v| its row reads; Smax: the largest
 // scale * sum |q_d k_d| over those keys): P rounded to the dtype for the P V product,
@@ -49,9 +50,11 @@ using Lengths = std::vector<std::pair<std::int32_t, std::int32_t>>;
 // Runs one case; returns the worst error as a fraction of its tolerance.
 // kernel automatic: through the public entry (validation, the prefix sums' upload);
 // else the named kernel through cuda::flash::flash_attention.
+// loud_keys: keys (rows of K) multiplied by 10, whose scores jump past the running max.
 double check_case(std::mt19937& rng, const FlashAttentionParams& p, DType dtype, const Lengths& lengths,
-                  FlashKernel kernel) {
+                  FlashKernel kernel, const std::vector<std::int64_t>& loud_keys = {}) {
   FlashInputs in(rng, p, dtype, lengths, 1.5f);
+  for (const std::int64_t key : loud_keys) in.scale_key(key, 10.0f);
   const std::vector<double> want = cpu::flash_attention_f64(
       in.view(in.q, in.rows_q(), in.q_cols(), in.ldq), in.view(in.k, in.rows_k(), in.kv_cols(), in.ldk),
       in.view(in.v, in.rows_k(), in.kv_cols(), in.ldk), in.cu_q, in.cu_k, p);
@@ -160,6 +163,27 @@ TEST_F(FlashAttentionGpu, MatchesTheCpuInDouble) {
       }
     }
   }
+  }
+}
+
+// Scores that rise far above the running max late in the keys (two loud keys, in the third
+// and fifth 128-key tiles): the wgmma kernel's lazy max (head_dim 128) keeps O's scale
+// until a row's max jumps by more than 2^8, then rescales; every other tile skips it.
+TEST_F(FlashAttentionGpu, ScoresThatRiseLate) {
+  LOWBIT_TEST_RNG(rng);
+  for (FlashKernel kernel : kernels_here()) {
+    SCOPED_TRACE(kernel_name(kernel));
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      for (std::int64_t hd : {64, 128}) {
+        for (bool causal : {true, false}) {
+          SCOPED_TRACE(std::string(dtype == DType::bf16 ? "bf16" : "f16") + " head_dim " + std::to_string(hd) +
+                       (causal ? " causal" : " non-causal"));
+          const FlashAttentionParams p{8, 2, hd, causal, 0.0f};
+          check_case(rng, p, dtype, {{200, 700}}, kernel, {300, 600});
+          if (HasFailure()) return;
+        }
+      }
+    }
   }
 }
 

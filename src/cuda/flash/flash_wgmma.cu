@@ -15,7 +15,8 @@
 //   - two consumers (three at head_dim 64), 64 query rows each: S_t = Q K_t^T (wgmma
 //     m64 n128 k16, Q and K K-major from shared memory), the mask and the online softmax
 //     in registers
-//     (cuda/flash_tile.cuh's, on the accumulators as they lie), O += P_t V_t (wgmma with
+//     (cuda/flash_tile.cuh's, on the accumulators as they lie; at head_dim 128 with a lazy
+//     max, so O is rescaled only on tiles where a row's max jumps), O += P_t V_t (wgmma with
 //     P from registers and V's tile read N-major: its rows are keys, the wgmma's K).
 //     S_t+1 and P_t V_t are issued together, so the softmax of S_t+1 runs while P_t V_t
 //     is on the tensor cores; the consumers take turns to issue (ping-pong), so one's
@@ -57,6 +58,10 @@ struct WgLayout {
   static constexpr int kBM = 64 * kConsumers;  // query rows a block: one m64 row block a consumer
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
+  // The lazy max (softmax_tile's kMaxSlack) at head_dim 128: O's 64 multiplies a tile
+  // skipped, +4-6% (bench/notes/flash.md step 11); at 64 the vote cost more than the
+  // 32 multiplies it saved (-2-3%).
+  static constexpr int kMaxSlack = HD == 128 ? 8 : 0;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
   static constexpr int kBoxes = HD / kBox;  // column boxes a row
   static constexpr int kQ = kBM * HD * 2;  // the Q tile: kBoxes boxes of kBM rows
@@ -189,7 +194,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
           if (key >= k_len || (a.causal && key > offset + row)) sc[j][e] = -INFINITY;
         }
     }
-    softmax_tile<kBN>(sc, m, l, a.sl2, corr);
+    softmax_tile<kBN, L::kMaxSlack>(sc, m, l, a.sl2, corr);
   };
   auto pack_p = [&] {
 #pragma unroll
@@ -252,10 +257,14 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
     wgmma_wait<0>();
     fence_accumulators(o);
     release(v_empty, t - 1);
+    // With the lazy max O keeps its scale on most tiles: the warp skips the multiplies
+    // (they wait on P V and delay the next turn) unless one of its rows' max moved.
+    if (L::kMaxSlack == 0 || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-    for (int d = 0; d < HD / 8; ++d) {
-      o[d][0] *= corr[0], o[d][1] *= corr[0];
-      o[d][2] *= corr[1], o[d][3] *= corr[1];
+      for (int d = 0; d < HD / 8; ++d) {
+        o[d][0] *= corr[0], o[d][1] *= corr[0];
+        o[d][2] *= corr[1], o[d][3] *= corr[1];
+      }
     }
     pack_p();
   }
