@@ -254,18 +254,25 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
     release(k_empty, t);
     float corr[2];
     softmax(t, corr);
-    wgmma_wait<0>();
-    fence_accumulators(o);
-    release(v_empty, t - 1);
     // With the lazy max O keeps its scale on most tiles: the warp skips the multiplies
-    // (they wait on P V and delay the next turn) unless one of its rows' max moved.
+    // unless one of its rows' max moved. The wait for P_t-1 V_t-1 sits in both arms: after
+    // the softmax in one basic block, ptxas hoists it above the softmax, which then no
+    // longer runs under the product (bench/notes/flash.md step 11: 0 of the 66 MUFU
+    // between the two waits in the SASS, against all 66 this way). At head_dim 64
+    // (kMaxSlack 0) there is no branch, and the wait stays hoisted: that measured faster.
     if (L::kMaxSlack == 0 || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+      wgmma_wait<0>();
+      fence_accumulators(o);
 #pragma unroll
       for (int d = 0; d < HD / 8; ++d) {
         o[d][0] *= corr[0], o[d][1] *= corr[0];
         o[d][2] *= corr[1], o[d][3] *= corr[1];
       }
+    } else {
+      wgmma_wait<0>();
+      fence_accumulators(o);
     }
+    release(v_empty, t - 1);
     pack_p();
   }
   mbarrier_wait(bar(v_full, wg_tiles - 1), parity(wg_tiles - 1));
