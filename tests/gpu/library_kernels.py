@@ -1,5 +1,6 @@
-"""What the static kernel checks share: their arguments, kernel names in the rules' form,
-and the report (tests/gpu/kernel_stack_check.py, tests/gpu/pdl_wait_check.py)."""
+"""What the static kernel checks share: their arguments, the kernels' SASS, kernel names in
+the rules' form, and the report (tests/gpu/kernel_stack_check.py, pdl_wait_check.py,
+softmax_overlap_check.py)."""
 import argparse
 import re
 import subprocess
@@ -13,6 +14,21 @@ def parse_args(doc):
     ap.add_argument("--cuobjdump", default="cuobjdump")
     ap.add_argument("--cxxfilt", default="c++filt")
     return ap.parse_args()
+
+
+def functions(library, cuobjdump):
+    """(mangled name, [instruction text]) of every kernel in the library."""
+    out = subprocess.run([cuobjdump, "-sass", library], check=True, capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            found.append((m.group(1), []))
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?);", line)
+        if m and found:
+            found[-1][1].append(m.group(1))
+    return found
 
 
 def plain_names(mangled, cxxfilt):

@@ -15,10 +15,9 @@ the step, with __ldg before the wait by design.) Every rule must match at least 
 usage: pdl_wait_check.py LIBRARY [--cuobjdump PATH] [--cxxfilt PATH]
 """
 import re
-import subprocess
 import sys
 
-from library_kernels import parse_args, plain_names, report
+from library_kernels import functions, parse_args, plain_names, report
 
 # (pattern on the demangled name without namespaces, the wait (1-based in SASS order; -1 the
 # last), why)
@@ -30,21 +29,6 @@ RULES = [
 ]
 
 WIDE_READ_ONLY_LOAD = re.compile(r"\bLDG\.E\.128\.CONSTANT\b")
-
-
-def functions(library, cuobjdump):
-    """(mangled name, [instruction text]) of every kernel in the library."""
-    out = subprocess.run([cuobjdump, "-sass", library], check=True, capture_output=True, text=True).stdout
-    found = []
-    for line in out.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            found.append((m.group(1), []))
-            continue
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?);", line)
-        if m and found:
-            found[-1][1].append(m.group(1))
-    return found
 
 
 def main():

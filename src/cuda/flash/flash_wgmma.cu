@@ -58,9 +58,9 @@ struct WgLayout {
   static constexpr int kBM = 64 * kConsumers;  // query rows a block: one m64 row block a consumer
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
-  // The lazy max (softmax_tile's kMaxSlack) at head_dim 128: O's 64 multiplies a tile
-  // skipped, +4-6% (bench/notes/flash.md step 11); at 64 the vote cost more than the
-  // 32 multiplies it saved (-2-3%).
+  // The lazy max (softmax_tile's kMaxSlack) at head_dim 128, with which the softmax runs
+  // under P V (sm90::wait_pv_rescale): +4-6% (H200, bench/notes/flash.md step 11); at 64
+  // the overlap measured 2-4% slower.
   static constexpr int kMaxSlack = HD == 128 ? 8 : 0;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
   static constexpr int kBoxes = HD / kBox;  // column boxes a row
@@ -254,24 +254,7 @@ __global__ void __launch_bounds__(WgLayout<HD>::kThreads, 1) flash_wgmma_kernel(
     release(k_empty, t);
     float corr[2];
     softmax(t, corr);
-    // With the lazy max O keeps its scale on most tiles: the warp skips the multiplies
-    // unless one of its rows' max moved. The wait for P_t-1 V_t-1 sits in both arms: after
-    // the softmax in one basic block, ptxas hoists it above the softmax, which then no
-    // longer runs under the product (bench/notes/flash.md step 11: 0 of the 66 MUFU
-    // between the two waits in the SASS, against all 66 this way). At head_dim 64
-    // (kMaxSlack 0) there is no branch, and the wait stays hoisted: that measured faster.
-    if (L::kMaxSlack == 0 || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-      wgmma_wait<0>();
-      fence_accumulators(o);
-#pragma unroll
-      for (int d = 0; d < HD / 8; ++d) {
-        o[d][0] *= corr[0], o[d][1] *= corr[0];
-        o[d][2] *= corr[1], o[d][3] *= corr[1];
-      }
-    } else {
-      wgmma_wait<0>();
-      fence_accumulators(o);
-    }
+    sm90::wait_pv_rescale<L::kMaxSlack, HD>(o, corr);
     release(v_empty, t - 1);
     pack_p();
   }

@@ -74,6 +74,9 @@ struct MixedLayout {
   // warpgroup, spills 44-80 bytes).
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 48;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 208;
+  // The lazy max (softmax_tile's kMaxSlack) and the softmax under P V at head_dim 128,
+  // as flash_wgmma.cu's WgLayout.
+  static constexpr int kMaxSlack = HD == 128 ? 8 : 0;
   static_assert(128 * kProducers * kProducerRegs + 128 * kConsumers * kConsumerRegs <=
                     kThreads * ((65536 / kThreads) & ~7),
                 "the launch's registers");
@@ -473,7 +476,7 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
           if (col < lo[e >> 1] || col >= hi[e >> 1]) sc[j][e] = -INFINITY;
         }
     }
-    softmax_tile<kBN>(sc, m, l, a.sl2, corr);
+    softmax_tile<kBN, L::kMaxSlack>(sc, m, l, a.sl2, corr);
   };
   auto pack_p = [&] {
 #pragma unroll
@@ -526,14 +529,8 @@ __global__ void __launch_bounds__(MixedLayout<HD, Bits, KB>::kThreads, 1)
     release(k_empty, t);
     float corr[2];
     softmax(t, corr);
-    wgmma_wait<0>();
-    fence_accumulators(o);
+    sm90::wait_pv_rescale<L::kMaxSlack, HD>(o, corr);
     release(v_empty, t - 1);
-#pragma unroll
-    for (int d = 0; d < HD / 8; ++d) {
-      o[d][0] *= corr[0], o[d][1] *= corr[0];
-      o[d][2] *= corr[1], o[d][3] *= corr[1];
-    }
     pack_p();
   }
   mbarrier_wait(bar(v_full, tiles - 1), parity(tiles - 1));

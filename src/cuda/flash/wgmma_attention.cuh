@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "cuda/gemm/wgmma.cuh"
+#include "cuda/wgmma_rs.cuh"
 
 #if defined(LOWBIT_SM90A_DEVICE)
 
@@ -107,6 +108,32 @@ LOWBIT_WGMMA_RS_T_N128(__nv_bfloat16, "bf16")
 #undef LOWBIT_WGMMA_RS_T_N128
 
 #undef LOWBIT_D4
+
+// The end of a flash step: waits for P_t-1 V_t-1 (the last wgmma group in flight), then O
+// takes the softmax's factor corr. kMaxSlack > 0 (softmax_tile's lazy max): the warp
+// skips the multiplies unless one of its rows' max moved, and the wait sits in both arms
+// of that warp-uniform branch: after the softmax in one basic block, ptxas hoists the wait
+// above it, and the softmax no longer runs under the product (bench/notes/flash.md step
+// 11; tests/gpu/softmax_overlap_check.py holds the SASS to it). kMaxSlack 0: one block,
+// the wait hoisted (at head_dim 64 that measured faster than the overlap).
+template <int kMaxSlack, int HD>
+__device__ __forceinline__ void wait_pv_rescale(float (&o)[HD / 8][4], const float (&corr)[2]) {
+  auto rescale = [&] {
+#pragma unroll
+    for (int d = 0; d < HD / 8; ++d) {
+      o[d][0] *= corr[0], o[d][1] *= corr[0];
+      o[d][2] *= corr[1], o[d][3] *= corr[1];
+    }
+  };
+  if (kMaxSlack == 0 || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+    gemm::sm90::wgmma_wait<0>();
+    gemm::sm90::fence_accumulators(o);
+    rescale();
+  } else {
+    gemm::sm90::wgmma_wait<0>();
+    gemm::sm90::fence_accumulators(o);
+  }
+}
 
 }  // namespace lowbit::cuda::flash::sm90
 
