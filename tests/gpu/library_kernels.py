@@ -55,3 +55,27 @@ def report(tool, library, kernels, rules, matched, failures):
         print(f"{tool}: {f}", file=sys.stderr)
     print(f"{tool}: {kernels} kernels, {sum(matched)} under {len(rules)} rules, {len(failures)} failures")
     return 1 if failures else 0
+
+
+def run_sass_rules(tool, doc, rules, check):
+    """The SASS checks' driver: each kernel of the library (LIBRARY and options as
+    parse_args reads them from `doc`) goes to the first rule whose pattern (rule[0]) finds
+    its plain name, and check(name, code, rule) returns a failure message or None; the exit
+    code (report's)."""
+    args = parse_args(doc)
+    found = functions(args.library, args.cuobjdump)
+    if not found:
+        print(f"{tool}: no kernels in {args.library}", file=sys.stderr)
+        return 1
+    names = plain_names([mangled for mangled, _ in found], args.cxxfilt)
+    matched = [0] * len(rules)
+    failures = []
+    for name, (_, code) in zip(names, found):
+        for i, rule in enumerate(rules):
+            if re.search(rule[0], name):
+                matched[i] += 1
+                failure = check(name, code, rule)
+                if failure:
+                    failures.append(failure)
+                break
+    return report(tool, args.library, len(found), rules, matched, failures)

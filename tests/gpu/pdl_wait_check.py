@@ -17,7 +17,7 @@ usage: pdl_wait_check.py LIBRARY [--cuobjdump PATH] [--cxxfilt PATH]
 import re
 import sys
 
-from library_kernels import functions, parse_args, plain_names, report
+from library_kernels import run_sass_rules
 
 # (pattern on the demangled name without namespaces, the wait (1-based in SASS order; -1 the
 # last), why)
@@ -31,32 +31,18 @@ RULES = [
 WIDE_READ_ONLY_LOAD = re.compile(r"\bLDG\.E\.128\.CONSTANT\b")
 
 
-def main():
-    args = parse_args(__doc__)
-    found = functions(args.library, args.cuobjdump)
-    if not found:
-        print(f"pdl_wait_check: no kernels in {args.library}", file=sys.stderr)
-        return 1
-    names = plain_names([mangled for mangled, _ in found], args.cxxfilt)
-    matched = [0] * len(RULES)
-    failures = []
-    for name, (_, code) in zip(names, found):
-        for i, (pattern, wait, why) in enumerate(RULES):
-            if not re.search(pattern, name):
-                continue
-            matched[i] += 1
-            waits = [j for j, text in enumerate(code) if text.split()[-1] == "ACQBULK"]
-            if len(waits) < abs(wait):
-                failures.append(f"{name}: {len(waits)} waits, the rule reads wait {wait} ({why})")
-            else:
-                at = waits[wait - 1 if wait > 0 else wait]
-                early = [text for text in code[:at] if WIDE_READ_ONLY_LOAD.search(text)]
-                if early:
-                    failures.append(f"{name}: {len(early)} 16-byte read-only loads before wait {wait}, e.g. "
-                                    f"{early[0].strip()!r} ({why})")
-            break
-    return report("pdl_wait_check", args.library, len(found), RULES, matched, failures)
+def check(name, code, rule):
+    """A failure message where a 16-byte read-only load precedes the rule's wait, else None."""
+    _, wait, why = rule
+    waits = [j for j, text in enumerate(code) if text.split()[-1] == "ACQBULK"]
+    if len(waits) < abs(wait):
+        return f"{name}: {len(waits)} waits, the rule reads wait {wait} ({why})"
+    at = waits[wait - 1 if wait > 0 else wait]
+    early = [text for text in code[:at] if WIDE_READ_ONLY_LOAD.search(text)]
+    if early:
+        return f"{name}: {len(early)} 16-byte read-only loads before wait {wait}, e.g. {early[0].strip()!r} ({why})"
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_sass_rules("pdl_wait_check", __doc__, RULES, check))

@@ -12,10 +12,9 @@ instructions (a tile's 64 exponentials a thread). Every rule must match at least
 
 usage: softmax_overlap_check.py LIBRARY [--cuobjdump PATH] [--cxxfilt PATH]
 """
-import re
 import sys
 
-from library_kernels import functions, parse_args, plain_names, report
+from library_kernels import run_sass_rules
 
 # (pattern on the demangled name without namespaces, least MUFU between the waits, why)
 RULES = [
@@ -40,29 +39,17 @@ def mufu_between_waits(code):
     return None
 
 
-def main():
-    args = parse_args(__doc__)
-    found = functions(args.library, args.cuobjdump)
-    if not found:
-        print(f"softmax_overlap_check: no kernels in {args.library}", file=sys.stderr)
-        return 1
-    names = plain_names([mangled for mangled, _ in found], args.cxxfilt)
-    matched = [0] * len(RULES)
-    failures = []
-    for name, (_, code) in zip(names, found):
-        for i, (pattern, least, why) in enumerate(RULES):
-            if not re.search(pattern, name):
-                continue
-            matched[i] += 1
-            n = mufu_between_waits(code)
-            if n is None:
-                failures.append(f"{name}: no wait for S followed by a wait for P V in the SASS ({why})")
-            elif n < least:
-                failures.append(f"{name}: {n} MUFU between the wait for S and the wait for P V, at least {least} "
-                                f"wanted: ptxas moved the wait above the softmax ({why})")
-            break
-    return report("softmax_overlap_check", args.library, len(found), RULES, matched, failures)
+def check(name, code, rule):
+    """A failure message where the rule's kernel has too few MUFU between the waits, else None."""
+    _, least, why = rule
+    n = mufu_between_waits(code)
+    if n is None:
+        return f"{name}: no wait for S followed by a wait for P V in the SASS ({why})"
+    if n < least:
+        return (f"{name}: {n} MUFU between the wait for S and the wait for P V, at least {least} wanted: "
+                f"ptxas moved the wait above the softmax ({why})")
+    return None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_sass_rules("softmax_overlap_check", __doc__, RULES, check))
