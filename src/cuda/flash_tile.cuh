@@ -76,7 +76,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[kBN / 8][4], const std::uint3
 // (masked ones -inf): s becomes p = 2^(s sl2 - m), m the rows' running max (in the exp2
 // domain, the same on the 4 lanes of a row), l this lane's part of the running sum;
 // corr the factor the rows' earlier O and sums take. kMaxSlack > 0: m moves only when
-// the tile's max passes it by more than kMaxSlack, so p stays below 2^kMaxSlack and corr
+// the tile's max passes it by more than kMaxSlack, so p stays at most 2^kMaxSlack and corr
 // is exactly 1 on most tiles, where a caller can skip O's rescaling (FlashAttention-4's
 // lazy rescaling; the quotient O / l is the same, p's rounding relative as before).
 template <int kBN, int kMaxSlack = 0>
