@@ -25,7 +25,7 @@
 # built from (cmake/build_info.cmake: git in this tree, "+dirty" past it). On a machine
 # whose copy of .git is stale, set LOWBIT_COMMIT to the commit the tree is.
 # For a partial run (a short lease): GPU_CHECK_TESTS=<ctest -R regex> runs only the
-# matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention kvcache") only
+# matching tests, GPU_CHECK_BENCH="gemm" (default "kvquant gemm attention flash kvcache") only
 # those benchmarks (also kv-attention, prefill, kv-batch, decode-8b, batch-8b, batch-8b-pdl, serve-8b; set and
 # empty: none), GPU_CHECK_PYTHON=0 skips the Python package's tests,
 # GPU_CHECK_TARGETS="lowbit_gpu_tests lowbit_cli" builds only those targets (and then
@@ -133,6 +133,8 @@ benchmarks() {
   # Names: the `lowbit bench` benchmarks (kvquant, gemm), kv-attention (the decode
   # attention at 2K / 8K / 32K), prefill (its rows form: a 512-row chunk, tensor cores
   # against SIMT), kv-batch (the paged form: 16 and 64 sequences in one launch), and
+  # flash (`bench attention` at the full clock, --idle-ms 1, and held busy, --sample-ms 20,
+  # each beside PyTorch's SDPA timed alike where torch imports: bench/notes/flash.md),
   # the evaluations `attention` and `kvcache` (`lowbit eval ...`; kvcache needs the
   # model: scripts/fetch-model.sh); on the synthesized 8B model (synth_8b): decode-8b
   # (batch-1 decode at 2K / 8K / 32K per policy), batch-8b (B = 1 / 16 / 64 after 2K
@@ -141,10 +143,25 @@ benchmarks() {
   # --no-pdl, full cache: what programmatic launch buys) and serve-8b
   # (serve_bench).
   local status=0
-  for name in ${GPU_CHECK_BENCH-kvquant gemm attention kvcache}; do
+  for name in ${GPU_CHECK_BENCH-kvquant gemm attention flash kvcache}; do
     local command=(bench "$name")
     case "$name" in
       attention) command=(eval attention) ;;
+      flash)
+        local regime
+        for regime in "idle1 --idle-ms 1" "sample20 --sample-ms 20"; do
+          local tag flag value
+          read -r tag flag value <<<"$regime"
+          "$build_dir/bin/lowbit" bench attention "$flag" "$value" --json "$results/flash-$tag.json" \
+            >"$results/bench-flash-$tag.md" || status=1
+          cat "$results/bench-flash-$tag.md"
+          if python3 -c "import torch" 2>/dev/null; then
+            python3 bench/attention/sdpa_peer.py "$results/flash-$tag-sdpa.json" "$flag" "$value" \
+              >"$results/bench-flash-$tag-sdpa.md" || status=1
+            cat "$results/bench-flash-$tag-sdpa.md"
+          fi
+        done
+        continue ;;
       kv-attention) command=(bench kv-attention --context 2048,8192,32768) ;;
       prefill) command=(bench kv-attention --rows 512 --context 2048,8192,32768) ;;
       kv-batch) command=(bench kv-attention --batch 16,64 --context 2048,8192) ;;
