@@ -89,18 +89,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float (&m)[
     for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    float m_new;
-    if constexpr (kMaxSlack == 0) {
-      m_new = fmaxf(m[hr], mx * sl2);
-    } else {
-      m_new = mx * sl2 > m[hr] + static_cast<float>(kMaxSlack) ? mx * sl2 : m[hr];
-    }
+    const float m_new = kMaxSlack == 0 ? fmaxf(m[hr], mx * sl2)
+                                       : (mx * sl2 > m[hr] + static_cast<float>(kMaxSlack) ? mx * sl2 : m[hr]);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
-    if constexpr (kMaxSlack == 0) {
-      corr[hr] = exp2_approx(m[hr] - m_use);
-    } else {
-      corr[hr] = m_new == m[hr] ? 1.0f : exp2_approx(m[hr] - m_use);
-    }
+    corr[hr] = kMaxSlack > 0 && m_new == m[hr] ? 1.0f : exp2_approx(m[hr] - m_use);
     m[hr] = m_new;
     float sum = 0.0f;
 #pragma unroll
