@@ -14,15 +14,16 @@
 // block's 16 or 32 units of codes copied as they are, and their scales / mins. A stage
 // arrives either as four TMA boxes on the stage's full-barrier (kTma, the default where
 // the activations allow it: 1.06-1.36x on the H200) or as every thread's cp.async
-// (Loader). TMA at 32 / 64 activation rows: a ninth warp, the producer, issues the
-// boxes as soon as the stage's empty-barrier says every consumer warp is done with the
-// step it held (a warp arrives for step i - 1 at the end of step i: its wait_group 1
-// before k16 block 1 left only step i's groups in flight), so the consumers never wait
-// on each other or on a consumer's issue of the loads. Otherwise (TMA at 128 rows, by
-// thread 0; cp.async, by every thread) steps are prefetched kStages - 2 ahead after a
-// block barrier a step, so the stage refilled at step i last held step i - 2, whose
-// wgmmas a thread has waited for (wait_group 1 in step i - 1) before the barrier of
-// step i.
+// (Loader). TMA: a producer issues the boxes as soon as the stage's empty-barrier says
+// every consumer warp is done with the step it held (a warp arrives for step i - 1 at the
+// end of step i: its wait_group 1 before k16 block 1 left only step i's groups in
+// flight), so the consumers never wait on each other or on a consumer's issue of the
+// loads. The producer is a ninth warp at 32 / 64 activation rows; at 128 (two m64 blocks
+// a warpgroup, ~200 registers a consumer thread) a third warpgroup that gives its
+// registers to the consumers (setmaxnreg), since registers are allotted in whole
+// warpgroups. cp.async: steps are prefetched kStages - 2 ahead after a block barrier a
+// step, so the stage refilled at step i last held step i - 2, whose wgmmas a thread has
+// waited for (wait_group 1 in step i - 1) before the barrier of step i.
 //
 // A fragments from the packed layout (formats/weight_pack.h). The layout gives lane (r,
 // c') of a tile its row r's k 32c' .. 32c' + 31; wgmma's lane (g, c) needs, of k16 block
@@ -56,6 +57,7 @@
 #include "core/pdl.cuh"
 #include "core/split_k.h"
 #include "cuda/gemm/tma.h"
+#include "cuda/named_barrier.cuh"
 #include "cuda/sm90_kernel.h"
 #include "cuda/weight_only/common.cuh"
 #include "cuda/weight_only/launch.cuh"
@@ -412,13 +414,16 @@ __device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_bloc
   *n_block = in_group / group_m;
 }
 
-// Whether a block has the producer warp: TMA loads at 32 or 64 activation rows. At 128
-// (two m64 blocks a warpgroup, ~200 registers a thread) a ninth warp would cap the
-// registers at 168 (the file is allotted in whole warpgroups) and spill: thread 0 of
-// the consumers issues the boxes there.
-constexpr bool has_producer(bool tma, int bn) { return tma && bn <= 64; }
-// Threads a block: the consumers, and the producer warp where there is one.
-constexpr int block_threads(bool tma, int bn) { return has_producer(tma, bn) ? kThreads + 32 : kThreads; }
+// The TMA form's producer: a warp at 32 / 64 activation rows; at 128 a warpgroup (two m64
+// blocks a consumer warpgroup need ~200 registers a thread, and a ninth warp would cap
+// them at 168: the file is allotted in whole warpgroups), whose registers go to the
+// consumers.
+constexpr int producer_threads(bool tma, int bn) { return !tma ? 0 : bn <= 64 ? 32 : 128; }
+// Threads a block: the consumers and the producer.
+constexpr int block_threads(bool tma, int bn) { return kThreads + producer_threads(tma, bn); }
+// Registers a thread of the producer warpgroup keeps and a consumer's after the hand-over:
+// 128 x 40 + 256 x 232 of the 65,536.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
 // kTma: the loads as TMA on a full-barrier a stage, issued by the producer warp or thread
 // 0 (TmaLoader, maps); else cp.async by every thread (Loader; maps unused).
@@ -448,7 +453,8 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
   const QuadColumn column = make_quad_column<blocks_of(F)>(lane % 4);  // (block forms)
 
-  if constexpr (has_producer(kTma, kBN)) {
+  cg::cluster_group cluster = cg::this_cluster();
+  if constexpr (kTma) {
     __shared__ alignas(8) std::uint64_t full[L::kStages];   // a stage's step has landed
     __shared__ alignas(8) std::uint64_t empty[L::kStages];  // every consumer warp is done with it
     if (threadIdx.x == 0) {
@@ -461,70 +467,50 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
     }
     __syncthreads();  // the barriers' initialization, before anyone waits on them
     if (threadIdx.x >= kThreads) {
-      // The producer warp: step i into stage i % kStages once the step that stage held
-      // (i - kStages) is released; the whole warp waits, lane 0 issues.
-      if (lane == 0) {
-        gemm::sm90::prefetch_tensor_map(&maps.x);
-        gemm::sm90::prefetch_tensor_map(&maps.codes);
-        if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
-        if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
-      }
-      int stage = 0;
-      std::uint32_t phase = 0;  // flips each time the ring wraps
-      for (std::int64_t step = step_begin; step < step_end; ++step) {
-        // The fill before this one was released (a fresh barrier's parity-1 wait returns at once).
-        gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&empty[stage]), phase ^ 1u);
+      constexpr bool kProducerWarpgroup = producer_threads(kTma, kBN) == 128;
+      if constexpr (kProducerWarpgroup) gemm::sm90::release_registers<kProducerRegs>();
+      // The producer's first warp: step i into stage i % kStages once the step that stage
+      // held (i - kStages) is released; the whole warp waits, lane 0 issues.
+      if (threadIdx.x < kThreads + 32) {
         if (lane == 0) {
-          TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + stage * L::kStage, gemm::sm90::smem_address(&full[stage]),
-                                        tile0, m0, step);
+          gemm::sm90::prefetch_tensor_map(&maps.x);
+          gemm::sm90::prefetch_tensor_map(&maps.codes);
+          if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
+          if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
         }
-        __syncwarp();
-        if (++stage == L::kStages) stage = 0, phase ^= 1u;
+        int stage = 0;
+        std::uint32_t phase = 0;  // flips each time the ring wraps
+        for (std::int64_t step = step_begin; step < step_end; ++step) {
+          // The fill before this one was released (a fresh barrier's parity-1 wait returns at once).
+          gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&empty[stage]), phase ^ 1u);
+          if (lane == 0) {
+            TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + stage * L::kStage,
+                                          gemm::sm90::smem_address(&full[stage]), tile0, m0, step);
+          }
+          __syncwarp();
+          if (++stage == L::kStages) stage = 0, phase ^= 1u;
+        }
       }
-    } else {
-      int stage = 0, last_stage = 0;
-      std::uint32_t phase = 0;  // of the current stage's full-barrier: flips each time the ring wraps
-      for (std::int64_t step = step_begin; step < step_end; ++step) {
-        gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);  // this step has landed
-        compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
-                                     column, acc, step == step_begin);
-        // Its k16 block 1's wait_group 1 left only this step's groups in flight: the
-        // step before is done with its stage.
-        __syncwarp();
-        if (step > step_begin && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
-        last_stage = stage;
-        if (++stage == L::kStages) stage = 0, phase ^= 1u;
+      // The consumers' epilogue synchronizes among themselves (named barrier 1); the
+      // cluster's barriers count every thread.
+      if (splits > 1) {
+        cluster.sync();
+        cluster.sync();
       }
+      return;
     }
-  } else if constexpr (kTma) {  // thread 0 issues each stage's boxes
-    __shared__ alignas(8) std::uint64_t full[L::kStages];  // a stage's step has landed
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int s = 0; s < L::kStages; ++s) gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
-      gemm::sm90::fence_barrier_init();
-      gemm::sm90::prefetch_tensor_map(&maps.x);
-      gemm::sm90::prefetch_tensor_map(&maps.codes);
-      if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
-      if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
-      for (int s = 0; s < L::kAhead && step_begin + s < step_end; ++s) {
-        TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + s * L::kStage, gemm::sm90::smem_address(&full[s]), tile0,
-                                      m0, step_begin + s);
-      }
-    }
-    __syncthreads();  // the barriers' initialization, before anyone waits on them
-    int stage = 0;
-    std::uint32_t phase = 0;  // of the current stage's barrier: flips each time the ring wraps
+    if constexpr (producer_threads(kTma, kBN) == 128) gemm::sm90::claim_registers<kConsumerRegs>();
+    int stage = 0, last_stage = 0;
+    std::uint32_t phase = 0;  // of the current stage's full-barrier: flips each time the ring wraps
     for (std::int64_t step = step_begin; step < step_end; ++step) {
       gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);  // this step has landed
-      __syncthreads();  // every thread's; the stage refilled below held step - 2, whose wgmmas are done
-      const std::int64_t ahead = step + L::kAhead;
-      const int ahead_stage = (stage + L::kAhead) % L::kStages;
-      if (threadIdx.x == 0 && ahead < step_end) {
-        TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + ahead_stage * L::kStage,
-                                      gemm::sm90::smem_address(&full[ahead_stage]), tile0, m0, ahead);
-      }
-      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
-                                   column, acc, step == step_begin);
+      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, column,
+                                   acc, step == step_begin);
+      // Its k16 block 1's wait_group 1 left only this step's groups in flight: the
+      // step before is done with its stage.
+      __syncwarp();
+      if (step > step_begin && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
+      last_stage = stage;
       if (++stage == L::kStages) stage = 0, phase ^= 1u;
     }
   } else {
@@ -552,12 +538,12 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 #pragma unroll
   for (int mi = 0; mi < L::kMi; ++mi) gemm::sm90::fence_accumulators(acc[mi]);
   cp_async_wait<0>();
-  __syncthreads();  // the ring is free: it becomes the FP32 output tile
+  named_barrier(1, kThreads);  // the ring is free: it becomes the FP32 output tile
 
   // The tile [kBN activation rows][kTiles * 8 weight rows] in FP32: acc[mi][4j + e] is
   // weight row 64 (kMi wg + mi) + 16 warp + g (+ 8 for e >= 2), activation row 8j + 2c + e % 2.
   float* const partial = reinterpret_cast<float*>(ring);
-  if (threadIdx.x < kThreads) {  // the consumers (not the producer warp)
+  {
     const int g = lane / 4, c = lane % 4;
 #pragma unroll
     for (int mi = 0; mi < L::kMi; ++mi) {
@@ -571,11 +557,10 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       }
     }
   }
-  cg::cluster_group cluster = cg::this_cluster();
   if (splits > 1) {
     cluster.sync();
   } else {
-    __syncthreads();
+    named_barrier(1, kThreads);
   }
   // Block `split` stores activation rows split, split + splits, ...: kTiles runs of 8
   // weight rows (16 bytes of output) per row, its own rows' (row, run) items spread over
@@ -584,7 +569,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
   // the kMi 1 main loop ~70 rematerialized instructions a step (its register allocation
   // changed), more than the DSMEM latencies it saved.
   const bool vector = p.ldo % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0;
-  for (int item = threadIdx.x; threadIdx.x < kThreads && item < kBN * L::kTiles; item += kThreads) {
+  for (int item = threadIdx.x; item < kBN * L::kTiles; item += kThreads) {
     const int row = split + splits * (item / L::kTiles), run = item % L::kTiles;
     if (row >= kBN) break;  // this block's rows are the first kBN / splits x kTiles items
     if (m0 + row >= p.m) continue;
