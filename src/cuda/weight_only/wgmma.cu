@@ -267,46 +267,99 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
   return sc;
 }
 
-// k16 block j's kMi wgmmas (A: a; B: the stage's X tile, atom j / 4, 32 bytes per k16
-// inside it) committed as one group, once the group two blocks back (which read the
-// registers the caller reused for a) is done. `x_desc`: the stage's X descriptor; block
-// j's is it plus the block's offset >> 4 in the start-address field (bits 0-13: shared
-// addresses stay below 2^18, so the sum never carries out of it), one add instead of
-// the address masks and shifts a block.
-template <class T, int kBN, int kMi>
-__device__ __forceinline__ void issue_k16(std::uint64_t x_desc, int j, std::uint32_t (&a)[kMi][4],
-                                          float (&acc)[kMi][kBN / 2], bool first) {
-  const std::uint64_t desc = x_desc + static_cast<std::uint64_t>(((j / 4) * kBN * 128 + (j % 4) * 32) >> 4);
-  gemm::sm90::wgmma_wait<1>();
-  gemm::sm90::wgmma_fence();
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi) gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc, first && j == 0 ? 0 : 1);
-  gemm::sm90::wgmma_commit();
-}
+// FlashAttention-3's ping-pong between the two consumer warpgroups: they take turns to
+// issue a batch of wgmmas, so that one's dequantization runs while the other's products
+// hold the tensor cores. Named barrier 2 + w is warpgroup w's turn: it waits there
+// (bar.sync) and hands the turn to the other with bar.arrive. Warpgroup 1 gives warpgroup
+// 0 its first turn (start) and warpgroup 0 takes the turn of warpgroup 1's last hand-over
+// after its own loop (finish), so every barrier's arrivals match its waits.
+struct Turns {
+  int wg;
+  __device__ void start() const {
+    if (wg == 1) named_barrier_arrive(2, kThreads);
+  }
+  __device__ void take() const { named_barrier(2 + wg, kThreads); }
+  __device__ void hand_over() const { named_barrier_arrive(2 + (wg ^ 1), kThreads); }
+  __device__ void finish() const {
+    if (wg == 0) named_barrier(2, kThreads);
+  }
+};
 
-// The two k16 blocks 2 cp + h of packed lane column cp: each block's kMi A fragments
-// filled in place by fill(mi, h, a[mi]), then issued as one group (issue_k16).
-template <class T, int kBN, int kMi, class Fill>
-__device__ __forceinline__ void issue_lane_column(std::uint64_t x_desc, int cp, float (&acc)[kMi][kBN / 2],
-                                                  bool first, const Fill& fill) {
+// One K step of a warpgroup: 8 k16 blocks, 2 of each packed lane column cp; column(cp)
+// reads the column's codes and factors from the stage and returns fill(mi, h, a), which
+// builds block 2 cp + h's A fragment of m64 block mi in place.
+// Without ping-pong each block's kMi wgmmas are one group, issued once the group two
+// blocks back (which read the registers a reuses) is done: block j + 1's fragments are
+// built while block j's group runs. With it, a half step's 4 blocks are built, then
+// issued in the warpgroup's turn as one group, which the next half step waits for before
+// it overwrites their registers: the other warpgroup's batch runs meanwhile.
+template <class T, int kBN, int kMi, bool kPingPong, class Column>
+__device__ __forceinline__ void issue_step(std::uint64_t x_desc, float (&acc)[kMi][kBN / 2], bool first,
+                                           const Turns& turns, const Column& column) {
+  // Block j's descriptor: the stage's plus the block's offset >> 4 in the start-address
+  // field (bits 0-13: shared addresses stay below 2^18, so the sum never carries out of
+  // it), one add instead of the address masks and shifts a block.
+  const auto desc_of = [&](int j) {
+    return x_desc + static_cast<std::uint64_t>(((j / 4) * kBN * 128 + (j % 4) * 32) >> 4);
+  };
+  if constexpr (!kPingPong) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    std::uint32_t a[kMi][4];
+    for (int cp = 0; cp < 4; ++cp) {
+      const auto fill = column(cp);
 #pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) fill(mi, h, a[mi]);
-    issue_k16<T, kBN, kMi>(x_desc, 2 * cp + h, a, acc, first);
+      for (int h = 0; h < 2; ++h) {
+        std::uint32_t a[kMi][4];
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) fill(mi, h, a[mi]);
+        gemm::sm90::wgmma_wait<1>();
+        gemm::sm90::wgmma_fence();
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) {
+          gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[mi], desc_of(2 * cp + h), first && cp == 0 && h == 0 ? 0 : 1);
+        }
+        gemm::sm90::wgmma_commit();
+      }
+    }
+  } else {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      std::uint32_t a[2][2][kMi][4];  // [column of the half][h][mi]
+      gemm::sm90::wgmma_wait<0>();     // the last batch is done with its registers
+#pragma unroll
+      for (int c2 = 0; c2 < 2; ++c2) {
+        const auto fill = column(2 * half + c2);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int mi = 0; mi < kMi; ++mi) fill(mi, h, a[c2][h][mi]);
+        }
+      }
+      turns.take();
+      gemm::sm90::wgmma_fence();
+#pragma unroll
+      for (int c2 = 0; c2 < 2; ++c2) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int j = 4 * half + 2 * c2 + h;
+#pragma unroll
+          for (int mi = 0; mi < kMi; ++mi) {
+            gemm::sm90::wgmma_rs<T, kBN>(acc[mi], a[c2][h][mi], desc_of(j), first && j == 0 ? 0 : 1);
+          }
+        }
+      }
+      gemm::sm90::wgmma_commit();
+      turns.hand_over();
+    }
   }
 }
 
-// One K step of a warpgroup: 8 k16 blocks, each kMi A fragments built in registers and
-// its kMi wgmmas issued as one group (issue_k16). The fragments of block j are built
-// while the group of block j - 1 runs.
-template <class T, Form F, int kBN, int kMi>
+// The grouped forms' columns: the lane's code words and scales of both tiles of each m64
+// block.
+template <class T, Form F, int kBN, int kMi, bool kPingPong>
 __device__ __forceinline__ void compute_grouped_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
                                                      int wg, int warp, int lane, float (&acc)[kMi][kBN / 2],
-                                                     bool first) {
+                                                     bool first, const Turns& turns) {
   using L = Layout<F, kBN, kMi>;
-  const std::uint64_t x_desc = gemm::sm90::sw128_descriptor(x_addr);
   const int g = lane / 4, c = lane % 4;
   const auto shift = static_cast<std::uint32_t>(4 * c);  // the lane's nibbles c, c + 4 of a word
   const std::uint8_t* codes = stage + L::kX;
@@ -314,9 +367,8 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
   const auto* mins = scales + L::kScaleBytes / 2;
   constexpr int kUnit = form_unit_bytes<F>();
   // Tiles of m64 block mi: rows g and g + 8 of the warp's 16.
-  const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
-#pragma unroll
-  for (int cp = 0; cp < 4; ++cp) {  // the packed lane column: k16 blocks j = 2 cp, 2 cp + 1
+  const auto tile_lo = [=](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
+  const auto column = [&](int cp) {  // the packed lane column: k16 blocks j = 2 cp, 2 cp + 1
     const int group = cp >> p.group_shift;
     Scale2<T> s_lo[kMi], s_hi[kMi];
     uint4 lo4[kMi], hi4[kMi];
@@ -330,7 +382,7 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
         hi4[mi] = *reinterpret_cast<const uint4*>(codes + (t + 1) * kUnit + (4 * g + cp) * 16);
       }
     }
-    issue_lane_column<T, kBN, kMi>(x_desc, cp, acc, first, [&](int mi, int h, std::uint32_t(&a)[4]) {
+    return [=](int mi, int h, std::uint32_t(&a)[4]) {
       if constexpr (F == Form::int8) {
         // Half h of the lane column: chunk (h * 32 + 4 g + cp) of each unit.
         const int t = tile_lo(mi);
@@ -350,51 +402,49 @@ __device__ __forceinline__ void compute_grouped_step(const Params& p, const std:
         a[2] = scale_pair<T, F>(int4_code_pair_at<T, F>(w2, shift), s_lo[mi]);
         a[3] = scale_pair<T, F>(int4_code_pair_at<T, F>(w3, shift), s_hi[mi]);
       }
-    });
-  }
+    };
+  };
+  issue_step<T, kBN, kMi, kPingPong>(gemm::sm90::sw128_descriptor(x_addr), acc, first, turns, column);
 }
 
-// compute_grouped_step for the GGML block forms: per packed lane column cp, each tile's
-// lane (g, cp) of the unit (codes, sub-block factors, row factors) read once, then its
-// pairs c of words 2h, 2h + 1 for k16 block 2 cp + h.
-template <class T, Form F, int kBN, int kMi>
+// The GGML block forms' columns: each tile's lane (g, cp) of the unit (codes, sub-block
+// factors, row factors) read once, then its pairs c of words 2h, 2h + 1 for k16 block
+// 2 cp + h.
+template <class T, Form F, int kBN, int kMi, bool kPingPong>
 __device__ __forceinline__ void compute_block_step(const std::uint8_t* stage, std::uint32_t x_addr, int wg, int warp,
-                                                   int lane, const QuadColumn& column, float (&acc)[kMi][kBN / 2],
-                                                   bool first) {
-  using L = Layout<F, kBN, kMi>;
-  const std::uint64_t x_desc = gemm::sm90::sw128_descriptor(x_addr);
+                                                   int lane, const QuadColumn& quad, float (&acc)[kMi][kBN / 2],
+                                                   bool first, const Turns& turns) {
   constexpr formats::WeightBlocks kB = blocks_of(F);
   constexpr int kUnit = form_unit_bytes<F>();
   const int g = lane / 4;
-  const std::uint8_t* codes = stage + L::kX;
-  const auto tile_lo = [&](int mi) { return 8 * kMi * wg + 8 * mi + 2 * warp; };
-#pragma unroll
-  for (int cp = 0; cp < 4; ++cp) {
+  const std::uint8_t* codes = stage + Layout<F, kBN, kMi>::kX;
+  const auto column = [&](int cp) {
     BlockLane<F> lo[kMi], hi[kMi];
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {
-      const int t = tile_lo(mi);
+      const int t = 8 * kMi * wg + 8 * mi + 2 * warp;
       lo[mi] = load_block_lane<F>(codes + t * kUnit, 4 * g + cp);
       hi[mi] = load_block_lane<F>(codes + (t + 1) * kUnit, 4 * g + cp);
     }
     // Registers: (row g at k, row g + 8 at k, row g at k + 8, row g + 8 at k + 8).
-    issue_lane_column<T, kBN, kMi>(x_desc, cp, acc, first, [&](int mi, int h, std::uint32_t(&a)[4]) {
-      a[0] = scale_block_pair<F>(lo[mi], 2 * h, code_pair_1024_at<kB>(lo[mi].c, 2 * h, column));
-      a[1] = scale_block_pair<F>(hi[mi], 2 * h, code_pair_1024_at<kB>(hi[mi].c, 2 * h, column));
-      a[2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, column));
-      a[3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, column));
-    });
-  }
+    return [=, &quad](int mi, int h, std::uint32_t(&a)[4]) {
+      a[0] = scale_block_pair<F>(lo[mi], 2 * h, code_pair_1024_at<kB>(lo[mi].c, 2 * h, quad));
+      a[1] = scale_block_pair<F>(hi[mi], 2 * h, code_pair_1024_at<kB>(hi[mi].c, 2 * h, quad));
+      a[2] = scale_block_pair<F>(lo[mi], 2 * h + 1, code_pair_1024_at<kB>(lo[mi].c, 2 * h + 1, quad));
+      a[3] = scale_block_pair<F>(hi[mi], 2 * h + 1, code_pair_1024_at<kB>(hi[mi].c, 2 * h + 1, quad));
+    };
+  };
+  issue_step<T, kBN, kMi, kPingPong>(gemm::sm90::sw128_descriptor(x_addr), acc, first, turns, column);
 }
 
-template <class T, Form F, int kBN, int kMi>
+template <class T, Form F, int kBN, int kMi, bool kPingPong>
 __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t* stage, std::uint32_t x_addr,
-                                             int wg, int warp, int lane, const QuadColumn& column,
-                                             float (&acc)[kMi][kBN / 2], bool first) {
+                                             int wg, int warp, int lane, const QuadColumn& quad,
+                                             float (&acc)[kMi][kBN / 2], bool first, const Turns& turns) {
   if constexpr (is_block_form(F)) {
-    compute_block_step<T, F, kBN, kMi>(stage, x_addr, wg, warp, lane, column, acc, first);
+    compute_block_step<T, F, kBN, kMi, kPingPong>(stage, x_addr, wg, warp, lane, quad, acc, first, turns);
   } else {
-    compute_grouped_step<T, F, kBN, kMi>(p, stage, x_addr, wg, warp, lane, acc, first);
+    compute_grouped_step<T, F, kBN, kMi, kPingPong>(p, stage, x_addr, wg, warp, lane, acc, first, turns);
   }
 }
 
@@ -451,7 +501,11 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
   const std::int64_t step_begin = k_steps * split / splits, step_end = k_steps * (split + 1) / splits;
 
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
-  const QuadColumn column = make_quad_column<blocks_of(F)>(lane % 4);  // (block forms)
+  const QuadColumn quad = make_quad_column<blocks_of(F)>(lane % 4);  // (block forms)
+  // The consumers' ping-pong (Turns): where the producer warpgroup gave them the registers
+  // for a half step's fragments.
+  constexpr bool kPingPong = producer_threads(kTma, kBN) == 128;
+  const Turns turns{wg};
 
   cg::cluster_group cluster = cg::this_cluster();
   if constexpr (kTma) {
@@ -500,19 +554,21 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       return;
     }
     if constexpr (producer_threads(kTma, kBN) == 128) gemm::sm90::claim_registers<kConsumerRegs>();
+    if constexpr (kPingPong) turns.start();
     int stage = 0, last_stage = 0;
     std::uint32_t phase = 0;  // of the current stage's full-barrier: flips each time the ring wraps
     for (std::int64_t step = step_begin; step < step_end; ++step) {
       gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);  // this step has landed
-      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane, column,
-                                   acc, step == step_begin);
-      // Its k16 block 1's wait_group 1 left only this step's groups in flight: the
-      // step before is done with its stage.
+      compute_step<T, F, kBN, kMi, kPingPong>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp,
+                                              lane, quad, acc, step == step_begin, turns);
+      // Its k16 block 1's wait_group 1 (ping-pong: its second half's wait_group 0) left
+      // only this step's groups in flight: the step before is done with its stage.
       __syncwarp();
       if (step > step_begin && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
       last_stage = stage;
       if (++stage == L::kStages) stage = 0, phase ^= 1u;
     }
+    if constexpr (kPingPong) turns.finish();
   } else {
     Loader<F, kBN, kMi> loader(p, m0, tile0, step_begin);
 #pragma unroll
@@ -529,8 +585,8 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       const int ahead_stage = (stage + L::kAhead) % L::kStages;
       if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
       cp_async_commit();
-      compute_step<T, F, kBN, kMi>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
-                                   column, acc, step == step_begin);
+      compute_step<T, F, kBN, kMi, false>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
+                                          quad, acc, step == step_begin, turns);
       stage = stage + 1 == L::kStages ? 0 : stage + 1;
     }
   }
