@@ -270,18 +270,18 @@ __device__ __forceinline__ Scale2<T> lane_scale(const std::uint16_t* scales, con
 // FlashAttention-3's ping-pong between the two consumer warpgroups: they take turns to
 // issue a batch of wgmmas, so that one's dequantization runs while the other's products
 // hold the tensor cores. Named barrier 2 + w is warpgroup w's turn: it waits there
-// (bar.sync) and hands the turn to the other with bar.arrive. Warpgroup 1 gives warpgroup
-// 0 its first turn (start) and warpgroup 0 takes the turn of warpgroup 1's last hand-over
-// after its own loop (finish), so every barrier's arrivals match its waits.
+// (bar.sync) and hands the turn to the other with bar.arrive. Warpgroup 1 gives
+// warpgroup 0 its first turn (start) and keeps its own last one (hand_over of the last
+// step's last batch), so every barrier's arrivals match its waits.
 struct Turns {
   int wg;
+  bool last_step;  // the warpgroup's last K step
   __device__ void start() const {
     if (wg == 1) named_barrier_arrive(2, kThreads);
   }
   __device__ void take() const { named_barrier(2 + wg, kThreads); }
-  __device__ void hand_over() const { named_barrier_arrive(2 + (wg ^ 1), kThreads); }
-  __device__ void finish() const {
-    if (wg == 0) named_barrier(2, kThreads);
+  __device__ void hand_over(bool last_batch) const {
+    if (!(wg == 1 && last_step && last_batch)) named_barrier_arrive(2 + (wg ^ 1), kThreads);
   }
 };
 
@@ -348,7 +348,7 @@ __device__ __forceinline__ void issue_step(std::uint64_t x_desc, float (&acc)[kM
         }
       }
       gemm::sm90::wgmma_commit();
-      turns.hand_over();
+      turns.hand_over(half == 1);
     }
   }
 }
@@ -503,9 +503,9 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
   float acc[L::kMi][kBN / 2];  // zeroed by the first wgmma (scale-d 0): no other instruction writes it
   const QuadColumn quad = make_quad_column<blocks_of(F)>(lane % 4);  // (block forms)
   // The consumers' ping-pong (Turns): where the producer warpgroup gave them the registers
-  // for a half step's fragments.
-  constexpr bool kPingPong = producer_threads(kTma, kBN) == 128;
-  const Turns turns{wg};
+  // for a half step's fragments, but INT8, whose fragments are read from shared memory
+  // block by block (H200, 28672 x 8192: 0-6% slower at M 256-2048 with it).
+  constexpr bool kPingPong = producer_threads(kTma, kBN) == 128 && F != Form::int8;
 
   cg::cluster_group cluster = cg::this_cluster();
   if constexpr (kTma) {
@@ -554,13 +554,13 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       return;
     }
     if constexpr (producer_threads(kTma, kBN) == 128) gemm::sm90::claim_registers<kConsumerRegs>();
-    if constexpr (kPingPong) turns.start();
+    if constexpr (kPingPong) Turns{wg, false}.start();
     int stage = 0, last_stage = 0;
     std::uint32_t phase = 0;  // of the current stage's full-barrier: flips each time the ring wraps
     for (std::int64_t step = step_begin; step < step_end; ++step) {
       gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);  // this step has landed
       compute_step<T, F, kBN, kMi, kPingPong>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp,
-                                              lane, quad, acc, step == step_begin, turns);
+                                              lane, quad, acc, step == step_begin, Turns{wg, step + 1 == step_end});
       // Its k16 block 1's wait_group 1 (ping-pong: its second half's wait_group 0) left
       // only this step's groups in flight: the step before is done with its stage.
       __syncwarp();
@@ -568,7 +568,6 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       last_stage = stage;
       if (++stage == L::kStages) stage = 0, phase ^= 1u;
     }
-    if constexpr (kPingPong) turns.finish();
   } else {
     Loader<F, kBN, kMi> loader(p, m0, tile0, step_begin);
 #pragma unroll
@@ -586,7 +585,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       if (ahead < step_end) loader.issue(p, ring + ahead_stage * L::kStage, ahead);
       cp_async_commit();
       compute_step<T, F, kBN, kMi, false>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
-                                          quad, acc, step == step_begin, turns);
+                                          quad, acc, step == step_begin, Turns{wg, false});
       stage = stage + 1 == L::kStages ? 0 : stage + 1;
     }
   }
