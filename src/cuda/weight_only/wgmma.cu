@@ -42,7 +42,9 @@
 // That reads 4x the code bytes from shared memory that a wgmma-native layout would; it
 // keeps ONE packed layout for the GEMVs and this kernel
 // (no second copy of the weights). Dequantization of k16 block j + 1 overlaps the wgmma
-// of block j (wait_group 1: two A fragments in flight).
+// of block j (wait_group 1: two A fragments in flight), or, where the two consumer
+// warpgroups ping-pong (Turns, 128 activation rows), one warpgroup's half step of
+// dequantization overlaps the other's wgmmas.
 //
 // Split-K across a thread-block cluster where the waves' model says it pays (1, 2, 4
 // or 8 blocks along K; core/split_k.h): every block leaves its FP32 tile in its own
@@ -475,8 +477,8 @@ constexpr int block_threads(bool tma, int bn) { return kThreads + producer_threa
 // 128 x 40 + 256 x 232 of the 65,536.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
-// kTma: the loads as TMA on a full-barrier a stage, issued by the producer warp or thread
-// 0 (TmaLoader, maps); else cp.async by every thread (Loader; maps unused).
+// kTma: the loads as TMA on a full-barrier a stage, issued by the producer (TmaLoader,
+// maps); else cp.async by every thread (Loader; maps unused).
 template <class T, Form F, int kBN, int kMi, bool kTma>
 __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(const Params p, int splits,
                                                                        std::int64_t n_blocks, std::int64_t m_blocks,
@@ -546,7 +548,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
         }
       }
       // The consumers' epilogue synchronizes among themselves (named barrier 1); the
-      // cluster's barriers count every thread.
+      // cluster's barriers are met by every thread of the block.
       if (splits > 1) {
         cluster.sync();
         cluster.sync();
