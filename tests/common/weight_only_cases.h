@@ -134,7 +134,9 @@ inline void run_case(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& 
   SCOPED_TRACE(testing::Message() << "bits " << spec.bits << " zero_point " << spec.zero_point << " group "
                                   << spec.group_size << " " << dtype_name(dt) << " M " << m << " N " << n << " K " << k
                                   << " bias " << with_bias << " aligned rows " << aligned_rows);
-  const std::int64_t ldx = aligned_rows ? (k + 7) / 8 * 8 : k + 1, ldo = n + 3;
+  // Aligned: rows of both 16-byte multiples (TMA's loads and stores take them), the output's
+  // with 8 to 15 padding columns that must stay unwritten.
+  const std::int64_t ldx = aligned_rows ? (k + 7) / 8 * 8 : k + 1, ldo = aligned_rows ? (n + 7) / 8 * 8 + 8 : n + 3;
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   std::vector<std::uint16_t> x(static_cast<std::size_t>(m * ldx)), bias(static_cast<std::size_t>(n));
   for (auto& v : x) v = to_act_bits(dt, value(rng));

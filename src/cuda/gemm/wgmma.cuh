@@ -91,6 +91,28 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
+// Shared memory at `src` (a box of `map`, written through the generic proxy and fenced
+// with fence_proxy_async_shared) to the box at (c0 inner, c1 outer) in global memory;
+// elements outside the map's dims are not written. One bulk group a commit.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, std::uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until the committed stores have read their shared memory (it may then be reused or freed).
+__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+
+// Four 8 x 8 matrices of 16-bit values into shared memory, transposed: register q of lane
+// 4g + c holds elements (g, 2c) and (g, 2c + 1) of matrix q, whose column i is stored as
+// 16 bytes at the address lane 8q + i gives.
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t addr, const std::uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // ---------------------------------------------------------------- wgmma
 
 // Shared-memory matrix descriptor of a K-major operand tile written by TMA with the

@@ -50,7 +50,10 @@
 // or 8 blocks along K; core/split_k.h): every block leaves its FP32 tile in its own
 // shared memory and after a cluster barrier block s sums the rows s, s + splits, ... over
 // all ranks in rank order (deterministic, no atomics, no workspace). The same shared-memory tile makes the
-// output stores whole 16-byte rows of N.
+// output stores whole 16-byte rows of N. A block that holds all of K (no split) instead
+// writes its tile in T with stmatrix and stores it by TMA (store_tile), where the output's
+// rows allow: the split path's pass cost ~9 us of a 128-row block's ~103 at 2048 x 28672 x
+// 8192, with the SM's tensor cores idle.
 #include <cooperative_groups.h>
 
 #include <cstdint>
@@ -193,7 +196,21 @@ struct Loader {
 // loads as zeros and counts toward the bytes.
 struct WgmmaMaps {  // CUtensorMap keeps them 64-byte aligned, as TMA needs
   CUtensorMap x, codes, scales, mins;
+  CUtensorMap out;  // the output in boxes of kBN rows x 64 columns (store_out_map)
 };
+
+// The output's store map, where one block writes whole tiles (no split) and TMA takes
+// the output: 16-byte aligned rows of ldo * 2 bytes, and N a multiple of 8 (the H200 wrote
+// a partial last 16 bytes of a row whole, past N). Whether it was made.
+template <int kBN>
+bool make_out_map(const Params& p, CUtensorMap* map) {
+  if (reinterpret_cast<std::uintptr_t>(p.out) % 16 != 0 || p.ldo % 8 != 0 || p.n % 8 != 0 ||
+      p.m >= (std::int64_t{1} << 31) || p.n >= (std::int64_t{1} << 31)) {
+    return false;
+  }
+  return gemm::encode_swizzled_128(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.out, p.n, p.m, 2 * p.ldo, 64, kBN) ==
+         nullptr;
+}
 
 // The maps of one launch (host; ~1-2 us each).
 template <Form F, int kBN, int kMi>
@@ -450,6 +467,62 @@ __device__ __forceinline__ void compute_step(const Params& p, const std::uint8_t
   }
 }
 
+// The output tile of a block that holds all of K, stored by TMA: the consumers convert
+// their accumulators (+ bias) to T and write them transposed (stmatrix) into the ring as
+// kTiles / 8 boxes of [kBN activation rows][64 weight rows] with the 128-byte swizzle
+// (16-byte chunk ch of row m at ch ^ m % 8: a matrix's 8 rows hit 8 distinct chunks), then
+// one thread stores the boxes; TMA drops what lies past M and N (a multiple of 8). The
+// values are the reduction path's exactly: (0 + acc) + bias, rounded once.
+template <class T, int kBN, int kMi>
+__device__ __forceinline__ void store_tile(const Params& p, const CUtensorMap* out_map, std::uint32_t ring_addr,
+                                           float (&acc)[kMi][kBN / 2], int wg, int warp, int lane,
+                                           std::int64_t tile0, std::int64_t m0) {
+  constexpr std::uint32_t kBox = kBN * 128;  // bytes of a box: kBN rows of 64 values
+  constexpr int kTiles = 16 * kMi;
+  const int g = lane / 4, q = lane / 8, i = lane % 8;
+  const auto pack = [](float lo, float hi) {
+    return static_cast<std::uint32_t>(Act<T>::from_float(lo)) |
+           static_cast<std::uint32_t>(Act<T>::from_float(hi)) << 16;
+  };
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+    const int n_warp = 64 * (kMi * wg + mi) + 16 * warp;  // the warp's 16 weight rows of the tile
+    float bias[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t n = tile0 * 8 + n_warp + 8 * h + g;
+      bias[h] = p.bias != nullptr && n < p.n ? Act<T>::to_float(p.bias[n * p.bias_stride]) : 0.0f;
+    }
+    // Matrix q of a store: activation rows 8 (j + q / 2) .., weight rows n_warp + 8 (q % 2) ..;
+    // lane 8q + i gives its row i's address.
+    const int n_chunk = n_warp + 8 * (q % 2);
+    const std::uint32_t row_base = ring_addr + static_cast<std::uint32_t>(n_chunk / 64) * kBox;
+    const int ch = (n_chunk % 64) / 8;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; j += 2) {
+      const int m = 8 * (j + q / 2) + i;
+      std::uint32_t r[4];
+#pragma unroll
+      for (int mq = 0; mq < 4; ++mq) {
+        const int jj = j + mq / 2, h = mq % 2;
+        r[mq] = pack((0.0f + acc[mi][4 * jj + 2 * h]) + bias[h], (0.0f + acc[mi][4 * jj + 2 * h + 1]) + bias[h]);
+      }
+      gemm::sm90::stmatrix_x4_trans(row_base + static_cast<std::uint32_t>(m * 128 + ((ch ^ i) * 16)), r);
+    }
+  }
+  gemm::sm90::fence_proxy_async_shared();  // the generic-proxy writes, visible to TMA's reads
+  named_barrier(1, kThreads);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int b = 0; b < kTiles / 8; ++b) {
+      gemm::sm90::tma_store_2d(out_map, ring_addr + b * kBox, static_cast<int>(tile0 * 8 + 64 * b),
+                               static_cast<int>(m0));
+    }
+    gemm::sm90::bulk_commit();
+    gemm::sm90::bulk_wait_read_all();  // the block's shared memory stays until the stores read it
+  }
+}
+
 #endif  // LOWBIT_SM90A_DEVICE
 
 // Grouped rasterization: kGroupM m blocks run over all n blocks before the next group,
@@ -482,7 +555,8 @@ constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 template <class T, Form F, int kBN, int kMi, bool kTma>
 __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(const Params p, int splits,
                                                                        std::int64_t n_blocks, std::int64_t m_blocks,
-                                                                       const __grid_constant__ WgmmaMaps maps) {
+                                                                       const __grid_constant__ WgmmaMaps maps,
+                                                                       bool store_out) {
 #if defined(LOWBIT_SM90A_DEVICE)
   using L = Layout<F, kBN, kMi>;
   // A static marker: its size tells the host that this image has the sm_90a body (a
@@ -595,7 +669,11 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 #pragma unroll
   for (int mi = 0; mi < L::kMi; ++mi) gemm::sm90::fence_accumulators(acc[mi]);
   cp_async_wait<0>();
-  named_barrier(1, kThreads);  // the ring is free: it becomes the FP32 output tile
+  named_barrier(1, kThreads);  // the ring is free: it becomes the output tile
+  if (store_out) {  // one block holds all of K (no split)
+    store_tile<T, kBN, L::kMi>(p, &maps.out, ring_addr, acc, wg, warp, lane, tile0, m0);
+    return;
+  }
 
   // The tile [kBN activation rows][kTiles * 8 weight rows] in FP32: acc[mi][4j + e] is
   // weight row 64 (kMi wg + mi) + 16 warp + g (+ 8 for e >= 2), activation row 8j + 2c + e % 2.
@@ -661,7 +739,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
   if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
   (void)sm90a_body;
 #else
-  (void)p, (void)splits, (void)n_blocks, (void)m_blocks, (void)maps;
+  (void)p, (void)splits, (void)n_blocks, (void)m_blocks, (void)maps, (void)store_out;
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
@@ -728,10 +806,12 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   LOWBIT_CHECK(splits >= 1 && splits <= kMaxSplits, "weight_only: a split-K cluster of ", splits,
                " blocks (the wgmma kernel takes 1 to ", kMaxSplits, ")");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
-  const WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
+  WgmmaMaps maps = kTma ? make_maps<F, kBN, kMi>(p) : WgmmaMaps{};
+  // Whole tiles leave by TMA stores, split ones through the cluster's reduction.
+  const bool store_out = kTma && splits == 1 && make_out_map<kBN>(p, &maps.out);
   launch_cluster_kernel(wgmma_kernel<T, F, kBN, kMi, kTma>, dim3(static_cast<unsigned>(n_blocks * m_blocks * splits)),
                         dim3(block_threads(kTma, kBN)), L::kSmem, stream, false, static_cast<unsigned>(splits), p,
-                        splits, n_blocks, m_blocks, maps);
+                        splits, n_blocks, m_blocks, maps, store_out);
 }
 
 }  // namespace
