@@ -170,6 +170,7 @@ TEST_F(WeightOnlyWgmmaGpu, TmaStoresEqualTheSharedMemoryPass) {
             const wo::Params p =
                 wo::make_params(xv, w.device, bv, TensorView::matrix(buffer->data(), dt, Device::cuda, m, n, ld));
             ASSERT_TRUE(wo::takes(variant, p, wo::form_of(spec)));
+            ASSERT_EQ(wo::wgmma_tma_store_takes(p), buffer == &d_tma) << "row stride " << ld;
             wo::launch(p, dt, wo::form_of(spec), variant, nullptr);
           }
           LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());

@@ -106,6 +106,11 @@ Params make_params(const TensorView& x, const PackedWeights& w, const TensorView
 // sm_90a image in this build); it takes every form.
 bool wgmma_available();
 
+// Whether the wgmma kernel's unsplit blocks store their output tiles by TMA for these
+// arguments (16-byte aligned output rows, N a multiple of 8, the driver's tensor-map
+// encoder; else the split path's shared-memory pass, the same values).
+bool wgmma_tma_store_takes(const Params& p);
+
 // Whether a variant takes these arguments (M range, register or shared-memory limits).
 bool takes(const Variant& variant, const Params& p, Form form);
 

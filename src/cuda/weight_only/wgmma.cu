@@ -196,20 +196,15 @@ struct Loader {
 // loads as zeros and counts toward the bytes.
 struct WgmmaMaps {  // CUtensorMap keeps them 64-byte aligned, as TMA needs
   CUtensorMap x, codes, scales, mins;
-  CUtensorMap out;  // the output in boxes of kBN rows x 64 columns (store_out_map)
+  CUtensorMap out;  // the output in boxes of kBN rows x 64 columns (make_out_map)
 };
 
-// The output's store map, where one block writes whole tiles (no split) and TMA takes
-// the output: 16-byte aligned rows of ldo * 2 bytes, and N a multiple of 8 (the H200 wrote
-// a partial last 16 bytes of a row whole, past N). Whether it was made.
+// The output's store map, where one block writes whole tiles (no split) and TMA takes the
+// output (wgmma_tma_store_takes). Whether it was made.
 template <int kBN>
 bool make_out_map(const Params& p, CUtensorMap* map) {
-  if (reinterpret_cast<std::uintptr_t>(p.out) % 16 != 0 || p.ldo % 8 != 0 || p.n % 8 != 0 ||
-      p.m >= (std::int64_t{1} << 31) || p.n >= (std::int64_t{1} << 31)) {
-    return false;
-  }
-  return gemm::encode_swizzled_128(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.out, p.n, p.m, 2 * p.ldo, 64, kBN) ==
-         nullptr;
+  return wgmma_tma_store_takes(p) &&
+         gemm::encode_swizzled_128(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, p.out, p.n, p.m, 2 * p.ldo, 64, kBN) == nullptr;
 }
 
 // The maps of one launch (host; ~1-2 us each).
@@ -821,6 +816,13 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
 int wgmma_tile_m(const Params& p, const Variant& v) {
   if (v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) return v.tile_m;
   return p.m <= 32 ? 32 : p.m <= 64 ? 64 : 128;
+}
+
+// 16-byte aligned rows of ldo * 2 bytes, and N a multiple of 8: TMA's stores drop what lies
+// past N in whole 16 bytes (the H200 wrote a partial last chunk of a row, past N).
+bool wgmma_tma_store_takes(const Params& p) {
+  return reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 && p.ldo % 8 == 0 && p.n % 8 == 0 &&
+         p.m < (std::int64_t{1} << 31) && p.n < (std::int64_t{1} << 31) && gemm::tensor_map_encoder_available();
 }
 
 bool wgmma_available() {
