@@ -42,19 +42,19 @@
 // That reads 4x the code bytes from shared memory that a wgmma-native layout would; it
 // keeps ONE packed layout for the GEMVs and this kernel (no second copy of the weights),
 // and costs no speed: the native read, tried, was no faster at any M (H200, session 46).
-// Dequantization of k16 block j + 1 overlaps the wgmma
-// of block j (wait_group 1: two A fragments in flight), or, where the two consumer
-// warpgroups ping-pong (Turns, 128 activation rows), one warpgroup's half step of
-// dequantization overlaps the other's wgmmas.
+// Dequantization of k16 block j + 1 overlaps the wgmma of block j (wait_group 1: two A
+// fragments in flight), or, where the two consumer warpgroups ping-pong (Turns, 128
+// activation rows), one warpgroup's half step of dequantization overlaps the other's
+// wgmmas.
 //
 // Split-K across a thread-block cluster where the waves' model says it pays (1, 2, 4
 // or 8 blocks along K; core/split_k.h): every block leaves its FP32 tile in its own
 // shared memory and after a cluster barrier block s sums the rows s, s + splits, ... over
-// all ranks in rank order (deterministic, no atomics, no workspace). The same shared-memory tile makes the
-// output stores whole 16-byte rows of N. A block that holds all of K (no split) instead
-// writes its tile in T with stmatrix and stores it by TMA (store_tile), where the output's
-// rows allow: the split path's pass cost ~9 us of a 128-row block's ~103 at 2048 x 28672 x
-// 8192, with the SM's tensor cores idle.
+// all ranks in rank order (deterministic, no atomics, no workspace). The same
+// shared-memory tile makes the output stores whole 16-byte rows of N. A block that holds
+// all of K (no split) instead writes its tile in T with stmatrix and stores it by TMA
+// (store_tile), where the output's rows allow: the split path's pass cost ~9 us of a
+// 128-row block's ~103 at 2048 x 28672 x 8192, with the SM's tensor cores idle.
 #include <cooperative_groups.h>
 
 #include <cstdint>
