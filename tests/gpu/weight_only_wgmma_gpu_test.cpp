@@ -131,6 +131,84 @@ TEST_F(WeightOnlyWgmmaGpu, ManyRows) {
   }
 }
 
+// Stream-K at 32 and 64 activation rows: persistent blocks share the (tile, K step) units,
+// 4 or more a block, so with few tiles and many steps a tile's K range spans up to ~9
+// blocks (264 x 4100: 3 tiles of 33 steps) and blocks hold parts of two tiles (2000 x
+// 1500: 16 tiles of 12 steps); the forms' grouped and per-channel scales, f16 and bf16,
+// bias or not, M on both sides of the tiles.
+TEST_F(WeightOnlyWgmmaGpu, StreamK) {
+  LOWBIT_TEST_RNG(rng);
+  struct Case {
+    WeightOnlySpec spec;
+    std::int64_t n, k;
+  };
+  const std::int64_t long_k = under_sanitizer() ? 1000 : 4100;
+  for (const Case& c : {Case{{4, 32, true, DType::f16}, 264, long_k}, Case{{4, 128, false, DType::bf16}, 264, long_k},
+                        Case{{8, 64, false, DType::f16}, 264, long_k}, Case{{4, 32, true, DType::bf16}, 2000, 1500}}) {
+    DeviceWeights w;
+    make_weights(rng, c.spec, c.n, c.k, w);
+    for (const int tile_m : {32, 64}) {
+      wo::Variant v = kWgmmaTma;
+      v.tile_m = tile_m;
+      v.tile_n = 128;
+      v.stream_k = 1;
+      SCOPED_TRACE(testing::Message() << "stream-K tile_m " << tile_m);
+      for (const std::int64_t m : {std::int64_t{17}, std::int64_t{tile_m}, std::int64_t{tile_m == 32 ? 1 : 40}}) {
+        run_case(rng, c.spec, w, m, m % 2 == 1, true, &v, Entry::variant_only);
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// The owners leave the flags at zero: a second launch gives the first one's bits; and a
+// CUDA graph captured on a fresh stream (whose first stream-K launch allocates the
+// stream's workspace during the capture) gives them too, replayed twice.
+TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
+  LOWBIT_TEST_RNG(rng);
+  const WeightOnlySpec spec{4, 32, true, DType::f16};
+  DeviceWeights w;
+  make_weights(rng, spec, 520, under_sanitizer() ? 1000 : 3000, w);
+  const std::int64_t m = 32, n = w.host.n, k = w.host.k;
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
+  for (auto& e : x) e = to_act_bits(spec.act_dtype, value(rng));
+  core::DeviceBuffer d_x(x.size() * 2), d_out(static_cast<std::size_t>(m * n) * 2);
+  LOWBIT_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  const wo::Params p = wo::make_params(TensorView::matrix(d_x.data(), spec.act_dtype, Device::cuda, m, k), w.device,
+                                       TensorView{}, TensorView::matrix(d_out.data(), spec.act_dtype, Device::cuda, m, n));
+  wo::Variant v = kWgmmaTma;
+  v.stream_k = 1;
+  ASSERT_TRUE(wo::takes(v, p, wo::Form::q4_zero_point));
+  const auto run = [&](cudaStream_t stream) {
+    LOWBIT_CUDA_CHECK(cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), stream));
+    wo::launch(p, spec.act_dtype, wo::Form::q4_zero_point, v, stream);
+  };
+  run(nullptr);
+  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<std::uint16_t> first = download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * n));
+  run(nullptr);
+  LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * n)), first) << "second launch";
+
+  cudaStream_t stream;
+  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  LOWBIT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  run(stream);
+  LOWBIT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  LOWBIT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    LOWBIT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * n)), first) << "replay " << replay;
+  }
+  LOWBIT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LOWBIT_CUDA_CHECK(cudaGraphDestroy(graph));
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 // A block that holds all of K stores its tile by TMA where the output's rows are 16-byte
 // aligned, through the split path's shared-memory pass otherwise: the same values bit for
 // bit (one product, one rounding), at every tile, f16 and bf16, bias or not, partial tiles

@@ -57,6 +57,7 @@ bool tma_loads_take(const Params& p) { return p.x_vec16 && gemm::tensor_map_enco
 bool takes(const Variant& v, const Params& p, Form form) {
   if (p.swiglu && v.kernel != Kernel::gemv) return false;  // the GEMV's epilogue only
   if (v.k_parts != 0 && v.kernel != Kernel::gemv) return false;
+  if (v.stream_k < -1 || v.stream_k > 1 || (v.stream_k == 1 && v.kernel != Kernel::wgmma)) return false;
   switch (v.kernel) {
     case Kernel::small_gemv: return small_gemv_takes(p, form);
     case Kernel::gemv:
@@ -69,7 +70,9 @@ bool takes(const Variant& v, const Params& p, Form form) {
       return wgmma_available() && (v.tile_m == 0 || v.tile_m == 32 || v.tile_m == 64 || v.tile_m == 128) &&
              (v.tile_n == 0 || wgmma_tile_n(wgmma_tile_m(p, v), v, form) == v.tile_n) &&
              (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8) &&
-             (!v.tma || tma_loads_take(p)) && (v.tma || !is_block_form(form));
+             (!v.tma || tma_loads_take(p)) && (v.tma || !is_block_form(form)) &&
+             (v.stream_k != 1 || (v.tma && v.k_slices == 0 && wgmma_tile_m(p, v) <= 64 &&
+                                  wgmma_tile_n(wgmma_tile_m(p, v), v, form) == 128));
   }
   return false;
 }

@@ -57,9 +57,14 @@
 // 128-row block's ~103 at 2048 x 28672 x 8192, with the SM's tensor cores idle.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "core/device.h"
+#include "core/device_buffer.h"
 #include "core/pdl.cuh"
 #include "core/split_k.h"
 #include "cuda/gemm/tma.h"
@@ -739,6 +744,197 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
+// Stream-K (32 and 64 activation rows, TMA, one m64 block a warpgroup): a grid of
+// persistent blocks, one a resident slot, splits the (tile, K step) units evenly: block q
+// takes units [first(q), first(q + 1)), first(q) = q (U / P) + min(q, U % P), tile-major,
+// so a tile's K range can span several blocks. A block's first segment may be a later
+// part of a tile: it stores its FP32 partial to its workspace slot and releases its flag.
+// Every other segment starts at step 0 (the block owns that tile); the last may end inside
+// the tile, and its owner, which reaches it last, waits for the flags of the blocks that
+// hold the rest, adds their partials in K order (deterministic for a given grid), resets
+// the flags (so the workspace needs no clearing between launches, CUDA graphs included),
+// and stores (0 + sum) + bias, rounded once, from registers. Only owners wait, at their
+// end, and only on later blocks' first segments, which wait on nothing: with every block
+// resident (the grid is the occupancy's), no wait can close a cycle.
+struct StreamK {
+  float* partials = nullptr;      // [grid][elements a thread][kThreads]
+  unsigned* flags = nullptr;      // [grid]
+  std::uint32_t units = 0;        // tiles x k_steps (< 2^31: the launch checks)
+  std::uint32_t per_block = 0;    // units / grid; the first `extra` blocks take one more
+  std::uint32_t extra = 0;
+};
+
+#if defined(LOWBIT_SM90A_DEVICE)
+__device__ __forceinline__ unsigned load_acquire(const unsigned* flag) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(unsigned* flag, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
+}
+#endif
+
+template <class T, Form F, int kBN, int kMi>
+__global__ void __launch_bounds__(block_threads(true, kBN), kBN == 32 ? 3 : 2)
+    wgmma_stream_k_kernel(const Params p, std::int64_t n_blocks, std::int64_t m_blocks,
+                          const __grid_constant__ WgmmaMaps maps, const StreamK sk) {
+#if defined(LOWBIT_SM90A_DEVICE)
+  static_assert(kMi == 1 && kBN <= 64, "stream-K: 32 and 64 activation rows, one m64 block a warpgroup");
+  using L = Layout<F, kBN, kMi>;
+  constexpr int kElements = kMi * kBN / 2;
+  __shared__ int sm90a_body;
+  if (threadIdx.x == 0) *static_cast<volatile int*>(&sm90a_body) = 0;
+  extern __shared__ std::uint8_t dynamic_smem[];
+  std::uint8_t* const ring = dynamic_smem + ((1024u - gemm::sm90::smem_address(dynamic_smem) % 1024u) % 1024u);
+  const std::uint32_t ring_addr = gemm::sm90::smem_address(ring);
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const std::uint32_t b = blockIdx.x, k_steps = static_cast<std::uint32_t>(p.k_steps);
+  // Block q's first unit, without a division: 32-bit arithmetic of uniform values keeps
+  // the loops' bounds, and with them the stage and the wgmma descriptors, in uniform registers.
+  const auto unit_begin = [&](std::uint32_t q) { return q * sk.per_block + min(q, sk.extra); };
+  const std::uint32_t u_begin = unit_begin(b), u_end = unit_begin(b + 1);
+  // Segment of units [u, u_end): its tile, the tile's first and last + 1 step.
+  // Steps in 32 bits (k_steps < 2^28: the launch checks), so the step loops stay lean.
+  struct Segment {
+    std::uint32_t tile;
+    std::int64_t tile0, m0;
+    int s0, s1;
+  };
+  const auto segment_at = [&](std::uint32_t u) {
+    Segment g;
+    g.tile = u / k_steps;
+    g.s0 = static_cast<int>(u - g.tile * k_steps);
+    g.s1 = static_cast<int>(min(k_steps, g.s0 + (u_end - u)));
+    std::int64_t n_block, m_block;
+    tile_of(g.tile, static_cast<std::uint32_t>(n_blocks), static_cast<std::uint32_t>(m_blocks), &n_block, &m_block);
+    g.tile0 = n_block * L::kTiles;
+    g.m0 = m_block * kBN;
+    return g;
+  };
+
+  __shared__ alignas(8) std::uint64_t full[L::kStages];
+  __shared__ alignas(8) std::uint64_t empty[L::kStages];
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < L::kStages; ++s) {
+      gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
+      gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&empty[s]), kThreads / 32);
+    }
+    gemm::sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x >= kThreads) {  // the producer warp: the segments' steps into the ring, in order
+    if (lane == 0) {
+      gemm::sm90::prefetch_tensor_map(&maps.x);
+      gemm::sm90::prefetch_tensor_map(&maps.codes);
+      if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
+      if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
+    }
+    int stage = 0;
+    std::uint32_t phase = 0;
+    for (std::uint32_t u = u_begin; u < u_end;) {
+      const Segment g = segment_at(u);
+      for (int step = g.s0; step < g.s1; ++step) {
+        gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&empty[stage]), phase ^ 1u);
+        if (lane == 0) {
+          TmaLoader<F, kBN, kMi>::issue(p, maps, ring_addr + stage * L::kStage, gemm::sm90::smem_address(&full[stage]),
+                                        g.tile0, g.m0, step);
+        }
+        __syncwarp();
+        if (++stage == L::kStages) stage = 0, phase ^= 1u;
+      }
+      u += g.s1 - g.s0;
+    }
+    return;
+  }
+
+  const QuadColumn quad = make_quad_column<blocks_of(F)>(lane % 4);
+  const int g_lane = lane / 4, c_lane = lane % 4;
+  int stage = 0;
+  std::uint32_t phase = 0;
+  for (std::uint32_t u = u_begin; u < u_end;) {
+    const Segment g = segment_at(u);
+    float acc[kMi][kBN / 2];
+    int last_stage = stage;
+    for (int step = g.s0; step < g.s1; ++step) {
+      gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);
+      compute_step<T, F, kBN, kMi, false>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
+                                          quad, acc, step == g.s0, Turns{wg, false});
+      __syncwarp();
+      if (step > g.s0 && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
+      last_stage = stage;
+      if (++stage == L::kStages) stage = 0, phase ^= 1u;
+    }
+    gemm::sm90::wgmma_wait<0>();
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi) gemm::sm90::fence_accumulators(acc[mi]);
+    __syncwarp();
+    if (lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));  // the segment's last stage
+
+    float* const own = sk.partials + std::size_t{b} * kElements * kThreads + threadIdx.x;
+    if (g.s0 > 0) {  // a later part of a tile another block owns: publish it
+#pragma unroll
+      for (int e = 0; e < kElements; ++e) __stcg(own + e * kThreads, acc[e / (kBN / 2)][e % (kBN / 2)]);
+      // The barrier orders every thread's stores before thread 0's release (cumulative).
+      named_barrier(1, kThreads);
+      if (threadIdx.x == 0) store_release(sk.flags + b, 1u);
+    } else {
+      // The owner: blocks b + 1 .. q_end - 1 hold the rest of the tile's K range, in K order.
+      // All their flags first, then all their partials' loads: one round trip at the end,
+      // where every block finishes at about the same time.
+      const std::uint32_t tile_end = (g.tile + 1) * k_steps;
+      std::uint32_t q_end = b + 1;
+      while (unit_begin(q_end) < tile_end) ++q_end;
+      if (q_end > b + 1) {
+        if (threadIdx.x == 0) {
+          for (std::uint32_t q = b + 1; q < q_end; ++q) {
+            while (load_acquire(sk.flags + q) == 0u) __nanosleep(32);
+          }
+        }
+        named_barrier(1, kThreads);
+        for (std::uint32_t q = b + 1; q < q_end; ++q) {
+          const float* theirs = sk.partials + std::size_t{q} * kElements * kThreads + threadIdx.x;
+          float part[kElements];
+#pragma unroll
+          for (int e = 0; e < kElements; ++e) part[e] = __ldcg(theirs + e * kThreads);
+#pragma unroll
+          for (int e = 0; e < kElements; ++e) acc[e / (kBN / 2)][e % (kBN / 2)] += part[e];
+        }
+        named_barrier(1, kThreads);  // every thread has read the partials before their flags clear
+        if (threadIdx.x == 0) {
+          for (std::uint32_t q = b + 1; q < q_end; ++q) sk.flags[q] = 0u;
+        }
+      }
+      // (0 + sum) + bias, rounded once: acc[mi][4j + 2h + e] is weight row 64 (kMi wg + mi)
+      // + 16 warp + 8h + g, activation row 8j + 2c + e.
+      auto* out = static_cast<std::uint16_t*>(p.out);
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const std::int64_t n = g.tile0 * 8 + 64 * (kMi * wg + mi) + 16 * warp + 8 * h + g_lane;
+          if (n >= p.n) continue;
+          const float bias = p.bias != nullptr ? Act<T>::to_float(p.bias[n * p.bias_stride]) : 0.0f;
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const std::int64_t m = g.m0 + 8 * j + 2 * c_lane + e;
+              if (m < p.m) out[m * p.ldo + n] = Act<T>::from_float((0.0f + acc[mi][4 * j + 2 * h + e]) + bias);
+            }
+          }
+        }
+      }
+    }
+    u += g.s1 - g.s0;
+  }
+  (void)sm90a_body;
+#else
+  (void)p, (void)n_blocks, (void)m_blocks, (void)maps, (void)sk;
+#endif  // LOWBIT_SM90A_DEVICE
+}
+
 // Whether this device runs the kernel (cuda/sm90_kernel.h: compute capability 9.0, the
 // sm_90a body's static marker, the shared memory opt-in), once per device.
 template <class T, Form F, int kBN, int kMi, bool kTma>
@@ -787,6 +983,98 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   return core::pick_k_splits(problem);
 }
 
+// A stream's stream-K workspace: partial slots for kStreamKSlotFloats floats a thread of
+// every multiprocessor's resident blocks (3 of 32 rows' 16 accumulators, 2 of 64 rows' 32),
+// then a flag a slot: ~8.6 MB on 132 SMs. One a (device, stream): launches in stream order
+// share it (owners leave the flags at zero), launches on two streams never do. Kept for the
+// process, for at most kStreamKStreams streams a device (the engines hold one stream each;
+// past that, the rule's launches stay tiled). The first use may fall inside a graph
+// capture (a decode step's): the allocation and the flags' clearing then run outside it,
+// in relaxed capture mode on a side stream, and the graph holds the pointer, so replaying
+// it concurrently with other stream-K work on the stream it was captured on would share
+// the slots (the engines replay their graphs on that stream).
+constexpr int kStreamKSlotFloats = 64;
+constexpr int kStreamKStreams = 8;
+
+bool stream_k_workspace(cudaStream_t stream, StreamK* sk) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, core::DeviceBuffer> buffers;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const int device = core::current_device();
+  const std::int64_t sms = core::multiprocessor_count();
+  const std::size_t partial_bytes = static_cast<std::size_t>(sms) * kStreamKSlotFloats * kThreads * sizeof(float);
+  auto it = buffers.find({device, stream});
+  if (it == buffers.end()) {
+    const auto held = std::count_if(buffers.begin(), buffers.end(), [&](const auto& b) { return b.first.first == device; });
+    if (held >= kStreamKStreams) return false;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    LOWBIT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    core::DeviceBuffer fresh(partial_bytes + static_cast<std::size_t>(sms) * kStreamKSlotFloats * sizeof(unsigned));
+    cudaStream_t side;  // not the legacy stream, which a capture would take as a dependency
+    LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    LOWBIT_CUDA_CHECK(cudaMemsetAsync(fresh.data(), 0, fresh.bytes(), side));
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(side));
+    LOWBIT_CUDA_CHECK(cudaStreamDestroy(side));
+    LOWBIT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    it = buffers.emplace(std::pair{device, stream}, std::move(fresh)).first;
+  }
+  sk->partials = it->second.as<float>();
+  sk->flags = reinterpret_cast<unsigned*>(it->second.as<std::uint8_t>() + partial_bytes);
+  return true;
+}
+
+// False where this stream gets no workspace (kStreamKStreams taken): the caller runs tiled.
+template <class T, Form F, int kBN>
+bool launch_stream_k(const Params& p, cudaStream_t stream) {
+  using L = Layout<F, kBN, 1>;
+  const auto kernel = wgmma_stream_k_kernel<T, F, kBN, 1>;
+  static Sm90KernelReady ready_check;
+  LOWBIT_CHECK(ready_check(reinterpret_cast<const void*>(kernel), sizeof(int), L::kSmem),
+               "weight_only: the stream-K kernel needs a compute capability 9.0 GPU and an sm_90a image");
+  static const int per_sm = [&] {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads(true, kBN), L::kSmem) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      blocks = 1;
+    }
+    return blocks < 1 ? 1 : blocks;
+  }();
+  const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
+  const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
+  const std::int64_t units = n_blocks * m_blocks * p.k_steps;
+  // Every resident slot a block (as many as the workspace holds), but at least 4 steps a block.
+  const std::int64_t sms = core::multiprocessor_count();
+  std::int64_t grid = std::min<std::int64_t>(per_sm, kStreamKSlotFloats / (kBN / 2)) * sms;
+  grid = std::max<std::int64_t>(1, std::min(grid, units / 4));
+  LOWBIT_CHECK(n_blocks * m_blocks < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
+               "weight_only: M x N needs more tiles (", n_blocks * m_blocks, ") than the stream-K kernel indexes");
+  LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
+  LOWBIT_CHECK(units < (std::int64_t{1} << 31), "weight_only: ", units,
+               " stream-K units (tiles x K steps) overflow the kernel's 32-bit unit index");
+  StreamK sk;
+  if (!stream_k_workspace(stream, &sk)) return false;
+  sk.units = static_cast<std::uint32_t>(units);
+  sk.per_block = static_cast<std::uint32_t>(units / grid);
+  sk.extra = static_cast<std::uint32_t>(units % grid);
+  WgmmaMaps maps = make_maps<F, kBN, 1>(p);
+  launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block_threads(true, kBN)), L::kSmem, stream,
+                        false, 1u, p, n_blocks, m_blocks, maps, sk);
+  return true;
+}
+
+// Whether stream-K takes a launch the variant leaves to the rule: where the tiled grid
+// splits K over clusters of 4 or 8 (their reductions and the slots lost to placing them
+// whole in a GPC), and at 32 rows where it does not split but has more tiles than
+// multiprocessors (three-block SMs beside two-block ones). H200, session 48 (bench/notes/
+// weight_only.md): 32 x 28672 x 8192 Q4_1 67 -> 62 us, 32 x 4096 x 14336 28.3 -> 26.8, Q8_0
+// 37.5 -> 28.3, 32 x 4096 x 4096 14.9 -> 14.3, 64 x 4096 x 14336 38.1 -> 29.9; where the tiled
+// grid splits 2 ways or holds 64 rows unsplit, stream-K lost 2-8% (14336 x 4096 at 32 and
+// 64 rows, 64 x 28672 x 8192).
+bool stream_k_pays(int tile_m, int splits, std::int64_t tiles) {
+  return splits >= 4 || (tile_m == 32 && splits == 1 && tiles > core::multiprocessor_count());
+}
+
 template <class T, Form F, int kBN, int kMi, bool kTma>
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
@@ -796,6 +1084,13 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
   const int splits = choose_splits<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks, v.k_slices);
+  if constexpr (kTma && kMi == 1 && kBN <= 64) {
+    const bool stream_k = v.stream_k == 1 || (v.stream_k < 0 && v.k_slices == 0 &&
+                                              stream_k_pays(kBN, splits, n_blocks * m_blocks));
+    if (stream_k && launch_stream_k<T, F, kBN>(p, stream)) return;
+    LOWBIT_CHECK(v.stream_k != 1, "weight_only: the stream-K variant has no workspace for this stream (",
+                 kStreamKStreams, " streams a device hold one)");
+  }
   LOWBIT_CHECK(n_blocks * m_blocks * splits < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
                "weight_only: M x N needs more blocks (", n_blocks * m_blocks * splits,
                ") than one grid dimension holds");
