@@ -547,6 +547,30 @@ __device__ __forceinline__ void tile_of(std::uint32_t tile, std::uint32_t n_bloc
 constexpr int producer_threads(bool tma, int bn) { return !tma ? 0 : bn <= 64 ? 32 : 128; }
 // Threads a block: the consumers and the producer.
 constexpr int block_threads(bool tma, int bn) { return kThreads + producer_threads(tma, bn); }
+
+#if defined(LOWBIT_SM90A_DEVICE)
+// The TMA ring's barriers, by thread 0: full[s] waits for the producer's arrival and the
+// stage's bytes, empty[s] for every consumer warp. The caller syncs before any wait.
+template <int kStages>
+__device__ __forceinline__ void init_ring_barriers(std::uint64_t* full, std::uint64_t* empty) {
+  if (threadIdx.x != 0) return;
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
+    gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&empty[s]), kThreads / 32);
+  }
+  gemm::sm90::fence_barrier_init();
+}
+
+// The producer's tensor maps into the descriptor cache before its first copies.
+template <Form F, int kBN, int kMi>
+__device__ __forceinline__ void prefetch_maps(const WgmmaMaps& maps) {
+  gemm::sm90::prefetch_tensor_map(&maps.x);
+  gemm::sm90::prefetch_tensor_map(&maps.codes);
+  if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
+  if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
+}
+#endif
 // Registers a thread of the producer warpgroup keeps and a consumer's after the hand-over:
 // 128 x 40 + 256 x 232 of the 65,536.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
@@ -588,14 +612,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
   if constexpr (kTma) {
     __shared__ alignas(8) std::uint64_t full[L::kStages];   // a stage's step has landed
     __shared__ alignas(8) std::uint64_t empty[L::kStages];  // every consumer warp is done with it
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int s = 0; s < L::kStages; ++s) {
-        gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
-        gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&empty[s]), kThreads / 32);
-      }
-      gemm::sm90::fence_barrier_init();
-    }
+    init_ring_barriers<L::kStages>(full, empty);
     __syncthreads();  // the barriers' initialization, before anyone waits on them
     if (threadIdx.x >= kThreads) {
       constexpr bool kProducerWarpgroup = producer_threads(kTma, kBN) == 128;
@@ -603,12 +620,7 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
       // The producer's first warp: step i into stage i % kStages once the step that stage
       // held (i - kStages) is released; the whole warp waits, lane 0 issues.
       if (threadIdx.x < kThreads + 32) {
-        if (lane == 0) {
-          gemm::sm90::prefetch_tensor_map(&maps.x);
-          gemm::sm90::prefetch_tensor_map(&maps.codes);
-          if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
-          if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
-        }
+        if (lane == 0) prefetch_maps<F, kBN, kMi>(maps);
         int stage = 0;
         std::uint32_t phase = 0;  // flips each time the ring wraps
         for (std::int64_t step = step_begin; step < step_end; ++step) {
@@ -815,22 +827,10 @@ __global__ void __launch_bounds__(block_threads(true, kBN), kBN == 32 ? 3 : 2)
 
   __shared__ alignas(8) std::uint64_t full[L::kStages];
   __shared__ alignas(8) std::uint64_t empty[L::kStages];
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < L::kStages; ++s) {
-      gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&full[s]), 1);
-      gemm::sm90::mbarrier_init(gemm::sm90::smem_address(&empty[s]), kThreads / 32);
-    }
-    gemm::sm90::fence_barrier_init();
-  }
+  init_ring_barriers<L::kStages>(full, empty);
   __syncthreads();
   if (threadIdx.x >= kThreads) {  // the producer warp: the segments' steps into the ring, in order
-    if (lane == 0) {
-      gemm::sm90::prefetch_tensor_map(&maps.x);
-      gemm::sm90::prefetch_tensor_map(&maps.codes);
-      if constexpr (!is_block_form(F)) gemm::sm90::prefetch_tensor_map(&maps.scales);
-      if constexpr (TmaLoader<F, kBN, kMi>::kMins) gemm::sm90::prefetch_tensor_map(&maps.mins);
-    }
+    if (lane == 0) prefetch_maps<F, kBN, kMi>(maps);
     int stage = 0;
     std::uint32_t phase = 0;
     for (std::uint32_t u = u_begin; u < u_end;) {
