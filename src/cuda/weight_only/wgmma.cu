@@ -766,8 +766,12 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 // hold the rest, adds their partials in K order (deterministic for a given grid), resets
 // the flags (so the workspace needs no clearing between launches, CUDA graphs included),
 // and stores (0 + sum) + bias, rounded once, from registers. Only owners wait, at their
-// end, and only on later blocks' first segments, which wait on nothing: with every block
-// resident (the grid is the occupancy's), no wait can close a cycle.
+// end, and only on later blocks' first segments, which wait on nothing. The grid is the
+// occupancy's, so once all its blocks are resident every wait ends; other grids' blocks
+// only delay that, as the GPU dispatches a grid's blocks before a later equal-priority
+// grid's. Two stream-K grids on streams of different priorities could interleave their
+// dispatch and leave each one's resident blocks waiting on the other's slots: not done here
+// (the engines run one stream each, at the default priority).
 struct StreamK {
   float* partials = nullptr;      // [grid][elements a thread][kThreads]
   unsigned* flags = nullptr;      // [grid]
