@@ -161,9 +161,11 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
   }
 }
 
-// The owners leave the flags at zero: a second launch gives the first one's bits; and a
-// CUDA graph captured on a fresh stream (whose first stream-K launch allocates the
-// stream's workspace during the capture) gives them too, replayed twice.
+// A second launch gives the first one's bits, and so does a CUDA graph captured on a fresh
+// stream (whose first stream-K launch allocates the stream's workspace during the
+// capture), replayed twice. (That the owners reset the flags, StreamK checks: its
+// successive cases on one stream use the same slots with new inputs, each against the
+// CPU twin, so a stale flag would sum the last case's partials.)
 TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
   LOWBIT_TEST_RNG(rng);
   const WeightOnlySpec spec{4, 32, true, DType::f16};
