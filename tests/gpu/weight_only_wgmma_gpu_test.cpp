@@ -155,6 +155,7 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
       SCOPED_TRACE(testing::Message() << "stream-K tile_m " << tile_m);
       for (const std::int64_t m : {std::int64_t{17}, std::int64_t{tile_m}, std::int64_t{tile_m == 32 ? 1 : 40}}) {
         run_case(rng, c.spec, w, m, m % 2 == 1, true, &v, Entry::variant_only);
+        EXPECT_TRUE(wo::stream_k_flags_clear(nullptr)) << "M " << m << ": an owner left a flag set";
       }
       if (HasFailure()) return;
     }
@@ -163,9 +164,9 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
 
 // A second launch gives the first one's bits, and so does a CUDA graph captured on a fresh
 // stream (whose first stream-K launch allocates the stream's workspace during the
-// capture), replayed twice. (That the owners reset the flags, StreamK checks: its
-// successive cases on one stream use the same slots with new inputs, each against the
-// CPU twin, so a stale flag would sum the last case's partials.)
+// capture), replayed twice; the owners leave every flag at zero (StreamK checks it after
+// each case too: a flag left set would let the next launch's owner read a slot before its
+// helper writes it, a race no input can force).
 TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
   LOWBIT_TEST_RNG(rng);
   const WeightOnlySpec spec{4, 32, true, DType::f16};
@@ -192,6 +193,7 @@ TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
   run(nullptr);
   LOWBIT_CUDA_CHECK(cudaDeviceSynchronize());
   EXPECT_EQ(download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * n)), first) << "second launch";
+  EXPECT_TRUE(wo::stream_k_flags_clear(nullptr));
 
   cudaStream_t stream;
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -205,6 +207,7 @@ TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
     LOWBIT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
     EXPECT_EQ(download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * n)), first) << "replay " << replay;
+    EXPECT_TRUE(wo::stream_k_flags_clear(stream)) << "replay " << replay;
   }
   LOWBIT_CUDA_CHECK(cudaGraphExecDestroy(exec));
   LOWBIT_CUDA_CHECK(cudaGraphDestroy(graph));

@@ -115,6 +115,11 @@ bool wgmma_available();
 // encoder; else the split path's shared-memory pass, the same values).
 bool wgmma_tma_store_takes(const Params& p);
 
+// For tests: whether every flag of this stream's stream-K workspace on the current device
+// is zero, as the owners leave them after each launch (true where the stream has none).
+// Synchronizes the stream.
+bool stream_k_flags_clear(cuda_stream_t stream);
+
 // Whether a variant takes these arguments (M range, register or shared-memory limits).
 bool takes(const Variant& variant, const Params& p, Form form);
 

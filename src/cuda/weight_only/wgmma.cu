@@ -62,6 +62,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "core/device.h"
 #include "core/device_buffer.h"
@@ -1000,7 +1001,8 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
 constexpr int kStreamKSlotFloats = 64;
 constexpr int kStreamKStreams = 8;
 
-bool stream_k_workspace(cudaStream_t stream, StreamK* sk) {
+// The stream's workspace; a new one only where `create` (false: none, if it has none).
+bool stream_k_workspace(cudaStream_t stream, StreamK* sk, bool create = true) {
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, core::DeviceBuffer> buffers;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -1009,6 +1011,7 @@ bool stream_k_workspace(cudaStream_t stream, StreamK* sk) {
   const std::size_t partial_bytes = static_cast<std::size_t>(sms) * kStreamKSlotFloats * kThreads * sizeof(float);
   auto it = buffers.find({device, stream});
   if (it == buffers.end()) {
+    if (!create) return false;
     const auto held = std::count_if(buffers.begin(), buffers.end(), [&](const auto& b) { return b.first.first == device; });
     if (held >= kStreamKStreams) return false;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -1066,6 +1069,19 @@ bool launch_stream_k(const Params& p, cudaStream_t stream) {
                         false, 1u, p, n_blocks, m_blocks, maps, sk);
   return true;
 }
+
+}  // namespace
+
+bool stream_k_flags_clear(cuda_stream_t stream) {
+  StreamK sk;
+  if (!stream_k_workspace(stream, &sk, false)) return true;
+  std::vector<unsigned> flags(static_cast<std::size_t>(core::multiprocessor_count()) * kStreamKSlotFloats);
+  LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  LOWBIT_CUDA_CHECK(cudaMemcpy(flags.data(), sk.flags, flags.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  return std::all_of(flags.begin(), flags.end(), [](unsigned f) { return f == 0u; });
+}
+
+namespace {
 
 // Whether stream-K takes a launch the variant leaves to the rule: where the tiled grid
 // splits K over clusters of 4 or 8 (their reductions and the slots lost to placing them
