@@ -949,18 +949,21 @@ bool kernel_ready() {
                Layout<F, kBN, kMi>::kSmem);
 }
 
-// Resident blocks per SM of an instantiation (occupancy query, once per process).
+// Resident blocks per SM of a kernel (an occupancy query; at least 1). Callers keep the
+// answer in a static: once per process and instantiation.
+int resident_blocks(const void* kernel, int threads, int smem_bytes) {
+  int b = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, smem_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    b = 1;
+  }
+  return b < 1 ? 1 : b;
+}
+
 template <class T, Form F, int kBN, int kMi, bool kTma>
 int blocks_per_sm() {
-  static const int blocks = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, wgmma_kernel<T, F, kBN, kMi, kTma>, block_threads(kTma, kBN),
-                                                      Layout<F, kBN, kMi>::kSmem) != cudaSuccess) {
-      (void)cudaGetLastError();
-      b = 1;
-    }
-    return b < 1 ? 1 : b;
-  }();
+  static const int blocks = resident_blocks(reinterpret_cast<const void*>(wgmma_kernel<T, F, kBN, kMi, kTma>),
+                                            block_threads(kTma, kBN), Layout<F, kBN, kMi>::kSmem);
   return blocks;
 }
 
@@ -1038,15 +1041,7 @@ bool launch_stream_k(const Params& p, cudaStream_t stream) {
   static Sm90KernelReady ready_check;
   LOWBIT_CHECK(ready_check(reinterpret_cast<const void*>(kernel), sizeof(int), L::kSmem),
                "weight_only: the stream-K kernel needs a compute capability 9.0 GPU and an sm_90a image");
-  static const int per_sm = [&] {
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads(true, kBN), L::kSmem) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();
-      blocks = 1;
-    }
-    return blocks < 1 ? 1 : blocks;
-  }();
+  static const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block_threads(true, kBN), L::kSmem);
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
   const std::int64_t units = n_blocks * m_blocks * p.k_steps;
