@@ -545,11 +545,11 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
           variants.emplace_back("wgmma cp.async", v);
         }
         if (m > wo::kGemvMaxRows) variants.emplace_back("mma.sync tiled", wo::Variant{wo::Kernel::mma});
-        // 32 and 64 rows: the tiled grid and stream-K, each forced (the rule picks one).
+        // The tiled grid and stream-K, each forced (the rule picks one).
         for (const int stream_k : {0, 1}) {
           wo::Variant v = wgmma;
           v.stream_k = stream_k;
-          if (m <= 64) variants.emplace_back(stream_k == 1 ? "wgmma stream-K" : "wgmma tiled", v);
+          variants.emplace_back(stream_k == 1 ? "wgmma stream-K" : "wgmma tiled", v);
         }
         // 64 activation rows on 128 and on 256 weight rows a block (two wgmmas a wait; the
         // rule's for INT8; bench/notes/weight_only.md, the B = 64 step's GEMMs).

@@ -131,11 +131,12 @@ TEST_F(WeightOnlyWgmmaGpu, ManyRows) {
   }
 }
 
-// Stream-K at 32 and 64 activation rows: persistent blocks share the (tile, K step) units,
-// 4 or more a block, so with few tiles and many steps a tile's K range spans up to ~9
-// blocks (264 x 4100: 3 tiles of 33 steps) and blocks hold parts of two tiles (2000 x
-// 1500: 16 tiles of 12 steps); the forms' grouped and per-channel scales, f16 and bf16,
-// bias or not, M on both sides of the tiles.
+// Stream-K at every tile shape (32, 64 and 128 activation rows on 128 or 256 weight rows;
+// 128 rows ping-pong): persistent blocks share the (tile, K step) units, 4 or more a
+// block, so with few tiles and many steps a tile's K range spans up to ~9 blocks (264 x
+// 4100: 3 tiles of 33 steps) and blocks hold parts of two tiles (2000 x 1500: 16 tiles of
+// 12 steps); the forms' grouped and per-channel scales, f16 and bf16, bias or not, M on
+// both sides of the tiles.
 TEST_F(WeightOnlyWgmmaGpu, StreamK) {
   LOWBIT_TEST_RNG(rng);
   struct Case {
@@ -147,13 +148,14 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
                         Case{{8, 64, false, DType::f16}, 264, long_k}, Case{{4, 32, true, DType::bf16}, 2000, 1500}}) {
     DeviceWeights w;
     make_weights(rng, c.spec, c.n, c.k, w);
-    for (const int tile_m : {32, 64}) {
+    for (const auto [tile_m, tile_n] : {std::pair{32, 128}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 256}}) {
       wo::Variant v = kWgmmaTma;
       v.tile_m = tile_m;
-      v.tile_n = 128;
+      v.tile_n = tile_n;
       v.stream_k = 1;
-      SCOPED_TRACE(testing::Message() << "stream-K tile_m " << tile_m);
-      for (const std::int64_t m : {std::int64_t{17}, std::int64_t{tile_m}, std::int64_t{tile_m == 32 ? 1 : 40}}) {
+      SCOPED_TRACE(testing::Message() << "stream-K tile_m " << tile_m << " tile_n " << tile_n);
+      const std::int64_t third = tile_m == 32 ? 1 : tile_m == 64 ? 40 : 200;  // 200: two m blocks
+      for (const std::int64_t m : {std::int64_t{17}, std::int64_t{tile_m}, third}) {
         run_case(rng, c.spec, w, m, m % 2 == 1, true, &v, Entry::variant_only);
         EXPECT_TRUE(wo::stream_k_flags_clear(nullptr)) << "M " << m << ": an owner left a flag set";
       }

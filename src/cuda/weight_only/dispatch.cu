@@ -71,8 +71,7 @@ bool takes(const Variant& v, const Params& p, Form form) {
              (v.tile_n == 0 || wgmma_tile_n(wgmma_tile_m(p, v), v, form) == v.tile_n) &&
              (v.k_slices == 0 || v.k_slices == 1 || v.k_slices == 2 || v.k_slices == 4 || v.k_slices == 8) &&
              (!v.tma || tma_loads_take(p)) && (v.tma || !is_block_form(form)) &&
-             (v.stream_k != 1 || (v.tma && v.k_slices == 0 && wgmma_tile_m(p, v) <= 64 &&
-                                  wgmma_tile_n(wgmma_tile_m(p, v), v, form) == 128));
+             (v.stream_k != 1 || (v.tma && v.k_slices == 0));
   }
   return false;
 }

@@ -88,9 +88,9 @@ struct Variant {
   // it where takes allows). Needs the activations 16-byte aligned with ldx a multiple of 8
   // (Params::x_vec16) and the driver's tensor-map encoder.
   bool tma = false;
-  // wgmma, TMA loads at 32 or 64 activation rows on 128 weight rows: 1 stream-K (persistent
-  // blocks share the (tile, K step) units evenly; partial tiles meet in a per-stream
-  // workspace), 0 the tiled grid, -1 the rule (wgmma.cu's stream_k_pays, with k_slices 0).
+  // wgmma with TMA loads (any tile shape): 1 stream-K (persistent blocks share the (tile,
+  // K step) units evenly; partial tiles meet in a per-stream workspace), 0 the tiled grid,
+  // -1 the rule (wgmma.cu's stream_k_pays, with k_slices 0).
   int stream_k = -1;
   // gemv, the staged-activation shapes of 8-warp blocks (9-12) and the rules' launches of
   // that kernel: blocks of a cluster along K (1 to 8), their partials summed over

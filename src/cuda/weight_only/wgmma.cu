@@ -757,7 +757,8 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 #endif  // LOWBIT_SM90A_DEVICE
 }
 
-// Stream-K (32 and 64 activation rows, TMA, one m64 block a warpgroup): a grid of
+// Stream-K (TMA loads; every tile shape of the tiled kernel: 32, 64 and 128 activation
+// rows, one or two m64 blocks a warpgroup): a grid of
 // persistent blocks, one a resident slot, splits the (tile, K step) units evenly: block q
 // takes units [first(q), first(q + 1)), first(q) = q (U / P) + min(q, U % P), tile-major,
 // so a tile's K range can span several blocks. A block's first segment may be a later
@@ -792,14 +793,23 @@ __device__ __forceinline__ void store_release(unsigned* flag, unsigned v) {
 }
 #endif
 
+// Resident blocks an SM the stream-K kernel is built for: 3 at 32 rows (72 registers), 2
+// at 64, 1 with two m64 blocks a warpgroup (the tiled kernel's shapes of 64 and 128 rows
+// on 256 weight rows).
+constexpr int stream_k_min_blocks(int bn, int mi) { return mi == 2 ? 1 : bn == 32 ? 3 : 2; }
+
 template <class T, Form F, int kBN, int kMi>
-__global__ void __launch_bounds__(block_threads(true, kBN), kBN == 32 ? 3 : 2)
+__global__ void __launch_bounds__(block_threads(true, kBN), stream_k_min_blocks(kBN, kMi))
     wgmma_stream_k_kernel(const Params p, std::int64_t n_blocks, std::int64_t m_blocks,
                           const __grid_constant__ WgmmaMaps maps, const StreamK sk) {
 #if defined(LOWBIT_SM90A_DEVICE)
-  static_assert(kMi == 1 && kBN <= 64, "stream-K: 32 and 64 activation rows, one m64 block a warpgroup");
+  static_assert((kMi == 1 && kBN <= 64) || (kMi == 2 && kBN >= 64), "the tiled kernel's tile shapes");
   using L = Layout<F, kBN, kMi>;
   constexpr int kElements = kMi * kBN / 2;
+  // As in wgmma_kernel: a producer warpgroup at 128 rows gives the consumers its registers,
+  // and they ping-pong but for INT8.
+  constexpr bool kProducerWarpgroup = producer_threads(true, kBN) == 128;
+  constexpr bool kPingPong = kProducerWarpgroup && F != Form::int8;
   __shared__ int sm90a_body;
   if (threadIdx.x == 0) *static_cast<volatile int*>(&sm90a_body) = 0;
   extern __shared__ std::uint8_t dynamic_smem[];
@@ -834,7 +844,9 @@ __global__ void __launch_bounds__(block_threads(true, kBN), kBN == 32 ? 3 : 2)
   __shared__ alignas(8) std::uint64_t empty[L::kStages];
   init_ring_barriers<L::kStages>(full, empty);
   __syncthreads();
-  if (threadIdx.x >= kThreads) {  // the producer warp: the segments' steps into the ring, in order
+  if (threadIdx.x >= kThreads) {  // the producer's first warp: the segments' steps into the ring, in order
+    if constexpr (kProducerWarpgroup) gemm::sm90::release_registers<kProducerRegs>();
+    if (kProducerWarpgroup && threadIdx.x >= kThreads + 32) return;
     if (lane == 0) prefetch_maps<F, kBN, kMi>(maps);
     int stage = 0;
     std::uint32_t phase = 0;
@@ -853,6 +865,10 @@ __global__ void __launch_bounds__(block_threads(true, kBN), kBN == 32 ? 3 : 2)
     }
     return;
   }
+  if constexpr (kProducerWarpgroup) gemm::sm90::claim_registers<kConsumerRegs>();
+  // One chain of turns over all the block's steps, segments included (both warpgroups walk
+  // the same steps; the epilogues between segments meet at barrier 1, not on the turns).
+  if constexpr (kPingPong) Turns{wg, false}.start();
 
   const QuadColumn quad = make_quad_column<blocks_of(F)>(lane % 4);
   const int g_lane = lane / 4, c_lane = lane % 4;
@@ -862,10 +878,13 @@ __global__ void __launch_bounds__(block_threads(true, kBN), kBN == 32 ? 3 : 2)
     const Segment g = segment_at(u);
     float acc[kMi][kBN / 2];
     int last_stage = stage;
+    // The block's last segment (only the turns need it).
+    const bool block_last = kPingPong && u + static_cast<std::uint32_t>(g.s1 - g.s0) == u_end;
     for (int step = g.s0; step < g.s1; ++step) {
       gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);
-      compute_step<T, F, kBN, kMi, false>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp, lane,
-                                          quad, acc, step == g.s0, Turns{wg, false});
+      compute_step<T, F, kBN, kMi, kPingPong>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp,
+                                              lane, quad, acc, step == g.s0,
+                                              Turns{wg, block_last && step + 1 == g.s1});
       __syncwarp();
       if (step > g.s0 && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
       last_stage = stage;
@@ -898,13 +917,18 @@ __global__ void __launch_bounds__(block_threads(true, kBN), kBN == 32 ? 3 : 2)
           }
         }
         named_barrier(1, kThreads);
+        // In pieces of at most 32 loads in flight: two m64 blocks' 128 would not fit the registers.
+        constexpr int kPiece = kElements < 32 ? kElements : 32;
         for (std::uint32_t q = b + 1; q < q_end; ++q) {
           const float* theirs = sk.partials + std::size_t{q} * kElements * kThreads + threadIdx.x;
-          float part[kElements];
 #pragma unroll
-          for (int e = 0; e < kElements; ++e) part[e] = __ldcg(theirs + e * kThreads);
+          for (int e0 = 0; e0 < kElements; e0 += kPiece) {
+            float part[kPiece];
 #pragma unroll
-          for (int e = 0; e < kElements; ++e) acc[e / (kBN / 2)][e % (kBN / 2)] += part[e];
+            for (int e = 0; e < kPiece; ++e) part[e] = __ldcg(theirs + (e0 + e) * kThreads);
+#pragma unroll
+            for (int e = 0; e < kPiece; ++e) acc[(e0 + e) / (kBN / 2)][(e0 + e) % (kBN / 2)] += part[e];
+          }
         }
         named_barrier(1, kThreads);  // every thread has read the partials before their flags clear
         if (threadIdx.x == 0) {
@@ -992,8 +1016,8 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
 }
 
 // A stream's stream-K workspace: partial slots for kStreamKSlotFloats floats a thread of
-// every multiprocessor's resident blocks (3 of 32 rows' 16 accumulators, 2 of 64 rows' 32),
-// then a flag a slot: ~8.6 MB on 132 SMs. One a (device, stream): launches in stream order
+// every multiprocessor's resident blocks (3 of 32 rows' 16 accumulators, 2 of 64 rows' 32,
+// 1 of two m64 blocks' 64 or 128), then a flag a slot: ~17 MB on 132 SMs. One a (device, stream): launches in stream order
 // share it (owners leave the flags at zero), launches on two streams never do. Kept for the
 // process, for at most kStreamKStreams streams a device (the engines hold one stream each;
 // past that, the rule's launches stay tiled). The first use may fall inside a graph
@@ -1001,7 +1025,7 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
 // in relaxed capture mode on a side stream, and the graph holds the pointer, so replaying
 // it concurrently with other stream-K work on the stream it was captured on would share
 // the slots (the engines replay their graphs on that stream).
-constexpr int kStreamKSlotFloats = 64;
+constexpr int kStreamKSlotFloats = 128;
 constexpr int kStreamKStreams = 8;
 
 // The stream's workspace; a new one only where `create` (false: none, if it has none).
@@ -1034,10 +1058,12 @@ bool stream_k_workspace(cudaStream_t stream, StreamK* sk, bool create = true) {
 }
 
 // False where this stream gets no workspace (kStreamKStreams taken): the caller runs tiled.
-template <class T, Form F, int kBN>
+template <class T, Form F, int kBN, int kMi>
 bool launch_stream_k(const Params& p, cudaStream_t stream) {
-  using L = Layout<F, kBN, 1>;
-  const auto kernel = wgmma_stream_k_kernel<T, F, kBN, 1>;
+  using L = Layout<F, kBN, kMi>;
+  constexpr int kElements = kMi * kBN / 2;  // accumulators a thread
+  static_assert(kElements <= kStreamKSlotFloats, "a block's partial fits its slot");
+  const auto kernel = wgmma_stream_k_kernel<T, F, kBN, kMi>;
   static Sm90KernelReady ready_check;
   LOWBIT_CHECK(ready_check(reinterpret_cast<const void*>(kernel), sizeof(int), L::kSmem),
                "weight_only: the stream-K kernel needs a compute capability 9.0 GPU and an sm_90a image");
@@ -1047,7 +1073,7 @@ bool launch_stream_k(const Params& p, cudaStream_t stream) {
   const std::int64_t units = n_blocks * m_blocks * p.k_steps;
   // Every resident slot a block (as many as the workspace holds), but at least 4 steps a block.
   const std::int64_t sms = core::multiprocessor_count();
-  std::int64_t grid = std::min<std::int64_t>(per_sm, kStreamKSlotFloats / (kBN / 2)) * sms;
+  std::int64_t grid = std::min<std::int64_t>(per_sm, kStreamKSlotFloats / kElements) * sms;
   grid = std::max<std::int64_t>(1, std::min(grid, units / 4));
   LOWBIT_CHECK(n_blocks * m_blocks < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
                "weight_only: M x N needs more tiles (", n_blocks * m_blocks, ") than the stream-K kernel indexes");
@@ -1059,7 +1085,7 @@ bool launch_stream_k(const Params& p, cudaStream_t stream) {
   sk.units = static_cast<std::uint32_t>(units);
   sk.per_block = static_cast<std::uint32_t>(units / grid);
   sk.extra = static_cast<std::uint32_t>(units % grid);
-  WgmmaMaps maps = make_maps<F, kBN, 1>(p);
+  WgmmaMaps maps = make_maps<F, kBN, kMi>(p);
   launch_cluster_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block_threads(true, kBN)), L::kSmem, stream,
                         false, 1u, p, n_blocks, m_blocks, maps, sk);
   return true;
@@ -1086,8 +1112,18 @@ namespace {
 // 37.5 -> 28.3, 32 x 4096 x 4096 14.9 -> 14.3, 64 x 4096 x 14336 38.1 -> 29.9; where the tiled
 // grid splits 2 ways or holds 64 rows unsplit, stream-K lost 2-8% (14336 x 4096 at 32 and
 // 64 rows, 64 x 28672 x 8192).
-bool stream_k_pays(int tile_m, int splits, std::int64_t tiles) {
-  return splits >= 4 || (tile_m == 32 && splits == 1 && tiles > core::multiprocessor_count());
+// Two m64 blocks a warpgroup (one block an SM): where the tiled grid, its clusters
+// included, leaves 40% or more of the SMs idle in its last wave, and each SM gets at least
+// 6 K steps (with fewer, a tile's 32 steps span 8 blocks, and their fixups cost more
+// than the idle SMs). H200, session 49 (bench/notes/weight_only.md): 4096 x 14336 at 128
+// rows (16 tiles, split 4: 64 blocks) 51.5 -> 45.5 us, at 256 rows (split 2: 64 blocks) 89 ->
+// 63, Q8_0 at 64 rows 40.8 -> 35.5; 256 x 4096 x 4096 33.0 -> 30.0; but 128 x 4096 x 4096 (3.9
+// steps an SM) 24.0 -> 28.4; where the grid filled 85% or more, stream-K was 3-18% slower
+// (14336 x 4096: the fixups of 32-step tiles) or within the run's spread (28672 x 8192).
+bool stream_k_pays(int tile_m, int mi, int splits, std::int64_t tiles, std::int64_t k_steps) {
+  const std::int64_t sms = core::multiprocessor_count();
+  if (mi == 2) return core::wave_fill(tiles * splits, sms) < 0.6 && tiles * k_steps >= 6 * sms;
+  return splits >= 4 || (tile_m == 32 && splits == 1 && tiles > sms);
 }
 
 template <class T, Form F, int kBN, int kMi, bool kTma>
@@ -1099,10 +1135,10 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
   const int splits = choose_splits<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks, v.k_slices);
-  if constexpr (kTma && kMi == 1 && kBN <= 64) {
+  if constexpr (kTma) {
     const bool stream_k = v.stream_k == 1 || (v.stream_k < 0 && v.k_slices == 0 &&
-                                              stream_k_pays(kBN, splits, n_blocks * m_blocks));
-    if (stream_k && launch_stream_k<T, F, kBN>(p, stream)) return;
+                                              stream_k_pays(kBN, kMi, splits, n_blocks * m_blocks, p.k_steps));
+    if (stream_k && launch_stream_k<T, F, kBN, kMi>(p, stream)) return;
     LOWBIT_CHECK(v.stream_k != 1, "weight_only: the stream-K variant has no workspace for this stream (",
                  kStreamKStreams, " streams a device hold one)");
   }
