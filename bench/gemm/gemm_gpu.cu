@@ -486,7 +486,9 @@ void weight_only_wgmma_section(const GemmBenchOptions& o, cuda_stream_t stream, 
       {"w4a16 g32 sym (Q4_0)", {4, 32, false, DType::f16}},
       {"w8a16 g32 (Q8_0)", {8, 32, false, DType::f16}},
   };
-  const std::int64_t nk[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {28672, 8192}};
+  // The 8B layer's four products (QKV, O, gate|up, down), the 14336 x 4096 of the earlier runs, and
+  // a 70B-class FFN.
+  const std::int64_t nk[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}, {14336, 4096}, {28672, 8192}};
   const std::size_t first = rows.size();
   const auto sampled = [&](GemmRow& row, const std::function<void(int)>& launch, double ops) {
     std::vector<double> t = gpu_sample_ms(launch, stream, ops > 2e11 ? 7 : 15);

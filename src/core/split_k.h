@@ -54,6 +54,29 @@ inline double split_k_cost(const SplitKProblem& p, int splits) {
   return static_cast<double>(waves) * (p.fixed_steps + steps);
 }
 
+// Stream-K's modelled time in the same units: `blocks` persistent blocks share the tiles x
+// k_steps units evenly, and each pays the fixed cost once and `segment_steps` for each
+// part of a tile it holds (a partial's store and flag, or an owner's wait and reads).
+// The H200's rows at two m64 blocks a warpgroup (session 49: 28672 x 8192, 14336 x 4096,
+// 4096 x 14336, 4096 x 4096 at 128-2048 rows, timed in turns with the tiled grid) fit 5-9
+// steps a segment; 7 is the default.
+inline double stream_k_cost(const SplitKProblem& p, std::int64_t blocks, double segment_steps = 7.0) {
+  if (blocks <= 0 || p.k_steps <= 0) return 0.0;
+  const double per_block = static_cast<double>(p.tiles * p.k_steps) / static_cast<double>(blocks);
+  return per_block + p.fixed_steps + segment_steps * (1.0 + per_block / static_cast<double>(p.k_steps));
+}
+
+// Whether stream-K (`sk_blocks` persistent blocks) replaces the tiled grid split `splits`
+// ways: where the tiled grid leaves 40% or more of its slots idle in its last wave and
+// stream-K's modelled time is at least 5% under its own. Not where the waves are full or
+// nearly (85% and up): there the H200 runs these GEMMs at its power limit, and stream-K's
+// even share of the SMs bought nothing (a batch prefill with 512 x 28672 x 4096 on
+// stream-K, 5% faster alone, ran 2.6% slower: every kernel of the pass 3-5% slower, the
+// clocks; bench/notes/weight_only.md, session 49).
+inline bool stream_k_beats_tiled(const SplitKProblem& p, int splits, std::int64_t sk_blocks) {
+  return wave_fill(p.tiles * splits, p.slots) < 0.6 && stream_k_cost(p, sk_blocks) < 0.95 * split_k_cost(p, splits);
+}
+
 // The power-of-two split (1 .. max_splits, each with >= min_steps steps) of least cost.
 inline int pick_k_splits(const SplitKProblem& p) {
   int best_splits = 1;

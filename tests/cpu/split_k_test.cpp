@@ -4,6 +4,8 @@
 // (core/gemv_split.h) against the H200 sweep of session 27 (bench/notes/weight_only.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/gemv_split.h"
 #include "core/split_k.h"
 
@@ -186,6 +188,48 @@ TEST(GemvSplit, ShortKNeverSplitsBelowTwoStepsAWarp) {
   EXPECT_LE(2 * s.k_slices * s.parts, 4);
   g.k_steps = 1;
   expect_split(pick_gemv_split(g, kH200PerSm, 0, 0), 1, 1);
+}
+
+// Stream-K against the tiled grid at two m64 blocks a warpgroup (256 x 128 blocks, one an
+// SM on 132): core::stream_k_beats_tiled against the H200's rows of session 49
+// (bench/results/weight-only-stream-k-128-h200.md, Q4_1, us tiled -> stream-K; the
+// GEMMs alone, timed in turns with the tiled grid, and the batch prefill for 512 x 28672 x
+// 4096).
+bool stream_k_chosen(std::int64_t tiles, std::int64_t k_steps) {
+  SplitKProblem p;
+  p.tiles = tiles;
+  p.slots = 132;
+  p.k_steps = k_steps;
+  return lowbit::core::stream_k_beats_tiled(p, pick_k_splits(p), std::min<std::int64_t>(132, tiles * k_steps / 4));
+}
+
+TEST(SplitK, StreamKWhereTheTiledGridLeftSmsIdleAndItWasFaster) {
+  EXPECT_TRUE(stream_k_chosen(16, 112));  // 128 x 4096 x 14336 (split 4: 64 blocks): 51.9 -> 45.4
+  EXPECT_TRUE(stream_k_chosen(32, 112));  // 256 rows (split 2: 64 blocks): 88.7 -> 63.1
+  EXPECT_TRUE(stream_k_chosen(24, 32));   // 128 x 6144 x 4096 (split 2: 48 blocks): 33.1 -> 30.0
+}
+
+TEST(SplitK, TiledWhereStreamKWasNotFasterOrTheWavesWereFull) {
+  EXPECT_FALSE(stream_k_chosen(16, 32));    // 128 x 4096 x 4096: 24.2 -> 28.2 (4 steps a block)
+  EXPECT_FALSE(stream_k_chosen(56, 32));    // 128 x 14336 x 4096: 34.1 -> 39.9
+  EXPECT_FALSE(stream_k_chosen(112, 32));   // 256 rows: 53.2 -> 60.0
+  EXPECT_FALSE(stream_k_chosen(64, 112));   // 512 x 4096 x 14336: 97.5 -> 107.0
+  EXPECT_FALSE(stream_k_chosen(112, 64));   // 128 x 28672 x 8192: 109.6 -> 108.1
+  EXPECT_FALSE(stream_k_chosen(1792, 64));  // 2048 rows: 1,508 -> 1,563
+  // Full waves at the power limit: 5-9% faster alone in turns, but the batch prefill with
+  // 512 x 28672 x 4096 on stream-K ran 2.6% slower.
+  EXPECT_FALSE(stream_k_chosen(448, 32));  // 512 x 28672 x 4096
+  EXPECT_FALSE(stream_k_chosen(224, 64));  // 256 x 28672 x 8192
+  EXPECT_FALSE(stream_k_chosen(448, 64));  // 512 x 28672 x 8192
+}
+
+TEST(SplitK, StreamKCostIsStepsAnSmPlusFixedPlusSegments) {
+  SplitKProblem p;
+  p.tiles = 224;
+  p.k_steps = 64;
+  // 14336 units on 132 blocks: 108.6 steps each, 2.7 tile parts each.
+  EXPECT_NEAR(lowbit::core::stream_k_cost(p, 132), 14336.0 / 132 + 8.0 + 7.0 * (1.0 + 14336.0 / 132 / 64), 1e-9);
+  EXPECT_DOUBLE_EQ(lowbit::core::stream_k_cost(p, 0), 0.0);
 }
 
 }  // namespace

@@ -991,16 +991,9 @@ int blocks_per_sm() {
   return blocks;
 }
 
-// Split K over a cluster: the split of least modelled time (core/split_k.h), at least 4
-// steps per split. `forced` > 0: that split (a benchmark sweep), still bounded by the K
-// steps.
+// The tiled grid's wave model (core/split_k.h) for these tiles.
 template <class T, Form F, int kBN, int kMi, bool kTma>
-int choose_splits(const Params& p, std::int64_t tiles, int forced) {
-  if (forced > 0) {
-    int s = forced;
-    while (s > 1 && p.k_steps < 4 * s) s /= 2;
-    return s;
-  }
+core::SplitKProblem split_problem(const Params& p, std::int64_t tiles) {
   core::SplitKProblem problem;
   problem.tiles = tiles;
   problem.slots = static_cast<std::int64_t>(blocks_per_sm<T, F, kBN, kMi, kTma>()) * core::multiprocessor_count();
@@ -1012,6 +1005,17 @@ int choose_splits(const Params& p, std::int64_t tiles, int forced) {
   // slots, not the quarter fitted at one and two (H200: 32 x 4096 x 14336 split 8 29.2 us
   // against split 4's 35.2, 32 x 4096 x 4096 15.1 against 15.3; bench/notes/weight_only.md).
   if (blocks_per_sm<T, F, kBN, kMi, kTma>() >= 3) problem.cluster_share[3] = 0.75;
+  return problem;
+}
+
+// Split K over a cluster: the split of least modelled time, at least 4 steps per split.
+// `forced` > 0: that split (a benchmark sweep), still bounded by the K steps.
+int choose_splits(const core::SplitKProblem& problem, int forced) {
+  if (forced > 0) {
+    int s = forced;
+    while (s > 1 && problem.k_steps < 4 * s) s /= 2;
+    return s;
+  }
   return core::pick_k_splits(problem);
 }
 
@@ -1057,24 +1061,30 @@ bool stream_k_workspace(cudaStream_t stream, StreamK* sk, bool create = true) {
   return true;
 }
 
+// The stream-K grid for `units` (tiles x K steps): every resident slot a block (as many as
+// the workspace holds), but at least 4 steps a block.
+template <class T, Form F, int kBN, int kMi>
+std::int64_t stream_k_grid(std::int64_t units) {
+  constexpr int kElements = kMi * kBN / 2;  // accumulators a thread
+  static_assert(kElements <= kStreamKSlotFloats, "a block's partial fits its slot");
+  static const int per_sm = resident_blocks(reinterpret_cast<const void*>(wgmma_stream_k_kernel<T, F, kBN, kMi>),
+                                            block_threads(true, kBN), Layout<F, kBN, kMi>::kSmem);
+  const std::int64_t grid = std::min<std::int64_t>(per_sm, kStreamKSlotFloats / kElements) * core::multiprocessor_count();
+  return std::max<std::int64_t>(1, std::min(grid, units / 4));
+}
+
 // False where this stream gets no workspace (kStreamKStreams taken): the caller runs tiled.
 template <class T, Form F, int kBN, int kMi>
 bool launch_stream_k(const Params& p, cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
-  constexpr int kElements = kMi * kBN / 2;  // accumulators a thread
-  static_assert(kElements <= kStreamKSlotFloats, "a block's partial fits its slot");
   const auto kernel = wgmma_stream_k_kernel<T, F, kBN, kMi>;
   static Sm90KernelReady ready_check;
   LOWBIT_CHECK(ready_check(reinterpret_cast<const void*>(kernel), sizeof(int), L::kSmem),
                "weight_only: the stream-K kernel needs a compute capability 9.0 GPU and an sm_90a image");
-  static const int per_sm = resident_blocks(reinterpret_cast<const void*>(kernel), block_threads(true, kBN), L::kSmem);
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
   const std::int64_t units = n_blocks * m_blocks * p.k_steps;
-  // Every resident slot a block (as many as the workspace holds), but at least 4 steps a block.
-  const std::int64_t sms = core::multiprocessor_count();
-  std::int64_t grid = std::min<std::int64_t>(per_sm, kStreamKSlotFloats / kElements) * sms;
-  grid = std::max<std::int64_t>(1, std::min(grid, units / 4));
+  const std::int64_t grid = stream_k_grid<T, F, kBN, kMi>(units);
   LOWBIT_CHECK(n_blocks * m_blocks < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
                "weight_only: M x N needs more tiles (", n_blocks * m_blocks, ") than the stream-K kernel indexes");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
@@ -1104,26 +1114,24 @@ bool stream_k_flags_clear(cuda_stream_t stream) {
 
 namespace {
 
-// Whether stream-K takes a launch the variant leaves to the rule: where the tiled grid
-// splits K over clusters of 4 or 8 (their reductions and the slots lost to placing them
+// Whether stream-K takes a launch the variant leaves to the rule. One m64 block a
+// warpgroup (32 and 64 rows on 128 weight rows): where the tiled grid splits K over
+// clusters of 4 or 8 (their reductions and the slots lost to placing them
 // whole in a GPC), and at 32 rows where it does not split but has more tiles than
 // multiprocessors (three-block SMs beside two-block ones). H200, session 48 (bench/notes/
 // weight_only.md): 32 x 28672 x 8192 Q4_1 67 -> 62 us, 32 x 4096 x 14336 28.3 -> 26.8, Q8_0
 // 37.5 -> 28.3, 32 x 4096 x 4096 14.9 -> 14.3, 64 x 4096 x 14336 38.1 -> 29.9; where the tiled
 // grid splits 2 ways or holds 64 rows unsplit, stream-K lost 2-8% (14336 x 4096 at 32 and
 // 64 rows, 64 x 28672 x 8192).
-// Two m64 blocks a warpgroup (one block an SM): where the tiled grid, its clusters
-// included, leaves 40% or more of the SMs idle in its last wave, and each SM gets at least
-// 6 K steps (with fewer, a tile's 32 steps span 8 blocks, and their fixups cost more
-// than the idle SMs). H200, session 49 (bench/notes/weight_only.md): 4096 x 14336 at 128
-// rows (16 tiles, split 4: 64 blocks) 51.5 -> 45.5 us, at 256 rows (split 2: 64 blocks) 89 ->
-// 63, Q8_0 at 64 rows 40.8 -> 35.5; 256 x 4096 x 4096 33.0 -> 30.0; but 128 x 4096 x 4096 (3.9
-// steps an SM) 24.0 -> 28.4; where the grid filled 85% or more, stream-K was 3-18% slower
-// (14336 x 4096: the fixups of 32-step tiles) or within the run's spread (28672 x 8192).
-bool stream_k_pays(int tile_m, int mi, int splits, std::int64_t tiles, std::int64_t k_steps) {
+// Two m64 blocks a warpgroup (one block an SM): core::stream_k_beats_tiled, the wave
+// model's choice where the tiled grid leaves SMs idle. H200, session 49 (bench/notes/
+// weight_only.md): 128 x 4096 x 14336 -10%, 256 rows -28%, 128 x 6144 x 4096 -10%; the model
+// keeps the tiled grid where stream-K lost: short tiles (14336 x 4096, 4096 x 4096 at 128
+// rows: +13-18%, their fixups), and full waves (the power limit).
+bool stream_k_pays(int tile_m, int mi, int splits, const core::SplitKProblem& problem, std::int64_t sk_grid) {
   const std::int64_t sms = core::multiprocessor_count();
-  if (mi == 2) return core::wave_fill(tiles * splits, sms) < 0.6 && tiles * k_steps >= 6 * sms;
-  return splits >= 4 || (tile_m == 32 && splits == 1 && tiles > sms);
+  if (mi == 2) return core::stream_k_beats_tiled(problem, splits, sk_grid);
+  return splits >= 4 || (tile_m == 32 && splits == 1 && problem.tiles > sms);
 }
 
 template <class T, Form F, int kBN, int kMi, bool kTma>
@@ -1134,10 +1142,13 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
                                           "sm_90a image (CMAKE_CUDA_ARCHITECTURES 90a)");
   const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
   const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
-  const int splits = choose_splits<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks, v.k_slices);
+  const core::SplitKProblem problem = split_problem<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks);
+  const int splits = choose_splits(problem, v.k_slices);
   if constexpr (kTma) {
-    const bool stream_k = v.stream_k == 1 || (v.stream_k < 0 && v.k_slices == 0 &&
-                                              stream_k_pays(kBN, kMi, splits, n_blocks * m_blocks, p.k_steps));
+    const bool stream_k =
+        v.stream_k == 1 ||
+        (v.stream_k < 0 && v.k_slices == 0 &&
+         stream_k_pays(kBN, kMi, splits, problem, stream_k_grid<T, F, kBN, kMi>(n_blocks * m_blocks * p.k_steps)));
     if (stream_k && launch_stream_k<T, F, kBN, kMi>(p, stream)) return;
     LOWBIT_CHECK(v.stream_k != 1, "weight_only: the stream-K variant has no workspace for this stream (",
                  kStreamKStreams, " streams a device hold one)");
