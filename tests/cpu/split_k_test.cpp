@@ -192,9 +192,9 @@ TEST(GemvSplit, ShortKNeverSplitsBelowTwoStepsAWarp) {
 
 // Stream-K against the tiled grid at two m64 blocks a warpgroup (256 x 128 blocks, one an
 // SM on 132): core::stream_k_beats_tiled against the H200's rows of session 49
-// (bench/results/weight-only-stream-k-128-h200.md, Q4_1, us tiled -> stream-K; the
-// GEMMs alone, timed in turns with the tiled grid, and the batch prefill for 512 x 28672 x
-// 4096).
+// (bench/results/weight-only-stream-k-128-h200.md, Q4_1, us tiled -> stream-K: the
+// GEMMs alone, against main's binary or timed in turns with the tiled grid; the batch
+// prefill for 512 x 28672 x 4096).
 bool stream_k_chosen(std::int64_t tiles, std::int64_t k_steps) {
   SplitKProblem p;
   p.tiles = tiles;

@@ -1021,8 +1021,9 @@ int choose_splits(const core::SplitKProblem& problem, int forced) {
 
 // A stream's stream-K workspace: partial slots for kStreamKSlotFloats floats a thread of
 // every multiprocessor's resident blocks (3 of 32 rows' 16 accumulators, 2 of 64 rows' 32,
-// 1 of two m64 blocks' 64 or 128), then a flag a slot: ~17 MB on 132 SMs. One a (device, stream): launches in stream order
-// share it (owners leave the flags at zero), launches on two streams never do. Kept for the
+// 1 of two m64 blocks' 64 or 128), then a flag a slot: ~17 MB on 132 SMs. One a (device,
+// stream): launches in stream order share it (owners leave the flags at zero), launches on
+// two streams never do. Kept for the
 // process, for at most kStreamKStreams streams a device (the engines hold one stream each;
 // past that, the rule's launches stay tiled). The first use may fall inside a graph
 // capture (a decode step's): the allocation and the flags' clearing then run outside it,
@@ -1069,7 +1070,8 @@ std::int64_t stream_k_grid(std::int64_t units) {
   static_assert(kElements <= kStreamKSlotFloats, "a block's partial fits its slot");
   static const int per_sm = resident_blocks(reinterpret_cast<const void*>(wgmma_stream_k_kernel<T, F, kBN, kMi>),
                                             block_threads(true, kBN), Layout<F, kBN, kMi>::kSmem);
-  const std::int64_t grid = std::min<std::int64_t>(per_sm, kStreamKSlotFloats / kElements) * core::multiprocessor_count();
+  const std::int64_t sms = core::multiprocessor_count();
+  const std::int64_t grid = std::min<std::int64_t>(per_sm, kStreamKSlotFloats / kElements) * sms;
   return std::max<std::int64_t>(1, std::min(grid, units / 4));
 }
 
@@ -1125,7 +1127,7 @@ namespace {
 // 64 rows, 64 x 28672 x 8192).
 // Two m64 blocks a warpgroup (one block an SM): core::stream_k_beats_tiled, the wave
 // model's choice where the tiled grid leaves SMs idle. H200, session 49 (bench/notes/
-// weight_only.md): 128 x 4096 x 14336 -10%, 256 rows -28%, 128 x 6144 x 4096 -10%; the model
+// weight_only.md): 128 x 4096 x 14336 -10%, 256 rows -28%, 128 x 6144 x 4096 -5 to -10%; the model
 // keeps the tiled grid where stream-K lost: short tiles (14336 x 4096, 4096 x 4096 at 128
 // rows: +13-18%, their fixups), and full waves (the power limit).
 bool stream_k_pays(int tile_m, int mi, int splits, const core::SplitKProblem& problem, std::int64_t sk_grid) {
