@@ -148,7 +148,8 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
                         Case{{8, 64, false, DType::f16}, 264, long_k}, Case{{4, 32, true, DType::bf16}, 2000, 1500}}) {
     DeviceWeights w;
     make_weights(rng, c.spec, c.n, c.k, w);
-    for (const auto [tile_m, tile_n] : {std::pair{32, 128}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 256}}) {
+    for (const auto& [tile_m, tile_n] :
+         {std::pair{32, 128}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 256}}) {
       wo::Variant v = kWgmmaTma;
       v.tile_m = tile_m;
       v.tile_n = tile_n;
