@@ -1075,18 +1075,17 @@ std::int64_t stream_k_grid(std::int64_t units) {
   return std::max<std::int64_t>(1, std::min(grid, units / 4));
 }
 
+// The stream-K launch of `grid` blocks (stream_k_grid) over the n_blocks x m_blocks tiles.
 // False where this stream gets no workspace (kStreamKStreams taken): the caller runs tiled.
 template <class T, Form F, int kBN, int kMi>
-bool launch_stream_k(const Params& p, cudaStream_t stream) {
+bool launch_stream_k(const Params& p, std::int64_t n_blocks, std::int64_t m_blocks, std::int64_t grid,
+                     cudaStream_t stream) {
   using L = Layout<F, kBN, kMi>;
   const auto kernel = wgmma_stream_k_kernel<T, F, kBN, kMi>;
   static Sm90KernelReady ready_check;
   LOWBIT_CHECK(ready_check(reinterpret_cast<const void*>(kernel), sizeof(int), L::kSmem),
                "weight_only: the stream-K kernel needs a compute capability 9.0 GPU and an sm_90a image");
-  const std::int64_t n_blocks = (p.n_tiles + L::kTiles - 1) / L::kTiles;
-  const std::int64_t m_blocks = (p.m + kBN - 1) / kBN;
   const std::int64_t units = n_blocks * m_blocks * p.k_steps;
-  const std::int64_t grid = stream_k_grid<T, F, kBN, kMi>(units);
   LOWBIT_CHECK(n_blocks * m_blocks < (std::int64_t{1} << 31) && n_blocks * kGroupM < (std::int64_t{1} << 32),
                "weight_only: M x N needs more tiles (", n_blocks * m_blocks, ") than the stream-K kernel indexes");
   LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 28), "weight_only: K of ", p.k, " is too long for the wgmma kernel");
@@ -1131,9 +1130,8 @@ namespace {
 // keeps the tiled grid where stream-K lost: short tiles (14336 x 4096, 4096 x 4096 at 128
 // rows: +13-18%, their fixups), and full waves (the power limit).
 bool stream_k_pays(int tile_m, int mi, int splits, const core::SplitKProblem& problem, std::int64_t sk_grid) {
-  const std::int64_t sms = core::multiprocessor_count();
   if (mi == 2) return core::stream_k_beats_tiled(problem, splits, sk_grid);
-  return splits >= 4 || (tile_m == 32 && splits == 1 && problem.tiles > sms);
+  return splits >= 4 || (tile_m == 32 && splits == 1 && problem.tiles > core::multiprocessor_count());
 }
 
 template <class T, Form F, int kBN, int kMi, bool kTma>
@@ -1147,11 +1145,10 @@ void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   const core::SplitKProblem problem = split_problem<T, F, kBN, kMi, kTma>(p, n_blocks * m_blocks);
   const int splits = choose_splits(problem, v.k_slices);
   if constexpr (kTma) {
-    const bool stream_k =
-        v.stream_k == 1 ||
-        (v.stream_k < 0 && v.k_slices == 0 &&
-         stream_k_pays(kBN, kMi, splits, problem, stream_k_grid<T, F, kBN, kMi>(n_blocks * m_blocks * p.k_steps)));
-    if (stream_k && launch_stream_k<T, F, kBN, kMi>(p, stream)) return;
+    const std::int64_t sk_grid = stream_k_grid<T, F, kBN, kMi>(n_blocks * m_blocks * p.k_steps);
+    const bool stream_k = v.stream_k == 1 || (v.stream_k < 0 && v.k_slices == 0 &&
+                                              stream_k_pays(kBN, kMi, splits, problem, sk_grid));
+    if (stream_k && launch_stream_k<T, F, kBN, kMi>(p, n_blocks, m_blocks, sk_grid, stream)) return;
     LOWBIT_CHECK(v.stream_k != 1, "weight_only: the stream-K variant has no workspace for this stream (",
                  kStreamKStreams, " streams a device hold one)");
   }
