@@ -11,7 +11,9 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "common/random.h"
 #include "common/weight_only_cases.h"
 #include "cuda/weight_only/weight_only_cuda.h"
+#include "gpu/sm_hold.h"
 #include "lowbit/cuda_check.h"
 #include "lowbit/weight_only.h"
 
@@ -158,7 +161,7 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
       const std::int64_t third = tile_m == 32 ? 1 : tile_m == 64 ? 40 : 200;  // 200: two m blocks
       for (const std::int64_t m : {std::int64_t{17}, std::int64_t{tile_m}, third}) {
         run_case(rng, c.spec, w, m, m % 2 == 1, true, &v, Entry::variant_only);
-        EXPECT_TRUE(wo::stream_k_flags_clear(nullptr)) << "M " << m << ": an owner left a flag set";
+        EXPECT_TRUE(wo::stream_k_flags_clear(nullptr)) << "M " << m << ": a finisher left a flag set";
       }
       if (HasFailure()) return;
     }
@@ -167,8 +170,8 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
 
 // A second launch gives the first one's bits, and so does a CUDA graph captured on a fresh
 // stream (whose first stream-K launch allocates the stream's workspace during the
-// capture), replayed twice; the owners leave every flag at zero (StreamK checks it after
-// each case too: a flag left set would let the next launch's owner read a slot before its
+// capture), replayed twice; the finishers leave every flag at zero (StreamK checks it after
+// each case too: a flag left set would let the next launch's finisher read a slot before its
 // helper writes it, a race no input can force).
 TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
   LOWBIT_TEST_RNG(rng);
@@ -214,6 +217,72 @@ TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
   }
   LOWBIT_CUDA_CHECK(cudaGraphExecDestroy(exec));
   LOWBIT_CUDA_CHECK(cudaGraphDestroy(graph));
+  LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// A stream-K grid needs no co-residency: with every multiprocessor but one held by another
+// stream's spinning blocks (SmHold), grids of 24-41 blocks at each tile shape, one to three
+// of which fit the free SM at a time, finish within seconds and give the bits they give
+// with the GPU to themselves. A finisher that waited on later blocks would hold the free
+// SM while they wait for it, until the hold ends.
+TEST_F(WeightOnlyWgmmaGpu, StreamKNeedsNoCoResidency) {
+  if (under_sanitizer()) GTEST_SKIP() << "compute-sanitizer serializes kernels: the held SMs would never free";
+  LOWBIT_TEST_RNG(rng);
+  const WeightOnlySpec spec{4, 32, true, DType::f16};
+  DeviceWeights w;
+  make_weights(rng, spec, 520, 4100, w);  // 33 K steps a tile: a tile spans up to 9 blocks
+  const std::int64_t n = w.host.n, k = w.host.k;
+  cudaStream_t stream;
+  LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t done;
+  LOWBIT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const auto& [tile_m, tile_n] :
+       {std::pair{32, 128}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 256}}) {
+    SCOPED_TRACE(testing::Message() << "stream-K tile_m " << tile_m << " tile_n " << tile_n);
+    const std::int64_t m = tile_m;
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
+    for (auto& e : x) e = to_act_bits(spec.act_dtype, value(rng));
+    core::DeviceBuffer d_x(x.size() * 2), d_out(static_cast<std::size_t>(m * n) * 2);
+    LOWBIT_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+    const wo::Params p =
+        wo::make_params(TensorView::matrix(d_x.data(), spec.act_dtype, Device::cuda, m, k), w.device, TensorView{},
+                        TensorView::matrix(d_out.data(), spec.act_dtype, Device::cuda, m, n));
+    wo::Variant v = kWgmmaTma;
+    v.tile_m = tile_m;
+    v.tile_n = tile_n;
+    v.stream_k = 1;
+    ASSERT_TRUE(wo::takes(v, p, wo::Form::q4_zero_point));
+    const auto run = [&] {
+      LOWBIT_CUDA_CHECK(cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), stream));
+      wo::launch(p, spec.act_dtype, wo::Form::q4_zero_point, v, stream);
+      LOWBIT_CUDA_CHECK(cudaEventRecord(done, stream));
+    };
+    run();  // alone (and the stream's workspace made before the hold)
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<std::uint16_t> alone = download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * n));
+    bool finished = false;
+    {
+      SmHold hold(1);
+      ASSERT_TRUE(hold.holding()) << "could not hold all multiprocessors but one";
+      run();
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      cudaError_t status = cudaErrorNotReady;
+      while (status == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        status = cudaEventQuery(done);
+      }
+      if (status != cudaErrorNotReady) LOWBIT_CUDA_CHECK(status);
+      finished = status == cudaSuccess;
+      hold.release();  // a grid that waits on the held SMs finishes now
+    }
+    LOWBIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(finished) << "the grid did not finish on the one free multiprocessor within 10 s";
+    EXPECT_EQ(download<std::uint16_t>(d_out.data(), static_cast<std::size_t>(m * n)), alone);
+    EXPECT_TRUE(wo::stream_k_flags_clear(stream));
+    if (HasFailure()) break;
+  }
+  LOWBIT_CUDA_CHECK(cudaEventDestroy(done));
   LOWBIT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 

@@ -116,7 +116,7 @@ bool wgmma_available();
 bool wgmma_tma_store_takes(const Params& p);
 
 // For tests: whether every flag of this stream's stream-K workspace on the current device
-// is zero, as the owners leave them after each launch (true where the stream has none).
+// is zero, as the finishers leave them after each launch (true where the stream has none).
 // Synchronizes the stream.
 bool stream_k_flags_clear(cuda_stream_t stream);
 

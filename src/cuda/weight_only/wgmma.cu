@@ -761,22 +761,22 @@ __global__ void __launch_bounds__(block_threads(kTma, kBN), 1) wgmma_kernel(cons
 // rows, one or two m64 blocks a warpgroup): a grid of
 // persistent blocks, one a resident slot, splits the (tile, K step) units evenly: block q
 // takes units [first(q), first(q + 1)), first(q) = q (U / P) + min(q, U % P), tile-major,
-// so a tile's K range can span several blocks. A block's first segment may be a later
-// part of a tile: it stores its FP32 partial to its workspace slot and releases its flag.
-// Every other segment starts at step 0 (the block owns that tile); the last may end inside
-// the tile, and its owner, which reaches it last, waits for the flags of the blocks that
-// hold the rest, adds their partials in K order (deterministic for a given grid), resets
-// the flags (so the workspace needs no clearing between launches, CUDA graphs included),
-// and stores (0 + sum) + bias, rounded once, from registers. Only owners wait, at their
-// end, and only on later blocks' first segments, which wait on nothing. The grid is the
-// occupancy's, so once all its blocks are resident every wait ends; other grids' blocks
-// only delay that, as the GPU dispatches a grid's blocks before a later equal-priority
-// grid's. Two stream-K grids on streams of different priorities could interleave their
-// dispatch and leave each one's resident blocks waiting on the other's slots: not done here
-// (the engines run one stream each, at the default priority).
+// so a tile's K range can span several blocks. A block's units are a tail (the end of a
+// tile begun in earlier blocks), whole tiles and a head (the start of a tile that later
+// blocks end), each possibly empty. It walks the head first: it stores that FP32 partial
+// to its workspace slot and releases its flag, waiting on nothing. Then the whole tiles,
+// stored from registers. Then the tail, whose tile it finishes: it waits for the flags of
+// the earlier blocks that hold the rest of the tile (their heads, published at their
+// start), adds their partials in K order (deterministic for a given grid), resets the
+// flags (so the workspace needs no clearing between launches, CUDA graphs included), and
+// stores (0 + sum) + bias, rounded once. A block waits only on earlier blocks, which the
+// GPU dispatches before it (a grid's blocks go out in index order), so they are resident
+// or done: the grid needs no co-residency, and finishes beside other grids that hold SMs
+// (other streams' persistent kernels, NCCL's, an SM-limited MPS client) however few SMs
+// they leave it, as CUTLASS's stream-K and decoupled look-back scans rely on too.
 struct StreamK {
-  float* partials = nullptr;      // [grid][elements a thread][kThreads]
-  unsigned* flags = nullptr;      // [grid]
+  float* partials = nullptr;      // [grid][elements a thread][kThreads]: the blocks' heads
+  unsigned* flags = nullptr;      // [grid]: a block's head published (reset by its finisher)
   std::uint32_t units = 0;        // tiles x k_steps (< 2^31: the launch checks)
   std::uint32_t per_block = 0;    // units / grid; the first `extra` blocks take one more
   std::uint32_t extra = 0;
@@ -821,23 +821,33 @@ __global__ void __launch_bounds__(block_threads(true, kBN), stream_k_min_blocks(
   // the loops' bounds, and with them the stage and the wgmma descriptors, in uniform registers.
   const auto unit_begin = [&](std::uint32_t q) { return q * sk.per_block + min(q, sk.extra); };
   const std::uint32_t u_begin = unit_begin(b), u_end = unit_begin(b + 1);
-  // Segment of units [u, u_end): its tile, the tile's first and last + 1 step.
+  // A segment: the units of one tile the block holds, its first and last + 1 step.
   // Steps in 32 bits (k_steps < 2^28: the launch checks), so the step loops stay lean.
   struct Segment {
     std::uint32_t tile;
     std::int64_t tile0, m0;
     int s0, s1;
   };
-  const auto segment_at = [&](std::uint32_t u) {
-    Segment g;
-    g.tile = u / k_steps;
-    g.s0 = static_cast<int>(u - g.tile * k_steps);
-    g.s1 = static_cast<int>(min(k_steps, g.s0 + (u_end - u)));
-    std::int64_t n_block, m_block;
-    tile_of(g.tile, static_cast<std::uint32_t>(n_blocks), static_cast<std::uint32_t>(m_blocks), &n_block, &m_block);
-    g.tile0 = n_block * L::kTiles;
-    g.m0 = m_block * kBN;
-    return g;
+  // The block walks its units from the last down, a segment at a time (the steps within
+  // each in K order): first its head (the start of a tile that a later block ends:
+  // published at once), then its whole tiles, then its tail (the end of a tile begun in
+  // earlier blocks: finished last, when their heads are long published). One bound in
+  // registers, as an upward walk (a walk in three runs cost the 32-row kernel spills).
+  // f(segment, whether it is the block's last).
+  const auto for_each_segment = [&](auto&& f) {
+    for (std::uint32_t u = u_end; u > u_begin;) {
+      Segment g;
+      g.tile = (u - 1) / k_steps;
+      const std::uint32_t tile_begin = g.tile * k_steps, begin = u_begin > tile_begin ? u_begin : tile_begin;
+      g.s0 = static_cast<int>(begin - tile_begin);
+      g.s1 = static_cast<int>(u - tile_begin);
+      std::int64_t n_block, m_block;
+      tile_of(g.tile, static_cast<std::uint32_t>(n_blocks), static_cast<std::uint32_t>(m_blocks), &n_block, &m_block);
+      g.tile0 = n_block * L::kTiles;
+      g.m0 = m_block * kBN;
+      u = begin;
+      f(g, u == u_begin);
+    }
   };
 
   __shared__ alignas(8) std::uint64_t full[L::kStages];
@@ -850,8 +860,7 @@ __global__ void __launch_bounds__(block_threads(true, kBN), stream_k_min_blocks(
     if (lane == 0) prefetch_maps<F, kBN, kMi>(maps);
     int stage = 0;
     std::uint32_t phase = 0;
-    for (std::uint32_t u = u_begin; u < u_end;) {
-      const Segment g = segment_at(u);
+    for_each_segment([&](const Segment& g, bool) {
       for (int step = g.s0; step < g.s1; ++step) {
         gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&empty[stage]), phase ^ 1u);
         if (lane == 0) {
@@ -861,8 +870,7 @@ __global__ void __launch_bounds__(block_threads(true, kBN), stream_k_min_blocks(
         __syncwarp();
         if (++stage == L::kStages) stage = 0, phase ^= 1u;
       }
-      u += g.s1 - g.s0;
-    }
+    });
     return;
   }
   if constexpr (kProducerWarpgroup) gemm::sm90::claim_registers<kConsumerRegs>();
@@ -874,17 +882,14 @@ __global__ void __launch_bounds__(block_threads(true, kBN), stream_k_min_blocks(
   const int g_lane = lane / 4, c_lane = lane % 4;
   int stage = 0;
   std::uint32_t phase = 0;
-  for (std::uint32_t u = u_begin; u < u_end;) {
-    const Segment g = segment_at(u);
+  for_each_segment([&](const Segment& g, bool block_last) {
     float acc[kMi][kBN / 2];
     int last_stage = stage;
-    // The block's last segment (only the turns need it).
-    const bool block_last = kPingPong && u + static_cast<std::uint32_t>(g.s1 - g.s0) == u_end;
     for (int step = g.s0; step < g.s1; ++step) {
       gemm::sm90::mbarrier_wait(gemm::sm90::smem_address(&full[stage]), phase);
       compute_step<T, F, kBN, kMi, kPingPong>(p, ring + stage * L::kStage, ring_addr + stage * L::kStage, wg, warp,
                                               lane, quad, acc, step == g.s0,
-                                              Turns{wg, block_last && step + 1 == g.s1});
+                                              Turns{wg, kPingPong && block_last && step + 1 == g.s1});
       __syncwarp();
       if (step > g.s0 && lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));
       last_stage = stage;
@@ -896,68 +901,67 @@ __global__ void __launch_bounds__(block_threads(true, kBN), stream_k_min_blocks(
     __syncwarp();
     if (lane == 0) gemm::sm90::mbarrier_arrive(gemm::sm90::smem_address(&empty[last_stage]));  // the segment's last stage
 
-    float* const own = sk.partials + std::size_t{b} * kElements * kThreads + threadIdx.x;
-    if (g.s0 > 0) {  // a later part of a tile another block owns: publish it
+    if (g.s1 < static_cast<int>(k_steps)) {  // a part of a tile that a later block finishes: publish it
+      float* const own = sk.partials + std::size_t{b} * kElements * kThreads + threadIdx.x;
 #pragma unroll
       for (int e = 0; e < kElements; ++e) __stcg(own + e * kThreads, acc[e / (kBN / 2)][e % (kBN / 2)]);
       // The barrier orders every thread's stores before thread 0's release (cumulative).
       named_barrier(1, kThreads);
       if (threadIdx.x == 0) store_release(sk.flags + b, 1u);
-    } else {
-      // The owner: blocks b + 1 .. q_end - 1 hold the rest of the tile's K range, in K order.
-      // All their flags first, then all their partials' loads: one round trip at the end,
-      // where every block finishes at about the same time.
-      const std::uint32_t tile_end = (g.tile + 1) * k_steps;
-      std::uint32_t q_end = b + 1;
-      while (unit_begin(q_end) < tile_end) ++q_end;
-      if (q_end > b + 1) {
-        if (threadIdx.x == 0) {
-          for (std::uint32_t q = b + 1; q < q_end; ++q) {
-            while (load_acquire(sk.flags + q) == 0u) __nanosleep(32);
-          }
-        }
-        named_barrier(1, kThreads);
-        // In pieces of at most 32 loads in flight: two m64 blocks' 128 would not fit the registers.
-        constexpr int kPiece = kElements < 32 ? kElements : 32;
-        for (std::uint32_t q = b + 1; q < q_end; ++q) {
-          const float* theirs = sk.partials + std::size_t{q} * kElements * kThreads + threadIdx.x;
-#pragma unroll
-          for (int e0 = 0; e0 < kElements; e0 += kPiece) {
-            float part[kPiece];
-#pragma unroll
-            for (int e = 0; e < kPiece; ++e) part[e] = __ldcg(theirs + (e0 + e) * kThreads);
-#pragma unroll
-            for (int e = 0; e < kPiece; ++e) acc[(e0 + e) / (kBN / 2)][(e0 + e) % (kBN / 2)] += part[e];
-          }
-        }
-        named_barrier(1, kThreads);  // every thread has read the partials before their flags clear
-        if (threadIdx.x == 0) {
-          for (std::uint32_t q = b + 1; q < q_end; ++q) sk.flags[q] = 0u;
+      return;
+    }
+    if (g.s0 > 0) {
+      // The tile's last part: blocks q0 .. b - 1, all earlier (dispatched before this one,
+      // so resident or done), published the rest of its K range as their heads. All their
+      // flags first, then all their partials' loads, added in K order.
+      const std::uint32_t tile_begin = g.tile * k_steps;
+      std::uint32_t q0 = b - 1;
+      while (unit_begin(q0) > tile_begin) --q0;
+      if (threadIdx.x == 0) {
+        for (std::uint32_t q = q0; q < b; ++q) {
+          while (load_acquire(sk.flags + q) == 0u) __nanosleep(32);
         }
       }
-      // (0 + sum) + bias, rounded once: acc[mi][4j + 2h + e] is weight row 64 (kMi wg + mi)
-      // + 16 warp + 8h + g, activation row 8j + 2c + e.
-      auto* out = static_cast<std::uint16_t*>(p.out);
+      named_barrier(1, kThreads);
+      // In pieces of at most 32 loads in flight: two m64 blocks' 128 would not fit the registers.
+      constexpr int kPiece = kElements < 32 ? kElements : 32;
+      for (std::uint32_t q = q0; q < b; ++q) {
+        const float* theirs = sk.partials + std::size_t{q} * kElements * kThreads + threadIdx.x;
 #pragma unroll
-      for (int mi = 0; mi < kMi; ++mi) {
+        for (int e0 = 0; e0 < kElements; e0 += kPiece) {
+          float part[kPiece];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const std::int64_t n = g.tile0 * 8 + 64 * (kMi * wg + mi) + 16 * warp + 8 * h + g_lane;
-          if (n >= p.n) continue;
-          const float bias = p.bias != nullptr ? Act<T>::to_float(p.bias[n * p.bias_stride]) : 0.0f;
+          for (int e = 0; e < kPiece; ++e) part[e] = __ldcg(theirs + (e0 + e) * kThreads);
 #pragma unroll
-          for (int j = 0; j < kBN / 8; ++j) {
+          for (int e = 0; e < kPiece; ++e) acc[(e0 + e) / (kBN / 2)][(e0 + e) % (kBN / 2)] += part[e];
+        }
+      }
+      named_barrier(1, kThreads);  // every thread has read the partials before their flags clear
+      if (threadIdx.x == 0) {
+        for (std::uint32_t q = q0; q < b; ++q) sk.flags[q] = 0u;
+      }
+    }
+    // (0 + sum) + bias, rounded once: acc[mi][4j + 2h + e] is weight row 64 (kMi wg + mi)
+    // + 16 warp + 8h + g, activation row 8j + 2c + e.
+    auto* out = static_cast<std::uint16_t*>(p.out);
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const std::int64_t m = g.m0 + 8 * j + 2 * c_lane + e;
-              if (m < p.m) out[m * p.ldo + n] = Act<T>::from_float((0.0f + acc[mi][4 * j + 2 * h + e]) + bias);
-            }
+    for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t n = g.tile0 * 8 + 64 * (kMi * wg + mi) + 16 * warp + 8 * h + g_lane;
+        if (n >= p.n) continue;
+        const float bias = p.bias != nullptr ? Act<T>::to_float(p.bias[n * p.bias_stride]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const std::int64_t m = g.m0 + 8 * j + 2 * c_lane + e;
+            if (m < p.m) out[m * p.ldo + n] = Act<T>::from_float((0.0f + acc[mi][4 * j + 2 * h + e]) + bias);
           }
         }
       }
     }
-    u += g.s1 - g.s0;
-  }
+  });
   (void)sm90a_body;
 #else
   (void)p, (void)n_blocks, (void)m_blocks, (void)maps, (void)sk;
@@ -1022,7 +1026,7 @@ int choose_splits(const core::SplitKProblem& problem, int forced) {
 // A stream's stream-K workspace: partial slots for kStreamKSlotFloats floats a thread of
 // every multiprocessor's resident blocks (3 of 32 rows' 16 accumulators, 2 of 64 rows' 32,
 // 1 of two m64 blocks' 64 or 128), then a flag a slot: ~17 MB on 132 SMs. One a (device,
-// stream): launches in stream order share it (owners leave the flags at zero), launches on
+// stream): launches in stream order share it (finishers leave the flags at zero), launches on
 // two streams never do. Kept for the
 // process, for at most kStreamKStreams streams a device (the engines hold one stream each;
 // past that, the rule's launches stay tiled). The first use may fall inside a graph
