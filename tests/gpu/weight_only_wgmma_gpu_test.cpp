@@ -230,7 +230,7 @@ TEST_F(WeightOnlyWgmmaGpu, StreamKNeedsNoCoResidency) {
   LOWBIT_TEST_RNG(rng);
   const WeightOnlySpec spec{4, 32, true, DType::f16};
   DeviceWeights w;
-  make_weights(rng, spec, 520, 4100, w);  // 33 K steps a tile: a tile spans up to 9 blocks
+  make_weights(rng, spec, 520, 4104, w);  // 33 K steps a tile (up to 9 blocks); 16-byte rows for TMA
   const std::int64_t n = w.host.n, k = w.host.k;
   cudaStream_t stream;
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
