@@ -838,12 +838,13 @@ __global__ void __launch_bounds__(block_threads(true, kBN), stream_k_min_blocks(
     for (std::uint32_t u = u_end; u > u_begin;) {
       Segment g;
       g.tile = (u - 1) / k_steps;
-      const std::uint32_t tile_begin = g.tile * k_steps, held = u - u_begin;
+      const std::uint32_t tile_begin = g.tile * k_steps;
       g.s1 = static_cast<int>(u - tile_begin);
       // Two equal forms of the first step, selects rather than min / max (which took the
       // step loops' bounds out of uniform registers): with the other form, ptxas lengthens
       // the one m64 block kernels' step loops by 3 instructions, the 64-row two-block ones' by 53.
       if constexpr (kMi == 1) {
+        const std::uint32_t held = u - u_begin;
         g.s0 = held >= static_cast<std::uint32_t>(g.s1) ? 0 : g.s1 - static_cast<int>(held);
       } else {
         g.s0 = u_begin > tile_begin ? static_cast<int>(u_begin - tile_begin) : 0;
