@@ -125,8 +125,8 @@ struct Stream {
 
   // Copies chunk `chunk` (kChunk steps from the stream's first, of which `valid` are
   // real; the rest zero-filled) into ring slot `slot`.
-  __device__ __forceinline__ void issue(int lane, int slot, std::int64_t chunk, int valid, RingT& ring) {
-    const std::uint8_t* codes = codes0 + chunk * (kChunk * kUnit);
+  __device__ __forceinline__ void issue(int lane, int slot, int chunk, int valid, RingT& ring) {
+    const std::uint8_t* codes = codes0 + static_cast<std::uint32_t>(chunk) * std::uint32_t{kChunk * kUnit};
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
 #pragma unroll
@@ -150,7 +150,7 @@ struct Stream {
         for (int c = 0; c < kChunk; ++c) {
           if (c < valid) {
             cp_async16(scale_dst[t] + slot * kSlotScales + c * kChunkScales,
-                       scale_src[t] + (chunk * kChunk + c) * scale_step, 16);
+                       scale_src[t] + static_cast<std::uint32_t>(chunk * kChunk + c) * static_cast<std::uint32_t>(scale_step), 16);
           }
         }
       }
@@ -337,17 +337,18 @@ __device__ __forceinline__ void sub_to_rows(float (&acc)[kTN / 2][1][4], int c) 
   }
 }
 
-// The lane's activation runs of one step: rows r and r + 8, k = 128 * step + 32c.
+// The lane's activation runs of one step: rows r and r + 8, k = 128 (step_begin + step)
+// + 32c; steps below fast_steps take the 16-byte loads.
 template <int kRowGroups>
 __device__ __forceinline__ void load_x(const Params& p, const std::uint16_t* const (&xs)[kRowGroups],
-                                       const bool (&row_ok)[kRowGroups], std::int64_t step, std::int64_t fast_end,
-                                       int c, std::uint32_t (&x)[kRowGroups][16]) {
+                                       const bool (&row_ok)[kRowGroups], int step, int fast_steps,
+                                       std::int64_t step_begin, int c, std::uint32_t (&x)[kRowGroups][16]) {
 #pragma unroll
   for (int rg = 0; rg < kRowGroups; ++rg) {
     if (!row_ok[rg]) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) x[rg][i] = 0;
-    } else if (step < fast_end) {
+    } else if (step < fast_steps) {
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
         const uint4 chunk = __ldg(reinterpret_cast<const uint4*>(xs[rg]) + v);
@@ -355,7 +356,7 @@ __device__ __forceinline__ void load_x(const Params& p, const std::uint16_t* con
       }
     } else {
       std::uint32_t ragged[16];  // in local memory: keeps x itself in registers
-      load_x_run_ragged(xs[rg], p.k - (step * formats::kPackStepK + 32 * c), ragged);
+      load_x_run_ragged(xs[rg], p.k - ((step_begin + step) * formats::kPackStepK + 32 * c), ragged);
 #pragma unroll
       for (int i = 0; i < 16; ++i) x[rg][i] = ragged[i];
     }
@@ -510,17 +511,21 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
     const std::uint16_t* xs0[kRowGroups];
 #pragma unroll
     for (int rg = 0; rg < kRowGroups; ++rg) xs0[rg] = xs[rg];
-    const std::int64_t steps = step_end - step_begin;
-    const std::int64_t n_chunks = (steps + kChunk - 1) / kChunk;
-    auto valid_of = [&](std::int64_t chunk) {
-      const std::int64_t left = steps - chunk * kChunk;
-      return static_cast<int>(left < kChunk ? left : kChunk);
+    // Chunk and step indices in 32 bits, relative to step_begin (a warp's steps: at most
+    // k_steps < 2^30, the launch checks): 64-bit index math cost the step loop ~30
+    // instructions of its ~400 (bench/notes/decode.md, session 50).
+    const int steps = static_cast<int>(step_end - step_begin);
+    const int n_chunks = (steps + kChunk - 1) / kChunk;
+    // Steps (relative) whose activation runs take the 16-byte loads.
+    const int fast_steps = static_cast<int>(fast_end > step_end ? steps : fast_end > step_begin ? fast_end - step_begin : 0);
+    auto valid_of = [&](int chunk) {
+      const int left = steps - chunk * kChunk;
+      return left < kChunk ? left : kChunk;
     };
     // The warp walks its chunks from `rot` on, wrapping around (rotate != 0 staggers
     // the warps' positions in their streams).
-    const std::int64_t rot =
-        rotate ? (static_cast<std::int64_t>(blockIdx.x) * kWarps + warp) * 13 % n_chunks : 0;
-    auto chunk_at = [&](std::int64_t i) { return i + rot < n_chunks ? i + rot : i + rot - n_chunks; };
+    const int rot = rotate ? static_cast<int>((static_cast<std::int64_t>(blockIdx.x) * kWarps + warp) * 13 % n_chunks) : 0;
+    auto chunk_at = [&](int i) { return i + rot < n_chunks ? i + rot : i + rot - n_chunks; };
     // One commit group per chunk, empty or not, so that wait_group counts chunks.
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -529,23 +534,25 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
     }
     if (pdl >= 2) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     int slot = 0;
-    for (std::int64_t i = 0; i < n_chunks; ++i) {
-      const std::int64_t chunk = chunk_at(i);
+    for (int i = 0; i < n_chunks; ++i) {
+      const int chunk = chunk_at(i);
       const int valid = valid_of(chunk);
-      std::int64_t step = step_begin + chunk * kChunk;
+      int step = chunk * kChunk;  // relative to step_begin
       if (rotate) {
 #pragma unroll
-        for (int rg = 0; rg < kRowGroups; ++rg) xs[rg] = xs0[rg] + chunk * kChunk * formats::kPackStepK;
+        for (int rg = 0; rg < kRowGroups; ++rg) {
+          xs[rg] = xs0[rg] + static_cast<std::uint32_t>(step) * std::uint32_t{formats::kPackStepK};
+        }
       }
       std::uint32_t x[kRowGroups][16];
-      load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
+      load_x<kRowGroups>(p, xs, row_ok, step, fast_steps, step_begin, c, x);
       cp_async_wait<kStages - 2>();  // this lane's copies of `chunk` have landed
       __syncwarp();                  // ... and every lane's (scales are shared)
 #pragma unroll
       for (int cc = 0; cc < kChunk; ++cc) {
         if (cc > 0) {
           if (cc >= valid) break;
-          load_x<kRowGroups>(p, xs, row_ok, step, fast_end, c, x);
+          load_x<kRowGroups>(p, xs, row_ok, step, fast_steps, step_begin, c, x);
         }
         if constexpr (kSub) {
           compute_step_sub<F, kTN, kStages, kChunk>(x[0], lane, slot, cc, ring, acc);
@@ -559,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
       __syncwarp();  // the slot refilled next (read last iteration) is free
       const int ahead_slot = slot == 0 ? kStages - 1 : slot - 1;
       if (i + kStages - 1 < n_chunks) {
-        const std::int64_t ahead = chunk_at(i + kStages - 1);
+        const int ahead = chunk_at(i + kStages - 1);
         stream.issue(lane, ahead_slot, ahead, valid_of(ahead), ring);
       }
       cp_async_commit();
@@ -841,6 +848,8 @@ template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, boo
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk, kSub>;
   constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
+  LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 30), "weight_only: K of ", p.k,
+               " is too long for the GEMV (its steps are counted in 32 bits)");
   const int per_sm = resident_blocks<T, F, kRowGroups, kTN, kStages, kChunk, kSub>();
   const core::GemvGrid grid = grid_of(p, kTN);
   int k_slices = 1;
