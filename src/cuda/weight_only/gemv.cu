@@ -511,9 +511,9 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
     const std::uint16_t* xs0[kRowGroups];
 #pragma unroll
     for (int rg = 0; rg < kRowGroups; ++rg) xs0[rg] = xs[rg];
-    // Chunk and step indices in 32 bits, relative to step_begin (a warp's steps: at most
-    // k_steps < 2^30, the launch checks): 64-bit index math cost the step loop ~30
-    // instructions of its ~400 (bench/notes/decode.md, session 50).
+    // Chunk and step indices and the offsets they make in 32 bits, relative to step_begin
+    // (a row of tiles spans < 2 GiB, the launch checks): 64-bit index math cost the step
+    // loop ~30 instructions of its ~400 (bench/notes/decode.md, session 50).
     const int steps = static_cast<int>(step_end - step_begin);
     const int n_chunks = (steps + kChunk - 1) / kChunk;
     // Steps (relative) whose activation runs take the 16-byte loads.
@@ -848,8 +848,8 @@ template <class T, Form F, int kRowGroups, int kTN, int kStages, int kChunk, boo
 void launch(const Params& p, const Variant& v, cudaStream_t stream) {
   auto* kernel = gemv_kernel<T, F, kRowGroups, kTN, kStages, kChunk, kSub>;
   constexpr int kRingBytes = ring_bytes<F, kTN, kStages, kChunk>();
-  LOWBIT_CHECK(p.k_steps < (std::int64_t{1} << 30), "weight_only: K of ", p.k,
-               " is too long for the GEMV (its steps are counted in 32 bits)");
+  LOWBIT_CHECK(p.k_steps * form_unit_bytes<F>() < (std::int64_t{1} << 31), "weight_only: K of ", p.k,
+               " is too long for the GEMV (a row of tiles must span less than 2 GiB: its offsets are 32-bit)");
   const int per_sm = resident_blocks<T, F, kRowGroups, kTN, kStages, kChunk, kSub>();
   const core::GemvGrid grid = grid_of(p, kTN);
   int k_slices = 1;
