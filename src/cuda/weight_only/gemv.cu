@@ -150,7 +150,7 @@ struct Stream {
         for (int c = 0; c < kChunk; ++c) {
           if (c < valid) {
             cp_async16(scale_dst[t] + slot * kSlotScales + c * kChunkScales,
-                       scale_src[t] + static_cast<std::uint32_t>(chunk * kChunk + c) * static_cast<std::uint32_t>(scale_step), 16);
+                       scale_src[t] + static_cast<std::uint32_t>((chunk * kChunk + c) * scale_step), 16);
           }
         }
       }
@@ -517,14 +517,16 @@ __global__ void __launch_bounds__(kThreads, (min_blocks<F, kRowGroups, kTN, kSta
     const int steps = static_cast<int>(step_end - step_begin);
     const int n_chunks = (steps + kChunk - 1) / kChunk;
     // Steps (relative) whose activation runs take the 16-byte loads.
-    const int fast_steps = static_cast<int>(fast_end > step_end ? steps : fast_end > step_begin ? fast_end - step_begin : 0);
+    const int fast_steps =
+        static_cast<int>(fast_end > step_end ? steps : fast_end > step_begin ? fast_end - step_begin : 0);
     auto valid_of = [&](int chunk) {
       const int left = steps - chunk * kChunk;
       return left < kChunk ? left : kChunk;
     };
     // The warp walks its chunks from `rot` on, wrapping around (rotate != 0 staggers
     // the warps' positions in their streams).
-    const int rot = rotate ? static_cast<int>((static_cast<std::int64_t>(blockIdx.x) * kWarps + warp) * 13 % n_chunks) : 0;
+    const int rot =
+        rotate ? static_cast<int>((static_cast<std::int64_t>(blockIdx.x) * kWarps + warp) * 13 % n_chunks) : 0;
     auto chunk_at = [&](int i) { return i + rot < n_chunks ? i + rot : i + rot - n_chunks; };
     // One commit group per chunk, empty or not, so that wait_group counts chunks.
 #pragma unroll
