@@ -23,6 +23,10 @@ RULES = [
     (r"^kv_attention_mma_kernel<\d+, \d, true, ", 0, "the swap decode attention (B = 1 and paged)"),
     (r"^kv_append_kernel<", 0, "the decode step's RoPE + append"),
     (r"^kv_append_rows_kernel<", 0, "prefill's append"),
+    (r"^gemv_kernel<__half, \(Form\)9, 1, 2, 2, 4, true>", 80,
+     "the ragged run, and one 32-bit value of the epilogue's tile index that the Q2_K sub-block kernel "
+     "spills at its 80-register cap since session 50's 32-bit chunk loop: stored before the loop, read "
+     "once after it (SASS read; bench/notes/decode.md)"),
     (r"^gemv_kernel<", 64, "the ragged tail's activation run, in local memory by design"),
     (r"^(add_rms_norm_kernel|add_rms_norm_vec_kernel<|silu_mul_kernel|embed_kernel|argmax_kernel)", 0,
      "the decode step's small kernels"),
