@@ -168,6 +168,24 @@ TEST_F(WeightOnlyWgmmaGpu, StreamK) {
   }
 }
 
+// Random activations [m x K] and an output [m x N] on the device for w, and the Params
+// over them (the stream-K tests' launches).
+struct Launch {
+  core::DeviceBuffer x, out;
+  wo::Params p;
+};
+Launch make_launch(Rng& rng, const WeightOnlySpec& spec, const DeviceWeights& w, std::int64_t m) {
+  const std::int64_t n = w.host.n, k = w.host.k;
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
+  for (auto& e : x) e = to_act_bits(spec.act_dtype, value(rng));
+  Launch l{core::DeviceBuffer(x.size() * 2), core::DeviceBuffer(static_cast<std::size_t>(m * n) * 2), {}};
+  LOWBIT_CUDA_CHECK(cudaMemcpy(l.x.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+  l.p = wo::make_params(TensorView::matrix(l.x.data(), spec.act_dtype, Device::cuda, m, k), w.device, TensorView{},
+                        TensorView::matrix(l.out.data(), spec.act_dtype, Device::cuda, m, n));
+  return l;
+}
+
 // A second launch gives the first one's bits, and so does a CUDA graph captured on a fresh
 // stream (whose first stream-K launch allocates the stream's workspace during the
 // capture), replayed twice; the finishers leave every flag at zero (StreamK checks it after
@@ -178,14 +196,10 @@ TEST_F(WeightOnlyWgmmaGpu, StreamKRepeatsAndCaptures) {
   const WeightOnlySpec spec{4, 32, true, DType::f16};
   DeviceWeights w;
   make_weights(rng, spec, 520, under_sanitizer() ? 1000 : 3000, w);
-  const std::int64_t m = 32, n = w.host.n, k = w.host.k;
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
-  for (auto& e : x) e = to_act_bits(spec.act_dtype, value(rng));
-  core::DeviceBuffer d_x(x.size() * 2), d_out(static_cast<std::size_t>(m * n) * 2);
-  LOWBIT_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-  const wo::Params p = wo::make_params(TensorView::matrix(d_x.data(), spec.act_dtype, Device::cuda, m, k), w.device,
-                                       TensorView{}, TensorView::matrix(d_out.data(), spec.act_dtype, Device::cuda, m, n));
+  const std::int64_t m = 32, n = w.host.n;
+  const Launch l = make_launch(rng, spec, w, m);
+  const wo::Params& p = l.p;
+  const core::DeviceBuffer& d_out = l.out;
   wo::Variant v = kWgmmaTma;
   v.stream_k = 1;
   ASSERT_TRUE(wo::takes(v, p, wo::Form::q4_zero_point));
@@ -231,23 +245,18 @@ TEST_F(WeightOnlyWgmmaGpu, StreamKNeedsNoCoResidency) {
   const WeightOnlySpec spec{4, 32, true, DType::f16};
   DeviceWeights w;
   make_weights(rng, spec, 520, 4104, w);  // 33 K steps a tile (up to 9 blocks); 16-byte rows for TMA
-  const std::int64_t n = w.host.n, k = w.host.k;
+  const std::int64_t n = w.host.n;
   cudaStream_t stream;
   LOWBIT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t done;
   LOWBIT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   for (const auto& [tile_m, tile_n] :
        {std::pair{32, 128}, std::pair{64, 128}, std::pair{64, 256}, std::pair{128, 256}}) {
     SCOPED_TRACE(testing::Message() << "stream-K tile_m " << tile_m << " tile_n " << tile_n);
     const std::int64_t m = tile_m;
-    std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
-    for (auto& e : x) e = to_act_bits(spec.act_dtype, value(rng));
-    core::DeviceBuffer d_x(x.size() * 2), d_out(static_cast<std::size_t>(m * n) * 2);
-    LOWBIT_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
-    const wo::Params p =
-        wo::make_params(TensorView::matrix(d_x.data(), spec.act_dtype, Device::cuda, m, k), w.device, TensorView{},
-                        TensorView::matrix(d_out.data(), spec.act_dtype, Device::cuda, m, n));
+    const Launch l = make_launch(rng, spec, w, m);
+    const wo::Params& p = l.p;
+    const core::DeviceBuffer& d_out = l.out;
     wo::Variant v = kWgmmaTma;
     v.tile_m = tile_m;
     v.tile_n = tile_n;
