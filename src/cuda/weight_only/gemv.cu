@@ -1040,22 +1040,6 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
       // M = 9..16: the activations staged once per k-slice group, two 8-warp blocks a SM,
       // K split over a cluster where N alone would not fill the grid (launch_xs's rule).
       launch_xs<T, F, 2, 4, 4>(p, v, stream, false);
-    } else if (p.groups_per_step == 4 && p.m == 1 && narrow && p.k_steps >= 64) {
-      // Group 32, one row, narrow N, K of 64 steps or more (the 8B down, 4096 x 14336; the
-      // 1B down, 2048 x 8192): the staged-activation kernel, 4 tiles a warp, 3 stages, K
-      // over clusters of 2 blocks. ms, production {2, 2, 4} -> this, H100 / H200 (`bench
-      // gemm --section weight_only_variants --max-m 1`, session 51): 4096 x 14336 0.0178
-      // -> 0.0163 / 0.0155 -> 0.0155; 2048 x 8192 0.0086 -> 0.0082 / 0.0082 -> 0.0079. Not
-      // at 32 steps (4096 x 4096: 0.0073 -> 0.0081 / 0.0065 -> 0.0072).
-      Variant parts = v;
-      if (parts.k_parts == 0) parts.k_parts = 2;
-      launch_xs<T, F, 1, 4, 3>(p, parts, stream, false);
-    } else if (p.groups_per_step == 4 && p.m == 1 && !narrow && p.k_steps <= 16) {
-      // Group 32, one row, wide N, K of 16 steps or fewer (the 1B gate|up, 16384 x 2048):
-      // the staged-activation kernel, 4 tiles a warp, 3 stages, k-slices by its rule, no
-      // cluster. 0.0116 -> 0.0107 ms (H100), 0.0102 -> 0.0098 (H200; same sweep). Not at
-      // 32 steps (28672 x 4096: 0.0307 -> 0.0312 / 0.0248 -> 0.0258).
-      launch_xs<T, F, 1, 4, 3>(p, v, stream, false);
     } else if (p.groups_per_step == 4 && !narrow && p.m <= 4 && p.n_tiles <= 16 * sms && p.k_steps >= 32 &&
                filled_slots<T, F, 1, 2, 3, 2>(p) >= filled_slots<T, F, 1, 4, 4, 1>(p)) {
       // Group 32, between 4 and 16 tiles a SM, M <= 4, K of 32 steps or more (the 8B QKV,
