@@ -1002,13 +1002,16 @@ void run_gemv(const Params& p, const Variant& v, cudaStream_t stream) {
     // 8-warp blocks a SM at M <= 8), k-slices by the fill rule; the sub-block decode at
     // narrow N takes 2 slots of 4 steps (below). Otherwise not tuned on a GPU yet.
     // M <= 2: the sub-block decode (Variant::block_decode 1; 0 the per-weight f16 decode).
-    // The default takes it for the K-quants only: H100, M = 1, 4096 x 14336 / 14336 x 4096,
-    // Q4_K 41/55 -> 48/62% of copy, Q6_K 45/62 -> 50/66%, but Q5_1 57/68 -> 51/67% and Q5_0
-    // 53/65 -> 51/66% (bench/notes/weight_only.md "sub-block decode"); Q3_K and Q2_K by
-    // analogy with Q6_K and Q4_K (not measured yet).
+    // The default takes it for the K-quants: H100, M = 1, 4096 x 14336 / 14336 x 4096,
+    // Q4_K 41/55 -> 48/62% of copy, Q6_K 45/62 -> 50/66% (bench/notes/weight_only.md
+    // "sub-block decode"); Q3_K and Q2_K by analogy with Q6_K and Q4_K. Q5_0 and Q5_1 at
+    // narrow N only: 4096 x 14336 us, per-weight -> sub-block, H100 22.6 -> 20.3 / 23.2 ->
+    // 21.6, H200 22.0 -> 17.7 / 22.3 -> 18.9; at 14336 x 4096 H100 21.9 -> 21.4 / 22.5 ->
+    // 22.7, H200 19.4 -> 19.8 / 20.0 -> 21.5 (weight-only-blocks-h100.md, -h200.md).
     constexpr bool kSubBlockDefault =
         F == Form::q4_k || F == Form::q5_k || F == Form::q6_k || F == Form::q3_k || F == Form::q2_k;
-    if (p.m <= 2 && (v.block_decode == 1 || (v.block_decode < 0 && kSubBlockDefault))) {
+    const bool sub_default = kSubBlockDefault || ((F == Form::q5_0 || F == Form::q5_1) && narrow);
+    if (p.m <= 2 && (v.block_decode == 1 || (v.block_decode < 0 && sub_default))) {
       if constexpr (std::is_same_v<T, __half>) {
         // Narrow N (under ~4 tiles a SM: an 8B down or V) in 2 slots of 4 steps, as Q4_1's
         // narrow rule: H200, M = 1, 4096 x 14336, Q4_K 21.4 -> 16.6 us; 8B Q4_K_M decode
