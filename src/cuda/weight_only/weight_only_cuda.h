@@ -75,8 +75,8 @@ struct Variant {
   // default), -1 the default.
   int pdl = -1;
   // gemv, GGML block forms: 1 the sub-block decode (codes unscaled in the mma, factors on
-  // the FP32 partials; M <= 2), 0 the per-weight f16 decode, -1 the default (1 for the K-quants
-  // at M <= 2, 0 otherwise).
+  // the FP32 partials; M <= 2), 0 the per-weight f16 decode, -1 the default (1 at M <= 2 for
+  // the K-quants, and for Q5_0 / Q5_1 where N is narrow (gemv.cu); 0 otherwise).
   int block_decode = -1;
   // wgmma: activation rows a block takes (32, 64, 128); 0: the smallest that holds M.
   int tile_m = 0;
